@@ -1,0 +1,175 @@
+// Engine and Connection: the whole C++ API of ferry.
+//
+// Vocabulary (used everywhere in ferry, no synonyms):
+//   Engine     one per process; owns the registry of memory regions, listens
+//              for peers and serves every NIC and GPU of the host.
+//   Transport  how bytes move to a peer: tcp (streams over NICs) or local.
+//   Connection a peer engine, reachable in both directions.
+//   Path       one data stream of a connection.
+//   Transfer   one operation (send, recv, write, read, notify) and its handle.
+//   Chunk      the piece of a transfer that travels on one path at a time.
+//
+// Completion rules (the contract):
+//   * send / write / notify finish when the peer has the data in place (a
+//     write's bytes are in the target region; a send's bytes are in the
+//     matching receive buffer).
+//   * recv / read finish when the data is in the local buffer.
+//   * A write's notification is delivered to the target only after the
+//     write's data is in place.
+//   * Receives match sends in FIFO order per connection. A receive buffer
+//     smaller than the message fails both sides with kBufferTooSmall.
+//   * Every wait takes a deadline. A peer that dies, closes or stays silent
+//     past Options::peer_timeout fails every pending transfer of its
+//     connection with kPeerLost; the engine keeps serving other peers.
+//
+// Example:
+//   auto engine = ferry::Engine::create({}).value();
+//   auto region = engine->reg(buf, len).value();
+//   auto conn = engine->connect("10.0.0.2:7000", ferry::after(5s)).value();
+//   ferry::Status s = conn->send(buf, len, ferry::after(5s));
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "ferry/memory.h"
+#include "ferry/options.h"
+#include "ferry/status.h"
+#include "ferry/transfer.h"
+
+namespace ferry {
+
+// A bidirectional link to one peer engine. Thread-safe: any thread may post
+// operations; operations posted from one thread keep their order.
+//
+// Every pointer passed to an operation must lie inside memory registered with
+// the local engine (kNotFound otherwise, kOutOfRange if it runs past the
+// region). Buffers must stay valid until the transfer finishes.
+class Connection {
+ public:
+  virtual ~Connection() = default;
+
+  // ---- two-sided ---------------------------------------------------------
+  // Sends `size` bytes as one message. Finishes when the peer's matching
+  // receive holds them. Non-blocking.
+  virtual Transfer send_async(const void* data, size_t size) = 0;
+  // Sends the concatenation of `parts` as one message. Non-blocking.
+  virtual Transfer sendv_async(std::span<const ConstBuffer> parts) = 0;
+  // Receives the next message into up to `capacity` bytes at `data`;
+  // bytes() of the finished transfer is the message size. Non-blocking.
+  virtual Transfer recv_async(void* data, size_t capacity) = 0;
+  // Receives the next message scattered over `parts`, in order. Non-blocking.
+  virtual Transfer recvv_async(std::span<const MutableBuffer> parts) = 0;
+
+  // ---- one-sided ---------------------------------------------------------
+  // Writes local bytes into the peer's exported memory at `remote_offset`.
+  // A non-empty `notification` (at most kMaxNotification bytes) is delivered
+  // to the peer after the data is in place. Non-blocking.
+  virtual Transfer write_async(const void* local, size_t size, const RemoteDescriptor& remote,
+                               uint64_t remote_offset, std::string_view notification = {}) = 0;
+  // All items, then the notification once every item's data is in place.
+  virtual Transfer writev_async(std::span<const WriteItem> items,
+                                std::string_view notification = {}) = 0;
+  // Reads the peer's exported memory into local memory. Non-blocking.
+  virtual Transfer read_async(void* local, size_t size, const RemoteDescriptor& remote,
+                              uint64_t remote_offset) = 0;
+  virtual Transfer readv_async(std::span<const ReadItem> items) = 0;
+
+  // ---- notifications ----------------------------------------------------
+  // Sends a standalone notification; finishes when the peer has queued it.
+  virtual Transfer notify_async(std::string_view message) = 0;
+  // Blocks until a notification from this peer arrives or `deadline` passes
+  // (kDeadlineExceeded). Notifications arrive in the order they were sent.
+  virtual Result<std::string> wait_notification(Deadline deadline) = 0;
+  // Non-blocking: the next notification, if one is queued.
+  virtual std::optional<std::string> poll_notification() = 0;
+
+  // ---- blocking wrappers (post, then wait) -------------------------------
+  Status send(const void* data, size_t size, Deadline deadline = kNoDeadline);
+  Status sendv(std::span<const ConstBuffer> parts, Deadline deadline = kNoDeadline);
+  // Returns the message size.
+  Result<size_t> recv(void* data, size_t capacity, Deadline deadline = kNoDeadline);
+  Result<size_t> recvv(std::span<const MutableBuffer> parts, Deadline deadline = kNoDeadline);
+  Status write(const void* local, size_t size, const RemoteDescriptor& remote,
+               uint64_t remote_offset, std::string_view notification = {},
+               Deadline deadline = kNoDeadline);
+  Status read(void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset,
+              Deadline deadline = kNoDeadline);
+  Status notify(std::string_view message, Deadline deadline = kNoDeadline);
+
+  // ---- lifecycle ---------------------------------------------------------
+  // Fails pending transfers with kCancelled, tells the peer, releases the
+  // streams and joins the connection's threads. Idempotent. Blocks briefly.
+  virtual void close() = 0;
+  // OK while usable; afterwards the reason (kPeerLost, kCancelled, ...).
+  virtual Status health() const = 0;
+  // Engine-unique id of this connection.
+  virtual uint64_t id() const = 0;
+  // The peer's engine id and address, for messages and logs.
+  virtual uint64_t peer_engine_id() const = 0;
+  virtual std::string peer_address() const = 0;
+  // "tcp" or "local".
+  virtual std::string_view transport_name() const = 0;
+
+  static constexpr size_t kMaxNotification = 60 * 1024;
+};
+
+// The process's transfer engine. Thread-safe.
+class Engine {
+ public:
+  // Creates an engine with `options` overridden by FERRY_* variables, starts
+  // listening and its background threads. Allocates nothing on any GPU.
+  // Returns kInvalidArgument for bad options, kUnavailable if it cannot listen.
+  static Result<std::unique_ptr<Engine>> create(Options options);
+
+  // Closes every connection (pending transfers fail with kCancelled), stops
+  // listening and joins every thread.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Random 64-bit id, fresh for each engine.
+  uint64_t id() const;
+  // "host:port" peers can connect to.
+  std::string address() const;
+  // A byte string with everything a peer needs to connect (engine id, host
+  // identity, addresses); Engine::connect accepts it in place of an address.
+  std::string metadata() const;
+  // The options in force (after the environment).
+  const Options& options() const;
+
+  // ---- memory --------------------------------------------------------------
+  // Registers [data, data+size). Detects host, pinned host or CUDA memory.
+  // Registering the same range again returns the same region (counted).
+  // kInvalidArgument for a null pointer or zero size.
+  Result<Region> reg(void* data, size_t size);
+  // Drops one registration of `region`; on the last one, revokes every export
+  // of it. Waits for chunks landing in it at that instant, then no byte lands
+  // there any more. kNotFound if not registered.
+  Status dereg(const Region& region);
+  // Exports [offset, offset+length) of `region` to peers (length 0: to the end).
+  // kNotFound if not registered, kOutOfRange if the slice leaves the region.
+  Result<RemoteDescriptor> export_region(const Region& region, uint64_t offset = 0,
+                                         uint64_t length = 0);
+
+  // ---- connections -----------------------------------------------------
+  // Connects to `peer` ("host:port" or a metadata() blob) by `deadline`.
+  // kUnavailable if nobody answers, kUnauthenticated if the shared secret
+  // differs, kDeadlineExceeded if the deadline passes first.
+  Result<std::shared_ptr<Connection>> connect(std::string_view peer, Deadline deadline);
+  // Waits for the next peer that connected to this engine (kDeadlineExceeded).
+  Result<std::shared_ptr<Connection>> accept(Deadline deadline);
+
+  struct Impl;
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ferry

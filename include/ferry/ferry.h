@@ -1,0 +1,8 @@
+// The ferry C++ API in one include.
+#pragma once
+
+#include "ferry/engine.h"
+#include "ferry/memory.h"
+#include "ferry/options.h"
+#include "ferry/status.h"
+#include "ferry/transfer.h"

@@ -1,0 +1,83 @@
+// Memory regions and the descriptors that let a peer reach them.
+//
+// Every byte ferry moves lives in a registered region. Registration tells the
+// engine where memory is and what kind it is; export hands a peer a small
+// descriptor with an unguessable key for one-sided access to a region or to a
+// slice of it. A peer can touch only what was exported to it, only inside the
+// exported bounds, and only until the region is deregistered.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "ferry/status.h"
+
+namespace ferry {
+
+enum class MemoryKind : uint8_t {
+  kHost = 0,        // ordinary (pageable) host memory
+  kHostPinned = 1,  // page-locked host memory (cudaHostAlloc / cudaHostRegister)
+  kCuda = 2,        // device memory of GPU `device`
+};
+
+// "host", "host-pinned" or "cuda".
+std::string_view memory_kind_name(MemoryKind kind);
+
+// A registered region, as returned by Engine::reg. A plain value; the engine
+// owns the registration until Engine::dereg.
+struct Region {
+  uint64_t id = 0;
+  void* base = nullptr;
+  size_t length = 0;
+  MemoryKind kind = MemoryKind::kHost;
+  int device = -1;  // GPU ordinal for kCuda, -1 otherwise
+};
+
+// What a peer needs for one-sided access to (part of) a region: which engine
+// owns it, which export it is, the key, and its length. Offsets in write/read
+// are relative to the start of the exported slice.
+struct RemoteDescriptor {
+  uint64_t engine_id = 0;  // the engine that exported it
+  uint64_t export_id = 0;  // names the exported slice inside that engine
+  uint64_t key = 0;        // unguessable; checked by the owner on every access
+  uint64_t length = 0;     // bytes reachable from offset 0
+  MemoryKind kind = MemoryKind::kHost;
+  int32_t device = -1;
+
+  // A fixed-size byte string, safe to send through any side channel.
+  std::string serialize() const;
+
+  // Parses serialize()'s output. kInvalidArgument says what is malformed.
+  static Result<RemoteDescriptor> parse(std::string_view bytes);
+};
+
+// A (pointer, length) pair naming registered local memory.
+struct ConstBuffer {
+  const void* data = nullptr;
+  size_t size = 0;
+};
+struct MutableBuffer {
+  void* data = nullptr;
+  size_t size = 0;
+};
+
+// One element of a vector write: local bytes to `remote` at `remote_offset`.
+struct WriteItem {
+  const void* local = nullptr;
+  size_t size = 0;
+  RemoteDescriptor remote;
+  uint64_t remote_offset = 0;
+};
+
+// One element of a vector read: `size` bytes of `remote` at `remote_offset`
+// into local memory.
+struct ReadItem {
+  void* local = nullptr;
+  size_t size = 0;
+  RemoteDescriptor remote;
+  uint64_t remote_offset = 0;
+};
+
+}  // namespace ferry

@@ -1,0 +1,67 @@
+// Engine options and the registry of tunables.
+//
+// Options come from code first; each field can then be overridden by its
+// FERRY_* environment variable (Engine::create applies them). Every tunable is
+// declared once, with its variable, default, unit and meaning, in
+// src/core/tunables.cc; `ferry config` prints that table.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ferry/status.h"
+
+namespace ferry {
+
+enum class LogLevel : uint8_t { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3, kTrace = 4 };
+
+struct Options {
+  // host:port to listen on; port 0 picks a free port.
+  std::string listen = "127.0.0.1:0";
+  // Data streams (paths) per connection, besides the control stream.
+  int streams = 2;
+  // Bulk transfers are cut into chunks of this many bytes.
+  size_t chunk_bytes = 512 * 1024;
+  // Chunks a path may have sent that the peer has not yet confirmed landing.
+  int window = 16;
+  // Messages and writes up to this size ride inline on the control stream.
+  size_t inline_max = 64 * 1024;
+  // Shared secret; empty means no authentication.
+  std::string auth_token;
+  // A heartbeat goes out after this long without other control traffic.
+  std::chrono::milliseconds heartbeat_interval{500};
+  // A peer silent for this long is declared lost; its transfers fail.
+  std::chrono::milliseconds peer_timeout{5000};
+  // A connection whose handshake takes longer is dropped.
+  std::chrono::milliseconds handshake_timeout{5000};
+  // Kernel socket buffer size per stream in bytes; 0 leaves the kernel's autotuning.
+  size_t socket_buffer_bytes = 0;
+  // "auto" (local transport for same-host peers once available) or "tcp".
+  std::string transport = "auto";
+  LogLevel log_level = LogLevel::kWarn;
+};
+
+// One tunable as `ferry config` shows it.
+struct TunableInfo {
+  std::string name;         // "streams"
+  std::string env;          // "FERRY_STREAMS"
+  std::string default_value;
+  std::string value;        // the value in the Options it was described from
+  std::string unit;         // "bytes", "ms", "count", ""
+  std::string doc;
+};
+
+// Returns `base` with every FERRY_* variable set in the environment applied.
+// A malformed value is kInvalidArgument naming the variable and the value.
+Result<Options> apply_environment(Options base);
+
+// Checks ranges (streams >= 1, chunk >= 4 KiB, ...). kInvalidArgument names the field.
+Status validate(const Options& options);
+
+// The registry of tunables, with their values in `options`.
+std::vector<TunableInfo> describe_tunables(const Options& options);
+
+}  // namespace ferry

@@ -1,0 +1,71 @@
+// Transfer: the handle every asynchronous ferry operation returns.
+//
+// A Transfer is finished when its data is in place on both ends (see the
+// completion rules in engine.h) or when it failed. It never finishes silently
+// with a partial result: either status() is OK and bytes() tells how many bytes
+// moved, or status() says what went wrong.
+//
+// Example:
+//   ferry::Transfer t = conn->send_async(buf, len);
+//   ferry::Status s = t.wait(ferry::after(std::chrono::seconds(5)));
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "ferry/status.h"
+
+namespace ferry {
+
+using Clock = std::chrono::steady_clock;
+using Deadline = Clock::time_point;
+
+// A deadline that never passes.
+inline constexpr Deadline kNoDeadline = Deadline::max();
+
+// Now plus `d`.
+inline Deadline after(Clock::duration d) { return Clock::now() + d; }
+
+class TransferState;  // internal
+
+// A shared handle: copies refer to the same operation. Thread-safe.
+class Transfer {
+ public:
+  // An empty handle: test() is true and status() is kInvalidArgument.
+  Transfer() = default;
+  explicit Transfer(std::shared_ptr<TransferState> state) : state_(std::move(state)) {}
+
+  // Non-blocking: true once the operation has finished, successfully or not.
+  bool test() const;
+
+  // Blocks until the operation finishes or `deadline` passes. Returns the final
+  // status, or kDeadlineExceeded when the deadline came first (the operation
+  // keeps running; wait again or cancel()).
+  Status wait(Deadline deadline = kNoDeadline) const;
+
+  // The final status once finished; before that, kDeadlineExceeded with a
+  // message saying the transfer is still running.
+  Status status() const;
+
+  // Bytes moved. For a receive, the size of the message that arrived.
+  // Meaningful once finished with OK.
+  size_t bytes() const;
+
+  // Asks to stop the operation. Only operations that have not started moving
+  // data can stop (an unmatched receive, a send not yet accepted by the peer);
+  // they finish with kCancelled and true is returned. Otherwise returns false
+  // and the operation runs to its end.
+  bool cancel() const;
+
+  // Id of the operation, unique within its connection (0 for an empty handle).
+  uint64_t id() const;
+
+  const std::shared_ptr<TransferState>& state() const { return state_; }
+
+ private:
+  std::shared_ptr<TransferState> state_;
+};
+
+}  // namespace ferry

@@ -1,0 +1,228 @@
+// Engine: options, identity, registry, the listener, the accept queue and the
+// heartbeat thread (ferry-heartbeat) that keeps every connection honest.
+#include "ferry/engine.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdlib>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "core/engine_context.h"
+#include "core/log.h"
+#include "platform/crypto.h"
+#include "platform/memory_kind.h"
+#include "platform/socket.h"
+#include "platform/thread.h"
+#include "transport/tcp/dialer.h"
+#include "transport/tcp/listener.h"
+#include "wire/metadata.h"
+
+namespace ferry {
+
+struct Engine::Impl {
+  std::shared_ptr<core::EngineContext> ctx;
+  std::unique_ptr<tcp::TcpListener> listener;
+  std::string address;
+
+  std::mutex mu;
+  std::condition_variable accept_cv;
+  std::condition_variable heartbeat_cv;
+  std::deque<std::shared_ptr<tcp::TcpConnection>> accepted;      // guarded by mu
+  std::vector<std::shared_ptr<tcp::TcpConnection>> connections;  // guarded by mu
+  uint64_t next_connection_id = 1;                               // guarded by mu
+  bool stopping = false;                                         // guarded by mu
+  std::thread heartbeat;
+
+  uint64_t next_id() {
+    std::lock_guard lock(mu);
+    return next_connection_id++;
+  }
+
+  void adopt(const std::shared_ptr<tcp::TcpConnection>& c) {
+    std::lock_guard lock(mu);
+    if (stopping) {
+      c->close();
+      return;
+    }
+    connections.push_back(c);
+  }
+
+  void heartbeat_loop() {
+    const Options& o = ctx->options;
+    // Ticks often enough to notice silence within a tenth of peer_timeout.
+    auto period = std::min(o.heartbeat_interval / 2, o.peer_timeout / 10);
+    if (period < std::chrono::milliseconds(5)) period = std::chrono::milliseconds(5);
+    std::unique_lock lock(mu);
+    while (!stopping) {
+      heartbeat_cv.wait_for(lock, period);
+      if (stopping) break;
+      std::vector<std::shared_ptr<tcp::TcpConnection>> live = connections;
+      lock.unlock();
+      auto now = Clock::now();
+      for (auto& c : live) c->tick(now);
+      live.clear();
+      std::vector<std::shared_ptr<tcp::TcpConnection>> drop;
+      lock.lock();
+      // A connection nobody else holds any more is closed here, on this
+      // thread, never on one of its own workers.
+      for (auto it = connections.begin(); it != connections.end();) {
+        if (it->use_count() == 1) {
+          drop.push_back(std::move(*it));
+          it = connections.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      lock.unlock();
+      for (auto& c : drop) c->close();
+      drop.clear();
+      lock.lock();
+    }
+  }
+};
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::unique_ptr<Engine>> Engine::create(Options options) {
+  FERRY_ASSIGN_OR_RETURN(Options opts, apply_environment(std::move(options)));
+  if (std::getenv("FERRY_LOG") != nullptr || opts.log_level != LogLevel::kWarn) log::set_level(opts.log_level);
+  FERRY_ASSIGN_OR_RETURN(platform::HostPort at, platform::parse_host_port(opts.listen));
+  auto impl = std::make_unique<Impl>();
+  impl->ctx = std::make_shared<core::EngineContext>();
+  impl->ctx->options = opts;
+  impl->ctx->engine_id = platform::random_u64();
+  impl->ctx->host_id = std::string(platform::host_id());
+  Impl* raw = impl.get();
+  auto listener = tcp::TcpListener::start(
+      impl->ctx, at,
+      [raw](std::shared_ptr<tcp::TcpConnection> c) {
+        raw->adopt(c);
+        {
+          std::lock_guard lock(raw->mu);
+          if (raw->stopping) return;
+          raw->accepted.push_back(std::move(c));
+        }
+        raw->accept_cv.notify_all();
+      },
+      [raw] { return raw->next_id(); });
+  if (!listener.ok()) return listener.status().with_context("engine");
+  impl->listener = std::move(listener).value();
+  std::string host = at.host.empty() || at.host == "0.0.0.0" ? "127.0.0.1" : at.host;
+  impl->address = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+                  std::to_string(impl->listener->port());
+  impl->heartbeat = platform::start_thread("ferry-heartbeat", [raw] { raw->heartbeat_loop(); });
+  FERRY_LOG(kInfo, "engine", "engine %016" PRIx64 " listening on %s", impl->ctx->engine_id, impl->address.c_str());
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Engine::~Engine() {
+  std::vector<std::shared_ptr<tcp::TcpConnection>> conns;
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->stopping = true;
+    conns.swap(impl_->connections);
+    impl_->accepted.clear();
+  }
+  impl_->heartbeat_cv.notify_all();
+  impl_->accept_cv.notify_all();
+  if (impl_->heartbeat.joinable()) impl_->heartbeat.join();
+  impl_->listener->stop();
+  for (auto& c : conns) c->close();
+}
+
+uint64_t Engine::id() const { return impl_->ctx->engine_id; }
+std::string Engine::address() const { return impl_->address; }
+const Options& Engine::options() const { return impl_->ctx->options; }
+
+std::string Engine::metadata() const {
+  wire::EngineMetadata m;
+  m.engine_id = impl_->ctx->engine_id;
+  m.host_id = impl_->ctx->host_id;
+  m.addresses.push_back(impl_->address);
+  return wire::encode_metadata(m);
+}
+
+Result<Region> Engine::reg(void* data, size_t size) {
+  return impl_->ctx->registry.add(data, size, platform::classify_pointer(data));
+}
+
+Status Engine::dereg(const Region& region) { return impl_->ctx->registry.remove(region.id); }
+
+Result<RemoteDescriptor> Engine::export_region(const Region& region, uint64_t offset, uint64_t length) {
+  return impl_->ctx->registry.export_slice(impl_->ctx->engine_id, region.id, offset, length);
+}
+
+Result<std::shared_ptr<Connection>> Engine::connect(std::string_view peer, Deadline deadline) {
+  std::vector<std::string> addresses;
+  if (wire::looks_like_metadata(peer)) {
+    FERRY_ASSIGN_OR_RETURN(wire::EngineMetadata m, wire::decode_metadata(peer));
+    addresses = m.addresses;
+  } else {
+    addresses.emplace_back(peer);
+  }
+  Status last(Code::kUnavailable, "no address to connect to");
+  for (const std::string& a : addresses) {
+    FERRY_ASSIGN_OR_RETURN(platform::HostPort hp, platform::parse_host_port(a));
+    auto c = tcp::dial(impl_->ctx, hp, deadline, impl_->next_id());
+    if (c.ok()) {
+      impl_->adopt(c.value());
+      return std::shared_ptr<Connection>(std::move(c).value());
+    }
+    last = c.status();
+    if (last.code() == Code::kUnauthenticated || last.code() == Code::kDeadlineExceeded) break;
+  }
+  return last;
+}
+
+Result<std::shared_ptr<Connection>> Engine::accept(Deadline deadline) {
+  std::unique_lock lock(impl_->mu);
+  auto ready = [&] { return impl_->stopping || !impl_->accepted.empty(); };
+  if (deadline == kNoDeadline) {
+    impl_->accept_cv.wait(lock, ready);
+  } else if (!impl_->accept_cv.wait_until(lock, deadline, ready)) {
+    return Status(Code::kDeadlineExceeded, "accept: no peer connected to " + impl_->address + " by the deadline");
+  }
+  if (impl_->accepted.empty()) return Status(Code::kCancelled, "accept: the engine is shutting down");
+  auto c = std::move(impl_->accepted.front());
+  impl_->accepted.pop_front();
+  return std::shared_ptr<Connection>(std::move(c));
+}
+
+// ---- blocking wrappers ----------------------------------------------------------
+
+Status Connection::send(const void* data, size_t size, Deadline deadline) {
+  return send_async(data, size).wait(deadline);
+}
+Status Connection::sendv(std::span<const ConstBuffer> parts, Deadline deadline) {
+  return sendv_async(parts).wait(deadline);
+}
+Result<size_t> Connection::recv(void* data, size_t capacity, Deadline deadline) {
+  Transfer t = recv_async(data, capacity);
+  Status s = t.wait(deadline);
+  if (s.code() == Code::kDeadlineExceeded && !t.test() && t.cancel()) return s;
+  FERRY_RETURN_IF_ERROR(s);
+  return t.bytes();
+}
+Result<size_t> Connection::recvv(std::span<const MutableBuffer> parts, Deadline deadline) {
+  Transfer t = recvv_async(parts);
+  Status s = t.wait(deadline);
+  if (s.code() == Code::kDeadlineExceeded && !t.test() && t.cancel()) return s;
+  FERRY_RETURN_IF_ERROR(s);
+  return t.bytes();
+}
+Status Connection::write(const void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset,
+                         std::string_view notification, Deadline deadline) {
+  return write_async(local, size, remote, remote_offset, notification).wait(deadline);
+}
+Status Connection::read(void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset,
+                        Deadline deadline) {
+  return read_async(local, size, remote, remote_offset).wait(deadline);
+}
+Status Connection::notify(std::string_view message, Deadline deadline) {
+  return notify_async(message).wait(deadline);
+}
+
+}  // namespace ferry

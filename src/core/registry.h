@@ -1,0 +1,88 @@
+// Registry: the engine's table of registered regions and of the slices it
+// exported to peers, and the only place that decides whether a local pointer
+// or a peer's (export id, key, offset, size) may be touched.
+//
+// Thread-safe. Lookups take a shared lock on the table; moving bytes in or out
+// of a region holds that region's own shared lock (RegionAccess), so dereg can
+// wait for bytes landing at that instant and then guarantee that none land
+// after it returns.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <shared_mutex>
+#include <unordered_map>
+
+#include "ferry/memory.h"
+#include "ferry/status.h"
+#include "platform/memory_kind.h"
+
+namespace ferry::core {
+
+struct RegionEntry {
+  Region region;
+  int registrations = 1;      // guarded by the registry lock
+  std::shared_mutex access;   // shared: bytes moving; exclusive: retiring
+  bool alive = true;          // guarded by `access`
+};
+using RegionRef = std::shared_ptr<RegionEntry>;
+
+// Bytes inside one registered region.
+struct MemorySpan {
+  RegionRef region;
+  uint8_t* data = nullptr;
+  size_t size = 0;
+};
+
+// Holds a region open while bytes move; ok() is false once it was deregistered.
+class RegionAccess {
+ public:
+  explicit RegionAccess(const RegionRef& r) : lock_(r->access), alive_(r->alive) {}
+  bool ok() const { return alive_; }
+
+ private:
+  std::shared_lock<std::shared_mutex> lock_;
+  bool alive_;
+};
+
+class Registry {
+ public:
+  // Registers [data, data+size) of the given kind; the same range again
+  // returns the same region with its count raised.
+  Result<Region> add(void* data, size_t size, platform::PointerKind kind);
+  // Drops one registration; the last one revokes the region's exports and
+  // waits for bytes moving in it at this instant.
+  Status remove(uint64_t region_id);
+  // Exports [offset, offset+length) of a registered region (length 0: to the end).
+  Result<RemoteDescriptor> export_slice(uint64_t engine_id, uint64_t region_id, uint64_t offset,
+                                        uint64_t length);
+
+  // The registered region holding [p, p+size). `what` names the buffer in
+  // errors ("send buffer"). kNotFound / kOutOfRange.
+  Result<MemorySpan> resolve_local(const void* p, size_t size, const char* what) const;
+  // What a peer asks for: checks export id, key and bounds.
+  // kNotFound (unknown or revoked export), kPermissionDenied (key),
+  // kOutOfRange (bounds).
+  Result<MemorySpan> resolve_export(uint64_t export_id, uint64_t key, uint64_t offset, uint64_t size) const;
+
+  size_t region_count() const;
+
+ private:
+  struct ExportEntry {
+    uint64_t key;
+    RegionRef region;
+    uint64_t offset;
+    uint64_t length;
+  };
+
+  mutable std::shared_mutex mu_;
+  std::multimap<uintptr_t, RegionRef> by_base_;         // guarded by mu_
+  std::unordered_map<uint64_t, RegionRef> by_id_;      // guarded by mu_
+  std::unordered_map<uint64_t, ExportEntry> exports_;  // guarded by mu_
+  size_t max_length_ = 0;                              // guarded by mu_; bounds the backward scan
+  uint64_t next_region_id_ = 1;                        // guarded by mu_
+  uint64_t next_export_id_ = 1;                        // guarded by mu_
+};
+
+}  // namespace ferry::core

@@ -1,0 +1,56 @@
+// SegmentList: the bytes of one message or one remote access, as an ordered
+// list of spans in registered regions, and the arithmetic that maps a chunk
+// (offset, size) of the whole onto I/O vectors.
+//
+// Thread-compatible: built once when an operation is posted, then only read.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/registry.h"
+
+namespace ferry::core {
+
+class SegmentList {
+ public:
+  void add(MemorySpan span);
+  uint64_t total() const { return total_; }
+  bool empty() const { return spans_.empty(); }
+  const std::vector<MemorySpan>& spans() const { return spans_; }
+
+  // Writes the iovecs covering [offset, offset+size) into `out` (appending).
+  // REQUIRES: offset + size <= total().
+  void slice(uint64_t offset, uint64_t size, std::vector<struct iovec>& out) const;
+
+  // The spans touched by [offset, offset+size), for region access checks.
+  void regions(uint64_t offset, uint64_t size, std::vector<const RegionRef*>& out) const;
+
+  // Copies [offset, offset+len) of `src` into the list at `offset`.
+  void copy_in(uint64_t offset, const uint8_t* src, uint64_t len) const;
+
+ private:
+  // Index of the span holding byte `offset` and the offset inside it.
+  size_t locate(uint64_t offset, uint64_t& inner) const;
+
+  std::vector<MemorySpan> spans_;
+  std::vector<uint64_t> starts_;  // starts_[i] = offset of spans_[i] in the whole
+  uint64_t total_ = 0;
+};
+
+// Holds every region of a chunk open while its bytes move; ok() is false if
+// any of them was deregistered.
+class ChunkAccess {
+ public:
+  ChunkAccess(const SegmentList& list, uint64_t offset, uint64_t size);
+  bool ok() const { return ok_; }
+
+ private:
+  std::vector<RegionAccess> accesses_;
+  bool ok_ = true;
+};
+
+}  // namespace ferry::core

@@ -1,0 +1,110 @@
+// TransferState and the public Transfer handle.
+#include "core/transfer_state.h"
+
+namespace ferry {
+
+bool TransferState::finish_part(const Status& s) {
+  {
+    std::lock_guard lock(mu_);
+    if (done_.load(std::memory_order_relaxed)) return false;
+    if (!s.ok() && status_.ok()) status_ = s;
+    if (--parts_left_ > 0) return false;
+    canceller_ = nullptr;
+    done_.store(true, std::memory_order_release);
+    cv_.notify_all();
+  }
+  run_finish_hook();
+  return true;
+}
+
+bool TransferState::finish(const Status& s) {
+  {
+    std::lock_guard lock(mu_);
+    if (done_.load(std::memory_order_relaxed)) return false;
+    if (status_.ok()) status_ = s;
+    parts_left_ = 0;
+    canceller_ = nullptr;
+    done_.store(true, std::memory_order_release);
+    cv_.notify_all();
+  }
+  run_finish_hook();
+  return true;
+}
+
+void TransferState::on_finish(std::function<void(const Status&)> fn) {
+  {
+    std::lock_guard lock(mu_);
+    if (!done_.load(std::memory_order_relaxed)) {
+      finish_hook_ = std::move(fn);
+      return;
+    }
+  }
+  fn(status());
+}
+
+void TransferState::run_finish_hook() {
+  std::function<void(const Status&)> fn;
+  Status s;
+  {
+    std::lock_guard lock(mu_);
+    fn = std::move(finish_hook_);
+    finish_hook_ = nullptr;
+    s = status_;
+  }
+  if (fn) fn(s);
+}
+
+Status TransferState::wait(Deadline deadline) {
+  std::unique_lock lock(mu_);
+  if (deadline == kNoDeadline) {
+    cv_.wait(lock, [&] { return done_.load(std::memory_order_relaxed); });
+  } else if (!cv_.wait_until(lock, deadline, [&] { return done_.load(std::memory_order_relaxed); })) {
+    return Status(Code::kDeadlineExceeded,
+                  "transfer " + std::to_string(id_) + " still running at its deadline");
+  }
+  return status_;
+}
+
+Status TransferState::status() const {
+  std::lock_guard lock(mu_);
+  if (!done_.load(std::memory_order_relaxed)) {
+    return Status(Code::kDeadlineExceeded, "transfer " + std::to_string(id_) + " is still running");
+  }
+  return status_;
+}
+
+void TransferState::set_canceller(std::function<bool()> fn) {
+  std::lock_guard lock(mu_);
+  if (!done_.load(std::memory_order_relaxed)) canceller_ = std::move(fn);
+}
+
+bool TransferState::cancel() {
+  std::function<bool()> fn;
+  {
+    std::lock_guard lock(mu_);
+    fn = canceller_;
+  }
+  return fn ? fn() : false;
+}
+
+// ---- Transfer -----------------------------------------------------------
+
+bool Transfer::test() const { return state_ == nullptr || state_->done(); }
+
+Status Transfer::wait(Deadline deadline) const {
+  if (state_ == nullptr) return Status(Code::kInvalidArgument, "wait on an empty Transfer handle");
+  return state_->wait(deadline);
+}
+
+Status Transfer::status() const {
+  if (state_ == nullptr) return Status(Code::kInvalidArgument, "status of an empty Transfer handle");
+  return state_->status();
+}
+
+size_t Transfer::bytes() const { return state_ == nullptr ? 0 : state_->bytes(); }
+
+bool Transfer::cancel() const { return state_ != nullptr && state_->cancel(); }
+
+uint64_t Transfer::id() const { return state_ == nullptr ? 0 : state_->id(); }
+
+}  // namespace ferry

@@ -1,0 +1,64 @@
+// TransferState: the shared completion record behind a Transfer handle.
+//
+// Thread-safe. Written by whichever ferry thread finishes a part of the
+// operation (a stream worker, the control reader, the failing connection);
+// read by the application through Transfer.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+
+#include "ferry/status.h"
+#include "ferry/transfer.h"
+
+namespace ferry {
+
+class TransferState {
+ public:
+  // An operation made of `parts` pieces (a vector op has one per item).
+  TransferState(uint64_t id, int parts) : id_(id), parts_left_(parts) {}
+
+  uint64_t id() const { return id_; }
+
+  // Records the outcome of one part; the last part finishes the transfer
+  // with the first error seen (or OK). Returns true if this call finished it.
+  bool finish_part(const Status& s);
+  // Finishes now with `s` whatever is outstanding (peer lost, cancelled).
+  // Returns false if it had already finished.
+  bool finish(const Status& s);
+
+  void set_bytes(size_t n) { bytes_.store(n, std::memory_order_relaxed); }
+  void add_bytes(size_t n) { bytes_.fetch_add(n, std::memory_order_relaxed); }
+  size_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
+
+  bool done() const { return done_.load(std::memory_order_acquire); }
+  Status wait(Deadline deadline);
+  Status status() const;
+
+  // Installed by the transport while the operation can still be withdrawn;
+  // returns true if it withdrew it (and finished the state).
+  void set_canceller(std::function<bool()> fn);
+  bool cancel();
+
+  // Runs `fn(final status)` once, on the thread that finishes the transfer,
+  // outside any lock (at once if already finished). It must not block.
+  void on_finish(std::function<void(const Status&)> fn);
+
+ private:
+  void run_finish_hook();
+
+  const uint64_t id_;
+  std::atomic<size_t> bytes_{0};
+  std::atomic<bool> done_{false};
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  int parts_left_;                     // guarded by mu_
+  Status status_;                      // guarded by mu_; first error
+  std::function<bool()> canceller_;    // guarded by mu_
+  std::function<void(const Status&)> finish_hook_;  // guarded by mu_
+};
+
+}  // namespace ferry

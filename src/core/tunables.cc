@@ -1,0 +1,200 @@
+// The registry of tunables: every Options field with its FERRY_* variable,
+// default, unit and meaning, declared once. apply_environment, validate and
+// `ferry config` all read this table.
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "core/log.h"
+#include "ferry/options.h"
+
+namespace ferry {
+namespace {
+
+struct Tunable {
+  const char* name;
+  const char* env;
+  const char* unit;
+  const char* doc;
+  std::function<std::string(const Options&)> get;
+  std::function<Status(Options&, std::string_view)> set;
+};
+
+Status bad_value(std::string_view env, std::string_view value, std::string_view why) {
+  return Status(Code::kInvalidArgument,
+                std::string(env) + "=\"" + std::string(value) + "\": " + std::string(why));
+}
+
+// Parses "123", "64K", "1M", "2G" (binary multiples).
+Result<uint64_t> parse_size(std::string_view env, std::string_view v) {
+  uint64_t n = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc() || p == v.data()) return bad_value(env, v, "expected a number");
+  std::string_view suffix(p, static_cast<size_t>(v.data() + v.size() - p));
+  uint64_t mult = 1;
+  if (suffix == "K" || suffix == "k" || suffix == "KiB") mult = 1ull << 10;
+  else if (suffix == "M" || suffix == "MiB") mult = 1ull << 20;
+  else if (suffix == "G" || suffix == "GiB") mult = 1ull << 30;
+  else if (!suffix.empty()) return bad_value(env, v, "unknown unit (use K, M or G)");
+  return n * mult;
+}
+
+Result<int64_t> parse_int(std::string_view env, std::string_view v) {
+  int64_t n = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc() || p != v.data() + v.size()) return bad_value(env, v, "expected an integer");
+  return n;
+}
+
+Result<LogLevel> parse_level(std::string_view env, std::string_view v) {
+  if (v == "error") return LogLevel::kError;
+  if (v == "warn") return LogLevel::kWarn;
+  if (v == "info") return LogLevel::kInfo;
+  if (v == "debug") return LogLevel::kDebug;
+  if (v == "trace") return LogLevel::kTrace;
+  return bad_value(env, v, "expected error, warn, info, debug or trace");
+}
+
+const char* level_name(LogLevel l) {
+  static const char* names[] = {"error", "warn", "info", "debug", "trace"};
+  return names[static_cast<int>(l)];
+}
+
+template <typename Field>
+Tunable size_tunable(const char* name, const char* env, const char* unit, const char* doc,
+                     Field Options::*field) {
+  return Tunable{name, env, unit, doc,
+                 [field](const Options& o) { return std::to_string(o.*field); },
+                 [field, env](Options& o, std::string_view v) -> Status {
+                   auto r = parse_size(env, v);
+                   if (!r.ok()) return r.status();
+                   o.*field = static_cast<Field>(r.value());
+                   return Status();
+                 }};
+}
+
+Tunable ms_tunable(const char* name, const char* env, const char* doc,
+                   std::chrono::milliseconds Options::*field) {
+  return Tunable{name, env, "ms", doc,
+                 [field](const Options& o) { return std::to_string((o.*field).count()); },
+                 [field, env](Options& o, std::string_view v) -> Status {
+                   auto r = parse_int(env, v);
+                   if (!r.ok()) return r.status();
+                   if (r.value() <= 0) return bad_value(env, v, "must be positive");
+                   o.*field = std::chrono::milliseconds(r.value());
+                   return Status();
+                 }};
+}
+
+Tunable string_tunable(const char* name, const char* env, const char* doc,
+                       std::string Options::*field, bool secret = false) {
+  return Tunable{name, env, "", doc,
+                 [field, secret](const Options& o) {
+                   if (secret) return std::string((o.*field).empty() ? "(unset)" : "(set)");
+                   return o.*field;
+                 },
+                 [field](Options& o, std::string_view v) -> Status {
+                   o.*field = std::string(v);
+                   return Status();
+                 }};
+}
+
+const std::vector<Tunable>& tunables() {
+  static const std::vector<Tunable> table = {
+      string_tunable("listen", "FERRY_LISTEN", "host:port to listen on (port 0 picks one)",
+                     &Options::listen),
+      size_tunable("streams", "FERRY_STREAMS", "count", "data streams (paths) per connection",
+                   &Options::streams),
+      size_tunable("chunk_bytes", "FERRY_CHUNK", "bytes",
+                   "bulk transfers travel in chunks of this size (K/M/G suffixes)",
+                   &Options::chunk_bytes),
+      size_tunable("window", "FERRY_WINDOW", "chunks",
+                   "chunks a path may have in flight before the peer confirms landing",
+                   &Options::window),
+      size_tunable("inline_max", "FERRY_INLINE_MAX", "bytes",
+                   "messages and writes up to this size ride inline on the control stream",
+                   &Options::inline_max),
+      string_tunable("auth_token", "FERRY_AUTH_TOKEN",
+                     "shared secret for the challenge-response handshake (empty: none)",
+                     &Options::auth_token, /*secret=*/true),
+      ms_tunable("heartbeat_interval", "FERRY_HEARTBEAT_MS",
+                 "send a heartbeat after this long without control traffic",
+                 &Options::heartbeat_interval),
+      ms_tunable("peer_timeout", "FERRY_PEER_TIMEOUT_MS",
+                 "a peer silent this long is lost and its transfers fail", &Options::peer_timeout),
+      ms_tunable("handshake_timeout", "FERRY_HANDSHAKE_TIMEOUT_MS",
+                 "drop a connection whose handshake takes longer", &Options::handshake_timeout),
+      size_tunable("socket_buffer_bytes", "FERRY_SOCKET_BUFFER", "bytes",
+                   "SO_SNDBUF/SO_RCVBUF per stream; 0 keeps kernel autotuning",
+                   &Options::socket_buffer_bytes),
+      string_tunable("transport", "FERRY_TRANSPORT", "auto or tcp", &Options::transport),
+      Tunable{"log_level", "FERRY_LOG", "", "error, warn, info, debug or trace",
+              [](const Options& o) { return std::string(level_name(o.log_level)); },
+              [](Options& o, std::string_view v) -> Status {
+                auto r = parse_level("FERRY_LOG", v);
+                if (!r.ok()) return r.status();
+                o.log_level = r.value();
+                return Status();
+              }},
+  };
+  return table;
+}
+
+}  // namespace
+
+Result<Options> apply_environment(Options base) {
+  for (const Tunable& t : tunables()) {
+    const char* v = std::getenv(t.env);
+    if (v == nullptr) continue;
+    FERRY_RETURN_IF_ERROR(t.set(base, v));
+  }
+  // The secret may also come from a file, so it stays out of process listings.
+  if (const char* path = std::getenv("FERRY_AUTH_TOKEN_FILE"); path != nullptr && base.auth_token.empty()) {
+    std::ifstream in(path);
+    if (!in) {
+      return Status(Code::kInvalidArgument,
+                    std::string("FERRY_AUTH_TOKEN_FILE=\"") + path + "\": cannot be read");
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string token = ss.str();
+    while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+    base.auth_token = token;
+  }
+  FERRY_RETURN_IF_ERROR(validate(base));
+  return base;
+}
+
+Status validate(const Options& o) {
+  auto bad = [](const std::string& what) { return Status(Code::kInvalidArgument, "options: " + what); };
+  if (o.streams < 1 || o.streams > 64) return bad("streams must be in 1..64, got " + std::to_string(o.streams));
+  if (o.chunk_bytes < 4096 || o.chunk_bytes > (256u << 20)) {
+    return bad("chunk_bytes must be in 4 KiB..256 MiB, got " + std::to_string(o.chunk_bytes));
+  }
+  if (o.window < 1 || o.window > 4096) return bad("window must be in 1..4096, got " + std::to_string(o.window));
+  if (o.inline_max > (1u << 20)) return bad("inline_max must be at most 1 MiB, got " + std::to_string(o.inline_max));
+  if (o.transport != "auto" && o.transport != "tcp") {
+    return bad("transport must be auto or tcp, got \"" + o.transport + "\"");
+  }
+  if (o.peer_timeout <= o.heartbeat_interval) {
+    return bad("peer_timeout (" + std::to_string(o.peer_timeout.count()) +
+               " ms) must exceed heartbeat_interval (" + std::to_string(o.heartbeat_interval.count()) + " ms)");
+  }
+  if (o.listen.find(':') == std::string::npos) return bad("listen must be host:port, got \"" + o.listen + "\"");
+  return Status();
+}
+
+std::vector<TunableInfo> describe_tunables(const Options& options) {
+  Options defaults;
+  std::vector<TunableInfo> out;
+  for (const Tunable& t : tunables()) {
+    out.push_back(TunableInfo{t.name, t.env, t.get(defaults), t.get(options), t.unit, t.doc});
+  }
+  return out;
+}
+
+}  // namespace ferry

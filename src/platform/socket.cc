@@ -1,0 +1,262 @@
+// TCP socket helpers.
+#include "platform/socket.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+namespace ferry::platform {
+namespace {
+
+std::string errno_text(int e) { return std::string(std::strerror(e)); }
+
+int poll_ms(Deadline deadline) {
+  if (deadline == kNoDeadline) return -1;
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  if (left < 0) return 0;
+  return left > 1000000 ? 1000000 : static_cast<int>(left) + 1;
+}
+
+// Waits until `fd` is ready for `events` or the deadline passes.
+Status wait_fd(int fd, short events, Deadline deadline, const char* what) {
+  for (;;) {
+    struct pollfd p = {fd, events, 0};
+    int r = ::poll(&p, 1, poll_ms(deadline));
+    if (r > 0) return Status();
+    if (r == 0 || Clock::now() >= deadline) {
+      return Status(Code::kDeadlineExceeded, std::string(what) + " did not finish by its deadline");
+    }
+    if (errno != EINTR) return Status(Code::kInternal, std::string("poll: ") + errno_text(errno));
+  }
+}
+
+Result<struct addrinfo*> resolve(const HostPort& hp, bool passive) {
+  struct addrinfo hints {};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = passive ? AI_PASSIVE : 0;
+  struct addrinfo* res = nullptr;
+  std::string port = std::to_string(hp.port);
+  int rc = ::getaddrinfo(hp.host.empty() ? nullptr : hp.host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0) {
+    return Status(Code::kUnavailable, "cannot resolve \"" + hp.host + "\": " + gai_strerror(rc));
+  }
+  return res;
+}
+
+}  // namespace
+
+void Socket::reset() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+void Socket::shutdown() {
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+}
+
+Result<HostPort> parse_host_port(std::string_view s) {
+  HostPort hp;
+  std::string_view port;
+  if (!s.empty() && s.front() == '[') {
+    size_t close = s.find(']');
+    if (close == std::string_view::npos || close + 1 >= s.size() || s[close + 1] != ':') {
+      return Status(Code::kInvalidArgument, "address \"" + std::string(s) + "\": expected [v6addr]:port");
+    }
+    hp.host = std::string(s.substr(1, close - 1));
+    port = s.substr(close + 2);
+  } else {
+    size_t colon = s.rfind(':');
+    if (colon == std::string_view::npos) {
+      return Status(Code::kInvalidArgument, "address \"" + std::string(s) + "\": expected host:port");
+    }
+    hp.host = std::string(s.substr(0, colon));
+    port = s.substr(colon + 1);
+  }
+  unsigned v = 0;
+  auto [p, ec] = std::from_chars(port.data(), port.data() + port.size(), v);
+  if (ec != std::errc() || p != port.data() + port.size() || v > 65535 || port.empty()) {
+    return Status(Code::kInvalidArgument, "address \"" + std::string(s) + "\": bad port \"" + std::string(port) + "\"");
+  }
+  hp.port = static_cast<uint16_t>(v);
+  return hp;
+}
+
+Result<Socket> listen_tcp(const HostPort& at, int backlog) {
+  FERRY_ASSIGN_OR_RETURN(struct addrinfo* res, resolve(at, true));
+  Status last(Code::kUnavailable, "no address to listen on for \"" + at.host + "\"");
+  for (struct addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    Socket s(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
+    if (!s.valid()) { last = Status(Code::kResourceExhausted, "socket: " + errno_text(errno)); continue; }
+    int one = 1;
+    ::setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(s.fd(), ai->ai_addr, ai->ai_addrlen) != 0 || ::listen(s.fd(), backlog) != 0) {
+      last = Status(Code::kUnavailable, "cannot listen on " + at.host + ":" + std::to_string(at.port) + ": " +
+                                            errno_text(errno));
+      continue;
+    }
+    ::freeaddrinfo(res);
+    return s;
+  }
+  ::freeaddrinfo(res);
+  return last;
+}
+
+Result<uint16_t> local_port(const Socket& s) {
+  struct sockaddr_storage ss {};
+  socklen_t len = sizeof(ss);
+  if (::getsockname(s.fd(), reinterpret_cast<struct sockaddr*>(&ss), &len) != 0) {
+    return Status(Code::kInternal, "getsockname: " + errno_text(errno));
+  }
+  if (ss.ss_family == AF_INET) return ntohs(reinterpret_cast<struct sockaddr_in*>(&ss)->sin_port);
+  return ntohs(reinterpret_cast<struct sockaddr_in6*>(&ss)->sin6_port);
+}
+
+std::string peer_name(int fd) {
+  struct sockaddr_storage ss {};
+  socklen_t len = sizeof(ss);
+  if (::getpeername(fd, reinterpret_cast<struct sockaddr*>(&ss), &len) != 0) return "?";
+  char host[INET6_ADDRSTRLEN] = "?";
+  uint16_t port = 0;
+  if (ss.ss_family == AF_INET) {
+    auto* in = reinterpret_cast<struct sockaddr_in*>(&ss);
+    ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+    port = ntohs(in->sin_port);
+  } else if (ss.ss_family == AF_INET6) {
+    auto* in = reinterpret_cast<struct sockaddr_in6*>(&ss);
+    ::inet_ntop(AF_INET6, &in->sin6_addr, host, sizeof(host));
+    port = ntohs(in->sin6_port);
+  }
+  return std::string(host) + ":" + std::to_string(port);
+}
+
+Result<Socket> connect_tcp(const HostPort& to, Deadline deadline) {
+  FERRY_ASSIGN_OR_RETURN(struct addrinfo* res, resolve(to, false));
+  std::string where = to.host + ":" + std::to_string(to.port);
+  Status last(Code::kUnavailable, "no address for " + where);
+  for (struct addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    Socket s(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
+    if (!s.valid()) { last = Status(Code::kResourceExhausted, "socket: " + errno_text(errno)); continue; }
+    int rc = ::connect(s.fd(), ai->ai_addr, ai->ai_addrlen);
+    if (rc != 0 && errno != EINPROGRESS) {
+      last = Status(Code::kUnavailable, "connect to " + where + ": " + errno_text(errno));
+      continue;
+    }
+    if (rc != 0) {
+      Status w = wait_fd(s.fd(), POLLOUT, deadline, ("connect to " + where).c_str());
+      if (!w.ok()) { ::freeaddrinfo(res); return w; }
+      int err = 0;
+      socklen_t len = sizeof(err);
+      ::getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0) { last = Status(Code::kUnavailable, "connect to " + where + ": " + errno_text(err)); continue; }
+    }
+    int flags = ::fcntl(s.fd(), F_GETFL);
+    ::fcntl(s.fd(), F_SETFL, flags & ~O_NONBLOCK);
+    ::freeaddrinfo(res);
+    return s;
+  }
+  ::freeaddrinfo(res);
+  return last;
+}
+
+Status tune_stream(const Socket& s, size_t buffer_bytes) {
+  int one = 1;
+  if (::setsockopt(s.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) {
+    return Status(Code::kInternal, "TCP_NODELAY: " + errno_text(errno));
+  }
+  if (buffer_bytes > 0) {
+    int v = static_cast<int>(buffer_bytes);
+    ::setsockopt(s.fd(), SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
+    ::setsockopt(s.fd(), SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+  }
+  return Status();
+}
+
+Status send_all(int fd, struct iovec* iov, int iovcnt) {
+  while (iovcnt > 0) {
+    struct msghdr msg {};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(iovcnt);
+    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status(Code::kPeerLost, "send: " + errno_text(errno));
+    }
+    size_t left = static_cast<size_t>(n);
+    while (iovcnt > 0 && left >= iov->iov_len) { left -= iov->iov_len; ++iov; --iovcnt; }
+    if (iovcnt > 0) {
+      iov->iov_base = static_cast<char*>(iov->iov_base) + left;
+      iov->iov_len -= left;
+    }
+  }
+  return Status();
+}
+
+Status recv_all(int fd, struct iovec* iov, int iovcnt) {
+  while (iovcnt > 0 && iov->iov_len == 0) { ++iov; --iovcnt; }
+  while (iovcnt > 0) {
+    struct msghdr msg {};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(iovcnt);
+    ssize_t n = ::recvmsg(fd, &msg, MSG_WAITALL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status(Code::kPeerLost, "recv: " + errno_text(errno));
+    }
+    if (n == 0) return Status(Code::kPeerLost, "stream closed by the peer");
+    size_t left = static_cast<size_t>(n);
+    while (iovcnt > 0 && left >= iov->iov_len) { left -= iov->iov_len; ++iov; --iovcnt; }
+    if (iovcnt > 0) {
+      iov->iov_base = static_cast<char*>(iov->iov_base) + left;
+      iov->iov_len -= left;
+    }
+  }
+  return Status();
+}
+
+Status recv_exact(int fd, void* buf, size_t len) {
+  struct iovec iov = {buf, len};
+  return recv_all(fd, &iov, 1);
+}
+
+Status send_all_by(int fd, const void* buf, size_t len, Deadline deadline) {
+  const char* p = static_cast<const char*>(buf);
+  while (len > 0) {
+    FERRY_RETURN_IF_ERROR(wait_fd(fd, POLLOUT, deadline, "handshake send"));
+    ssize_t n = ::send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return Status(Code::kPeerLost, "send: " + errno_text(errno));
+    }
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+  return Status();
+}
+
+Status recv_exact_by(int fd, void* buf, size_t len, Deadline deadline) {
+  char* p = static_cast<char*>(buf);
+  while (len > 0) {
+    FERRY_RETURN_IF_ERROR(wait_fd(fd, POLLIN, deadline, "handshake receive"));
+    ssize_t n = ::recv(fd, p, len, MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return Status(Code::kPeerLost, "recv: " + errno_text(errno));
+    }
+    if (n == 0) return Status(Code::kPeerLost, "stream closed by the peer during the handshake");
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+  return Status();
+}
+
+}  // namespace ferry::platform

@@ -1,0 +1,79 @@
+// TCP sockets: the one seam between ferry and the kernel's network stack.
+//
+// Blocking I/O with explicit deadlines where a peer could stall us (connect,
+// handshake); steady-state streams block in their own worker threads and are
+// unblocked by shutdown() when a connection fails. Errors come back as Status
+// with errno text; callers add the peer and stream to the message.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "ferry/status.h"
+#include "ferry/transfer.h"
+
+namespace ferry::platform {
+
+// Owns one file descriptor. Move-only.
+class Socket {
+ public:
+  Socket() = default;
+  explicit Socket(int fd) : fd_(fd) {}
+  ~Socket() { reset(); }
+  Socket(Socket&& o) noexcept : fd_(o.release()) {}
+  Socket& operator=(Socket&& o) noexcept {
+    if (this != &o) { reset(); fd_ = o.release(); }
+    return *this;
+  }
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+
+  int fd() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() { int f = fd_; fd_ = -1; return f; }
+  void reset();
+  // Wakes every thread blocked on this socket (they see an error or EOF);
+  // the descriptor stays open until reset().
+  void shutdown();
+
+ private:
+  int fd_ = -1;
+};
+
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+};
+
+// Parses "host:port" or "[v6]:port". kInvalidArgument says what is wrong.
+Result<HostPort> parse_host_port(std::string_view s);
+
+// Listens on host:port (port 0 picks one). kUnavailable on failure.
+Result<Socket> listen_tcp(const HostPort& at, int backlog = 128);
+// The port a socket is bound to.
+Result<uint16_t> local_port(const Socket& s);
+// "ip:port" of the remote end, or "?".
+std::string peer_name(int fd);
+
+// Connects by `deadline`: kUnavailable if refused/unreachable,
+// kDeadlineExceeded if the deadline passes first.
+Result<Socket> connect_tcp(const HostPort& to, Deadline deadline);
+
+// TCP_NODELAY, keepalive off, and SO_SNDBUF/SO_RCVBUF when `buffer_bytes` > 0.
+Status tune_stream(const Socket& s, size_t buffer_bytes);
+
+// Sends every byte of `iov` (modified in place). Blocks. Errors: kPeerLost.
+Status send_all(int fd, struct iovec* iov, int iovcnt);
+// Receives exactly the bytes described by `iov` (modified in place). Blocks.
+// EOF or reset: kPeerLost.
+Status recv_all(int fd, struct iovec* iov, int iovcnt);
+Status recv_exact(int fd, void* buf, size_t len);
+
+// The same with a deadline, for handshakes (kDeadlineExceeded).
+Status send_all_by(int fd, const void* buf, size_t len, Deadline deadline);
+Status recv_exact_by(int fd, void* buf, size_t len, Deadline deadline);
+
+}  // namespace ferry::platform

@@ -1,0 +1,16 @@
+// Named worker threads. Every ferry thread carries a name that says what it
+// serves (ferry-c3-p0-tx: connection 3, path 0, transmit) so that top, perf
+// and gdb show who is busy.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <thread>
+
+namespace ferry::platform {
+
+// Starts `fn` on a new thread named `name` (truncated to 15 characters, the
+// kernel's limit).
+std::thread start_thread(std::string name, std::function<void()> fn);
+
+}  // namespace ferry::platform

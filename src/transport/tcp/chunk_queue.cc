@@ -1,0 +1,93 @@
+// ChunkQueue: pull scheduling with a per-path window.
+#include "transport/tcp/chunk_queue.h"
+
+#include <algorithm>
+
+namespace ferry::tcp {
+
+ChunkQueue::ChunkQueue(uint64_t chunk_bytes, int window, int paths)
+    : chunk_bytes_(chunk_bytes),
+      window_(static_cast<uint64_t>(window)),
+      ack_every_(std::max<uint64_t>(1, static_cast<uint64_t>(window) / 2)),
+      sent_(static_cast<size_t>(paths), 0),
+      landed_(static_cast<size_t>(paths), 0) {}
+
+bool ChunkQueue::push(std::shared_ptr<OutOp> op) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopped_) return false;
+    queue_.push_back(std::move(op));
+  }
+  cv_.notify_all();
+  return true;
+}
+
+std::optional<Chunk> ChunkQueue::claim_locked(int path) {
+  auto p = static_cast<size_t>(path);
+  if (sent_[p] - landed_[p] >= window_) return std::nullopt;
+  while (!queue_.empty() && queue_.front()->aborted) queue_.pop_front();
+  if (queue_.empty()) return std::nullopt;
+  std::shared_ptr<OutOp> op = queue_.front();
+  uint64_t total = op->source.total();
+  Chunk c;
+  c.op = op;
+  c.offset = op->next;
+  c.size = std::min(chunk_bytes_, total - op->next);
+  op->next += c.size;
+  // A zero-byte operation still travels as one (empty) chunk.
+  if (op->next >= total) queue_.pop_front();
+  ++sent_[p];
+  c.ack_request = sent_[p] % ack_every_ == 0;
+  return c;
+}
+
+std::optional<Chunk> ChunkQueue::claim(int path) {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    if (stopped_) return std::nullopt;
+    if (auto c = claim_locked(path)) return c;
+    cv_.wait(lock);
+  }
+}
+
+std::optional<Chunk> ChunkQueue::try_claim(int path) {
+  std::lock_guard lock(mu_);
+  if (stopped_) return std::nullopt;
+  return claim_locked(path);
+}
+
+void ChunkQueue::on_landed(int path, uint64_t landed) {
+  {
+    std::lock_guard lock(mu_);
+    auto p = static_cast<size_t>(path);
+    if (p >= landed_.size()) return;
+    // Confirmations are cumulative; a stale or bogus one must not open the window.
+    landed_[p] = std::clamp(landed, landed_[p], sent_[p]);
+  }
+  cv_.notify_all();
+}
+
+void ChunkQueue::abort(const std::shared_ptr<OutOp>& op) {
+  std::lock_guard lock(mu_);
+  op->aborted = true;
+}
+
+std::vector<std::shared_ptr<OutOp>> ChunkQueue::stop() {
+  std::vector<std::shared_ptr<OutOp>> left;
+  {
+    std::lock_guard lock(mu_);
+    stopped_ = true;
+    left.assign(queue_.begin(), queue_.end());
+    queue_.clear();
+  }
+  cv_.notify_all();
+  return left;
+}
+
+uint64_t ChunkQueue::in_flight(int path) const {
+  std::lock_guard lock(mu_);
+  auto p = static_cast<size_t>(path);
+  return sent_[p] - landed_[p];
+}
+
+}  // namespace ferry::tcp

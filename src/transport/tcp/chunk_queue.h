@@ -1,0 +1,87 @@
+// ChunkQueue: the scheduler of one TCP connection. Bulk operations wait here;
+// each path's transmit worker claims the next chunk when its window has room.
+//
+// Pull scheduling spreads a transfer over the paths in proportion to how fast
+// each drains, with no explicit weights. A path's window counts chunks it has
+// sent that the peer has not yet confirmed landing (kChunkAck); the sender
+// asks for a confirmation every max(1, window/2) chunks, so the window can
+// never fill up with nothing left to confirm it.
+//
+// Thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/segments.h"
+#include "core/transfer_state.h"
+#include "wire/frame.h"
+
+namespace ferry::tcp {
+
+// A bulk operation on its way out: DATA to a token at the peer (a send after
+// CTS, a read's reply) or WRITE into a peer's export.
+struct OutOp {
+  wire::FrameHeader header;  // type, id and the fixed fields of every chunk
+  core::SegmentList source;  // local bytes, in order
+  uint64_t remote_base = 0;  // WRITE: export offset of byte 0 (chunk c = base + offset)
+  std::string first_aux;     // WRITE: the notification, carried by the first chunk
+  std::shared_ptr<TransferState> state;  // null for read replies
+  // Claim cursor and abort flag: guarded by the queue's lock.
+  uint64_t next = 0;
+  bool aborted = false;
+};
+
+struct Chunk {
+  std::shared_ptr<OutOp> op;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  bool ack_request = false;  // ask the peer to confirm landing after this chunk
+};
+
+class ChunkQueue {
+ public:
+  ChunkQueue(uint64_t chunk_bytes, int window, int paths);
+
+  // Queues `op` behind the ones already waiting (FIFO: the oldest transfer
+  // finishes first). Returns false once stopped.
+  bool push(std::shared_ptr<OutOp> op);
+
+  // Blocks until `path` may send a chunk, then returns it; nullopt once stopped.
+  std::optional<Chunk> claim(int path);
+  // Non-blocking claim (for tests and polling); nullopt if nothing may go now.
+  std::optional<Chunk> try_claim(int path);
+
+  // The peer confirmed `landed` chunks from `path` in all.
+  void on_landed(int path, uint64_t landed);
+
+  // Marks `op` aborted: no further chunk of it is handed out.
+  void abort(const std::shared_ptr<OutOp>& op);
+
+  // Wakes every claimer with nullopt and returns the ops never fully claimed.
+  std::vector<std::shared_ptr<OutOp>> stop();
+
+  uint64_t in_flight(int path) const;
+  uint64_t chunk_bytes() const { return chunk_bytes_; }
+
+ private:
+  std::optional<Chunk> claim_locked(int path);
+
+  const uint64_t chunk_bytes_;
+  const uint64_t window_;
+  const uint64_t ack_every_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<OutOp>> queue_;  // guarded by mu_
+  std::vector<uint64_t> sent_;                // guarded by mu_; chunks sent per path
+  std::vector<uint64_t> landed_;              // guarded by mu_; chunks confirmed per path
+  bool stopped_ = false;                      // guarded by mu_
+};
+
+}  // namespace ferry::tcp

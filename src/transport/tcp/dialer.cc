@@ -1,0 +1,113 @@
+// The connector's side of the handshake.
+#include "transport/tcp/dialer.h"
+
+#include <cinttypes>
+
+#include "core/log.h"
+#include "platform/crypto.h"
+#include "transport/tcp/handshake_io.h"
+#include "wire/handshake.h"
+
+namespace ferry::tcp {
+
+Result<std::shared_ptr<TcpConnection>> dial(const std::shared_ptr<core::EngineContext>& ctx,
+                                            const platform::HostPort& to, Deadline deadline,
+                                            uint64_t connection_id) {
+  const Options& o = ctx->options;
+  std::string where = to.host + ":" + std::to_string(to.port);
+  auto context = [&](const Status& s) { return s.with_context("connect to " + where); };
+
+  auto ctl = platform::connect_tcp(to, deadline);
+  if (!ctl.ok()) return ctl.status();
+  platform::Socket control = std::move(ctl).value();
+  FERRY_RETURN_IF_ERROR(platform::tune_stream(control, 0));
+  int fd = control.fd();
+
+  wire::Hello hello;
+  hello.role = wire::StreamRole::kControl;
+  hello.engine_id = ctx->engine_id;
+  hello.streams = static_cast<uint32_t>(o.streams);
+  hello.host_id = ctx->host_id;
+  platform::fill_random(hello.nonce.data(), hello.nonce.size());
+  Status s = write_handshake_frame(fd, wire::encode(hello), deadline);
+  if (!s.ok()) return context(s);
+
+  auto frame = read_handshake_frame(fd, deadline);
+  if (!frame.ok()) return context(frame.status());
+  if (frame->header.type == wire::FrameType::kRejected) {
+    auto r = wire::decode_rejected(frame->header, frame->aux);
+    if (!r.ok()) return context(r.status());
+    return context(Status(r->code, "refused by the peer: " + r->message));
+  }
+  auto welcome = wire::decode_welcome(frame->header, frame->aux);
+  if (!welcome.ok()) return context(welcome.status());
+  if (welcome->version != wire::kProtocolVersion) {
+    return context(Status(Code::kUnimplemented, "peer speaks protocol version " + std::to_string(welcome->version) +
+                                                    ", this engine speaks " + std::to_string(wire::kProtocolVersion)));
+  }
+
+  wire::Auth auth;
+  if (welcome->auth_required) {
+    if (o.auth_token.empty()) {
+      (void)write_handshake_frame(fd, wire::encode(auth), deadline);
+      return context(Status(Code::kUnauthenticated,
+                            "the peer requires a shared secret and none is configured here (FERRY_AUTH_TOKEN)"));
+    }
+    auth.has_proof = true;
+    auth.proof = platform::hmac_sha256(o.auth_token, wire::client_proof_input(hello.nonce, welcome->nonce));
+  } else if (!o.auth_token.empty()) {
+    return context(Status(Code::kUnauthenticated,
+                          "a shared secret is configured here but the peer does not authenticate; refusing it"));
+  }
+  s = write_handshake_frame(fd, wire::encode(auth), deadline);
+  if (!s.ok()) return context(s);
+
+  frame = read_handshake_frame(fd, deadline);
+  if (!frame.ok()) return context(frame.status());
+  if (frame->header.type == wire::FrameType::kRejected) {
+    auto r = wire::decode_rejected(frame->header, frame->aux);
+    if (!r.ok()) return context(r.status());
+    return context(Status(r->code, "refused by the peer: " + r->message));
+  }
+  auto accepted = wire::decode_accepted(frame->header, frame->aux);
+  if (!accepted.ok()) return context(accepted.status());
+  if (!o.auth_token.empty()) {
+    auto expect = platform::hmac_sha256(o.auth_token, wire::server_proof_input(hello.nonce, welcome->nonce));
+    if (!accepted->has_proof || !platform::constant_time_equal(expect.data(), accepted->proof.data(), expect.size())) {
+      return context(Status(Code::kUnauthenticated, "the peer failed to prove it knows the shared secret"));
+    }
+  }
+
+  std::vector<platform::Socket> data;
+  for (int i = 0; i < o.streams; ++i) {
+    auto d = platform::connect_tcp(to, deadline);
+    if (!d.ok()) return context(d.status().with_context("data stream " + std::to_string(i)));
+    FERRY_RETURN_IF_ERROR(platform::tune_stream(d.value(), o.socket_buffer_bytes));
+    wire::Hello dh;
+    dh.role = wire::StreamRole::kData;
+    dh.engine_id = ctx->engine_id;
+    dh.cookie = accepted->cookie;
+    dh.stream_index = static_cast<uint32_t>(i);
+    s = write_handshake_frame(d->fd(), wire::encode(dh), deadline);
+    if (!s.ok()) return context(s.with_context("data stream " + std::to_string(i)));
+    data.push_back(std::move(d).value());
+  }
+
+  frame = read_handshake_frame(fd, deadline);
+  if (!frame.ok()) return context(frame.status().with_context("waiting for the data streams to attach"));
+  if (frame->header.type != wire::FrameType::kReady) {
+    if (frame->header.type == wire::FrameType::kRejected) {
+      auto r = wire::decode_rejected(frame->header, frame->aux);
+      if (r.ok()) return context(Status(r->code, "refused by the peer: " + r->message));
+    }
+    return context(Status(Code::kDataLoss, "expected READY, got " + std::string(wire::frame_type_name(frame->header.type))));
+  }
+
+  PeerInfo peer{welcome->engine_id, welcome->host_id, platform::peer_name(fd)};
+  auto conn = std::make_shared<TcpConnection>(ctx, connection_id, std::move(peer), std::move(control), std::move(data));
+  conn->start();
+  FERRY_LOG(kInfo, "tcp", "connected to %s (peer connection %" PRIu64 ")", where.c_str(), accepted->connection_id);
+  return conn;
+}
+
+}  // namespace ferry::tcp

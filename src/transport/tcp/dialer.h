@@ -1,0 +1,20 @@
+// Dialing a peer: the connector's side of the TCP handshake (docs/protocol.md).
+#pragma once
+
+#include <memory>
+
+#include "core/engine_context.h"
+#include "platform/socket.h"
+#include "transport/tcp/tcp_connection.h"
+
+namespace ferry::tcp {
+
+// Opens the control stream to `to`, authenticates both ways when a secret is
+// configured, opens the data streams and waits for READY, all by `deadline`.
+// Returns a started connection. kUnavailable, kUnauthenticated,
+// kDeadlineExceeded, kUnimplemented (protocol version), kDataLoss.
+Result<std::shared_ptr<TcpConnection>> dial(const std::shared_ptr<core::EngineContext>& ctx,
+                                            const platform::HostPort& to, Deadline deadline,
+                                            uint64_t connection_id);
+
+}  // namespace ferry::tcp

@@ -1,0 +1,216 @@
+// The acceptor's side of the handshake.
+#include "transport/tcp/listener.h"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+
+#include "core/log.h"
+#include "platform/crypto.h"
+#include "platform/thread.h"
+#include "transport/tcp/handshake_io.h"
+#include "wire/handshake.h"
+
+namespace ferry::tcp {
+
+Result<std::unique_ptr<TcpListener>> TcpListener::start(std::shared_ptr<core::EngineContext> ctx,
+                                                        const platform::HostPort& at, OnConnection on_connection,
+                                                        NextId next_id) {
+  FERRY_ASSIGN_OR_RETURN(platform::Socket s, platform::listen_tcp(at));
+  FERRY_ASSIGN_OR_RETURN(uint16_t port, platform::local_port(s));
+  std::unique_ptr<TcpListener> l(
+      new TcpListener(std::move(ctx), std::move(s), port, std::move(on_connection), std::move(next_id)));
+  l->accept_thread_ = platform::start_thread("ferry-accept", [p = l.get()] { p->accept_loop(); });
+  return l;
+}
+
+TcpListener::TcpListener(std::shared_ptr<core::EngineContext> ctx, platform::Socket listen, uint16_t port,
+                         OnConnection on_connection, NextId next_id)
+    : ctx_(std::move(ctx)),
+      listen_(std::move(listen)),
+      port_(port),
+      on_connection_(std::move(on_connection)),
+      next_id_(std::move(next_id)) {}
+
+TcpListener::~TcpListener() { stop(); }
+
+void TcpListener::stop() {
+  std::map<uint64_t, Handshake> running;
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    for (auto& [id, h] : handshakes_) {
+      if (!h.done && h.fd >= 0) ::shutdown(h.fd, SHUT_RDWR);
+    }
+  }
+  cv_.notify_all();
+  listen_.shutdown();
+  if (accept_thread_.joinable()) accept_thread_.join();
+  {
+    std::lock_guard lock(mu_);
+    running.swap(handshakes_);
+  }
+  for (auto& [id, h] : running) {
+    if (h.thread.joinable()) h.thread.join();
+  }
+  pending_.clear();
+}
+
+void TcpListener::reap_locked() {
+  for (auto it = handshakes_.begin(); it != handshakes_.end();) {
+    if (it->second.done) {
+      it->second.thread.join();
+      it = handshakes_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void TcpListener::accept_loop() {
+  for (;;) {
+    int fd = ::accept4(listen_.fd(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      int err = errno;
+      std::unique_lock lock(mu_);
+      if (stopping_) return;
+      errno = err;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        FERRY_LOG(kWarn, "tcp", "accept: out of resources (errno %d); retrying", errno);
+        // Sleeping here (not spinning) gives descriptors a chance to be freed.
+        cv_.wait_for(lock, std::chrono::milliseconds(50));
+        continue;
+      }
+      FERRY_LOG(kError, "tcp", "accept failed (errno %d); the engine no longer accepts peers", errno);
+      return;
+    }
+    platform::Socket s(fd);
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    reap_locked();
+    uint64_t id = next_handshake_++;
+    Handshake& h = handshakes_[id];
+    h.fd = fd;
+    h.thread = platform::start_thread("ferry-hs-" + std::to_string(id),
+                                      [this, id, sock = std::make_shared<platform::Socket>(std::move(s))]() mutable {
+                                        serve(id, std::move(*sock));
+                                      });
+  }
+}
+
+void TcpListener::serve(uint64_t handshake_id, platform::Socket s) {
+  std::string from = platform::peer_name(s.fd());
+  Deadline deadline = Clock::now() + ctx_->options.handshake_timeout;
+  Status st;
+  auto hello_frame = read_handshake_frame(s.fd(), deadline);
+  if (!hello_frame.ok()) {
+    st = hello_frame.status();
+  } else {
+    auto hello = wire::decode_hello(hello_frame->header, hello_frame->aux);
+    if (!hello.ok()) {
+      st = hello.status();
+    } else if (hello->role == wire::StreamRole::kData) {
+      st = attach_data(s, *hello);
+    } else {
+      st = serve_control(s, *hello, deadline);
+    }
+  }
+  if (!st.ok()) FERRY_LOG(kWarn, "tcp", "dropped incoming stream from %s: %s", from.c_str(), st.to_string().c_str());
+  std::lock_guard lock(mu_);
+  auto it = handshakes_.find(handshake_id);
+  if (it != handshakes_.end()) {
+    it->second.done = true;
+    it->second.fd = -1;
+  }
+  // `s` (if still owned) closes here, after fd was withdrawn from stop()'s reach.
+  s.reset();
+}
+
+Status TcpListener::attach_data(platform::Socket& s, const wire::Hello& hello) {
+  std::lock_guard lock(mu_);
+  auto it = pending_.find(hello.cookie);
+  if (it == pending_.end()) return Status(Code::kDataLoss, "data stream names no pending connection");
+  Pending& p = *it->second;
+  if (hello.stream_index >= p.streams || p.data[hello.stream_index].valid()) {
+    return Status(Code::kDataLoss, "data stream index " + std::to_string(hello.stream_index) + " is invalid or repeated");
+  }
+  Status tuned = platform::tune_stream(s, ctx_->options.socket_buffer_bytes);
+  if (!tuned.ok()) return tuned;
+  p.data[hello.stream_index] = std::move(s);
+  ++p.attached;
+  cv_.notify_all();
+  return Status();
+}
+
+Status TcpListener::serve_control(platform::Socket& s, const wire::Hello& hello, Deadline deadline) {
+  const Options& o = ctx_->options;
+  int fd = s.fd();
+  auto reject = [&](Code code, const std::string& why) {
+    (void)write_handshake_frame(fd, wire::encode(wire::Rejected{code, why}), deadline);
+    return Status(code, why);
+  };
+  if (hello.version != wire::kProtocolVersion) {
+    return reject(Code::kUnimplemented, "this engine speaks protocol version " + std::to_string(wire::kProtocolVersion) +
+                                            ", the connector " + std::to_string(hello.version));
+  }
+  if (hello.streams < 1 || hello.streams > 64) {
+    return reject(Code::kInvalidArgument, "data stream count " + std::to_string(hello.streams) + " outside 1..64");
+  }
+  FERRY_RETURN_IF_ERROR(platform::tune_stream(s, 0));
+  wire::Welcome welcome;
+  welcome.engine_id = ctx_->engine_id;
+  welcome.auth_required = !o.auth_token.empty();
+  welcome.host_id = ctx_->host_id;
+  platform::fill_random(welcome.nonce.data(), welcome.nonce.size());
+  FERRY_RETURN_IF_ERROR(write_handshake_frame(fd, wire::encode(welcome), deadline));
+
+  FERRY_ASSIGN_OR_RETURN(RawFrame af, read_handshake_frame(fd, deadline));
+  FERRY_ASSIGN_OR_RETURN(wire::Auth auth, wire::decode_auth(af.header, af.aux));
+  wire::Accepted accepted;
+  if (welcome.auth_required) {
+    if (!auth.has_proof) return reject(Code::kUnauthenticated, "this engine requires a shared secret (FERRY_AUTH_TOKEN)");
+    auto expect = platform::hmac_sha256(o.auth_token, wire::client_proof_input(hello.nonce, welcome.nonce));
+    if (!platform::constant_time_equal(expect.data(), auth.proof.data(), expect.size())) {
+      return reject(Code::kUnauthenticated, "the shared secret does not match");
+    }
+    accepted.has_proof = true;
+    accepted.proof = platform::hmac_sha256(o.auth_token, wire::server_proof_input(hello.nonce, welcome.nonce));
+  }
+  auto pending = std::make_shared<Pending>();
+  pending->streams = hello.streams;
+  pending->data.resize(hello.streams);
+  accepted.cookie = platform::random_u64();
+  accepted.connection_id = next_id_();
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return Status(Code::kCancelled, "engine stopping");
+    pending_[accepted.cookie] = pending;
+  }
+  Status st = write_handshake_frame(fd, wire::encode(accepted), deadline);
+  bool all = false;
+  if (st.ok()) {
+    std::unique_lock lock(mu_);
+    all = cv_.wait_until(lock, deadline, [&] { return stopping_ || pending->attached == pending->streams; }) &&
+          !stopping_;
+  }
+  {
+    std::lock_guard lock(mu_);
+    pending_.erase(accepted.cookie);
+  }
+  if (!st.ok()) return st;
+  if (!all) return reject(Code::kDeadlineExceeded, "data streams did not attach within the handshake timeout");
+  wire::EncodedFrame ready;
+  ready.header.type = wire::FrameType::kReady;
+  FERRY_RETURN_IF_ERROR(write_handshake_frame(fd, ready, deadline));
+
+  PeerInfo peer{hello.engine_id, hello.host_id, platform::peer_name(fd)};
+  auto conn = std::make_shared<TcpConnection>(ctx_, accepted.connection_id, std::move(peer), std::move(s),
+                                              std::move(pending->data));
+  conn->start();
+  on_connection_(std::move(conn));
+  return Status();
+}
+
+}  // namespace ferry::tcp

@@ -1,0 +1,74 @@
+// TcpListener: accepts peers on the engine's port and runs the acceptor's
+// side of the handshake, one short-lived thread per incoming stream, so that a
+// peer that sends garbage or stalls mid-handshake delays nobody else.
+//
+// Thread-safe. Threads: ferry-accept (the accept loop), ferry-hs-<n> (one per
+// stream being handshaken; each bounded by Options::handshake_timeout).
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/engine_context.h"
+#include "platform/socket.h"
+#include "transport/tcp/tcp_connection.h"
+#include "wire/handshake.h"
+
+namespace ferry::tcp {
+
+class TcpListener {
+ public:
+  using OnConnection = std::function<void(std::shared_ptr<TcpConnection>)>;
+  using NextId = std::function<uint64_t()>;
+
+  // Listens on `at` and starts accepting. kUnavailable if it cannot listen.
+  static Result<std::unique_ptr<TcpListener>> start(std::shared_ptr<core::EngineContext> ctx,
+                                                    const platform::HostPort& at, OnConnection on_connection,
+                                                    NextId next_id);
+  ~TcpListener();
+
+  uint16_t port() const { return port_; }
+  // Stops accepting, aborts handshakes in progress and joins every thread.
+  void stop();
+
+ private:
+  struct Pending {
+    uint32_t streams = 0;
+    std::vector<platform::Socket> data;  // indexed by stream index
+    uint32_t attached = 0;
+  };
+  struct Handshake {
+    std::thread thread;
+    int fd = -1;
+    bool done = false;
+  };
+
+  TcpListener(std::shared_ptr<core::EngineContext> ctx, platform::Socket listen, uint16_t port,
+              OnConnection on_connection, NextId next_id);
+  void accept_loop();
+  void serve(uint64_t handshake_id, platform::Socket s);
+  Status serve_control(platform::Socket& s, const wire::Hello& hello, Deadline deadline);
+  Status attach_data(platform::Socket& s, const wire::Hello& hello);
+  void reap_locked();
+
+  const std::shared_ptr<core::EngineContext> ctx_;
+  platform::Socket listen_;
+  const uint16_t port_;
+  const OnConnection on_connection_;
+  const NextId next_id_;
+  std::thread accept_thread_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;                                 // guarded by mu_
+  uint64_t next_handshake_ = 1;                           // guarded by mu_
+  std::map<uint64_t, Handshake> handshakes_;              // guarded by mu_
+  std::map<uint64_t, std::shared_ptr<Pending>> pending_;  // guarded by mu_, by cookie
+};
+
+}  // namespace ferry::tcp

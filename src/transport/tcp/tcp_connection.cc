@@ -1,0 +1,1043 @@
+// TcpConnection: posting operations, the control and path workers, frame
+// handling and failure.
+#include "transport/tcp/tcp_connection.h"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <optional>
+#include <cstring>
+
+#include "core/log.h"
+#include "platform/thread.h"
+
+namespace ferry::tcp {
+namespace {
+
+using wire::FrameHeader;
+using wire::FrameType;
+
+// Frame flags (FrameHeader::flags) of the steady state.
+constexpr uint8_t kFlagAckRequest = 1;  // DATA/WRITE chunk: confirm landing with CHUNK_ACK
+constexpr uint8_t kFlagAborted = 2;     // DATA/WRITE chunk: this op's bytes will not come
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+Status peer_status(uint32_t code, const std::string& message, const std::string& where) {
+  if (code == 0) return Status();
+  Code c = code <= static_cast<uint32_t>(Code::kInternal) ? static_cast<Code>(code) : Code::kInternal;
+  return Status(c, "peer of " + where + " reports: " + message);
+}
+
+}  // namespace
+
+TcpConnection::TcpConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t id, PeerInfo peer,
+                             platform::Socket control, std::vector<platform::Socket> data)
+    : ctx_(std::move(ctx)),
+      id_(id),
+      peer_(std::move(peer)),
+      control_(std::move(control)),
+      data_(std::move(data)),
+      chunks_(ctx_->options.chunk_bytes, ctx_->options.window, static_cast<int>(data_.size())),
+      landed_chunks_(data_.size(), 0) {
+  last_rx_ns_ = now_ns();
+  last_tx_ns_ = now_ns();
+}
+
+TcpConnection::~TcpConnection() { close(); }
+
+void TcpConnection::start() {
+  std::string base = "ferry-c" + std::to_string(id_);
+  threads_.push_back(platform::start_thread(base + "-ctl-rx", [this] { control_rx_loop(); }));
+  threads_.push_back(platform::start_thread(base + "-ctl-tx", [this] { control_tx_loop(); }));
+  for (int p = 0; p < static_cast<int>(data_.size()); ++p) {
+    std::string pb = base + "-p" + std::to_string(p);
+    threads_.push_back(platform::start_thread(pb + "-tx", [this, p] { path_tx_loop(p); }));
+    threads_.push_back(platform::start_thread(pb + "-rx", [this, p] { path_rx_loop(p); }));
+  }
+  FERRY_LOG(kInfo, "tcp", "%s up with %zu data streams", where().c_str(), data_.size());
+}
+
+std::string TcpConnection::where() const {
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "connection %" PRIu64 " to %s (engine %016" PRIx64 ")", id_,
+                peer_.address.c_str(), peer_.engine_id);
+  return buf;
+}
+
+Status TcpConnection::health() const {
+  std::lock_guard lock(health_mu_);
+  return health_;
+}
+
+Status TcpConnection::usable() const {
+  if (!failed_.load(std::memory_order_acquire)) return Status();
+  Status h = health();
+  return h.ok() ? Status(Code::kPeerLost, where() + " is down") : h;
+}
+
+std::shared_ptr<TransferState> TcpConnection::new_state(int parts) {
+  std::lock_guard lock(mu_);
+  return std::make_shared<TransferState>(next_op_++, parts);
+}
+
+Transfer TcpConnection::failed(const Status& s) {
+  auto st = std::make_shared<TransferState>(0, 1);
+  st->finish(s);
+  return Transfer(st);
+}
+
+// ---- control stream output ------------------------------------------------
+
+Status TcpConnection::write_control(const FrameHeader& h, std::string_view aux, const core::SegmentList* payload) {
+  wire::HeaderBytes hb;
+  encode_header(h, hb);
+  std::vector<struct iovec> iov;
+  iov.push_back({hb.data(), hb.size()});
+  if (!aux.empty()) iov.push_back({const_cast<char*>(aux.data()), aux.size()});
+  std::optional<core::ChunkAccess> access;
+  if (payload != nullptr && payload->total() > 0) {
+    access.emplace(*payload, 0, payload->total());
+    if (!access->ok()) return Status(Code::kNotFound, "memory was deregistered before it was sent");
+    payload->slice(0, payload->total(), iov);
+  }
+  Status s;
+  {
+    std::lock_guard lock(control_write_mu_);
+    s = platform::send_all(control_.fd(), iov.data(), static_cast<int>(iov.size()));
+  }
+  if (!s.ok()) {
+    Status lost(Code::kPeerLost, where() + ": control stream: " + s.message());
+    fail(lost);
+    return lost;
+  }
+  last_tx_ns_.store(now_ns(), std::memory_order_relaxed);
+  return Status();
+}
+
+void TcpConnection::queue_control(Outgoing out) {
+  {
+    std::lock_guard lock(out_mu_);
+    if (out_stopped_) return;
+    out_.push_back(std::move(out));
+  }
+  out_cv_.notify_one();
+}
+
+void TcpConnection::ack(uint64_t op, const Status& s, uint8_t flags) {
+  Outgoing o;
+  o.header.type = FrameType::kAck;
+  o.header.id = op;
+  o.header.flags = flags;
+  o.header.code = static_cast<uint32_t>(s.code());
+  o.aux = s.message().substr(0, 1024);
+  o.header.aux_len = static_cast<uint16_t>(o.aux.size());
+  queue_control(std::move(o));
+}
+
+void TcpConnection::control_tx_loop() {
+  for (;;) {
+    Outgoing o;
+    {
+      std::unique_lock lock(out_mu_);
+      out_cv_.wait(lock, [&] { return out_stopped_ || !out_.empty(); });
+      if (out_stopped_) return;
+      o = std::move(out_.front());
+      out_.pop_front();
+    }
+    const core::SegmentList* payload = o.payload_op ? &o.payload_op->source : nullptr;
+    if (payload != nullptr) o.header.payload_len = static_cast<uint32_t>(payload->total());
+    Status s = write_control(o.header, o.aux, payload);
+    if (!s.ok() && s.code() == Code::kNotFound && o.payload_op) {
+      // The memory of a read reply vanished: tell the reader instead.
+      FrameHeader h = o.header;
+      h.flags |= kFlagAborted;
+      h.payload_len = 0;
+      std::string why = "the exported memory was deregistered during the read";
+      h.aux_len = static_cast<uint16_t>(why.size());
+      h.code = static_cast<uint32_t>(Code::kNotFound);
+      s = write_control(h, why, nullptr);
+    }
+    if (!s.ok() && failed_) return;
+  }
+}
+
+// ---- posting --------------------------------------------------------------
+
+Transfer TcpConnection::send_async(const void* data, size_t size) {
+  ConstBuffer b{data, size};
+  return sendv_async(std::span<const ConstBuffer>(&b, 1));
+}
+
+Transfer TcpConnection::sendv_async(std::span<const ConstBuffer> parts) {
+  if (Status u = usable(); !u.ok()) return failed(u);
+  core::SegmentList source;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i].size == 0) continue;
+    const char* what = parts.size() == 1 ? "send buffer" : "sendv part";
+    auto span = ctx_->registry.resolve_local(parts[i].data, parts[i].size, what);
+    if (!span.ok()) return failed(span.status().with_context(where()));
+    source.add(std::move(span).value());
+  }
+  return post_send(std::move(source));
+}
+
+Transfer TcpConnection::post_send(core::SegmentList source) {
+  uint64_t size = source.total();
+  auto state = new_state();
+  uint64_t op = state->id();
+  state->set_bytes(size);
+  bool eager = size <= ctx_->options.inline_max;
+  std::shared_ptr<OutOp> out;
+  if (!eager) {
+    out = std::make_shared<OutOp>();
+    out->source = std::move(source);
+    out->state = state;
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (failed_) return failed(usable());
+    pending_.emplace(op, state);
+    if (out) awaiting_cts_.emplace(op, out);
+  }
+  FrameHeader h;
+  h.type = eager ? FrameType::kEager : FrameType::kRts;
+  h.id = op;
+  h.a = size;
+  if (eager) h.payload_len = static_cast<uint32_t>(size);
+  Status s = write_control(h, {}, eager ? &source : nullptr);
+  if (!s.ok() && s.code() != Code::kPeerLost) {
+    {
+      std::lock_guard lock(mu_);
+      pending_.erase(op);
+    }
+    state->finish(s.with_context(where()));
+  }
+  return Transfer(state);
+}
+
+Transfer TcpConnection::recv_async(void* data, size_t capacity) {
+  MutableBuffer b{data, capacity};
+  return recvv_async(std::span<const MutableBuffer>(&b, 1));
+}
+
+Transfer TcpConnection::recvv_async(std::span<const MutableBuffer> parts) {
+  if (Status u = usable(); !u.ok()) return failed(u);
+  core::SegmentList dest;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i].size == 0) continue;
+    const char* what = parts.size() == 1 ? "receive buffer" : "recvv part";
+    auto span = ctx_->registry.resolve_local(parts[i].data, parts[i].size, what);
+    if (!span.ok()) return failed(span.status().with_context(where()));
+    dest.add(std::move(span).value());
+  }
+  return post_recv(std::move(dest));
+}
+
+Transfer TcpConnection::post_recv(core::SegmentList dest) {
+  PostedRecv recv{new_state(), std::move(dest)};
+  Transfer handle(recv.state);
+  Unexpected u;
+  {
+    std::lock_guard lock(mu_);
+    if (failed_) return failed(usable());
+    if (unexpected_.empty()) {
+      std::weak_ptr<TransferState> weak = recv.state;
+      std::weak_ptr<TcpConnection> self = weak_from_this();
+      recv.state->set_canceller([self, weak]() -> bool {
+        auto conn = self.lock();
+        auto st = weak.lock();
+        if (!conn || !st) return false;
+        {
+          std::lock_guard lock(conn->mu_);
+          auto it = std::find_if(conn->posted_.begin(), conn->posted_.end(),
+                                 [&](const PostedRecv& r) { return r.state == st; });
+          if (it == conn->posted_.end()) return false;
+          conn->posted_.erase(it);
+        }
+        return st->finish(Status(Code::kCancelled, "receive cancelled before a message matched it"));
+      });
+      posted_.push_back(std::move(recv));
+      return handle;
+    }
+    u = std::move(unexpected_.front());
+    unexpected_.pop_front();
+  }
+  if (u.rendezvous) {
+    match_rendezvous(std::move(recv), u.op, u.size);
+  } else {
+    complete_recv_now(recv, u.op, u.size, u.bytes);
+  }
+  return handle;
+}
+
+Status TcpConnection::check_remote(const RemoteDescriptor& r, uint64_t offset, uint64_t size, const char* op) const {
+  if (r.engine_id != peer_.engine_id) {
+    char buf[200];
+    std::snprintf(buf, sizeof(buf), "%s: descriptor belongs to engine %016" PRIx64 ", but %s", op, r.engine_id,
+                  where().c_str());
+    return Status(Code::kInvalidArgument, buf);
+  }
+  if (offset > r.length || size > r.length - offset) {
+    return Status(Code::kOutOfRange, std::string(op) + ": [" + std::to_string(offset) + ", +" +
+                                         std::to_string(size) + ") leaves remote export " +
+                                         std::to_string(r.export_id) + " of " + std::to_string(r.length) + " bytes");
+  }
+  return Status();
+}
+
+Transfer TcpConnection::write_async(const void* local, size_t size, const RemoteDescriptor& remote,
+                                    uint64_t remote_offset, std::string_view notification) {
+  WriteItem item{local, size, remote, remote_offset};
+  return writev_async(std::span<const WriteItem>(&item, 1), notification);
+}
+
+Transfer TcpConnection::writev_async(std::span<const WriteItem> items, std::string_view notification) {
+  if (Status u = usable(); !u.ok()) return failed(u);
+  if (items.empty()) return failed(Status(Code::kInvalidArgument, "writev: no items"));
+  if (notification.size() > kMaxNotification) {
+    return failed(Status(Code::kInvalidArgument, "write: notification of " + std::to_string(notification.size()) +
+                                                     " bytes exceeds the limit of " +
+                                                     std::to_string(kMaxNotification)));
+  }
+  std::vector<core::SegmentList> sources(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    Status c = check_remote(items[i].remote, items[i].remote_offset, items[i].size, "write");
+    if (!c.ok()) return failed(c);
+    if (items[i].size > 0) {
+      auto span = ctx_->registry.resolve_local(items[i].local, items[i].size, "write source");
+      if (!span.ok()) return failed(span.status().with_context(where()));
+      sources[i].add(std::move(span).value());
+    }
+  }
+  // One item: its notification rides with its data. Several: the items may
+  // land in any order, so the notification follows once all of them are in place.
+  bool trailing_note = items.size() > 1 && !notification.empty();
+  auto parent = new_state(static_cast<int>(items.size()) + (trailing_note ? 1 : 0));
+  if (!trailing_note) {
+    for (size_t i = 0; i < items.size(); ++i) {
+      post_write(parent, std::move(sources[i]), items[i].remote, items[i].remote_offset,
+                 items.size() == 1 ? std::string(notification) : std::string());
+    }
+    return Transfer(parent);
+  }
+  auto left = std::make_shared<std::atomic<size_t>>(items.size());
+  auto all_ok = std::make_shared<std::atomic<bool>>(true);
+  std::weak_ptr<TcpConnection> self = weak_from_this();
+  std::string note(notification);
+  for (size_t i = 0; i < items.size(); ++i) {
+    auto item_state = new_state();
+    item_state->on_finish([parent, left, all_ok, self, note](const Status& s) {
+      if (!s.ok()) all_ok->store(false);
+      parent->finish_part(s);
+      if (left->fetch_sub(1) != 1) return;
+      auto conn = self.lock();
+      if (!all_ok->load() || !conn) {
+        parent->finish_part(Status(Code::kCancelled, "notification not sent: a write of the vector failed"));
+        return;
+      }
+      // Runs on a ferry worker thread: queue the notification, never block here.
+      uint64_t op;
+      {
+        std::lock_guard lock(conn->mu_);
+        if (conn->failed_) { parent->finish_part(conn->usable()); return; }
+        op = conn->next_op_++;
+        conn->pending_.emplace(op, parent);
+      }
+      Outgoing o;
+      o.header.type = FrameType::kNotify;
+      o.header.id = op;
+      o.aux = note;
+      o.header.aux_len = static_cast<uint16_t>(note.size());
+      conn->queue_control(std::move(o));
+    });
+    post_write(item_state, std::move(sources[i]), items[i].remote, items[i].remote_offset, std::string());
+  }
+  return Transfer(parent);
+}
+
+void TcpConnection::post_write(const std::shared_ptr<TransferState>& state, core::SegmentList source,
+                               const RemoteDescriptor& remote, uint64_t offset, std::string notification) {
+  uint64_t size = source.total();
+  uint64_t op;
+  {
+    std::lock_guard lock(mu_);
+    if (failed_) { state->finish_part(usable()); return; }
+    op = next_op_++;
+    pending_.emplace(op, state);
+  }
+  state->add_bytes(size);
+  FrameHeader h;
+  h.type = FrameType::kWrite;
+  h.id = op;
+  h.a = remote.export_id;
+  h.b = remote.key;
+  h.c = offset;
+  h.d = size;
+  if (size <= ctx_->options.inline_max) {
+    h.payload_len = static_cast<uint32_t>(size);
+    h.aux_len = static_cast<uint16_t>(notification.size());
+    Status s = write_control(h, notification, &source);
+    if (!s.ok() && s.code() != Code::kPeerLost) {
+      {
+        std::lock_guard lock(mu_);
+        pending_.erase(op);
+      }
+      state->finish_part(s.with_context(where()));
+    }
+    return;
+  }
+  auto out = std::make_shared<OutOp>();
+  out->header = h;
+  out->source = std::move(source);
+  out->remote_base = offset;
+  out->first_aux = std::move(notification);
+  out->state = state;
+  if (!chunks_.push(std::move(out))) state->finish_part(usable());
+}
+
+Transfer TcpConnection::read_async(void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset) {
+  ReadItem item{local, size, remote, remote_offset};
+  return readv_async(std::span<const ReadItem>(&item, 1));
+}
+
+Transfer TcpConnection::readv_async(std::span<const ReadItem> items) {
+  if (Status u = usable(); !u.ok()) return failed(u);
+  if (items.empty()) return failed(Status(Code::kInvalidArgument, "readv: no items"));
+  std::vector<core::SegmentList> dests(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    Status c = check_remote(items[i].remote, items[i].remote_offset, items[i].size, "read");
+    if (!c.ok()) return failed(c);
+    if (items[i].size > 0) {
+      auto span = ctx_->registry.resolve_local(items[i].local, items[i].size, "read destination");
+      if (!span.ok()) return failed(span.status().with_context(where()));
+      dests[i].add(std::move(span).value());
+    }
+  }
+  auto parent = new_state(static_cast<int>(items.size()));
+  for (size_t i = 0; i < items.size(); ++i) post_read(parent, std::move(dests[i]), items[i].remote, items[i].remote_offset);
+  return Transfer(parent);
+}
+
+void TcpConnection::post_read(const std::shared_ptr<TransferState>& state, core::SegmentList dest,
+                              const RemoteDescriptor& remote, uint64_t offset) {
+  auto landing = std::make_shared<Landing>();
+  landing->state = state;
+  landing->size = dest.total();
+  landing->dest = std::move(dest);
+  uint64_t op;
+  {
+    std::lock_guard lock(mu_);
+    if (failed_) { state->finish_part(usable()); return; }
+    op = next_op_++;
+    pending_.emplace(op, state);
+    landings_.emplace(op, landing);
+  }
+  FrameHeader h;
+  h.type = FrameType::kReadReq;
+  h.id = op;
+  h.a = remote.export_id;
+  h.b = remote.key;
+  h.c = offset;
+  h.d = landing->size;
+  (void)write_control(h, {}, nullptr);  // a failure fails the connection, which finishes the read
+}
+
+Transfer TcpConnection::notify_async(std::string_view message) {
+  if (Status u = usable(); !u.ok()) return failed(u);
+  if (message.size() > kMaxNotification) {
+    return failed(Status(Code::kInvalidArgument, "notify: message of " + std::to_string(message.size()) +
+                                                     " bytes exceeds the limit of " + std::to_string(kMaxNotification)));
+  }
+  auto state = new_state();
+  {
+    std::lock_guard lock(mu_);
+    if (failed_) return failed(usable());
+    pending_.emplace(state->id(), state);
+  }
+  FrameHeader h;
+  h.type = FrameType::kNotify;
+  h.id = state->id();
+  h.aux_len = static_cast<uint16_t>(message.size());
+  (void)write_control(h, message, nullptr);
+  return Transfer(state);
+}
+
+Result<std::string> TcpConnection::wait_notification(Deadline deadline) {
+  std::unique_lock lock(notes_mu_);
+  auto ready = [&] { return !notes_.empty() || failed_.load(); };
+  if (deadline == kNoDeadline) {
+    notes_cv_.wait(lock, ready);
+  } else if (!notes_cv_.wait_until(lock, deadline, ready)) {
+    return Status(Code::kDeadlineExceeded, "no notification from " + where() + " by the deadline");
+  }
+  if (notes_.empty()) return usable();
+  std::string n = std::move(notes_.front());
+  notes_.pop_front();
+  return n;
+}
+
+std::optional<std::string> TcpConnection::poll_notification() {
+  std::lock_guard lock(notes_mu_);
+  if (notes_.empty()) return std::nullopt;
+  std::string n = std::move(notes_.front());
+  notes_.pop_front();
+  return n;
+}
+
+void TcpConnection::deliver_notification(std::string note) {
+  {
+    std::lock_guard lock(notes_mu_);
+    notes_.push_back(std::move(note));
+  }
+  notes_cv_.notify_all();
+}
+
+// ---- matching -------------------------------------------------------------
+
+void TcpConnection::complete_recv_now(PostedRecv& recv, uint64_t op, uint64_t size, const std::string& bytes) {
+  if (recv.dest.total() < size) {
+    Status s(Code::kBufferTooSmall, "message of " + std::to_string(size) + " bytes does not fit the receive buffer of " +
+                                        std::to_string(recv.dest.total()) + " bytes (" + where() + ")");
+    ack(op, s);
+    recv.state->finish(s);
+    return;
+  }
+  Status s;
+  {
+    core::ChunkAccess access(recv.dest, 0, size);
+    if (access.ok()) {
+      recv.dest.copy_in(0, reinterpret_cast<const uint8_t*>(bytes.data()), size);
+    } else {
+      s = Status(Code::kNotFound, "receive buffer was deregistered before the message arrived");
+    }
+  }
+  recv.state->set_bytes(size);
+  ack(op, s);
+  recv.state->finish(s);
+}
+
+void TcpConnection::match_rendezvous(PostedRecv recv, uint64_t op, uint64_t size) {
+  if (recv.dest.total() < size) {
+    Status s(Code::kBufferTooSmall, "message of " + std::to_string(size) + " bytes does not fit the receive buffer of " +
+                                        std::to_string(recv.dest.total()) + " bytes (" + where() + ")");
+    ack(op, s);
+    recv.state->finish(s);
+    return;
+  }
+  auto landing = std::make_shared<Landing>();
+  landing->state = recv.state;
+  landing->dest = std::move(recv.dest);
+  landing->size = size;
+  landing->reply_op = op;
+  uint64_t token;
+  {
+    std::lock_guard lock(mu_);
+    if (failed_) { landing->state->finish(usable()); return; }
+    token = next_op_++;
+    landings_.emplace(token, landing);
+  }
+  Outgoing o;
+  o.header.type = FrameType::kCts;
+  o.header.id = op;
+  o.header.a = token;
+  queue_control(std::move(o));
+}
+
+void TcpConnection::finish_landing(uint64_t token, const std::shared_ptr<Landing>& l) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = landings_.find(token);
+    if (it == landings_.end() || it->second != l) return;
+    landings_.erase(it);
+    if (l->reply_op == 0) pending_.erase(token);
+  }
+  Status s;
+  {
+    std::lock_guard lock(l->error_mu);
+    s = l->error;
+  }
+  if (l->reply_op != 0) {
+    l->state->set_bytes(l->size);
+    ack(l->reply_op, s);
+  } else {
+    l->state->add_bytes(l->size);
+  }
+  l->state->finish_part(s);
+}
+
+// ---- receiving ------------------------------------------------------------
+
+Status TcpConnection::drain(int fd, uint64_t n) {
+  char scratch[16384];
+  while (n > 0) {
+    size_t k = n < sizeof(scratch) ? static_cast<size_t>(n) : sizeof(scratch);
+    FERRY_RETURN_IF_ERROR(platform::recv_exact(fd, scratch, k));
+    n -= k;
+  }
+  return Status();
+}
+
+Status TcpConnection::land_data(int fd, const FrameHeader& h) {
+  std::shared_ptr<Landing> l;
+  {
+    std::lock_guard lock(mu_);
+    auto it = landings_.find(h.id);
+    if (it != landings_.end()) l = it->second;
+  }
+  if (!l) {
+    // The operation already ended (aborted or failed); its late bytes go nowhere.
+    FERRY_LOG(kDebug, "tcp", "%s: %u bytes for finished token %" PRIu64 " dropped", where().c_str(), h.payload_len, h.id);
+    return drain(fd, h.payload_len);
+  }
+  if (h.flags & kFlagAborted) {
+    {
+      std::lock_guard lock(l->error_mu);
+      l->error = peer_status(h.code ? h.code : static_cast<uint32_t>(Code::kCancelled), "transfer aborted", where());
+    }
+    {
+      std::lock_guard lock(mu_);
+      landings_.erase(h.id);
+      if (l->reply_op == 0) pending_.erase(h.id);
+    }
+    l->state->finish(l->error);
+    return drain(fd, h.payload_len);
+  }
+  if (h.a > l->size || h.payload_len > l->size - h.a) {
+    return Status(Code::kDataLoss, where() + ": data chunk [" + std::to_string(h.a) + ", +" +
+                                       std::to_string(h.payload_len) + ") lies outside its message of " +
+                                       std::to_string(l->size) + " bytes");
+  }
+  {
+    core::ChunkAccess access(l->dest, h.a, h.payload_len);
+    if (access.ok()) {
+      std::vector<struct iovec> iov;
+      l->dest.slice(h.a, h.payload_len, iov);
+      Status s = platform::recv_all(fd, iov.data(), static_cast<int>(iov.size()));
+      if (!s.ok()) return s;
+    } else {
+      FERRY_RETURN_IF_ERROR(drain(fd, h.payload_len));
+      std::lock_guard lock(l->error_mu);
+      l->error = Status(Code::kNotFound, "destination memory was deregistered while data arrived (" + where() + ")");
+    }
+  }
+  uint64_t got = l->received.fetch_add(h.payload_len, std::memory_order_acq_rel) + h.payload_len;
+  if (got > l->size) {
+    return Status(Code::kDataLoss, where() + ": more bytes arrived than the message holds");
+  }
+  if (got == l->size) finish_landing(h.id, l);
+  return Status();
+}
+
+Status TcpConnection::land_write(int fd, const FrameHeader& h, std::string& aux) {
+  uint64_t op = h.id;
+  if (h.flags & kFlagAborted) {
+    std::lock_guard lock(mu_);
+    incoming_.erase(op);
+    return drain(fd, h.payload_len);
+  }
+  auto span = ctx_->registry.resolve_export(h.a, h.b, h.c, h.payload_len);
+  Status landed;
+  if (span.ok()) {
+    core::RegionAccess access(span->region);
+    if (access.ok()) {
+      FERRY_RETURN_IF_ERROR(platform::recv_exact(fd, span->data, span->size));
+    } else {
+      FERRY_RETURN_IF_ERROR(drain(fd, h.payload_len));
+      landed = Status(Code::kNotFound, "export " + std::to_string(h.a) + " was deregistered during the write");
+    }
+  } else {
+    FERRY_RETURN_IF_ERROR(drain(fd, h.payload_len));
+    landed = span.status();
+  }
+  bool complete = false;
+  IncomingWrite done;
+  {
+    std::lock_guard lock(mu_);
+    IncomingWrite& w = incoming_[op];
+    if (w.total == 0) w.total = h.d;
+    if (w.total != h.d) return Status(Code::kDataLoss, where() + ": chunks of write " + std::to_string(op) + " disagree on its size");
+    if (!aux.empty()) w.notification = std::move(aux);
+    if (!landed.ok() && w.error.ok()) w.error = landed;
+    w.received += h.payload_len;
+    if (w.received > w.total) return Status(Code::kDataLoss, where() + ": write " + std::to_string(op) + " overflows its size");
+    if (w.received == w.total) {
+      complete = true;
+      done = std::move(w);
+      incoming_.erase(op);
+    }
+  }
+  if (!complete) return Status();
+  if (done.error.ok() && !done.notification.empty()) deliver_notification(std::move(done.notification));
+  ack(op, done.error);
+  return Status();
+}
+
+Status TcpConnection::handle_eager(int fd, const FrameHeader& h) {
+  if (h.payload_len != h.a) return Status(Code::kDataLoss, where() + ": eager message size and payload disagree");
+  PostedRecv recv;
+  bool matched = false;
+  {
+    std::lock_guard lock(mu_);
+    if (!posted_.empty()) {
+      recv = std::move(posted_.front());
+      posted_.pop_front();
+      matched = true;
+    }
+  }
+  if (matched && recv.dest.total() >= h.a) {
+    // The common case: straight from the socket into the posted buffer.
+    Status s;
+    {
+      core::ChunkAccess access(recv.dest, 0, h.a);
+      if (access.ok()) {
+        std::vector<struct iovec> iov;
+        recv.dest.slice(0, h.a, iov);
+        FERRY_RETURN_IF_ERROR(platform::recv_all(fd, iov.data(), static_cast<int>(iov.size())));
+      } else {
+        FERRY_RETURN_IF_ERROR(drain(fd, h.a));
+        s = Status(Code::kNotFound, "receive buffer was deregistered before the message arrived");
+      }
+    }
+    recv.state->set_bytes(h.a);
+    ack(h.id, s);
+    recv.state->finish(s);
+    return Status();
+  }
+  std::string bytes(h.a, '\0');
+  FERRY_RETURN_IF_ERROR(platform::recv_exact(fd, bytes.data(), bytes.size()));
+  if (matched) {
+    complete_recv_now(recv, h.id, h.a, bytes);  // reports the too-small buffer
+    return Status();
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (!posted_.empty()) {
+      // A receive was posted while the bytes were read; it is the match.
+      recv = std::move(posted_.front());
+      posted_.pop_front();
+      matched = true;
+    } else {
+      unexpected_.push_back(Unexpected{h.id, h.a, false, std::move(bytes)});
+    }
+  }
+  if (matched) complete_recv_now(recv, h.id, h.a, bytes);
+  return Status();
+}
+
+Status TcpConnection::handle_rts(const FrameHeader& h) {
+  PostedRecv recv;
+  {
+    std::lock_guard lock(mu_);
+    if (posted_.empty()) {
+      unexpected_.push_back(Unexpected{h.id, h.a, true, {}});
+      return Status();
+    }
+    recv = std::move(posted_.front());
+    posted_.pop_front();
+  }
+  match_rendezvous(std::move(recv), h.id, h.a);
+  return Status();
+}
+
+Status TcpConnection::handle_cts(const FrameHeader& h) {
+  std::shared_ptr<OutOp> out;
+  {
+    std::lock_guard lock(mu_);
+    auto it = awaiting_cts_.find(h.id);
+    if (it == awaiting_cts_.end()) {
+      return Status(Code::kDataLoss, where() + ": clear-to-send for unknown send " + std::to_string(h.id));
+    }
+    out = std::move(it->second);
+    awaiting_cts_.erase(it);
+  }
+  out->header.type = FrameType::kData;
+  out->header.id = h.a;
+  if (!chunks_.push(out)) out->state->finish(usable());
+  return Status();
+}
+
+Status TcpConnection::handle_ack(const FrameHeader& h, std::string& aux) {
+  std::shared_ptr<TransferState> state;
+  std::shared_ptr<Landing> landing;
+  {
+    std::lock_guard lock(mu_);
+    auto it = pending_.find(h.id);
+    if (it == pending_.end()) return Status();  // already failed or finished locally
+    state = std::move(it->second);
+    pending_.erase(it);
+    awaiting_cts_.erase(h.id);
+    if (auto l = landings_.find(h.id); l != landings_.end()) {
+      landing = l->second;
+      landings_.erase(l);
+    }
+  }
+  state->finish_part(peer_status(h.code, aux, where()));
+  return Status();
+}
+
+Status TcpConnection::handle_read_req(const FrameHeader& h) {
+  auto span = ctx_->registry.resolve_export(h.a, h.b, h.c, h.d);
+  if (!span.ok()) {
+    ack(h.id, span.status());
+    return Status();
+  }
+  auto out = std::make_shared<OutOp>();
+  out->header.type = FrameType::kData;
+  out->header.id = h.id;
+  out->source.add(std::move(span).value());
+  if (h.d <= ctx_->options.inline_max) {
+    Outgoing o;
+    o.header = out->header;
+    o.payload_op = std::move(out);
+    queue_control(std::move(o));
+  } else {
+    chunks_.push(std::move(out));
+  }
+  return Status();
+}
+
+Status TcpConnection::handle_frame(int fd, int path, const FrameHeader& h, std::string& aux) {
+  bool on_control = path < 0;
+  switch (h.type) {
+    case FrameType::kData: return land_data(fd, h);
+    case FrameType::kWrite: return land_write(fd, h, aux);
+    default: break;
+  }
+  if (!on_control) {
+    return Status(Code::kDataLoss, where() + ": " + std::string(frame_type_name(h.type)) + " frame on data stream " +
+                                       std::to_string(path));
+  }
+  if (h.type != FrameType::kEager && h.payload_len != 0) {
+    return Status(Code::kDataLoss, where() + ": " + std::string(frame_type_name(h.type)) + " frame with a payload");
+  }
+  switch (h.type) {
+    case FrameType::kHeartbeat: return Status();
+    case FrameType::kClose:
+      fail(Status(Code::kPeerLost, where() + ": the peer closed the connection"));
+      return Status();
+    case FrameType::kEager: return handle_eager(fd, h);
+    case FrameType::kRts: return handle_rts(h);
+    case FrameType::kCts: return handle_cts(h);
+    case FrameType::kAck: return handle_ack(h, aux);
+    case FrameType::kReadReq: return handle_read_req(h);
+    case FrameType::kNotify:
+      deliver_notification(std::move(aux));
+      ack(h.id, Status());
+      return Status();
+    case FrameType::kChunkAck:
+      chunks_.on_landed(static_cast<int>(h.a), h.b);
+      return Status();
+    default:
+      return Status(Code::kDataLoss, where() + ": unexpected " + std::string(frame_type_name(h.type)) +
+                                         " frame after the handshake");
+  }
+}
+
+void TcpConnection::control_rx_loop() {
+  int fd = control_.fd();
+  std::string aux;
+  for (;;) {
+    wire::HeaderBytes hb;
+    Status s = platform::recv_exact(fd, hb.data(), hb.size());
+    if (!s.ok()) {
+      fail(Status(Code::kPeerLost, where() + ": control stream: " + s.message()));
+      return;
+    }
+    last_rx_ns_.store(now_ns(), std::memory_order_relaxed);
+    auto h = wire::decode_header(hb.data(), hb.size());
+    if (!h.ok()) {
+      fail(h.status().with_context(where() + ": control stream"));
+      return;
+    }
+    aux.resize(h->aux_len);
+    if (h->aux_len > 0) s = platform::recv_exact(fd, aux.data(), aux.size());
+    if (s.ok()) s = handle_frame(fd, -1, *h, aux);
+    if (!s.ok()) {
+      fail(s.code() == Code::kDataLoss ? s : Status(Code::kPeerLost, where() + ": control stream: " + s.message()));
+      return;
+    }
+  }
+}
+
+void TcpConnection::path_rx_loop(int path) {
+  int fd = data_[static_cast<size_t>(path)].fd();
+  std::string aux;
+  for (;;) {
+    wire::HeaderBytes hb;
+    Status s = platform::recv_exact(fd, hb.data(), hb.size());
+    if (!s.ok()) {
+      fail(Status(Code::kPeerLost, where() + ": data stream " + std::to_string(path) + ": " + s.message()));
+      return;
+    }
+    last_rx_ns_.store(now_ns(), std::memory_order_relaxed);
+    auto h = wire::decode_header(hb.data(), hb.size());
+    if (!h.ok()) {
+      fail(h.status().with_context(where() + ": data stream " + std::to_string(path)));
+      return;
+    }
+    aux.resize(h->aux_len);
+    if (h->aux_len > 0) s = platform::recv_exact(fd, aux.data(), aux.size());
+    if (s.ok()) s = handle_frame(fd, path, *h, aux);
+    if (!s.ok()) {
+      fail(s.code() == Code::kDataLoss
+               ? s
+               : Status(Code::kPeerLost, where() + ": data stream " + std::to_string(path) + ": " + s.message()));
+      return;
+    }
+    uint64_t landed = ++landed_chunks_[static_cast<size_t>(path)];
+    if (h->flags & kFlagAckRequest) {
+      Outgoing o;
+      o.header.type = FrameType::kChunkAck;
+      o.header.a = static_cast<uint64_t>(path);
+      o.header.b = landed;
+      queue_control(std::move(o));
+    }
+  }
+}
+
+// ---- sending chunks -----------------------------------------------------------
+
+Status TcpConnection::send_chunk(int fd, int path, const Chunk& c) {
+  (void)path;
+  OutOp& op = *c.op;
+  FrameHeader h = op.header;
+  h.payload_len = static_cast<uint32_t>(c.size);
+  if (c.ack_request) h.flags |= kFlagAckRequest;
+  std::string_view aux;
+  if (h.type == FrameType::kData) {
+    h.a = c.offset;
+  } else {
+    h.c = op.remote_base + c.offset;
+    if (c.offset == 0) aux = op.first_aux;
+  }
+  h.aux_len = static_cast<uint16_t>(aux.size());
+  wire::HeaderBytes hb;
+  std::vector<struct iovec> iov;
+  core::ChunkAccess access(op.source, c.offset, c.size);
+  if (!access.ok()) {
+    // The source memory was deregistered mid-transfer: the chunk still travels,
+    // empty and marked aborted, so the peer stops waiting and the window stays honest.
+    chunks_.abort(c.op);
+    Status why(Code::kNotFound, "source memory was deregistered during the transfer (" + where() + ")");
+    h.flags |= kFlagAborted;
+    h.payload_len = 0;
+    h.code = static_cast<uint32_t>(Code::kNotFound);
+    h.aux_len = 0;
+    encode_header(h, hb);
+    iov.push_back({hb.data(), hb.size()});
+    if (op.state) {
+      {
+        std::lock_guard lock(mu_);
+        pending_.erase(h.type == FrameType::kData ? op.state->id() : h.id);
+      }
+      op.state->finish(why);
+    }
+    return platform::send_all(fd, iov.data(), static_cast<int>(iov.size()));
+  }
+  encode_header(h, hb);
+  iov.push_back({hb.data(), hb.size()});
+  if (!aux.empty()) iov.push_back({const_cast<char*>(aux.data()), aux.size()});
+  op.source.slice(c.offset, c.size, iov);
+  return platform::send_all(fd, iov.data(), static_cast<int>(iov.size()));
+}
+
+void TcpConnection::path_tx_loop(int path) {
+  int fd = data_[static_cast<size_t>(path)].fd();
+  for (;;) {
+    std::optional<Chunk> c = chunks_.claim(path);
+    if (!c) return;
+    Status s = send_chunk(fd, path, *c);
+    if (!s.ok()) {
+      fail(Status(Code::kPeerLost, where() + ": data stream " + std::to_string(path) + ": " + s.message()));
+      return;
+    }
+  }
+}
+
+// ---- liveness and teardown ----------------------------------------------------
+
+void TcpConnection::tick(Clock::time_point now) {
+  if (failed_.load(std::memory_order_acquire)) return;
+  int64_t t = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+  int64_t silent = t - last_rx_ns_.load(std::memory_order_relaxed);
+  const Options& o = ctx_->options;
+  if (silent > std::chrono::duration_cast<std::chrono::nanoseconds>(o.peer_timeout).count()) {
+    fail(Status(Code::kPeerLost, where() + ": no traffic from the peer for " + std::to_string(silent / 1000000) +
+                                     " ms (peer_timeout " + std::to_string(o.peer_timeout.count()) +
+                                     " ms): stopped, partitioned or overloaded"));
+    return;
+  }
+  int64_t idle = t - last_tx_ns_.load(std::memory_order_relaxed);
+  if (idle >= std::chrono::duration_cast<std::chrono::nanoseconds>(o.heartbeat_interval).count()) {
+    Outgoing hb;
+    hb.header.type = FrameType::kHeartbeat;
+    queue_control(std::move(hb));
+  }
+}
+
+void TcpConnection::fail(const Status& why) {
+  if (failed_.exchange(true, std::memory_order_acq_rel)) return;
+  {
+    std::lock_guard lock(health_mu_);
+    health_ = why;
+  }
+  if (why.code() == Code::kCancelled) {
+    FERRY_LOG(kInfo, "tcp", "%s", why.message().c_str());
+  } else {
+    FERRY_LOG(kWarn, "tcp", "%s", why.to_string().c_str());
+  }
+  // Shutting the sockets down first wakes every thread blocked on them.
+  control_.shutdown();
+  for (auto& d : data_) d.shutdown();
+  std::vector<std::shared_ptr<OutOp>> queued = chunks_.stop();
+  {
+    std::lock_guard lock(out_mu_);
+    out_stopped_ = true;
+    out_.clear();
+  }
+  out_cv_.notify_all();
+  std::vector<std::shared_ptr<TransferState>> states;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [op, st] : pending_) states.push_back(st);
+    for (auto& r : posted_) states.push_back(r.state);
+    for (auto& [tok, l] : landings_) states.push_back(l->state);
+    pending_.clear();
+    awaiting_cts_.clear();
+    posted_.clear();
+    landings_.clear();
+    incoming_.clear();
+    unexpected_.clear();
+  }
+  for (auto& op : queued) {
+    if (op->state) states.push_back(op->state);
+  }
+  for (auto& st : states) st->finish(why);
+  notes_cv_.notify_all();
+}
+
+void TcpConnection::close() {
+  if (closed_.exchange(true)) return;
+  if (!failed_.load()) {
+    // Best effort goodbye; never block on a peer that stopped reading.
+    std::unique_lock lock(control_write_mu_, std::try_to_lock);
+    if (lock.owns_lock()) {
+      wire::FrameHeader h;
+      h.type = FrameType::kClose;
+      wire::HeaderBytes hb;
+      encode_header(h, hb);
+      ssize_t ignored = ::send(control_.fd(), hb.data(), hb.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      (void)ignored;
+    }
+  }
+  fail(Status(Code::kCancelled, where() + ": closed locally"));
+  for (auto& t : threads_) {
+    if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
+  }
+}
+
+}  // namespace ferry::tcp

@@ -1,0 +1,205 @@
+// TcpConnection: a Connection over one control stream and N data streams
+// (paths) to one peer engine.
+//
+// Threads, all named after the connection (c<id>):
+//   ferry-c<id>-ctl-rx   reads the control stream: matching, acks, inline data
+//   ferry-c<id>-ctl-tx   writes replies and heartbeats queued by other threads,
+//                        so that no reader ever blocks on a write (two engines
+//                        reading and writing each other cannot deadlock)
+//   ferry-c<id>-p<k>-tx  claims chunks from the ChunkQueue and sends them
+//   ferry-c<id>-p<k>-rx  lands incoming chunks straight into registered memory
+// Application threads post operations and write their own control frames
+// (eager sends, requests) directly, in posting order.
+//
+// Failure: the first error on any stream, a CLOSE from the peer, or heartbeat
+// silence calls fail(): every socket is shut down (which wakes every blocked
+// thread), and every pending transfer finishes with the reason. close() and
+// the destructor join the threads.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/engine_context.h"
+#include "core/segments.h"
+#include "core/transfer_state.h"
+#include "ferry/engine.h"
+#include "platform/socket.h"
+#include "transport/tcp/chunk_queue.h"
+#include "wire/frame.h"
+
+namespace ferry::tcp {
+
+struct PeerInfo {
+  uint64_t engine_id = 0;
+  std::string host_id;
+  std::string address;  // "ip:port" of the control stream's remote end
+};
+
+class TcpConnection final : public Connection, public std::enable_shared_from_this<TcpConnection> {
+ public:
+  TcpConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t id, PeerInfo peer,
+                platform::Socket control, std::vector<platform::Socket> data);
+  ~TcpConnection() override;
+
+  // Starts the worker threads. Called once, right after construction.
+  void start();
+
+  Transfer send_async(const void* data, size_t size) override;
+  Transfer sendv_async(std::span<const ConstBuffer> parts) override;
+  Transfer recv_async(void* data, size_t capacity) override;
+  Transfer recvv_async(std::span<const MutableBuffer> parts) override;
+  Transfer write_async(const void* local, size_t size, const RemoteDescriptor& remote,
+                       uint64_t remote_offset, std::string_view notification) override;
+  Transfer writev_async(std::span<const WriteItem> items, std::string_view notification) override;
+  Transfer read_async(void* local, size_t size, const RemoteDescriptor& remote,
+                      uint64_t remote_offset) override;
+  Transfer readv_async(std::span<const ReadItem> items) override;
+  Transfer notify_async(std::string_view message) override;
+  Result<std::string> wait_notification(Deadline deadline) override;
+  std::optional<std::string> poll_notification() override;
+  void close() override;
+  Status health() const override;
+  uint64_t id() const override { return id_; }
+  uint64_t peer_engine_id() const override { return peer_.engine_id; }
+  std::string peer_address() const override { return peer_.address; }
+  std::string_view transport_name() const override { return "tcp"; }
+
+  // Heartbeat duty, called periodically by the engine: declares the peer lost
+  // after peer_timeout of silence, queues a heartbeat after heartbeat_interval
+  // without control traffic.
+  void tick(Clock::time_point now);
+
+  // Fails the connection with `why` (first call wins). Any thread.
+  void fail(const Status& why);
+
+ private:
+  // A receive waiting for its message.
+  struct PostedRecv {
+    std::shared_ptr<TransferState> state;
+    core::SegmentList dest;
+  };
+  // A message that arrived before its receive was posted.
+  struct Unexpected {
+    uint64_t op = 0;
+    uint64_t size = 0;
+    bool rendezvous = false;  // RTS: data still at the sender
+    std::string bytes;        // eager: the message
+  };
+  // Where DATA frames for a token land (a matched receive, or a read).
+  struct Landing {
+    std::shared_ptr<TransferState> state;
+    core::SegmentList dest;
+    uint64_t size = 0;
+    uint64_t reply_op = 0;  // receive: the sender's op to acknowledge; 0 for a read
+    std::atomic<uint64_t> received{0};
+    std::mutex error_mu;
+    Status error;  // guarded by error_mu
+  };
+  // A write arriving from the peer, counted until all its bytes landed.
+  struct IncomingWrite {
+    uint64_t total = 0;
+    uint64_t received = 0;
+    std::string notification;
+    Status error;
+  };
+  // A frame queued for the control-transmit thread.
+  struct Outgoing {
+    wire::FrameHeader header;
+    std::string aux;
+    std::shared_ptr<OutOp> payload_op;  // payload = all of this op's source bytes
+  };
+
+  std::string where() const;  // "connection 3 to 1.2.3.4:5 (engine 9f..)"
+  Transfer failed(const Status& s);
+  std::shared_ptr<TransferState> new_state(int parts = 1);
+  Status usable() const;
+
+  // Posting helpers.
+  Transfer post_send(core::SegmentList source);
+  Transfer post_recv(core::SegmentList dest);
+  Status check_remote(const RemoteDescriptor& r, uint64_t offset, uint64_t size, const char* op) const;
+  void post_write(const std::shared_ptr<TransferState>& state, core::SegmentList source,
+                  const RemoteDescriptor& remote, uint64_t offset, std::string notification);
+  void post_read(const std::shared_ptr<TransferState>& state, core::SegmentList dest,
+                 const RemoteDescriptor& remote, uint64_t offset);
+
+  // Writing on the control stream.
+  Status write_control(const wire::FrameHeader& h, std::string_view aux,
+                       const core::SegmentList* payload);
+  void queue_control(Outgoing out);
+  void ack(uint64_t op, const Status& s, uint8_t flags = 0);
+
+  // Threads.
+  void control_rx_loop();
+  void control_tx_loop();
+  void path_tx_loop(int path);
+  void path_rx_loop(int path);
+  Status send_chunk(int fd, int path, const Chunk& c);
+
+  // Frame handlers; `fd` is the stream the frame's payload follows on.
+  Status handle_frame(int fd, int path, const wire::FrameHeader& h, std::string& aux);
+  Status land_data(int fd, const wire::FrameHeader& h);
+  Status land_write(int fd, const wire::FrameHeader& h, std::string& aux);
+  Status handle_eager(int fd, const wire::FrameHeader& h);
+  Status handle_rts(const wire::FrameHeader& h);
+  Status handle_cts(const wire::FrameHeader& h);
+  Status handle_ack(const wire::FrameHeader& h, std::string& aux);
+  Status handle_read_req(const wire::FrameHeader& h);
+  Status handle_notify(const wire::FrameHeader& h, std::string& aux);
+  Status drain(int fd, uint64_t n);
+
+  // Matching a message with a receive.
+  void match_rendezvous(PostedRecv recv, uint64_t op, uint64_t size);
+  void finish_landing(uint64_t token, const std::shared_ptr<Landing>& l);
+  void complete_recv_now(PostedRecv& recv, uint64_t op, uint64_t size, const std::string& bytes);
+  void deliver_notification(std::string note);
+
+  const std::shared_ptr<core::EngineContext> ctx_;
+  const uint64_t id_;
+  const PeerInfo peer_;
+  platform::Socket control_;
+  std::vector<platform::Socket> data_;
+  ChunkQueue chunks_;
+
+  std::vector<std::thread> threads_;
+  std::atomic<bool> failed_{false};
+  std::atomic<bool> closed_{false};
+  mutable std::mutex health_mu_;
+  Status health_;  // guarded by health_mu_
+
+  std::atomic<int64_t> last_rx_ns_{0};
+  std::atomic<int64_t> last_tx_ns_{0};
+
+  std::mutex control_write_mu_;  // serialises frames on the control stream
+
+  std::mutex out_mu_;
+  std::condition_variable out_cv_;
+  std::deque<Outgoing> out_;  // guarded by out_mu_
+  bool out_stopped_ = false;  // guarded by out_mu_
+
+  // Operations and matching state.
+  std::mutex mu_;
+  uint64_t next_op_ = 1;                                             // guarded by mu_
+  std::unordered_map<uint64_t, std::shared_ptr<TransferState>> pending_;  // guarded by mu_: awaiting ACK
+  std::unordered_map<uint64_t, std::shared_ptr<OutOp>> awaiting_cts_;  // guarded by mu_
+  std::deque<PostedRecv> posted_;                                     // guarded by mu_
+  std::deque<Unexpected> unexpected_;                                 // guarded by mu_
+  std::unordered_map<uint64_t, std::shared_ptr<Landing>> landings_;   // guarded by mu_
+  std::unordered_map<uint64_t, IncomingWrite> incoming_;              // guarded by mu_
+  std::vector<uint64_t> landed_chunks_;                              // per path; only its rx thread
+
+  std::mutex notes_mu_;
+  std::condition_variable notes_cv_;
+  std::deque<std::string> notes_;  // guarded by notes_mu_
+};
+
+}  // namespace ferry::tcp

@@ -1,0 +1,172 @@
+// Handshake codecs.
+#include "wire/handshake.h"
+
+#include <cstring>
+
+namespace ferry::wire {
+namespace {
+
+constexpr size_t kMaxHostId = 255;
+
+Status expect(const FrameHeader& h, FrameType t) {
+  if (h.type == t) return Status();
+  return Status(Code::kDataLoss, "handshake: expected a " + std::string(frame_type_name(t)) +
+                                     " frame, got " + std::string(frame_type_name(h.type)));
+}
+
+std::string nonce_and_host(const Nonce& n, const std::string& host) {
+  std::string aux(reinterpret_cast<const char*>(n.data()), n.size());
+  aux += host.substr(0, kMaxHostId);
+  return aux;
+}
+
+Status split_nonce_and_host(const std::string& aux, Nonce& n, std::string& host, const char* what) {
+  if (aux.size() < n.size() || aux.size() > n.size() + kMaxHostId) {
+    return Status(Code::kDataLoss, std::string("handshake: ") + what + " carries " +
+                                       std::to_string(aux.size()) + " aux bytes, expected 32..287");
+  }
+  std::memcpy(n.data(), aux.data(), n.size());
+  host = aux.substr(n.size());
+  return Status();
+}
+
+std::string proof_aux(bool has, const Proof& p) {
+  return has ? std::string(reinterpret_cast<const char*>(p.data()), p.size()) : std::string();
+}
+
+Status read_proof(const std::string& aux, bool& has, Proof& p, const char* what) {
+  if (aux.empty()) { has = false; return Status(); }
+  if (aux.size() != p.size()) {
+    return Status(Code::kDataLoss, std::string("handshake: ") + what + " proof has " +
+                                       std::to_string(aux.size()) + " bytes, expected 32");
+  }
+  has = true;
+  std::memcpy(p.data(), aux.data(), p.size());
+  return Status();
+}
+
+}  // namespace
+
+EncodedFrame encode(const Hello& m) {
+  EncodedFrame f;
+  f.header.type = FrameType::kHello;
+  f.header.code = m.version;
+  f.header.flags = static_cast<uint8_t>(m.role);
+  f.header.id = m.engine_id;
+  f.header.a = m.cookie;
+  f.header.b = m.stream_index;
+  f.header.c = m.streams;
+  f.aux = m.role == StreamRole::kControl ? nonce_and_host(m.nonce, m.host_id) : std::string();
+  f.header.aux_len = static_cast<uint16_t>(f.aux.size());
+  return f;
+}
+
+Result<Hello> decode_hello(const FrameHeader& h, const std::string& aux) {
+  FERRY_RETURN_IF_ERROR(expect(h, FrameType::kHello));
+  Hello m;
+  m.version = static_cast<uint16_t>(h.code);
+  if (h.flags != static_cast<uint8_t>(StreamRole::kControl) && h.flags != static_cast<uint8_t>(StreamRole::kData)) {
+    return Status(Code::kDataLoss, "handshake: hello has unknown stream role " + std::to_string(h.flags));
+  }
+  m.role = static_cast<StreamRole>(h.flags);
+  m.engine_id = h.id;
+  m.cookie = h.a;
+  if (h.b > 1024 || h.c > 1024) return Status(Code::kDataLoss, "handshake: hello stream counts out of range");
+  m.stream_index = static_cast<uint32_t>(h.b);
+  m.streams = static_cast<uint32_t>(h.c);
+  if (m.role == StreamRole::kControl) {
+    FERRY_RETURN_IF_ERROR(split_nonce_and_host(aux, m.nonce, m.host_id, "hello"));
+  } else if (!aux.empty()) {
+    return Status(Code::kDataLoss, "handshake: data-stream hello carries unexpected aux bytes");
+  }
+  return m;
+}
+
+EncodedFrame encode(const Welcome& m) {
+  EncodedFrame f;
+  f.header.type = FrameType::kWelcome;
+  f.header.code = m.version;
+  f.header.id = m.engine_id;
+  f.header.flags = m.auth_required ? 1 : 0;
+  f.aux = nonce_and_host(m.nonce, m.host_id);
+  f.header.aux_len = static_cast<uint16_t>(f.aux.size());
+  return f;
+}
+
+Result<Welcome> decode_welcome(const FrameHeader& h, const std::string& aux) {
+  FERRY_RETURN_IF_ERROR(expect(h, FrameType::kWelcome));
+  Welcome m;
+  m.version = static_cast<uint16_t>(h.code);
+  m.engine_id = h.id;
+  m.auth_required = (h.flags & 1) != 0;
+  FERRY_RETURN_IF_ERROR(split_nonce_and_host(aux, m.nonce, m.host_id, "welcome"));
+  return m;
+}
+
+EncodedFrame encode(const Auth& m) {
+  EncodedFrame f;
+  f.header.type = FrameType::kAuth;
+  f.aux = proof_aux(m.has_proof, m.proof);
+  f.header.aux_len = static_cast<uint16_t>(f.aux.size());
+  return f;
+}
+
+Result<Auth> decode_auth(const FrameHeader& h, const std::string& aux) {
+  FERRY_RETURN_IF_ERROR(expect(h, FrameType::kAuth));
+  Auth m;
+  FERRY_RETURN_IF_ERROR(read_proof(aux, m.has_proof, m.proof, "auth"));
+  return m;
+}
+
+EncodedFrame encode(const Accepted& m) {
+  EncodedFrame f;
+  f.header.type = FrameType::kAccepted;
+  f.header.a = m.cookie;
+  f.header.b = m.connection_id;
+  f.aux = proof_aux(m.has_proof, m.proof);
+  f.header.aux_len = static_cast<uint16_t>(f.aux.size());
+  return f;
+}
+
+Result<Accepted> decode_accepted(const FrameHeader& h, const std::string& aux) {
+  FERRY_RETURN_IF_ERROR(expect(h, FrameType::kAccepted));
+  Accepted m;
+  m.cookie = h.a;
+  m.connection_id = h.b;
+  FERRY_RETURN_IF_ERROR(read_proof(aux, m.has_proof, m.proof, "accepted"));
+  return m;
+}
+
+EncodedFrame encode(const Rejected& m) {
+  EncodedFrame f;
+  f.header.type = FrameType::kRejected;
+  f.header.code = static_cast<uint32_t>(m.code);
+  f.aux = m.message.substr(0, 1024);
+  f.header.aux_len = static_cast<uint16_t>(f.aux.size());
+  return f;
+}
+
+Result<Rejected> decode_rejected(const FrameHeader& h, const std::string& aux) {
+  FERRY_RETURN_IF_ERROR(expect(h, FrameType::kRejected));
+  Rejected m;
+  m.code = h.code <= static_cast<uint32_t>(Code::kInternal) && h.code != 0 ? static_cast<Code>(h.code)
+                                                                         : Code::kUnavailable;
+  m.message = aux;
+  return m;
+}
+
+std::string client_proof_input(const Nonce& client, const Nonce& server) {
+  std::string s = "ferry-v1-client";
+  s.append(reinterpret_cast<const char*>(client.data()), client.size());
+  s.append(reinterpret_cast<const char*>(server.data()), server.size());
+  return s;
+}
+
+std::string server_proof_input(const Nonce& client, const Nonce& server) {
+  std::string s = "ferry-v1-server";
+  s.append(reinterpret_cast<const char*>(server.data()), server.size());
+  s.append(reinterpret_cast<const char*>(client.data()), client.size());
+  return s;
+}
+
+}  // namespace ferry::wire

@@ -1,0 +1,84 @@
+// Handshake messages and their codecs (pure functions, no I/O).
+//
+// Control stream:  connector HELLO -> acceptor WELCOME -> connector AUTH ->
+//                  acceptor ACCEPTED (or REJECTED) ... acceptor READY once
+//                  every data stream has attached.
+// Data stream:     connector HELLO(role=data, cookie, index); no reply.
+// The secret never travels: AUTH and ACCEPTED carry HMAC-SHA256 proofs over
+// both sides' nonces, so each side proves it knows the secret.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "ferry/status.h"
+#include "wire/frame.h"
+
+namespace ferry::wire {
+
+using Nonce = std::array<uint8_t, 32>;
+using Proof = std::array<uint8_t, 32>;
+
+enum class StreamRole : uint8_t { kControl = 1, kData = 2 };
+
+struct Hello {
+  uint16_t version = kProtocolVersion;
+  StreamRole role = StreamRole::kControl;
+  uint64_t engine_id = 0;
+  uint32_t streams = 0;       // control: data streams that will follow
+  uint64_t cookie = 0;        // data: names the connection (from ACCEPTED)
+  uint32_t stream_index = 0;  // data: which path this is
+  Nonce nonce{};              // control: the connector's challenge
+  std::string host_id;        // identifies the host (same-host detection)
+};
+
+struct Welcome {
+  uint16_t version = kProtocolVersion;
+  uint64_t engine_id = 0;
+  bool auth_required = false;
+  Nonce nonce{};  // the acceptor's challenge
+  std::string host_id;
+};
+
+struct Auth {
+  bool has_proof = false;
+  Proof proof{};
+};
+
+struct Accepted {
+  uint64_t cookie = 0;
+  uint64_t connection_id = 0;  // the acceptor's id for this connection (for logs)
+  bool has_proof = false;
+  Proof proof{};
+};
+
+struct Rejected {
+  Code code = Code::kUnavailable;
+  std::string message;
+};
+
+// Each encode returns the header and the aux bytes to send after it.
+struct EncodedFrame {
+  FrameHeader header;
+  std::string aux;
+};
+
+EncodedFrame encode(const Hello& m);
+EncodedFrame encode(const Welcome& m);
+EncodedFrame encode(const Auth& m);
+EncodedFrame encode(const Accepted& m);
+EncodedFrame encode(const Rejected& m);
+
+// Each decode checks the frame type and aux layout; kDataLoss says what is wrong.
+Result<Hello> decode_hello(const FrameHeader& h, const std::string& aux);
+Result<Welcome> decode_welcome(const FrameHeader& h, const std::string& aux);
+Result<Auth> decode_auth(const FrameHeader& h, const std::string& aux);
+Result<Accepted> decode_accepted(const FrameHeader& h, const std::string& aux);
+Result<Rejected> decode_rejected(const FrameHeader& h, const std::string& aux);
+
+// The bytes each side signs. Roles differ so a proof cannot be reflected.
+std::string client_proof_input(const Nonce& client, const Nonce& server);
+std::string server_proof_input(const Nonce& client, const Nonce& server);
+
+}  // namespace ferry::wire
