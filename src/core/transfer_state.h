@@ -18,6 +18,9 @@ namespace ferry {
 
 class TransferState {
  public:
+  // How long wait() polls before it sleeps (see wait()).
+  static constexpr std::chrono::microseconds kSpinBeforeSleep{50};
+
   // An operation made of `parts` pieces (a vector op has one per item).
   TransferState(uint64_t id, int parts) : id_(id), parts_left_(parts) {}
 

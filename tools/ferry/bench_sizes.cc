@@ -1,1 +1,83 @@
+// Size-list parsing for ferry bench.
+#include "ferry/bench_sizes.h"
 
+#include <charconv>
+
+namespace ferry::cli {
+namespace {
+
+Status bad(std::string_view text, std::string_view why) {
+  return Status(Code::kInvalidArgument, "size \"" + std::string(text) + "\": " + std::string(why));
+}
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  for (;;) {
+    size_t p = s.find(sep, start);
+    out.push_back(s.substr(start, p == std::string_view::npos ? std::string_view::npos : p - start));
+    if (p == std::string_view::npos) return out;
+    start = p + 1;
+  }
+}
+
+}  // namespace
+
+Result<uint64_t> parse_bytes(std::string_view text) {
+  uint64_t n = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || p == text.data()) return bad(text, "expected a number");
+  std::string_view unit(p, static_cast<size_t>(text.data() + text.size() - p));
+  uint64_t mult = 1;
+  if (unit == "K" || unit == "k" || unit == "KiB") mult = 1ull << 10;
+  else if (unit == "M" || unit == "MiB") mult = 1ull << 20;
+  else if (unit == "G" || unit == "GiB") mult = 1ull << 30;
+  else if (unit == "B" || unit.empty()) mult = 1;
+  else return bad(text, "unknown unit \"" + std::string(unit) + "\" (use K, M or G)");
+  if (n > (UINT64_MAX / mult)) return bad(text, "too large");
+  return n * mult;
+}
+
+Result<std::vector<uint64_t>> parse_sizes(std::string_view text) {
+  std::vector<uint64_t> out;
+  if (text.empty()) return bad(text, "empty list");
+  for (std::string_view item : split(text, ',')) {
+    std::vector<std::string_view> parts = split(item, ':');
+    if (parts.size() == 1) {
+      FERRY_ASSIGN_OR_RETURN(uint64_t n, parse_bytes(parts[0]));
+      out.push_back(n);
+      continue;
+    }
+    if (parts.size() != 3) return bad(item, "a range is FROM:TO:xFACTOR or FROM:TO:+STEP");
+    FERRY_ASSIGN_OR_RETURN(uint64_t from, parse_bytes(parts[0]));
+    FERRY_ASSIGN_OR_RETURN(uint64_t to, parse_bytes(parts[1]));
+    if (from > to) return bad(item, "range goes backwards");
+    std::string_view step = parts[2];
+    if (step.size() < 2 || (step[0] != 'x' && step[0] != '+')) return bad(item, "step must be xFACTOR or +STEP");
+    FERRY_ASSIGN_OR_RETURN(uint64_t k, parse_bytes(step.substr(1)));
+    if (step[0] == 'x') {
+      if (k < 2) return bad(item, "factor must be at least 2");
+      if (from == 0) return bad(item, "a geometric range cannot start at 0");
+      for (uint64_t v = from; v <= to; v *= k) {
+        out.push_back(v);
+        if (v > to / k) break;
+      }
+    } else {
+      if (k == 0) return bad(item, "step must be positive");
+      for (uint64_t v = from; v <= to; v += k) {
+        out.push_back(v);
+        if (out.size() > 100000) return bad(item, "more than 100000 sizes");
+      }
+    }
+  }
+  return out;
+}
+
+std::string format_bytes(uint64_t n) {
+  if (n >= (1ull << 30) && n % (1ull << 30) == 0) return std::to_string(n >> 30) + "G";
+  if (n >= (1ull << 20) && n % (1ull << 20) == 0) return std::to_string(n >> 20) + "M";
+  if (n >= (1ull << 10) && n % (1ull << 10) == 0) return std::to_string(n >> 10) + "K";
+  return std::to_string(n);
+}
+
+}  // namespace ferry::cli

@@ -119,6 +119,31 @@ Status TcpConnection::write_control(const FrameHeader& h, std::string_view aux, 
 }
 
 void TcpConnection::queue_control(Outgoing out) {
+  // Small replies go out at once when the stream is free and has room: a
+  // hand-off to the control-transmit thread would add a wake-up to every
+  // acknowledgement. Never blocks: if the lock is taken or the socket is
+  // full, the frame is queued as usual. (Replies are independent of each
+  // other, so their order does not matter.)
+  if (!out.payload_op && out.aux.empty()) {
+    std::unique_lock lock(control_write_mu_, std::try_to_lock);
+    if (lock.owns_lock() && !failed_.load(std::memory_order_relaxed)) {
+      wire::HeaderBytes hb;
+      encode_header(out.header, hb);
+      ssize_t n = ::send(control_.fd(), hb.data(), hb.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n == static_cast<ssize_t>(hb.size())) {
+        last_tx_ns_.store(now_ns(), std::memory_order_relaxed);
+        return;
+      }
+      if (n > 0) {
+        // A partial frame must be finished before anything else is written.
+        struct iovec rest = {hb.data() + n, hb.size() - static_cast<size_t>(n)};
+        Status s = platform::send_all(control_.fd(), &rest, 1);
+        lock.unlock();
+        if (!s.ok()) fail(Status(Code::kPeerLost, where() + ": control stream: " + s.message()));
+        return;
+      }
+    }
+  }
   {
     std::lock_guard lock(out_mu_);
     if (out_stopped_) return;
@@ -817,6 +842,7 @@ Status TcpConnection::handle_frame(int fd, int path, const FrameHeader& h, std::
   switch (h.type) {
     case FrameType::kHeartbeat: return Status();
     case FrameType::kClose:
+      closed_by_peer_ = true;
       fail(Status(Code::kPeerLost, where() + ": the peer closed the connection"));
       return Status();
     case FrameType::kEager: return handle_eager(fd, h);
@@ -985,7 +1011,7 @@ void TcpConnection::fail(const Status& why) {
     std::lock_guard lock(health_mu_);
     health_ = why;
   }
-  if (why.code() == Code::kCancelled) {
+  if (why.code() == Code::kCancelled || closed_by_peer_.load()) {
     FERRY_LOG(kInfo, "tcp", "%s", why.message().c_str());
   } else {
     FERRY_LOG(kWarn, "tcp", "%s", why.to_string().c_str());

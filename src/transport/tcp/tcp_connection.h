@@ -173,6 +173,7 @@ class TcpConnection final : public Connection, public std::enable_shared_from_th
   std::vector<std::thread> threads_;
   std::atomic<bool> failed_{false};
   std::atomic<bool> closed_{false};
+  std::atomic<bool> closed_by_peer_{false};  // an orderly CLOSE arrived: not worth a warning
   mutable std::mutex health_mu_;
   Status health_;  // guarded by health_mu_
 

@@ -1,0 +1,21 @@
+// Parsing of size lists for `ferry bench --sizes` and byte counts for flags:
+// "4096", "64K", "1M,4M", "1K:256M:x4" (geometric), "1K:8K:+1K" (arithmetic).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/status.h"
+
+namespace ferry::cli {
+
+// "64K" -> 65536. Units K, M, G are binary; a bare number is bytes.
+Result<uint64_t> parse_bytes(std::string_view text);
+// A comma-separated list of sizes and ranges, in the order given.
+Result<std::vector<uint64_t>> parse_sizes(std::string_view text);
+// 65536 -> "64K", 1048579 -> "1048579".
+std::string format_bytes(uint64_t n);
+
+}  // namespace ferry::cli

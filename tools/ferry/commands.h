@@ -1,0 +1,13 @@
+// The subcommands of the ferry CLI, one file each.
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace ferry::cli {
+
+void add_bench_command(CLI::App& app);
+void add_config_command(CLI::App& app);
+
+}  // namespace ferry::cli
