@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# 64 MiB send and write over one data stream on loopback, against iperf3 with
+# one stream, measured in the same run. Prints each figure and the ratios.
+# Usage: bench/tcp_throughput.sh [ROUNDS]   (default 3; medians are reported)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/common.sh
+rounds=${1:-3}
+ferry=build/bin/ferry
+[ -x "$ferry" ] || { echo "build first: scripts/build.sh" >&2; exit 1; }
+command -v iperf3 >/dev/null || { echo "iperf3 missing: scripts/setup.sh" >&2; exit 1; }
+
+iperf=(); send=(); write=()
+for r in $(seq "$rounds"); do
+  port=$(free_port)
+  iperf3 -s -1 -p "$port" >/dev/null 2>&1 &
+  srv=$!
+  sleep 0.3
+  line=$(iperf3 -c 127.0.0.1 -p "$port" -P 1 -t 5 -f g | grep receiver | tail -1)
+  wait "$srv" || true
+  iperf+=("$(to_gbytes "$(echo "$line" | awk '{print $(NF-2)}')" "$(echo "$line" | awk '{print $(NF-1)}')")")
+  send+=("$($ferry bench --local --op send --sizes 64M --streams 1 --iters 60 --warmup 5 2>/dev/null | table_value 64M 2)")
+  write+=("$($ferry bench --local --op write --sizes 64M --streams 1 --iters 60 --warmup 5 2>/dev/null | table_value 64M 2)")
+  echo "round $r: iperf3 ${iperf[-1]} GB/s, ferry send ${send[-1]} GB/s, ferry write ${write[-1]} GB/s" >&2
+done
+i=$(median "${iperf[@]}"); s=$(median "${send[@]}"); w=$(median "${write[@]}")
+printf '%-34s %8s %8s\n' "what (median of $rounds rounds)" "GB/s" "ratio"
+printf '%-34s %8.3f %8s\n' "iperf3, 1 stream" "$i" "1.00"
+printf '%-34s %8.3f %8.2f\n' "ferry send 64M, 1 data stream" "$s" "$(awk -v a="$s" -v b="$i" 'BEGIN{print a/b}')"
+printf '%-34s %8.3f %8.2f\n' "ferry write 64M, 1 data stream" "$w" "$(awk -v a="$w" -v b="$i" 'BEGIN{print a/b}')"

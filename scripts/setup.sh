@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs every Debian package ferry needs to build, test and benchmark, on a
+# fresh machine that has only the toolchain. Idempotent: installs only what is
+# missing. Needs root (or sudo).
+set -euo pipefail
+
+packages=(
+  cmake ninja-build g++            # build
+  libssl-dev                       # HMAC-SHA256 for the handshake (libcrypto)
+  libcli11-dev nlohmann-json3-dev  # the ferry CLI
+  libgtest-dev                     # tests
+  iperf3 sockperf                  # anchors the benchmarks compare against
+  iproute2 procps                  # ip/tc for network labs, ps/pgrep for scripts
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup: done"

@@ -1,0 +1,282 @@
+// Options: FERRY_* environment overrides, validate() ranges, the auth token file, describe_tunables.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ferry/ferry.h"
+
+namespace ferry {
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::vector<std::string> kTunableEnvs = {
+    "FERRY_LISTEN",       "FERRY_STREAMS",         "FERRY_CHUNK",
+    "FERRY_WINDOW",       "FERRY_INLINE_MAX",      "FERRY_AUTH_TOKEN",
+    "FERRY_HEARTBEAT_MS", "FERRY_PEER_TIMEOUT_MS", "FERRY_HANDSHAKE_TIMEOUT_MS",
+    "FERRY_SOCKET_BUFFER", "FERRY_TRANSPORT",      "FERRY_LOG"};
+
+// Clears every FERRY_* variable ferry reads for the test's lifetime and puts
+// back whatever the process had before, including anything set through it.
+class EnvGuard {
+ public:
+  EnvGuard() {
+    std::vector<std::string> all = kTunableEnvs;
+    all.push_back("FERRY_AUTH_TOKEN_FILE");
+    for (const auto& name : all) {
+      const char* v = std::getenv(name.c_str());
+      saved_[name] = v ? std::optional<std::string>(v) : std::nullopt;
+      ::unsetenv(name.c_str());
+    }
+  }
+  ~EnvGuard() {
+    for (const auto& [name, v] : saved_) {
+      if (v) ::setenv(name.c_str(), v->c_str(), 1);
+      else ::unsetenv(name.c_str());
+    }
+  }
+  void set(const std::string& name, const std::string& value) {
+    ASSERT_TRUE(saved_.count(name)) << name << " is not a variable this guard restores";
+    ::setenv(name.c_str(), value.c_str(), 1);
+  }
+  void unset(const std::string& name) { ::unsetenv(name.c_str()); }
+  EnvGuard(const EnvGuard&) = delete;
+  EnvGuard& operator=(const EnvGuard&) = delete;
+
+ private:
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+
+std::map<std::string, std::string> values_by_env(const Options& o) {
+  std::map<std::string, std::string> m;
+  for (const auto& t : describe_tunables(o)) m[t.env] = t.value;
+  return m;
+}
+
+TEST(Options, DefaultsAreValidAndUnchangedWithoutEnvironment) {
+  EnvGuard env;
+  EXPECT_TRUE(validate(Options{}).ok());
+  Options base;
+  base.window = 7;
+  auto r = apply_environment(base);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->window, 7);
+  EXPECT_EQ(r->streams, Options{}.streams);
+}
+
+TEST(Options, EnvironmentOverridesAreApplied) {
+  EnvGuard env;
+  env.set("FERRY_STREAMS", "4");
+  env.set("FERRY_CHUNK", "1M");
+  env.set("FERRY_PEER_TIMEOUT_MS", "1500");
+  env.set("FERRY_LOG", "debug");
+  Options base;
+  base.window = 9;  // not in the environment: kept
+  auto r = apply_environment(base);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->streams, 4);
+  EXPECT_EQ(r->chunk_bytes, size_t{1} << 20);
+  EXPECT_EQ(r->peer_timeout, 1500ms);
+  EXPECT_EQ(r->log_level, LogLevel::kDebug);
+  EXPECT_EQ(r->window, 9);
+  EXPECT_EQ(r->heartbeat_interval, Options{}.heartbeat_interval);
+}
+
+// Each tunable alone, through its own variable: only that field changes.
+TEST(Options, EveryTunableIsReadFromItsVariable) {
+  const std::map<std::string, std::pair<std::string, std::string>> cases = {
+      // env -> (value set, value describe_tunables reports)
+      {"FERRY_LISTEN", {"0.0.0.0:7000", "0.0.0.0:7000"}},
+      {"FERRY_STREAMS", {"5", "5"}},
+      {"FERRY_CHUNK", {"64K", "65536"}},
+      {"FERRY_WINDOW", {"32", "32"}},
+      {"FERRY_INLINE_MAX", {"1K", "1024"}},
+      {"FERRY_AUTH_TOKEN", {"hunter2", "(set)"}},
+      {"FERRY_HEARTBEAT_MS", {"250", "250"}},
+      {"FERRY_PEER_TIMEOUT_MS", {"9000", "9000"}},
+      {"FERRY_HANDSHAKE_TIMEOUT_MS", {"3000", "3000"}},
+      {"FERRY_SOCKET_BUFFER", {"4M", "4194304"}},
+      {"FERRY_TRANSPORT", {"tcp", "tcp"}},
+      {"FERRY_LOG", {"trace", "trace"}},
+  };
+  ASSERT_EQ(cases.size(), kTunableEnvs.size());
+  const auto defaults = values_by_env(Options{});
+  for (const auto& [name, vals] : cases) {
+    EnvGuard env;
+    env.set(name, vals.first);
+    auto r = apply_environment(Options{});
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status().to_string();
+    auto got = values_by_env(r.value());
+    for (const auto& [other, v] : got) {
+      if (other == name) {
+        EXPECT_EQ(v, vals.second) << name;
+        EXPECT_NE(v, defaults.at(other)) << name << " did not change";
+      } else {
+        EXPECT_EQ(v, defaults.at(other)) << other << " changed when only " << name << " was set";
+      }
+    }
+    if (name == "FERRY_AUTH_TOKEN") EXPECT_EQ(r->auth_token, "hunter2");
+  }
+}
+
+void expect_rejected(const std::string& name, const std::string& value) {
+  EnvGuard env;
+  env.set(name, value);
+  auto r = apply_environment(Options{});
+  ASSERT_FALSE(r.ok()) << name << "=" << value << " was accepted";
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << r.status().to_string();
+  EXPECT_NE(r.status().message().find(name), std::string::npos) << r.status().message();
+}
+
+TEST(Options, MalformedValuesNameTheVariable) {
+  expect_rejected("FERRY_STREAMS", "abc");
+  expect_rejected("FERRY_STREAMS", "");
+  expect_rejected("FERRY_STREAMS", "-1");
+  expect_rejected("FERRY_CHUNK", "12Q");
+  expect_rejected("FERRY_CHUNK", "M");
+  expect_rejected("FERRY_LOG", "loud");
+  expect_rejected("FERRY_LOG", "DEBUG");
+  expect_rejected("FERRY_PEER_TIMEOUT_MS", "1.5");
+  expect_rejected("FERRY_PEER_TIMEOUT_MS", "0");
+  expect_rejected("FERRY_HEARTBEAT_MS", "-5");
+  // The offending value is quoted too.
+  EnvGuard env;
+  env.set("FERRY_CHUNK", "12Q");
+  EXPECT_NE(apply_environment(Options{}).status().message().find("12Q"), std::string::npos);
+}
+
+// Well-formed numbers too large for their field must not wrap into a valid
+// but different setting (e.g. 2^32 + 4 streams read as 4).
+TEST(Options, ValuesTooLargeForTheFieldAreRejected) {
+  expect_rejected("FERRY_STREAMS", "4294967300");               // 2^32 + 4
+  expect_rejected("FERRY_WINDOW", "4294967297");                // 2^32 + 1
+  expect_rejected("FERRY_CHUNK", "18014398509482008K");         // (2^54 + 2^10) KiB = 2^64 + 1 MiB
+  expect_rejected("FERRY_CHUNK", "99999999999999999999999");    // beyond uint64
+}
+
+TEST(Options, EnvironmentIsValidated) {
+  expect_rejected("FERRY_STREAMS", "0");
+  expect_rejected("FERRY_TRANSPORT", "udp");
+}
+
+TEST(Options, ValidateRejectsOutOfRangeFields) {
+  auto expect_bad = [](const Options& o, const std::string& field) {
+    Status s = validate(o);
+    ASSERT_FALSE(s.ok()) << field;
+    EXPECT_EQ(s.code(), Code::kInvalidArgument);
+    EXPECT_NE(s.message().find(field), std::string::npos) << s.message();
+  };
+  Options o;
+  o.streams = 0;
+  expect_bad(o, "streams");
+  o = Options{};
+  o.streams = 65;
+  expect_bad(o, "streams");
+  o = Options{};
+  o.chunk_bytes = 100;
+  expect_bad(o, "chunk_bytes");
+  o = Options{};
+  o.window = 0;
+  expect_bad(o, "window");
+  o = Options{};
+  o.peer_timeout = o.heartbeat_interval;
+  expect_bad(o, "peer_timeout");
+  o = Options{};
+  o.peer_timeout = 100ms;
+  o.heartbeat_interval = 200ms;
+  expect_bad(o, "peer_timeout");
+  o = Options{};
+  o.transport = "udp";
+  expect_bad(o, "transport");
+  o = Options{};
+  o.listen = "localhost";
+  expect_bad(o, "listen");
+
+  // The edges that are allowed.
+  o = Options{};
+  o.streams = 1;
+  o.chunk_bytes = 4096;
+  o.window = 1;
+  o.peer_timeout = o.heartbeat_interval + 1ms;
+  o.transport = "tcp";
+  EXPECT_TRUE(validate(o).ok()) << validate(o).to_string();
+}
+
+class TempFile {
+ public:
+  explicit TempFile(const std::string& contents) {
+    char name[] = "/tmp/ferry_options_test_XXXXXX";
+    int fd = ::mkstemp(name);
+    EXPECT_GE(fd, 0);
+    path_ = name;
+    EXPECT_EQ(::write(fd, contents.data(), contents.size()), static_cast<ssize_t>(contents.size()));
+    ::close(fd);
+  }
+  ~TempFile() { ::unlink(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TEST(Options, AuthTokenFromFile) {
+  for (const std::string& contents : {std::string("s3cret\n"), std::string("s3cret\r\n"), std::string("s3cret")}) {
+    TempFile f(contents);
+    EnvGuard env;
+    env.set("FERRY_AUTH_TOKEN_FILE", f.path());
+    auto r = apply_environment(Options{});
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->auth_token, "s3cret");
+  }
+}
+
+TEST(Options, UnreadableAuthTokenFileIsAnError) {
+  EnvGuard env;
+  env.set("FERRY_AUTH_TOKEN_FILE", "/nonexistent/ferry/token");
+  auto r = apply_environment(Options{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("FERRY_AUTH_TOKEN_FILE"), std::string::npos);
+}
+
+TEST(Options, DescribeTunablesListsEveryVariableOnce) {
+  Options o;
+  o.streams = 5;
+  o.auth_token = "do-not-print";
+  auto list = describe_tunables(o);
+  std::multiset<std::string> envs, names;
+  for (const auto& t : list) {
+    envs.insert(t.env);
+    names.insert(t.name);
+    EXPECT_FALSE(t.doc.empty()) << t.env;
+    EXPECT_EQ(t.env.rfind("FERRY_", 0), 0u) << t.env;
+    EXPECT_EQ(t.value.find("do-not-print"), std::string::npos) << "secret leaked by " << t.env;
+  }
+  for (const auto& e : kTunableEnvs) EXPECT_EQ(envs.count(e), 1u) << e;
+  EXPECT_EQ(envs.size(), kTunableEnvs.size());
+  EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), names.size()) << "duplicate names";
+
+  auto m = values_by_env(o);
+  EXPECT_EQ(m["FERRY_STREAMS"], "5");
+  EXPECT_EQ(m["FERRY_AUTH_TOKEN"], "(set)");
+  for (const auto& t : list) {
+    if (t.env == "FERRY_STREAMS") EXPECT_EQ(t.default_value, "2");
+    if (t.env == "FERRY_CHUNK") {
+      EXPECT_EQ(t.default_value, "524288");
+      EXPECT_EQ(t.unit, "bytes");
+    }
+    if (t.env == "FERRY_LOG") EXPECT_EQ(t.default_value, "warn");
+    if (t.env == "FERRY_AUTH_TOKEN") EXPECT_EQ(t.default_value, "(unset)");
+  }
+}
+
+}  // namespace
+}  // namespace ferry
