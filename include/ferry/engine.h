@@ -70,14 +70,12 @@ class Connection {
   // Writes local bytes into the peer's exported memory at `remote_offset`.
   // A non-empty `notification` (at most kMaxNotification bytes) is delivered
   // to the peer after the data is in place. Non-blocking.
-  virtual Transfer write_async(const void* local, size_t size, const RemoteDescriptor& remote,
-                               uint64_t remote_offset, std::string_view notification = {}) = 0;
+  virtual Transfer write_async(const void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset,
+                               std::string_view notification = {}) = 0;
   // All items, then the notification once every item's data is in place.
-  virtual Transfer writev_async(std::span<const WriteItem> items,
-                                std::string_view notification = {}) = 0;
+  virtual Transfer writev_async(std::span<const WriteItem> items, std::string_view notification = {}) = 0;
   // Reads the peer's exported memory into local memory. Non-blocking.
-  virtual Transfer read_async(void* local, size_t size, const RemoteDescriptor& remote,
-                              uint64_t remote_offset) = 0;
+  virtual Transfer read_async(void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset) = 0;
   virtual Transfer readv_async(std::span<const ReadItem> items) = 0;
 
   // ---- notifications ----------------------------------------------------
@@ -95,9 +93,8 @@ class Connection {
   // Returns the message size.
   Result<size_t> recv(void* data, size_t capacity, Deadline deadline = kNoDeadline);
   Result<size_t> recvv(std::span<const MutableBuffer> parts, Deadline deadline = kNoDeadline);
-  Status write(const void* local, size_t size, const RemoteDescriptor& remote,
-               uint64_t remote_offset, std::string_view notification = {},
-               Deadline deadline = kNoDeadline);
+  Status write(const void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset,
+               std::string_view notification = {}, Deadline deadline = kNoDeadline);
   Status read(void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset,
               Deadline deadline = kNoDeadline);
   Status notify(std::string_view message, Deadline deadline = kNoDeadline);
@@ -154,8 +151,7 @@ class Engine {
   Status dereg(const Region& region);
   // Exports [offset, offset+length) of `region` to peers (length 0: to the end).
   // kNotFound if not registered, kOutOfRange if the slice leaves the region.
-  Result<RemoteDescriptor> export_region(const Region& region, uint64_t offset = 0,
-                                         uint64_t length = 0);
+  Result<RemoteDescriptor> export_region(const Region& region, uint64_t offset = 0, uint64_t length = 0);
 
   // ---- connections -----------------------------------------------------
   // Connects to `peer` ("host:port" or a metadata() blob) by `deadline`.

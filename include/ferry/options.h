@@ -46,11 +46,11 @@ struct Options {
 
 // One tunable as `ferry config` shows it.
 struct TunableInfo {
-  std::string name;         // "streams"
-  std::string env;          // "FERRY_STREAMS"
+  std::string name;  // "streams"
+  std::string env;   // "FERRY_STREAMS"
   std::string default_value;
-  std::string value;        // the value in the Options it was described from
-  std::string unit;         // "bytes", "ms", "count", ""
+  std::string value;  // the value in the Options it was described from
+  std::string unit;   // "bytes", "ms", "count", ""
   std::string doc;
 };
 

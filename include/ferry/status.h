@@ -59,9 +59,7 @@ class [[nodiscard]] Status {
   // Returns a copy whose message is prefixed with `context + ": "`.
   Status with_context(std::string_view context) const;
 
-  friend bool operator==(const Status& a, const Status& b) {
-    return a.code_ == b.code_ && a.message_ == b.message_;
-  }
+  friend bool operator==(const Status& a, const Status& b) { return a.code_ == b.code_ && a.message_ == b.message_; }
 
  private:
   Code code_ = Code::kOk;
@@ -72,7 +70,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {  // NOLINT: implicit by design
     if (std::get<Status>(v_).ok()) {
       v_ = Status(Code::kInternal, "Result constructed from an OK status without a value");
@@ -98,10 +96,10 @@ class [[nodiscard]] Result {
 }  // namespace ferry
 
 // Returns early from the enclosing function when `expr` yields a non-OK Status.
-#define FERRY_RETURN_IF_ERROR(expr)                   \
-  do {                                                \
-    ::ferry::Status ferry_status_ = (expr);           \
-    if (!ferry_status_.ok()) return ferry_status_;    \
+#define FERRY_RETURN_IF_ERROR(expr)                \
+  do {                                             \
+    ::ferry::Status ferry_status_ = (expr);        \
+    if (!ferry_status_.ok()) return ferry_status_; \
   } while (0)
 
 #define FERRY_CONCAT_INNER_(a, b) a##b

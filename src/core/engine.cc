@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cinttypes>
-#include <cstdlib>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -111,8 +111,8 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
   if (!listener.ok()) return listener.status().with_context("engine");
   impl->listener = std::move(listener).value();
   std::string host = at.host.empty() || at.host == "0.0.0.0" ? "127.0.0.1" : at.host;
-  impl->address = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
-                  std::to_string(impl->listener->port());
+  impl->address =
+      (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(impl->listener->port());
   impl->heartbeat = platform::start_thread("ferry-heartbeat", [raw] { raw->heartbeat_loop(); });
   FERRY_LOG(kInfo, "engine", "engine %016" PRIx64 " listening on %s", impl->ctx->engine_id, impl->address.c_str());
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
@@ -221,8 +221,6 @@ Status Connection::read(void* local, size_t size, const RemoteDescriptor& remote
                         Deadline deadline) {
   return read_async(local, size, remote, remote_offset).wait(deadline);
 }
-Status Connection::notify(std::string_view message, Deadline deadline) {
-  return notify_async(message).wait(deadline);
-}
+Status Connection::notify(std::string_view message, Deadline deadline) { return notify_async(message).wait(deadline); }
 
 }  // namespace ferry

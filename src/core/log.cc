@@ -25,11 +25,16 @@ int level_from_env() {
 
 const char* level_name(LogLevel l) {
   switch (l) {
-    case LogLevel::kError: return "error";
-    case LogLevel::kWarn: return "warn";
-    case LogLevel::kInfo: return "info";
-    case LogLevel::kDebug: return "debug";
-    case LogLevel::kTrace: return "trace";
+    case LogLevel::kError:
+      return "error";
+    case LogLevel::kWarn:
+      return "warn";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kDebug:
+      return "debug";
+    case LogLevel::kTrace:
+      return "trace";
   }
   return "?";
 }

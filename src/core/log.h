@@ -16,17 +16,14 @@ namespace ferry::log {
 // The process-wide threshold. An atomic so the check costs one relaxed load.
 std::atomic<int>& threshold();
 void set_level(LogLevel level);
-inline bool enabled(LogLevel level) {
-  return static_cast<int>(level) <= threshold().load(std::memory_order_relaxed);
-}
+inline bool enabled(LogLevel level) { return static_cast<int>(level) <= threshold().load(std::memory_order_relaxed); }
 // Writes "ferry <level> [subsystem] message\n" in one write(2).
-void write(LogLevel level, const char* subsystem, const char* fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+void write(LogLevel level, const char* subsystem, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
 
 }  // namespace ferry::log
 
-#define FERRY_LOG(level, subsystem, ...)                                  \
-  do {                                                                    \
-    if (::ferry::log::enabled(::ferry::LogLevel::level))                  \
+#define FERRY_LOG(level, subsystem, ...)                                     \
+  do {                                                                       \
+    if (::ferry::log::enabled(::ferry::LogLevel::level))                     \
       ::ferry::log::write(::ferry::LogLevel::level, subsystem, __VA_ARGS__); \
   } while (0)

@@ -52,7 +52,10 @@ Status Registry::remove(uint64_t region_id) {
     by_id_.erase(it);
     auto [lo, hi] = by_base_.equal_range(reinterpret_cast<uintptr_t>(entry->region.base));
     for (auto b = lo; b != hi; ++b) {
-      if (b->second == entry) { by_base_.erase(b); break; }
+      if (b->second == entry) {
+        by_base_.erase(b);
+        break;
+      }
     }
     for (auto e = exports_.begin(); e != exports_.end();) {
       e = e->second.region == entry ? exports_.erase(e) : std::next(e);
@@ -119,8 +122,7 @@ Result<MemorySpan> Registry::resolve_local(const void* p, size_t size, const cha
                                      " is not inside any registered region (register it with reg())");
 }
 
-Result<MemorySpan> Registry::resolve_export(uint64_t export_id, uint64_t key, uint64_t offset,
-                                            uint64_t size) const {
+Result<MemorySpan> Registry::resolve_export(uint64_t export_id, uint64_t key, uint64_t offset, uint64_t size) const {
   std::shared_lock lock(mu_);
   auto it = exports_.find(export_id);
   if (it == exports_.end()) {
@@ -128,8 +130,8 @@ Result<MemorySpan> Registry::resolve_export(uint64_t export_id, uint64_t key, ui
                                        " does not exist here (never exported, or its region was deregistered)");
   }
   const ExportEntry& e = it->second;
-  if (!platform::constant_time_equal(reinterpret_cast<const uint8_t*>(&e.key),
-                                     reinterpret_cast<const uint8_t*>(&key), sizeof(key))) {
+  if (!platform::constant_time_equal(reinterpret_cast<const uint8_t*>(&e.key), reinterpret_cast<const uint8_t*>(&key),
+                                     sizeof(key))) {
     return Status(Code::kPermissionDenied, "wrong key for export " + std::to_string(export_id));
   }
   if (offset > e.length || size > e.length - offset) {

@@ -22,9 +22,9 @@ namespace ferry::core {
 
 struct RegionEntry {
   Region region;
-  int registrations = 1;      // guarded by the registry lock
-  std::shared_mutex access;   // shared: bytes moving; exclusive: retiring
-  bool alive = true;          // guarded by `access`
+  int registrations = 1;     // guarded by the registry lock
+  std::shared_mutex access;  // shared: bytes moving; exclusive: retiring
+  bool alive = true;         // guarded by `access`
 };
 using RegionRef = std::shared_ptr<RegionEntry>;
 
@@ -55,8 +55,7 @@ class Registry {
   // waits for bytes moving in it at this instant.
   Status remove(uint64_t region_id);
   // Exports [offset, offset+length) of a registered region (length 0: to the end).
-  Result<RemoteDescriptor> export_slice(uint64_t engine_id, uint64_t region_id, uint64_t offset,
-                                        uint64_t length);
+  Result<RemoteDescriptor> export_slice(uint64_t engine_id, uint64_t region_id, uint64_t offset, uint64_t length);
 
   // The registered region holding [p, p+size). `what` names the buffer in
   // errors ("send buffer"). kNotFound / kOutOfRange.
@@ -77,7 +76,7 @@ class Registry {
   };
 
   mutable std::shared_mutex mu_;
-  std::multimap<uintptr_t, RegionRef> by_base_;         // guarded by mu_
+  std::multimap<uintptr_t, RegionRef> by_base_;        // guarded by mu_
   std::unordered_map<uint64_t, RegionRef> by_id_;      // guarded by mu_
   std::unordered_map<uint64_t, ExportEntry> exports_;  // guarded by mu_
   size_t max_length_ = 0;                              // guarded by mu_; bounds the backward scan

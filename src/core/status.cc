@@ -5,21 +5,36 @@ namespace ferry {
 
 std::string_view code_name(Code code) {
   switch (code) {
-    case Code::kOk: return "ok";
-    case Code::kCancelled: return "cancelled";
-    case Code::kInvalidArgument: return "invalid_argument";
-    case Code::kDeadlineExceeded: return "deadline_exceeded";
-    case Code::kNotFound: return "not_found";
-    case Code::kOutOfRange: return "out_of_range";
-    case Code::kPermissionDenied: return "permission_denied";
-    case Code::kUnauthenticated: return "unauthenticated";
-    case Code::kResourceExhausted: return "resource_exhausted";
-    case Code::kUnavailable: return "unavailable";
-    case Code::kPeerLost: return "peer_lost";
-    case Code::kBufferTooSmall: return "buffer_too_small";
-    case Code::kUnimplemented: return "unimplemented";
-    case Code::kDataLoss: return "data_loss";
-    case Code::kInternal: return "internal";
+    case Code::kOk:
+      return "ok";
+    case Code::kCancelled:
+      return "cancelled";
+    case Code::kInvalidArgument:
+      return "invalid_argument";
+    case Code::kDeadlineExceeded:
+      return "deadline_exceeded";
+    case Code::kNotFound:
+      return "not_found";
+    case Code::kOutOfRange:
+      return "out_of_range";
+    case Code::kPermissionDenied:
+      return "permission_denied";
+    case Code::kUnauthenticated:
+      return "unauthenticated";
+    case Code::kResourceExhausted:
+      return "resource_exhausted";
+    case Code::kUnavailable:
+      return "unavailable";
+    case Code::kPeerLost:
+      return "peer_lost";
+    case Code::kBufferTooSmall:
+      return "buffer_too_small";
+    case Code::kUnimplemented:
+      return "unimplemented";
+    case Code::kDataLoss:
+      return "data_loss";
+    case Code::kInternal:
+      return "internal";
   }
   return "unknown";
 }

@@ -70,8 +70,7 @@ Status TransferState::wait(Deadline deadline) {
   if (deadline == kNoDeadline) {
     cv_.wait(lock, [&] { return done_.load(std::memory_order_relaxed); });
   } else if (!cv_.wait_until(lock, deadline, [&] { return done_.load(std::memory_order_relaxed); })) {
-    return Status(Code::kDeadlineExceeded,
-                  "transfer " + std::to_string(id_) + " still running at its deadline");
+    return Status(Code::kDeadlineExceeded, "transfer " + std::to_string(id_) + " still running at its deadline");
   }
   return status_;
 }

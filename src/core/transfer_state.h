@@ -58,9 +58,9 @@ class TransferState {
   std::atomic<bool> done_{false};
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  int parts_left_;                     // guarded by mu_
-  Status status_;                      // guarded by mu_; first error
-  std::function<bool()> canceller_;    // guarded by mu_
+  int parts_left_;                                  // guarded by mu_
+  Status status_;                                   // guarded by mu_; first error
+  std::function<bool()> canceller_;                 // guarded by mu_
   std::function<void(const Status&)> finish_hook_;  // guarded by mu_
 };
 

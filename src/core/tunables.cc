@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <sstream>
 
 #include "core/log.h"
@@ -25,8 +26,7 @@ struct Tunable {
 };
 
 Status bad_value(std::string_view env, std::string_view value, std::string_view why) {
-  return Status(Code::kInvalidArgument,
-                std::string(env) + "=\"" + std::string(value) + "\": " + std::string(why));
+  return Status(Code::kInvalidArgument, std::string(env) + "=\"" + std::string(value) + "\": " + std::string(why));
 }
 
 // Parses "123", "64K", "1M", "2G" (binary multiples).
@@ -36,10 +36,15 @@ Result<uint64_t> parse_size(std::string_view env, std::string_view v) {
   if (ec != std::errc() || p == v.data()) return bad_value(env, v, "expected a number");
   std::string_view suffix(p, static_cast<size_t>(v.data() + v.size() - p));
   uint64_t mult = 1;
-  if (suffix == "K" || suffix == "k" || suffix == "KiB") mult = 1ull << 10;
-  else if (suffix == "M" || suffix == "MiB") mult = 1ull << 20;
-  else if (suffix == "G" || suffix == "GiB") mult = 1ull << 30;
-  else if (!suffix.empty()) return bad_value(env, v, "unknown unit (use K, M or G)");
+  if (suffix == "K" || suffix == "k" || suffix == "KiB")
+    mult = 1ull << 10;
+  else if (suffix == "M" || suffix == "MiB")
+    mult = 1ull << 20;
+  else if (suffix == "G" || suffix == "GiB")
+    mult = 1ull << 30;
+  else if (!suffix.empty())
+    return bad_value(env, v, "unknown unit (use K, M or G)");
+  if (n > UINT64_MAX / mult) return bad_value(env, v, "too large");
   return n * mult;
 }
 
@@ -65,21 +70,28 @@ const char* level_name(LogLevel l) {
 }
 
 template <typename Field>
-Tunable size_tunable(const char* name, const char* env, const char* unit, const char* doc,
-                     Field Options::*field) {
-  return Tunable{name, env, unit, doc,
+Tunable size_tunable(const char* name, const char* env, const char* unit, const char* doc, Field Options::*field) {
+  return Tunable{name,
+                 env,
+                 unit,
+                 doc,
                  [field](const Options& o) { return std::to_string(o.*field); },
                  [field, env](Options& o, std::string_view v) -> Status {
                    auto r = parse_size(env, v);
                    if (!r.ok()) return r.status();
+                   if (r.value() > static_cast<uint64_t>(std::numeric_limits<Field>::max())) {
+                     return bad_value(env, v, "too large");
+                   }
                    o.*field = static_cast<Field>(r.value());
                    return Status();
                  }};
 }
 
-Tunable ms_tunable(const char* name, const char* env, const char* doc,
-                   std::chrono::milliseconds Options::*field) {
-  return Tunable{name, env, "ms", doc,
+Tunable ms_tunable(const char* name, const char* env, const char* doc, std::chrono::milliseconds Options::*field) {
+  return Tunable{name,
+                 env,
+                 "ms",
+                 doc,
                  [field](const Options& o) { return std::to_string((o.*field).count()); },
                  [field, env](Options& o, std::string_view v) -> Status {
                    auto r = parse_int(env, v);
@@ -90,9 +102,12 @@ Tunable ms_tunable(const char* name, const char* env, const char* doc,
                  }};
 }
 
-Tunable string_tunable(const char* name, const char* env, const char* doc,
-                       std::string Options::*field, bool secret = false) {
-  return Tunable{name, env, "", doc,
+Tunable string_tunable(const char* name, const char* env, const char* doc, std::string Options::*field,
+                       bool secret = false) {
+  return Tunable{name,
+                 env,
+                 "",
+                 doc,
                  [field, secret](const Options& o) {
                    if (secret) return std::string((o.*field).empty() ? "(unset)" : "(set)");
                    return o.*field;
@@ -105,32 +120,25 @@ Tunable string_tunable(const char* name, const char* env, const char* doc,
 
 const std::vector<Tunable>& tunables() {
   static const std::vector<Tunable> table = {
-      string_tunable("listen", "FERRY_LISTEN", "host:port to listen on (port 0 picks one)",
-                     &Options::listen),
-      size_tunable("streams", "FERRY_STREAMS", "count", "data streams (paths) per connection",
-                   &Options::streams),
+      string_tunable("listen", "FERRY_LISTEN", "host:port to listen on (port 0 picks one)", &Options::listen),
+      size_tunable("streams", "FERRY_STREAMS", "count", "data streams (paths) per connection", &Options::streams),
       size_tunable("chunk_bytes", "FERRY_CHUNK", "bytes",
-                   "bulk transfers travel in chunks of this size (K/M/G suffixes)",
-                   &Options::chunk_bytes),
+                   "bulk transfers travel in chunks of this size (K/M/G suffixes)", &Options::chunk_bytes),
       size_tunable("window", "FERRY_WINDOW", "chunks",
-                   "chunks a path may have in flight before the peer confirms landing",
-                   &Options::window),
+                   "chunks a path may have in flight before the peer confirms landing", &Options::window),
       size_tunable("inline_max", "FERRY_INLINE_MAX", "bytes",
-                   "messages and writes up to this size ride inline on the control stream",
-                   &Options::inline_max),
+                   "messages and writes up to this size ride inline on the control stream", &Options::inline_max),
       string_tunable("auth_token", "FERRY_AUTH_TOKEN",
-                     "shared secret for the challenge-response handshake (empty: none)",
+                     "shared secret for the challenge-response handshake (or FERRY_AUTH_TOKEN_FILE)",
                      &Options::auth_token, /*secret=*/true),
-      ms_tunable("heartbeat_interval", "FERRY_HEARTBEAT_MS",
-                 "send a heartbeat after this long without control traffic",
+      ms_tunable("heartbeat_interval", "FERRY_HEARTBEAT_MS", "send a heartbeat after this long without control traffic",
                  &Options::heartbeat_interval),
-      ms_tunable("peer_timeout", "FERRY_PEER_TIMEOUT_MS",
-                 "a peer silent this long is lost and its transfers fail", &Options::peer_timeout),
-      ms_tunable("handshake_timeout", "FERRY_HANDSHAKE_TIMEOUT_MS",
-                 "drop a connection whose handshake takes longer", &Options::handshake_timeout),
+      ms_tunable("peer_timeout", "FERRY_PEER_TIMEOUT_MS", "a peer silent this long is lost and its transfers fail",
+                 &Options::peer_timeout),
+      ms_tunable("handshake_timeout", "FERRY_HANDSHAKE_TIMEOUT_MS", "drop a connection whose handshake takes longer",
+                 &Options::handshake_timeout),
       size_tunable("socket_buffer_bytes", "FERRY_SOCKET_BUFFER", "bytes",
-                   "SO_SNDBUF/SO_RCVBUF per stream; 0 keeps kernel autotuning",
-                   &Options::socket_buffer_bytes),
+                   "SO_SNDBUF/SO_RCVBUF per stream; 0 keeps kernel autotuning", &Options::socket_buffer_bytes),
       string_tunable("transport", "FERRY_TRANSPORT", "auto or tcp", &Options::transport),
       Tunable{"log_level", "FERRY_LOG", "", "error, warn, info, debug or trace",
               [](const Options& o) { return std::string(level_name(o.log_level)); },
@@ -156,8 +164,7 @@ Result<Options> apply_environment(Options base) {
   if (const char* path = std::getenv("FERRY_AUTH_TOKEN_FILE"); path != nullptr && base.auth_token.empty()) {
     std::ifstream in(path);
     if (!in) {
-      return Status(Code::kInvalidArgument,
-                    std::string("FERRY_AUTH_TOKEN_FILE=\"") + path + "\": cannot be read");
+      return Status(Code::kInvalidArgument, std::string("FERRY_AUTH_TOKEN_FILE=\"") + path + "\": cannot be read");
     }
     std::stringstream ss;
     ss << in.rdbuf();
@@ -181,8 +188,8 @@ Status validate(const Options& o) {
     return bad("transport must be auto or tcp, got \"" + o.transport + "\"");
   }
   if (o.peer_timeout <= o.heartbeat_interval) {
-    return bad("peer_timeout (" + std::to_string(o.peer_timeout.count()) +
-               " ms) must exceed heartbeat_interval (" + std::to_string(o.heartbeat_interval.count()) + " ms)");
+    return bad("peer_timeout (" + std::to_string(o.peer_timeout.count()) + " ms) must exceed heartbeat_interval (" +
+               std::to_string(o.heartbeat_interval.count()) + " ms)");
   }
   if (o.listen.find(':') == std::string::npos) return bad("listen must be host:port, got \"" + o.listen + "\"");
   return Status();

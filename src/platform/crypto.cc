@@ -38,8 +38,8 @@ uint64_t random_u64() {
 std::array<uint8_t, 32> hmac_sha256(std::string_view key, std::string_view data) {
   std::array<uint8_t, 32> out{};
   unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(data.data()), data.size(), out.data(), &len);
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
+       data.size(), out.data(), &len);
   return out;
 }
 

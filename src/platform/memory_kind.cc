@@ -12,8 +12,8 @@ namespace {
 // The three driver entry points used, declared here so the build needs no CUDA headers.
 using CuInit = int (*)(unsigned int);
 using CuPointerGetAttribute = int (*)(void* data, int attribute, uintptr_t ptr);
-constexpr int kAttrMemoryType = 2;      // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
-constexpr int kAttrDeviceOrdinal = 9;   // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+constexpr int kAttrMemoryType = 2;         // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+constexpr int kAttrDeviceOrdinal = 9;      // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
 constexpr unsigned kMemoryTypeHost = 1;    // CU_MEMORYTYPE_HOST
 constexpr unsigned kMemoryTypeDevice = 2;  // CU_MEMORYTYPE_DEVICE
 

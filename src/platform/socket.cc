@@ -92,16 +92,19 @@ Result<HostPort> parse_host_port(std::string_view s) {
 }
 
 Result<Socket> listen_tcp(const HostPort& at, int backlog) {
-  FERRY_ASSIGN_OR_RETURN(struct addrinfo* res, resolve(at, true));
+  FERRY_ASSIGN_OR_RETURN(struct addrinfo * res, resolve(at, true));
   Status last(Code::kUnavailable, "no address to listen on for \"" + at.host + "\"");
   for (struct addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
     Socket s(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
-    if (!s.valid()) { last = Status(Code::kResourceExhausted, "socket: " + errno_text(errno)); continue; }
+    if (!s.valid()) {
+      last = Status(Code::kResourceExhausted, "socket: " + errno_text(errno));
+      continue;
+    }
     int one = 1;
     ::setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (::bind(s.fd(), ai->ai_addr, ai->ai_addrlen) != 0 || ::listen(s.fd(), backlog) != 0) {
-      last = Status(Code::kUnavailable, "cannot listen on " + at.host + ":" + std::to_string(at.port) + ": " +
-                                            errno_text(errno));
+      last = Status(Code::kUnavailable,
+                    "cannot listen on " + at.host + ":" + std::to_string(at.port) + ": " + errno_text(errno));
       continue;
     }
     ::freeaddrinfo(res);
@@ -140,12 +143,15 @@ std::string peer_name(int fd) {
 }
 
 Result<Socket> connect_tcp(const HostPort& to, Deadline deadline) {
-  FERRY_ASSIGN_OR_RETURN(struct addrinfo* res, resolve(to, false));
+  FERRY_ASSIGN_OR_RETURN(struct addrinfo * res, resolve(to, false));
   std::string where = to.host + ":" + std::to_string(to.port);
   Status last(Code::kUnavailable, "no address for " + where);
   for (struct addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
     Socket s(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
-    if (!s.valid()) { last = Status(Code::kResourceExhausted, "socket: " + errno_text(errno)); continue; }
+    if (!s.valid()) {
+      last = Status(Code::kResourceExhausted, "socket: " + errno_text(errno));
+      continue;
+    }
     int rc = ::connect(s.fd(), ai->ai_addr, ai->ai_addrlen);
     if (rc != 0 && errno != EINPROGRESS) {
       last = Status(Code::kUnavailable, "connect to " + where + ": " + errno_text(errno));
@@ -153,11 +159,17 @@ Result<Socket> connect_tcp(const HostPort& to, Deadline deadline) {
     }
     if (rc != 0) {
       Status w = wait_fd(s.fd(), POLLOUT, deadline, ("connect to " + where).c_str());
-      if (!w.ok()) { ::freeaddrinfo(res); return w; }
+      if (!w.ok()) {
+        ::freeaddrinfo(res);
+        return w;
+      }
       int err = 0;
       socklen_t len = sizeof(err);
       ::getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &err, &len);
-      if (err != 0) { last = Status(Code::kUnavailable, "connect to " + where + ": " + errno_text(err)); continue; }
+      if (err != 0) {
+        last = Status(Code::kUnavailable, "connect to " + where + ": " + errno_text(err));
+        continue;
+      }
     }
     int flags = ::fcntl(s.fd(), F_GETFL);
     ::fcntl(s.fd(), F_SETFL, flags & ~O_NONBLOCK);
@@ -192,7 +204,11 @@ Status send_all(int fd, struct iovec* iov, int iovcnt) {
       return Status(Code::kPeerLost, "send: " + errno_text(errno));
     }
     size_t left = static_cast<size_t>(n);
-    while (iovcnt > 0 && left >= iov->iov_len) { left -= iov->iov_len; ++iov; --iovcnt; }
+    while (iovcnt > 0 && left >= iov->iov_len) {
+      left -= iov->iov_len;
+      ++iov;
+      --iovcnt;
+    }
     if (iovcnt > 0) {
       iov->iov_base = static_cast<char*>(iov->iov_base) + left;
       iov->iov_len -= left;
@@ -202,7 +218,10 @@ Status send_all(int fd, struct iovec* iov, int iovcnt) {
 }
 
 Status recv_all(int fd, struct iovec* iov, int iovcnt) {
-  while (iovcnt > 0 && iov->iov_len == 0) { ++iov; --iovcnt; }
+  while (iovcnt > 0 && iov->iov_len == 0) {
+    ++iov;
+    --iovcnt;
+  }
   while (iovcnt > 0) {
     struct msghdr msg {};
     msg.msg_iov = iov;
@@ -214,7 +233,11 @@ Status recv_all(int fd, struct iovec* iov, int iovcnt) {
     }
     if (n == 0) return Status(Code::kPeerLost, "stream closed by the peer");
     size_t left = static_cast<size_t>(n);
-    while (iovcnt > 0 && left >= iov->iov_len) { left -= iov->iov_len; ++iov; --iovcnt; }
+    while (iovcnt > 0 && left >= iov->iov_len) {
+      left -= iov->iov_len;
+      ++iov;
+      --iovcnt;
+    }
     if (iovcnt > 0) {
       iov->iov_base = static_cast<char*>(iov->iov_base) + left;
       iov->iov_len -= left;

@@ -25,7 +25,10 @@ class Socket {
   ~Socket() { reset(); }
   Socket(Socket&& o) noexcept : fd_(o.release()) {}
   Socket& operator=(Socket&& o) noexcept {
-    if (this != &o) { reset(); fd_ = o.release(); }
+    if (this != &o) {
+      reset();
+      fd_ = o.release();
+    }
     return *this;
   }
   Socket(const Socket&) = delete;
@@ -33,7 +36,11 @@ class Socket {
 
   int fd() const { return fd_; }
   bool valid() const { return fd_ >= 0; }
-  int release() { int f = fd_; fd_ = -1; return f; }
+  int release() {
+    int f = fd_;
+    fd_ = -1;
+    return f;
+  }
   void reset();
   // Wakes every thread blocked on this socket (they see an error or EOF);
   // the descriptor stays open until reset().

@@ -12,9 +12,12 @@ constexpr size_t kDescriptorSize = 48;
 
 std::string_view memory_kind_name(MemoryKind kind) {
   switch (kind) {
-    case MemoryKind::kHost: return "host";
-    case MemoryKind::kHostPinned: return "host-pinned";
-    case MemoryKind::kCuda: return "cuda";
+    case MemoryKind::kHost:
+      return "host";
+    case MemoryKind::kHostPinned:
+      return "host-pinned";
+    case MemoryKind::kCuda:
+      return "cuda";
   }
   return "unknown";
 }

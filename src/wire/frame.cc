@@ -6,9 +6,16 @@
 
 namespace ferry::wire {
 
-void put_u16(uint8_t* p, uint16_t v) { p[0] = v & 0xff; p[1] = v >> 8; }
-void put_u32(uint8_t* p, uint32_t v) { for (int i = 0; i < 4; ++i) p[i] = (v >> (8 * i)) & 0xff; }
-void put_u64(uint8_t* p, uint64_t v) { for (int i = 0; i < 8; ++i) p[i] = (v >> (8 * i)) & 0xff; }
+void put_u16(uint8_t* p, uint16_t v) {
+  p[0] = v & 0xff;
+  p[1] = v >> 8;
+}
+void put_u32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = (v >> (8 * i)) & 0xff;
+}
+void put_u64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = (v >> (8 * i)) & 0xff;
+}
 uint16_t get_u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 uint32_t get_u32(const uint8_t* p) {
   uint32_t v = 0;
@@ -23,23 +30,40 @@ uint64_t get_u64(const uint8_t* p) {
 
 std::string_view frame_type_name(FrameType t) {
   switch (t) {
-    case FrameType::kHello: return "hello";
-    case FrameType::kWelcome: return "welcome";
-    case FrameType::kAuth: return "auth";
-    case FrameType::kAccepted: return "accepted";
-    case FrameType::kRejected: return "rejected";
-    case FrameType::kReady: return "ready";
-    case FrameType::kHeartbeat: return "heartbeat";
-    case FrameType::kClose: return "close";
-    case FrameType::kEager: return "eager";
-    case FrameType::kRts: return "rts";
-    case FrameType::kCts: return "cts";
-    case FrameType::kAck: return "ack";
-    case FrameType::kReadReq: return "read_req";
-    case FrameType::kNotify: return "notify";
-    case FrameType::kChunkAck: return "chunk_ack";
-    case FrameType::kData: return "data";
-    case FrameType::kWrite: return "write";
+    case FrameType::kHello:
+      return "hello";
+    case FrameType::kWelcome:
+      return "welcome";
+    case FrameType::kAuth:
+      return "auth";
+    case FrameType::kAccepted:
+      return "accepted";
+    case FrameType::kRejected:
+      return "rejected";
+    case FrameType::kReady:
+      return "ready";
+    case FrameType::kHeartbeat:
+      return "heartbeat";
+    case FrameType::kClose:
+      return "close";
+    case FrameType::kEager:
+      return "eager";
+    case FrameType::kRts:
+      return "rts";
+    case FrameType::kCts:
+      return "cts";
+    case FrameType::kAck:
+      return "ack";
+    case FrameType::kReadReq:
+      return "read_req";
+    case FrameType::kNotify:
+      return "notify";
+    case FrameType::kChunkAck:
+      return "chunk_ack";
+    case FrameType::kData:
+      return "data";
+    case FrameType::kWrite:
+      return "write";
   }
   return "unknown";
 }
@@ -47,12 +71,23 @@ std::string_view frame_type_name(FrameType t) {
 namespace {
 bool known_type(uint8_t t) {
   switch (static_cast<FrameType>(t)) {
-    case FrameType::kHello: case FrameType::kWelcome: case FrameType::kAuth:
-    case FrameType::kAccepted: case FrameType::kRejected: case FrameType::kReady:
-    case FrameType::kHeartbeat: case FrameType::kClose: case FrameType::kEager:
-    case FrameType::kRts: case FrameType::kCts: case FrameType::kAck:
-    case FrameType::kReadReq: case FrameType::kNotify: case FrameType::kChunkAck:
-    case FrameType::kData: case FrameType::kWrite:
+    case FrameType::kHello:
+    case FrameType::kWelcome:
+    case FrameType::kAuth:
+    case FrameType::kAccepted:
+    case FrameType::kRejected:
+    case FrameType::kReady:
+    case FrameType::kHeartbeat:
+    case FrameType::kClose:
+    case FrameType::kEager:
+    case FrameType::kRts:
+    case FrameType::kCts:
+    case FrameType::kAck:
+    case FrameType::kReadReq:
+    case FrameType::kNotify:
+    case FrameType::kChunkAck:
+    case FrameType::kData:
+    case FrameType::kWrite:
       return true;
   }
   return false;
@@ -77,8 +112,8 @@ void encode_header(const FrameHeader& h, HeaderBytes& out) {
 
 Result<FrameHeader> decode_header(const uint8_t* p, size_t len) {
   if (len < kHeaderSize) {
-    return Status(Code::kDataLoss, "frame header truncated: " + std::to_string(len) + " of " +
-                                       std::to_string(kHeaderSize) + " bytes");
+    return Status(Code::kDataLoss,
+                  "frame header truncated: " + std::to_string(len) + " of " + std::to_string(kHeaderSize) + " bytes");
   }
   uint32_t magic = get_u32(p);
   if (magic != kFrameMagic) {

@@ -25,12 +25,12 @@ inline constexpr uint32_t kMaxPayload = 1u << 30;
 
 enum class FrameType : uint8_t {
   // Handshake (see handshake.h).
-  kHello = 1,      // connector -> acceptor: first frame of every stream
-  kWelcome = 2,    // acceptor -> connector: server nonce, auth required?
-  kAuth = 3,       // connector -> acceptor: proof of the secret (or none)
-  kAccepted = 4,   // acceptor -> connector: server proof, cookie for data streams
-  kRejected = 5,   // acceptor -> connector: why, then close
-  kReady = 6,      // acceptor -> connector: every data stream attached
+  kHello = 1,     // connector -> acceptor: first frame of every stream
+  kWelcome = 2,   // acceptor -> connector: server nonce, auth required?
+  kAuth = 3,      // connector -> acceptor: proof of the secret (or none)
+  kAccepted = 4,  // acceptor -> connector: server proof, cookie for data streams
+  kRejected = 5,  // acceptor -> connector: why, then close
+  kReady = 6,     // acceptor -> connector: every data stream attached
   // Steady state, control stream.
   kHeartbeat = 10,
   kClose = 11,     // orderly goodbye
@@ -42,8 +42,8 @@ enum class FrameType : uint8_t {
   kNotify = 17,    // id=op, aux=notification
   kChunkAck = 18,  // a=path index, b=chunks landed on that path so far
   // Bulk, on any stream.
-  kData = 20,      // id=token, a=offset in the message; payload
-  kWrite = 21,     // id=op, a=export id, b=key, c=offset in export, d=op total, aux=notification
+  kData = 20,   // id=token, a=offset in the message; payload
+  kWrite = 21,  // id=op, a=export id, b=key, c=offset in export, d=op total, aux=notification
 };
 
 std::string_view frame_type_name(FrameType t);

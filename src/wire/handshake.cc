@@ -10,8 +10,8 @@ constexpr size_t kMaxHostId = 255;
 
 Status expect(const FrameHeader& h, FrameType t) {
   if (h.type == t) return Status();
-  return Status(Code::kDataLoss, "handshake: expected a " + std::string(frame_type_name(t)) +
-                                     " frame, got " + std::string(frame_type_name(h.type)));
+  return Status(Code::kDataLoss, "handshake: expected a " + std::string(frame_type_name(t)) + " frame, got " +
+                                     std::string(frame_type_name(h.type)));
 }
 
 std::string nonce_and_host(const Nonce& n, const std::string& host) {
@@ -22,8 +22,8 @@ std::string nonce_and_host(const Nonce& n, const std::string& host) {
 
 Status split_nonce_and_host(const std::string& aux, Nonce& n, std::string& host, const char* what) {
   if (aux.size() < n.size() || aux.size() > n.size() + kMaxHostId) {
-    return Status(Code::kDataLoss, std::string("handshake: ") + what + " carries " +
-                                       std::to_string(aux.size()) + " aux bytes, expected 32..287");
+    return Status(Code::kDataLoss, std::string("handshake: ") + what + " carries " + std::to_string(aux.size()) +
+                                       " aux bytes, expected 32..287");
   }
   std::memcpy(n.data(), aux.data(), n.size());
   host = aux.substr(n.size());
@@ -35,10 +35,13 @@ std::string proof_aux(bool has, const Proof& p) {
 }
 
 Status read_proof(const std::string& aux, bool& has, Proof& p, const char* what) {
-  if (aux.empty()) { has = false; return Status(); }
+  if (aux.empty()) {
+    has = false;
+    return Status();
+  }
   if (aux.size() != p.size()) {
-    return Status(Code::kDataLoss, std::string("handshake: ") + what + " proof has " +
-                                       std::to_string(aux.size()) + " bytes, expected 32");
+    return Status(Code::kDataLoss, std::string("handshake: ") + what + " proof has " + std::to_string(aux.size()) +
+                                       " bytes, expected 32");
   }
   has = true;
   std::memcpy(p.data(), aux.data(), p.size());
@@ -149,8 +152,8 @@ EncodedFrame encode(const Rejected& m) {
 Result<Rejected> decode_rejected(const FrameHeader& h, const std::string& aux) {
   FERRY_RETURN_IF_ERROR(expect(h, FrameType::kRejected));
   Rejected m;
-  m.code = h.code <= static_cast<uint32_t>(Code::kInternal) && h.code != 0 ? static_cast<Code>(h.code)
-                                                                         : Code::kUnavailable;
+  m.code =
+      h.code <= static_cast<uint32_t>(Code::kInternal) && h.code != 0 ? static_cast<Code>(h.code) : Code::kUnavailable;
   m.message = aux;
   return m;
 }

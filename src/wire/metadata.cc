@@ -2,17 +2,21 @@
 // length-prefixed (u16) strings: host id, address count (u16), addresses.
 #include "wire/metadata.h"
 
+#include <algorithm>
+
 #include "wire/frame.h"
 
 namespace ferry::wire {
 namespace {
 constexpr char kMagic[4] = {'F', 'R', 'Y', 'M'};
 
+// Strings longer than a u16 length can say are cut, prefix and bytes alike.
 void put_string(std::string& out, std::string_view s) {
+  s = s.substr(0, 0xffff);
   uint8_t len[2];
   put_u16(len, static_cast<uint16_t>(s.size()));
   out.append(reinterpret_cast<const char*>(len), 2);
-  out.append(s.substr(0, 0xffff));
+  out.append(s);
 }
 
 Status malformed(const char* what) {
@@ -30,9 +34,10 @@ std::string encode_metadata(const EngineMetadata& m) {
   put_u64(buf, m.engine_id);
   out.append(reinterpret_cast<const char*>(buf), 8);
   put_string(out, m.host_id);
-  put_u16(buf, static_cast<uint16_t>(m.addresses.size()));
+  size_t count = std::min<size_t>(m.addresses.size(), 0xffff);
+  put_u16(buf, static_cast<uint16_t>(count));
   out.append(reinterpret_cast<const char*>(buf), 2);
-  for (const auto& a : m.addresses) put_string(out, a);
+  for (size_t i = 0; i < count; ++i) put_string(out, m.addresses[i]);
   return out;
 }
 

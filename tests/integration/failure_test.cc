@@ -31,7 +31,8 @@ int raw_connect(const std::string& address) {
 
 // True if the engine closes `fd` within `within` (read sees EOF or reset).
 bool closed_by_engine(int fd, std::chrono::milliseconds within) {
-  struct timeval tv = {static_cast<time_t>(within.count() / 1000), static_cast<suseconds_t>((within.count() % 1000) * 1000)};
+  struct timeval tv = {static_cast<time_t>(within.count() / 1000),
+                       static_cast<suseconds_t>((within.count() % 1000) * 1000)};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   char buf[4096];
   for (;;) {

@@ -17,15 +17,15 @@ namespace ferry::test {
 
 using namespace std::chrono_literals;
 
-#define ASSERT_OK(expr)                                   \
-  do {                                                    \
-    ::ferry::Status s_ = (expr);                          \
+#define ASSERT_OK(expr)                                      \
+  do {                                                       \
+    ::ferry::Status s_ = (expr);                             \
     ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.to_string(); \
   } while (0)
-#define EXPECT_CODE(expr, code_)                                                   \
-  do {                                                                             \
-    ::ferry::Status s_ = (expr);                                                   \
-    EXPECT_EQ(s_.code(), code_) << #expr << " gave " << s_.to_string();             \
+#define EXPECT_CODE(expr, code_)                                        \
+  do {                                                                  \
+    ::ferry::Status s_ = (expr);                                        \
+    EXPECT_EQ(s_.code(), code_) << #expr << " gave " << s_.to_string(); \
   } while (0)
 
 // An engine plus one registered block of host memory.

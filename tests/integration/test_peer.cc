@@ -110,12 +110,20 @@ int main(int argc, char** argv) {
   Args a;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
-    if (k == "--listen") a.listen = v;
-    else if (k == "--dial") a.dial = v;
-    else if (k == "--mode") a.mode = v;
-    else if (k == "--size") a.size = std::strtoull(v.c_str(), nullptr, 10);
-    else if (k == "--seed") a.seed = std::strtoull(v.c_str(), nullptr, 10);
-    else { std::fprintf(stderr, "test_peer: unknown flag %s\n", k.c_str()); return 2; }
+    if (k == "--listen")
+      a.listen = v;
+    else if (k == "--dial")
+      a.dial = v;
+    else if (k == "--mode")
+      a.mode = v;
+    else if (k == "--size")
+      a.size = std::strtoull(v.c_str(), nullptr, 10);
+    else if (k == "--seed")
+      a.seed = std::strtoull(v.c_str(), nullptr, 10);
+    else {
+      std::fprintf(stderr, "test_peer: unknown flag %s\n", k.c_str());
+      return 2;
+    }
   }
   ferry::Options o;
   if (!a.listen.empty()) o.listen = a.listen;

@@ -48,14 +48,16 @@ TEST(Transfer, SendvRecvvScatterGather) {
   auto conn = connect_to(*me.engine, peer);
   ASSERT_TRUE(conn);
   // Four odd parts scattered over the buffer, received into three others.
-  std::vector<ConstBuffer> out = {{me.at(1), 3}, {me.at(100), 4093}, {me.at(10000), (1 << 20) + 1}, {me.at(3 << 20), 17}};
+  std::vector<ConstBuffer> out = {
+      {me.at(1), 3}, {me.at(100), 4093}, {me.at(10000), (1 << 20) + 1}, {me.at(3 << 20), 17}};
   std::vector<uint8_t> expect;
   for (size_t i = 0; i < out.size(); ++i) {
     auto* p = const_cast<uint8_t*>(static_cast<const uint8_t*>(out[i].data));
     fill_random(p, out[i].size, 77 + i);
     expect.insert(expect.end(), p, p + out[i].size);
   }
-  std::vector<MutableBuffer> in = {{me.at(4 << 20), (1 << 20) + 50}, {me.at(6 << 20) + 3, 4000}, {me.at(7 << 20) + 1, 64}};
+  std::vector<MutableBuffer> in = {
+      {me.at(4 << 20), (1 << 20) + 50}, {me.at(6 << 20) + 3, 4000}, {me.at(7 << 20) + 1, 64}};
   Transfer r = conn->recvv_async(in);
   ASSERT_OK(conn->sendv(out, after(30s)));
   ASSERT_OK(r.wait(after(30s)));
@@ -68,7 +70,8 @@ TEST(Transfer, SendvRecvvScatterGather) {
 
 TEST(Transfer, WriteAndReadEverySizeAndOffset) {
   const uint64_t remote_size = kMaxMessage;
-  PeerProcess peer({"--listen", "127.0.0.1:0", "--mode", "target", "--size", std::to_string(remote_size), "--seed", "7"});
+  PeerProcess peer(
+      {"--listen", "127.0.0.1:0", "--mode", "target", "--size", std::to_string(remote_size), "--seed", "7"});
   ASSERT_FALSE(peer.address().empty());
   const size_t half = kMaxMessage + 64;
   LocalSide me(2 * half + (1 << 20));
@@ -120,8 +123,10 @@ TEST(Transfer, VectorWriteAndReadWithTrailingNotification) {
   auto desc = RemoteDescriptor::parse(std::string(reinterpret_cast<char*>(ctl), n.value())).value();
   // Three writes of mixed sizes; the notification names the largest range, and
   // the peer checks that range's hash the moment the notification arrives.
-  std::vector<WriteItem> items = {{me.at(1), 5, desc, 3}, {me.at(4096), (3 << 20) + 11, desc, 1 << 20}, {me.at(7 << 20), 70000, desc, 5 << 20}};
-  for (size_t i = 0; i < items.size(); ++i) fill_random(const_cast<uint8_t*>(static_cast<const uint8_t*>(items[i].local)), items[i].size, 100 + i);
+  std::vector<WriteItem> items = {
+      {me.at(1), 5, desc, 3}, {me.at(4096), (3 << 20) + 11, desc, 1 << 20}, {me.at(7 << 20), 70000, desc, 5 << 20}};
+  for (size_t i = 0; i < items.size(); ++i)
+    fill_random(const_cast<uint8_t*>(static_cast<const uint8_t*>(items[i].local)), items[i].size, 100 + i);
   char note[96];
   std::snprintf(note, sizeof(note), "%" PRIu64 " %zu %016" PRIx64, items[1].remote_offset, items[1].size,
                 fnv1a(static_cast<const uint8_t*>(items[1].local), items[1].size));
@@ -149,7 +154,8 @@ TEST(Transfer, VectorWriteAndReadWithTrailingNotification) {
 
 TEST(Transfer, NotificationsArriveAfterTheirData) {
   const uint64_t remote_size = 48 << 20;
-  PeerProcess peer({"--listen", "127.0.0.1:0", "--mode", "target", "--size", std::to_string(remote_size), "--seed", "3"});
+  PeerProcess peer(
+      {"--listen", "127.0.0.1:0", "--mode", "target", "--size", std::to_string(remote_size), "--seed", "3"});
   ASSERT_FALSE(peer.address().empty());
   LocalSide me(remote_size + (1 << 20));
   auto conn = connect_to(*me.engine, peer);
@@ -180,7 +186,8 @@ TEST(Transfer, NotificationsArriveAfterTheirData) {
   for (auto& w : writes) ASSERT_OK(w.wait(after(30s)));
   auto reply = conn->recv(ctl, 1 << 20, after(30s));
   ASSERT_TRUE(reply.ok()) << reply.status().to_string();
-  EXPECT_EQ(std::string(reinterpret_cast<char*>(ctl), reply.value()), std::to_string(kWrites) + "/" + std::to_string(kWrites));
+  EXPECT_EQ(std::string(reinterpret_cast<char*>(ctl), reply.value()),
+            std::to_string(kWrites) + "/" + std::to_string(kWrites));
 }
 
 TEST(Transfer, ManyInFlightInBothDirections) {

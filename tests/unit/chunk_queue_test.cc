@@ -1,4 +1,6 @@
 // ChunkQueue: chunking, per-path windows and ack requests, FIFO, sharing between paths, abort and stop.
+#include "transport/tcp/chunk_queue.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "core/registry.h"
-#include "transport/tcp/chunk_queue.h"
 
 namespace ferry::tcp {
 namespace {
@@ -173,8 +174,7 @@ TEST_F(ChunkQueueTest, OpsAreServedFifo) {
   ASSERT_TRUE(q.push(b));
   std::vector<std::pair<uint64_t, uint64_t>> seen;  // (op id, offset)
   while (auto c = q.try_claim(0)) seen.emplace_back(c->op->header.id, c->offset);
-  std::vector<std::pair<uint64_t, uint64_t>> expected = {
-      {1, 0}, {1, kChunk}, {1, 2 * kChunk}, {2, 0}, {2, kChunk}};
+  std::vector<std::pair<uint64_t, uint64_t>> expected = {{1, 0}, {1, kChunk}, {1, 2 * kChunk}, {2, 0}, {2, kChunk}};
   EXPECT_EQ(seen, expected);
 }
 
@@ -193,7 +193,9 @@ TEST_F(ChunkQueueTest, TwoPathsShareOneOpWithoutOverlap) {
     auto c = q.try_claim(path);
     if (!c) break;
     ++per_path[path];
-    if (!first) EXPECT_GT(c->offset, last_offset);
+    if (!first) {
+      EXPECT_GT(c->offset, last_offset);
+    }
     first = false;
     last_offset = c->offset;
     for (uint64_t b = c->offset; b < c->offset + c->size; ++b) ++covered[b];

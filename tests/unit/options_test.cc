@@ -1,6 +1,5 @@
 // Options: FERRY_* environment overrides, validate() ranges, the auth token file, describe_tunables.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstdio>
@@ -9,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ferry/ferry.h"
@@ -19,10 +19,10 @@ namespace {
 using namespace std::chrono_literals;
 
 const std::vector<std::string> kTunableEnvs = {
-    "FERRY_LISTEN",       "FERRY_STREAMS",         "FERRY_CHUNK",
-    "FERRY_WINDOW",       "FERRY_INLINE_MAX",      "FERRY_AUTH_TOKEN",
-    "FERRY_HEARTBEAT_MS", "FERRY_PEER_TIMEOUT_MS", "FERRY_HANDSHAKE_TIMEOUT_MS",
-    "FERRY_SOCKET_BUFFER", "FERRY_TRANSPORT",      "FERRY_LOG"};
+    "FERRY_LISTEN",        "FERRY_STREAMS",         "FERRY_CHUNK",
+    "FERRY_WINDOW",        "FERRY_INLINE_MAX",      "FERRY_AUTH_TOKEN",
+    "FERRY_HEARTBEAT_MS",  "FERRY_PEER_TIMEOUT_MS", "FERRY_HANDSHAKE_TIMEOUT_MS",
+    "FERRY_SOCKET_BUFFER", "FERRY_TRANSPORT",       "FERRY_LOG"};
 
 // Clears every FERRY_* variable ferry reads for the test's lifetime and puts
 // back whatever the process had before, including anything set through it.
@@ -39,8 +39,10 @@ class EnvGuard {
   }
   ~EnvGuard() {
     for (const auto& [name, v] : saved_) {
-      if (v) ::setenv(name.c_str(), v->c_str(), 1);
-      else ::unsetenv(name.c_str());
+      if (v)
+        ::setenv(name.c_str(), v->c_str(), 1);
+      else
+        ::unsetenv(name.c_str());
     }
   }
   void set(const std::string& name, const std::string& value) {
@@ -123,7 +125,9 @@ TEST(Options, EveryTunableIsReadFromItsVariable) {
         EXPECT_EQ(v, defaults.at(other)) << other << " changed when only " << name << " was set";
       }
     }
-    if (name == "FERRY_AUTH_TOKEN") EXPECT_EQ(r->auth_token, "hunter2");
+    if (name == "FERRY_AUTH_TOKEN") {
+      EXPECT_EQ(r->auth_token, "hunter2");
+    }
   }
 }
 
@@ -156,15 +160,25 @@ TEST(Options, MalformedValuesNameTheVariable) {
 // Well-formed numbers too large for their field must not wrap into a valid
 // but different setting (e.g. 2^32 + 4 streams read as 4).
 TEST(Options, ValuesTooLargeForTheFieldAreRejected) {
-  expect_rejected("FERRY_STREAMS", "4294967300");               // 2^32 + 4
-  expect_rejected("FERRY_WINDOW", "4294967297");                // 2^32 + 1
-  expect_rejected("FERRY_CHUNK", "18014398509482008K");         // (2^54 + 2^10) KiB = 2^64 + 1 MiB
-  expect_rejected("FERRY_CHUNK", "99999999999999999999999");    // beyond uint64
+  expect_rejected("FERRY_STREAMS", "4294967300");             // 2^32 + 4
+  expect_rejected("FERRY_WINDOW", "4294967297");              // 2^32 + 1
+  expect_rejected("FERRY_CHUNK", "18014398509482008K");       // (2^54 + 2^10) KiB = 2^64 + 1 MiB
+  expect_rejected("FERRY_CHUNK", "99999999999999999999999");  // beyond uint64
 }
 
+// Well-formed but out of range: apply_environment runs validate(), whose
+// message names the field.
 TEST(Options, EnvironmentIsValidated) {
-  expect_rejected("FERRY_STREAMS", "0");
-  expect_rejected("FERRY_TRANSPORT", "udp");
+  for (const auto& [name, value, field] :
+       {std::tuple{"FERRY_STREAMS", "0", "streams"}, std::tuple{"FERRY_CHUNK", "100", "chunk_bytes"},
+        std::tuple{"FERRY_TRANSPORT", "udp", "transport"}, std::tuple{"FERRY_HEARTBEAT_MS", "6000", "peer_timeout"}}) {
+    EnvGuard env;
+    env.set(name, value);
+    auto r = apply_environment(Options{});
+    ASSERT_FALSE(r.ok()) << name << "=" << value << " was accepted";
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(field), std::string::npos) << r.status().message();
+  }
 }
 
 TEST(Options, ValidateRejectsOutOfRangeFields) {
@@ -268,13 +282,19 @@ TEST(Options, DescribeTunablesListsEveryVariableOnce) {
   EXPECT_EQ(m["FERRY_STREAMS"], "5");
   EXPECT_EQ(m["FERRY_AUTH_TOKEN"], "(set)");
   for (const auto& t : list) {
-    if (t.env == "FERRY_STREAMS") EXPECT_EQ(t.default_value, "2");
+    if (t.env == "FERRY_STREAMS") {
+      EXPECT_EQ(t.default_value, "2");
+    }
     if (t.env == "FERRY_CHUNK") {
       EXPECT_EQ(t.default_value, "524288");
       EXPECT_EQ(t.unit, "bytes");
     }
-    if (t.env == "FERRY_LOG") EXPECT_EQ(t.default_value, "warn");
-    if (t.env == "FERRY_AUTH_TOKEN") EXPECT_EQ(t.default_value, "(unset)");
+    if (t.env == "FERRY_LOG") {
+      EXPECT_EQ(t.default_value, "warn");
+    }
+    if (t.env == "FERRY_AUTH_TOKEN") {
+      EXPECT_EQ(t.default_value, "(unset)");
+    }
   }
 }
 

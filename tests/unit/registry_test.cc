@@ -1,4 +1,6 @@
 // Registry: registration counting, local resolution, exports and their bounds/keys, revocation on dereg.
+#include "core/registry.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,8 +11,6 @@
 #include <random>
 #include <thread>
 #include <vector>
-
-#include "core/registry.h"
 
 namespace ferry::core {
 namespace {
@@ -107,8 +107,8 @@ TEST_F(RegistryTest, ResolveLocalBounds) {
 }
 
 TEST_F(RegistryTest, OverlappingRegions) {
-  Region big = add(0, 1000);     // [0, 1000)
-  Region small = add(200, 100);  // [200, 300)
+  Region big = add(0, 1000);      // [0, 1000)
+  Region small = add(200, 100);   // [200, 300)
   Region same_base = add(0, 50);  // [0, 50)
   // Inside both: either is a correct answer, but it must contain the range.
   auto r = reg_.resolve_local(at(250), 10, "x");
@@ -180,8 +180,8 @@ TEST(RegistryScale, TenThousandRegions) {
   for (uint64_t id : ids) ASSERT_TRUE(reg.remove(id).ok());
   EXPECT_EQ(reg.region_count(), 0u);
   auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
-  std::printf("[ info     ] %zu registrations: %.2f ms; %zu x 3 lookups: %.2f ms\n", kCount, ms(t1 - t0),
-              kCount, ms(t2 - t1));
+  std::printf("[ info     ] %zu registrations: %.2f ms; %zu x 3 lookups: %.2f ms\n", kCount, ms(t1 - t0), kCount,
+              ms(t2 - t1));
 }
 
 TEST_F(RegistryTest, ExportSliceBounds) {

@@ -1,4 +1,6 @@
 // SegmentList: slicing into iovecs, copy_in, regions touched, and ChunkAccess liveness checks.
+#include "core/segments.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,7 +9,6 @@
 #include <vector>
 
 #include "core/registry.h"
-#include "core/segments.h"
 
 namespace ferry::core {
 namespace {

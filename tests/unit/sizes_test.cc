@@ -101,18 +101,18 @@ TEST(ParseSizes, ListsKeepTheirOrder) {
 
 TEST(ParseSizes, Errors) {
   expect_bad_sizes("");
-  expect_bad_sizes("8K:1K:x2");   // backwards
-  expect_bad_sizes("1K:8K:x1");   // factor below 2
+  expect_bad_sizes("8K:1K:x2");  // backwards
+  expect_bad_sizes("1K:8K:x1");  // factor below 2
   expect_bad_sizes("1K:8K:x0");
-  expect_bad_sizes("0:8K:x2");    // geometric from 0
-  expect_bad_sizes("1K:8K:+0");   // no progress
-  expect_bad_sizes("1K:8K:*2");   // unknown step
-  expect_bad_sizes("1K:8K:x");    // missing factor
-  expect_bad_sizes("1K:8K");      // two parts
+  expect_bad_sizes("0:8K:x2");   // geometric from 0
+  expect_bad_sizes("1K:8K:+0");  // no progress
+  expect_bad_sizes("1K:8K:*2");  // unknown step
+  expect_bad_sizes("1K:8K:x");   // missing factor
+  expect_bad_sizes("1K:8K");     // two parts
   expect_bad_sizes("1K:2K:4K:x2");
-  expect_bad_sizes("1K,,2K");     // empty item
+  expect_bad_sizes("1K,,2K");  // empty item
   expect_bad_sizes("1K,12Q");
-  expect_bad_sizes("0:1G:+1");    // too many sizes
+  expect_bad_sizes("0:1G:+1");  // too many sizes
   auto r = parse_sizes("8K:1K:x2");
   EXPECT_NE(r.status().message().find("backwards"), std::string::npos) << r.status().message();
 }

@@ -245,7 +245,10 @@ TEST(TransferState, OnFinishRunsExactlyOnce) {
   TransferState st(5, 2);
   int calls = 0;
   Status seen;
-  st.on_finish([&](const Status& s) { ++calls; seen = s; });
+  st.on_finish([&](const Status& s) {
+    ++calls;
+    seen = s;
+  });
   EXPECT_EQ(calls, 0);
   st.finish_part(Status(Code::kDataLoss, "garbage"));
   EXPECT_EQ(calls, 0);
@@ -274,7 +277,10 @@ TEST(TransferState, OnFinishInstalledAfterFinishingRunsAtOnce) {
   ASSERT_TRUE(st.finish_part(Status(Code::kUnavailable, "gone")));
   int calls = 0;
   Status seen;
-  st.on_finish([&](const Status& s) { ++calls; seen = s; });
+  st.on_finish([&](const Status& s) {
+    ++calls;
+    seen = s;
+  });
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(seen, Status(Code::kUnavailable, "gone"));
   st.finish(Status());
@@ -301,10 +307,16 @@ TEST(TransferState, CancelCallsTheCanceller) {
 TEST(TransferState, CancellerIsDroppedOnceFinishedAndIgnoredAfter) {
   TransferState st(9, 1);
   int calls = 0;
-  st.set_canceller([&] { ++calls; return true; });
+  st.set_canceller([&] {
+    ++calls;
+    return true;
+  });
   ASSERT_TRUE(st.finish_part(Status()));
   EXPECT_FALSE(st.cancel());
-  st.set_canceller([&] { ++calls; return true; });
+  st.set_canceller([&] {
+    ++calls;
+    return true;
+  });
   EXPECT_FALSE(st.cancel());
   EXPECT_EQ(calls, 0);
 }

@@ -69,8 +69,8 @@ struct RunConfig {
 };
 
 json to_json(const RunConfig& c) {
-  return json{{"op", c.op}, {"sizes", c.sizes}, {"iters", c.iters}, {"warmup", c.warmup},
-              {"bidir", c.bidir}, {"verify", c.verify}};
+  return json{{"op", c.op},         {"sizes", c.sizes}, {"iters", c.iters},
+              {"warmup", c.warmup}, {"bidir", c.bidir}, {"verify", c.verify}};
 }
 
 RunConfig from_json(const json& j) {
@@ -178,8 +178,8 @@ Descriptors export_buffers(Engine& e, const Buffers& b) {
 // Runs `count` operations of the directional workload of `op` from this side
 // (the initiator's forward direction, or the target's reverse one in --bidir).
 // Fills `lat_ns` with each operation's posting-to-completion time.
-void drive(Connection& c, const Buffers& b, const Descriptors& remote, const std::string& op, uint64_t size,
-           int count, std::vector<int64_t>* lat_ns) {
+void drive(Connection& c, const Buffers& b, const Descriptors& remote, const std::string& op, uint64_t size, int count,
+           std::vector<int64_t>* lat_ns) {
   for (int i = 0; i < count; ++i) {
     auto t0 = Clock::now();
     Status s;
@@ -213,11 +213,17 @@ void serve_passive(Connection& c, const Buffers& b, const std::string& op, uint6
   // Two receives in flight so the next message always finds one posted.
   std::deque<Transfer> posted;
   int next = 0;
-  while (next < count && posted.size() < 2) { posted.push_back(c.recv_async(b.dst(), size)); ++next; }
+  while (next < count && posted.size() < 2) {
+    posted.push_back(c.recv_async(b.dst(), size));
+    ++next;
+  }
   while (!posted.empty()) {
     must(posted.front().wait(after(kOpTimeout)), "receive of " + std::to_string(size) + " bytes");
     posted.pop_front();
-    if (next < count) { posted.push_back(c.recv_async(b.dst(), size)); ++next; }
+    if (next < count) {
+      posted.push_back(c.recv_async(b.dst(), size));
+      ++next;
+    }
   }
 }
 
@@ -239,7 +245,8 @@ void serve_session(Engine& engine, std::shared_ptr<Connection> conn) {
   int count = cfg.warmup + cfg.iters;
   for (uint64_t size : cfg.sizes) {
     std::string begin = recv_text(*conn, b);
-    if (begin != "begin " + std::to_string(size)) die("protocol", Status(Code::kDataLoss, "expected begin, got " + begin));
+    if (begin != "begin " + std::to_string(size))
+      die("protocol", Status(Code::kDataLoss, "expected begin, got " + begin));
     if (cfg.verify) fill_random(b.src(), size, size * 2 + 1);
     send_text(*conn, b, "ready");
     std::thread reverse;
@@ -322,8 +329,10 @@ std::vector<SizeResult> run_initiator(Engine& engine, Connection& conn, const Ru
       std::string mine = checksums(b, size);
       std::string my_src = mine.substr(0, 16), my_dst = mine.substr(17);
       bool ok = true;
-      if (cfg.op == "read") ok = my_dst == their_src;
-      else ok = their_dst == my_src;
+      if (cfg.op == "read")
+        ok = my_dst == their_src;
+      else
+        ok = their_dst == my_src;
       if (cfg.op == "pingpong") ok = ok && my_dst == my_src;
       if (cfg.bidir && cfg.op != "pingpong") ok = ok && (cfg.op == "read" ? their_dst == my_src : my_dst == their_src);
       r.verified = ok ? "ok" : "FAILED";
@@ -342,9 +351,18 @@ pid_t spawn_local_target(const BenchFlags& f, std::string& address) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) die("pipe", Status(Code::kResourceExhausted, std::strerror(errno)));
   std::vector<std::string> args = {"ferry", "bench", "--listen", "127.0.0.1:0", "--once"};
-  if (f.streams > 0) { args.push_back("--streams"); args.push_back(std::to_string(f.streams)); }
-  if (!f.chunk.empty()) { args.push_back("--chunk"); args.push_back(f.chunk); }
-  if (f.window > 0) { args.push_back("--window"); args.push_back(std::to_string(f.window)); }
+  if (f.streams > 0) {
+    args.push_back("--streams");
+    args.push_back(std::to_string(f.streams));
+  }
+  if (!f.chunk.empty()) {
+    args.push_back("--chunk");
+    args.push_back(f.chunk);
+  }
+  if (f.window > 0) {
+    args.push_back("--window");
+    args.push_back(std::to_string(f.window));
+  }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -383,7 +401,10 @@ void write_json(const BenchFlags& f, const RunConfig& cfg, const Options& o, con
   config["peer"] = f.local ? "local" : f.peer;
   json results = json::array();
   for (const auto& r : rs) {
-    json j{{"op", cfg.op}, {"bytes", r.bytes}, {"iters", r.iters}, {"bytes_per_s", r.bytes_per_s},
+    json j{{"op", cfg.op},
+           {"bytes", r.bytes},
+           {"iters", r.iters},
+           {"bytes_per_s", r.bytes_per_s},
            {"lat_us", {{"p50", r.p50_us}, {"p99", r.p99_us}}}};
     if (!r.verified.empty()) j["verified"] = r.verified == "ok";
     results.push_back(j);

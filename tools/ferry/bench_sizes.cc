@@ -29,11 +29,16 @@ Result<uint64_t> parse_bytes(std::string_view text) {
   if (ec != std::errc() || p == text.data()) return bad(text, "expected a number");
   std::string_view unit(p, static_cast<size_t>(text.data() + text.size() - p));
   uint64_t mult = 1;
-  if (unit == "K" || unit == "k" || unit == "KiB") mult = 1ull << 10;
-  else if (unit == "M" || unit == "MiB") mult = 1ull << 20;
-  else if (unit == "G" || unit == "GiB") mult = 1ull << 30;
-  else if (unit == "B" || unit.empty()) mult = 1;
-  else return bad(text, "unknown unit \"" + std::string(unit) + "\" (use K, M or G)");
+  if (unit == "K" || unit == "k" || unit == "KiB")
+    mult = 1ull << 10;
+  else if (unit == "M" || unit == "MiB")
+    mult = 1ull << 20;
+  else if (unit == "G" || unit == "GiB")
+    mult = 1ull << 30;
+  else if (unit == "B" || unit.empty())
+    mult = 1;
+  else
+    return bad(text, "unknown unit \"" + std::string(unit) + "\" (use K, M or G)");
   if (n > (UINT64_MAX / mult)) return bad(text, "too large");
   return n * mult;
 }
@@ -67,6 +72,7 @@ Result<std::vector<uint64_t>> parse_sizes(std::string_view text) {
       for (uint64_t v = from; v <= to; v += k) {
         out.push_back(v);
         if (out.size() > 100000) return bad(item, "more than 100000 sizes");
+        if (v > to - k) break;  // the next step would pass `to` (or wrap)
       }
     }
   }

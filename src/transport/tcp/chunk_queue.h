@@ -28,10 +28,10 @@ namespace ferry::tcp {
 // A bulk operation on its way out: DATA to a token at the peer (a send after
 // CTS, a read's reply) or WRITE into a peer's export.
 struct OutOp {
-  wire::FrameHeader header;  // type, id and the fixed fields of every chunk
-  core::SegmentList source;  // local bytes, in order
-  uint64_t remote_base = 0;  // WRITE: export offset of byte 0 (chunk c = base + offset)
-  std::string first_aux;     // WRITE: the notification, carried by the first chunk
+  wire::FrameHeader header;              // type, id and the fixed fields of every chunk
+  core::SegmentList source;              // local bytes, in order
+  uint64_t remote_base = 0;              // WRITE: export offset of byte 0 (chunk c = base + offset)
+  std::string first_aux;                 // WRITE: the notification, carried by the first chunk
   std::shared_ptr<TransferState> state;  // null for read replies
   // Claim cursor and abort flag: guarded by the queue's lock.
   uint64_t next = 0;

@@ -11,8 +11,7 @@
 namespace ferry::tcp {
 
 Result<std::shared_ptr<TcpConnection>> dial(const std::shared_ptr<core::EngineContext>& ctx,
-                                            const platform::HostPort& to, Deadline deadline,
-                                            uint64_t connection_id) {
+                                            const platform::HostPort& to, Deadline deadline, uint64_t connection_id) {
   const Options& o = ctx->options;
   std::string where = to.host + ":" + std::to_string(to.port);
   auto context = [&](const Status& s) { return s.with_context("connect to " + where); };
@@ -100,7 +99,8 @@ Result<std::shared_ptr<TcpConnection>> dial(const std::shared_ptr<core::EngineCo
       auto r = wire::decode_rejected(frame->header, frame->aux);
       if (r.ok()) return context(Status(r->code, "refused by the peer: " + r->message));
     }
-    return context(Status(Code::kDataLoss, "expected READY, got " + std::string(wire::frame_type_name(frame->header.type))));
+    return context(
+        Status(Code::kDataLoss, "expected READY, got " + std::string(wire::frame_type_name(frame->header.type))));
   }
 
   PeerInfo peer{welcome->engine_id, welcome->host_id, platform::peer_name(fd)};

@@ -14,7 +14,6 @@ namespace ferry::tcp {
 // Returns a started connection. kUnavailable, kUnauthenticated,
 // kDeadlineExceeded, kUnimplemented (protocol version), kDataLoss.
 Result<std::shared_ptr<TcpConnection>> dial(const std::shared_ptr<core::EngineContext>& ctx,
-                                            const platform::HostPort& to, Deadline deadline,
-                                            uint64_t connection_id);
+                                            const platform::HostPort& to, Deadline deadline, uint64_t connection_id);
 
 }  // namespace ferry::tcp

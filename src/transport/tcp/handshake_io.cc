@@ -10,8 +10,8 @@ Result<RawFrame> read_handshake_frame(int fd, Deadline deadline) {
   FERRY_RETURN_IF_ERROR(platform::recv_exact_by(fd, hb.data(), hb.size(), deadline));
   FERRY_ASSIGN_OR_RETURN(wire::FrameHeader h, wire::decode_header(hb.data(), hb.size()));
   if (h.payload_len != 0) {
-    return Status(Code::kDataLoss, "handshake frame " + std::string(wire::frame_type_name(h.type)) +
-                                       " carries a payload");
+    return Status(Code::kDataLoss,
+                  "handshake frame " + std::string(wire::frame_type_name(h.type)) + " carries a payload");
   }
   RawFrame f{h, std::string(h.aux_len, '\0')};
   if (h.aux_len > 0) FERRY_RETURN_IF_ERROR(platform::recv_exact_by(fd, f.aux.data(), f.aux.size(), deadline));

@@ -93,10 +93,9 @@ void TcpListener::accept_loop() {
     uint64_t id = next_handshake_++;
     Handshake& h = handshakes_[id];
     h.fd = fd;
-    h.thread = platform::start_thread("ferry-hs-" + std::to_string(id),
-                                      [this, id, sock = std::make_shared<platform::Socket>(std::move(s))]() mutable {
-                                        serve(id, std::move(*sock));
-                                      });
+    h.thread = platform::start_thread(
+        "ferry-hs-" + std::to_string(id),
+        [this, id, sock = std::make_shared<platform::Socket>(std::move(s))]() mutable { serve(id, std::move(*sock)); });
   }
 }
 
@@ -134,7 +133,8 @@ Status TcpListener::attach_data(platform::Socket& s, const wire::Hello& hello) {
   if (it == pending_.end()) return Status(Code::kDataLoss, "data stream names no pending connection");
   Pending& p = *it->second;
   if (hello.stream_index >= p.streams || p.data[hello.stream_index].valid()) {
-    return Status(Code::kDataLoss, "data stream index " + std::to_string(hello.stream_index) + " is invalid or repeated");
+    return Status(Code::kDataLoss,
+                  "data stream index " + std::to_string(hello.stream_index) + " is invalid or repeated");
   }
   Status tuned = platform::tune_stream(s, ctx_->options.socket_buffer_bytes);
   if (!tuned.ok()) return tuned;
@@ -152,8 +152,9 @@ Status TcpListener::serve_control(platform::Socket& s, const wire::Hello& hello,
     return Status(code, why);
   };
   if (hello.version != wire::kProtocolVersion) {
-    return reject(Code::kUnimplemented, "this engine speaks protocol version " + std::to_string(wire::kProtocolVersion) +
-                                            ", the connector " + std::to_string(hello.version));
+    return reject(Code::kUnimplemented, "this engine speaks protocol version " +
+                                            std::to_string(wire::kProtocolVersion) + ", the connector " +
+                                            std::to_string(hello.version));
   }
   if (hello.streams < 1 || hello.streams > 64) {
     return reject(Code::kInvalidArgument, "data stream count " + std::to_string(hello.streams) + " outside 1..64");
@@ -170,7 +171,8 @@ Status TcpListener::serve_control(platform::Socket& s, const wire::Hello& hello,
   FERRY_ASSIGN_OR_RETURN(wire::Auth auth, wire::decode_auth(af.header, af.aux));
   wire::Accepted accepted;
   if (welcome.auth_required) {
-    if (!auth.has_proof) return reject(Code::kUnauthenticated, "this engine requires a shared secret (FERRY_AUTH_TOKEN)");
+    if (!auth.has_proof)
+      return reject(Code::kUnauthenticated, "this engine requires a shared secret (FERRY_AUTH_TOKEN)");
     auto expect = platform::hmac_sha256(o.auth_token, wire::client_proof_input(hello.nonce, welcome.nonce));
     if (!platform::constant_time_equal(expect.data(), auth.proof.data(), expect.size())) {
       return reject(Code::kUnauthenticated, "the shared secret does not match");

@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <cinttypes>
-#include <optional>
 #include <cstring>
+#include <optional>
 
 #include "core/log.h"
 #include "platform/thread.h"
@@ -63,8 +63,8 @@ void TcpConnection::start() {
 
 std::string TcpConnection::where() const {
   char buf[160];
-  std::snprintf(buf, sizeof(buf), "connection %" PRIu64 " to %s (engine %016" PRIx64 ")", id_,
-                peer_.address.c_str(), peer_.engine_id);
+  std::snprintf(buf, sizeof(buf), "connection %" PRIu64 " to %s (engine %016" PRIx64 ")", id_, peer_.address.c_str(),
+                peer_.engine_id);
   return buf;
 }
 
@@ -307,9 +307,9 @@ Status TcpConnection::check_remote(const RemoteDescriptor& r, uint64_t offset, u
     return Status(Code::kInvalidArgument, buf);
   }
   if (offset > r.length || size > r.length - offset) {
-    return Status(Code::kOutOfRange, std::string(op) + ": [" + std::to_string(offset) + ", +" +
-                                         std::to_string(size) + ") leaves remote export " +
-                                         std::to_string(r.export_id) + " of " + std::to_string(r.length) + " bytes");
+    return Status(Code::kOutOfRange, std::string(op) + ": [" + std::to_string(offset) + ", +" + std::to_string(size) +
+                                         ") leaves remote export " + std::to_string(r.export_id) + " of " +
+                                         std::to_string(r.length) + " bytes");
   }
   return Status();
 }
@@ -368,7 +368,10 @@ Transfer TcpConnection::writev_async(std::span<const WriteItem> items, std::stri
       uint64_t op;
       {
         std::lock_guard lock(conn->mu_);
-        if (conn->failed_) { parent->finish_part(conn->usable()); return; }
+        if (conn->failed_) {
+          parent->finish_part(conn->usable());
+          return;
+        }
         op = conn->next_op_++;
         conn->pending_.emplace(op, parent);
       }
@@ -390,7 +393,10 @@ void TcpConnection::post_write(const std::shared_ptr<TransferState>& state, core
   uint64_t op;
   {
     std::lock_guard lock(mu_);
-    if (failed_) { state->finish_part(usable()); return; }
+    if (failed_) {
+      state->finish_part(usable());
+      return;
+    }
     op = next_op_++;
     pending_.emplace(op, state);
   }
@@ -443,7 +449,8 @@ Transfer TcpConnection::readv_async(std::span<const ReadItem> items) {
     }
   }
   auto parent = new_state(static_cast<int>(items.size()));
-  for (size_t i = 0; i < items.size(); ++i) post_read(parent, std::move(dests[i]), items[i].remote, items[i].remote_offset);
+  for (size_t i = 0; i < items.size(); ++i)
+    post_read(parent, std::move(dests[i]), items[i].remote, items[i].remote_offset);
   return Transfer(parent);
 }
 
@@ -456,7 +463,10 @@ void TcpConnection::post_read(const std::shared_ptr<TransferState>& state, core:
   uint64_t op;
   {
     std::lock_guard lock(mu_);
-    if (failed_) { state->finish_part(usable()); return; }
+    if (failed_) {
+      state->finish_part(usable());
+      return;
+    }
     op = next_op_++;
     pending_.emplace(op, state);
     landings_.emplace(op, landing);
@@ -475,7 +485,8 @@ Transfer TcpConnection::notify_async(std::string_view message) {
   if (Status u = usable(); !u.ok()) return failed(u);
   if (message.size() > kMaxNotification) {
     return failed(Status(Code::kInvalidArgument, "notify: message of " + std::to_string(message.size()) +
-                                                     " bytes exceeds the limit of " + std::to_string(kMaxNotification)));
+                                                     " bytes exceeds the limit of " +
+                                                     std::to_string(kMaxNotification)));
   }
   auto state = new_state();
   {
@@ -525,7 +536,8 @@ void TcpConnection::deliver_notification(std::string note) {
 
 void TcpConnection::complete_recv_now(PostedRecv& recv, uint64_t op, uint64_t size, const std::string& bytes) {
   if (recv.dest.total() < size) {
-    Status s(Code::kBufferTooSmall, "message of " + std::to_string(size) + " bytes does not fit the receive buffer of " +
+    Status s(Code::kBufferTooSmall, "message of " + std::to_string(size) +
+                                        " bytes does not fit the receive buffer of " +
                                         std::to_string(recv.dest.total()) + " bytes (" + where() + ")");
     ack(op, s);
     recv.state->finish(s);
@@ -547,7 +559,8 @@ void TcpConnection::complete_recv_now(PostedRecv& recv, uint64_t op, uint64_t si
 
 void TcpConnection::match_rendezvous(PostedRecv recv, uint64_t op, uint64_t size) {
   if (recv.dest.total() < size) {
-    Status s(Code::kBufferTooSmall, "message of " + std::to_string(size) + " bytes does not fit the receive buffer of " +
+    Status s(Code::kBufferTooSmall, "message of " + std::to_string(size) +
+                                        " bytes does not fit the receive buffer of " +
                                         std::to_string(recv.dest.total()) + " bytes (" + where() + ")");
     ack(op, s);
     recv.state->finish(s);
@@ -561,7 +574,10 @@ void TcpConnection::match_rendezvous(PostedRecv recv, uint64_t op, uint64_t size
   uint64_t token;
   {
     std::lock_guard lock(mu_);
-    if (failed_) { landing->state->finish(usable()); return; }
+    if (failed_) {
+      landing->state->finish(usable());
+      return;
+    }
     token = next_op_++;
     landings_.emplace(token, landing);
   }
@@ -615,7 +631,8 @@ Status TcpConnection::land_data(int fd, const FrameHeader& h) {
   }
   if (!l) {
     // The operation already ended (aborted or failed); its late bytes go nowhere.
-    FERRY_LOG(kDebug, "tcp", "%s: %u bytes for finished token %" PRIu64 " dropped", where().c_str(), h.payload_len, h.id);
+    FERRY_LOG(kDebug, "tcp", "%s: %u bytes for finished token %" PRIu64 " dropped", where().c_str(), h.payload_len,
+              h.id);
     return drain(fd, h.payload_len);
   }
   if (h.flags & kFlagAborted) {
@@ -684,11 +701,13 @@ Status TcpConnection::land_write(int fd, const FrameHeader& h, std::string& aux)
     std::lock_guard lock(mu_);
     IncomingWrite& w = incoming_[op];
     if (w.total == 0) w.total = h.d;
-    if (w.total != h.d) return Status(Code::kDataLoss, where() + ": chunks of write " + std::to_string(op) + " disagree on its size");
+    if (w.total != h.d)
+      return Status(Code::kDataLoss, where() + ": chunks of write " + std::to_string(op) + " disagree on its size");
     if (!aux.empty()) w.notification = std::move(aux);
     if (!landed.ok() && w.error.ok()) w.error = landed;
     w.received += h.payload_len;
-    if (w.received > w.total) return Status(Code::kDataLoss, where() + ": write " + std::to_string(op) + " overflows its size");
+    if (w.received > w.total)
+      return Status(Code::kDataLoss, where() + ": write " + std::to_string(op) + " overflows its size");
     if (w.received == w.total) {
       complete = true;
       done = std::move(w);
@@ -828,9 +847,12 @@ Status TcpConnection::handle_read_req(const FrameHeader& h) {
 Status TcpConnection::handle_frame(int fd, int path, const FrameHeader& h, std::string& aux) {
   bool on_control = path < 0;
   switch (h.type) {
-    case FrameType::kData: return land_data(fd, h);
-    case FrameType::kWrite: return land_write(fd, h, aux);
-    default: break;
+    case FrameType::kData:
+      return land_data(fd, h);
+    case FrameType::kWrite:
+      return land_write(fd, h, aux);
+    default:
+      break;
   }
   if (!on_control) {
     return Status(Code::kDataLoss, where() + ": " + std::string(frame_type_name(h.type)) + " frame on data stream " +
@@ -840,16 +862,22 @@ Status TcpConnection::handle_frame(int fd, int path, const FrameHeader& h, std::
     return Status(Code::kDataLoss, where() + ": " + std::string(frame_type_name(h.type)) + " frame with a payload");
   }
   switch (h.type) {
-    case FrameType::kHeartbeat: return Status();
+    case FrameType::kHeartbeat:
+      return Status();
     case FrameType::kClose:
       closed_by_peer_ = true;
       fail(Status(Code::kPeerLost, where() + ": the peer closed the connection"));
       return Status();
-    case FrameType::kEager: return handle_eager(fd, h);
-    case FrameType::kRts: return handle_rts(h);
-    case FrameType::kCts: return handle_cts(h);
-    case FrameType::kAck: return handle_ack(h, aux);
-    case FrameType::kReadReq: return handle_read_req(h);
+    case FrameType::kEager:
+      return handle_eager(fd, h);
+    case FrameType::kRts:
+      return handle_rts(h);
+    case FrameType::kCts:
+      return handle_cts(h);
+    case FrameType::kAck:
+      return handle_ack(h, aux);
+    case FrameType::kReadReq:
+      return handle_read_req(h);
     case FrameType::kNotify:
       deliver_notification(std::move(aux));
       ack(h.id, Status());
@@ -858,8 +886,8 @@ Status TcpConnection::handle_frame(int fd, int path, const FrameHeader& h, std::
       chunks_.on_landed(static_cast<int>(h.a), h.b);
       return Status();
     default:
-      return Status(Code::kDataLoss, where() + ": unexpected " + std::string(frame_type_name(h.type)) +
-                                         " frame after the handshake");
+      return Status(Code::kDataLoss,
+                    where() + ": unexpected " + std::string(frame_type_name(h.type)) + " frame after the handshake");
   }
 }
 

@@ -46,8 +46,8 @@ struct PeerInfo {
 
 class TcpConnection final : public Connection, public std::enable_shared_from_this<TcpConnection> {
  public:
-  TcpConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t id, PeerInfo peer,
-                platform::Socket control, std::vector<platform::Socket> data);
+  TcpConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t id, PeerInfo peer, platform::Socket control,
+                std::vector<platform::Socket> data);
   ~TcpConnection() override;
 
   // Starts the worker threads. Called once, right after construction.
@@ -57,11 +57,10 @@ class TcpConnection final : public Connection, public std::enable_shared_from_th
   Transfer sendv_async(std::span<const ConstBuffer> parts) override;
   Transfer recv_async(void* data, size_t capacity) override;
   Transfer recvv_async(std::span<const MutableBuffer> parts) override;
-  Transfer write_async(const void* local, size_t size, const RemoteDescriptor& remote,
-                       uint64_t remote_offset, std::string_view notification) override;
+  Transfer write_async(const void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset,
+                       std::string_view notification) override;
   Transfer writev_async(std::span<const WriteItem> items, std::string_view notification) override;
-  Transfer read_async(void* local, size_t size, const RemoteDescriptor& remote,
-                      uint64_t remote_offset) override;
+  Transfer read_async(void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset) override;
   Transfer readv_async(std::span<const ReadItem> items) override;
   Transfer notify_async(std::string_view message) override;
   Result<std::string> wait_notification(Deadline deadline) override;
@@ -127,14 +126,13 @@ class TcpConnection final : public Connection, public std::enable_shared_from_th
   Transfer post_send(core::SegmentList source);
   Transfer post_recv(core::SegmentList dest);
   Status check_remote(const RemoteDescriptor& r, uint64_t offset, uint64_t size, const char* op) const;
-  void post_write(const std::shared_ptr<TransferState>& state, core::SegmentList source,
-                  const RemoteDescriptor& remote, uint64_t offset, std::string notification);
-  void post_read(const std::shared_ptr<TransferState>& state, core::SegmentList dest,
-                 const RemoteDescriptor& remote, uint64_t offset);
+  void post_write(const std::shared_ptr<TransferState>& state, core::SegmentList source, const RemoteDescriptor& remote,
+                  uint64_t offset, std::string notification);
+  void post_read(const std::shared_ptr<TransferState>& state, core::SegmentList dest, const RemoteDescriptor& remote,
+                 uint64_t offset);
 
   // Writing on the control stream.
-  Status write_control(const wire::FrameHeader& h, std::string_view aux,
-                       const core::SegmentList* payload);
+  Status write_control(const wire::FrameHeader& h, std::string_view aux, const core::SegmentList* payload);
   void queue_control(Outgoing out);
   void ack(uint64_t op, const Status& s, uint8_t flags = 0);
 
@@ -189,14 +187,14 @@ class TcpConnection final : public Connection, public std::enable_shared_from_th
 
   // Operations and matching state.
   std::mutex mu_;
-  uint64_t next_op_ = 1;                                             // guarded by mu_
+  uint64_t next_op_ = 1;                                                  // guarded by mu_
   std::unordered_map<uint64_t, std::shared_ptr<TransferState>> pending_;  // guarded by mu_: awaiting ACK
-  std::unordered_map<uint64_t, std::shared_ptr<OutOp>> awaiting_cts_;  // guarded by mu_
-  std::deque<PostedRecv> posted_;                                     // guarded by mu_
-  std::deque<Unexpected> unexpected_;                                 // guarded by mu_
-  std::unordered_map<uint64_t, std::shared_ptr<Landing>> landings_;   // guarded by mu_
-  std::unordered_map<uint64_t, IncomingWrite> incoming_;              // guarded by mu_
-  std::vector<uint64_t> landed_chunks_;                              // per path; only its rx thread
+  std::unordered_map<uint64_t, std::shared_ptr<OutOp>> awaiting_cts_;     // guarded by mu_
+  std::deque<PostedRecv> posted_;                                         // guarded by mu_
+  std::deque<Unexpected> unexpected_;                                     // guarded by mu_
+  std::unordered_map<uint64_t, std::shared_ptr<Landing>> landings_;       // guarded by mu_
+  std::unordered_map<uint64_t, IncomingWrite> incoming_;                  // guarded by mu_
+  std::vector<uint64_t> landed_chunks_;                                   // per path; only its rx thread
 
   std::mutex notes_mu_;
   std::condition_variable notes_cv_;
