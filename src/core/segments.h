@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/registry.h"
@@ -40,6 +41,20 @@ class SegmentList {
   std::vector<uint64_t> starts_;  // starts_[i] = offset of spans_[i] in the whole
   uint64_t total_ = 0;
 };
+
+// Resolves (data, size) parts against `registry` into one SegmentList, in
+// order, skipping empty parts. `what` names the buffer in errors.
+template <typename Buffer>
+Result<SegmentList> resolve_parts(const Registry& registry, std::span<const Buffer> parts, const char* what) {
+  SegmentList list;
+  for (const Buffer& part : parts) {
+    if (part.size == 0) continue;
+    auto span = registry.resolve_local(part.data, part.size, what);
+    if (!span.ok()) return span.status();
+    list.add(std::move(span).value());
+  }
+  return list;
+}
 
 // Holds every region of a chunk open while its bytes move; ok() is false if
 // any of them was deregistered.

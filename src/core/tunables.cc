@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/log.h"
+#include "core/units.h"
 #include "ferry/options.h"
 
 namespace ferry {
@@ -29,23 +30,10 @@ Status bad_value(std::string_view env, std::string_view value, std::string_view 
   return Status(Code::kInvalidArgument, std::string(env) + "=\"" + std::string(value) + "\": " + std::string(why));
 }
 
-// Parses "123", "64K", "1M", "2G" (binary multiples).
 Result<uint64_t> parse_size(std::string_view env, std::string_view v) {
-  uint64_t n = 0;
-  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-  if (ec != std::errc() || p == v.data()) return bad_value(env, v, "expected a number");
-  std::string_view suffix(p, static_cast<size_t>(v.data() + v.size() - p));
-  uint64_t mult = 1;
-  if (suffix == "K" || suffix == "k" || suffix == "KiB")
-    mult = 1ull << 10;
-  else if (suffix == "M" || suffix == "MiB")
-    mult = 1ull << 20;
-  else if (suffix == "G" || suffix == "GiB")
-    mult = 1ull << 30;
-  else if (!suffix.empty())
-    return bad_value(env, v, "unknown unit (use K, M or G)");
-  if (n > UINT64_MAX / mult) return bad_value(env, v, "too large");
-  return n * mult;
+  auto r = core::parse_bytes(v);
+  if (!r.ok()) return bad_value(env, v, r.status().message());
+  return r;
 }
 
 Result<int64_t> parse_int(std::string_view env, std::string_view v) {

@@ -53,6 +53,19 @@ Result<struct addrinfo*> resolve(const HostPort& hp, bool passive) {
   return res;
 }
 
+// Moves past `n` bytes of an I/O vector that a partial send/recv consumed.
+void advance(struct iovec*& iov, int& iovcnt, size_t n) {
+  while (iovcnt > 0 && n >= iov->iov_len) {
+    n -= iov->iov_len;
+    ++iov;
+    --iovcnt;
+  }
+  if (iovcnt > 0) {
+    iov->iov_base = static_cast<char*>(iov->iov_base) + n;
+    iov->iov_len -= n;
+  }
+}
+
 }  // namespace
 
 void Socket::reset() {
@@ -203,16 +216,7 @@ Status send_all(int fd, struct iovec* iov, int iovcnt) {
       if (errno == EINTR) continue;
       return Status(Code::kPeerLost, "send: " + errno_text(errno));
     }
-    size_t left = static_cast<size_t>(n);
-    while (iovcnt > 0 && left >= iov->iov_len) {
-      left -= iov->iov_len;
-      ++iov;
-      --iovcnt;
-    }
-    if (iovcnt > 0) {
-      iov->iov_base = static_cast<char*>(iov->iov_base) + left;
-      iov->iov_len -= left;
-    }
+    advance(iov, iovcnt, static_cast<size_t>(n));
   }
   return Status();
 }
@@ -232,16 +236,7 @@ Status recv_all(int fd, struct iovec* iov, int iovcnt) {
       return Status(Code::kPeerLost, "recv: " + errno_text(errno));
     }
     if (n == 0) return Status(Code::kPeerLost, "stream closed by the peer");
-    size_t left = static_cast<size_t>(n);
-    while (iovcnt > 0 && left >= iov->iov_len) {
-      left -= iov->iov_len;
-      ++iov;
-      --iovcnt;
-    }
-    if (iovcnt > 0) {
-      iov->iov_base = static_cast<char*>(iov->iov_base) + left;
-      iov->iov_len -= left;
-    }
+    advance(iov, iovcnt, static_cast<size_t>(n));
   }
   return Status();
 }

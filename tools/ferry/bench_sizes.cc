@@ -3,6 +3,8 @@
 
 #include <charconv>
 
+#include "core/units.h"
+
 namespace ferry::cli {
 namespace {
 
@@ -24,23 +26,9 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
 }  // namespace
 
 Result<uint64_t> parse_bytes(std::string_view text) {
-  uint64_t n = 0;
-  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-  if (ec != std::errc() || p == text.data()) return bad(text, "expected a number");
-  std::string_view unit(p, static_cast<size_t>(text.data() + text.size() - p));
-  uint64_t mult = 1;
-  if (unit == "K" || unit == "k" || unit == "KiB")
-    mult = 1ull << 10;
-  else if (unit == "M" || unit == "MiB")
-    mult = 1ull << 20;
-  else if (unit == "G" || unit == "GiB")
-    mult = 1ull << 30;
-  else if (unit == "B" || unit.empty())
-    mult = 1;
-  else
-    return bad(text, "unknown unit \"" + std::string(unit) + "\" (use K, M or G)");
-  if (n > (UINT64_MAX / mult)) return bad(text, "too large");
-  return n * mult;
+  auto r = core::parse_bytes(text);
+  if (!r.ok()) return bad(text, r.status().message());
+  return r;
 }
 
 Result<std::vector<uint64_t>> parse_sizes(std::string_view text) {

@@ -199,15 +199,9 @@ Transfer TcpConnection::send_async(const void* data, size_t size) {
 
 Transfer TcpConnection::sendv_async(std::span<const ConstBuffer> parts) {
   if (Status u = usable(); !u.ok()) return failed(u);
-  core::SegmentList source;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    if (parts[i].size == 0) continue;
-    const char* what = parts.size() == 1 ? "send buffer" : "sendv part";
-    auto span = ctx_->registry.resolve_local(parts[i].data, parts[i].size, what);
-    if (!span.ok()) return failed(span.status().with_context(where()));
-    source.add(std::move(span).value());
-  }
-  return post_send(std::move(source));
+  auto source = core::resolve_parts(ctx_->registry, parts, parts.size() == 1 ? "send buffer" : "sendv part");
+  if (!source.ok()) return failed(source.status().with_context(where()));
+  return post_send(std::move(source).value());
 }
 
 Transfer TcpConnection::post_send(core::SegmentList source) {
@@ -251,15 +245,9 @@ Transfer TcpConnection::recv_async(void* data, size_t capacity) {
 
 Transfer TcpConnection::recvv_async(std::span<const MutableBuffer> parts) {
   if (Status u = usable(); !u.ok()) return failed(u);
-  core::SegmentList dest;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    if (parts[i].size == 0) continue;
-    const char* what = parts.size() == 1 ? "receive buffer" : "recvv part";
-    auto span = ctx_->registry.resolve_local(parts[i].data, parts[i].size, what);
-    if (!span.ok()) return failed(span.status().with_context(where()));
-    dest.add(std::move(span).value());
-  }
-  return post_recv(std::move(dest));
+  auto dest = core::resolve_parts(ctx_->registry, parts, parts.size() == 1 ? "receive buffer" : "recvv part");
+  if (!dest.ok()) return failed(dest.status().with_context(where()));
+  return post_recv(std::move(dest).value());
 }
 
 Transfer TcpConnection::post_recv(core::SegmentList dest) {
