@@ -11,6 +11,9 @@ packages=(
   libgtest-dev                     # tests
   iperf3 sockperf                  # anchors the benchmarks compare against
   iproute2 procps                  # ip/tc for network labs, ps/pgrep for scripts
+  python3-dev pybind11-dev         # the Python module
+  python3-numpy python3-pytest python3-torch         # Python API tests (CPU tensors)
+  python3-pandas python3-matplotlib                  # ferry.analysis plots
 )
 
 missing=()
