@@ -1,0 +1,106 @@
+"""ferry: point-to-point transfers between the memories of machines.
+
+The Python API mirrors the C++ one (include/ferry/):
+
+    import ferry, numpy as np
+
+    engine = ferry.Engine(listen="0.0.0.0:7000", streams=4)   # Options as keywords
+    buf = np.zeros(1 << 20, dtype=np.uint8)
+    region = engine.reg(buf)                   # every buffer must lie in registered memory
+    conn = engine.accept(timeout=30)           # or engine.connect("10.0.0.2:7000", timeout=5)
+    n = conn.recv(buf, timeout=5)              # the message size; the GIL is released meanwhile
+    desc = engine.export_region(region)        # give desc.serialize() to the peer ...
+    # ... which does conn.write(src, ferry.RemoteDescriptor.parse(blob), 0, notification=b"ready")
+
+Buffers are NumPy arrays, any buffer-protocol object, torch tensors (CPU or
+CUDA), objects with __cuda_array_interface__ or __dlpack__, (address, size)
+tuples, or an address (int) with size=. Nothing is copied; non-contiguous
+memory is rejected with a ValueError naming the argument.
+
+Errors are ferry.FerryError subclasses, one per status code, carrying the C++
+message (`.code`, `.message`): Cancelled, InvalidArgument, DeadlineExceeded,
+NotRegistered, OutOfRange, PermissionDenied, Unauthenticated,
+ResourceExhausted, Unavailable, PeerLost, BufferTooSmall, Unimplemented,
+DataLoss, InternalError. Each also derives from the built-in exception a Python
+program would catch (ValueError, TimeoutError, LookupError, IndexError,
+PermissionError, ConnectionError, NotImplementedError) where one fits.
+
+Every blocking call takes `timeout` in seconds (None: no deadline), releases
+the GIL, and raises KeyboardInterrupt on Ctrl-C.
+
+`ferry.p2p` is a facade with the Endpoint API of UCCL's P2P engine.
+"""
+
+from typing import Any, Optional
+
+from . import _ferry
+from ._ferry import (
+    BufferTooSmall,
+    Cancelled,
+    Code,
+    Connection,
+    DataLoss,
+    DeadlineExceeded,
+    FerryError,
+    InternalError,
+    InvalidArgument,
+    LogLevel,
+    MemoryKind,
+    NotRegistered,
+    Options,
+    OutOfRange,
+    PeerLost,
+    PermissionDenied,
+    Region,
+    RemoteDescriptor,
+    ResourceExhausted,
+    Status,
+    Transfer,
+    Unauthenticated,
+    Unavailable,
+    Unimplemented,
+    apply_environment,
+    code_name,
+    describe_tunables,
+    validate,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BufferTooSmall", "Cancelled", "Code", "Connection", "DataLoss", "DeadlineExceeded", "Engine",
+    "FerryError", "InternalError", "InvalidArgument", "LogLevel", "MemoryKind", "NotRegistered",
+    "Options", "OutOfRange", "PeerLost", "PermissionDenied", "Region", "RemoteDescriptor",
+    "ResourceExhausted", "Status", "Transfer", "Unauthenticated", "Unavailable", "Unimplemented",
+    "apply_environment", "code_name", "describe_tunables", "make_options", "validate",
+]
+
+
+def make_options(options: Optional[Options] = None, **fields: Any) -> Options:
+    """Returns a copy of `options` (default: ferry's defaults) with `fields` set.
+
+    Field names are those of ferry.Options (listen, streams, chunk_bytes, window,
+    inline_max, auth_token, heartbeat_interval, peer_timeout, handshake_timeout,
+    socket_buffer_bytes, transport, log_level); durations are seconds. An unknown
+    name is a TypeError.
+    """
+    out = Options(options) if options is not None else Options()
+    for name, value in fields.items():
+        if name.startswith("_") or not hasattr(out, name):
+            raise TypeError(f"ferry.Options has no field {name!r}")
+        setattr(out, name, value)
+    return out
+
+
+class Engine(_ferry.Engine):
+    """The process's transfer engine; one per process serves every NIC and GPU.
+
+    Engine(options=None, **fields): `fields` are ferry.Options fields given as
+    keywords (they override `options`); FERRY_* environment variables override
+    both. Starts listening and the background threads; allocates nothing on any
+    GPU. Raises InvalidArgument for bad options, Unavailable if it cannot
+    listen. Use as a context manager, or call close().
+    """
+
+    def __init__(self, options: Optional[Options] = None, **fields: Any) -> None:
+        super().__init__(make_options(options, **fields))

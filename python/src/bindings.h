@@ -1,0 +1,29 @@
+// The pieces of the _ferry module, one per concern:
+//   errors.cc      Code, Status, FerryError and the Code -> exception table
+//   buffers.cc     Python objects -> (pointer, length) without copies
+//   transfer.cc    deadlines, interruptible waits, Transfer
+//   engine.cc      Options, Region, RemoteDescriptor, Engine
+//   connection.cc  Connection
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+
+#include "ferry/engine.h"
+
+namespace ferry::py {
+
+namespace pyb = pybind11;
+
+// The Python-side Connection: the C++ connection plus the Python engine
+// object it came from (kept alive as long as the connection is).
+struct PyConnection {
+  std::shared_ptr<Connection> conn;
+  pyb::object engine;
+};
+
+void bind_engine(pyb::module_& m);
+void bind_connection(pyb::module_& m);
+
+}  // namespace ferry::py

@@ -1,0 +1,212 @@
+// Buffer resolution: ints, tuples, the buffer protocol, torch tensors,
+// __cuda_array_interface__ and DLPack, all without copies.
+#include "buffers.h"
+
+#include <pybind11/stl.h>
+
+#include <string>
+
+namespace ferry::py {
+namespace {
+
+[[noreturn]] void value_error(const std::string& what, const std::string& why) {
+  throw pyb::value_error("argument '" + what + "': " + why);
+}
+
+uint64_t to_u64(pyb::handle h, const std::string& what, const char* field) {
+  if (PyBool_Check(h.ptr()) || !PyLong_Check(h.ptr())) {
+    throw pyb::type_error("argument '" + what + "': " + field + " must be an int, not " +
+                          std::string(pyb::str(pyb::type::handle_of(h).attr("__name__"))));
+  }
+  int overflow = 0;
+  long long sign_probe = PyLong_AsLongLongAndOverflow(h.ptr(), &overflow);
+  if (overflow < 0 || (overflow == 0 && sign_probe < 0)) value_error(what, std::string(field) + " is negative");
+  unsigned long long v = PyLong_AsUnsignedLongLong(h.ptr());
+  if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+    PyErr_Clear();
+    value_error(what, std::string(field) + " does not fit in 64 bits");
+  }
+  return v;
+}
+
+// Applies the caller's size to an object of `nbytes` bytes.
+size_t pick_size(std::optional<uint64_t> size, size_t nbytes, const std::string& what) {
+  if (!size) return nbytes;
+  if (*size > nbytes) {
+    value_error(what, "size " + std::to_string(*size) + " exceeds the object's " + std::to_string(nbytes) + " bytes");
+  }
+  return static_cast<size_t>(*size);
+}
+
+const char* kContiguousHint = "; pass a contiguous copy (numpy.ascontiguousarray(x) or tensor.contiguous())";
+
+// True when `strides` (in bytes) describe a dense C- or Fortran-order block.
+bool dense(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides, int64_t itemsize) {
+  for (int64_t n : shape)
+    if (n == 0) return true;
+  auto check = [&](bool c_order) {
+    int64_t expect = itemsize;
+    for (size_t k = 0; k < shape.size(); ++k) {
+      size_t i = c_order ? shape.size() - 1 - k : k;
+      if (shape[i] != 1 && strides[i] != expect) return false;
+      expect *= shape[i];
+    }
+    return true;
+  };
+  return check(true) || check(false);
+}
+
+std::string shape_text(const std::vector<int64_t>& v) {
+  std::string s = "(";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + (v.size() == 1 ? ",)" : ")");
+}
+
+BufferArg from_buffer_protocol(pyb::handle obj, std::optional<uint64_t> size, Access access, const std::string& what) {
+  // A memoryview holds the export (and so the memory) for as long as it lives.
+  PyObject* mv = PyMemoryView_FromObject(obj.ptr());
+  if (mv == nullptr) throw pyb::error_already_set();
+  pyb::object keep = pyb::reinterpret_steal<pyb::object>(mv);
+  Py_buffer* view = PyMemoryView_GET_BUFFER(mv);
+  if (!PyBuffer_IsContiguous(view, 'A')) {
+    std::vector<int64_t> shape(view->shape, view->shape + view->ndim);
+    std::vector<int64_t> strides(view->strides, view->strides + view->ndim);
+    value_error(what, "memory is not contiguous (shape " + shape_text(shape) + ", strides " + shape_text(strides) +
+                          ")" + kContiguousHint);
+  }
+  if (access == Access::kWrite && view->readonly) {
+    value_error(what, "buffer is read-only; a destination must be writable (bytearray, a writable NumPy array, ...)");
+  }
+  return BufferArg{view->buf, pick_size(size, static_cast<size_t>(view->len), what), std::move(keep)};
+}
+
+BufferArg from_tensor(pyb::handle obj, std::optional<uint64_t> size, const std::string& what) {
+  if (!obj.attr("is_contiguous")().cast<bool>()) {
+    auto shape = pyb::tuple(obj.attr("shape")).cast<std::vector<int64_t>>();
+    auto strides = pyb::tuple(obj.attr("stride")()).cast<std::vector<int64_t>>();
+    value_error(what, "tensor is not contiguous (shape " + shape_text(shape) + ", strides " + shape_text(strides) +
+                          " elements)" + kContiguousHint);
+  }
+  auto ptr = obj.attr("data_ptr")().cast<uint64_t>();
+  auto nbytes = obj.attr("numel")().cast<uint64_t>() * obj.attr("element_size")().cast<uint64_t>();
+  return BufferArg{reinterpret_cast<void*>(ptr), pick_size(size, nbytes, what), pyb::reinterpret_borrow<pyb::object>(obj)};
+}
+
+BufferArg from_cuda_array_interface(pyb::handle obj, std::optional<uint64_t> size, Access access,
+                                    const std::string& what) {
+  pyb::dict cai = obj.attr("__cuda_array_interface__");
+  pyb::tuple data = cai["data"];
+  auto ptr = data[0].cast<uint64_t>();
+  bool readonly = data[1].cast<bool>();
+  auto shape = pyb::tuple(cai["shape"]).cast<std::vector<int64_t>>();
+  std::string typestr = cai["typestr"].cast<std::string>();
+  int64_t itemsize = typestr.size() > 2 ? std::stoll(typestr.substr(2)) : 1;
+  int64_t count = 1;
+  for (int64_t n : shape) count *= n;
+  if (cai.contains("strides") && !cai["strides"].is_none()) {
+    auto strides = pyb::tuple(cai["strides"]).cast<std::vector<int64_t>>();
+    if (!dense(shape, strides, itemsize)) {
+      value_error(what, "device array is not contiguous (shape " + shape_text(shape) + ", strides " +
+                            shape_text(strides) + ")" + kContiguousHint);
+    }
+  }
+  if (access == Access::kWrite && readonly) value_error(what, "device array is read-only");
+  return BufferArg{reinterpret_cast<void*>(ptr), pick_size(size, static_cast<size_t>(count * itemsize), what),
+                   pyb::reinterpret_borrow<pyb::object>(obj)};
+}
+
+// The DLPack ABI (dlpack.h v0.x), declared here to need no header.
+struct DLDevice {
+  int32_t device_type;
+  int32_t device_id;
+};
+struct DLDataType {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct DLTensor {
+  void* data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t* shape;
+  int64_t* strides;
+  uint64_t byte_offset;
+};
+struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensor* self);
+};
+
+BufferArg from_dlpack(pyb::handle obj, std::optional<uint64_t> size, const std::string& what) {
+  pyb::object capsule = obj.attr("__dlpack__")();
+  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
+  if (managed == nullptr) throw pyb::error_already_set();
+  // Consume it: the producer's capsule no longer frees the tensor; ours does.
+  PyCapsule_SetName(capsule.ptr(), "used_dltensor");
+  pyb::capsule owner(managed, [](void* p) {
+    auto* m = static_cast<DLManagedTensor*>(p);
+    if (m->deleter != nullptr) m->deleter(m);
+  });
+  const DLTensor& t = managed->dl_tensor;
+  std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
+  int64_t itemsize = (static_cast<int64_t>(t.dtype.bits) * t.dtype.lanes + 7) / 8;
+  int64_t count = 1;
+  for (int64_t n : shape) count *= n;
+  if (t.strides != nullptr) {
+    std::vector<int64_t> strides;
+    for (int i = 0; i < t.ndim; ++i) strides.push_back(t.strides[i] * itemsize);
+    if (!dense(shape, strides, itemsize)) {
+      value_error(what, "DLPack tensor is not contiguous (shape " + shape_text(shape) + ")" + kContiguousHint);
+    }
+  }
+  void* base = static_cast<char*>(t.data) + t.byte_offset;
+  return BufferArg{base, pick_size(size, static_cast<size_t>(count * itemsize), what), std::move(owner)};
+}
+
+bool is_tensor_like(pyb::handle obj) {
+  return pyb::hasattr(obj, "data_ptr") && pyb::hasattr(obj, "is_contiguous") && pyb::hasattr(obj, "element_size") &&
+         pyb::hasattr(obj, "numel");
+}
+
+}  // namespace
+
+BufferArg resolve_buffer(pyb::handle obj, std::optional<uint64_t> size, Access access, const std::string& what) {
+  if (PyLong_Check(obj.ptr()) && !PyBool_Check(obj.ptr())) {
+    if (!size) {
+      throw pyb::type_error("argument '" + what + "' is an address (int): pass its size in bytes as well");
+    }
+    return BufferArg{reinterpret_cast<void*>(to_u64(obj, what, "address")), static_cast<size_t>(*size), pyb::none()};
+  }
+  if (PyTuple_Check(obj.ptr()) && PyTuple_GET_SIZE(obj.ptr()) == 2) {
+    pyb::tuple t = pyb::reinterpret_borrow<pyb::tuple>(obj);
+    uint64_t address = to_u64(t[0], what, "address");
+    uint64_t n = to_u64(t[1], what, "size");
+    if (size && *size > n) value_error(what, "size " + std::to_string(*size) + " exceeds " + std::to_string(n));
+    return BufferArg{reinterpret_cast<void*>(address), static_cast<size_t>(size ? *size : n), pyb::none()};
+  }
+  if (PyObject_CheckBuffer(obj.ptr())) return from_buffer_protocol(obj, size, access, what);
+  if (is_tensor_like(obj)) return from_tensor(obj, size, what);
+  if (pyb::hasattr(obj, "__cuda_array_interface__")) return from_cuda_array_interface(obj, size, access, what);
+  if (pyb::hasattr(obj, "__dlpack__")) return from_dlpack(obj, size, what);
+  throw pyb::type_error("argument '" + what + "': expected an address (int) with a size, an (address, size) tuple, " +
+                        "a buffer (bytes, bytearray, NumPy array, ...) or a tensor, not " +
+                        std::string(pyb::str(pyb::type::handle_of(obj).attr("__name__"))));
+}
+
+std::vector<BufferArg> resolve_buffers(pyb::handle seq, Access access, const char* what) {
+  if (PyUnicode_Check(seq.ptr()) || PyBytes_Check(seq.ptr()) || !PySequence_Check(seq.ptr())) {
+    throw pyb::type_error(std::string("argument '") + what + "' must be a list of buffers or (address, size) tuples");
+  }
+  pyb::sequence s = pyb::reinterpret_borrow<pyb::sequence>(seq);
+  std::vector<BufferArg> out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    out.push_back(resolve_buffer(s[i], std::nullopt, access, std::string(what) + "[" + std::to_string(i) + "]"));
+  }
+  return out;
+}
+
+}  // namespace ferry::py

@@ -1,0 +1,44 @@
+// Turning Python arguments into (pointer, length) spans of memory, without
+// copying, and keeping their owners alive while ferry uses them.
+//
+// Accepted, in this order:
+//   int                       a raw address; the caller must pass a size
+//   (int, int) tuple          (address, size)
+//   buffer protocol           bytes, bytearray, memoryview, array.array, NumPy arrays, ...
+//   tensor-like               torch.Tensor on CPU or CUDA (data_ptr/numel/element_size)
+//   __cuda_array_interface__  CuPy, Numba, ... device arrays
+//   __dlpack__                any DLPack producer
+// Memory must be one contiguous block (C or Fortran order); anything else is
+// a ValueError naming the argument. Destinations (recv, read) must be
+// writable where the object can say so. All functions need the GIL.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace ferry::py {
+
+namespace pyb = pybind11;
+
+enum class Access { kRead, kWrite };
+
+struct BufferArg {
+  void* data = nullptr;
+  size_t size = 0;
+  pyb::object keep;  // keeps the memory alive (and exported); None for raw addresses
+};
+
+// Resolves `obj`, named `what` in messages (e.g. "data", "parts[2]").
+// `size`: bytes to use from the start of the object; defaults to all of it and
+// may not exceed it. Raises TypeError for an unsupported object, ValueError
+// for a non-contiguous or read-only one or a bad size.
+BufferArg resolve_buffer(pyb::handle obj, std::optional<uint64_t> size, Access access, const std::string& what);
+
+// Resolves each element of a sequence of buffers (or (address, size) tuples).
+std::vector<BufferArg> resolve_buffers(pyb::handle seq, Access access, const char* what);
+
+}  // namespace ferry::py

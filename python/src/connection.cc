@@ -1,0 +1,372 @@
+// Connection: every operation, asynchronous (returns a Transfer) and blocking
+// (posts, then waits in slices with the GIL released).
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+
+#include "bindings.h"
+#include "buffers.h"
+#include "errors.h"
+#include "transfer.h"
+
+namespace ferry::py {
+namespace {
+
+std::vector<pyb::object> owners(const std::vector<BufferArg>& bufs) {
+  std::vector<pyb::object> keep;
+  for (const BufferArg& b : bufs)
+    if (!b.keep.is_none()) keep.push_back(b.keep);
+  return keep;
+}
+
+std::string text(pyb::handle message, const char* what) {
+  if (PyBytes_Check(message.ptr())) return std::string(pyb::reinterpret_borrow<pyb::bytes>(message));
+  if (PyUnicode_Check(message.ptr())) return message.cast<std::string>();  // UTF-8
+  if (PyByteArray_Check(message.ptr())) {
+    return std::string(PyByteArray_AsString(message.ptr()), static_cast<size_t>(PyByteArray_Size(message.ptr())));
+  }
+  throw pyb::type_error(std::string("argument '") + what + "' must be bytes or str");
+}
+
+std::optional<uint64_t> opt_size(pyb::handle size) {
+  if (size.is_none()) return std::nullopt;
+  return size.cast<uint64_t>();
+}
+
+// An operation ready to post: the buffers it uses and how to post it.
+struct Posted {
+  Transfer transfer;
+  std::vector<pyb::object> keep;
+};
+
+template <typename PostFn>
+Posted post(const std::vector<BufferArg>& bufs, PostFn&& fn) {
+  sweep_graveyard();
+  Posted p{Transfer(), owners(bufs)};
+  {
+    pyb::gil_scoped_release nogil;  // posting may write a small message to a socket
+    p.transfer = fn();
+  }
+  return p;
+}
+
+std::unique_ptr<PyTransfer> async(Posted&& p) {
+  return std::make_unique<PyTransfer>(std::move(p.transfer), std::move(p.keep));
+}
+
+// Blocking form: waits, raises the failure, returns the bytes moved. The
+// deadline is computed before posting, so a bad timeout posts nothing.
+size_t finish(Posted&& p, Deadline deadline) {
+  Status s = wait_transfer(p.transfer, deadline, p.keep);
+  throw_if_error(s);
+  return p.transfer.bytes();
+}
+
+// One-sided items: (local, remote, remote_offset[, size]).
+struct Item {
+  BufferArg local;
+  RemoteDescriptor remote;
+  uint64_t offset = 0;
+};
+
+std::vector<Item> resolve_items(pyb::handle seq, Access access, const char* what) {
+  if (!PySequence_Check(seq.ptr())) throw pyb::type_error(std::string("argument '") + what + "' must be a list");
+  pyb::sequence s = pyb::reinterpret_borrow<pyb::sequence>(seq);
+  std::vector<Item> out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    std::string name = std::string(what) + "[" + std::to_string(i) + "]";
+    pyb::object e = s[i];
+    if (!PyTuple_Check(e.ptr()) || PyTuple_GET_SIZE(e.ptr()) < 2 || PyTuple_GET_SIZE(e.ptr()) > 4) {
+      throw pyb::type_error("argument '" + name + "' must be a tuple (local, remote, remote_offset[, size])");
+    }
+    pyb::tuple t = pyb::reinterpret_borrow<pyb::tuple>(e);
+    Item item;
+    std::optional<uint64_t> size = t.size() == 4 ? opt_size(t[3]) : std::nullopt;
+    item.local = resolve_buffer(t[0], size, access, name + ".local");
+    item.remote = t[1].cast<RemoteDescriptor>();
+    item.offset = t.size() >= 3 ? t[2].cast<uint64_t>() : 0;
+    out.push_back(std::move(item));
+  }
+  return out;
+}
+
+std::vector<BufferArg> locals_of(const std::vector<Item>& items) {
+  std::vector<BufferArg> out;
+  for (const Item& i : items) out.push_back(i.local);
+  return out;
+}
+
+// ---- the operations, shared by the async and blocking forms -----------------
+
+Posted post_send(PyConnection& c, pyb::handle data, pyb::handle size) {
+  std::vector<BufferArg> b{resolve_buffer(data, opt_size(size), Access::kRead, "data")};
+  auto conn = c.conn;
+  return post(b, [&] { return conn->send_async(b[0].data, b[0].size); });
+}
+
+Posted post_sendv(PyConnection& c, pyb::handle parts) {
+  std::vector<BufferArg> b = resolve_buffers(parts, Access::kRead, "parts");
+  std::vector<ConstBuffer> v;
+  for (const BufferArg& x : b) v.push_back(ConstBuffer{x.data, x.size});
+  auto conn = c.conn;
+  return post(b, [&] { return conn->sendv_async(v); });
+}
+
+Posted post_recv(PyConnection& c, pyb::handle data, pyb::handle size) {
+  std::vector<BufferArg> b{resolve_buffer(data, opt_size(size), Access::kWrite, "data")};
+  auto conn = c.conn;
+  return post(b, [&] { return conn->recv_async(b[0].data, b[0].size); });
+}
+
+Posted post_recvv(PyConnection& c, pyb::handle parts) {
+  std::vector<BufferArg> b = resolve_buffers(parts, Access::kWrite, "parts");
+  std::vector<MutableBuffer> v;
+  for (const BufferArg& x : b) v.push_back(MutableBuffer{x.data, x.size});
+  auto conn = c.conn;
+  return post(b, [&] { return conn->recvv_async(v); });
+}
+
+Posted post_write(PyConnection& c, pyb::handle local, const RemoteDescriptor& remote, uint64_t offset,
+                  pyb::handle notification, pyb::handle size) {
+  std::vector<BufferArg> b{resolve_buffer(local, opt_size(size), Access::kRead, "local")};
+  std::string note = notification.is_none() ? std::string() : text(notification, "notification");
+  auto conn = c.conn;
+  return post(b, [&] { return conn->write_async(b[0].data, b[0].size, remote, offset, note); });
+}
+
+Posted post_writev(PyConnection& c, pyb::handle items, pyb::handle notification) {
+  std::vector<Item> it = resolve_items(items, Access::kRead, "items");
+  std::vector<WriteItem> v;
+  for (const Item& i : it) v.push_back(WriteItem{i.local.data, i.local.size, i.remote, i.offset});
+  std::string note = notification.is_none() ? std::string() : text(notification, "notification");
+  auto conn = c.conn;
+  return post(locals_of(it), [&] { return conn->writev_async(v, note); });
+}
+
+Posted post_read(PyConnection& c, pyb::handle local, const RemoteDescriptor& remote, uint64_t offset,
+                 pyb::handle size) {
+  std::vector<BufferArg> b{resolve_buffer(local, opt_size(size), Access::kWrite, "local")};
+  auto conn = c.conn;
+  return post(b, [&] { return conn->read_async(b[0].data, b[0].size, remote, offset); });
+}
+
+Posted post_readv(PyConnection& c, pyb::handle items) {
+  std::vector<Item> it = resolve_items(items, Access::kWrite, "items");
+  std::vector<ReadItem> v;
+  for (const Item& i : it) v.push_back(ReadItem{i.local.data, i.local.size, i.remote, i.offset});
+  auto conn = c.conn;
+  return post(locals_of(it), [&] { return conn->readv_async(v); });
+}
+
+Posted post_notify(PyConnection& c, pyb::handle message) {
+  std::string m = text(message, "message");
+  auto conn = c.conn;
+  return post({}, [&] { return conn->notify_async(m); });
+}
+
+pyb::bytes wait_notification(PyConnection& c, std::optional<double> timeout) {
+  Deadline deadline = deadline_from(timeout);
+  auto conn = c.conn;
+  Result<std::string> r = Status(Code::kDeadlineExceeded, "no notification by the deadline");
+  bool done = wait_in_slices(deadline, [&](Deadline d) {
+    r = conn->wait_notification(d);
+    return r.ok() || r.status().code() != Code::kDeadlineExceeded;
+  });
+  if (!done) {
+    throw StatusError(Status(Code::kDeadlineExceeded, "no notification from connection " +
+                                                          std::to_string(conn->id()) + " to " +
+                                                          conn->peer_address() + " by the deadline"));
+  }
+  return pyb::bytes(value_or_throw(std::move(r)));
+}
+
+const char* kTimeoutDoc = " `timeout` is in seconds (None: no deadline); the GIL is released and Ctrl-C raises "
+                          "KeyboardInterrupt.";
+
+}  // namespace
+
+void bind_connection(pyb::module_& m) {
+  using pyb::arg;
+  auto none = pyb::none();
+  pyb::class_<PyConnection> c(
+      m, "Connection",
+      "A bidirectional link to one peer engine; both sides may send, receive, read and write. Thread-safe. "
+      "Every local buffer must lie inside memory registered with the local engine (NotRegistered otherwise, "
+      "OutOfRange if it runs past the region). A buffer is a NumPy array, any buffer-protocol object, a torch "
+      "tensor (CPU or CUDA), an object with __cuda_array_interface__ or __dlpack__, an (address, size) tuple, "
+      "or an address (int) with size=. Buffers must be contiguous; the Transfer keeps them alive.");
+  std::string t = kTimeoutDoc;
+
+  // two-sided
+  c.def(
+      "send_async", [](PyConnection& c, pyb::handle data, pyb::handle size) { return async(post_send(c, data, size)); },
+      arg("data"), arg("size") = none,
+      "Sends `size` bytes of `data` (default: all of it) as one message; finishes when the peer's matching "
+      "receive holds them. Returns a Transfer.");
+  c.def(
+      "send",
+      [](PyConnection& c, pyb::handle data, pyb::handle size, std::optional<double> timeout) {
+        Deadline deadline = deadline_from(timeout);
+        finish(post_send(c, data, size), deadline);
+      },
+      arg("data"), arg("size") = none, pyb::kw_only(), arg("timeout") = none,
+      ("Blocking send_async: returns once the peer holds the message." + t).c_str());
+  c.def(
+      "sendv_async", [](PyConnection& c, pyb::handle parts) { return async(post_sendv(c, parts)); }, arg("parts"),
+      "Sends the concatenation of `parts` (a list of buffers) as one message. Returns a Transfer.");
+  c.def(
+      "sendv",
+      [](PyConnection& c, pyb::handle parts, std::optional<double> timeout) {
+        Deadline deadline = deadline_from(timeout);
+        finish(post_sendv(c, parts), deadline);
+      },
+      arg("parts"), pyb::kw_only(), arg("timeout") = none, ("Blocking sendv_async." + t).c_str());
+  c.def(
+      "recv_async", [](PyConnection& c, pyb::handle data, pyb::handle size) { return async(post_recv(c, data, size)); },
+      arg("data"), arg("size") = none,
+      "Receives the next message into `data` (at most `size` bytes; default all of it; must be writable). "
+      "Transfer.bytes is the message size. A message larger than the buffer fails both sides with "
+      "BufferTooSmall. Returns a Transfer.");
+  c.def(
+      "recv",
+      [](PyConnection& c, pyb::handle data, pyb::handle size, std::optional<double> timeout) {
+        Deadline deadline = deadline_from(timeout);
+        return finish(post_recv(c, data, size), deadline);
+      },
+      arg("data"), arg("size") = none, pyb::kw_only(), arg("timeout") = none,
+      ("Blocking recv_async; returns the message size. On the deadline an unmatched receive is cancelled." + t)
+          .c_str());
+  c.def(
+      "recvv_async", [](PyConnection& c, pyb::handle parts) { return async(post_recvv(c, parts)); }, arg("parts"),
+      "Receives the next message scattered over `parts`, in order. Returns a Transfer.");
+  c.def(
+      "recvv",
+      [](PyConnection& c, pyb::handle parts, std::optional<double> timeout) {
+        Deadline deadline = deadline_from(timeout);
+        return finish(post_recvv(c, parts), deadline);
+      },
+      arg("parts"), pyb::kw_only(), arg("timeout") = none,
+      ("Blocking recvv_async; returns the message size." + t).c_str());
+
+  // one-sided
+  c.def(
+      "write_async",
+      [](PyConnection& c, pyb::handle local, const RemoteDescriptor& remote, uint64_t offset, pyb::handle note,
+         pyb::handle size) { return async(post_write(c, local, remote, offset, note, size)); },
+      arg("local"), arg("remote"), arg("remote_offset") = 0, arg("notification") = none, pyb::kw_only(),
+      arg("size") = none,
+      "Writes `local` into the peer's exported memory `remote` at `remote_offset`. A notification (bytes or "
+      "str, at most 60 KiB) reaches the peer after the data is in place. Returns a Transfer.");
+  c.def(
+      "write",
+      [](PyConnection& c, pyb::handle local, const RemoteDescriptor& remote, uint64_t offset, pyb::handle note,
+         pyb::handle size, std::optional<double> timeout) {
+        Deadline deadline = deadline_from(timeout);
+        finish(post_write(c, local, remote, offset, note, size), deadline);
+      },
+      arg("local"), arg("remote"), arg("remote_offset") = 0, arg("notification") = none, pyb::kw_only(),
+      arg("size") = none, arg("timeout") = none,
+      ("Blocking write_async: returns once the bytes are in the peer's memory." + t).c_str());
+  c.def(
+      "writev_async",
+      [](PyConnection& c, pyb::handle items, pyb::handle note) { return async(post_writev(c, items, note)); },
+      arg("items"), arg("notification") = none,
+      "Writes every (local, remote, remote_offset[, size]) item; the notification follows once all are in place. "
+      "Returns a Transfer.");
+  c.def(
+      "writev",
+      [](PyConnection& c, pyb::handle items, pyb::handle note, std::optional<double> timeout) {
+        Deadline deadline = deadline_from(timeout);
+        finish(post_writev(c, items, note), deadline);
+      },
+      arg("items"), arg("notification") = none, pyb::kw_only(), arg("timeout") = none,
+      ("Blocking writev_async." + t).c_str());
+  c.def(
+      "read_async",
+      [](PyConnection& c, pyb::handle local, const RemoteDescriptor& remote, uint64_t offset, pyb::handle size) {
+        return async(post_read(c, local, remote, offset, size));
+      },
+      arg("local"), arg("remote"), arg("remote_offset") = 0, pyb::kw_only(), arg("size") = none,
+      "Reads the peer's exported memory `remote` at `remote_offset` into `local` (writable). Returns a Transfer.");
+  c.def(
+      "read",
+      [](PyConnection& c, pyb::handle local, const RemoteDescriptor& remote, uint64_t offset, pyb::handle size,
+         std::optional<double> timeout) {
+        Deadline deadline = deadline_from(timeout);
+        finish(post_read(c, local, remote, offset, size), deadline);
+      },
+      arg("local"), arg("remote"), arg("remote_offset") = 0, pyb::kw_only(), arg("size") = none,
+      arg("timeout") = none, ("Blocking read_async." + t).c_str());
+  c.def(
+      "readv_async", [](PyConnection& c, pyb::handle items) { return async(post_readv(c, items)); }, arg("items"),
+      "Reads every (local, remote, remote_offset[, size]) item. Returns a Transfer.");
+  c.def(
+      "readv",
+      [](PyConnection& c, pyb::handle items, std::optional<double> timeout) {
+        Deadline deadline = deadline_from(timeout);
+        finish(post_readv(c, items), deadline);
+      },
+      arg("items"), pyb::kw_only(), arg("timeout") = none, ("Blocking readv_async." + t).c_str());
+
+  // notifications
+  c.def(
+      "notify_async", [](PyConnection& c, pyb::handle message) { return async(post_notify(c, message)); },
+      arg("message"), "Sends a standalone notification (bytes or str); finishes when the peer has queued it.");
+  c.def(
+      "notify",
+      [](PyConnection& c, pyb::handle message, std::optional<double> timeout) {
+        Deadline deadline = deadline_from(timeout);
+        finish(post_notify(c, message), deadline);
+      },
+      arg("message"), pyb::kw_only(), arg("timeout") = none, ("Blocking notify_async." + t).c_str());
+  c.def("wait_notification", &wait_notification, arg("timeout") = none,
+        ("Returns the next notification from this peer (bytes), in the order they were sent. Raises "
+         "DeadlineExceeded, or the connection's failure." +
+         t)
+            .c_str());
+  c.def(
+      "poll_notification",
+      [](PyConnection& c) -> pyb::object {
+        auto n = c.conn->poll_notification();
+        if (!n) return pyb::none();
+        return pyb::bytes(*n);
+      },
+      "Non-blocking: the next notification (bytes), or None.");
+
+  // lifecycle
+  c.def(
+      "close",
+      [](PyConnection& c) {
+        auto conn = c.conn;
+        pyb::gil_scoped_release nogil;
+        conn->close();
+      },
+      "Fails pending transfers with Cancelled, tells the peer, and joins the connection's threads. Idempotent.");
+  c.def(
+      "health", [](PyConnection& c) { return c.conn->health(); },
+      "ferry.Status: OK while usable; afterwards the reason (PEER_LOST, CANCELLED, ...).");
+  c.def_property_readonly(
+      "id", [](PyConnection& c) { return c.conn->id(); }, "Engine-unique id of this connection.");
+  c.def_property_readonly(
+      "peer_engine_id", [](PyConnection& c) { return c.conn->peer_engine_id(); }, "The peer engine's id.");
+  c.def_property_readonly(
+      "peer_address", [](PyConnection& c) { return c.conn->peer_address(); },
+      "'ip:port' of the peer's end of the control stream.");
+  c.def_property_readonly(
+      "transport_name", [](PyConnection& c) { return std::string(c.conn->transport_name()); }, "'tcp' or 'local'.");
+  c.def_property_readonly("engine", [](PyConnection& c) { return c.engine; }, "The local Engine.");
+  c.def_readonly_static("MAX_NOTIFICATION", &Connection::kMaxNotification);
+  c.def("__enter__", [](pyb::object self) { return self; });
+  c.def("__exit__", [](PyConnection& c, pyb::args) {
+    auto conn = c.conn;
+    pyb::gil_scoped_release nogil;
+    conn->close();
+  });
+  c.def("__repr__", [](PyConnection& c) {
+    return "<ferry.Connection id=" + std::to_string(c.conn->id()) + " peer=" + c.conn->peer_address() + " " +
+           c.conn->health().to_string() + ">";
+  });
+}
+
+}  // namespace ferry::py

@@ -1,0 +1,391 @@
+// Options, Region, RemoteDescriptor and Engine.
+#include <pthread.h>
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "bindings.h"
+#include "buffers.h"
+#include "errors.h"
+#include "transfer.h"
+
+namespace ferry::py {
+namespace {
+
+// ---- Options --------------------------------------------------------------
+
+// Durations are seconds in Python (int, float or datetime.timedelta).
+std::chrono::milliseconds to_ms(pyb::handle v, const char* field) {
+  double seconds;
+  if (pyb::hasattr(v, "total_seconds")) {
+    seconds = v.attr("total_seconds")().cast<double>();
+  } else if ((PyLong_Check(v.ptr()) || PyFloat_Check(v.ptr())) && !PyBool_Check(v.ptr())) {
+    seconds = v.cast<double>();
+  } else {
+    throw pyb::type_error(std::string(field) + " must be seconds (int, float or datetime.timedelta)");
+  }
+  if (!(seconds >= 0)) throw pyb::value_error(std::string(field) + " must be >= 0 seconds");
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0 + 0.5));
+}
+
+LogLevel to_level(pyb::handle v) {
+  if (pyb::isinstance<LogLevel>(v)) return v.cast<LogLevel>();
+  if (PyUnicode_Check(v.ptr())) {
+    std::string s = v.cast<std::string>();
+    if (s == "error") return LogLevel::kError;
+    if (s == "warn") return LogLevel::kWarn;
+    if (s == "info") return LogLevel::kInfo;
+    if (s == "debug") return LogLevel::kDebug;
+    if (s == "trace") return LogLevel::kTrace;
+  }
+  throw pyb::value_error("log_level must be a ferry.LogLevel or one of 'error', 'warn', 'info', 'debug', 'trace'");
+}
+
+template <std::chrono::milliseconds Options::*Field>
+void duration_property(pyb::class_<Options>& c, const char* name, const char* doc) {
+  c.def_property(
+      name, [](const Options& o) { return std::chrono::duration<double>(o.*Field).count(); },
+      [name](Options& o, pyb::handle v) { o.*Field = to_ms(v, name); }, doc);
+}
+
+void bind_options(pyb::module_& m) {
+  pyb::enum_<LogLevel>(m, "LogLevel")
+      .value("ERROR", LogLevel::kError)
+      .value("WARN", LogLevel::kWarn)
+      .value("INFO", LogLevel::kInfo)
+      .value("DEBUG", LogLevel::kDebug)
+      .value("TRACE", LogLevel::kTrace);
+
+  pyb::class_<Options> o(m, "Options",
+                         "Engine options (include/ferry/options.h). Each can be overridden by its FERRY_* "
+                         "environment variable when the engine starts; durations are in seconds.");
+  o.def(pyb::init<>())
+      .def(pyb::init<const Options&>(), pyb::arg("other"), "A copy of `other`.")
+      .def_readwrite("listen", &Options::listen, "host:port to listen on; port 0 picks a free port.")
+      .def_readwrite("streams", &Options::streams, "Data streams (paths) per connection, besides the control one.")
+      .def_readwrite("chunk_bytes", &Options::chunk_bytes, "Bulk transfers are cut into chunks of this many bytes.")
+      .def_readwrite("window", &Options::window, "Unconfirmed chunks a path may have in flight.")
+      .def_readwrite("inline_max", &Options::inline_max, "Messages up to this size ride on the control stream.")
+      .def_readwrite("auth_token", &Options::auth_token, "Shared secret; empty means no authentication.")
+      .def_readwrite("socket_buffer_bytes", &Options::socket_buffer_bytes,
+                     "Kernel socket buffer per stream in bytes; 0 keeps the kernel's autotuning.")
+      .def_readwrite("transport", &Options::transport, "'auto' or 'tcp'.");
+  duration_property<&Options::heartbeat_interval>(o, "heartbeat_interval",
+                                                  "Seconds without control traffic before a heartbeat goes out.");
+  duration_property<&Options::peer_timeout>(o, "peer_timeout",
+                                            "Seconds of silence after which a peer is lost and its transfers fail.");
+  duration_property<&Options::handshake_timeout>(o, "handshake_timeout",
+                                                 "Seconds a connection handshake may take.");
+  o.def_property(
+      "log_level", [](const Options& x) { return x.log_level; },
+      [](Options& x, pyb::handle v) { x.log_level = to_level(v); }, "A ferry.LogLevel or its lower-case name.");
+  o.def("__repr__", [](const Options& x) {
+    std::string s = "ferry.Options(";
+    bool first = true;
+    for (const TunableInfo& t : describe_tunables(x)) {
+      std::string v = t.value;
+      if (t.name == "auth_token") v = x.auth_token.empty() ? "''" : "'***'";
+      s += (first ? "" : ", ") + t.name + "=" + v;
+      first = false;
+    }
+    return s + ")";
+  });
+
+  m.def(
+      "apply_environment", [](const Options& base) { return value_or_throw(apply_environment(base)); },
+      pyb::arg("options"), "Returns `options` with every FERRY_* environment variable applied (InvalidArgument "
+                           "names a malformed one).");
+  m.def(
+      "validate", [](const Options& o) { throw_if_error(validate(o)); }, pyb::arg("options"),
+      "Raises InvalidArgument naming the first field out of range.");
+  m.def(
+      "describe_tunables",
+      [](const Options& o) {
+        pyb::list out;
+        for (const TunableInfo& t : describe_tunables(o)) {
+          pyb::dict d;
+          d["name"] = t.name;
+          d["env"] = t.env;
+          d["default"] = t.default_value;
+          d["value"] = t.value;
+          d["unit"] = t.unit;
+          d["doc"] = t.doc;
+          out.append(d);
+        }
+        return out;
+      },
+      pyb::arg("options"), "Every tunable as `ferry config` shows it: dicts with name, env, default, value, unit, doc.");
+}
+
+// ---- Region and RemoteDescriptor ------------------------------------------
+
+void bind_memory(pyb::module_& m) {
+  pyb::enum_<MemoryKind>(m, "MemoryKind")
+      .value("HOST", MemoryKind::kHost)
+      .value("HOST_PINNED", MemoryKind::kHostPinned)
+      .value("CUDA", MemoryKind::kCuda);
+
+  pyb::class_<Region>(m, "Region", "A registered region, as Engine.reg returns it; a plain value.")
+      .def_readonly("id", &Region::id)
+      .def_property_readonly("base", [](const Region& r) { return reinterpret_cast<uintptr_t>(r.base); },
+                             "Start address (int).")
+      .def_readonly("length", &Region::length)
+      .def_readonly("kind", &Region::kind)
+      .def_readonly("device", &Region::device, "GPU ordinal for CUDA memory, -1 otherwise.")
+      .def("__repr__", [](const Region& r) {
+        char buf[160];
+        std::snprintf(buf, sizeof(buf), "<ferry.Region id=%llu base=0x%llx length=%zu kind=%s device=%d>",
+                      static_cast<unsigned long long>(r.id),
+                      static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(r.base)), r.length,
+                      std::string(memory_kind_name(r.kind)).c_str(), r.device);
+        return std::string(buf);
+      });
+
+  pyb::class_<RemoteDescriptor>(m, "RemoteDescriptor",
+                                "What a peer needs for one-sided access to an exported slice of a region. Send "
+                                "serialize()'s bytes to the peer through any channel; it calls parse().")
+      .def(pyb::init<>())
+      .def_readwrite("engine_id", &RemoteDescriptor::engine_id)
+      .def_readwrite("export_id", &RemoteDescriptor::export_id)
+      .def_readwrite("key", &RemoteDescriptor::key)
+      .def_readwrite("length", &RemoteDescriptor::length, "Bytes reachable from offset 0.")
+      .def_readwrite("kind", &RemoteDescriptor::kind)
+      .def_readwrite("device", &RemoteDescriptor::device)
+      .def(
+          "serialize", [](const RemoteDescriptor& d) { return pyb::bytes(d.serialize()); },
+          "A fixed-size byte string, safe to send through any side channel.")
+      .def_static(
+          "parse",
+          [](pyb::bytes b) {
+            std::string s = b;
+            return value_or_throw(RemoteDescriptor::parse(s));
+          },
+          pyb::arg("data"), "Parses serialize()'s output; InvalidArgument says what is malformed.")
+      .def("__eq__",
+           [](const RemoteDescriptor& a, const RemoteDescriptor& b) { return a.serialize() == b.serialize(); })
+      .def(pyb::pickle([](const RemoteDescriptor& d) { return pyb::bytes(d.serialize()); },
+                       [](pyb::bytes b) {
+                         std::string s = b;
+                         return value_or_throw(RemoteDescriptor::parse(s));
+                       }))
+      .def("__repr__", [](const RemoteDescriptor& d) {
+        return "<ferry.RemoteDescriptor engine=" + std::to_string(d.engine_id) +
+               " export=" + std::to_string(d.export_id) + " length=" + std::to_string(d.length) +
+               " kind=" + std::string(memory_kind_name(d.kind)) + ">";
+      });
+}
+
+// ---- Engine -----------------------------------------------------------------
+
+// Owns the C++ engine. Calls copy the shared_ptr (GIL held) before releasing
+// the GIL, so close() never destroys an engine under a running call.
+class PyEngine {
+ public:
+  explicit PyEngine(const Options& options) {
+    Result<std::unique_ptr<Engine>> r = Status();
+    {
+      pyb::gil_scoped_release nogil;
+      r = Engine::create(options);
+    }
+    engine_ = std::shared_ptr<Engine>(value_or_throw(std::move(r)));
+  }
+
+  ~PyEngine() { shutdown(false); }
+
+  std::shared_ptr<Engine> get() const {
+    if (!engine_) throw StatusError(Status(Code::kCancelled, "the engine is closed"));
+    return engine_;
+  }
+  bool closed() const { return closed_.load(); }
+
+  void close() { shutdown(true); }
+
+  Region reg(pyb::handle data, std::optional<uint64_t> size) {
+    auto e = get();
+    BufferArg b = resolve_buffer(data, size, Access::kRead, "data");
+    Result<Region> r = Status();
+    {
+      pyb::gil_scoped_release nogil;
+      r = e->reg(b.data, b.size);
+    }
+    Region region = value_or_throw(std::move(r));
+    owners_[region.id].push_back(b.keep);  // counted like the registration
+    return region;
+  }
+
+  void dereg(const Region& region) {
+    auto e = get();
+    Status s;
+    {
+      pyb::gil_scoped_release nogil;
+      s = e->dereg(region);  // waits for bytes landing in it right now
+    }
+    throw_if_error(s);
+    auto it = owners_.find(region.id);
+    if (it != owners_.end()) {
+      it->second.pop_back();
+      if (it->second.empty()) owners_.erase(it);
+    }
+  }
+
+  RemoteDescriptor export_region(const Region& region, uint64_t offset, uint64_t length) {
+    return value_or_throw(get()->export_region(region, offset, length));
+  }
+
+  PyConnection connect(pyb::object self, const std::string& peer, std::optional<double> timeout) {
+    auto e = get();
+    Deadline deadline = deadline_from(timeout);
+    // Dialing cannot be cut into slices, so it runs on a helper thread while
+    // this one waits in slices; after a Ctrl-C the helper finishes alone and
+    // the connection it may make is closed by the engine (nobody holds it).
+    struct Call {
+      std::mutex mu;
+      std::condition_variable cv;
+      bool done = false;
+      Result<std::shared_ptr<Connection>> result = Status(Code::kInternal, "connect did not run");
+    };
+    auto call = std::make_shared<Call>();
+    std::thread([e, peer, deadline, call] {
+      pthread_setname_np(pthread_self(), "ferry-py-connect");
+      auto r = e->connect(peer, deadline);
+      std::lock_guard lock(call->mu);
+      call->result = std::move(r);
+      call->done = true;
+      call->cv.notify_all();
+    }).detach();
+    // The helper honours `deadline` itself; wait for its answer.
+    wait_in_slices(kNoDeadline, [&](Deadline d) {
+      std::unique_lock lock(call->mu);
+      return call->cv.wait_until(lock, d, [&] { return call->done; });
+    });
+    std::lock_guard lock(call->mu);
+    return PyConnection{value_or_throw(std::move(call->result)), std::move(self)};
+  }
+
+  PyConnection accept(pyb::object self, std::optional<double> timeout) {
+    auto e = get();
+    Deadline deadline = deadline_from(timeout);
+    Result<std::shared_ptr<Connection>> r = Status(Code::kDeadlineExceeded, "accept: no peer by the deadline");
+    wait_in_slices(deadline, [&](Deadline d) {
+      if (closed_.load()) {
+        r = Status(Code::kCancelled, "accept: the engine was closed");
+        return true;
+      }
+      r = e->accept(d);
+      return r.ok() || r.status().code() != Code::kDeadlineExceeded;
+    });
+    if (!r.ok() && r.status().code() == Code::kDeadlineExceeded) {
+      throw StatusError(Status(Code::kDeadlineExceeded,
+                               "accept: no peer connected to " + e->address() + " by the deadline"));
+    }
+    return PyConnection{value_or_throw(std::move(r)), std::move(self)};
+  }
+
+ private:
+  void shutdown(bool may_release_gil) {
+    closed_.store(true);
+    if (!engine_) return;
+    std::shared_ptr<Engine> e = std::move(engine_);
+    engine_.reset();
+    if (may_release_gil) {
+      // Calls in other threads see closed_ within a slice and drop their copies.
+      pyb::gil_scoped_release nogil;
+      auto until = Clock::now() + std::chrono::seconds(2);
+      while (e.use_count() > 1 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    bool last = e.use_count() == 1;
+    if (may_release_gil) {
+      pyb::gil_scoped_release nogil;
+      e.reset();  // closes every connection and joins the engine's threads
+    } else {
+      e.reset();  // ferry's threads never take the GIL, so holding it is safe
+    }
+    if (last) {
+      owners_.clear();
+    } else {
+      // Someone (a connect still dialing) holds the engine: its connections
+      // may still land bytes, so the registered memory must outlive it.
+      static auto* leaked = new std::vector<pyb::object>();
+      for (auto& [id, v] : owners_)
+        for (auto& o : v) leaked->push_back(std::move(o));
+      owners_.clear();
+    }
+  }
+
+  std::shared_ptr<Engine> engine_;
+  std::atomic<bool> closed_{false};
+  // Python owners of registered memory, kept alive while registered.
+  std::unordered_map<uint64_t, std::vector<pyb::object>> owners_;
+};
+
+}  // namespace
+
+void bind_engine(pyb::module_& m) {
+  bind_options(m);
+  bind_memory(m);
+
+  pyb::class_<PyEngine>(m, "Engine",
+                        "The process's transfer engine: registers memory, listens for peers, connects. "
+                        "Thread-safe. Every blocking call releases the GIL and can be interrupted with Ctrl-C.")
+      .def(pyb::init<const Options&>(), pyb::arg("options") = Options(),
+           "Starts an engine with `options`, overridden by FERRY_* environment variables. Raises "
+           "InvalidArgument for bad options, Unavailable if it cannot listen.")
+      .def_property_readonly(
+          "id", [](const PyEngine& e) { return e.get()->id(); }, "Random 64-bit id, fresh for each engine.")
+      .def_property_readonly(
+          "address", [](const PyEngine& e) { return e.get()->address(); }, "'host:port' peers can connect to.")
+      .def_property_readonly(
+          "metadata", [](const PyEngine& e) { return pyb::bytes(e.get()->metadata()); },
+          "Bytes with everything a peer needs to connect; connect() accepts them in place of an address.")
+      .def_property_readonly(
+          "options", [](const PyEngine& e) { return e.get()->options(); },
+          "A copy of the options in force (after the environment).")
+      .def_property_readonly("closed", &PyEngine::closed)
+      .def("reg", &PyEngine::reg, pyb::arg("data"), pyb::arg("size") = pyb::none(),
+           "Registers memory: a buffer, NumPy array or tensor (size defaults to all of it), or an address (int) "
+           "with `size`. Detects host, pinned host or CUDA memory. Registering the same range again returns the "
+           "same region (counted). The object is kept alive until dereg. Raises InvalidArgument for a null "
+           "address or zero size.")
+      .def("dereg", &PyEngine::dereg, pyb::arg("region"),
+           "Drops one registration of `region`; on the last one revokes its exports. Blocks until bytes landing "
+           "in it at that instant are in. Raises NotRegistered if it is not registered.")
+      .def("export_region", &PyEngine::export_region, pyb::arg("region"), pyb::arg("offset") = 0,
+           pyb::arg("length") = 0,
+           "Exports [offset, offset+length) of `region` (length 0: to the end) for one-sided access; returns a "
+           "RemoteDescriptor. Raises NotRegistered or OutOfRange.")
+      .def(
+          "connect",
+          [](pyb::object self, pyb::handle peer, std::optional<double> timeout) {
+            std::string p = PyBytes_Check(peer.ptr()) ? std::string(pyb::reinterpret_borrow<pyb::bytes>(peer))
+                                                      : peer.cast<std::string>();
+            return self.cast<PyEngine&>().connect(self, p, timeout);
+          },
+          pyb::arg("peer"), pyb::arg("timeout") = pyb::none(),
+          "Connects to `peer` ('host:port' or another engine's metadata bytes), waiting at most `timeout` "
+          "seconds (None: no deadline). Raises Unavailable if nobody answers, Unauthenticated if the shared "
+          "secret differs, DeadlineExceeded.")
+      .def(
+          "accept",
+          [](pyb::object self, std::optional<double> timeout) {
+            return self.cast<PyEngine&>().accept(self, timeout);
+          },
+          pyb::arg("timeout") = pyb::none(),
+          "Waits for the next peer that connected to this engine (None: no deadline). Raises DeadlineExceeded, "
+          "or Cancelled when the engine closes.")
+      .def("close", &PyEngine::close,
+           "Closes every connection (pending transfers fail with Cancelled), stops listening and joins every "
+           "thread. Idempotent.")
+      .def("__enter__", [](pyb::object self) { return self; })
+      .def("__exit__", [](PyEngine& e, pyb::args) { e.close(); })
+      .def("__repr__", [](const PyEngine& e) {
+        if (e.closed()) return std::string("<ferry.Engine closed>");
+        auto x = e.get();
+        return "<ferry.Engine id=" + std::to_string(x->id()) + " address=" + x->address() + ">";
+      });
+}
+
+}  // namespace ferry::py

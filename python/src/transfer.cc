@@ -1,0 +1,147 @@
+// Interruptible waits, the graveyard of dropped transfers, and Transfer.
+#include "transfer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "errors.h"
+
+namespace ferry::py {
+namespace {
+
+struct Buried {
+  Transfer t;
+  std::vector<pyb::object> keep;
+};
+
+// Leaked on purpose: py::objects must not be destroyed after the interpreter.
+std::vector<Buried>& graveyard() {
+  static auto* g = new std::vector<Buried>();
+  return *g;
+}
+
+}  // namespace
+
+Deadline deadline_from(std::optional<double> timeout_s) {
+  if (!timeout_s) return kNoDeadline;
+  if (std::isnan(*timeout_s) || *timeout_s < 0) throw pyb::value_error("timeout must be None or >= 0 seconds");
+  if (*timeout_s > 1e9) return kNoDeadline;  // ~31 years: the same thing, without overflow
+  return after(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(*timeout_s)));
+}
+
+bool wait_in_slices(Deadline deadline, const std::function<bool(Deadline)>& slice) {
+  for (;;) {
+    Deadline until = std::min(deadline, Clock::now() + kSlice);
+    bool done;
+    {
+      pyb::gil_scoped_release nogil;
+      done = slice(until);
+    }
+    if (done) return true;
+    if (Clock::now() >= deadline) return false;
+    if (PyErr_CheckSignals() != 0) throw pyb::error_already_set();
+  }
+}
+
+void bury(Transfer t, std::vector<pyb::object> keep) {
+  sweep_graveyard();
+  if (t.test()) return;  // `keep` goes now
+  graveyard().push_back(Buried{std::move(t), std::move(keep)});
+}
+
+void sweep_graveyard() {
+  auto& g = graveyard();
+  g.erase(std::remove_if(g.begin(), g.end(), [](const Buried& b) { return b.t.test(); }), g.end());
+}
+
+size_t graveyard_size() {
+  sweep_graveyard();
+  return graveyard().size();
+}
+
+Status wait_transfer(const Transfer& t, Deadline deadline, std::vector<pyb::object>& keep) {
+  auto give_up = [&] {
+    if (!t.test()) t.cancel();
+    if (!t.test()) bury(t, std::move(keep));
+  };
+  bool done;
+  try {
+    done = wait_in_slices(deadline, [&](Deadline d) {
+      (void)t.wait(d);
+      return t.test();
+    });
+  } catch (...) {
+    give_up();
+    throw;
+  }
+  if (done) return t.status();
+  // As Connection::recv: a receive that has not matched is cancelled.
+  if (t.cancel()) {
+    return Status(Code::kDeadlineExceeded,
+                  "transfer " + std::to_string(t.id()) + " did not finish by its deadline (receive cancelled)");
+  }
+  if (t.test()) return t.status();  // finished just now
+  bury(t, std::move(keep));
+  return Status(Code::kDeadlineExceeded, "transfer " + std::to_string(t.id()) + " still running at its deadline");
+}
+
+PyTransfer::~PyTransfer() {
+  if (!keep_.empty() && !t_.test()) bury(t_, std::move(keep_));
+}
+
+void PyTransfer::release_if_done() {
+  if (!keep_.empty() && t_.test()) keep_.clear();
+}
+
+bool PyTransfer::test() {
+  bool done = t_.test();
+  if (done) release_if_done();
+  return done;
+}
+
+size_t PyTransfer::wait(std::optional<double> timeout) {
+  Deadline deadline = deadline_from(timeout);
+  bool done = wait_in_slices(deadline, [&](Deadline d) {
+    (void)t_.wait(d);
+    return t_.test();
+  });
+  if (!done) {
+    throw StatusError(Status(Code::kDeadlineExceeded,
+                             "transfer " + std::to_string(t_.id()) + " still running at its deadline"));
+  }
+  release_if_done();
+  throw_if_error(t_.status());
+  return t_.bytes();
+}
+
+bool PyTransfer::cancel() {
+  bool stopped = t_.cancel();
+  release_if_done();
+  return stopped;
+}
+
+void bind_transfer(pyb::module_& m) {
+  pyb::class_<PyTransfer>(m, "Transfer",
+                          "Handle of one asynchronous operation. Finished when its data is in place on both ends, "
+                          "or failed; never a silent partial result. Keeps the buffers it uses alive until then.")
+      .def("test", &PyTransfer::test, "Non-blocking: True once the operation finished (successfully or not).")
+      .def("wait", &PyTransfer::wait, pyb::arg("timeout") = pyb::none(),
+           "Blocks (GIL released, Ctrl-C raises KeyboardInterrupt) until the operation finishes; returns the bytes "
+           "moved (for a receive: the message size). Raises the FerryError of a failure, or DeadlineExceeded when "
+           "`timeout` seconds pass first (the operation keeps running).")
+      .def("status", &PyTransfer::status,
+           "The final ferry.Status once finished; before that, DEADLINE_EXCEEDED saying it is still running.")
+      .def_property_readonly("bytes", &PyTransfer::bytes, "Bytes moved; for a receive, the message size.")
+      .def_property_readonly("id", &PyTransfer::id, "Id of the operation, unique within its connection.")
+      .def_property_readonly("done", &PyTransfer::test, "Same as test().")
+      .def("cancel", &PyTransfer::cancel,
+           "Stops an operation that has not started moving data (an unmatched receive): it fails with Cancelled "
+           "and True is returned. Otherwise False; the operation runs to its end.")
+      .def("__repr__", [](PyTransfer& t) {
+        return "<ferry.Transfer id=" + std::to_string(t.id()) + (t.test() ? " " + t.status().to_string() : " running") +
+               ">";
+      });
+  m.def("_graveyard_size", &graveyard_size, "Dropped transfers still running whose buffers are kept alive.");
+}
+
+}  // namespace ferry::py

@@ -1,0 +1,76 @@
+// Deadlines from Python timeouts, waits that a Ctrl-C can interrupt, and the
+// Python Transfer handle.
+//
+// Every blocking wait runs in slices of kSlice with the GIL released; between
+// slices it takes the GIL back and runs PyErr_CheckSignals, so a signal
+// handler that raises (SIGINT -> KeyboardInterrupt) ends the wait promptly.
+// Memory an unfinished transfer still uses is never released early: its
+// owners move to a graveyard that keeps them until the transfer finishes.
+#pragma once
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "ferry/transfer.h"
+
+namespace ferry::py {
+
+namespace pyb = pybind11;
+
+inline constexpr std::chrono::milliseconds kSlice{50};
+
+// None -> no deadline; seconds (>= 0) -> now + seconds. ValueError if negative.
+Deadline deadline_from(std::optional<double> timeout_s);
+
+// Runs `slice(d)` with the GIL released for deadlines d of at most kSlice
+// until it returns true (done) or `deadline` passes (returns false). Checks
+// signals between slices; a raising handler throws pyb::error_already_set.
+// Called with the GIL held.
+bool wait_in_slices(Deadline deadline, const std::function<bool(Deadline)>& slice);
+
+// Keeps `keep` alive until `t` finishes. GIL held.
+void bury(Transfer t, std::vector<pyb::object> keep);
+// Drops the graveyard entries whose transfer finished. GIL held.
+void sweep_graveyard();
+// Entries still waiting; for tests.
+size_t graveyard_size();
+
+// Waits for `t` (GIL held). On the deadline, a receive that has not matched
+// is cancelled (as Connection::recv does) and kDeadlineExceeded returned; an
+// operation that cannot stop keeps running and `keep` is buried. On an
+// interrupt the same happens, then the Python exception propagates.
+Status wait_transfer(const Transfer& t, Deadline deadline, std::vector<pyb::object>& keep);
+
+// The Python-side handle of one asynchronous operation. Thread-safe as far as
+// the GIL makes it: every method runs with the GIL held (waits release it).
+class PyTransfer {
+ public:
+  PyTransfer(Transfer t, std::vector<pyb::object> keep) : t_(std::move(t)), keep_(std::move(keep)) {}
+  ~PyTransfer();
+  PyTransfer(const PyTransfer&) = delete;
+  PyTransfer& operator=(const PyTransfer&) = delete;
+
+  bool test();
+  // Waits; returns bytes moved, or raises the failure (DeadlineExceeded on the
+  // deadline, with the operation still running).
+  size_t wait(std::optional<double> timeout);
+  Status status() const { return t_.status(); }
+  size_t bytes() const { return t_.bytes(); }
+  bool cancel();
+  uint64_t id() const { return t_.id(); }
+  const Transfer& transfer() const { return t_; }
+
+ private:
+  void release_if_done();
+  Transfer t_;
+  std::vector<pyb::object> keep_;
+};
+
+void bind_transfer(pyb::module_& m);
+
+}  // namespace ferry::py

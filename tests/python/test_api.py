@@ -1,0 +1,340 @@
+"""The API surface in one process: the error table, options, descriptors,
+registration, buffer checks and deadlines. Data moving between two processes
+is in test_transfers.py."""
+
+import datetime
+import pickle
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import ferry
+
+# ---- the Status -> exception table ------------------------------------------
+
+TABLE = {
+    ferry.Code.CANCELLED: (ferry.Cancelled, None),
+    ferry.Code.INVALID_ARGUMENT: (ferry.InvalidArgument, ValueError),
+    ferry.Code.DEADLINE_EXCEEDED: (ferry.DeadlineExceeded, TimeoutError),
+    ferry.Code.NOT_FOUND: (ferry.NotRegistered, LookupError),
+    ferry.Code.OUT_OF_RANGE: (ferry.OutOfRange, IndexError),
+    ferry.Code.PERMISSION_DENIED: (ferry.PermissionDenied, PermissionError),
+    ferry.Code.UNAUTHENTICATED: (ferry.Unauthenticated, PermissionError),
+    ferry.Code.RESOURCE_EXHAUSTED: (ferry.ResourceExhausted, None),
+    ferry.Code.UNAVAILABLE: (ferry.Unavailable, ConnectionError),
+    ferry.Code.PEER_LOST: (ferry.PeerLost, ConnectionError),
+    ferry.Code.BUFFER_TOO_SMALL: (ferry.BufferTooSmall, None),
+    ferry.Code.UNIMPLEMENTED: (ferry.Unimplemented, NotImplementedError),
+    ferry.Code.DATA_LOSS: (ferry.DataLoss, None),
+    ferry.Code.INTERNAL: (ferry.InternalError, None),
+}
+
+
+def test_every_code_has_its_exception():
+    codes = [c for c in ferry.Code.__members__.values() if c != ferry.Code.OK]
+    assert set(codes) == set(TABLE)
+    for code, (cls, builtin) in TABLE.items():
+        exc = ferry.Status(code, f"what failed and where ({code.name})").exception()
+        assert type(exc) is cls
+        assert isinstance(exc, ferry.FerryError)
+        if builtin is not None:
+            assert isinstance(exc, builtin)
+        assert exc.code == code
+        assert exc.message == f"what failed and where ({code.name})"
+        assert str(exc) == exc.message
+        assert cls.__module__ == "ferry" and cls.__doc__
+        with pytest.raises(cls, match=code.name):
+            ferry.Status(code, f"raised ({code.name})").raise_if_error()
+
+
+def test_status_values():
+    ok = ferry.Status()
+    assert ok.ok() and ok.code == ferry.Code.OK and ok.exception() is None
+    ok.raise_if_error()
+    s = ferry.Status(ferry.Code.PEER_LOST, "connection 3 to 10.0.0.2:7000: peer went silent")
+    assert not s.ok()
+    assert s.to_string() == "peer_lost: connection 3 to 10.0.0.2:7000: peer went silent"
+    assert ferry.code_name(ferry.Code.BUFFER_TOO_SMALL) == "buffer_too_small"
+    assert s == ferry.Status(ferry.Code.PEER_LOST, "connection 3 to 10.0.0.2:7000: peer went silent")
+
+
+# ---- options -----------------------------------------------------------------------
+
+
+def test_options_as_keywords():
+    o = ferry.make_options(streams=3, chunk_bytes=1 << 20, peer_timeout=2, heartbeat_interval=0.25,
+                           handshake_timeout=datetime.timedelta(seconds=4), log_level="error", auth_token="s3cret")
+    assert (o.streams, o.chunk_bytes) == (3, 1 << 20)
+    assert o.peer_timeout == 2.0 and o.heartbeat_interval == 0.25 and o.handshake_timeout == 4.0
+    assert o.log_level == ferry.LogLevel.ERROR
+    assert "s3cret" not in repr(o)
+    base = ferry.Options()
+    assert ferry.make_options(base, window=4).window == 4 and base.window == 16  # a copy
+    with pytest.raises(TypeError, match="no field 'stream'"):
+        ferry.make_options(stream=3)
+    with pytest.raises(ValueError):
+        ferry.make_options(log_level="loud")
+    with pytest.raises(ValueError):
+        ferry.make_options(peer_timeout=-1)
+
+
+def test_engine_options_and_environment(monkeypatch):
+    monkeypatch.setenv("FERRY_STREAMS", "5")
+    with ferry.Engine(streams=2, window=8) as e:
+        assert e.options.streams == 5  # the environment wins
+        assert e.options.window == 8
+    assert ferry.apply_environment(ferry.Options()).streams == 5
+    monkeypatch.setenv("FERRY_STREAMS", "many")
+    with pytest.raises(ferry.InvalidArgument, match="FERRY_STREAMS"):
+        ferry.Engine()
+    monkeypatch.delenv("FERRY_STREAMS")
+    with pytest.raises(ferry.InvalidArgument, match="streams"):
+        ferry.validate(ferry.make_options(streams=0))
+    with pytest.raises(ferry.InvalidArgument):
+        ferry.Engine(streams=0)
+    with pytest.raises(ferry.InvalidArgument):
+        ferry.Engine(listen="no port here")
+    names = {t["name"] for t in ferry.describe_tunables(ferry.Options())}
+    assert {"streams", "chunk_bytes", "peer_timeout"} <= names
+
+
+# ---- descriptors -------------------------------------------------------------------
+
+
+def test_descriptor_serialize_parse_pickle():
+    with ferry.Engine() as e:
+        buf = np.zeros(1000, dtype=np.uint8)
+        region = e.reg(buf)
+        d = e.export_region(region, 100, 300)
+        assert d.engine_id == e.id and d.length == 300 and d.kind == ferry.MemoryKind.HOST
+        blob = d.serialize()
+        assert isinstance(blob, bytes)
+        assert ferry.RemoteDescriptor.parse(blob) == d
+        assert pickle.loads(pickle.dumps(d)) == d
+        assert e.export_region(region).length == 1000
+        with pytest.raises(ferry.InvalidArgument):
+            ferry.RemoteDescriptor.parse(b"not a descriptor")
+        with pytest.raises(ferry.OutOfRange):
+            e.export_region(region, 900, 200)
+
+
+# ---- registration --------------------------------------------------------------------
+
+
+def test_reg_kinds_and_counting():
+    with ferry.Engine() as e:
+        arr = np.zeros((3, 5), dtype=np.float64)
+        r1 = e.reg(arr)
+        assert (r1.base, r1.length) == (arr.ctypes.data, arr.nbytes)
+        assert r1.kind == ferry.MemoryKind.HOST and r1.device == -1
+        r2 = e.reg(arr.ctypes.data, arr.nbytes)  # the same range: the same region, counted
+        assert r2.id == r1.id
+        e.dereg(r1)
+        e.dereg(r1)
+        with pytest.raises(ferry.NotRegistered, match="not registered"):
+            e.dereg(r1)
+        assert e.reg(bytearray(7)).length == 7
+        assert e.reg(memoryview(b"read-only is fine to register")).length == 29
+        assert e.reg(np.zeros(10, dtype=np.int32), 12).length == 12
+        with pytest.raises(ferry.InvalidArgument, match="zero size"):
+            e.reg(arr.ctypes.data, 0)
+        with pytest.raises(ferry.InvalidArgument, match="null"):
+            e.reg(0, 16)
+
+
+def test_reg_keeps_the_memory_alive():
+    import gc
+    import weakref
+
+    class Owner(bytearray):  # weak-referenceable buffer
+        pass
+
+    with ferry.Engine() as e:
+        buf = Owner(4096)
+        ref = weakref.ref(buf)
+        region = e.reg(buf)
+        del buf
+        gc.collect()
+        assert ref() is not None  # registered memory stays allocated
+        e.dereg(region)
+        gc.collect()
+        assert ref() is None
+
+
+def test_torch_cpu_registration():
+    torch = pytest.importorskip("torch")
+    with ferry.Engine() as e:
+        t = torch.zeros(100, dtype=torch.float16)
+        r = e.reg(t)
+        assert (r.base, r.length) == (t.data_ptr(), 200)
+        with pytest.raises(ValueError, match="argument 'data'.*not contiguous"):
+            e.reg(torch.zeros(10, 10).t())
+
+
+# ---- argument checks on a live connection (one process, two engines) --------------------
+
+
+@pytest.fixture(scope="module")
+def pair():
+    a, b = ferry.Engine(), ferry.Engine()
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault("conn", a.accept(timeout=10)))
+    t.start()
+    cb = b.connect(a.address, timeout=10)
+    t.join(10)
+    yield a, got["conn"], b, cb
+    a.close()
+    b.close()
+
+
+def test_buffer_arguments_are_checked(pair):
+    a, ca, b, cb = pair
+    arr = np.zeros((8, 8), dtype=np.float32)
+    b.reg(arr)
+    with pytest.raises(ValueError, match=r"argument 'data': memory is not contiguous"):
+        cb.send(arr[:, ::2])
+    with pytest.raises(ValueError, match=r"argument 'parts\[1\]': memory is not contiguous"):
+        cb.sendv([arr[0], arr[::2, 0]])
+    with pytest.raises(ValueError, match="argument 'data': buffer is read-only"):
+        cb.recv(b"immutable")
+    ro = np.zeros(4)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        cb.recv_async(ro)
+    with pytest.raises(ValueError, match="size 1000 exceeds the object's 256 bytes"):
+        cb.send(arr, 1000)
+    with pytest.raises(TypeError, match="address \\(int\\): pass its size"):
+        cb.send(arr.ctypes.data)
+    with pytest.raises(TypeError, match="argument 'data'"):
+        cb.send("a string is not a buffer")
+    with pytest.raises(ValueError, match="negative"):
+        cb.send(-5, 10)
+    with pytest.raises(TypeError, match="list"):
+        cb.sendv(b"bytes are not a list of parts")
+    with pytest.raises(ValueError):
+        cb.send(arr, timeout=-1)
+
+
+def test_unregistered_and_out_of_region(pair):
+    a, ca, b, cb = pair
+    loose = np.ones(64, dtype=np.uint8)
+    with pytest.raises(ferry.NotRegistered, match="not inside any registered region"):
+        cb.send(loose, timeout=5)
+    with pytest.raises(ferry.NotRegistered):
+        cb.send_async(loose).wait(5)
+    inside = np.ones(64, dtype=np.uint8)
+    region = b.reg(inside)
+    with pytest.raises(ferry.OutOfRange, match="runs past the end of region"):
+        cb.send(region.base + 32, 64, timeout=5)
+    b.dereg(region)
+
+
+def test_deadlines(pair):
+    a, ca, b, cb = pair
+    buf = np.zeros(16, dtype=np.uint8)
+    a.reg(buf)
+    start = time.monotonic()
+    with pytest.raises(ferry.DeadlineExceeded):
+        ca.recv(buf, timeout=0.3)  # nothing was sent; the receive is cancelled on the deadline
+    with pytest.raises(ferry.DeadlineExceeded):
+        ca.wait_notification(timeout=0.2)
+    with pytest.raises(ferry.DeadlineExceeded, match="accept"):
+        a.accept(timeout=0.2)
+    assert time.monotonic() - start < 3
+    t = ca.recv_async(buf)
+    assert not t.test()
+    with pytest.raises(ferry.DeadlineExceeded):
+        t.wait(0.1)
+    assert t.cancel()
+    with pytest.raises(ferry.Cancelled):
+        t.wait(1)
+    assert t.status().code == ferry.Code.CANCELLED
+    assert ca.poll_notification() is None
+
+
+def test_connect_failures():
+    with ferry.Engine() as e:
+        import socket
+
+        with socket.socket() as s:  # a port nobody listens on
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with pytest.raises(ferry.Unavailable):
+            e.connect(f"127.0.0.1:{port}", timeout=5)
+        with pytest.raises(ferry.InvalidArgument):
+            e.connect("nonsense", timeout=5)
+
+
+def test_auth_mismatch():
+    with ferry.Engine(auth_token="alpha") as a, ferry.Engine(auth_token="beta") as b:
+        with pytest.raises(ferry.Unauthenticated):
+            b.connect(a.address, timeout=5)
+        with ferry.Engine() as c:
+            with pytest.raises(ferry.Unauthenticated):
+                c.connect(a.address, timeout=5)
+
+
+def test_closed_engine_and_connection():
+    a, b = ferry.Engine(), ferry.Engine()
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault("conn", a.accept(timeout=10)))
+    t.start()
+    cb = b.connect(a.metadata, timeout=10)  # metadata bytes work in place of an address
+    t.join(10)
+    buf = np.zeros(8)
+    b.reg(buf)
+    cb.close()
+    cb.close()  # idempotent
+    assert cb.health().code == ferry.Code.CANCELLED
+    with pytest.raises(ferry.Cancelled, match="closed"):
+        cb.send(buf, timeout=5)
+    b.close()
+    assert b.closed
+    with pytest.raises(ferry.Cancelled, match="closed"):
+        b.reg(buf)
+    with pytest.raises(ferry.Cancelled):
+        b.connect(a.address, timeout=1)
+    a.close()
+    a.close()
+
+
+def test_accept_ends_when_engine_closes():
+    e = ferry.Engine()
+    errors = []
+
+    def waiter():
+        try:
+            e.accept()
+        except ferry.FerryError as ex:
+            errors.append(ex)
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.2)
+    e.close()
+    t.join(5)
+    assert not t.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], ferry.Cancelled)
+
+
+def test_gil_is_released_while_waiting(pair):
+    a, ca, b, cb = pair
+    buf = np.zeros(8, dtype=np.uint8)
+    a.reg(buf)
+    ticks = []
+    stop = threading.Event()
+
+    def ticker():
+        while not stop.is_set():
+            ticks.append(1)
+            time.sleep(0.005)
+
+    t = threading.Thread(target=ticker)
+    t.start()
+    with pytest.raises(ferry.DeadlineExceeded):
+        ca.recv(buf, timeout=0.5)
+    stop.set()
+    t.join(5)
+    assert len(ticks) > 20  # the other thread ran during the wait
