@@ -9,5 +9,7 @@ namespace ferry::cli {
 
 void add_bench_command(CLI::App& app);
 void add_config_command(CLI::App& app);
+void add_tune_command(CLI::App& app);
+void add_diag_command(CLI::App& app);
 
 }  // namespace ferry::cli

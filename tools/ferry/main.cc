@@ -8,6 +8,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   ferry::cli::add_bench_command(app);
   ferry::cli::add_config_command(app);
+  ferry::cli::add_tune_command(app);
+  ferry::cli::add_diag_command(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }
