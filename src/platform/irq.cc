@@ -295,16 +295,14 @@ std::vector<NicIrq> find_nic_irqs(std::string_view root, const Topology& topo, c
       for (NicIrq& i : mine) {
         if (!is_gve_block(tokenize(i.name))) continue;
         int b = i.queue;
-        std::string range = "blocks 0-" + std::to_string(half - 1) + " of " + std::to_string(blocks);
+        std::string of = "gve convention: block " + std::to_string(b) + " of " + std::to_string(blocks);
         if (b < half) {
           i.kind = IrqKind::kTx;
-          i.basis = "gve convention: notify block " + std::to_string(b) + " serves TX queue " + std::to_string(b) +
-                    " (" + range + " are TX, the name does not say)";
+          i.basis = of + " (0-" + std::to_string(half - 1) + " serve TX queues)";
         } else {
           i.kind = IrqKind::kRx;
           i.queue = b - half;
-          i.basis = "gve convention: notify block " + std::to_string(b) + " serves RX queue " +
-                    std::to_string(b - half) + " (" + range + " are TX, the rest RX; the name does not say)";
+          i.basis = of + " (" + std::to_string(half) + "-" + std::to_string(blocks - 1) + " serve RX queues)";
         }
       }
     }

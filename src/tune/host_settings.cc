@@ -110,7 +110,7 @@ HostSetting governor(std::string_view root, const platform::Topology& topo) {
   }
   if (seen.empty()) {
     s.state = SettingState::kUnavailable;
-    s.current = "not available (no cpufreq: a VM, or the hypervisor sets the clock)";
+    s.current = "no cpufreq (VM or firmware)";
     return s;
   }
   for (const auto& [g, n] : seen) {

@@ -199,8 +199,8 @@ std::string render_plan_text(const TunePlan& plan) {
   const platform::Topology& t = plan.topology;
   std::string o;
   o += "Host: " + std::to_string(t.cpus.size()) + " CPUs, " + std::to_string(t.nodes.size()) + " NUMA node" +
-       (t.nodes.size() == 1 ? "" : "s") + ", " + std::to_string(t.nics.size()) + " NICs, " +
-       std::to_string(t.gpus.size()) + " NVIDIA GPUs\n\n";
+       (t.nodes.size() == 1 ? "" : "s") + ", " + std::to_string(t.nics.size()) + " NIC(s), " +
+       std::to_string(t.gpus.size()) + " NVIDIA GPU(s)\n\n";
 
   o += "CPU sets per NUMA node (each with its SMT siblings)\n";
   o += pad("node", 6) + pad("cores", 7) + pad("system", 18) + pad("tx", 18) + pad("rx", 18) + "app\n";
@@ -212,16 +212,19 @@ std::string render_plan_text(const TunePlan& plan) {
   o += "\nNICs\n";
   o += pad("nic", 8) + pad("node", 6) + pad("driver", 12) + pad("pci", 14) + pad("speed", 10) + pad("mtu", 7) +
        pad("queues", 8) + pad("tx", 18) + "rx\n";
+  bool assumed = false;
   for (const std::string& name : plan.bindings.nic_order) {
     const platform::NicInfo* n = t.find_nic(name);
     if (n == nullptr) continue;
-    o += pad(name, 8) + pad(n->numa_node < 0 ? "?" : std::to_string(n->numa_node), 6) +
+    assumed = assumed || n->numa_node < 0;
+    o += pad(name, 8) + pad(std::to_string(plan.bindings.nic_node.at(name)) + (n->numa_node < 0 ? "*" : ""), 6) +
          pad(n->driver.empty() ? "-" : n->driver, 12) + pad(n->pci_address.empty() ? "-" : n->pci_address, 14) +
          pad(speed_text(n->speed_mbps), 10) + pad(std::to_string(n->mtu), 7) +
          pad(std::to_string(n->rx_queues) + "/" + std::to_string(n->tx_queues), 8) +
          pad(format_cpu_list(plan.bindings.tx.at(name)), 18) + format_cpu_list(plan.bindings.rx.at(name)) + "\n";
   }
 
+  if (assumed) o += "* sysfs gives no NUMA node for this NIC; planned on the node shown\n";
   o += "\nBinding strings (for ferry, and for NCCL's GPUDirect-TCPX plugin)\n";
   o += "export FERRY_TX_BINDINGS=\"" + plan.tx_bindings() + "\"\n";
   o += "export FERRY_RX_BINDINGS=\"" + plan.rx_bindings() + "\"\n";
@@ -241,10 +244,10 @@ std::string render_plan_text(const TunePlan& plan) {
   if (plan.irqs.empty()) o += "(no NIC interrupts found)\n";
 
   o += "\nHost settings (`ferry tune apply --sysctl` changes those marked change)\n";
-  o += pad("setting", 24) + pad("state", 13) + pad("current", 26) + pad("recommended", 36) + "why\n";
+  o += pad("setting", 24) + pad("state", 13) + pad("current", 26) + pad("recommended", 40) + "why\n";
   for (const HostSetting& s : plan.settings) {
     o += pad(s.name, 24) + pad(std::string(setting_state_name(s.state)), 13) + pad(s.current, 26) +
-         pad(s.recommended, 36) + s.why + "\n";
+         pad(s.recommended, 40) + s.why + "\n";
   }
   if (!plan.notes.empty()) {
     o += "\nNotes\n";
