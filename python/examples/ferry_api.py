@@ -10,6 +10,7 @@ The target registers a NumPy array, exports it and sends the descriptor; the
 initiator writes into it with a notification, then reads it back.
 """
 import sys
+import time
 
 import numpy as np
 
@@ -38,7 +39,14 @@ def initiator(address):
         back = np.zeros_like(src)
         engine.reg(src)
         engine.reg(back)
-        conn = engine.connect(address, timeout=30)
+        conn = None
+        for _ in range(300):  # the target may not be listening yet
+            try:
+                conn = engine.connect(address, timeout=30)
+                break
+            except ferry.Unavailable:
+                time.sleep(0.1)
+        assert conn is not None, f"nobody listens on {address}"
         desc = ferry.RemoteDescriptor.parse(conn.wait_notification(timeout=30))
         conn.write(src, desc, 0, notification=b"kv block 7 ready", timeout=30)
         conn.read(back, desc, 0, timeout=30)

@@ -219,6 +219,24 @@ def p2p_serve(pipe, base_port: int, gpu_idx: int) -> None:
                     time.sleep(0.0005)
                 oks = [same_bytes(a, make_data(d, c, s)) for a, (d, c, s) in zip(arrs, args[0])]
                 pipe.send(("ok", (not pending, failed, oks)))
+            elif cmd == "torch_recv":  # (dtype, count, seed, device): into a tensor, by data_ptr
+                import torch
+
+                dtype, count, seed, device = args
+                t = torch.zeros(count, dtype=torch_dtype(dtype), device=device)
+                nbytes = t.numel() * t.element_size()
+                ok, mr = ep.reg(t.data_ptr(), nbytes)
+                ok2 = ep.recv(conn_id, mr, t.data_ptr(), nbytes, timeout=WAIT)
+                if device != "cpu":
+                    torch.cuda.synchronize()
+                pipe.send(("ok", (ok and ok2, bool(torch.equal(t.cpu(), make_tensor(dtype, count, seed))))))
+            elif cmd == "torch_send":
+                dtype, count, seed, device = args
+                t = make_tensor(dtype, count, seed, device)
+                nbytes = t.numel() * t.element_size()
+                ok, mr = ep.reg(t.data_ptr(), nbytes)
+                ok2 = ep.send(conn_id, mr, t.data_ptr(), nbytes, timeout=WAIT)
+                pipe.send(("ok", ok and ok2))
             elif cmd == "recv_size":  # (capacity): a receive of exactly `capacity` bytes; report success
                 arr = np.zeros(args[0], dtype=np.uint8)
                 _, mr = ep.reg(arr.ctypes.data, arr.nbytes)
