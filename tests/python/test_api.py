@@ -338,3 +338,27 @@ def test_gil_is_released_while_waiting(pair):
     stop.set()
     t.join(5)
     assert len(ticks) > 20  # the other thread ran during the wait
+
+
+def test_stubs_match_the_module():
+    import ast
+    import os
+
+    import ferry._ferry as native
+
+    stub = os.path.join(os.path.dirname(ferry.__file__), "_ferry.pyi")
+    tree = ast.parse(open(stub).read())
+    stubbed = {n.name: n for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    public = {name for name in dir(native) if not name.startswith("__")}
+    assert set(stubbed) == public
+    for name, node in stubbed.items():
+        if isinstance(node, ast.ClassDef) and not issubclass(getattr(native, name), BaseException):
+            members = {m.name for m in node.body if isinstance(m, ast.FunctionDef)}
+            members |= {m.target.id for m in node.body if isinstance(m, ast.AnnAssign)}
+            for m in members:
+                assert hasattr(getattr(native, name), m), f"{name}.{m} is stubbed but missing"
+            if name in ("Connection", "Engine", "Transfer"):
+                real = {m for m in dir(getattr(native, name)) if not m.startswith("_")}
+                assert real <= members, f"{name}: not stubbed: {real - members}"
+    for name in ("__init__.py", "p2p.py", "py.typed"):
+        assert os.path.exists(os.path.join(os.path.dirname(ferry.__file__), name))
