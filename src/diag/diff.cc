@@ -32,7 +32,8 @@ Result<PerCpu> subtract(const PerCpu& a, const PerCpu& b, const std::string& wha
   for (const auto& [cpu, na] : a) {
     if (na != 0 && b.count(cpu) == 0) {
       return Status(Code::kInvalidArgument, what + " on CPU " + std::to_string(cpu) + " went from " +
-                                                std::to_string(na) + " to 0: B is not a later snapshot of the same "
+                                                std::to_string(na) +
+                                                " to 0: B is not a later snapshot of the same "
                                                 "boot than A");
     }
   }
@@ -119,8 +120,8 @@ Result<DiffReport> diff_snapshots(const Snapshot& a, const Snapshot& b) {
     if (it == a.cpu_times.end()) continue;
     const CpuTimes& ta = it->second;
     if (tb.total() < ta.total() || tb.busy() < ta.busy()) {
-      return Status(Code::kInvalidArgument, "CPU " + std::to_string(cpu) +
-                                                " time went backwards: B is not a later snapshot of the same boot");
+      return Status(Code::kInvalidArgument,
+                    "CPU " + std::to_string(cpu) + " time went backwards: B is not a later snapshot of the same boot");
     }
     uint64_t total = tb.total() - ta.total(), busy = tb.busy() - ta.busy();
     all_busy += busy;
@@ -143,16 +144,17 @@ std::string render_diff_markdown(const DiffReport& r) {
   for (const NicDelta& n : r.nics) {
     std::vector<std::pair<uint64_t, int>> top;
     for (const auto& [cpu, c] : n.per_cpu) top.emplace_back(c, cpu);
-    std::sort(top.begin(), top.end(), [](auto& x, auto& y) { return x.first != y.first ? x.first > y.first : x.second < y.second; });
+    std::sort(top.begin(), top.end(),
+              [](auto& x, auto& y) { return x.first != y.first ? x.first > y.first : x.second < y.second; });
     std::string tops, kinds;
     for (size_t k = 0; k < top.size() && k < 6; ++k) {
       tops += (tops.empty() ? "" : ", ") + std::string("cpu") + std::to_string(top[k].second) + ": " +
               std::to_string(top[k].first);
     }
     for (const auto& [kind, c] : n.per_kind) kinds += (kinds.empty() ? "" : ", ") + kind + " " + std::to_string(c);
-    o += "| " + n.nic + " | " + (n.node < 0 ? "?" : std::to_string(n.node)) + " | " + std::to_string(n.total) +
-         " | " + std::to_string(n.off_node) + " | " + (kinds.empty() ? "-" : kinds) + " | " +
-         (tops.empty() ? "-" : tops) + " |\n";
+    o += "| " + n.nic + " | " + (n.node < 0 ? "?" : std::to_string(n.node)) + " | " + std::to_string(n.total) + " | " +
+         std::to_string(n.off_node) + " | " + (kinds.empty() ? "-" : kinds) + " | " + (tops.empty() ? "-" : tops) +
+         " |\n";
   }
   o += "\n## CPUs that took NIC interrupts or network softirqs, or were over half busy\n\n";
   o += "| CPU | node | NIC interrupts | NET_RX | NET_TX | busy % |\n|---|---|---|---|---|---|\n";

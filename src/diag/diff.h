@@ -17,10 +17,10 @@ namespace ferry::diag {
 
 struct NicDelta {
   std::string nic;
-  int node = -1;          // the NIC's NUMA node; -1 unknown
-  uint64_t total = 0;     // its interrupts in the interval
-  uint64_t off_node = 0;  // of which on CPUs of another node
-  PerCpu per_cpu;         // summed over its IRQs
+  int node = -1;                             // the NIC's NUMA node; -1 unknown
+  uint64_t total = 0;                        // its interrupts in the interval
+  uint64_t off_node = 0;                     // of which on CPUs of another node
+  PerCpu per_cpu;                            // summed over its IRQs
   std::map<std::string, uint64_t> per_kind;  // "tx", "rx", ...
 };
 

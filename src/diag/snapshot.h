@@ -46,9 +46,9 @@ struct IrqSample {
 };
 
 struct Snapshot {
-  std::string taken_at;   // UTC, ISO 8601 ("2026-11-22T10:00:00Z")
-  double uptime_s = -1;   // /proc/uptime, to measure the interval between two; -1 unknown
-  std::string hostname;   // /proc/sys/kernel/hostname; "" unknown
+  std::string taken_at;  // UTC, ISO 8601 ("2026-11-22T10:00:00Z")
+  double uptime_s = -1;  // /proc/uptime, to measure the interval between two; -1 unknown
+  std::string hostname;  // /proc/sys/kernel/hostname; "" unknown
   platform::Topology topology;
   std::vector<IrqSample> irqs;  // NIC interrupts only
   PerCpu net_rx, net_tx;        // softirqs

@@ -68,7 +68,8 @@ std::string snapshot_to_json(const Snapshot& s) {
     j["cpus"].push_back({{"cpu", c.id}, {"node", c.numa_node}, {"siblings", format_cpu_list(c.siblings)}});
   }
   j["numa_nodes"] = Json::array();
-  for (const platform::NumaNode& n : t.nodes) j["numa_nodes"].push_back({{"node", n.id}, {"cpus", format_cpu_list(n.cpus)}});
+  for (const platform::NumaNode& n : t.nodes)
+    j["numa_nodes"].push_back({{"node", n.id}, {"cpus", format_cpu_list(n.cpus)}});
   j["nics"] = Json::array();
   for (const platform::NicInfo& n : t.nics) {
     j["nics"].push_back({{"name", n.name},
@@ -116,7 +117,8 @@ Result<Snapshot> snapshot_from_json(std::string_view text, std::string_view what
   FERRY_ASSIGN_OR_RETURN(Json j, tune::parse_json(text, what));
   FERRY_ASSIGN_OR_RETURN(int64_t version, json_int(j, "version", w));
   if (version != 1) {
-    return Status(Code::kInvalidArgument, w + ": snapshot version " + std::to_string(version) + " (this ferry reads 1)");
+    return Status(Code::kInvalidArgument,
+                  w + ": snapshot version " + std::to_string(version) + " (this ferry reads 1)");
   }
   Snapshot s;
   FERRY_ASSIGN_OR_RETURN(s.taken_at, json_string(j, "taken_at", w));

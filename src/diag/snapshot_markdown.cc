@@ -12,7 +12,8 @@ using platform::format_cpu_list;
 std::string top_cpus(const PerCpu& counts, size_t n) {
   std::vector<std::pair<uint64_t, int>> v;
   for (const auto& [cpu, c] : counts) v.emplace_back(c, cpu);
-  std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+  std::sort(v.begin(), v.end(),
+            [](auto& a, auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
   std::string out;
   for (size_t k = 0; k < v.size() && k < n; ++k) {
     out += (out.empty() ? "" : ", ") + std::string("cpu") + std::to_string(v[k].second) + ": " +
@@ -43,7 +44,8 @@ std::string snapshot_to_markdown(const Snapshot& s) {
          " thread(s) per core |\n";
   }
 
-  o += "\n## NICs\n\n| NIC | driver | PCI | NUMA | speed (Mb/s) | MTU | queues rx/tx |\n|---|---|---|---|---|---|---|\n";
+  o +=
+      "\n## NICs\n\n| NIC | driver | PCI | NUMA | speed (Mb/s) | MTU | queues rx/tx |\n|---|---|---|---|---|---|---|\n";
   for (const platform::NicInfo& n : t.nics) {
     o += "| " + n.name + " | " + (n.driver.empty() ? "-" : n.driver) + " | " +
          (n.pci_address.empty() ? "-" : n.pci_address) + " | " + node_text(n.numa_node) + " | " +
@@ -52,8 +54,10 @@ std::string snapshot_to_markdown(const Snapshot& s) {
   }
 
   o += "\n## GPUs\n\n";
-  if (t.gpus.empty()) o += "None found.\n";
-  else o += "| PCI | class | NUMA |\n|---|---|---|\n";
+  if (t.gpus.empty())
+    o += "None found.\n";
+  else
+    o += "| PCI | class | NUMA |\n|---|---|---|\n";
   for (const platform::GpuInfo& g : t.gpus) {
     char cls[16];
     std::snprintf(cls, sizeof(cls), "0x%06x", g.pci_class);
@@ -70,7 +74,8 @@ std::string snapshot_to_markdown(const Snapshot& s) {
   }
   if (s.irqs.empty()) o += "\nNo NIC interrupts found.\n";
 
-  o += "\n## Network softirqs since boot (CPUs with none left out)\n\n| CPU | node | NET_RX | NET_TX |\n|---|---|---|---|\n";
+  o += "\n## Network softirqs since boot (CPUs with none left out)\n\n| CPU | node | NET_RX | NET_TX "
+       "|\n|---|---|---|---|\n";
   std::map<int, std::pair<uint64_t, uint64_t>> soft;
   for (const auto& [cpu, n] : s.net_rx) soft[cpu].first = n;
   for (const auto& [cpu, n] : s.net_tx) soft[cpu].second = n;

@@ -62,8 +62,8 @@ Result<NodeSets> plan_node_sets(const Topology& topo, int node, const BindingPol
 
   int system = policy.system_cores >= 0 ? policy.system_cores : (p >= 4 ? std::max(1, p / 6) : 0);
   if (system >= p) {
-    return Status(Code::kInvalidArgument, where + ": " + std::to_string(system) +
-                                              " system cores leave none for TX and RX");
+    return Status(Code::kInvalidArgument,
+                  where + ": " + std::to_string(system) + " system cores leave none for TX and RX");
   }
   int rest = p - system;
   int tx = policy.tx_cores > 0 ? policy.tx_cores : rest / 3;
@@ -102,7 +102,8 @@ Result<BindingPlan> plan_bindings(const Topology& topo, const std::vector<std::s
     for (const std::string& name : nics) {
       const NicInfo* n = topo.find_nic(name);
       if (n == nullptr) {
-        return Status(Code::kNotFound, "unknown NIC " + name + " (physical NICs on this host: " + known_nics(topo) + ")");
+        return Status(Code::kNotFound,
+                      "unknown NIC " + name + " (physical NICs on this host: " + known_nics(topo) + ")");
       }
       if (std::find(chosen.begin(), chosen.end(), n) == chosen.end()) chosen.push_back(n);
     }
@@ -122,8 +123,8 @@ Result<BindingPlan> plan_bindings(const Topology& topo, const std::vector<std::s
     if (it == sets.end()) {
       FERRY_ASSIGN_OR_RETURN(NodeSets s, plan_node_sets(topo, node, policy));
       if (s.shared) {
-        plan.notes.push_back("node " + std::to_string(node) + " has too few cores for separate TX and RX sets; they share " +
-                             format_cpu_list(s.tx));
+        plan.notes.push_back("node " + std::to_string(node) +
+                             " has too few cores for separate TX and RX sets; they share " + format_cpu_list(s.tx));
       }
       it = sets.emplace(node, std::move(s)).first;
     }
@@ -139,14 +140,14 @@ Result<BindingPlan> plan_bindings(const Topology& topo, const std::vector<std::s
 Status check_bindings(const NicBindings& bindings, const Topology& topo, std::string_view what) {
   for (const auto& [nic, cpus] : bindings) {
     if (topo.find_nic(nic) == nullptr) {
-      return Status(Code::kNotFound, std::string(what) + ": unknown NIC " + nic + " (physical NICs on this host: " +
-                                         known_nics(topo) + ")");
+      return Status(Code::kNotFound, std::string(what) + ": unknown NIC " + nic +
+                                         " (physical NICs on this host: " + known_nics(topo) + ")");
     }
     for (int c : cpus) {
       if (topo.find_cpu(c) == nullptr) {
-        return Status(Code::kNotFound, std::string(what) + ": " + nic + ": CPU " + std::to_string(c) +
-                                           " does not exist or is offline (online: " +
-                                           format_cpu_list(topo.all_cpus()) + ")");
+        return Status(Code::kNotFound,
+                      std::string(what) + ": " + nic + ": CPU " + std::to_string(c) +
+                          " does not exist or is offline (online: " + format_cpu_list(topo.all_cpus()) + ")");
       }
     }
   }

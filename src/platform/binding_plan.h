@@ -43,11 +43,11 @@ struct NodeSets {
 };
 
 struct BindingPlan {
-  std::vector<NodeSets> nodes;  // the nodes that hold a planned NIC, ascending
-  NicBindings tx, rx;           // per planned NIC
-  std::vector<std::string> nic_order;  // planned NICs, natural order
+  std::vector<NodeSets> nodes;                       // the nodes that hold a planned NIC, ascending
+  NicBindings tx, rx;                                // per planned NIC
+  std::vector<std::string> nic_order;                // planned NICs, natural order
   std::map<std::string, int, NaturalLess> nic_node;  // the node each NIC was planned on
-  std::vector<std::string> notes;      // what the plan had to guess or give up
+  std::vector<std::string> notes;                    // what the plan had to guess or give up
 
   // The sets of node `node`, or nullptr when no planned NIC lives there.
   const NodeSets* find_node(int node) const;

@@ -68,8 +68,8 @@ class Cursor {
         skip_blanks();
         FERRY_ASSIGN_OR_RETURN(hi, cpu_number());
         if (hi < lo) {
-          return error_span(start, "range " + std::to_string(lo) + "-" + std::to_string(hi) +
-                                       " is descending (write it low-high)");
+          return error_span(
+              start, "range " + std::to_string(lo) + "-" + std::to_string(hi) + " is descending (write it low-high)");
         }
       }
       for (int c = lo; c <= hi; ++c) out.push_back(c);

@@ -129,8 +129,8 @@ Result<IrqKind> parse_irq_kind(std::string_view text) {
   for (IrqKind k : {IrqKind::kTx, IrqKind::kRx, IrqKind::kTxRx, IrqKind::kOther, IrqKind::kUnknown}) {
     if (irq_kind_name(k) == text) return k;
   }
-  return Status(Code::kInvalidArgument, "unknown IRQ kind \"" + std::string(text) +
-                                            "\" (expected tx, rx, txrx, other or unknown)");
+  return Status(Code::kInvalidArgument,
+                "unknown IRQ kind \"" + std::string(text) + "\" (expected tx, rx, txrx, other or unknown)");
 }
 
 const InterruptLine* InterruptTable::find(int irq) const {
@@ -154,8 +154,8 @@ Result<InterruptTable> parse_interrupts(std::string_view text, std::string_view 
       for (std::string_view t : split_blanks(line)) {
         uint64_t cpu = 0;
         if (t.size() < 4 || t.substr(0, 3) != "CPU" || !parse_u64(t.substr(3), cpu)) {
-          return Status(Code::kInvalidArgument, std::string(what) + ": line 1: expected CPU column names, found \"" +
-                                                    std::string(t) + "\"");
+          return Status(Code::kInvalidArgument,
+                        std::string(what) + ": line 1: expected CPU column names, found \"" + std::string(t) + "\"");
         }
         table.cpus.push_back(static_cast<int>(cpu));
       }

@@ -102,8 +102,8 @@ Status read_cpus(std::string_view root, Topology& topo) {
     info.id = c;
     auto it = node_of.find(c);
     info.numa_node = it != node_of.end() ? it->second : node_cpus.begin()->first;
-    std::string path = under_root(root, "/sys/devices/system/cpu/cpu" + std::to_string(c) +
-                                            "/topology/thread_siblings_list");
+    std::string path =
+        under_root(root, "/sys/devices/system/cpu/cpu" + std::to_string(c) + "/topology/thread_siblings_list");
     if (auto text = read_text_file(path); text.ok()) {
       FERRY_ASSIGN_OR_RETURN(CpuList sib, parse_cpu_list(*text, path));
       std::set_intersection(sib.begin(), sib.end(), online.begin(), online.end(), std::back_inserter(info.siblings));

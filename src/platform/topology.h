@@ -45,10 +45,10 @@ struct NicInfo {
   // The device directory the NIC's `device` link names, relative to the root;
   // for virtio it is ".../0000:00:03.0/virtio2", below the PCI function.
   std::string device_path;
-  int numa_node = -1;        // -1: sysfs does not say (single-node hosts, VMs)
-  int64_t speed_mbps = -1;   // -1: unknown (link down, virtual NIC)
+  int numa_node = -1;       // -1: sysfs does not say (single-node hosts, VMs)
+  int64_t speed_mbps = -1;  // -1: unknown (link down, virtual NIC)
   int mtu = 0;
-  int rx_queues = 0;         // entries rx-N under queues/
+  int rx_queues = 0;  // entries rx-N under queues/
   int tx_queues = 0;
 };
 

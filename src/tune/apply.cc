@@ -103,7 +103,8 @@ Result<Backup> parse_backup(std::string_view text, std::string_view what) {
     std::string where = std::string(what) + ": line " + std::to_string(line_no);
     if (line_no == 1) {
       if (line != kHeader) {
-        return Status(Code::kInvalidArgument, where + ": expected \"" + std::string(kHeader) + "\"; not a ferry backup");
+        return Status(Code::kInvalidArgument,
+                      where + ": expected \"" + std::string(kHeader) + "\"; not a ferry backup");
       }
       continue;
     }
@@ -179,6 +180,9 @@ Result<ApplyReport> apply_changes(platform::HostFiles& files, const std::vector<
     const ApplyStep& s = report.steps[i];
     if (!s.needed) continue;
     Status st = files.write(s.change.path, s.change.value + "\n");
+    // A kernel file takes a value in one write() or not at all: when the
+    // write failed, this file is unchanged and needs no undo.
+    const bool wrote = st.ok();
     if (st.ok()) {
       auto back = files.read(s.change.path);
       if (!back.ok()) {
@@ -194,10 +198,10 @@ Result<ApplyReport> apply_changes(platform::HostFiles& files, const std::vector<
       ++report.written;
       continue;
     }
-    // Undo steps i (it may have half-taken) down to 0.
+    // Undo step i (when its value went in but read back wrong) down to 0.
     std::string undo_errors;
     int undone = 0;
-    for (size_t j = i + 1; j-- > 0;) {
+    for (size_t j = wrote ? i + 1 : i; j-- > 0;) {
       const ApplyStep& u = report.steps[j];
       if (!u.needed) continue;
       Status w = files.write(u.change.path, u.before);

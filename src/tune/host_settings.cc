@@ -96,8 +96,9 @@ HostSetting governor(std::string_view root, const platform::Topology& topo) {
   HostSetting s;
   s.name = "cpu frequency governor";
   s.recommended = "performance";
-  s.why = "powersave and schedutil lower the clock of cores that sleep between chunks; a TX or RX worker then runs "
-          "slow after every wait";
+  s.why =
+      "powersave and schedutil lower the clock of cores that sleep between chunks; a TX or RX worker then runs "
+      "slow after every wait";
   std::map<std::string, int> seen;
   for (const platform::CpuInfo& c : topo.cpus) {
     std::string path = "/sys/devices/system/cpu/cpu" + std::to_string(c.id) + "/cpufreq/scaling_governor";
@@ -105,7 +106,8 @@ HostSetting governor(std::string_view root, const platform::Topology& topo) {
     if (!cur.ok()) continue;
     ++seen[*cur];
     if (*cur != "performance") {
-      s.changes.push_back(FileChange{path, "performance", "governor of CPU " + std::to_string(c.id), CompareAs::kWords});
+      s.changes.push_back(
+          FileChange{path, "performance", "governor of CPU " + std::to_string(c.id), CompareAs::kWords});
     }
   }
   if (seen.empty()) {
@@ -124,8 +126,9 @@ HostSetting numa_balancing(std::string_view root, const platform::Topology& topo
   HostSetting s;
   s.name = "kernel.numa_balancing";
   s.recommended = "0";
-  s.why = "automatic NUMA balancing unmaps pages to sample accesses and migrates memory and threads away from "
-          "where ferry pinned them: page faults and cache misses on the data path";
+  s.why =
+      "automatic NUMA balancing unmaps pages to sample accesses and migrates memory and threads away from "
+      "where ferry pinned them: page faults and cache misses on the data path";
   auto cur = read_trimmed(under_root(root, "/proc/sys/kernel/numa_balancing"));
   if (!cur.ok()) return unavailable(std::move(s), cur.status());
   s.current = *cur;
@@ -145,8 +148,9 @@ HostSetting irqbalance(std::string_view root) {
   HostSetting s;
   s.name = "irqbalance daemon";
   s.recommended = "not running";
-  s.why = "it rewrites IRQ affinities every 10 s, undoing `ferry tune apply`; stop it with `systemctl stop "
-          "irqbalance` (ferry does not stop services)";
+  s.why =
+      "it rewrites IRQ affinities every 10 s, undoing `ferry tune apply`; stop it with `systemctl stop "
+      "irqbalance` (ferry does not stop services)";
   std::string proc = under_root(root, "/proc");
   auto names = platform::list_dir(proc);
   if (!names.ok()) return unavailable(std::move(s), names.status());

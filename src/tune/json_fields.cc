@@ -21,8 +21,8 @@ Result<Json> parse_json(std::string_view text, std::string_view what) {
   try {
     return Json::parse(text.begin(), text.end());
   } catch (const Json::parse_error& e) {
-    return Status(Code::kInvalidArgument, std::string(what) + ": not valid JSON at byte " + std::to_string(e.byte) +
-                                              ": " + e.what());
+    return Status(Code::kInvalidArgument,
+                  std::string(what) + ": not valid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
   } catch (const std::exception& e) {
     return Status(Code::kInvalidArgument, std::string(what) + ": not valid JSON: " + e.what());
   }

@@ -4,9 +4,8 @@
 // these wrappers catch at the boundary so no exception leaves ferry.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
@@ -26,8 +25,7 @@ Result<int64_t> json_int(const Json& obj, std::string_view key, const std::strin
 Result<bool> json_bool(const Json& obj, std::string_view key, const std::string& where);
 // The array or object at `key`; nullptr when `optional` and missing.
 Result<const Json*> json_array(const Json& obj, std::string_view key, const std::string& where, bool optional = false);
-Result<const Json*> json_object(const Json& obj, std::string_view key, const std::string& where,
-                                bool optional = false);
+Result<const Json*> json_object(const Json& obj, std::string_view key, const std::string& where, bool optional = false);
 
 // Serializes with two-space indentation and a final newline; never throws
 // (invalid UTF-8 is replaced).

@@ -185,7 +185,8 @@ std::vector<FileChange> plan_changes(const TunePlan& plan, bool settings) {
     std::string what = "IRQ " + std::to_string(p.irq) + " (" + p.nic + " " + std::string(irq_kind_name(p.kind));
     if (p.queue >= 0) what += " queue " + std::to_string(p.queue);
     what += ")";
-    out.push_back(FileChange{platform::irq_affinity_path(p.irq), format_cpu_list(p.planned), what, CompareAs::kCpuList});
+    out.push_back(
+        FileChange{platform::irq_affinity_path(p.irq), format_cpu_list(p.planned), what, CompareAs::kCpuList});
   }
   if (settings) {
     for (const HostSetting& s : plan.settings) {

@@ -38,11 +38,11 @@ struct IrqPlan {
   std::string name;
   platform::IrqKind kind = platform::IrqKind::kUnknown;
   int queue = -1;
-  std::string basis;            // why this kind (from find_nic_irqs)
-  platform::CpuList current;    // its affinity now; empty when unreadable
-  std::string current_error;    // why `current` is empty, when it is
-  platform::CpuList planned;    // empty: leave this IRQ alone
-  std::string reason;           // "rx set of node 0", "role unknown: left alone"
+  std::string basis;          // why this kind (from find_nic_irqs)
+  platform::CpuList current;  // its affinity now; empty when unreadable
+  std::string current_error;  // why `current` is empty, when it is
+  platform::CpuList planned;  // empty: leave this IRQ alone
+  std::string reason;         // "rx set of node 0", "role unknown: left alone"
 };
 
 struct TuneOptions {
@@ -55,9 +55,9 @@ struct TunePlan {
   platform::Topology topology;
   platform::BindingPlan bindings;
   IrqMode irq_mode = IrqMode::kSpread;
-  std::vector<IrqPlan> irqs;           // NIC order, then IRQ number
+  std::vector<IrqPlan> irqs;  // NIC order, then IRQ number
   std::vector<HostSetting> settings;
-  std::vector<std::string> notes;      // the binding plan's and the IRQ plan's
+  std::vector<std::string> notes;  // the binding plan's and the IRQ plan's
 
   // "eth1:8-21,112-125;eth2:..." for FERRY_TX_BINDINGS / ..._TX_BINDINGS.
   std::string tx_bindings() const;

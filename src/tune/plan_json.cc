@@ -159,7 +159,8 @@ Result<TunePlan> plan_from_json(std::string_view text, std::string_view what) {
     std::string at = w + ": irqs[" + std::to_string(k) + "]";
     IrqPlan p;
     FERRY_ASSIGN_OR_RETURN(int64_t irq, json_int(i, "irq", at));
-    if (irq < 0 || irq > (1 << 24)) return Status(Code::kInvalidArgument, at + ".irq: " + std::to_string(irq) + " is not an IRQ number");
+    if (irq < 0 || irq > (1 << 24))
+      return Status(Code::kInvalidArgument, at + ".irq: " + std::to_string(irq) + " is not an IRQ number");
     p.irq = static_cast<int>(irq);
     FERRY_ASSIGN_OR_RETURN(p.nic, json_string(i, "nic", at));
     FERRY_ASSIGN_OR_RETURN(p.name, string_or_empty(i, "name", at));
@@ -184,8 +185,8 @@ Result<TunePlan> plan_from_json(std::string_view text, std::string_view what) {
       FERRY_ASSIGN_OR_RETURN(h.name, json_string(s, "name", at));
       FERRY_ASSIGN_OR_RETURN(std::string state, json_string(s, "state", at));
       bool known = false;
-      for (SettingState st : {SettingState::kOk, SettingState::kChange, SettingState::kManual,
-                              SettingState::kUnavailable}) {
+      for (SettingState st :
+           {SettingState::kOk, SettingState::kChange, SettingState::kManual, SettingState::kUnavailable}) {
         if (setting_state_name(st) == state) {
           h.state = st;
           known = true;

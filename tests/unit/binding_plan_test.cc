@@ -72,7 +72,7 @@ TEST(BindingPlan, A3HighStructure) {
     for (const CpuList* set : {&tx, &rx}) {
       for (int c : *set) {
         EXPECT_EQ(t.find_cpu(c)->numa_node, node) << nic << " cpu " << c;  // NUMA-local
-        for (int s : t.find_cpu(c)->siblings) {                             // whole cores
+        for (int s : t.find_cpu(c)->siblings) {                            // whole cores
           EXPECT_TRUE(std::binary_search(set->begin(), set->end(), s)) << nic << " cpu " << c << " sibling " << s;
         }
         EXPECT_GE(c % 104 - (node == 0 ? 0 : 52), 8) << "first 8 cores of each node stay with the system";

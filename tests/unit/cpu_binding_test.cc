@@ -46,7 +46,7 @@ TEST(CpuList, ParsesKernelLists) {
   EXPECT_EQ(cpus("0-51,104-155\n"), join(range(0, 51), range(104, 155)));
   EXPECT_EQ(cpus("7"), (CpuList{7}));
   EXPECT_EQ(cpus(" 3 , 1,2,2 "), (CpuList{1, 2, 3}));  // sorted, deduplicated
-  EXPECT_EQ(cpus(""), CpuList{});                       // a node without CPUs
+  EXPECT_EQ(cpus(""), CpuList{});                      // a node without CPUs
   EXPECT_EQ(cpus("\n"), CpuList{});
   EXPECT_EQ(cpus("65535"), (CpuList{65535}));
 }
@@ -65,7 +65,8 @@ TEST(CpuList, RefusesMalformedListsWithPosition) {
   EXPECT_EQ(bad_cpus("1-"), "/sys/x/cpulist: position 3: expected a CPU number, found end of text in \"1-\"");
   EXPECT_EQ(bad_cpus("5-3"), "/sys/x/cpulist: position 1: range 5-3 is descending (write it low-high) in \"5-3\"");
   EXPECT_EQ(bad_cpus("0,,1"), "/sys/x/cpulist: position 3: expected a CPU number, found ',' in \"0,,1\"");
-  EXPECT_EQ(bad_cpus("1 2"), "/sys/x/cpulist: position 3: expected ',' or the end of the CPU list, found '2' in \"1 2\"");
+  EXPECT_EQ(bad_cpus("1 2"),
+            "/sys/x/cpulist: position 3: expected ',' or the end of the CPU list, found '2' in \"1 2\"");
   EXPECT_NE(bad_cpus("65536").find("position 1: CPU number too large (at most 65535)"), std::string::npos);
   EXPECT_NE(bad_cpus("-1").find("position 1: expected a CPU number"), std::string::npos);
 }
@@ -111,7 +112,8 @@ TEST(Bindings, RefusesMalformedStringsWithPosition) {
             "FERRY_TX_BINDINGS: position 8: NIC eth1 is named twice in \"eth1:1;eth1:2\"");
   EXPECT_EQ(bad_bindings("eth1:1-"),
             "FERRY_TX_BINDINGS: position 8: expected a CPU number, found end of text in \"eth1:1-\"");
-  EXPECT_EQ(bad_bindings("eth1:"), "FERRY_TX_BINDINGS: position 6: expected a CPU number, found end of text in \"eth1:\"");
+  EXPECT_EQ(bad_bindings("eth1:"),
+            "FERRY_TX_BINDINGS: position 6: expected a CPU number, found end of text in \"eth1:\"");
   EXPECT_EQ(bad_bindings("eth1:1 2"),
             "FERRY_TX_BINDINGS: position 8: expected ',' or ';' or the end of the bindings, found '2' in \"eth1:1 2\"");
   EXPECT_EQ(bad_bindings("eth1:1;;eth2:2"),

@@ -66,9 +66,10 @@ TEST(DiagSnapshot, VmAndMarkdown) {
   EXPECT_EQ(s.sysctls.back().first, "kernel.numa_balancing");
   EXPECT_EQ(s.sysctls.back().second, "");  // absent on this VM
   std::string md = snapshot_to_markdown(s);
-  for (std::string_view want : {"# ferry diag snapshot", "| eth0 | virtio_net | 0000:00:04.0 | ? | ? | 1460 | 4/4 |",
-                                "| 31 | eth0 | rx | 0 | 0-7 | 10000 | cpu0: 10000 |", "| 0 | 0-7 | 2 thread(s) per core |",
-                                "| kernel.numa_balancing | (absent) |", "None found."}) {
+  for (std::string_view want :
+       {"# ferry diag snapshot", "| eth0 | virtio_net | 0000:00:04.0 | ? | ? | 1460 | 4/4 |",
+        "| 31 | eth0 | rx | 0 | 0-7 | 10000 | cpu0: 10000 |", "| 0 | 0-7 | 2 thread(s) per core |",
+        "| kernel.numa_balancing | (absent) |", "None found."}) {
     EXPECT_NE(md.find(want), std::string::npos) << want << "\n" << md;
   }
 }

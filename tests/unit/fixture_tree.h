@@ -35,8 +35,9 @@ class TempDir {
     // Undo chmods a test made, so that removal works when not root.
     for (auto it = std::filesystem::recursive_directory_iterator(path_, ec);
          !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-      if (!it->is_symlink()) std::filesystem::permissions(it->path(), std::filesystem::perms::owner_all,
-                                                          std::filesystem::perm_options::add, ec);
+      if (!it->is_symlink())
+        std::filesystem::permissions(it->path(), std::filesystem::perms::owner_all, std::filesystem::perm_options::add,
+                                     ec);
     }
     std::filesystem::remove_all(path_, ec);
   }
@@ -115,8 +116,10 @@ inline std::string tree_differences(const std::map<std::string, std::string>& a,
   std::string out;
   for (const auto& [p, v] : a) {
     auto it = b.find(p);
-    if (it == b.end()) out += "only before: " + p + "\n";
-    else if (it->second != v) out += "changed: " + p + "\n";
+    if (it == b.end())
+      out += "only before: " + p + "\n";
+    else if (it->second != v)
+      out += "changed: " + p + "\n";
   }
   for (const auto& [p, v] : b) {
     if (a.count(p) == 0) out += "only after: " + p + "\n";

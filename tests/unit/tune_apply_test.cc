@@ -2,8 +2,6 @@
 // trees: writes land, are read back and backed up; a dry run writes nothing;
 // reset restores every file byte for byte; any failure part-way leaves the
 // tree exactly as it was.
-#include "tune/apply.h"
-
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,6 +10,7 @@
 #include <filesystem>
 
 #include "fixture_tree.h"
+#include "tune/apply.h"
 #include "tune/plan.h"
 #include "tune/plan_json.h"
 #include "tune/verify.h"
@@ -340,9 +339,8 @@ TEST(TuneReset, ErrorsAndPartialRestore) {
 
 TEST(TuneBackup, FormatRoundTripsAwkwardBytes) {
   Backup b;
-  b.entries = {{"/proc/sys/net/ipv4/tcp_rmem", "4096\t131072\t6291456\n"},
-               {"/a\\b", "back\\slash\r\n"},
-               {"/empty", ""}};
+  b.entries = {
+      {"/proc/sys/net/ipv4/tcp_rmem", "4096\t131072\t6291456\n"}, {"/a\\b", "back\\slash\r\n"}, {"/empty", ""}};
   auto back = parse_backup(format_backup(b), "b");
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(back->entries, b.entries);

@@ -1,13 +1,12 @@
 // `ferry tune plan`: IRQ affinities, host settings and the plan's JSON form,
 // on the fixture trees.
-#include "tune/plan.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <map>
 
 #include "fixture_tree.h"
+#include "tune/plan.h"
 #include "tune/plan_json.h"
 
 namespace ferry::tune {
@@ -67,10 +66,10 @@ TEST(TunePlan, A3HighIrqsSpreadOverTheirSets) {
   // RX queue q of eth1 is IRQ 117+q; of eth2 157+q; of eth3 197+q.
   EXPECT_EQ(planned(p, 117), "22");
   EXPECT_EQ(planned(p, 157), "23");
-  EXPECT_EQ(planned(p, 181), "60");   // eth3 tx 0
-  EXPECT_EQ(planned(p, 221), "61");   // eth4 tx 0
-  EXPECT_EQ(planned(p, 197), "74");   // eth3 rx 0
-  EXPECT_EQ(planned(p, 237), "75");   // eth4 rx 0
+  EXPECT_EQ(planned(p, 181), "60");  // eth3 tx 0
+  EXPECT_EQ(planned(p, 221), "61");  // eth4 tx 0
+  EXPECT_EQ(planned(p, 197), "74");  // eth3 rx 0
+  EXPECT_EQ(planned(p, 237), "75");  // eth4 rx 0
   // Management vectors to the node's system cores.
   EXPECT_EQ(planned(p, 100), "0-7,104-111");
   EXPECT_EQ(planned(p, 220), "52-59,156-163");

@@ -38,7 +38,8 @@ struct TuneArgs {
 }
 
 void add_root(CLI::App* c, TuneArgs& a) {
-  c->add_option("--root", a.root, "read and write /proc and /sys under this folder (tests, fixtures); default: this host");
+  c->add_option("--root", a.root,
+                "read and write /proc and /sys under this folder (tests, fixtures); default: this host");
 }
 
 void add_policy(CLI::App* c, TuneArgs& a) {
@@ -69,9 +70,7 @@ tune::TunePlan plan_or_exit(std::string_view cmd, const TuneArgs& a) {
   return std::move(plan).value();
 }
 
-std::string backup_path(const TuneArgs& a) {
-  return a.backup.empty() ? tune::default_backup_path(a.root) : a.backup;
-}
+std::string backup_path(const TuneArgs& a) { return a.backup.empty() ? tune::default_backup_path(a.root) : a.backup; }
 
 void run_plan(const TuneArgs& a) {
   tune::TunePlan plan = plan_or_exit("plan", a);
@@ -103,9 +102,10 @@ void run_apply(const TuneArgs& a) {
   } else if (report->written == 0) {
     std::printf("nothing to change (%d already in place)\n", report->unchanged);
   } else {
-    std::printf("applied %d change(s), each read back; %d already in place; originals saved in %s "
-                "(undo with `ferry tune reset`)\n",
-                report->written, report->unchanged, backup.c_str());
+    std::printf(
+        "applied %d change(s), each read back; %d already in place; originals saved in %s "
+        "(undo with `ferry tune reset`)\n",
+        report->written, report->unchanged, backup.c_str());
   }
   if (!a.sysctl) {
     int settings = 0;
