@@ -140,7 +140,9 @@ TEST(TuneApply, SysctlsAppliedAndReset) {
   EXPECT_EQ(read_file(fx.root() + "/sys/devices/system/cpu/cpu207/cpufreq/scaling_governor"), "performance\n");
   TunePlan now = plan_of(fx.root());
   for (const HostSetting& s : now.settings) {
-    if (s.name != "irqbalance daemon") EXPECT_EQ(s.state, SettingState::kOk) << s.name << ": " << s.current;
+    if (s.name != "irqbalance daemon") {
+      EXPECT_EQ(s.state, SettingState::kOk) << s.name << ": " << s.current;
+    }
   }
   VerifyReport v = verify_plan(fx.root(), now, true);
   EXPECT_EQ(v.failures(), 1) << render_verify_text(v);  // irqbalance is still running: manual

@@ -82,9 +82,15 @@ TEST(TunePlan, A3HighIrqsSpreadOverTheirSets) {
     auto within = [&](const CpuList& set) {
       return std::includes(set.begin(), set.end(), i.planned.begin(), i.planned.end());
     };
-    if (i.kind == IrqKind::kTx) EXPECT_TRUE(within(tx)) << i.irq;
-    if (i.kind == IrqKind::kRx) EXPECT_TRUE(within(rx)) << i.irq;
-    if (i.kind == IrqKind::kTx || i.kind == IrqKind::kRx) EXPECT_EQ(i.planned.size(), 1u);
+    if (i.kind == IrqKind::kTx) {
+      EXPECT_TRUE(within(tx)) << i.irq;
+    }
+    if (i.kind == IrqKind::kRx) {
+      EXPECT_TRUE(within(rx)) << i.irq;
+    }
+    if (i.kind == IrqKind::kTx || i.kind == IrqKind::kRx) {
+      EXPECT_EQ(i.planned.size(), 1u);
+    }
   }
   // Each of the 28 RX CPUs of node 0 takes one or two of the 32 RX interrupts.
   std::map<int, int> per_cpu;
