@@ -96,10 +96,10 @@ void bind_errors(pyb::module_& m) {
   m.add_object("FerryError", pyb::reinterpret_borrow<pyb::object>(g_base));
   for (const ErrorClass& e : kTable) {
     std::string qualified = std::string("ferry.") + e.name;
+    pyb::object base = pyb::reinterpret_borrow<pyb::object>(g_base);
     pyb::tuple bases = e.builtin != nullptr
-                           ? pyb::make_tuple(pyb::reinterpret_borrow<pyb::object>(g_base),
-                                             pyb::reinterpret_borrow<pyb::object>(*e.builtin))
-                           : pyb::make_tuple(pyb::reinterpret_borrow<pyb::object>(g_base));
+                           ? pyb::tuple(pyb::make_tuple(base, pyb::reinterpret_borrow<pyb::object>(*e.builtin)))
+                           : pyb::tuple(pyb::make_tuple(base));
     PyObject* cls = PyErr_NewExceptionWithDoc(qualified.c_str(), e.doc, bases.ptr(), nullptr);
     if (cls == nullptr) throw pyb::error_already_set();
     g_by_code[static_cast<size_t>(e.code)] = cls;  // a reference kept for the life of the process
