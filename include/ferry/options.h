@@ -21,7 +21,13 @@ enum class LogLevel : uint8_t { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3, kT
 struct Options {
   // host:port to listen on; port 0 picks a free port.
   std::string listen = "127.0.0.1:0";
-  // Data streams (paths) per connection, besides the control stream.
+  // NICs to serve and move data on, comma-separated interface names
+  // ("eth1,eth2"). Empty: only the `listen` address. When set, the engine
+  // listens on every address (0.0.0.0 unless `listen` names a host other than
+  // 127.0.0.1), advertises each NIC's address to peers, and opens data
+  // streams on each pair of NICs that can reach each other.
+  std::string nics;
+  // Data streams (paths) per NIC pair, besides the control stream.
   int streams = 2;
   // Bulk transfers are cut into chunks of this many bytes.
   size_t chunk_bytes = 512 * 1024;
@@ -35,6 +41,10 @@ struct Options {
   std::chrono::milliseconds heartbeat_interval{500};
   // A peer silent for this long is declared lost; its transfers fail.
   std::chrono::milliseconds peer_timeout{5000};
+  // A data stream whose sent bytes stay unacknowledged by TCP this long is
+  // declared dead (TCP_USER_TIMEOUT); its unconfirmed chunks move to the
+  // surviving paths.
+  std::chrono::milliseconds path_timeout{2000};
   // A connection whose handshake takes longer is dropped.
   std::chrono::milliseconds handshake_timeout{5000};
   // Kernel socket buffer size per stream in bytes; 0 leaves the kernel's autotuning.

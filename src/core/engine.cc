@@ -92,11 +92,18 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
   FERRY_ASSIGN_OR_RETURN(platform::HostPort at, platform::parse_host_port(opts.listen));
   auto impl = std::make_unique<Impl>();
   impl->ctx = std::make_shared<core::EngineContext>();
+  if (!opts.nics.empty()) {
+    auto nics = platform::select_interfaces(opts.nics);
+    if (!nics.ok()) return nics.status().with_context("engine: FERRY_NICS/nics");
+    impl->ctx->nics = std::move(nics).value();
+    // Serving named NICs means accepting on each of them.
+    if (at.host == "127.0.0.1") at.host = "0.0.0.0";
+  }
   impl->ctx->options = opts;
   impl->ctx->engine_id = platform::random_u64();
   impl->ctx->host_id = std::string(platform::host_id());
   Impl* raw = impl.get();
-  auto listener = tcp::TcpListener::start(
+  auto listener = tcp::TcpListener::bind(
       impl->ctx, at,
       [raw](std::shared_ptr<tcp::TcpConnection> c) {
         raw->adopt(c);
@@ -111,8 +118,14 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
   if (!listener.ok()) return listener.status().with_context("engine");
   impl->listener = std::move(listener).value();
   std::string host = at.host.empty() || at.host == "0.0.0.0" ? "127.0.0.1" : at.host;
-  impl->address =
-      (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(impl->listener->port());
+  std::string port = std::to_string(impl->listener->port());
+  if (impl->ctx->nics.empty()) {
+    impl->ctx->addresses.push_back((host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port);
+  } else {
+    for (const auto& n : impl->ctx->nics) impl->ctx->addresses.push_back(n.address + ":" + port);
+  }
+  impl->address = impl->ctx->addresses.front();
+  impl->listener->run();
   impl->heartbeat = platform::start_thread("ferry-heartbeat", [raw] { raw->heartbeat_loop(); });
   FERRY_LOG(kInfo, "engine", "engine %016" PRIx64 " listening on %s", impl->ctx->engine_id, impl->address.c_str());
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
@@ -141,7 +154,7 @@ std::string Engine::metadata() const {
   wire::EngineMetadata m;
   m.engine_id = impl_->ctx->engine_id;
   m.host_id = impl_->ctx->host_id;
-  m.addresses.push_back(impl_->address);
+  m.addresses = impl_->ctx->addresses;
   return wire::encode_metadata(m);
 }
 

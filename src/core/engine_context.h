@@ -5,9 +5,11 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/registry.h"
 #include "ferry/options.h"
+#include "platform/interfaces.h"
 
 namespace ferry::core {
 
@@ -15,6 +17,11 @@ struct EngineContext {
   Options options;
   uint64_t engine_id = 0;
   std::string host_id;
+  // The NICs named by Options::nics (empty: none named).
+  std::vector<platform::Interface> nics;
+  // "ip:port" peers may reach this engine at, preferred first. Written once
+  // by Engine::create before the listener accepts anyone.
+  std::vector<std::string> addresses;
   Registry registry;
 };
 

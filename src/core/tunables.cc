@@ -109,7 +109,9 @@ Tunable string_tunable(const char* name, const char* env, const char* doc, std::
 const std::vector<Tunable>& tunables() {
   static const std::vector<Tunable> table = {
       string_tunable("listen", "FERRY_LISTEN", "host:port to listen on (port 0 picks one)", &Options::listen),
-      size_tunable("streams", "FERRY_STREAMS", "count", "data streams (paths) per connection", &Options::streams),
+      string_tunable("nics", "FERRY_NICS", "NICs to serve and stripe over, e.g. eth1,eth2 (empty: listen address only)",
+                     &Options::nics),
+      size_tunable("streams", "FERRY_STREAMS", "count", "data streams (paths) per NIC pair", &Options::streams),
       size_tunable("chunk_bytes", "FERRY_CHUNK", "bytes",
                    "bulk transfers travel in chunks of this size (K/M/G suffixes)", &Options::chunk_bytes),
       size_tunable("window", "FERRY_WINDOW", "chunks",
@@ -123,6 +125,9 @@ const std::vector<Tunable>& tunables() {
                  &Options::heartbeat_interval),
       ms_tunable("peer_timeout", "FERRY_PEER_TIMEOUT_MS", "a peer silent this long is lost and its transfers fail",
                  &Options::peer_timeout),
+      ms_tunable("path_timeout", "FERRY_PATH_TIMEOUT_MS",
+                 "a data stream with bytes unacknowledged this long is dead; its chunks move to other paths",
+                 &Options::path_timeout),
       ms_tunable("handshake_timeout", "FERRY_HANDSHAKE_TIMEOUT_MS", "drop a connection whose handshake takes longer",
                  &Options::handshake_timeout),
       size_tunable("socket_buffer_bytes", "FERRY_SOCKET_BUFFER", "bytes",

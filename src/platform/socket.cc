@@ -155,7 +155,7 @@ std::string peer_name(int fd) {
   return std::string(host) + ":" + std::to_string(port);
 }
 
-Result<Socket> connect_tcp(const HostPort& to, Deadline deadline) {
+Result<Socket> connect_tcp(const HostPort& to, Deadline deadline, std::string_view source_ip) {
   FERRY_ASSIGN_OR_RETURN(struct addrinfo * res, resolve(to, false));
   std::string where = to.host + ":" + std::to_string(to.port);
   Status last(Code::kUnavailable, "no address for " + where);
@@ -164,6 +164,16 @@ Result<Socket> connect_tcp(const HostPort& to, Deadline deadline) {
     if (!s.valid()) {
       last = Status(Code::kResourceExhausted, "socket: " + errno_text(errno));
       continue;
+    }
+    if (!source_ip.empty() && ai->ai_family == AF_INET) {
+      struct sockaddr_in src {};
+      src.sin_family = AF_INET;
+      std::string ip(source_ip);
+      if (::inet_pton(AF_INET, ip.c_str(), &src.sin_addr) != 1 ||
+          ::bind(s.fd(), reinterpret_cast<struct sockaddr*>(&src), sizeof(src)) != 0) {
+        last = Status(Code::kUnavailable, "bind to source " + ip + " for " + where + ": " + errno_text(errno));
+        continue;
+      }
     }
     int rc = ::connect(s.fd(), ai->ai_addr, ai->ai_addrlen);
     if (rc != 0 && errno != EINPROGRESS) {
@@ -193,7 +203,7 @@ Result<Socket> connect_tcp(const HostPort& to, Deadline deadline) {
   return last;
 }
 
-Status tune_stream(const Socket& s, size_t buffer_bytes) {
+Status tune_stream(const Socket& s, size_t buffer_bytes, unsigned user_timeout_ms) {
   int one = 1;
   if (::setsockopt(s.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) {
     return Status(Code::kInternal, "TCP_NODELAY: " + errno_text(errno));
@@ -203,7 +213,24 @@ Status tune_stream(const Socket& s, size_t buffer_bytes) {
     ::setsockopt(s.fd(), SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
     ::setsockopt(s.fd(), SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
   }
+  if (user_timeout_ms > 0 &&
+      ::setsockopt(s.fd(), IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms)) != 0) {
+    return Status(Code::kInternal, "TCP_USER_TIMEOUT: " + errno_text(errno));
+  }
   return Status();
+}
+
+std::string local_ip(int fd) {
+  struct sockaddr_storage ss {};
+  socklen_t len = sizeof(ss);
+  if (::getsockname(fd, reinterpret_cast<struct sockaddr*>(&ss), &len) != 0) return "";
+  char host[INET6_ADDRSTRLEN] = "";
+  if (ss.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<struct sockaddr_in*>(&ss)->sin_addr, host, sizeof(host));
+  } else if (ss.ss_family == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<struct sockaddr_in6*>(&ss)->sin6_addr, host, sizeof(host));
+  }
+  return host;
 }
 
 Status send_all(int fd, struct iovec* iov, int iovcnt) {

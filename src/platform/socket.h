@@ -65,12 +65,18 @@ Result<uint16_t> local_port(const Socket& s);
 // "ip:port" of the remote end, or "?".
 std::string peer_name(int fd);
 
-// Connects by `deadline`: kUnavailable if refused/unreachable,
-// kDeadlineExceeded if the deadline passes first.
-Result<Socket> connect_tcp(const HostPort& to, Deadline deadline);
+// Connects by `deadline`, from `source_ip` when given (the NIC to leave by):
+// kUnavailable if refused/unreachable, kDeadlineExceeded if the deadline
+// passes first.
+Result<Socket> connect_tcp(const HostPort& to, Deadline deadline, std::string_view source_ip = {});
 
-// TCP_NODELAY, keepalive off, and SO_SNDBUF/SO_RCVBUF when `buffer_bytes` > 0.
-Status tune_stream(const Socket& s, size_t buffer_bytes);
+// TCP_NODELAY; SO_SNDBUF/SO_RCVBUF when `buffer_bytes` > 0; TCP_USER_TIMEOUT
+// when `user_timeout_ms` > 0 (sent bytes unacknowledged that long make the
+// stream fail instead of retrying for minutes).
+Status tune_stream(const Socket& s, size_t buffer_bytes, unsigned user_timeout_ms = 0);
+
+// The local "ip" a connected socket uses.
+std::string local_ip(int fd);
 
 // Sends every byte of `iov` (modified in place). Blocks. Errors: kPeerLost.
 Status send_all(int fd, struct iovec* iov, int iovcnt);

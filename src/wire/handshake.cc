@@ -1,12 +1,14 @@
 // Handshake codecs.
 #include "wire/handshake.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace ferry::wire {
 namespace {
 
 constexpr size_t kMaxHostId = 255;
+constexpr size_t kMaxAddresses = 32;
 
 Status expect(const FrameHeader& h, FrameType t) {
   if (h.type == t) return Status();
@@ -91,7 +93,18 @@ EncodedFrame encode(const Welcome& m) {
   f.header.code = m.version;
   f.header.id = m.engine_id;
   f.header.flags = m.auth_required ? 1 : 0;
-  f.aux = nonce_and_host(m.nonce, m.host_id);
+  // nonce(32) | u8 len | host id | u8 count | (u8 len | address)*
+  f.aux.assign(reinterpret_cast<const char*>(m.nonce.data()), m.nonce.size());
+  std::string host = m.host_id.substr(0, 255);
+  f.aux += static_cast<char>(host.size());
+  f.aux += host;
+  size_t count = std::min<size_t>(m.addresses.size(), kMaxAddresses);
+  f.aux += static_cast<char>(count);
+  for (size_t i = 0; i < count; ++i) {
+    std::string a = m.addresses[i].substr(0, 255);
+    f.aux += static_cast<char>(a.size());
+    f.aux += a;
+  }
   f.header.aux_len = static_cast<uint16_t>(f.aux.size());
   return f;
 }
@@ -102,13 +115,36 @@ Result<Welcome> decode_welcome(const FrameHeader& h, const std::string& aux) {
   m.version = static_cast<uint16_t>(h.code);
   m.engine_id = h.id;
   m.auth_required = (h.flags & 1) != 0;
-  FERRY_RETURN_IF_ERROR(split_nonce_and_host(aux, m.nonce, m.host_id, "welcome"));
+  size_t off = 0;
+  auto truncated = [] { return Status(Code::kDataLoss, "handshake: welcome is truncated"); };
+  if (aux.size() < m.nonce.size()) return truncated();
+  std::memcpy(m.nonce.data(), aux.data(), m.nonce.size());
+  off = m.nonce.size();
+  auto take = [&](std::string& out) -> bool {
+    if (off >= aux.size()) return false;
+    size_t len = static_cast<uint8_t>(aux[off++]);
+    if (off + len > aux.size()) return false;
+    out = aux.substr(off, len);
+    off += len;
+    return true;
+  };
+  if (!take(m.host_id)) return truncated();
+  if (off >= aux.size()) return truncated();
+  size_t count = static_cast<uint8_t>(aux[off++]);
+  if (count > kMaxAddresses) return Status(Code::kDataLoss, "handshake: welcome lists too many addresses");
+  for (size_t i = 0; i < count; ++i) {
+    std::string a;
+    if (!take(a)) return truncated();
+    m.addresses.push_back(std::move(a));
+  }
+  if (off != aux.size()) return Status(Code::kDataLoss, "handshake: welcome has trailing bytes");
   return m;
 }
 
 EncodedFrame encode(const Auth& m) {
   EncodedFrame f;
   f.header.type = FrameType::kAuth;
+  f.header.a = m.streams;
   f.aux = proof_aux(m.has_proof, m.proof);
   f.header.aux_len = static_cast<uint16_t>(f.aux.size());
   return f;
@@ -118,6 +154,8 @@ Result<Auth> decode_auth(const FrameHeader& h, const std::string& aux) {
   FERRY_RETURN_IF_ERROR(expect(h, FrameType::kAuth));
   Auth m;
   FERRY_RETURN_IF_ERROR(read_proof(aux, m.has_proof, m.proof, "auth"));
+  if (h.a > 1024) return Status(Code::kDataLoss, "handshake: auth asks for " + std::to_string(h.a) + " data streams");
+  m.streams = static_cast<uint32_t>(h.a);
   return m;
 }
 

@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "ferry/status.h"
 #include "wire/frame.h"
@@ -39,11 +40,15 @@ struct Welcome {
   bool auth_required = false;
   Nonce nonce{};  // the acceptor's challenge
   std::string host_id;
+  // "ip:port" of every NIC the acceptor serves on, preferred first (at most
+  // 32, each under 256 bytes). The connector pairs its NICs with these.
+  std::vector<std::string> addresses;
 };
 
 struct Auth {
   bool has_proof = false;
   Proof proof{};
+  uint32_t streams = 0;  // data streams the connector will open (1..1024)
 };
 
 struct Accepted {

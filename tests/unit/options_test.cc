@@ -22,7 +22,8 @@ const std::vector<std::string> kTunableEnvs = {
     "FERRY_LISTEN",        "FERRY_STREAMS",         "FERRY_CHUNK",
     "FERRY_WINDOW",        "FERRY_INLINE_MAX",      "FERRY_AUTH_TOKEN",
     "FERRY_HEARTBEAT_MS",  "FERRY_PEER_TIMEOUT_MS", "FERRY_HANDSHAKE_TIMEOUT_MS",
-    "FERRY_SOCKET_BUFFER", "FERRY_TRANSPORT",       "FERRY_LOG"};
+    "FERRY_SOCKET_BUFFER", "FERRY_TRANSPORT",       "FERRY_LOG",
+    "FERRY_NICS",          "FERRY_PATH_TIMEOUT_MS"};
 
 // Clears every FERRY_* variable ferry reads for the test's lifetime and puts
 // back whatever the process had before, including anything set through it.
@@ -108,6 +109,8 @@ TEST(Options, EveryTunableIsReadFromItsVariable) {
       {"FERRY_SOCKET_BUFFER", {"4M", "4194304"}},
       {"FERRY_TRANSPORT", {"tcp", "tcp"}},
       {"FERRY_LOG", {"trace", "trace"}},
+      {"FERRY_NICS", {"eth1,eth2", "eth1,eth2"}},
+      {"FERRY_PATH_TIMEOUT_MS", {"750", "750"}},
   };
   ASSERT_EQ(cases.size(), kTunableEnvs.size());
   const auto defaults = values_by_env(Options{});

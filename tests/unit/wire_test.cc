@@ -225,6 +225,7 @@ TEST(Handshake, WelcomeRoundTrips) {
     m.auth_required = auth;
     fill(m.nonce, rng);
     m.host_id = "acceptor-host";
+    if (auth) m.addresses = {"10.77.0.2:7000", "10.77.1.2:7000", "[fe80::1]:7000"};
     EncodedFrame f = encode(m);
     auto r = decode_welcome(through_wire(f), f.aux);
     ASSERT_TRUE(r.ok()) << r.status().to_string();
@@ -233,18 +234,33 @@ TEST(Handshake, WelcomeRoundTrips) {
     EXPECT_EQ(r->auth_required, auth);
     EXPECT_EQ(r->nonce, m.nonce);
     EXPECT_EQ(r->host_id, m.host_id);
+    EXPECT_EQ(r->addresses, m.addresses);
   }
+}
+
+TEST(Handshake, WelcomeRejectsTruncatedOrTrailingAddressLists) {
+  Welcome m;
+  m.host_id = "h";
+  m.addresses = {"10.0.0.1:1", "10.0.0.2:2"};
+  EncodedFrame f = encode(m);
+  for (size_t cut = 1; cut < f.aux.size() - 32; ++cut) {
+    std::string aux = f.aux.substr(0, f.aux.size() - cut);
+    EXPECT_EQ(decode_welcome(f.header, aux).status().code(), Code::kDataLoss) << "cut " << cut;
+  }
+  EXPECT_EQ(decode_welcome(f.header, f.aux + "x").status().code(), Code::kDataLoss);
 }
 
 TEST(Handshake, AuthRoundTripsWithAndWithoutProof) {
   std::mt19937_64 rng(10);
   Auth with;
   with.has_proof = true;
+  with.streams = 12;
   fill(with.proof, rng);
   EncodedFrame f = encode(with);
   EXPECT_EQ(f.aux.size(), 32u);
   auto r = decode_auth(through_wire(f), f.aux);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->streams, 12u);
   EXPECT_TRUE(r->has_proof);
   EXPECT_EQ(r->proof, with.proof);
 

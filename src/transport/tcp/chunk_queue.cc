@@ -10,7 +10,9 @@ ChunkQueue::ChunkQueue(uint64_t chunk_bytes, int window, int paths)
       window_(static_cast<uint64_t>(window)),
       ack_every_(std::max<uint64_t>(1, static_cast<uint64_t>(window) / 2)),
       sent_(static_cast<size_t>(paths), 0),
-      landed_(static_cast<size_t>(paths), 0) {}
+      landed_(static_cast<size_t>(paths), 0),
+      inflight_(static_cast<size_t>(paths)),
+      alive_(static_cast<size_t>(paths), true) {}
 
 bool ChunkQueue::push(std::shared_ptr<OutOp> op) {
   {
@@ -24,27 +26,38 @@ bool ChunkQueue::push(std::shared_ptr<OutOp> op) {
 
 std::optional<Chunk> ChunkQueue::claim_locked(int path) {
   auto p = static_cast<size_t>(path);
-  if (sent_[p] - landed_[p] >= window_) return std::nullopt;
-  while (!queue_.empty() && queue_.front()->aborted) queue_.pop_front();
-  if (queue_.empty()) return std::nullopt;
-  std::shared_ptr<OutOp> op = queue_.front();
-  uint64_t total = op->source.total();
+  if (!alive_[p] || sent_[p] - landed_[p] >= window_) return std::nullopt;
   Chunk c;
-  c.op = op;
-  c.offset = op->next;
-  c.size = std::min(chunk_bytes_, total - op->next);
-  op->next += c.size;
-  // A zero-byte operation still travels as one (empty) chunk.
-  if (op->next >= total) queue_.pop_front();
+  // Chunks orphaned by a dead path go first, unless their transfer is over.
+  while (!retry_.empty()) {
+    Chunk r = std::move(retry_.front());
+    retry_.pop_front();
+    if (r.op->aborted || (r.op->state && r.op->state->done())) continue;
+    c = std::move(r);
+    break;
+  }
+  if (!c.op) {
+    while (!queue_.empty() && queue_.front()->aborted) queue_.pop_front();
+    if (queue_.empty()) return std::nullopt;
+    std::shared_ptr<OutOp> op = queue_.front();
+    uint64_t total = op->source.total();
+    c.op = op;
+    c.offset = op->next;
+    c.size = std::min(chunk_bytes_, total - op->next);
+    op->next += c.size;
+    // A zero-byte operation still travels as one (empty) chunk.
+    if (op->next >= total) queue_.pop_front();
+  }
   ++sent_[p];
   c.ack_request = sent_[p] % ack_every_ == 0;
+  inflight_[p].push_back(c);
   return c;
 }
 
 std::optional<Chunk> ChunkQueue::claim(int path) {
   std::unique_lock lock(mu_);
   for (;;) {
-    if (stopped_) return std::nullopt;
+    if (stopped_ || !alive_[static_cast<size_t>(path)]) return std::nullopt;
     if (auto c = claim_locked(path)) return c;
     cv_.wait(lock);
   }
@@ -62,7 +75,9 @@ void ChunkQueue::on_landed(int path, uint64_t landed) {
     auto p = static_cast<size_t>(path);
     if (p >= landed_.size()) return;
     // Confirmations are cumulative; a stale or bogus one must not open the window.
-    landed_[p] = std::clamp(landed, landed_[p], sent_[p]);
+    uint64_t now = std::clamp(landed, landed_[p], sent_[p]);
+    for (uint64_t i = landed_[p]; i < now && !inflight_[p].empty(); ++i) inflight_[p].pop_front();
+    landed_[p] = now;
   }
   cv_.notify_all();
 }
@@ -72,13 +87,42 @@ void ChunkQueue::abort(const std::shared_ptr<OutOp>& op) {
   op->aborted = true;
 }
 
+int ChunkQueue::fail_path(int path) {
+  int live = 0;
+  {
+    std::lock_guard lock(mu_);
+    auto p = static_cast<size_t>(path);
+    if (p >= alive_.size()) return live_paths_locked();
+    if (alive_[p]) {
+      alive_[p] = false;
+      for (Chunk& c : inflight_[p]) retry_.push_back(std::move(c));
+      inflight_[p].clear();
+    }
+    live = live_paths_locked();
+  }
+  cv_.notify_all();
+  return live;
+}
+
+int ChunkQueue::live_paths() const {
+  std::lock_guard lock(mu_);
+  return live_paths_locked();
+}
+
+int ChunkQueue::live_paths_locked() const {
+  return static_cast<int>(std::count(alive_.begin(), alive_.end(), true));
+}
+
 std::vector<std::shared_ptr<OutOp>> ChunkQueue::stop() {
   std::vector<std::shared_ptr<OutOp>> left;
   {
     std::lock_guard lock(mu_);
     stopped_ = true;
     left.assign(queue_.begin(), queue_.end());
+    for (const Chunk& c : retry_) left.push_back(c.op);
     queue_.clear();
+    retry_.clear();
+    for (auto& q : inflight_) q.clear();
   }
   cv_.notify_all();
   return left;

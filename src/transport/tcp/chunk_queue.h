@@ -7,6 +7,11 @@
 // asks for a confirmation every max(1, window/2) chunks, so the window can
 // never fill up with nothing left to confirm it.
 //
+// Failover: each path remembers the chunks it sent and the peer has not yet
+// confirmed. When a path dies, those chunks go first in line for the paths
+// still alive (the receiver ignores a chunk it already has), so a transfer
+// survives losing any data path but the last.
+//
 // Thread-safe.
 #pragma once
 
@@ -53,7 +58,8 @@ class ChunkQueue {
   // finishes first). Returns false once stopped.
   bool push(std::shared_ptr<OutOp> op);
 
-  // Blocks until `path` may send a chunk, then returns it; nullopt once stopped.
+  // Blocks until `path` may send a chunk, then returns it; nullopt once
+  // stopped or once `path` failed.
   std::optional<Chunk> claim(int path);
   // Non-blocking claim (for tests and polling); nullopt if nothing may go now.
   std::optional<Chunk> try_claim(int path);
@@ -64,6 +70,11 @@ class ChunkQueue {
   // Marks `op` aborted: no further chunk of it is handed out.
   void abort(const std::shared_ptr<OutOp>& op);
 
+  // Marks `path` dead and hands its unconfirmed chunks to the others.
+  // Returns how many paths are still alive (0: the transfer cannot go on).
+  int fail_path(int path);
+  int live_paths() const;
+
   // Wakes every claimer with nullopt and returns the ops never fully claimed.
   std::vector<std::shared_ptr<OutOp>> stop();
 
@@ -72,6 +83,7 @@ class ChunkQueue {
 
  private:
   std::optional<Chunk> claim_locked(int path);
+  int live_paths_locked() const;
 
   const uint64_t chunk_bytes_;
   const uint64_t window_;
@@ -81,6 +93,9 @@ class ChunkQueue {
   std::deque<std::shared_ptr<OutOp>> queue_;  // guarded by mu_
   std::vector<uint64_t> sent_;                // guarded by mu_; chunks sent per path
   std::vector<uint64_t> landed_;              // guarded by mu_; chunks confirmed per path
+  std::vector<std::deque<Chunk>> inflight_;   // guarded by mu_; per path: sent, unconfirmed, in order
+  std::vector<bool> alive_;                   // guarded by mu_
+  std::deque<Chunk> retry_;                   // guarded by mu_; chunks of dead paths, sent first
   bool stopped_ = false;                      // guarded by mu_
 };
 

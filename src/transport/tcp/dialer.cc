@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "platform/crypto.h"
 #include "transport/tcp/handshake_io.h"
+#include "transport/tcp/path_plan.h"
 #include "wire/handshake.h"
 
 namespace ferry::tcp {
@@ -25,7 +26,7 @@ Result<std::shared_ptr<TcpConnection>> dial(const std::shared_ptr<core::EngineCo
   wire::Hello hello;
   hello.role = wire::StreamRole::kControl;
   hello.engine_id = ctx->engine_id;
-  hello.streams = static_cast<uint32_t>(o.streams);
+  hello.streams = 0;  // decided after WELCOME, sent in AUTH
   hello.host_id = ctx->host_id;
   platform::fill_random(hello.nonce.data(), hello.nonce.size());
   Status s = write_handshake_frame(fd, wire::encode(hello), deadline);
@@ -45,7 +46,10 @@ Result<std::shared_ptr<TcpConnection>> dial(const std::shared_ptr<core::EngineCo
                                                     ", this engine speaks " + std::to_string(wire::kProtocolVersion)));
   }
 
+  auto plan = plan_paths(ctx->nics, welcome->addresses, to, o.streams);
+  if (!plan.ok()) return context(plan.status().with_context("peer's advertised addresses"));
   wire::Auth auth;
+  auth.streams = static_cast<uint32_t>(plan->size());
   if (welcome->auth_required) {
     if (o.auth_token.empty()) {
       (void)write_handshake_frame(fd, wire::encode(auth), deadline);
@@ -78,17 +82,23 @@ Result<std::shared_ptr<TcpConnection>> dial(const std::shared_ptr<core::EngineCo
   }
 
   std::vector<platform::Socket> data;
-  for (int i = 0; i < o.streams; ++i) {
-    auto d = platform::connect_tcp(to, deadline);
-    if (!d.ok()) return context(d.status().with_context("data stream " + std::to_string(i)));
-    FERRY_RETURN_IF_ERROR(platform::tune_stream(d.value(), o.socket_buffer_bytes));
+  std::vector<PathInfo> paths;
+  unsigned user_timeout = static_cast<unsigned>(o.path_timeout.count());
+  for (size_t i = 0; i < plan->size(); ++i) {
+    const PathEnd& end = (*plan)[i];
+    std::string label = "data stream " + std::to_string(i);
+    auto d = platform::connect_tcp(end.remote, deadline, end.local_ip);
+    if (!d.ok()) return context(d.status().with_context(label));
+    FERRY_RETURN_IF_ERROR(platform::tune_stream(d.value(), o.socket_buffer_bytes, user_timeout));
     wire::Hello dh;
     dh.role = wire::StreamRole::kData;
     dh.engine_id = ctx->engine_id;
     dh.cookie = accepted->cookie;
     dh.stream_index = static_cast<uint32_t>(i);
     s = write_handshake_frame(d->fd(), wire::encode(dh), deadline);
-    if (!s.ok()) return context(s.with_context("data stream " + std::to_string(i)));
+    if (!s.ok()) return context(s.with_context(label));
+    paths.push_back(PathInfo{end.nic, (end.nic.empty() ? std::string() : end.nic + " ") + platform::local_ip(d->fd()) +
+                                          " -> " + end.remote.host + ":" + std::to_string(end.remote.port)});
     data.push_back(std::move(d).value());
   }
 
@@ -104,7 +114,8 @@ Result<std::shared_ptr<TcpConnection>> dial(const std::shared_ptr<core::EngineCo
   }
 
   PeerInfo peer{welcome->engine_id, welcome->host_id, platform::peer_name(fd)};
-  auto conn = std::make_shared<TcpConnection>(ctx, connection_id, std::move(peer), std::move(control), std::move(data));
+  auto conn = std::make_shared<TcpConnection>(ctx, connection_id, std::move(peer), std::move(control), std::move(data),
+                                              std::move(paths));
   conn->start();
   FERRY_LOG(kInfo, "tcp", "connected to %s (peer connection %" PRIu64 ")", where.c_str(), accepted->connection_id);
   return conn;

@@ -13,16 +13,16 @@
 
 namespace ferry::tcp {
 
-Result<std::unique_ptr<TcpListener>> TcpListener::start(std::shared_ptr<core::EngineContext> ctx,
+Result<std::unique_ptr<TcpListener>> TcpListener::bind(std::shared_ptr<core::EngineContext> ctx,
                                                         const platform::HostPort& at, OnConnection on_connection,
                                                         NextId next_id) {
   FERRY_ASSIGN_OR_RETURN(platform::Socket s, platform::listen_tcp(at));
   FERRY_ASSIGN_OR_RETURN(uint16_t port, platform::local_port(s));
-  std::unique_ptr<TcpListener> l(
+  return std::unique_ptr<TcpListener>(
       new TcpListener(std::move(ctx), std::move(s), port, std::move(on_connection), std::move(next_id)));
-  l->accept_thread_ = platform::start_thread("ferry-accept", [p = l.get()] { p->accept_loop(); });
-  return l;
 }
+
+void TcpListener::run() { accept_thread_ = platform::start_thread("ferry-accept", [this] { accept_loop(); }); }
 
 TcpListener::TcpListener(std::shared_ptr<core::EngineContext> ctx, platform::Socket listen, uint16_t port,
                          OnConnection on_connection, NextId next_id)
@@ -136,7 +136,8 @@ Status TcpListener::attach_data(platform::Socket& s, const wire::Hello& hello) {
     return Status(Code::kDataLoss,
                   "data stream index " + std::to_string(hello.stream_index) + " is invalid or repeated");
   }
-  Status tuned = platform::tune_stream(s, ctx_->options.socket_buffer_bytes);
+  Status tuned = platform::tune_stream(s, ctx_->options.socket_buffer_bytes,
+                                      static_cast<unsigned>(ctx_->options.path_timeout.count()));
   if (!tuned.ok()) return tuned;
   p.data[hello.stream_index] = std::move(s);
   ++p.attached;
@@ -156,19 +157,20 @@ Status TcpListener::serve_control(platform::Socket& s, const wire::Hello& hello,
                                             std::to_string(wire::kProtocolVersion) + ", the connector " +
                                             std::to_string(hello.version));
   }
-  if (hello.streams < 1 || hello.streams > 64) {
-    return reject(Code::kInvalidArgument, "data stream count " + std::to_string(hello.streams) + " outside 1..64");
-  }
   FERRY_RETURN_IF_ERROR(platform::tune_stream(s, 0));
   wire::Welcome welcome;
   welcome.engine_id = ctx_->engine_id;
   welcome.auth_required = !o.auth_token.empty();
   welcome.host_id = ctx_->host_id;
+  welcome.addresses = ctx_->addresses;
   platform::fill_random(welcome.nonce.data(), welcome.nonce.size());
   FERRY_RETURN_IF_ERROR(write_handshake_frame(fd, wire::encode(welcome), deadline));
 
   FERRY_ASSIGN_OR_RETURN(RawFrame af, read_handshake_frame(fd, deadline));
   FERRY_ASSIGN_OR_RETURN(wire::Auth auth, wire::decode_auth(af.header, af.aux));
+  if (auth.streams < 1 || auth.streams > 64) {
+    return reject(Code::kInvalidArgument, "data stream count " + std::to_string(auth.streams) + " outside 1..64");
+  }
   wire::Accepted accepted;
   if (welcome.auth_required) {
     if (!auth.has_proof)
@@ -181,8 +183,8 @@ Status TcpListener::serve_control(platform::Socket& s, const wire::Hello& hello,
     accepted.proof = platform::hmac_sha256(o.auth_token, wire::server_proof_input(hello.nonce, welcome.nonce));
   }
   auto pending = std::make_shared<Pending>();
-  pending->streams = hello.streams;
-  pending->data.resize(hello.streams);
+  pending->streams = auth.streams;
+  pending->data.resize(auth.streams);
   accepted.cookie = platform::random_u64();
   accepted.connection_id = next_id_();
   {
@@ -208,8 +210,17 @@ Status TcpListener::serve_control(platform::Socket& s, const wire::Hello& hello,
   FERRY_RETURN_IF_ERROR(write_handshake_frame(fd, ready, deadline));
 
   PeerInfo peer{hello.engine_id, hello.host_id, platform::peer_name(fd)};
+  std::vector<PathInfo> paths;
+  for (const platform::Socket& d : pending->data) {
+    std::string ip = platform::local_ip(d.fd());
+    std::string nic;
+    for (const auto& n : ctx_->nics) {
+      if (n.address == ip) nic = n.name;
+    }
+    paths.push_back(PathInfo{nic, (nic.empty() ? "" : nic + " ") + ip + " <- " + platform::peer_name(d.fd())});
+  }
   auto conn = std::make_shared<TcpConnection>(ctx_, accepted.connection_id, std::move(peer), std::move(s),
-                                              std::move(pending->data));
+                                              std::move(pending->data), std::move(paths));
   conn->start();
   on_connection_(std::move(conn));
   return Status();

@@ -26,11 +26,14 @@ class TcpListener {
   using OnConnection = std::function<void(std::shared_ptr<TcpConnection>)>;
   using NextId = std::function<uint64_t()>;
 
-  // Listens on `at` and starts accepting. kUnavailable if it cannot listen.
-  static Result<std::unique_ptr<TcpListener>> start(std::shared_ptr<core::EngineContext> ctx,
+  // Listens on `at` (accepting nothing until run()). kUnavailable if it cannot listen.
+  static Result<std::unique_ptr<TcpListener>> bind(std::shared_ptr<core::EngineContext> ctx,
                                                     const platform::HostPort& at, OnConnection on_connection,
                                                     NextId next_id);
   ~TcpListener();
+
+  // Starts accepting peers.
+  void run();
 
   uint16_t port() const { return port_; }
   // Stops accepting, aborts handshakes in progress and joins every thread.

@@ -18,6 +18,9 @@ namespace {
 using wire::FrameHeader;
 using wire::FrameType;
 
+// How many finished writes a connection remembers to drop late resent chunks.
+constexpr size_t kFinishedWritesKept = 4096;
+
 // Frame flags (FrameHeader::flags) of the steady state.
 constexpr uint8_t kFlagAckRequest = 1;  // DATA/WRITE chunk: confirm landing with CHUNK_ACK
 constexpr uint8_t kFlagAborted = 2;     // DATA/WRITE chunk: this op's bytes will not come
@@ -35,14 +38,18 @@ Status peer_status(uint32_t code, const std::string& message, const std::string&
 }  // namespace
 
 TcpConnection::TcpConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t id, PeerInfo peer,
-                             platform::Socket control, std::vector<platform::Socket> data)
+                             platform::Socket control, std::vector<platform::Socket> data,
+                             std::vector<PathInfo> paths)
     : ctx_(std::move(ctx)),
       id_(id),
       peer_(std::move(peer)),
       control_(std::move(control)),
       data_(std::move(data)),
+      paths_(std::move(paths)),
+      path_dead_(new std::atomic<bool>[data_.size()]),
       chunks_(ctx_->options.chunk_bytes, ctx_->options.window, static_cast<int>(data_.size())),
       landed_chunks_(data_.size(), 0) {
+  for (size_t p = 0; p < data_.size(); ++p) path_dead_[p] = false;
   last_rx_ns_ = now_ns();
   last_tx_ns_ = now_ns();
 }
@@ -59,6 +66,9 @@ void TcpConnection::start() {
     threads_.push_back(platform::start_thread(pb + "-rx", [this, p] { path_rx_loop(p); }));
   }
   FERRY_LOG(kInfo, "tcp", "%s up with %zu data streams", where().c_str(), data_.size());
+  for (size_t p = 0; p < paths_.size(); ++p) {
+    FERRY_LOG(kDebug, "tcp", "%s path %zu: %s", where().c_str(), p, paths_[p].name.c_str());
+  }
 }
 
 std::string TcpConnection::where() const {
@@ -586,7 +596,7 @@ void TcpConnection::finish_landing(uint64_t token, const std::shared_ptr<Landing
   }
   Status s;
   {
-    std::lock_guard lock(l->error_mu);
+    std::lock_guard lock(l->mu);
     s = l->error;
   }
   if (l->reply_op != 0) {
@@ -625,7 +635,7 @@ Status TcpConnection::land_data(int fd, const FrameHeader& h) {
   }
   if (h.flags & kFlagAborted) {
     {
-      std::lock_guard lock(l->error_mu);
+      std::lock_guard lock(l->mu);
       l->error = peer_status(h.code ? h.code : static_cast<uint32_t>(Code::kCancelled), "transfer aborted", where());
     }
     {
@@ -641,6 +651,7 @@ Status TcpConnection::land_data(int fd, const FrameHeader& h) {
                                        std::to_string(h.payload_len) + ") lies outside its message of " +
                                        std::to_string(l->size) + " bytes");
   }
+  Status landed;
   {
     core::ChunkAccess access(l->dest, h.a, h.payload_len);
     if (access.ok()) {
@@ -650,24 +661,28 @@ Status TcpConnection::land_data(int fd, const FrameHeader& h) {
       if (!s.ok()) return s;
     } else {
       FERRY_RETURN_IF_ERROR(drain(fd, h.payload_len));
-      std::lock_guard lock(l->error_mu);
-      l->error = Status(Code::kNotFound, "destination memory was deregistered while data arrived (" + where() + ")");
+      landed = Status(Code::kNotFound, "destination memory was deregistered while data arrived (" + where() + ")");
     }
   }
-  uint64_t got = l->received.fetch_add(h.payload_len, std::memory_order_acq_rel) + h.payload_len;
-  if (got > l->size) {
-    return Status(Code::kDataLoss, where() + ": more bytes arrived than the message holds");
+  bool complete = false;
+  {
+    std::lock_guard lock(l->mu);
+    if (!landed.ok() && l->error.ok()) l->error = landed;
+    if (!l->seen.insert(h.a).second) return Status();  // a resent chunk that had landed already
+    l->received += h.payload_len;
+    if (l->received > l->size) return Status(Code::kDataLoss, where() + ": more bytes arrived than the message holds");
+    complete = l->received == l->size;
   }
-  if (got == l->size) finish_landing(h.id, l);
+  if (complete) finish_landing(h.id, l);
   return Status();
 }
 
 Status TcpConnection::land_write(int fd, const FrameHeader& h, std::string& aux) {
   uint64_t op = h.id;
-  if (h.flags & kFlagAborted) {
+  {
     std::lock_guard lock(mu_);
-    incoming_.erase(op);
-    return drain(fd, h.payload_len);
+    if (h.flags & kFlagAborted) incoming_.erase(op);
+    if ((h.flags & kFlagAborted) || finished_writes_.count(op) > 0) return drain(fd, h.payload_len);
   }
   auto span = ctx_->registry.resolve_export(h.a, h.b, h.c, h.payload_len);
   Status landed;
@@ -693,6 +708,7 @@ Status TcpConnection::land_write(int fd, const FrameHeader& h, std::string& aux)
       return Status(Code::kDataLoss, where() + ": chunks of write " + std::to_string(op) + " disagree on its size");
     if (!aux.empty()) w.notification = std::move(aux);
     if (!landed.ok() && w.error.ok()) w.error = landed;
+    if (!w.seen.insert(h.c).second) return Status();  // a resent chunk that had landed already
     w.received += h.payload_len;
     if (w.received > w.total)
       return Status(Code::kDataLoss, where() + ": write " + std::to_string(op) + " overflows its size");
@@ -700,6 +716,12 @@ Status TcpConnection::land_write(int fd, const FrameHeader& h, std::string& aux)
       complete = true;
       done = std::move(w);
       incoming_.erase(op);
+      finished_writes_.insert(op);
+      finished_order_.push_back(op);
+      if (finished_order_.size() > kFinishedWritesKept) {
+        finished_writes_.erase(finished_order_.front());
+        finished_order_.pop_front();
+      }
     }
   }
   if (!complete) return Status();
@@ -912,7 +934,7 @@ void TcpConnection::path_rx_loop(int path) {
     wire::HeaderBytes hb;
     Status s = platform::recv_exact(fd, hb.data(), hb.size());
     if (!s.ok()) {
-      fail(Status(Code::kPeerLost, where() + ": data stream " + std::to_string(path) + ": " + s.message()));
+      path_failed(path, s);
       return;
     }
     last_rx_ns_.store(now_ns(), std::memory_order_relaxed);
@@ -925,9 +947,11 @@ void TcpConnection::path_rx_loop(int path) {
     if (h->aux_len > 0) s = platform::recv_exact(fd, aux.data(), aux.size());
     if (s.ok()) s = handle_frame(fd, path, *h, aux);
     if (!s.ok()) {
-      fail(s.code() == Code::kDataLoss
-               ? s
-               : Status(Code::kPeerLost, where() + ": data stream " + std::to_string(path) + ": " + s.message()));
+      if (s.code() == Code::kDataLoss) {
+        fail(s);
+      } else {
+        path_failed(path, s);
+      }
       return;
     }
     uint64_t landed = ++landed_chunks_[static_cast<size_t>(path)];
@@ -994,7 +1018,7 @@ void TcpConnection::path_tx_loop(int path) {
     if (!c) return;
     Status s = send_chunk(fd, path, *c);
     if (!s.ok()) {
-      fail(Status(Code::kPeerLost, where() + ": data stream " + std::to_string(path) + ": " + s.message()));
+      path_failed(path, s);
       return;
     }
   }
@@ -1018,6 +1042,20 @@ void TcpConnection::tick(Clock::time_point now) {
     Outgoing hb;
     hb.header.type = FrameType::kHeartbeat;
     queue_control(std::move(hb));
+  }
+}
+
+void TcpConnection::path_failed(int path, const Status& why) {
+  if (failed_.load(std::memory_order_acquire)) return;
+  if (path_dead_[static_cast<size_t>(path)].exchange(true)) return;
+  data_[static_cast<size_t>(path)].shutdown();  // wakes the path's other worker
+  int live = chunks_.fail_path(path);
+  const std::string& name = static_cast<size_t>(path) < paths_.size() ? paths_[static_cast<size_t>(path)].name : "";
+  FERRY_LOG(kWarn, "tcp", "%s: data path %d (%s) lost: %s; %d path(s) carry on", where().c_str(), path, name.c_str(),
+            why.message().c_str(), live);
+  if (live == 0) {
+    fail(Status(Code::kPeerLost, where() + ": every data path is down (last: path " + std::to_string(path) + " " +
+                                     name + ": " + why.message() + ")"));
   }
 }
 

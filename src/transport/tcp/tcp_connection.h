@@ -26,6 +26,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/engine_context.h"
@@ -44,10 +45,16 @@ struct PeerInfo {
   std::string address;  // "ip:port" of the control stream's remote end
 };
 
+// What a data stream connects, for logs and CPU binding.
+struct PathInfo {
+  std::string nic;   // local interface ("" when unknown)
+  std::string name;  // "eth1 10.0.0.1 -> 10.0.0.2:7000"
+};
+
 class TcpConnection final : public Connection, public std::enable_shared_from_this<TcpConnection> {
  public:
   TcpConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t id, PeerInfo peer, platform::Socket control,
-                std::vector<platform::Socket> data);
+                std::vector<platform::Socket> data, std::vector<PathInfo> paths);
   ~TcpConnection() override;
 
   // Starts the worker threads. Called once, right after construction.
@@ -80,6 +87,9 @@ class TcpConnection final : public Connection, public std::enable_shared_from_th
   // Fails the connection with `why` (first call wins). Any thread.
   void fail(const Status& why);
 
+  // Data paths still carrying traffic.
+  int live_paths() const { return chunks_.live_paths(); }
+
  private:
   // A receive waiting for its message.
   struct PostedRecv {
@@ -99,14 +109,16 @@ class TcpConnection final : public Connection, public std::enable_shared_from_th
     core::SegmentList dest;
     uint64_t size = 0;
     uint64_t reply_op = 0;  // receive: the sender's op to acknowledge; 0 for a read
-    std::atomic<uint64_t> received{0};
-    std::mutex error_mu;
-    Status error;  // guarded by error_mu
+    std::mutex mu;
+    uint64_t received = 0;              // guarded by mu
+    std::unordered_set<uint64_t> seen;  // guarded by mu: chunk offsets landed (a resent chunk counts once)
+    Status error;                       // guarded by mu
   };
   // A write arriving from the peer, counted until all its bytes landed.
   struct IncomingWrite {
     uint64_t total = 0;
     uint64_t received = 0;
+    std::unordered_set<uint64_t> seen;  // export offsets of the chunks landed
     std::string notification;
     Status error;
   };
@@ -154,6 +166,9 @@ class TcpConnection final : public Connection, public std::enable_shared_from_th
   Status handle_read_req(const wire::FrameHeader& h);
   Status handle_notify(const wire::FrameHeader& h, std::string& aux);
   Status drain(int fd, uint64_t n);
+  // A data path failed: its unconfirmed chunks move to the others; the
+  // connection fails only when no path is left.
+  void path_failed(int path, const Status& why);
 
   // Matching a message with a receive.
   void match_rendezvous(PostedRecv recv, uint64_t op, uint64_t size);
@@ -166,6 +181,8 @@ class TcpConnection final : public Connection, public std::enable_shared_from_th
   const PeerInfo peer_;
   platform::Socket control_;
   std::vector<platform::Socket> data_;
+  const std::vector<PathInfo> paths_;
+  std::unique_ptr<std::atomic<bool>[]> path_dead_;
   ChunkQueue chunks_;
 
   std::vector<std::thread> threads_;
@@ -194,6 +211,10 @@ class TcpConnection final : public Connection, public std::enable_shared_from_th
   std::deque<Unexpected> unexpected_;                                     // guarded by mu_
   std::unordered_map<uint64_t, std::shared_ptr<Landing>> landings_;       // guarded by mu_
   std::unordered_map<uint64_t, IncomingWrite> incoming_;                  // guarded by mu_
+  // Writes finished recently, so a chunk resent after a path died is dropped
+  // instead of landing again over newer data.
+  std::unordered_set<uint64_t> finished_writes_;  // guarded by mu_
+  std::deque<uint64_t> finished_order_;           // guarded by mu_
   std::vector<uint64_t> landed_chunks_;                                   // per path; only its rx thread
 
   std::mutex notes_mu_;
