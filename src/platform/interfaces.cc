@@ -35,7 +35,8 @@ Result<std::vector<Interface>> list_interfaces() {
     char text[INET_ADDRSTRLEN];
     ::inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
     n.address = text;
-    if (i->ifa_netmask != nullptr) n.netmask = ntohl(reinterpret_cast<struct sockaddr_in*>(i->ifa_netmask)->sin_addr.s_addr);
+    if (i->ifa_netmask != nullptr)
+      n.netmask = ntohl(reinterpret_cast<struct sockaddr_in*>(i->ifa_netmask)->sin_addr.s_addr);
     n.up = (i->ifa_flags & IFF_UP) != 0 && (i->ifa_flags & IFF_RUNNING) != 0;
     n.loopback = (i->ifa_flags & IFF_LOOPBACK) != 0;
     std::ifstream speed("/sys/class/net/" + n.name + "/speed");
@@ -53,12 +54,16 @@ Result<std::vector<Interface>> select_interfaces(std::string_view names) {
   size_t start = 0;
   while (start <= names.size()) {
     size_t comma = names.find(',', start);
-    std::string_view name = names.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    std::string_view name =
+        names.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
     start = comma == std::string_view::npos ? names.size() + 1 : comma + 1;
     if (name.empty()) continue;
     const Interface* found = nullptr;
     for (const auto& i : all) {
-      if (i.name == name) { found = &i; break; }
+      if (i.name == name) {
+        found = &i;
+        break;
+      }
     }
     if (found == nullptr) {
       return Status(Code::kNotFound, "NIC \"" + std::string(name) + "\" does not exist or has no IPv4 address");

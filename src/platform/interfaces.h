@@ -13,13 +13,13 @@
 namespace ferry::platform {
 
 struct Interface {
-  std::string name;     // "eth1"
-  std::string address;  // IPv4, dotted
-  uint32_t ipv4 = 0;    // host byte order
-  uint32_t netmask = 0; // host byte order
+  std::string name;      // "eth1"
+  std::string address;   // IPv4, dotted
+  uint32_t ipv4 = 0;     // host byte order
+  uint32_t netmask = 0;  // host byte order
   bool up = false;
   bool loopback = false;
-  int speed_mbps = 0;   // 0 when unknown (virtual NICs may not say)
+  int speed_mbps = 0;  // 0 when unknown (virtual NICs may not say)
 };
 
 // Every interface that has an IPv4 address.

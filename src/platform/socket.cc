@@ -262,7 +262,7 @@ Status recv_all(int fd, struct iovec* iov, int iovcnt) {
       if (errno == EINTR) continue;
       return Status(Code::kPeerLost, "recv: " + errno_text(errno));
     }
-    if (n == 0) return Status(Code::kPeerLost, "stream closed by the peer");
+    if (n == 0) return Status(Code::kPeerLost, std::string(kClosedByPeer));
     advance(iov, iovcnt, static_cast<size_t>(n));
   }
   return Status();

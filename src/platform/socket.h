@@ -78,6 +78,10 @@ Status tune_stream(const Socket& s, size_t buffer_bytes, unsigned user_timeout_m
 // The local "ip" a connected socket uses.
 std::string local_ip(int fd);
 
+// The message of recv_all's kPeerLost when the peer closed the stream in
+// order (FIN), as opposed to a reset or a timeout.
+inline constexpr std::string_view kClosedByPeer = "stream closed by the peer";
+
 // Sends every byte of `iov` (modified in place). Blocks. Errors: kPeerLost.
 Status send_all(int fd, struct iovec* iov, int iovcnt);
 // Receives exactly the bytes described by `iov` (modified in place). Blocks.

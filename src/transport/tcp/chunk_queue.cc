@@ -109,9 +109,7 @@ int ChunkQueue::live_paths() const {
   return live_paths_locked();
 }
 
-int ChunkQueue::live_paths_locked() const {
-  return static_cast<int>(std::count(alive_.begin(), alive_.end(), true));
-}
+int ChunkQueue::live_paths_locked() const { return static_cast<int>(std::count(alive_.begin(), alive_.end(), true)); }
 
 std::vector<std::shared_ptr<OutOp>> ChunkQueue::stop() {
   std::vector<std::shared_ptr<OutOp>> left;

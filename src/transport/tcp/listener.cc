@@ -14,15 +14,17 @@
 namespace ferry::tcp {
 
 Result<std::unique_ptr<TcpListener>> TcpListener::bind(std::shared_ptr<core::EngineContext> ctx,
-                                                        const platform::HostPort& at, OnConnection on_connection,
-                                                        NextId next_id) {
+                                                       const platform::HostPort& at, OnConnection on_connection,
+                                                       NextId next_id) {
   FERRY_ASSIGN_OR_RETURN(platform::Socket s, platform::listen_tcp(at));
   FERRY_ASSIGN_OR_RETURN(uint16_t port, platform::local_port(s));
   return std::unique_ptr<TcpListener>(
       new TcpListener(std::move(ctx), std::move(s), port, std::move(on_connection), std::move(next_id)));
 }
 
-void TcpListener::run() { accept_thread_ = platform::start_thread("ferry-accept", [this] { accept_loop(); }); }
+void TcpListener::run() {
+  accept_thread_ = platform::start_thread("ferry-accept", [this] { accept_loop(); });
+}
 
 TcpListener::TcpListener(std::shared_ptr<core::EngineContext> ctx, platform::Socket listen, uint16_t port,
                          OnConnection on_connection, NextId next_id)
@@ -137,7 +139,7 @@ Status TcpListener::attach_data(platform::Socket& s, const wire::Hello& hello) {
                   "data stream index " + std::to_string(hello.stream_index) + " is invalid or repeated");
   }
   Status tuned = platform::tune_stream(s, ctx_->options.socket_buffer_bytes,
-                                      static_cast<unsigned>(ctx_->options.path_timeout.count()));
+                                       static_cast<unsigned>(ctx_->options.path_timeout.count()));
   if (!tuned.ok()) return tuned;
   p.data[hello.stream_index] = std::move(s);
   ++p.attached;

@@ -28,8 +28,8 @@ class TcpListener {
 
   // Listens on `at` (accepting nothing until run()). kUnavailable if it cannot listen.
   static Result<std::unique_ptr<TcpListener>> bind(std::shared_ptr<core::EngineContext> ctx,
-                                                    const platform::HostPort& at, OnConnection on_connection,
-                                                    NextId next_id);
+                                                   const platform::HostPort& at, OnConnection on_connection,
+                                                   NextId next_id);
   ~TcpListener();
 
   // Starts accepting peers.

@@ -38,8 +38,7 @@ Status peer_status(uint32_t code, const std::string& message, const std::string&
 }  // namespace
 
 TcpConnection::TcpConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t id, PeerInfo peer,
-                             platform::Socket control, std::vector<platform::Socket> data,
-                             std::vector<PathInfo> paths)
+                             platform::Socket control, std::vector<platform::Socket> data, std::vector<PathInfo> paths)
     : ctx_(std::move(ctx)),
       id_(id),
       peer_(std::move(peer)),
@@ -1051,9 +1050,18 @@ void TcpConnection::path_failed(int path, const Status& why) {
   data_[static_cast<size_t>(path)].shutdown();  // wakes the path's other worker
   int live = chunks_.fail_path(path);
   const std::string& name = static_cast<size_t>(path) < paths_.size() ? paths_[static_cast<size_t>(path)].name : "";
-  FERRY_LOG(kWarn, "tcp", "%s: data path %d (%s) lost: %s; %d path(s) carry on", where().c_str(), path, name.c_str(),
-            why.message().c_str(), live);
+  // An orderly close of a data stream means the peer is closing or exiting
+  // (its control stream follows at once): not worth a warning. A link that
+  // fails gives a reset or a timeout instead.
+  bool orderly = why.message() == platform::kClosedByPeer;
+  if (orderly) {
+    FERRY_LOG(kInfo, "tcp", "%s: data path %d (%s) closed by the peer", where().c_str(), path, name.c_str());
+  } else {
+    FERRY_LOG(kWarn, "tcp", "%s: data path %d (%s) lost: %s; %d path(s) carry on", where().c_str(), path, name.c_str(),
+              why.message().c_str(), live);
+  }
   if (live == 0) {
+    if (orderly) closed_by_peer_ = true;
     fail(Status(Code::kPeerLost, where() + ": every data path is down (last: path " + std::to_string(path) + " " +
                                      name + ": " + why.message() + ")"));
   }
@@ -1103,8 +1111,9 @@ void TcpConnection::fail(const Status& why) {
 void TcpConnection::close() {
   if (closed_.exchange(true)) return;
   if (!failed_.load()) {
-    // Best effort goodbye; never block on a peer that stopped reading.
-    std::unique_lock lock(control_write_mu_, std::try_to_lock);
+    // Best effort goodbye: wait a little for a writer to finish its frame, but
+    // never block on a peer that stopped reading.
+    std::unique_lock lock(control_write_mu_, std::chrono::milliseconds(100));
     if (lock.owns_lock()) {
       wire::FrameHeader h;
       h.type = FrameType::kClose;

@@ -195,7 +195,7 @@ class TcpConnection final : public Connection, public std::enable_shared_from_th
   std::atomic<int64_t> last_rx_ns_{0};
   std::atomic<int64_t> last_tx_ns_{0};
 
-  std::mutex control_write_mu_;  // serialises frames on the control stream
+  std::timed_mutex control_write_mu_;  // serialises frames on the control stream
 
   std::mutex out_mu_;
   std::condition_variable out_cv_;
@@ -215,7 +215,7 @@ class TcpConnection final : public Connection, public std::enable_shared_from_th
   // instead of landing again over newer data.
   std::unordered_set<uint64_t> finished_writes_;  // guarded by mu_
   std::deque<uint64_t> finished_order_;           // guarded by mu_
-  std::vector<uint64_t> landed_chunks_;                                   // per path; only its rx thread
+  std::vector<uint64_t> landed_chunks_;           // per path; only its rx thread
 
   std::mutex notes_mu_;
   std::condition_variable notes_cv_;

@@ -1,0 +1,271 @@
+// Benchmark sessions: what initiator and target do over the ferry connection.
+#include "ferry/bench_session.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "ferry/bench_sizes.h"
+
+namespace ferry::cli {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+constexpr auto kOpTimeout = 120s;
+constexpr size_t kControlBytes = 64 * 1024;
+
+json to_json(const RunConfig& c) {
+  return json{{"op", c.op},         {"sizes", c.sizes}, {"iters", c.iters},
+              {"warmup", c.warmup}, {"bidir", c.bidir}, {"verify", c.verify}};
+}
+
+RunConfig from_json(const json& j) {
+  RunConfig c;
+  c.op = j.at("op").get<std::string>();
+  c.sizes = j.at("sizes").get<std::vector<uint64_t>>();
+  c.iters = j.at("iters").get<int>();
+  c.warmup = j.at("warmup").get<int>();
+  c.bidir = j.at("bidir").get<bool>();
+  c.verify = j.at("verify").get<bool>();
+  return c;
+}
+
+uint64_t fnv1a(const uint8_t* p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  // Eight bytes at a time keeps checksumming 64 MiB well under the transfer time.
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 1099511628211ull;
+  }
+  for (; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+void fill_random(uint8_t* p, size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w = rng();
+    std::memcpy(p + i, &w, 8);
+  }
+  uint64_t w = rng();
+  for (; i < n; ++i) p[i] = static_cast<uint8_t>(w >> (8 * (i % 8)));
+}
+
+// One side's memory: [src | dst | control], registered once, page aligned.
+struct Buffers {
+  Engine* engine = nullptr;
+  uint8_t* base = nullptr;
+  size_t max = 0;
+  Region region;
+  uint8_t* src() const { return base; }
+  uint8_t* dst() const { return base + max; }
+  uint8_t* ctl() const { return base + 2 * max; }
+
+  Buffers(Engine* e, size_t max_size) : engine(e), max(std::max<size_t>(max_size, 1)) {
+    size_t total = 2 * max + kControlBytes;
+    total = (total + 4095) & ~size_t{4095};
+    base = static_cast<uint8_t*>(std::aligned_alloc(4096, total));
+    if (base == nullptr) die("allocate", Status(Code::kResourceExhausted, std::to_string(total) + " bytes"));
+    std::memset(base, 0, total);
+    region = must(engine->reg(base, total), "register buffers");
+  }
+  ~Buffers() {
+    (void)engine->dereg(region);
+    std::free(base);
+  }
+};
+
+// Control messages travel through the control slice, as ferry messages.
+void send_text(Connection& c, const Buffers& b, const std::string& text) {
+  if (text.size() > kControlBytes) die("control message", Status(Code::kInternal, "too large"));
+  std::memcpy(b.ctl(), text.data(), text.size());
+  must(c.send(b.ctl(), text.size(), after(kOpTimeout)), "send control message");
+}
+
+std::string recv_text(Connection& c, const Buffers& b) {
+  size_t n = must(c.recv(b.ctl(), kControlBytes, after(kOpTimeout)), "receive control message");
+  return std::string(reinterpret_cast<const char*>(b.ctl()), n);
+}
+
+struct Descriptors {
+  RemoteDescriptor src, dst;
+};
+
+std::string encode(const Descriptors& d) { return d.src.serialize() + d.dst.serialize(); }
+Descriptors decode(const std::string& s) {
+  if (s.size() != 96) die("descriptors", Status(Code::kDataLoss, "expected 96 bytes"));
+  return Descriptors{must(RemoteDescriptor::parse(s.substr(0, 48)), "parse descriptor"),
+                     must(RemoteDescriptor::parse(s.substr(48)), "parse descriptor")};
+}
+
+Descriptors export_buffers(Engine& e, const Buffers& b) {
+  return Descriptors{must(e.export_region(b.region, 0, b.max), "export src"),
+                     must(e.export_region(b.region, b.max, b.max), "export dst")};
+}
+
+// Runs `count` operations of the directional workload of `op` from this side
+// (the initiator's forward direction, or the target's reverse one in --bidir).
+// Fills `lat_ns` with each operation's posting-to-completion time.
+void drive(Connection& c, const Buffers& b, const Descriptors& remote, const std::string& op, uint64_t size, int count,
+           std::vector<int64_t>* lat_ns) {
+  for (int i = 0; i < count; ++i) {
+    auto t0 = Clock::now();
+    Status s;
+    if (op == "send") {
+      s = c.send(b.src(), size, after(kOpTimeout));
+    } else if (op == "write") {
+      s = c.write(b.src(), size, remote.dst, 0, {}, after(kOpTimeout));
+    } else if (op == "read") {
+      s = c.read(b.dst(), size, remote.src, 0, after(kOpTimeout));
+    } else {  // pingpong
+      s = c.send(b.src(), size, after(kOpTimeout));
+      if (s.ok()) s = c.recv(b.dst(), size, after(kOpTimeout)).status();
+    }
+    auto t1 = Clock::now();
+    must(s, op + " of " + std::to_string(size) + " bytes");
+    if (lat_ns != nullptr) lat_ns->push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+  }
+}
+
+// The passive half of `op` for `count` operations: receives for send, echoes
+// for pingpong, nothing for one-sided ops.
+void serve_passive(Connection& c, const Buffers& b, const std::string& op, uint64_t size, int count) {
+  if (op == "write" || op == "read") return;
+  if (op == "pingpong") {
+    for (int i = 0; i < count; ++i) {
+      size_t n = must(c.recv(b.dst(), size, after(kOpTimeout)), "pingpong receive");
+      must(c.send(b.dst(), n, after(kOpTimeout)), "pingpong echo");
+    }
+    return;
+  }
+  // Two receives in flight so the next message always finds one posted.
+  std::deque<Transfer> posted;
+  int next = 0;
+  while (next < count && posted.size() < 2) {
+    posted.push_back(c.recv_async(b.dst(), size));
+    ++next;
+  }
+  while (!posted.empty()) {
+    must(posted.front().wait(after(kOpTimeout)), "receive of " + std::to_string(size) + " bytes");
+    posted.pop_front();
+    if (next < count) {
+      posted.push_back(c.recv_async(b.dst(), size));
+      ++next;
+    }
+  }
+}
+
+std::string checksums(const Buffers& b, uint64_t size) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%016" PRIx64 " %016" PRIx64, fnv1a(b.src(), size), fnv1a(b.dst(), size));
+  return buf;
+}
+
+double percentile(std::vector<int64_t> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t idx = static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
+  return static_cast<double>(v[std::min(idx, v.size() - 1)]) / 1000.0;
+}
+
+}  // namespace
+
+[[noreturn]] void die(const std::string& what, const Status& s) {
+  std::fprintf(stderr, "ferry bench: %s: %s\n", what.c_str(), s.to_string().c_str());
+  std::exit(1);
+}
+
+void serve_session(Engine& engine, std::shared_ptr<Connection> conn) {
+  Buffers boot(&engine, 1);
+  RunConfig cfg = from_json(json::parse(recv_text(*conn, boot)));
+  uint64_t max = *std::max_element(cfg.sizes.begin(), cfg.sizes.end());
+  Buffers b(&engine, max);
+  send_text(*conn, boot, encode(export_buffers(engine, b)));
+  Descriptors remote = decode(recv_text(*conn, boot));
+  int count = cfg.warmup + cfg.iters;
+  for (uint64_t size : cfg.sizes) {
+    std::string begin = recv_text(*conn, b);
+    if (begin != "begin " + std::to_string(size))
+      die("protocol", Status(Code::kDataLoss, "expected begin, got " + begin));
+    if (cfg.verify) fill_random(b.src(), size, size * 2 + 1);
+    send_text(*conn, b, "ready");
+    std::thread reverse;
+    if (cfg.bidir) reverse = std::thread([&] { drive(*conn, b, remote, cfg.op, size, count, nullptr); });
+    serve_passive(*conn, b, cfg.op, size, count);
+    if (reverse.joinable()) reverse.join();
+    std::string end = recv_text(*conn, b);
+    if (end != "end") die("protocol", Status(Code::kDataLoss, "expected end, got " + end));
+    send_text(*conn, b, checksums(b, size));
+  }
+  std::string bye = recv_text(*conn, boot);
+  (void)bye;
+}
+
+std::vector<SizeResult> run_initiator(Engine& engine, Connection& conn, const RunConfig& cfg) {
+  Buffers boot(&engine, 1);
+  send_text(conn, boot, to_json(cfg).dump());
+  uint64_t max = *std::max_element(cfg.sizes.begin(), cfg.sizes.end());
+  Buffers b(&engine, max);
+  Descriptors remote = decode(recv_text(conn, boot));
+  send_text(conn, boot, encode(export_buffers(engine, b)));
+  std::vector<SizeResult> results;
+  int count = cfg.warmup + cfg.iters;
+  size_t n = 0;
+  for (uint64_t size : cfg.sizes) {
+    ++n;
+    if (cfg.verify) fill_random(b.src(), size, size * 2);
+    send_text(conn, b, "begin " + std::to_string(size));
+    std::string ready = recv_text(conn, b);
+    if (ready != "ready") die("protocol", Status(Code::kDataLoss, "expected ready, got " + ready));
+    std::vector<int64_t> lat;
+    lat.reserve(static_cast<size_t>(count));
+    std::thread reverse;
+    if (cfg.bidir) reverse = std::thread([&] { serve_passive(conn, b, cfg.op, size, count); });
+    drive(conn, b, remote, cfg.op, size, cfg.warmup, nullptr);
+    auto t0 = Clock::now();
+    drive(conn, b, remote, cfg.op, size, cfg.iters, &lat);
+    if (reverse.joinable()) reverse.join();
+    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    send_text(conn, b, "end");
+    std::string theirs = recv_text(conn, b);
+    SizeResult r{size, cfg.iters, 0, percentile(lat, 0.5), percentile(lat, 0.99), ""};
+    double moved = static_cast<double>(size) * cfg.iters * (cfg.bidir ? 2 : 1);
+    if (cfg.op == "pingpong") moved *= 2;
+    r.bytes_per_s = secs > 0 ? moved / secs : 0;
+    if (cfg.verify) {
+      char their_src[17] = {}, their_dst[17] = {};
+      std::sscanf(theirs.c_str(), "%16s %16s", their_src, their_dst);
+      std::string mine = checksums(b, size);
+      std::string my_src = mine.substr(0, 16), my_dst = mine.substr(17);
+      bool ok = true;
+      if (cfg.op == "read")
+        ok = my_dst == their_src;
+      else
+        ok = their_dst == my_src;
+      if (cfg.op == "pingpong") ok = ok && my_dst == my_src;
+      if (cfg.bidir && cfg.op != "pingpong") ok = ok && (cfg.op == "read" ? their_dst == my_src : my_dst == their_src);
+      r.verified = ok ? "ok" : "FAILED";
+    }
+    std::fprintf(stderr, "[%zu/%zu] %s %s: %.3f GB/s, p50 %.1f us%s%s\n", n, cfg.sizes.size(), cfg.op.c_str(),
+                 format_bytes(size).c_str(), r.bytes_per_s / 1e9, r.p50_us, r.verified.empty() ? "" : ", verify ",
+                 r.verified.c_str());
+    results.push_back(r);
+  }
+  send_text(conn, boot, "bye");
+  return results;
+}
+
+// Starts this binary as the target of --local; returns its pid and address.
+}  // namespace ferry::cli

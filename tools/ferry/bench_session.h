@@ -1,0 +1,54 @@
+// One benchmark session between an initiator and a target over a ferry
+// connection: the configuration exchange, the per-size workload, timing and
+// end-to-end verification. `ferry bench` (bench.cc) drives it for single runs
+// and sweeps.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ferry/ferry.h"
+
+namespace ferry::cli {
+
+struct RunConfig {
+  std::string op;  // send, write, read, pingpong
+  std::vector<uint64_t> sizes;
+  int iters = 0;
+  int warmup = 0;
+  bool bidir = false;
+  bool verify = false;
+};
+
+struct SizeResult {
+  uint64_t bytes;
+  int iters;
+  double bytes_per_s;
+  double p50_us, p99_us;
+  std::string verified;  // "ok", "FAILED", or "" when not checked
+};
+
+// Target side: serves one initiator's session on `conn`. Exits the process
+// with a message on any error.
+void serve_session(Engine& engine, std::shared_ptr<Connection> conn);
+
+// Initiator side: runs `cfg` against the target on `conn`, printing progress
+// on stderr. Exits the process with a message on any error.
+std::vector<SizeResult> run_initiator(Engine& engine, Connection& conn, const RunConfig& cfg);
+
+// Prints "ferry bench: WHAT: STATUS" and exits 1.
+[[noreturn]] void die(const std::string& what, const Status& s);
+
+// The value, or die(what, error).
+template <typename T>
+T must(Result<T> r, const std::string& what) {
+  if (!r.ok()) die(what, r.status());
+  return std::move(r).value();
+}
+inline void must(const Status& s, const std::string& what) {
+  if (!s.ok()) die(what, s);
+}
+
+}  // namespace ferry::cli
