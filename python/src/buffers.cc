@@ -89,7 +89,8 @@ BufferArg from_tensor(pyb::handle obj, std::optional<uint64_t> size, const std::
   }
   auto ptr = obj.attr("data_ptr")().cast<uint64_t>();
   auto nbytes = obj.attr("numel")().cast<uint64_t>() * obj.attr("element_size")().cast<uint64_t>();
-  return BufferArg{reinterpret_cast<void*>(ptr), pick_size(size, nbytes, what), pyb::reinterpret_borrow<pyb::object>(obj)};
+  return BufferArg{reinterpret_cast<void*>(ptr), pick_size(size, nbytes, what),
+                   pyb::reinterpret_borrow<pyb::object>(obj)};
 }
 
 BufferArg from_cuda_array_interface(pyb::handle obj, std::optional<uint64_t> size, Access access,

@@ -174,15 +174,15 @@ pyb::bytes wait_notification(PyConnection& c, std::optional<double> timeout) {
     return r.ok() || r.status().code() != Code::kDeadlineExceeded;
   });
   if (!done) {
-    throw StatusError(Status(Code::kDeadlineExceeded, "no notification from connection " +
-                                                          std::to_string(conn->id()) + " to " +
-                                                          conn->peer_address() + " by the deadline"));
+    throw StatusError(Status(Code::kDeadlineExceeded, "no notification from connection " + std::to_string(conn->id()) +
+                                                          " to " + conn->peer_address() + " by the deadline"));
   }
   return pyb::bytes(value_or_throw(std::move(r)));
 }
 
-const char* kTimeoutDoc = " `timeout` is in seconds (None: no deadline); the GIL is released and Ctrl-C raises "
-                          "KeyboardInterrupt.";
+const char* kTimeoutDoc =
+    " `timeout` is in seconds (None: no deadline); the GIL is released and Ctrl-C raises "
+    "KeyboardInterrupt.";
 
 }  // namespace
 
@@ -296,8 +296,8 @@ void bind_connection(pyb::module_& m) {
         Deadline deadline = deadline_from(timeout);
         finish(post_read(c, local, remote, offset, size), deadline);
       },
-      arg("local"), arg("remote"), arg("remote_offset") = 0, pyb::kw_only(), arg("size") = none,
-      arg("timeout") = none, ("Blocking read_async." + t).c_str());
+      arg("local"), arg("remote"), arg("remote_offset") = 0, pyb::kw_only(), arg("size") = none, arg("timeout") = none,
+      ("Blocking read_async." + t).c_str());
   c.def(
       "readv_async", [](PyConnection& c, pyb::handle items) { return async(post_readv(c, items)); }, arg("items"),
       "Reads every (local, remote, remote_offset[, size]) item. Returns a Transfer.");
@@ -355,7 +355,8 @@ void bind_connection(pyb::module_& m) {
       "'ip:port' of the peer's end of the control stream.");
   c.def_property_readonly(
       "transport_name", [](PyConnection& c) { return std::string(c.conn->transport_name()); }, "'tcp' or 'local'.");
-  c.def_property_readonly("engine", [](PyConnection& c) { return c.engine; }, "The local Engine.");
+  c.def_property_readonly(
+      "engine", [](PyConnection& c) { return c.engine; }, "The local Engine.");
   c.def_readonly_static("MAX_NOTIFICATION", &Connection::kMaxNotification);
   c.def("__enter__", [](pyb::object self) { return self; });
   c.def("__exit__", [](PyConnection& c, pyb::args) {

@@ -78,8 +78,7 @@ void bind_options(pyb::module_& m) {
                                                   "Seconds without control traffic before a heartbeat goes out.");
   duration_property<&Options::peer_timeout>(o, "peer_timeout",
                                             "Seconds of silence after which a peer is lost and its transfers fail.");
-  duration_property<&Options::handshake_timeout>(o, "handshake_timeout",
-                                                 "Seconds a connection handshake may take.");
+  duration_property<&Options::handshake_timeout>(o, "handshake_timeout", "Seconds a connection handshake may take.");
   o.def_property(
       "log_level", [](const Options& x) { return x.log_level; },
       [](Options& x, pyb::handle v) { x.log_level = to_level(v); }, "A ferry.LogLevel or its lower-case name.");
@@ -97,8 +96,9 @@ void bind_options(pyb::module_& m) {
 
   m.def(
       "apply_environment", [](const Options& base) { return value_or_throw(apply_environment(base)); },
-      pyb::arg("options"), "Returns `options` with every FERRY_* environment variable applied (InvalidArgument "
-                           "names a malformed one).");
+      pyb::arg("options"),
+      "Returns `options` with every FERRY_* environment variable applied (InvalidArgument "
+      "names a malformed one).");
   m.def(
       "validate", [](const Options& o) { throw_if_error(validate(o)); }, pyb::arg("options"),
       "Raises InvalidArgument naming the first field out of range.");
@@ -118,7 +118,8 @@ void bind_options(pyb::module_& m) {
         }
         return out;
       },
-      pyb::arg("options"), "Every tunable as `ferry config` shows it: dicts with name, env, default, value, unit, doc.");
+      pyb::arg("options"),
+      "Every tunable as `ferry config` shows it: dicts with name, env, default, value, unit, doc.");
 }
 
 // ---- Region and RemoteDescriptor ------------------------------------------
@@ -131,8 +132,8 @@ void bind_memory(pyb::module_& m) {
 
   pyb::class_<Region>(m, "Region", "A registered region, as Engine.reg returns it; a plain value.")
       .def_readonly("id", &Region::id)
-      .def_property_readonly("base", [](const Region& r) { return reinterpret_cast<uintptr_t>(r.base); },
-                             "Start address (int).")
+      .def_property_readonly(
+          "base", [](const Region& r) { return reinterpret_cast<uintptr_t>(r.base); }, "Start address (int).")
       .def_readonly("length", &Region::length)
       .def_readonly("kind", &Region::kind)
       .def_readonly("device", &Region::device, "GPU ordinal for CUDA memory, -1 otherwise.")
@@ -279,8 +280,8 @@ class PyEngine {
       return r.ok() || r.status().code() != Code::kDeadlineExceeded;
     });
     if (!r.ok() && r.status().code() == Code::kDeadlineExceeded) {
-      throw StatusError(Status(Code::kDeadlineExceeded,
-                               "accept: no peer connected to " + e->address() + " by the deadline"));
+      throw StatusError(
+          Status(Code::kDeadlineExceeded, "accept: no peer connected to " + e->address() + " by the deadline"));
     }
     return PyConnection{value_or_throw(std::move(r)), std::move(self)};
   }
@@ -370,9 +371,7 @@ void bind_engine(pyb::module_& m) {
           "secret differs, DeadlineExceeded.")
       .def(
           "accept",
-          [](pyb::object self, std::optional<double> timeout) {
-            return self.cast<PyEngine&>().accept(self, timeout);
-          },
+          [](pyb::object self, std::optional<double> timeout) { return self.cast<PyEngine&>().accept(self, timeout); },
           pyb::arg("timeout") = pyb::none(),
           "Waits for the next peer that connected to this engine (None: no deadline). Raises DeadlineExceeded, "
           "or Cancelled when the engine closes.")

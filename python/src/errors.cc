@@ -9,8 +9,8 @@ namespace {
 
 struct ErrorClass {
   Code code;
-  const char* name;      // class name inside the ferry package
-  PyObject** builtin;    // a built-in exception it also derives from, or nullptr
+  const char* name;    // class name inside the ferry package
+  PyObject** builtin;  // a built-in exception it also derives from, or nullptr
   const char* doc;
 };
 
@@ -42,8 +42,8 @@ const std::array<ErrorClass, 14> kTable = {{
     {Code::kInternal, "InternalError", nullptr, "A broken invariant inside ferry: a bug, please report it."},
 }};
 
-PyObject* g_base = nullptr;                   // ferry.FerryError
-std::array<PyObject*, 16> g_by_code{};        // indexed by the Code's value
+PyObject* g_base = nullptr;             // ferry.FerryError
+std::array<PyObject*, 16> g_by_code{};  // indexed by the Code's value
 
 std::string upper(std::string_view s) {
   std::string out(s);

@@ -106,8 +106,8 @@ size_t PyTransfer::wait(std::optional<double> timeout) {
     return t_.test();
   });
   if (!done) {
-    throw StatusError(Status(Code::kDeadlineExceeded,
-                             "transfer " + std::to_string(t_.id()) + " still running at its deadline"));
+    throw StatusError(
+        Status(Code::kDeadlineExceeded, "transfer " + std::to_string(t_.id()) + " still running at its deadline"));
   }
   release_if_done();
   throw_if_error(t_.status());

@@ -106,6 +106,17 @@ def serve(pipe, listen: str = "127.0.0.1:0", options: dict | None = None) -> Non
                 sizes = [t.wait(WAIT) for t in transfers]
                 oks = [same_bytes(a, make_data(d, c, s)) for a, (d, c, s) in zip(arrs, args[0])]
                 reply_ok((sizes, oks))
+            elif cmd == "recv_digests":  # (dtype, count, n): n messages, in arrival order, as SHA-1 digests
+                import hashlib
+
+                dtype, count, n = args
+                digests = []
+                for _ in range(n):
+                    arr = np.zeros(count, dtype=dtype)
+                    engine.reg(arr)
+                    assert conn.recv(arr, timeout=WAIT) == arr.nbytes
+                    digests.append(hashlib.sha1(arr.tobytes()).hexdigest())
+                reply_ok(digests)
             elif cmd == "export":  # (name, dtype, count, seed or None, offset, length)
                 name, dtype, count, seed, offset, length = args
                 arr = make_data(dtype, count, seed) if seed is not None else np.zeros(count, dtype=dtype)
