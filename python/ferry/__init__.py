@@ -79,10 +79,10 @@ __all__ = [
 def make_options(options: Optional[Options] = None, **fields: Any) -> Options:
     """Returns a copy of `options` (default: ferry's defaults) with `fields` set.
 
-    Field names are those of ferry.Options (listen, streams, chunk_bytes, window,
-    inline_max, auth_token, heartbeat_interval, peer_timeout, handshake_timeout,
-    socket_buffer_bytes, transport, log_level); durations are seconds. An unknown
-    name is a TypeError.
+    Field names are those of ferry.Options (listen, nics, streams, chunk_bytes,
+    window, inline_max, auth_token, heartbeat_interval, peer_timeout,
+    path_timeout, handshake_timeout, socket_buffer_bytes, transport, log_level);
+    durations are seconds. An unknown name is a TypeError.
     """
     out = Options(options) if options is not None else Options()
     for name, value in fields.items():

@@ -71,6 +71,7 @@ class LogLevel(enum.IntEnum):
 
 class Options:
     listen: str
+    nics: str
     streams: int
     chunk_bytes: int
     window: int
@@ -81,6 +82,7 @@ class Options:
     # Durations in seconds; setters also take datetime.timedelta.
     heartbeat_interval: float
     peer_timeout: float
+    path_timeout: float
     handshake_timeout: float
     log_level: LogLevel
     def __init__(self, other: Optional["Options"] = None) -> None: ...

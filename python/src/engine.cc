@@ -66,7 +66,10 @@ void bind_options(pyb::module_& m) {
   o.def(pyb::init<>())
       .def(pyb::init<const Options&>(), pyb::arg("other"), "A copy of `other`.")
       .def_readwrite("listen", &Options::listen, "host:port to listen on; port 0 picks a free port.")
-      .def_readwrite("streams", &Options::streams, "Data streams (paths) per connection, besides the control one.")
+      .def_readwrite("nics", &Options::nics,
+                     "NICs to serve and move data on, comma-separated interface names ('eth1,eth2'); empty: only "
+                     "the listen address.")
+      .def_readwrite("streams", &Options::streams, "Data streams (paths) per NIC pair, besides the control one.")
       .def_readwrite("chunk_bytes", &Options::chunk_bytes, "Bulk transfers are cut into chunks of this many bytes.")
       .def_readwrite("window", &Options::window, "Unconfirmed chunks a path may have in flight.")
       .def_readwrite("inline_max", &Options::inline_max, "Messages up to this size ride on the control stream.")
@@ -78,6 +81,8 @@ void bind_options(pyb::module_& m) {
                                                   "Seconds without control traffic before a heartbeat goes out.");
   duration_property<&Options::peer_timeout>(o, "peer_timeout",
                                             "Seconds of silence after which a peer is lost and its transfers fail.");
+  duration_property<&Options::path_timeout>(
+      o, "path_timeout", "Seconds a data stream may leave sent bytes unacknowledged before it is declared dead.");
   duration_property<&Options::handshake_timeout>(o, "handshake_timeout", "Seconds a connection handshake may take.");
   o.def_property(
       "log_level", [](const Options& x) { return x.log_level; },
@@ -88,6 +93,11 @@ void bind_options(pyb::module_& m) {
     for (const TunableInfo& t : describe_tunables(x)) {
       std::string v = t.value;
       if (t.name == "auth_token") v = x.auth_token.empty() ? "''" : "'***'";
+      if (t.unit == "ms") {  // Python speaks seconds
+        char buf[32];
+        std::snprintf(buf, sizeof(buf), "%g", std::strtod(t.value.c_str(), nullptr) / 1000.0);
+        v = buf;
+      }
       s += (first ? "" : ", ") + t.name + "=" + v;
       first = false;
     }

@@ -98,6 +98,9 @@ def test_engine_options_and_environment(monkeypatch):
         ferry.Engine(listen="no port here")
     names = {t["name"] for t in ferry.describe_tunables(ferry.Options())}
     assert {"streams", "chunk_bytes", "peer_timeout"} <= names
+    # Every tunable of the C++ registry can be set from Python (python/src/engine.cc binds each field).
+    for name in names:
+        assert hasattr(ferry.Options(), name), f"Options.{name} is not bound in python/src/engine.cc"
 
 
 # ---- descriptors -------------------------------------------------------------------
