@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/registry.h"
@@ -42,6 +43,13 @@ class SegmentList {
   uint64_t total_ = 0;
 };
 
+// GPU memory cannot go straight into a socket; until the TCP transport stages
+// it through pinned host memory, operations on it are refused up front.
+inline Status gpu_not_supported(const char* what) {
+  return Status(Code::kUnimplemented,
+                std::string(what) + " is GPU memory, which the TCP transport cannot move yet (no staging)");
+}
+
 // Resolves (data, size) parts against `registry` into one SegmentList, in
 // order, skipping empty parts. `what` names the buffer in errors.
 template <typename Buffer>
@@ -51,6 +59,7 @@ Result<SegmentList> resolve_parts(const Registry& registry, std::span<const Buff
     if (part.size == 0) continue;
     auto span = registry.resolve_local(part.data, part.size, what);
     if (!span.ok()) return span.status();
+    if (span->region->region.kind == MemoryKind::kCuda) return gpu_not_supported(what);
     list.add(std::move(span).value());
   }
   return list;

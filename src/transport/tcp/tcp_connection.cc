@@ -332,6 +332,7 @@ Transfer TcpConnection::writev_async(std::span<const WriteItem> items, std::stri
     if (items[i].size > 0) {
       auto span = ctx_->registry.resolve_local(items[i].local, items[i].size, "write source");
       if (!span.ok()) return failed(span.status().with_context(where()));
+      if (span->region->region.kind == MemoryKind::kCuda) return failed(core::gpu_not_supported("write source"));
       sources[i].add(std::move(span).value());
     }
   }
@@ -442,6 +443,9 @@ Transfer TcpConnection::readv_async(std::span<const ReadItem> items) {
     if (items[i].size > 0) {
       auto span = ctx_->registry.resolve_local(items[i].local, items[i].size, "read destination");
       if (!span.ok()) return failed(span.status().with_context(where()));
+      if (span->region->region.kind == MemoryKind::kCuda) {
+        return failed(core::gpu_not_supported("read destination"));
+      }
       dests[i].add(std::move(span).value());
     }
   }
@@ -685,6 +689,8 @@ Status TcpConnection::land_write(int fd, const FrameHeader& h, std::string& aux)
   }
   auto span = ctx_->registry.resolve_export(h.a, h.b, h.c, h.payload_len);
   Status landed;
+  if (span.ok() && span->region->region.kind == MemoryKind::kCuda)
+    span = core::gpu_not_supported("the exported memory");
   if (span.ok()) {
     core::RegionAccess access(span->region);
     if (access.ok()) {
@@ -834,6 +840,8 @@ Status TcpConnection::handle_ack(const FrameHeader& h, std::string& aux) {
 
 Status TcpConnection::handle_read_req(const FrameHeader& h) {
   auto span = ctx_->registry.resolve_export(h.a, h.b, h.c, h.d);
+  if (span.ok() && span->region->region.kind == MemoryKind::kCuda)
+    span = core::gpu_not_supported("the exported memory");
   if (!span.ok()) {
     ack(h.id, span.status());
     return Status();
@@ -1067,8 +1075,10 @@ void TcpConnection::path_failed(int path, const Status& why) {
   }
 }
 
-void TcpConnection::fail(const Status& why) {
+void TcpConnection::fail(const Status& reason) {
   if (failed_.exchange(true, std::memory_order_acq_rel)) return;
+  // Once close() began here, whatever the peer did next is our own closing.
+  Status why = closed_.load() ? Status(Code::kCancelled, where() + ": closed locally") : reason;
   {
     std::lock_guard lock(health_mu_);
     health_ = why;

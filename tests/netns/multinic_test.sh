@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Multi-NIC end to end, in a netns lab of 4 veth links (needs root):
+#   1. one message striped over 4 links, random data verified, every link used;
+#   2. a link set down mid-transfer: the transfer completes with correct data;
+#   3. every link down: a clear peer_lost error within a bounded time.
+# Exit 77 (skipped) without root or network namespaces.
+set -uo pipefail
+ferry=${1:?usage: multinic_test.sh path/to/ferry}
+here=$(cd "$(dirname "$0")" && pwd)
+lab="$here/../../scripts/netns-lab"
+export FERRY_LAB=ferrytest$$
+A="$FERRY_LAB-a"; B="$FERRY_LAB-b"
+
+[ "$(id -u)" -eq 0 ] || { echo "skip: needs root"; exit 77; }
+command -v ip >/dev/null && command -v tc >/dev/null || { echo "skip: needs iproute2"; exit 77; }
+ip netns add "$FERRY_LAB-probe" 2>/dev/null || { echo "skip: cannot create network namespaces"; exit 77; }
+ip netns del "$FERRY_LAB-probe"
+
+fail() { echo "FAIL: $*"; exit 1; }
+target_pid=""
+cleanup() { [ -n "$target_pid" ] && kill "$target_pid" 2>/dev/null; "$lab" down >/dev/null 2>&1; }
+trap cleanup EXIT
+
+tx_bytes() { ip netns exec "$A" cat "/sys/class/net/$1/statistics/tx_bytes"; }
+
+# Starts a target in B serving NICs fb0..fb3; sets $target_pid and $addr.
+start_target() {
+  local out; out=$(mktemp)
+  ip netns exec "$B" "$ferry" bench --listen 0.0.0.0:0 --nics fb0,fb1,fb2,fb3 >"$out" 2>&1 &
+  target_pid=$!
+  for _ in $(seq 100); do grep -q "listening on" "$out" && break; sleep 0.1; done
+  addr=$(awk '/listening on/ {print $NF}' "$out")
+  [ -n "$addr" ] || fail "target did not start: $(cat "$out")"
+}
+
+echo "== 1. striping over 4 links, verified"
+"$lab" up 4 >/dev/null || fail "lab up"
+start_target
+declare -A before
+for k in 0 1 2 3; do before[$k]=$(tx_bytes fa$k); done
+out=$(timeout 120 ip netns exec "$A" "$ferry" bench --peer "$addr" --nics fa0,fa1,fa2,fa3 --streams 1 \
+      --op write --sizes 1,4095,3145731,64M --iters 5 --warmup 1 --verify 2>&1) || fail "bench failed: $out"
+echo "$out" | tail -5
+[ "$(echo "$out" | grep -cE '^[0-9]+[KMG]? +[0-9.]+ .* ok$')" -eq 4 ] || fail "not every size verified: $out"
+for k in 0 1 2 3; do
+  moved=$(( $(tx_bytes fa$k) - before[$k] ))
+  echo "link fa$k carried $moved bytes"
+  [ "$moved" -gt $((16 << 20)) ] || fail "link fa$k carried only $moved bytes: the message was not striped"
+done
+kill "$target_pid" 2>/dev/null; wait "$target_pid" 2>/dev/null; target_pid=""
+
+echo "== 2. a link goes down mid-transfer"
+"$lab" up 4 1gbit >/dev/null || fail "lab up"
+start_target
+( sleep 1.5; "$lab" link 2 down ) &
+downer=$!
+out=$(timeout 120 ip netns exec "$A" env FERRY_PATH_TIMEOUT_MS=1000 "$ferry" bench \
+      --peer "$addr" --nics fa0,fa1,fa2,fa3 --streams 1 --op write --sizes 32M --iters 40 --warmup 0 --verify 2>&1)
+rc=$?
+wait "$downer"
+echo "$out" | grep -E "lost|32M" | tail -3
+[ $rc -eq 0 ] || fail "transfer did not survive the link going down (rc $rc): $out"
+echo "$out" | grep -q "data path .* lost" || fail "the downed link was never noticed: $out"
+echo "$out" | grep -qE "^32M .* ok$" || fail "data not verified after failover: $out"
+kill "$target_pid" 2>/dev/null; wait "$target_pid" 2>/dev/null; target_pid=""
+
+echo "== 3. every link goes down"
+"$lab" up 4 1gbit >/dev/null || fail "lab up"
+start_target
+( sleep 1.5; for k in 0 1 2 3; do "$lab" link $k down; done ) &
+downer=$!
+t0=$(date +%s.%N)
+out=$(timeout 60 ip netns exec "$A" env FERRY_PATH_TIMEOUT_MS=1000 FERRY_PEER_TIMEOUT_MS=2000 FERRY_HEARTBEAT_MS=200 \
+      "$ferry" bench --peer "$addr" --nics fa0,fa1,fa2,fa3 --streams 1 --op write --sizes 32M --iters 100 --warmup 0 2>&1)
+rc=$?
+wait "$downer"
+took=$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { printf "%.1f", a - b - 1.5 }')
+echo "$out" | tail -2
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "expected a clean failure, got rc $rc"
+echo "$out" | grep -q "peer_lost" || fail "the error does not say peer_lost: $out"
+echo "failed ${took}s after the links went down"
+awk -v t="$took" 'BEGIN { exit !(t < 8) }' || fail "took ${took}s to fail (bound 8 s)"
+echo "PASS"
