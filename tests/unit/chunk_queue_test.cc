@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -125,11 +126,11 @@ TEST_F(ChunkQueueTest, WindowLimitsUnconfirmedChunksPerPath) {
   EXPECT_EQ(q.in_flight(1), 4u);
 }
 
-TEST_F(ChunkQueueTest, AckRequestedEveryHalfWindow) {
-  for (int window : {1, 2, 3, 5, 8, 16}) {
+TEST_F(ChunkQueueTest, AckRequestedEveryEighthOfTheWindow) {
+  for (int window : {1, 2, 3, 5, 8, 16, 32}) {
     ChunkQueue q(kChunk, window, 1);
     ASSERT_TRUE(q.push(make_op(1, 40 * kChunk)));
-    const uint64_t every = std::max(1, window / 2);
+    const uint64_t every = std::max(1, window / 8);
     for (uint64_t n = 1; n <= 40; ++n) {
       auto c = q.try_claim(0);
       ASSERT_TRUE(c.has_value()) << "window " << window << " chunk " << n;
@@ -307,6 +308,57 @@ TEST_F(ChunkQueueTest, BlockingClaimIsWokenByPushAndByLanding) {
   ASSERT_TRUE(c.has_value());
   EXPECT_EQ(c->offset, kChunk);
   q->stop();
+}
+
+// Failover: a dead path's unconfirmed chunks go first to the survivors.
+TEST_F(ChunkQueueTest, FailedPathHandsItsUnconfirmedChunksToSurvivors) {
+  ChunkQueue q(kChunk, 8, 2);
+  auto op = make_op(1, 10 * kChunk);
+  ASSERT_TRUE(q.push(op));
+  std::vector<uint64_t> on_dead;
+  for (int i = 0; i < 3; ++i) on_dead.push_back(q.try_claim(0)->offset);
+  q.on_landed(0, 1);  // the first one landed: only two are unconfirmed
+  auto survivor_first = q.try_claim(1);
+  ASSERT_TRUE(survivor_first.has_value());
+  uint64_t claimed_on_1 = 1;
+  EXPECT_EQ(q.fail_path(0), 1);
+  EXPECT_EQ(q.live_paths(), 1);
+  EXPECT_FALSE(q.try_claim(0).has_value()) << "a dead path claims nothing";
+  // The two unconfirmed chunks come back before any new one, in order.
+  EXPECT_EQ(q.try_claim(1)->offset, on_dead[1]);
+  EXPECT_EQ(q.try_claim(1)->offset, on_dead[2]);
+  claimed_on_1 += 2;
+  // Then the rest of the op; every byte is covered exactly once more overall.
+  std::set<uint64_t> seen = {on_dead[0], on_dead[1], on_dead[2], survivor_first->offset};
+  q.on_landed(1, claimed_on_1);  // keep the window open
+  while (auto c = q.try_claim(1)) {
+    EXPECT_TRUE(seen.insert(c->offset).second) << "offset " << c->offset << " handed out twice";
+    q.on_landed(1, ++claimed_on_1);
+    if (seen.size() > 10) break;
+  }
+  EXPECT_EQ(seen.size(), 10u);
+  EXPECT_EQ(q.fail_path(1), 0) << "no path left";
+}
+
+TEST_F(ChunkQueueTest, OrphanedChunksOfFinishedTransfersAreDropped) {
+  ChunkQueue q(kChunk, 8, 2);
+  auto op = make_op(1, 2 * kChunk);
+  op->state = std::make_shared<TransferState>(1, 1);
+  ASSERT_TRUE(q.push(op));
+  ASSERT_TRUE(q.try_claim(0).has_value());
+  ASSERT_TRUE(q.try_claim(0).has_value());
+  op->state->finish(Status());  // the peer acknowledged the whole op meanwhile
+  q.fail_path(0);
+  EXPECT_FALSE(q.try_claim(1).has_value()) << "nothing of a finished op is resent";
+}
+
+TEST_F(ChunkQueueTest, BlockedClaimOfAFailedPathReturns) {
+  ChunkQueue q(kChunk, 1, 2);
+  auto done = std::async(std::launch::async, [&] { return q.claim(0).has_value(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  q.fail_path(0);
+  ASSERT_EQ(done.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_FALSE(done.get());
 }
 
 }  // namespace

@@ -8,7 +8,7 @@ namespace ferry::tcp {
 ChunkQueue::ChunkQueue(uint64_t chunk_bytes, int window, int paths)
     : chunk_bytes_(chunk_bytes),
       window_(static_cast<uint64_t>(window)),
-      ack_every_(std::max<uint64_t>(1, static_cast<uint64_t>(window) / 2)),
+      ack_every_(std::max<uint64_t>(1, static_cast<uint64_t>(window) / 8)),
       sent_(static_cast<size_t>(paths), 0),
       landed_(static_cast<size_t>(paths), 0),
       inflight_(static_cast<size_t>(paths)),

@@ -4,7 +4,7 @@
 // Pull scheduling spreads a transfer over the paths in proportion to how fast
 // each drains, with no explicit weights. A path's window counts chunks it has
 // sent that the peer has not yet confirmed landing (kChunkAck); the sender
-// asks for a confirmation every max(1, window/2) chunks, so the window can
+// asks for a confirmation every max(1, window/8) chunks, so the window can
 // never fill up with nothing left to confirm it.
 //
 // Failover: each path remembers the chunks it sent and the peer has not yet

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Striping over K links in the netns lab (needs root): 64 MiB writes over
+# K = 1, 2, 4 veth links, first each limited to RATE (default 1gbit), then
+# unlimited. Prints aggregate GB/s and the ratios the multi-NIC issue asks for,
+# all measured in this one run.
+# Usage: bench/multinic_throughput.sh [RATE] [ITERS] [STREAMS_PER_PAIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rate=${1:-1gbit}
+iters=${2:-40}
+streams=${3:-1}
+ferry=build/bin/ferry
+lab=scripts/netns-lab
+export FERRY_LAB=ferrybench$$
+A="$FERRY_LAB-a"; B="$FERRY_LAB-b"
+[ -x "$ferry" ] || { echo "build first: scripts/build.sh" >&2; exit 1; }
+target=""
+trap '[ -n "$target" ] && kill $target 2>/dev/null; $lab down >/dev/null 2>&1' EXIT
+
+# run K RATE -> prints GB/s of 64 MiB writes striped over K links
+run() {
+  local k=$1 r=$2 out nics_a="" nics_b=""
+  $lab up "$k" $r >/dev/null
+  for ((i = 0; i < k; i++)); do nics_a+="${nics_a:+,}fa$i"; nics_b+="${nics_b:+,}fb$i"; done
+  out=$(mktemp)
+  ip netns exec "$B" "$ferry" bench --listen 0.0.0.0:0 --nics "$nics_b" >"$out" 2>&1 &
+  target=$!
+  for _ in $(seq 100); do grep -q "listening on" "$out" && break; sleep 0.1; done
+  local addr; addr=$(awk '/listening on/ {print $NF}' "$out")
+  ip netns exec "$A" "$ferry" bench --peer "$addr" --nics "$nics_a" --streams "$streams" --op write \
+    --sizes 64M --iters "$iters" --warmup 3 2>/dev/null | awk '$1 == "64M" {print $2}'
+  kill "$target" 2>/dev/null; wait "$target" 2>/dev/null || true; target=""
+}
+
+link_gbs=$(awk -v r="$rate" 'BEGIN { v = r + 0; u = substr(r, length(v "") + 1);
+  m = (u ~ /^g/) ? 1e9 : (u ~ /^m/) ? 1e6 : (u ~ /^k/) ? 1e3 : 1; printf "%.4f", v * m / 8 / 1e9 }')
+declare -A lim unl
+for k in 1 2 4; do lim[$k]=$(run "$k" "$rate"); echo "K=$k at $rate: ${lim[$k]} GB/s" >&2; done
+for k in 1 2 4; do unl[$k]=$(run "$k" ""); echo "K=$k unlimited: ${unl[$k]} GB/s" >&2; done
+
+printf '%-4s %12s %14s %16s %14s %16s\n' K "GB/s@$rate" "vs K x rate" "vs K x own K=1" "GB/s unlim." "vs own K=1"
+for k in 1 2 4; do
+  awk -v k="$k" -v a="${lim[$k]}" -v one="${lim[1]}" -v link="$link_gbs" -v u="${unl[$k]}" -v u1="${unl[1]}" \
+    'BEGIN { printf "%-4d %12.3f %14.3f %16.3f %14.3f %16.3f\n", k, a, a / (k * link), a / (k * one), u, u / u1 }'
+done
+echo "(targets: vs K x rate >= 0.90, vs K x own K=1 >= 0.95, unlimited vs own K=1 >= 1.00)"
