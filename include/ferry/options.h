@@ -27,6 +27,14 @@ struct Options {
   // 127.0.0.1), advertises each NIC's address to peers, and opens data
   // streams on each pair of NICs that can reach each other.
   std::string nics;
+  // CPUs for each NIC's transmit and receive workers, in NCCL's format
+  // ("eth1:8-21,112-125;eth2:..."). Empty: NCCL_GPUDIRECTTCPX_TX/RX_BINDINGS
+  // if set, else the CPUs of the NIC's NUMA node.
+  std::string tx_bindings;
+  std::string rx_bindings;
+  // "nearest": a transfer uses the paths whose NIC is on the NUMA node of its
+  // memory when there are any; "all": every path.
+  std::string nic_policy = "nearest";
   // Data streams (paths) per NIC pair, besides the control stream.
   int streams = 2;
   // Bulk transfers are cut into chunks of this many bytes.

@@ -100,6 +100,17 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
     if (at.host == "127.0.0.1") at.host = "0.0.0.0";
   }
   impl->ctx->options = opts;
+  {
+    auto topo = platform::read_topology("");
+    platform::Topology host = topo.ok() ? std::move(topo).value() : platform::Topology{};
+    for (const auto& n : impl->ctx->nics) {
+      const platform::NicInfo* info = host.find_nic(n.name);
+      impl->ctx->nic_nodes[n.name] = info != nullptr ? host.nic_node(*info) : -1;
+    }
+    auto cpus = core::resolve_worker_cpus(opts, impl->ctx->nics, host);
+    if (!cpus.ok()) return cpus.status().with_context("engine");
+    impl->ctx->worker_cpus = std::move(cpus).value();
+  }
   impl->ctx->engine_id = platform::random_u64();
   impl->ctx->host_id = std::string(platform::host_id());
   Impl* raw = impl.get();

@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "core/registry.h"
+#include "core/worker_cpus.h"
 #include "ferry/options.h"
 #include "platform/interfaces.h"
 
@@ -22,6 +24,10 @@ struct EngineContext {
   // "ip:port" peers may reach this engine at, preferred first. Written once
   // by Engine::create before the listener accepts anyone.
   std::vector<std::string> addresses;
+  // NUMA node of each named NIC (-1 unknown).
+  std::map<std::string, int> nic_nodes;
+  // CPUs of each NIC's transmit and receive workers.
+  WorkerCpus worker_cpus;
   Registry registry;
 };
 

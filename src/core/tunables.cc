@@ -111,6 +111,15 @@ const std::vector<Tunable>& tunables() {
       string_tunable("listen", "FERRY_LISTEN", "host:port to listen on (port 0 picks one)", &Options::listen),
       string_tunable("nics", "FERRY_NICS", "NICs to serve and stripe over, e.g. eth1,eth2 (empty: listen address only)",
                      &Options::nics),
+      string_tunable("tx_bindings", "FERRY_TX_BINDINGS",
+                     "CPUs of each NIC's transmit workers, eth1:8-21;eth2:... (else NCCL_GPUDIRECTTCPX_TX_BINDINGS, "
+                     "else the NIC's NUMA node)",
+                     &Options::tx_bindings),
+      string_tunable("rx_bindings", "FERRY_RX_BINDINGS",
+                     "CPUs of each NIC's receive workers (else NCCL_GPUDIRECTTCPX_RX_BINDINGS, else NUMA-local)",
+                     &Options::rx_bindings),
+      string_tunable("nic_policy", "FERRY_NIC_POLICY", "nearest (NICs on the memory's NUMA node first) or all",
+                     &Options::nic_policy),
       size_tunable("streams", "FERRY_STREAMS", "count", "data streams (paths) per NIC pair", &Options::streams),
       size_tunable("chunk_bytes", "FERRY_CHUNK", "bytes",
                    "bulk transfers travel in chunks of this size (K/M/G suffixes)", &Options::chunk_bytes),
@@ -153,6 +162,13 @@ Result<Options> apply_environment(Options base) {
     if (v == nullptr) continue;
     FERRY_RETURN_IF_ERROR(t.set(base, v));
   }
+  // NCCL's TCPX binding variables stand in for ours when ours are unset.
+  if (base.tx_bindings.empty()) {
+    if (const char* v = std::getenv("NCCL_GPUDIRECTTCPX_TX_BINDINGS")) base.tx_bindings = v;
+  }
+  if (base.rx_bindings.empty()) {
+    if (const char* v = std::getenv("NCCL_GPUDIRECTTCPX_RX_BINDINGS")) base.rx_bindings = v;
+  }
   // The secret may also come from a file, so it stays out of process listings.
   if (const char* path = std::getenv("FERRY_AUTH_TOKEN_FILE"); path != nullptr && base.auth_token.empty()) {
     std::ifstream in(path);
@@ -177,6 +193,9 @@ Status validate(const Options& o) {
   }
   if (o.window < 1 || o.window > 4096) return bad("window must be in 1..4096, got " + std::to_string(o.window));
   if (o.inline_max > (1u << 20)) return bad("inline_max must be at most 1 MiB, got " + std::to_string(o.inline_max));
+  if (o.nic_policy != "nearest" && o.nic_policy != "all") {
+    return bad("nic_policy must be nearest or all, got \"" + o.nic_policy + "\"");
+  }
   if (o.transport != "auto" && o.transport != "tcp") {
     return bad("transport must be auto or tcp, got \"" + o.transport + "\"");
   }

@@ -7,10 +7,16 @@
 #include <string>
 #include <thread>
 
+#include "platform/cpu_binding.h"
+
 namespace ferry::platform {
 
 // Starts `fn` on a new thread named `name` (truncated to 15 characters, the
 // kernel's limit).
 std::thread start_thread(std::string name, std::function<void()> fn);
+
+// Restricts the calling thread to `cpus` (no change when empty) and returns
+// the CPUs it may actually run on afterwards, as the kernel reports them.
+CpuList pin_current_thread(const CpuList& cpus);
 
 }  // namespace ferry::platform

@@ -23,7 +23,8 @@ const std::vector<std::string> kTunableEnvs = {
     "FERRY_WINDOW",        "FERRY_INLINE_MAX",      "FERRY_AUTH_TOKEN",
     "FERRY_HEARTBEAT_MS",  "FERRY_PEER_TIMEOUT_MS", "FERRY_HANDSHAKE_TIMEOUT_MS",
     "FERRY_SOCKET_BUFFER", "FERRY_TRANSPORT",       "FERRY_LOG",
-    "FERRY_NICS",          "FERRY_PATH_TIMEOUT_MS"};
+    "FERRY_NICS",          "FERRY_PATH_TIMEOUT_MS", "FERRY_TX_BINDINGS",
+    "FERRY_RX_BINDINGS",   "FERRY_NIC_POLICY"};
 
 // Clears every FERRY_* variable ferry reads for the test's lifetime and puts
 // back whatever the process had before, including anything set through it.
@@ -111,6 +112,9 @@ TEST(Options, EveryTunableIsReadFromItsVariable) {
       {"FERRY_LOG", {"trace", "trace"}},
       {"FERRY_NICS", {"eth1,eth2", "eth1,eth2"}},
       {"FERRY_PATH_TIMEOUT_MS", {"750", "750"}},
+      {"FERRY_TX_BINDINGS", {"eth1:0-1", "eth1:0-1"}},
+      {"FERRY_RX_BINDINGS", {"eth1:2", "eth1:2"}},
+      {"FERRY_NIC_POLICY", {"all", "all"}},
   };
   ASSERT_EQ(cases.size(), kTunableEnvs.size());
   const auto defaults = values_by_env(Options{});

@@ -38,15 +38,24 @@ std::optional<Chunk> ChunkQueue::claim_locked(int path) {
   }
   if (!c.op) {
     while (!queue_.empty() && queue_.front()->aborted) queue_.pop_front();
-    if (queue_.empty()) return std::nullopt;
-    std::shared_ptr<OutOp> op = queue_.front();
+    // The oldest transfer this path may carry: one near its NIC, or one
+    // whose near paths have all died.
+    auto it = queue_.begin();
+    for (; it != queue_.end(); ++it) {
+      const OutOp& op = **it;
+      if (op.aborted) continue;
+      uint64_t allowed = op.paths & live_mask_locked();
+      if (allowed == 0 || (p < 64 && (allowed >> p) & 1)) break;
+    }
+    if (it == queue_.end()) return std::nullopt;
+    std::shared_ptr<OutOp> op = *it;
     uint64_t total = op->source.total();
     c.op = op;
     c.offset = op->next;
     c.size = std::min(chunk_bytes_, total - op->next);
     op->next += c.size;
     // A zero-byte operation still travels as one (empty) chunk.
-    if (op->next >= total) queue_.pop_front();
+    if (op->next >= total) queue_.erase(it);
   }
   ++sent_[p];
   c.ack_request = sent_[p] % ack_every_ == 0;
@@ -102,6 +111,19 @@ int ChunkQueue::fail_path(int path) {
   }
   cv_.notify_all();
   return live;
+}
+
+uint64_t ChunkQueue::live_mask_locked() const {
+  uint64_t m = 0;
+  for (size_t p = 0; p < alive_.size() && p < 64; ++p) {
+    if (alive_[p]) m |= uint64_t{1} << p;
+  }
+  return m;
+}
+
+std::vector<bool> ChunkQueue::alive() const {
+  std::lock_guard lock(mu_);
+  return alive_;
 }
 
 int ChunkQueue::live_paths() const {

@@ -38,6 +38,7 @@ struct OutOp {
   uint64_t remote_base = 0;              // WRITE: export offset of byte 0 (chunk c = base + offset)
   std::string first_aux;                 // WRITE: the notification, carried by the first chunk
   std::shared_ptr<TransferState> state;  // null for read replies
+  uint64_t paths = 0;                    // bit p: path p may carry it; 0: any path
   // Claim cursor and abort flag: guarded by the queue's lock.
   uint64_t next = 0;
   bool aborted = false;
@@ -70,6 +71,9 @@ class ChunkQueue {
   // Marks `op` aborted: no further chunk of it is handed out.
   void abort(const std::shared_ptr<OutOp>& op);
 
+  // Which paths are still alive (for choosing paths of new transfers).
+  std::vector<bool> alive() const;
+
   // Marks `path` dead and hands its unconfirmed chunks to the others.
   // Returns how many paths are still alive (0: the transfer cannot go on).
   int fail_path(int path);
@@ -84,6 +88,7 @@ class ChunkQueue {
  private:
   std::optional<Chunk> claim_locked(int path);
   int live_paths_locked() const;
+  uint64_t live_mask_locked() const;
 
   const uint64_t chunk_bytes_;
   const uint64_t window_;

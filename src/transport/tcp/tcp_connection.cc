@@ -10,7 +10,9 @@
 #include <optional>
 
 #include "core/log.h"
+#include "platform/memory_node.h"
 #include "platform/thread.h"
+#include "transport/tcp/path_choice.h"
 
 namespace ferry::tcp {
 namespace {
@@ -48,7 +50,11 @@ TcpConnection::TcpConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t 
       path_dead_(new std::atomic<bool>[data_.size()]),
       chunks_(ctx_->options.chunk_bytes, ctx_->options.window, static_cast<int>(data_.size())),
       landed_chunks_(data_.size(), 0) {
-  for (size_t p = 0; p < data_.size(); ++p) path_dead_[p] = false;
+  for (size_t p = 0; p < data_.size(); ++p) {
+    path_dead_[p] = false;
+    auto node = p < paths_.size() ? ctx_->nic_nodes.find(paths_[p].nic) : ctx_->nic_nodes.end();
+    path_nodes_.push_back(node == ctx_->nic_nodes.end() ? -1 : node->second);
+  }
   last_rx_ns_ = now_ns();
   last_tx_ns_ = now_ns();
 }
@@ -61,13 +67,44 @@ void TcpConnection::start() {
   threads_.push_back(platform::start_thread(base + "-ctl-tx", [this] { control_tx_loop(); }));
   for (int p = 0; p < static_cast<int>(data_.size()); ++p) {
     std::string pb = base + "-p" + std::to_string(p);
-    threads_.push_back(platform::start_thread(pb + "-tx", [this, p] { path_tx_loop(p); }));
-    threads_.push_back(platform::start_thread(pb + "-rx", [this, p] { path_rx_loop(p); }));
+    threads_.push_back(platform::start_thread(pb + "-tx", [this, p, pb] {
+      pin_worker(p, "tx", pb + "-tx");
+      path_tx_loop(p);
+    }));
+    threads_.push_back(platform::start_thread(pb + "-rx", [this, p, pb] {
+      pin_worker(p, "rx", pb + "-rx");
+      path_rx_loop(p);
+    }));
   }
   FERRY_LOG(kInfo, "tcp", "%s up with %zu data streams", where().c_str(), data_.size());
   for (size_t p = 0; p < paths_.size(); ++p) {
     FERRY_LOG(kDebug, "tcp", "%s path %zu: %s", where().c_str(), p, paths_[p].name.c_str());
   }
+}
+
+void TcpConnection::pin_worker(int path, const char* role, const std::string& thread) {
+  const std::string& nic = static_cast<size_t>(path) < paths_.size() ? paths_[static_cast<size_t>(path)].nic : "";
+  const core::WorkerCpus& w = ctx_->worker_cpus;
+  const platform::NicBindings& b = std::string_view(role) == "tx" ? w.tx : w.rx;
+  auto it = nic.empty() ? b.end() : b.find(nic);
+  platform::CpuList expected = it == b.end() ? platform::CpuList{} : it->second;
+  platform::CpuList actual = platform::pin_current_thread(expected);
+  bool ok = expected.empty() || actual == expected;
+  FERRY_LOG(kInfo, "tcp", "%s %s worker %s: expected %s actual %s %s", role, nic.empty() ? "-" : nic.c_str(),
+            thread.c_str(), expected.empty() ? "any" : platform::format_cpu_list(expected).c_str(),
+            platform::format_cpu_list(actual).c_str(), ok ? "ok" : "MISMATCH");
+  if (!ok) {
+    FERRY_LOG(kWarn, "tcp", "%s worker %s could not be pinned to %s (runs on %s)", role, thread.c_str(),
+              platform::format_cpu_list(expected).c_str(), platform::format_cpu_list(actual).c_str());
+  }
+}
+
+uint64_t TcpConnection::paths_for(const core::SegmentList& source) const {
+  if (source.empty() || ctx_->options.nic_policy != "nearest") return 0;
+  int node = source.spans().front().region->region.kind == MemoryKind::kCuda
+                 ? -1
+                 : platform::memory_node(source.spans().front().data);
+  return choose_paths(path_nodes_, chunks_.alive(), node, true);
 }
 
 std::string TcpConnection::where() const {
@@ -224,6 +261,7 @@ Transfer TcpConnection::post_send(core::SegmentList source) {
     out = std::make_shared<OutOp>();
     out->source = std::move(source);
     out->state = state;
+    out->paths = paths_for(out->source);
   }
   {
     std::lock_guard lock(mu_);
@@ -425,6 +463,7 @@ void TcpConnection::post_write(const std::shared_ptr<TransferState>& state, core
   out->remote_base = offset;
   out->first_aux = std::move(notification);
   out->state = state;
+  out->paths = paths_for(out->source);
   if (!chunks_.push(std::move(out))) state->finish_part(usable());
 }
 
@@ -850,6 +889,7 @@ Status TcpConnection::handle_read_req(const FrameHeader& h) {
   out->header.type = FrameType::kData;
   out->header.id = h.id;
   out->source.add(std::move(span).value());
+  out->paths = paths_for(out->source);
   if (h.d <= ctx_->options.inline_max) {
     Outgoing o;
     o.header = out->header;

@@ -152,6 +152,9 @@ class TcpConnection final : public Connection, public std::enable_shared_from_th
   void control_rx_loop();
   void control_tx_loop();
   void path_tx_loop(int path);
+  // Pins the calling worker of `path` to its NIC's CPUs and logs expected and
+  // actual CPU sets.
+  void pin_worker(int path, const char* role, const std::string& thread);
   void path_rx_loop(int path);
   Status send_chunk(int fd, int path, const Chunk& c);
 
@@ -166,6 +169,8 @@ class TcpConnection final : public Connection, public std::enable_shared_from_th
   Status handle_read_req(const wire::FrameHeader& h);
   Status handle_notify(const wire::FrameHeader& h, std::string& aux);
   Status drain(int fd, uint64_t n);
+  // The paths a bulk transfer of `source` may use (Options::nic_policy).
+  uint64_t paths_for(const core::SegmentList& source) const;
   // A data path failed: its unconfirmed chunks move to the others; the
   // connection fails only when no path is left.
   void path_failed(int path, const Status& why);
@@ -182,6 +187,7 @@ class TcpConnection final : public Connection, public std::enable_shared_from_th
   platform::Socket control_;
   std::vector<platform::Socket> data_;
   const std::vector<PathInfo> paths_;
+  std::vector<int> path_nodes_;  // NUMA node of each path's NIC (-1 unknown)
   std::unique_ptr<std::atomic<bool>[]> path_dead_;
   ChunkQueue chunks_;
 
