@@ -72,6 +72,9 @@ class LogLevel(enum.IntEnum):
 class Options:
     listen: str
     nics: str
+    tx_bindings: str
+    rx_bindings: str
+    nic_policy: str
     streams: int
     chunk_bytes: int
     window: int

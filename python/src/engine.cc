@@ -69,6 +69,9 @@ void bind_options(pyb::module_& m) {
       .def_readwrite("nics", &Options::nics,
                      "NICs to serve and move data on, comma-separated interface names ('eth1,eth2'); empty: only "
                      "the listen address.")
+      .def_readwrite("tx_bindings", &Options::tx_bindings, "CPUs of each NIC's transmit workers, 'eth1:8-21;eth2:...'.")
+      .def_readwrite("rx_bindings", &Options::rx_bindings, "CPUs of each NIC's receive workers.")
+      .def_readwrite("nic_policy", &Options::nic_policy, "'nearest' (NICs on the memory's NUMA node) or 'all'.")
       .def_readwrite("streams", &Options::streams, "Data streams (paths) per NIC pair, besides the control one.")
       .def_readwrite("chunk_bytes", &Options::chunk_bytes, "Bulk transfers are cut into chunks of this many bytes.")
       .def_readwrite("window", &Options::window, "Unconfirmed chunks a path may have in flight.")
