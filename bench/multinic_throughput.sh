@@ -3,12 +3,15 @@
 # K = 1, 2, 4 veth links, first each limited to RATE (default 1gbit), then
 # unlimited. Prints aggregate GB/s and the ratios the multi-NIC issue asks for,
 # all measured in this one run.
-# Usage: bench/multinic_throughput.sh [RATE] [ITERS] [STREAMS_PER_PAIR]
+# Every figure is the median of ROUNDS runs, the configurations interleaved so
+# that machine noise falls on all of them alike.
+# Usage: bench/multinic_throughput.sh [RATE] [ITERS] [STREAMS_PER_PAIR] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rate=${1:-1gbit}
 iters=${2:-40}
 streams=${3:-1}
+rounds=${4:-3}
 ferry=build/bin/ferry
 lab=scripts/netns-lab
 export FERRY_LAB=ferrybench$$
@@ -34,13 +37,17 @@ run() {
 
 link_gbs=$(awk -v r="$rate" 'BEGIN { v = r + 0; u = substr(r, length(v "") + 1);
   m = (u ~ /^g/) ? 1e9 : (u ~ /^m/) ? 1e6 : (u ~ /^k/) ? 1e3 : 1; printf "%.4f", v * m / 8 / 1e9 }')
-declare -A lim unl
-for k in 1 2 4; do lim[$k]=$(run "$k" "$rate"); echo "K=$k at $rate: ${lim[$k]} GB/s" >&2; done
-for k in 1 2 4; do unl[$k]=$(run "$k" ""); echo "K=$k unlimited: ${unl[$k]} GB/s" >&2; done
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+declare -A lim unl all_lim all_unl
+for r in $(seq "$rounds"); do
+  for k in 1 2 4; do v=$(run "$k" "$rate"); all_lim[$k]+=" $v"; echo "round $r K=$k at $rate: $v GB/s" >&2; done
+  for k in 1 2 4; do v=$(run "$k" ""); all_unl[$k]+=" $v"; echo "round $r K=$k unlimited: $v GB/s" >&2; done
+done
+for k in 1 2 4; do lim[$k]=$(median ${all_lim[$k]}); unl[$k]=$(median ${all_unl[$k]}); done
 
 printf '%-4s %12s %14s %16s %14s %16s\n' K "GB/s@$rate" "vs K x rate" "vs K x own K=1" "GB/s unlim." "vs own K=1"
 for k in 1 2 4; do
   awk -v k="$k" -v a="${lim[$k]}" -v one="${lim[1]}" -v link="$link_gbs" -v u="${unl[$k]}" -v u1="${unl[1]}" \
     'BEGIN { printf "%-4d %12.3f %14.3f %16.3f %14.3f %16.3f\n", k, a, a / (k * link), a / (k * one), u, u / u1 }'
 done
-echo "(targets: vs K x rate >= 0.90, vs K x own K=1 >= 0.95, unlimited vs own K=1 >= 1.00)"
+echo "(medians of $rounds rounds; targets: vs K x rate >= 0.90, vs K x own K=1 >= 0.95, unlimited vs own K=1 >= 1.00)"
