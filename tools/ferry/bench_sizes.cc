@@ -1,7 +1,6 @@
 // Size-list parsing for ferry bench.
 #include "ferry/bench_sizes.h"
 
-
 #include "core/units.h"
 
 namespace ferry::cli {
