@@ -5,30 +5,13 @@
 #include <ctime>
 
 #include "platform/host_files.h"
+#include "platform/text.h"
 #include "tune/host_settings.h"
 
 namespace ferry::diag {
 namespace {
 
 using platform::under_root;
-
-std::vector<std::string_view> words(std::string_view s) {
-  std::vector<std::string_view> out;
-  size_t i = 0;
-  while (i < s.size()) {
-    while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
-    size_t j = i;
-    while (j < s.size() && s[j] != ' ' && s[j] != '\t') ++j;
-    if (j > i) out.push_back(s.substr(i, j - i));
-    i = j;
-  }
-  return out;
-}
-
-bool to_u64(std::string_view s, uint64_t& v) {
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  return ec == std::errc() && p == s.data() + s.size() && !s.empty();
-}
 
 PerCpu per_cpu(const std::vector<int>& cpus, const std::vector<uint64_t>& counts) {
   PerCpu out;
@@ -59,15 +42,15 @@ Result<std::map<int, CpuTimes>> parse_proc_stat(std::string_view text, std::stri
     start = end + 1;
     ++line_no;
     if (line.size() < 4 || line.substr(0, 3) != "cpu" || line[3] == ' ') continue;  // not a cpuN line
-    std::vector<std::string_view> w = words(line);
+    std::vector<std::string_view> w = platform::split_words(line);
     uint64_t id = 0;
     std::vector<uint64_t> v;
     for (size_t k = 1; k < w.size(); ++k) {
       uint64_t x = 0;
-      if (!to_u64(w[k], x)) break;
+      if (!platform::parse_u64(w[k], x)) break;
       v.push_back(x);
     }
-    if (!to_u64(w[0].substr(3), id) || v.size() < 4) {
+    if (!platform::parse_u64(w[0].substr(3), id) || v.size() < 4) {
       return Status(Code::kInvalidArgument, std::string(what) + ": line " + std::to_string(line_no) +
                                                 ": expected \"cpuN user nice system idle ...\"");
     }
@@ -83,7 +66,7 @@ Result<Snapshot> take_snapshot(std::string_view root) {
   FERRY_ASSIGN_OR_RETURN(s.topology, platform::read_topology(root));
 
   if (auto up = platform::read_trimmed(under_root(root, "/proc/uptime")); up.ok()) {
-    std::vector<std::string_view> w = words(*up);
+    std::vector<std::string_view> w = platform::split_words(*up);
     if (!w.empty()) {
       std::string first(w[0]);
       char* end = nullptr;
@@ -136,7 +119,7 @@ Result<Snapshot> take_snapshot(std::string_view root) {
     auto v = platform::read_trimmed(under_root(root, f.path));
     std::string value;  // tcp_rmem's tabs become single spaces
     if (v.ok()) {
-      for (std::string_view w : words(*v)) value += (value.empty() ? "" : " ") + std::string(w);
+      for (std::string_view w : platform::split_words(*v)) value += (value.empty() ? "" : " ") + std::string(w);
     }
     s.sysctls.emplace_back(std::string(f.name), value);
   }

@@ -9,27 +9,10 @@
 #include <sstream>
 
 #include "platform/host_files.h"
+#include "platform/text.h"
 
 namespace ferry::platform {
 namespace {
-
-std::vector<std::string_view> split_blanks(std::string_view s) {
-  std::vector<std::string_view> out;
-  size_t i = 0;
-  while (i < s.size()) {
-    while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
-    size_t j = i;
-    while (j < s.size() && s[j] != ' ' && s[j] != '\t') ++j;
-    if (j > i) out.push_back(s.substr(i, j - i));
-    i = j;
-  }
-  return out;
-}
-
-bool parse_u64(std::string_view s, uint64_t& v) {
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  return ec == std::errc() && p == s.data() + s.size() && !s.empty();
-}
 
 bool is_trigger(std::string_view t) {
   // "1-edge", "524288-edge", "5-fasteoi", or a bare "edge"; old kernels fuse
@@ -151,7 +134,7 @@ Result<InterruptTable> parse_interrupts(std::string_view text, std::string_view 
     start = end + 1;
     ++line_no;
     if (line_no == 1) {
-      for (std::string_view t : split_blanks(line)) {
+      for (std::string_view t : split_words(line)) {
         uint64_t cpu = 0;
         if (t.size() < 4 || t.substr(0, 3) != "CPU" || !parse_u64(t.substr(3), cpu)) {
           return Status(Code::kInvalidArgument,
@@ -164,7 +147,7 @@ Result<InterruptTable> parse_interrupts(std::string_view text, std::string_view 
       }
       continue;
     }
-    std::vector<std::string_view> toks = split_blanks(line);
+    std::vector<std::string_view> toks = split_words(line);
     if (toks.empty()) continue;
     if (toks[0].back() != ':') {
       return Status(Code::kInvalidArgument, std::string(what) + ": line " + std::to_string(line_no) +

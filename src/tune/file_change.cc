@@ -4,24 +4,9 @@
 #include <vector>
 
 #include "platform/cpu_binding.h"
+#include "platform/text.h"
 
 namespace ferry::tune {
-namespace {
-
-std::vector<std::string_view> words(std::string_view s) {
-  std::vector<std::string_view> out;
-  size_t i = 0;
-  while (i < s.size()) {
-    while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) ++i;
-    size_t j = i;
-    while (j < s.size() && s[j] != ' ' && s[j] != '\t' && s[j] != '\n' && s[j] != '\r') ++j;
-    if (j > i) out.push_back(s.substr(i, j - i));
-    i = j;
-  }
-  return out;
-}
-
-}  // namespace
 
 bool same_value(std::string_view read_back, std::string_view value, CompareAs how) {
   if (how == CompareAs::kCpuList) {
@@ -29,7 +14,7 @@ bool same_value(std::string_view read_back, std::string_view value, CompareAs ho
     auto b = platform::parse_cpu_list(value, "written");
     return a.ok() && b.ok() && a.value() == b.value();
   }
-  return words(read_back) == words(value);
+  return platform::split_words(read_back) == platform::split_words(value);
 }
 
 }  // namespace ferry::tune

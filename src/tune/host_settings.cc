@@ -5,6 +5,7 @@
 #include <map>
 
 #include "platform/host_files.h"
+#include "platform/text.h"
 
 namespace ferry::tune {
 namespace {
@@ -21,19 +22,6 @@ constexpr int64_t kBusyPollUs = 50;
 bool to_int(std::string_view s, int64_t& v) {
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   return ec == std::errc() && p == s.data() + s.size() && !s.empty();
-}
-
-std::vector<std::string> split_words(std::string_view s) {
-  std::vector<std::string> out;
-  size_t i = 0;
-  while (i < s.size()) {
-    while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
-    size_t j = i;
-    while (j < s.size() && s[j] != ' ' && s[j] != '\t') ++j;
-    if (j > i) out.emplace_back(s.substr(i, j - i));
-    i = j;
-  }
-  return out;
 }
 
 HostSetting unavailable(HostSetting s, const Status& why) {
@@ -75,8 +63,10 @@ HostSetting triple_max_at_least(std::string_view root, std::string name, std::st
   s.why = std::move(why);
   auto cur = read_trimmed(under_root(root, path));
   if (!cur.ok()) return unavailable(std::move(s), cur.status());
-  std::vector<std::string> w = split_words(*cur);
-  s.current = cur->empty() ? "" : w.size() == 3 ? w[0] + " " + w[1] + " " + w[2] : *cur;
+  std::vector<std::string_view> w = platform::split_words(*cur);
+  s.current = cur->empty()    ? ""
+              : w.size() == 3 ? std::string(w[0]) + " " + std::string(w[1]) + " " + std::string(w[2])
+                              : *cur;
   int64_t v = 0;
   if (w.size() != 3 || !to_int(w[2], v)) {
     s.state = SettingState::kUnavailable;
@@ -87,7 +77,8 @@ HostSetting triple_max_at_least(std::string_view root, std::string name, std::st
     s.state = SettingState::kOk;
   } else {
     s.state = SettingState::kChange;
-    s.changes.push_back(FileChange{path, w[0] + "\t" + w[1] + "\t" + std::to_string(min), s.name, CompareAs::kWords});
+    s.changes.push_back(FileChange{path, std::string(w[0]) + "\t" + std::string(w[1]) + "\t" + std::to_string(min),
+                                   s.name, CompareAs::kWords});
   }
   return s;
 }

@@ -1,0 +1,18 @@
+// Small text helpers for the files of /proc and /sys: splitting a line into
+// words and reading unsigned numbers. Shared by topology, IRQ discovery,
+// diagnostics and tuning.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace ferry::platform {
+
+// The words of `s`, split on blanks (spaces, tabs, newlines, carriage returns).
+std::vector<std::string_view> split_words(std::string_view s);
+
+// True, with `v` set, when all of `s` is a decimal unsigned number.
+bool parse_u64(std::string_view s, uint64_t& v);
+
+}  // namespace ferry::platform
