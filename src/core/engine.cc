@@ -110,6 +110,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
     auto cpus = core::resolve_worker_cpus(opts, impl->ctx->nics, host);
     if (!cpus.ok()) return cpus.status().with_context("engine");
     impl->ctx->worker_cpus = std::move(cpus).value();
+    impl->ctx->topology = std::move(host);
   }
   impl->ctx->engine_id = platform::random_u64();
   impl->ctx->host_id = std::string(platform::host_id());

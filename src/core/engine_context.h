@@ -26,6 +26,8 @@ struct EngineContext {
   std::vector<std::string> addresses;
   // NUMA node of each named NIC (-1 unknown).
   std::map<std::string, int> nic_nodes;
+  // The host's shape as read at start (empty where sysfs says nothing).
+  platform::Topology topology;
   // CPUs of each NIC's transmit and receive workers.
   WorkerCpus worker_cpus;
   Registry registry;

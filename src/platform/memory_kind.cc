@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 
+#include <cctype>
 #include <cstdint>
 #include <mutex>
 
@@ -12,6 +13,8 @@ namespace {
 // The three driver entry points used, declared here so the build needs no CUDA headers.
 using CuInit = int (*)(unsigned int);
 using CuPointerGetAttribute = int (*)(void* data, int attribute, uintptr_t ptr);
+using CuDeviceGet = int (*)(int* device, int ordinal);
+using CuDeviceGetPciBusId = int (*)(char* bus_id, int len, int device);
 constexpr int kAttrMemoryType = 2;         // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
 constexpr int kAttrDeviceOrdinal = 9;      // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
 constexpr unsigned kMemoryTypeHost = 1;    // CU_MEMORYTYPE_HOST
@@ -19,6 +22,8 @@ constexpr unsigned kMemoryTypeDevice = 2;  // CU_MEMORYTYPE_DEVICE
 
 struct Driver {
   CuPointerGetAttribute get_attribute = nullptr;
+  CuDeviceGet device_get = nullptr;
+  CuDeviceGetPciBusId pci_bus_id = nullptr;
 };
 
 const Driver& driver() {
@@ -30,6 +35,8 @@ const Driver& driver() {
     auto get = reinterpret_cast<CuPointerGetAttribute>(::dlsym(lib, "cuPointerGetAttribute"));
     if (init == nullptr || get == nullptr || init(0) != 0) return out;
     out.get_attribute = get;
+    out.device_get = reinterpret_cast<CuDeviceGet>(::dlsym(lib, "cuDeviceGet"));
+    out.pci_bus_id = reinterpret_cast<CuDeviceGetPciBusId>(::dlsym(lib, "cuDeviceGetPCIBusId"));
     return out;
   }();
   return d;
@@ -52,6 +59,19 @@ PointerKind classify_pointer(const void* p) {
     k.device = ordinal;
   }
   return k;
+}
+
+std::string gpu_pci_address(int ordinal) {
+  const Driver& d = driver();
+  if (d.device_get == nullptr || d.pci_bus_id == nullptr || ordinal < 0) return "";
+  int dev = 0;
+  char id[32] = {};
+  if (d.device_get(&dev, ordinal) != 0 || d.pci_bus_id(id, sizeof(id), dev) != 0) return "";
+  std::string s(id);
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  // The driver writes an 8-digit domain ("00000000:04:00.0"); sysfs uses 4.
+  if (s.size() > 12 && s.find(':') == 8) s = s.substr(4);
+  return s;
 }
 
 }  // namespace ferry::platform

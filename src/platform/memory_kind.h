@@ -5,6 +5,8 @@
 // on any GPU.
 #pragma once
 
+#include <string>
+
 #include "ferry/memory.h"
 
 namespace ferry::platform {
@@ -15,5 +17,9 @@ struct PointerKind {
 };
 
 PointerKind classify_pointer(const void* p);
+
+// The PCI address ("0000:04:00.0", lower case) of CUDA device `ordinal`, or ""
+// without a driver or for an unknown ordinal.
+std::string gpu_pci_address(int ordinal);
 
 }  // namespace ferry::platform

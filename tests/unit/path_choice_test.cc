@@ -58,5 +58,29 @@ TEST(PathChoice, SchedulerKeepsATransferOnItsPathsUntilTheyDie) {
   EXPECT_TRUE(path2_got_near1);
 }
 
+TEST(PathChoice, PciDistanceFindsTheNicsBehindTheGpusSwitch) {
+  // Two PCIe switches under root complex 0, one under root complex 1.
+  const std::string sw0 = "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0";
+  const std::string sw1 = "/sys/devices/pci0000:00/0000:00:02.0/0000:11:00.0";
+  const std::string gpu = sw0 + "/0000:02:00.0/0000:03:00.0";
+  const std::string nic_same_switch = sw0 + "/0000:02:01.0/0000:04:00.0";
+  const std::string nic_other_switch = sw1 + "/0000:12:00.0/0000:13:00.0";
+  const std::string nic_other_root = "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0/0000:82:00.0";
+  int same = pci_distance(gpu, nic_same_switch);
+  int other = pci_distance(gpu, nic_other_switch);
+  EXPECT_EQ(same, 4);
+  EXPECT_EQ(other, 8);
+  EXPECT_EQ(pci_distance(gpu, nic_other_root), 1000);
+  EXPECT_EQ(pci_distance(gpu, ""), -1);
+  EXPECT_EQ(pci_distance(gpu, gpu), 0);
+  // Paths: 0 other root, 1 same switch, 2 other switch, 3 same switch, 4 unknown NIC.
+  std::vector<int> d = {1000, same, other, same, -1};
+  std::vector<bool> alive(5, true);
+  EXPECT_EQ(closest_paths(d, alive), 0b01010u);
+  alive[1] = alive[3] = false;  // the near NICs died: next nearest
+  EXPECT_EQ(closest_paths(d, alive), 0b00100u);
+  EXPECT_EQ(closest_paths({-1, -1}, {true, true}), 0u) << "nothing known: any path";
+}
+
 }  // namespace
 }  // namespace ferry::tcp

@@ -101,10 +101,25 @@ void TcpConnection::pin_worker(int path, const char* role, const std::string& th
 
 uint64_t TcpConnection::paths_for(const core::SegmentList& source) const {
   if (source.empty() || ctx_->options.nic_policy != "nearest") return 0;
-  int node = source.spans().front().region->region.kind == MemoryKind::kCuda
-                 ? -1
-                 : platform::memory_node(source.spans().front().data);
-  return choose_paths(path_nodes_, chunks_.alive(), node, true);
+  const Region& region = source.spans().front().region->region;
+  if (region.kind != MemoryKind::kCuda) {
+    return choose_paths(path_nodes_, chunks_.alive(), platform::memory_node(source.spans().front().data), true);
+  }
+  // GPU memory: the NICs behind the GPU's own PCI switch first, then its NUMA node.
+  const platform::Topology& topo = ctx_->topology;
+  std::string pci = platform::gpu_pci_address(region.device);
+  const platform::GpuInfo* gpu = nullptr;
+  for (const auto& g : topo.gpus) {
+    if (g.pci_address == pci) gpu = &g;
+  }
+  if (gpu == nullptr) return 0;
+  std::vector<int> distance;
+  for (const PathInfo& p : paths_) {
+    const platform::NicInfo* nic = topo.find_nic(p.nic);
+    distance.push_back(nic == nullptr ? -1 : pci_distance(gpu->pci_path, nic->pci_path));
+  }
+  uint64_t mask = closest_paths(distance, chunks_.alive());
+  return mask != 0 ? mask : choose_paths(path_nodes_, chunks_.alive(), gpu->numa_node, true);
 }
 
 std::string TcpConnection::where() const {
