@@ -83,9 +83,9 @@ TEST(BadInput, RemoteBoundsKeysAndIdsAreCheckedByTheTarget) {
   auto conn = connect_to(*me.engine, peer);
   ASSERT_TRUE(conn);
   uint8_t* ctl = me.at(3 << 20);
-  auto n = conn->recv(ctl, 1 << 20, after(10s));
-  ASSERT_TRUE(n.ok());
-  RemoteDescriptor desc = RemoteDescriptor::parse(std::string(reinterpret_cast<char*>(ctl), n.value())).value();
+  auto got_desc = recv_descriptor(*conn, ctl);
+  ASSERT_TRUE(got_desc.ok()) << got_desc.status().to_string();
+  RemoteDescriptor desc = got_desc.value();
   fill_random(me.at(0), 64 << 10, 8);
 
   // Caught before anything is sent.

@@ -52,6 +52,14 @@ inline std::shared_ptr<Connection> connect_to(Engine& e, const PeerProcess& p) {
   return c.ok() ? c.value() : nullptr;
 }
 
+// Receives the descriptor a target peer sends first, through `buf`
+// (registered, at least 1 MiB).
+inline Result<RemoteDescriptor> recv_descriptor(Connection& c, uint8_t* buf) {
+  auto n = c.recv(buf, 1 << 20, after(10s));
+  if (!n.ok()) return n.status();
+  return RemoteDescriptor::parse(std::string(reinterpret_cast<char*>(buf), n.value()));
+}
+
 // Sends a text command from `buf` (registered) and returns the peer's reply.
 inline std::string command(Connection& c, uint8_t* buf, size_t cap, const std::string& text) {
   std::memcpy(buf, text.data(), text.size());

@@ -80,9 +80,7 @@ TEST(Transfer, WriteAndReadEverySizeAndOffset) {
   uint8_t* src = me.at(0);
   uint8_t* dst = me.at(half);
   uint8_t* ctl = me.at(2 * half);
-  auto n = conn->recv(ctl, 1 << 20, after(10s));
-  ASSERT_TRUE(n.ok()) << n.status().to_string();
-  auto desc = RemoteDescriptor::parse(std::string(reinterpret_cast<char*>(ctl), n.value()));
+  auto desc = recv_descriptor(*conn, ctl);
   ASSERT_TRUE(desc.ok()) << desc.status().to_string();
   ASSERT_EQ(desc->length, remote_size);
   // What the peer's memory holds, tracked here.
@@ -118,9 +116,9 @@ TEST(Transfer, VectorWriteAndReadWithTrailingNotification) {
   auto conn = connect_to(*me.engine, peer);
   ASSERT_TRUE(conn);
   uint8_t* ctl = me.at(20 << 20);
-  auto n = conn->recv(ctl, 1 << 20, after(10s));
-  ASSERT_TRUE(n.ok());
-  auto desc = RemoteDescriptor::parse(std::string(reinterpret_cast<char*>(ctl), n.value())).value();
+  auto got = recv_descriptor(*conn, ctl);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  RemoteDescriptor desc = got.value();
   // Three writes of mixed sizes; the notification names the largest range, and
   // the peer checks that range's hash the moment the notification arrives.
   std::vector<WriteItem> items = {
@@ -161,9 +159,9 @@ TEST(Transfer, NotificationsArriveAfterTheirData) {
   auto conn = connect_to(*me.engine, peer);
   ASSERT_TRUE(conn);
   uint8_t* ctl = me.at(remote_size);
-  auto n = conn->recv(ctl, 1 << 20, after(10s));
-  ASSERT_TRUE(n.ok());
-  auto desc = RemoteDescriptor::parse(std::string(reinterpret_cast<char*>(ctl), n.value())).value();
+  auto got = recv_descriptor(*conn, ctl);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  RemoteDescriptor desc = got.value();
   // The peer starts checking before the writes go: each notification must
   // find its range already in place, while later writes are still streaming.
   const int kWrites = 24;
