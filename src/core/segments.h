@@ -51,15 +51,17 @@ inline Status gpu_not_supported(const char* what) {
 }
 
 // Resolves (data, size) parts against `registry` into one SegmentList, in
-// order, skipping empty parts. `what` names the buffer in errors.
+// order, skipping empty parts. `what` names the buffer in errors. GPU memory
+// is refused unless `allow_gpu`.
 template <typename Buffer>
-Result<SegmentList> resolve_parts(const Registry& registry, std::span<const Buffer> parts, const char* what) {
+Result<SegmentList> resolve_parts(const Registry& registry, std::span<const Buffer> parts, const char* what,
+                                  bool allow_gpu = false) {
   SegmentList list;
   for (const Buffer& part : parts) {
     if (part.size == 0) continue;
     auto span = registry.resolve_local(part.data, part.size, what);
     if (!span.ok()) return span.status();
-    if (span->region->region.kind == MemoryKind::kCuda) return gpu_not_supported(what);
+    if (!allow_gpu && span->region->region.kind == MemoryKind::kCuda) return gpu_not_supported(what);
     list.add(std::move(span).value());
   }
   return list;

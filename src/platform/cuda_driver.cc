@@ -1,0 +1,95 @@
+// Loading the CUDA driver's entry points by name.
+#include "platform/cuda_driver.h"
+
+#include <dlfcn.h>
+
+#include <mutex>
+#include <vector>
+
+namespace ferry::platform {
+namespace {
+
+template <typename Fn>
+bool load(void* lib, const char* name, Fn& out) {
+  out = reinterpret_cast<Fn>(::dlsym(lib, name));
+  return out != nullptr;
+}
+
+CudaDriver load_driver() {
+  CudaDriver d;
+  void* lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return d;
+  decltype(d.init) init = nullptr;
+  bool ok = load(lib, "cuInit", init) && load(lib, "cuGetErrorName", d.get_error_name) &&
+            load(lib, "cuGetErrorString", d.get_error_string) && load(lib, "cuDeviceGet", d.device_get) &&
+            load(lib, "cuDeviceGetCount", d.device_get_count) &&
+            load(lib, "cuDeviceGetPCIBusId", d.device_get_pci_bus_id) &&
+            load(lib, "cuDevicePrimaryCtxRetain", d.primary_ctx_retain) &&
+            load(lib, "cuDevicePrimaryCtxRelease_v2", d.primary_ctx_release) &&
+            load(lib, "cuCtxSetCurrent", d.ctx_set_current) && load(lib, "cuCtxGetCurrent", d.ctx_get_current) &&
+            load(lib, "cuPointerGetAttribute", d.pointer_get_attribute) &&
+            load(lib, "cuMemGetAddressRange_v2", d.mem_get_address_range) &&
+            load(lib, "cuIpcGetMemHandle", d.ipc_get_mem_handle) &&
+            load(lib, "cuIpcOpenMemHandle_v2", d.ipc_open_mem_handle) &&
+            load(lib, "cuIpcCloseMemHandle", d.ipc_close_mem_handle) &&
+            load(lib, "cuMemRetainAllocationHandle", d.mem_retain_allocation_handle) &&
+            load(lib, "cuMemRelease", d.mem_release) &&
+            load(lib, "cuMemExportToShareableHandle", d.mem_export_to_shareable_handle) &&
+            load(lib, "cuMemImportFromShareableHandle", d.mem_import_from_shareable_handle) &&
+            load(lib, "cuMemGetAllocationPropertiesFromHandle", d.mem_get_allocation_properties) &&
+            load(lib, "cuMemAddressReserve", d.mem_address_reserve) &&
+            load(lib, "cuMemAddressFree", d.mem_address_free) && load(lib, "cuMemMap", d.mem_map) &&
+            load(lib, "cuMemUnmap", d.mem_unmap) && load(lib, "cuMemSetAccess", d.mem_set_access) &&
+            load(lib, "cuMemCreate", d.mem_create) &&
+            load(lib, "cuMemGetAllocationGranularity", d.mem_get_allocation_granularity) &&
+            load(lib, "cuStreamCreate", d.stream_create) && load(lib, "cuStreamDestroy_v2", d.stream_destroy) &&
+            load(lib, "cuStreamSynchronize", d.stream_synchronize) && load(lib, "cuEventCreate", d.event_create) &&
+            load(lib, "cuEventDestroy_v2", d.event_destroy) && load(lib, "cuEventRecord", d.event_record) &&
+            load(lib, "cuEventQuery", d.event_query) && load(lib, "cuEventSynchronize", d.event_synchronize) &&
+            load(lib, "cuMemcpyAsync", d.memcpy_async) && load(lib, "cuMemcpy", d.memcpy) &&
+            load(lib, "cuMemAlloc_v2", d.mem_alloc) && load(lib, "cuMemFree_v2", d.mem_free) &&
+            load(lib, "cuMemHostAlloc", d.mem_host_alloc) && load(lib, "cuMemFreeHost", d.mem_free_host) &&
+            load(lib, "cuMemGetInfo_v2", d.mem_get_info);
+  // A driver without a device (or too old for one entry point) counts as none.
+  if (!ok || init(0) != cu::kSuccess) return CudaDriver{};
+  d.init = init;
+  return d;
+}
+
+}  // namespace
+
+Status CudaDriver::check(cu::Result r, const char* call, Code code) const {
+  if (r == cu::kSuccess) return Status();
+  const char* name = "CUDA_ERROR_UNKNOWN";
+  const char* text = "";
+  if (get_error_name != nullptr) get_error_name(r, &name);
+  if (get_error_string != nullptr) get_error_string(r, &text);
+  return Status(code, std::string(call) + ": " + name + " (" + std::to_string(r) + "): " + text);
+}
+
+const CudaDriver& cuda() {
+  static const CudaDriver d = load_driver();
+  return d;
+}
+
+Status use_device(int ordinal) {
+  const CudaDriver& d = cuda();
+  if (!d.available()) return Status(Code::kUnimplemented, "no CUDA driver on this host");
+  static std::mutex mu;
+  static std::vector<cu::Context> contexts;  // by ordinal; retained once, kept for the process
+  cu::Context ctx = nullptr;
+  {
+    std::lock_guard lock(mu);
+    if (ordinal < 0) return Status(Code::kInvalidArgument, "CUDA device ordinal " + std::to_string(ordinal));
+    if (contexts.size() <= static_cast<size_t>(ordinal)) contexts.resize(ordinal + 1, nullptr);
+    if (contexts[ordinal] == nullptr) {
+      cu::Device dev = 0;
+      FERRY_RETURN_IF_ERROR(d.check(d.device_get(&dev, ordinal), "cuDeviceGet", Code::kInvalidArgument));
+      FERRY_RETURN_IF_ERROR(d.check(d.primary_ctx_retain(&contexts[ordinal], dev), "cuDevicePrimaryCtxRetain"));
+    }
+    ctx = contexts[ordinal];
+  }
+  return d.check(d.ctx_set_current(ctx), "cuCtxSetCurrent");
+}
+
+}  // namespace ferry::platform

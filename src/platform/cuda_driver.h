@@ -1,0 +1,129 @@
+// CudaDriver: the CUDA driver API entry points ferry uses, loaded with dlopen
+// on first use so that ferry builds without CUDA headers and runs on hosts
+// without a GPU (available() is then false and nothing else may be called).
+//
+// Only the driver API is used: it needs no runtime library, works in any
+// context the application made current, and covers IPC and the virtual
+// memory API. Types are declared here by hand with the driver's ABI.
+//
+// Thread-safe: the table is filled once and only read afterwards.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "ferry/status.h"
+
+namespace ferry::platform {
+
+namespace cu {
+using Result = int;  // CUresult; 0 is success
+using Device = int;
+using Context = struct CUctx_st*;
+using Stream = struct CUstream_st*;
+using Event = struct CUevent_st*;
+using DevicePtr = unsigned long long;
+using MemHandle = unsigned long long;  // CUmemGenericAllocationHandle
+struct IpcMemHandle {
+  char reserved[64];
+};
+struct MemLocation {
+  int type;
+  int id;
+};
+struct MemAllocationProp {
+  int type;
+  int requested_handle_types;
+  MemLocation location;
+  void* win32_meta;
+  unsigned char compression_type;
+  unsigned char gpu_direct_rdma_capable;
+  unsigned short usage;
+  unsigned char reserved[4];
+};
+struct MemAccessDesc {
+  MemLocation location;
+  int flags;
+};
+
+inline constexpr Result kSuccess = 0;
+inline constexpr Result kNotReady = 600;
+inline constexpr int kPointerMemoryType = 2;
+inline constexpr int kPointerDeviceOrdinal = 9;
+inline constexpr int kPointerLegacyIpcCapable = 10;
+inline constexpr int kPointerRangeStart = 11;
+inline constexpr int kPointerRangeSize = 12;
+inline constexpr unsigned kMemoryTypeHost = 1;
+inline constexpr unsigned kMemoryTypeDevice = 2;
+inline constexpr unsigned kIpcLazyPeerAccess = 1;
+inline constexpr int kHandleTypePosixFd = 1;
+inline constexpr int kLocationDevice = 1;
+inline constexpr int kAllocationPinned = 1;
+inline constexpr int kAccessReadWrite = 3;
+inline constexpr unsigned kStreamNonBlocking = 1;
+inline constexpr unsigned kEventDisableTiming = 2;
+inline constexpr unsigned kHostAllocPortable = 1;
+}  // namespace cu
+
+struct CudaDriver {
+  cu::Result (*init)(unsigned) = nullptr;
+  cu::Result (*get_error_name)(cu::Result, const char**) = nullptr;
+  cu::Result (*get_error_string)(cu::Result, const char**) = nullptr;
+  cu::Result (*device_get)(cu::Device*, int) = nullptr;
+  cu::Result (*device_get_count)(int*) = nullptr;
+  cu::Result (*device_get_pci_bus_id)(char*, int, cu::Device) = nullptr;
+  cu::Result (*primary_ctx_retain)(cu::Context*, cu::Device) = nullptr;
+  cu::Result (*primary_ctx_release)(cu::Device) = nullptr;
+  cu::Result (*ctx_set_current)(cu::Context) = nullptr;
+  cu::Result (*ctx_get_current)(cu::Context*) = nullptr;
+  cu::Result (*pointer_get_attribute)(void*, int, cu::DevicePtr) = nullptr;
+  cu::Result (*mem_get_address_range)(cu::DevicePtr*, size_t*, cu::DevicePtr) = nullptr;
+  cu::Result (*ipc_get_mem_handle)(cu::IpcMemHandle*, cu::DevicePtr) = nullptr;
+  cu::Result (*ipc_open_mem_handle)(cu::DevicePtr*, cu::IpcMemHandle, unsigned) = nullptr;
+  cu::Result (*ipc_close_mem_handle)(cu::DevicePtr) = nullptr;
+  cu::Result (*mem_retain_allocation_handle)(cu::MemHandle*, void*) = nullptr;
+  cu::Result (*mem_release)(cu::MemHandle) = nullptr;
+  cu::Result (*mem_export_to_shareable_handle)(void*, cu::MemHandle, int, unsigned long long) = nullptr;
+  cu::Result (*mem_import_from_shareable_handle)(cu::MemHandle*, void*, int) = nullptr;
+  cu::Result (*mem_get_allocation_properties)(cu::MemAllocationProp*, cu::MemHandle) = nullptr;
+  cu::Result (*mem_address_reserve)(cu::DevicePtr*, size_t, size_t, cu::DevicePtr, unsigned long long) = nullptr;
+  cu::Result (*mem_address_free)(cu::DevicePtr, size_t) = nullptr;
+  cu::Result (*mem_map)(cu::DevicePtr, size_t, size_t, cu::MemHandle, unsigned long long) = nullptr;
+  cu::Result (*mem_unmap)(cu::DevicePtr, size_t) = nullptr;
+  cu::Result (*mem_set_access)(cu::DevicePtr, size_t, const cu::MemAccessDesc*, size_t) = nullptr;
+  cu::Result (*mem_create)(cu::MemHandle*, size_t, const cu::MemAllocationProp*, unsigned long long) = nullptr;
+  cu::Result (*mem_get_allocation_granularity)(size_t*, const cu::MemAllocationProp*, int) = nullptr;
+  cu::Result (*stream_create)(cu::Stream*, unsigned) = nullptr;
+  cu::Result (*stream_destroy)(cu::Stream) = nullptr;
+  cu::Result (*stream_synchronize)(cu::Stream) = nullptr;
+  cu::Result (*event_create)(cu::Event*, unsigned) = nullptr;
+  cu::Result (*event_destroy)(cu::Event) = nullptr;
+  cu::Result (*event_record)(cu::Event, cu::Stream) = nullptr;
+  cu::Result (*event_query)(cu::Event) = nullptr;
+  cu::Result (*event_synchronize)(cu::Event) = nullptr;
+  cu::Result (*memcpy_async)(cu::DevicePtr, cu::DevicePtr, size_t, cu::Stream) = nullptr;
+  cu::Result (*memcpy)(cu::DevicePtr, cu::DevicePtr, size_t) = nullptr;
+  cu::Result (*mem_alloc)(cu::DevicePtr*, size_t) = nullptr;
+  cu::Result (*mem_free)(cu::DevicePtr) = nullptr;
+  cu::Result (*mem_host_alloc)(void**, size_t, unsigned) = nullptr;
+  cu::Result (*mem_free_host)(void*) = nullptr;
+  cu::Result (*mem_get_info)(size_t*, size_t*) = nullptr;
+
+  // True when libcuda loaded, every entry point resolved and cuInit succeeded.
+  bool available() const { return init != nullptr; }
+
+  // OK for kSuccess; otherwise a Status with `code` whose message names the
+  // call and the driver's error ("cuIpcOpenMemHandle: CUDA_ERROR_...: ...").
+  Status check(cu::Result r, const char* call, Code code = Code::kInternal) const;
+};
+
+// The process's driver table (loaded on first call).
+const CudaDriver& cuda();
+
+// Makes the primary context of device `ordinal` current on the calling
+// thread, retaining it once per process (never released: the application
+// shares it). kUnimplemented without a driver.
+Status use_device(int ordinal);
+
+}  // namespace ferry::platform
