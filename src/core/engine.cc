@@ -30,8 +30,8 @@ struct Engine::Impl {
   std::mutex mu;
   std::condition_variable accept_cv;
   std::condition_variable heartbeat_cv;
-  std::deque<std::shared_ptr<tcp::TcpConnection>> accepted;      // guarded by mu
-  std::vector<std::shared_ptr<tcp::TcpConnection>> connections;  // guarded by mu
+  std::deque<std::shared_ptr<ConnectionBase>> accepted;      // guarded by mu
+  std::vector<std::shared_ptr<ConnectionBase>> connections;  // guarded by mu
   uint64_t next_connection_id = 1;                               // guarded by mu
   bool stopping = false;                                         // guarded by mu
   std::thread heartbeat;
@@ -41,7 +41,7 @@ struct Engine::Impl {
     return next_connection_id++;
   }
 
-  void adopt(const std::shared_ptr<tcp::TcpConnection>& c) {
+  void adopt(const std::shared_ptr<ConnectionBase>& c) {
     std::lock_guard lock(mu);
     if (stopping) {
       c->close();
@@ -59,12 +59,12 @@ struct Engine::Impl {
     while (!stopping) {
       heartbeat_cv.wait_for(lock, period);
       if (stopping) break;
-      std::vector<std::shared_ptr<tcp::TcpConnection>> live = connections;
+      std::vector<std::shared_ptr<ConnectionBase>> live = connections;
       lock.unlock();
       auto now = Clock::now();
       for (auto& c : live) c->tick(now);
       live.clear();
-      std::vector<std::shared_ptr<tcp::TcpConnection>> drop;
+      std::vector<std::shared_ptr<ConnectionBase>> drop;
       lock.lock();
       // A connection nobody else holds any more is closed here, on this
       // thread, never on one of its own workers.
@@ -117,7 +117,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
   Impl* raw = impl.get();
   auto listener = tcp::TcpListener::bind(
       impl->ctx, at,
-      [raw](std::shared_ptr<tcp::TcpConnection> c) {
+      [raw](std::shared_ptr<ConnectionBase> c) {
         raw->adopt(c);
         {
           std::lock_guard lock(raw->mu);
@@ -144,7 +144,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
 }
 
 Engine::~Engine() {
-  std::vector<std::shared_ptr<tcp::TcpConnection>> conns;
+  std::vector<std::shared_ptr<ConnectionBase>> conns;
   {
     std::lock_guard lock(impl_->mu);
     impl_->stopping = true;

@@ -11,7 +11,7 @@
 
 namespace ferry::tcp {
 
-Result<std::shared_ptr<TcpConnection>> dial(const std::shared_ptr<core::EngineContext>& ctx,
+Result<std::shared_ptr<ConnectionBase>> dial(const std::shared_ptr<core::EngineContext>& ctx,
                                             const platform::HostPort& to, Deadline deadline, uint64_t connection_id) {
   const Options& o = ctx->options;
   std::string where = to.host + ":" + std::to_string(to.port);
@@ -118,7 +118,7 @@ Result<std::shared_ptr<TcpConnection>> dial(const std::shared_ptr<core::EngineCo
                                               std::move(paths));
   conn->start();
   FERRY_LOG(kInfo, "tcp", "connected to %s (peer connection %" PRIu64 ")", where.c_str(), accepted->connection_id);
-  return conn;
+  return std::shared_ptr<ConnectionBase>(std::move(conn));
 }
 
 }  // namespace ferry::tcp

@@ -13,7 +13,7 @@ namespace ferry::tcp {
 // configured, opens the data streams and waits for READY, all by `deadline`.
 // Returns a started connection. kUnavailable, kUnauthenticated,
 // kDeadlineExceeded, kUnimplemented (protocol version), kDataLoss.
-Result<std::shared_ptr<TcpConnection>> dial(const std::shared_ptr<core::EngineContext>& ctx,
+Result<std::shared_ptr<ConnectionBase>> dial(const std::shared_ptr<core::EngineContext>& ctx,
                                             const platform::HostPort& to, Deadline deadline, uint64_t connection_id);
 
 }  // namespace ferry::tcp

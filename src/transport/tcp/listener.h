@@ -23,7 +23,7 @@ namespace ferry::tcp {
 
 class TcpListener {
  public:
-  using OnConnection = std::function<void(std::shared_ptr<TcpConnection>)>;
+  using OnConnection = std::function<void(std::shared_ptr<ConnectionBase>)>;
   using NextId = std::function<uint64_t()>;
 
   // Listens on `at` (accepting nothing until run()). kUnavailable if it cannot listen.

@@ -34,6 +34,7 @@
 #include "core/transfer_state.h"
 #include "ferry/engine.h"
 #include "platform/socket.h"
+#include "transport/connection_base.h"
 #include "transport/tcp/chunk_queue.h"
 #include "wire/frame.h"
 
@@ -51,7 +52,7 @@ struct PathInfo {
   std::string name;  // "eth1 10.0.0.1 -> 10.0.0.2:7000"
 };
 
-class TcpConnection final : public Connection, public std::enable_shared_from_this<TcpConnection> {
+class TcpConnection final : public ConnectionBase, public std::enable_shared_from_this<TcpConnection> {
  public:
   TcpConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t id, PeerInfo peer, platform::Socket control,
                 std::vector<platform::Socket> data, std::vector<PathInfo> paths);
@@ -82,7 +83,7 @@ class TcpConnection final : public Connection, public std::enable_shared_from_th
   // Heartbeat duty, called periodically by the engine: declares the peer lost
   // after peer_timeout of silence, queues a heartbeat after heartbeat_interval
   // without control traffic.
-  void tick(Clock::time_point now);
+  void tick(Clock::time_point now) override;
 
   // Fails the connection with `why` (first call wins). Any thread.
   void fail(const Status& why);

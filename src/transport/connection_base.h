@@ -1,0 +1,19 @@
+// ConnectionBase: what the engine needs from every transport's connection
+// beyond the public Connection API (liveness duty, region retirement).
+#pragma once
+
+#include "ferry/engine.h"
+
+namespace ferry {
+
+class ConnectionBase : public Connection {
+ public:
+  // Heartbeat duty, called periodically by the engine's heartbeat thread.
+  // Must not block.
+  virtual void tick(Clock::time_point now) = 0;
+  // A local region was deregistered: forget anything shared with the peer
+  // about it. Must not block. Default: nothing was shared.
+  virtual void region_retired(uint64_t region_id) {}
+};
+
+}  // namespace ferry
