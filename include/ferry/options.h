@@ -41,6 +41,15 @@ struct Options {
   size_t chunk_bytes = 512 * 1024;
   // Chunks a path may have sent that the peer has not yet confirmed landing.
   int window = 16;
+  // GPU memory rides TCP through pinned host slots: each path stages up to
+  // this many chunks ahead in each direction (device->host copies run ahead of
+  // the socket; host->device copies follow arrival). Slots are allocated only
+  // on paths that move GPU memory: at most staging_depth x
+  // staging_chunk_bytes per path and direction.
+  int staging_depth = 4;
+  // Transfers that touch GPU memory travel in chunks of this size (also the
+  // size of a staging slot).
+  size_t staging_chunk_bytes = 512 * 1024;
   // Messages and writes up to this size ride inline on the control stream.
   size_t inline_max = 64 * 1024;
   // Shared secret; empty means no authentication.

@@ -30,6 +30,22 @@ void SegmentList::slice(uint64_t offset, uint64_t size, std::vector<struct iovec
   }
 }
 
+void SegmentList::pieces(uint64_t offset, uint64_t size, std::vector<SpanPiece>& out) const {
+  if (size == 0) return;
+  uint64_t inner = 0;
+  for (size_t i = locate(offset, inner); size > 0 && i < spans_.size(); ++i, inner = 0) {
+    uint64_t n = std::min<uint64_t>(size, spans_[i].size - inner);
+    const Region& r = spans_[i].region->region;
+    out.push_back({spans_[i].data + inner, static_cast<size_t>(n), r.kind, r.device});
+    size -= n;
+  }
+}
+
+bool SegmentList::has_gpu() const {
+  return std::any_of(spans_.begin(), spans_.end(),
+                     [](const MemorySpan& s) { return s.region->region.kind == MemoryKind::kCuda; });
+}
+
 void SegmentList::regions(uint64_t offset, uint64_t size, std::vector<const RegionRef*>& out) const {
   if (size == 0) return;
   uint64_t inner = 0;

@@ -17,6 +17,14 @@
 
 namespace ferry::core {
 
+// Contiguous bytes of a SegmentList inside one region, with that region's kind.
+struct SpanPiece {
+  uint8_t* data = nullptr;
+  size_t size = 0;
+  MemoryKind kind = MemoryKind::kHost;
+  int device = -1;  // GPU ordinal for kCuda
+};
+
 class SegmentList {
  public:
   void add(MemorySpan span);
@@ -27,6 +35,13 @@ class SegmentList {
   // Writes the iovecs covering [offset, offset+size) into `out` (appending).
   // REQUIRES: offset + size <= total().
   void slice(uint64_t offset, uint64_t size, std::vector<struct iovec>& out) const;
+
+  // Like slice, with each piece's memory kind (appending to `out`).
+  // REQUIRES: offset + size <= total().
+  void pieces(uint64_t offset, uint64_t size, std::vector<SpanPiece>& out) const;
+
+  // True if any span lies in GPU memory.
+  bool has_gpu() const;
 
   // The spans touched by [offset, offset+size), for region access checks.
   void regions(uint64_t offset, uint64_t size, std::vector<const RegionRef*>& out) const;
@@ -43,16 +58,15 @@ class SegmentList {
   uint64_t total_ = 0;
 };
 
-// GPU memory cannot go straight into a socket; until the TCP transport stages
-// it through pinned host memory, operations on it are refused up front.
+// For transports that cannot move GPU memory: the refusal they give up front.
 inline Status gpu_not_supported(const char* what) {
   return Status(Code::kUnimplemented,
-                std::string(what) + " is GPU memory, which the TCP transport cannot move yet (no staging)");
+                std::string(what) + " is GPU memory, which this transport cannot move");
 }
 
 // Resolves (data, size) parts against `registry` into one SegmentList, in
 // order, skipping empty parts. `what` names the buffer in errors. GPU memory
-// is refused unless `allow_gpu`.
+// is refused (gpu_not_supported) unless `allow_gpu`.
 template <typename Buffer>
 Result<SegmentList> resolve_parts(const Registry& registry, std::span<const Buffer> parts, const char* what,
                                   bool allow_gpu = false) {

@@ -125,6 +125,12 @@ const std::vector<Tunable>& tunables() {
                    "bulk transfers travel in chunks of this size (K/M/G suffixes)", &Options::chunk_bytes),
       size_tunable("window", "FERRY_WINDOW", "chunks",
                    "chunks a path may have in flight before the peer confirms landing", &Options::window),
+      size_tunable("staging_depth", "FERRY_STAGING_DEPTH", "chunks",
+                   "GPU memory: chunks each path stages ahead per direction through pinned host slots",
+                   &Options::staging_depth),
+      size_tunable("staging_chunk_bytes", "FERRY_STAGING_CHUNK", "bytes",
+                   "GPU memory: chunk size of transfers that touch it, and of each pinned staging slot",
+                   &Options::staging_chunk_bytes),
       size_tunable("inline_max", "FERRY_INLINE_MAX", "bytes",
                    "messages and writes up to this size ride inline on the control stream", &Options::inline_max),
       string_tunable("auth_token", "FERRY_AUTH_TOKEN",
@@ -192,6 +198,12 @@ Status validate(const Options& o) {
     return bad("chunk_bytes must be in 4 KiB..256 MiB, got " + std::to_string(o.chunk_bytes));
   }
   if (o.window < 1 || o.window > 4096) return bad("window must be in 1..4096, got " + std::to_string(o.window));
+  if (o.staging_depth < 1 || o.staging_depth > 64) {
+    return bad("staging_depth must be in 1..64, got " + std::to_string(o.staging_depth));
+  }
+  if (o.staging_chunk_bytes < 4096 || o.staging_chunk_bytes > (64u << 20)) {
+    return bad("staging_chunk_bytes must be in 4 KiB..64 MiB, got " + std::to_string(o.staging_chunk_bytes));
+  }
   if (o.inline_max > (1u << 20)) return bad("inline_max must be at most 1 MiB, got " + std::to_string(o.inline_max));
   if (o.nic_policy != "nearest" && o.nic_policy != "all") {
     return bad("nic_policy must be nearest or all, got \"" + o.nic_policy + "\"");

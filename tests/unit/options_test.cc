@@ -24,7 +24,8 @@ const std::vector<std::string> kTunableEnvs = {
     "FERRY_HEARTBEAT_MS",  "FERRY_PEER_TIMEOUT_MS", "FERRY_HANDSHAKE_TIMEOUT_MS",
     "FERRY_SOCKET_BUFFER", "FERRY_TRANSPORT",       "FERRY_LOG",
     "FERRY_NICS",          "FERRY_PATH_TIMEOUT_MS", "FERRY_TX_BINDINGS",
-    "FERRY_RX_BINDINGS",   "FERRY_NIC_POLICY"};
+    "FERRY_RX_BINDINGS",   "FERRY_NIC_POLICY",      "FERRY_STAGING_DEPTH",
+    "FERRY_STAGING_CHUNK"};
 
 // Clears every FERRY_* variable ferry reads for the test's lifetime and puts
 // back whatever the process had before, including anything set through it.
@@ -115,6 +116,8 @@ TEST(Options, EveryTunableIsReadFromItsVariable) {
       {"FERRY_TX_BINDINGS", {"eth1:0-1", "eth1:0-1"}},
       {"FERRY_RX_BINDINGS", {"eth1:2", "eth1:2"}},
       {"FERRY_NIC_POLICY", {"all", "all"}},
+      {"FERRY_STAGING_DEPTH", {"8", "8"}},
+      {"FERRY_STAGING_CHUNK", {"1M", "1048576"}},
   };
   ASSERT_EQ(cases.size(), kTunableEnvs.size());
   const auto defaults = values_by_env(Options{});

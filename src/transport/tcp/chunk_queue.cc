@@ -52,7 +52,7 @@ std::optional<Chunk> ChunkQueue::claim_locked(int path) {
     uint64_t total = op->source.total();
     c.op = op;
     c.offset = op->next;
-    c.size = std::min(chunk_bytes_, total - op->next);
+    c.size = std::min(op->chunk_bytes != 0 ? op->chunk_bytes : chunk_bytes_, total - op->next);
     op->next += c.size;
     // A zero-byte operation still travels as one (empty) chunk.
     if (op->next >= total) queue_.erase(it);
@@ -94,6 +94,11 @@ void ChunkQueue::on_landed(int path, uint64_t landed) {
 void ChunkQueue::abort(const std::shared_ptr<OutOp>& op) {
   std::lock_guard lock(mu_);
   op->aborted = true;
+}
+
+bool ChunkQueue::aborted(const OutOp& op) const {
+  std::lock_guard lock(mu_);
+  return op.aborted;
 }
 
 int ChunkQueue::fail_path(int path) {

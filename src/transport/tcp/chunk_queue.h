@@ -39,6 +39,7 @@ struct OutOp {
   std::string first_aux;                 // WRITE: the notification, carried by the first chunk
   std::shared_ptr<TransferState> state;  // null for read replies
   uint64_t paths = 0;                    // bit p: path p may carry it; 0: any path
+  uint64_t chunk_bytes = 0;              // chunk size of this op (GPU memory: the staging slot); 0: the queue's
   // Claim cursor and abort flag: guarded by the queue's lock.
   uint64_t next = 0;
   bool aborted = false;
@@ -70,6 +71,8 @@ class ChunkQueue {
 
   // Marks `op` aborted: no further chunk of it is handed out.
   void abort(const std::shared_ptr<OutOp>& op);
+  // Whether `op` was aborted (chunks claimed before that must not carry data).
+  bool aborted(const OutOp& op) const;
 
   // Which paths are still alive (for choosing paths of new transfers).
   std::vector<bool> alive() const;

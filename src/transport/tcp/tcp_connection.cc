@@ -49,7 +49,9 @@ TcpConnection::TcpConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t 
       paths_(std::move(paths)),
       path_dead_(new std::atomic<bool>[data_.size()]),
       chunks_(ctx_->options.chunk_bytes, ctx_->options.window, static_cast<int>(data_.size())),
-      landed_chunks_(data_.size(), 0) {
+      landed_chunks_(data_.size(), 0),
+      hooks_(staging_hooks()),
+      rx_stage_(data_.size()) {
   for (size_t p = 0; p < data_.size(); ++p) {
     path_dead_[p] = false;
     auto node = p < paths_.size() ? ctx_->nic_nodes.find(paths_[p].nic) : ctx_->nic_nodes.end();
@@ -160,10 +162,19 @@ Status TcpConnection::write_control(const FrameHeader& h, std::string_view aux, 
   iov.push_back({hb.data(), hb.size()});
   if (!aux.empty()) iov.push_back({const_cast<char*>(aux.data()), aux.size()});
   std::optional<core::ChunkAccess> access;
+  std::string staged;  // GPU payloads (small: the control stream carries at most inline_max) go through here
   if (payload != nullptr && payload->total() > 0) {
     access.emplace(*payload, 0, payload->total());
     if (!access->ok()) return Status(Code::kNotFound, "memory was deregistered before it was sent");
-    payload->slice(0, payload->total(), iov);
+    std::vector<Piece> pieces;
+    pieces_of(*payload, 0, payload->total(), pieces);
+    if (staged_bytes(pieces) > 0) {
+      staged.resize(payload->total());
+      FERRY_RETURN_IF_ERROR(exchange(pieces, reinterpret_cast<uint8_t*>(staged.data()), /*to_buffer=*/true));
+      iov.push_back({staged.data(), staged.size()});
+    } else {
+      payload->slice(0, payload->total(), iov);
+    }
   }
   Status s;
   {
@@ -237,14 +248,16 @@ void TcpConnection::control_tx_loop() {
     const core::SegmentList* payload = o.payload_op ? &o.payload_op->source : nullptr;
     if (payload != nullptr) o.header.payload_len = static_cast<uint32_t>(payload->total());
     Status s = write_control(o.header, o.aux, payload);
-    if (!s.ok() && s.code() == Code::kNotFound && o.payload_op) {
-      // The memory of a read reply vanished: tell the reader instead.
+    if (!s.ok() && s.code() != Code::kPeerLost && o.payload_op) {
+      // The memory of a read reply vanished (or could not be staged): tell the reader instead.
       FrameHeader h = o.header;
       h.flags |= kFlagAborted;
       h.payload_len = 0;
-      std::string why = "the exported memory was deregistered during the read";
+      std::string why = s.code() == Code::kNotFound ? "the exported memory was deregistered during the read"
+                                                    : "the exported memory could not be read: " + s.message();
+      why = why.substr(0, 1024);
       h.aux_len = static_cast<uint16_t>(why.size());
-      h.code = static_cast<uint32_t>(Code::kNotFound);
+      h.code = static_cast<uint32_t>(s.code());
       s = write_control(h, why, nullptr);
     }
     if (!s.ok() && failed_) return;
@@ -260,7 +273,8 @@ Transfer TcpConnection::send_async(const void* data, size_t size) {
 
 Transfer TcpConnection::sendv_async(std::span<const ConstBuffer> parts) {
   if (Status u = usable(); !u.ok()) return failed(u);
-  auto source = core::resolve_parts(ctx_->registry, parts, parts.size() == 1 ? "send buffer" : "sendv part");
+  auto source = core::resolve_parts(ctx_->registry, parts, parts.size() == 1 ? "send buffer" : "sendv part",
+                                    /*allow_gpu=*/true);
   if (!source.ok()) return failed(source.status().with_context(where()));
   return post_send(std::move(source).value());
 }
@@ -277,6 +291,7 @@ Transfer TcpConnection::post_send(core::SegmentList source) {
     out->source = std::move(source);
     out->state = state;
     out->paths = paths_for(out->source);
+    out->chunk_bytes = chunk_for(out->source);
   }
   {
     std::lock_guard lock(mu_);
@@ -307,7 +322,8 @@ Transfer TcpConnection::recv_async(void* data, size_t capacity) {
 
 Transfer TcpConnection::recvv_async(std::span<const MutableBuffer> parts) {
   if (Status u = usable(); !u.ok()) return failed(u);
-  auto dest = core::resolve_parts(ctx_->registry, parts, parts.size() == 1 ? "receive buffer" : "recvv part");
+  auto dest = core::resolve_parts(ctx_->registry, parts, parts.size() == 1 ? "receive buffer" : "recvv part",
+                                  /*allow_gpu=*/true);
   if (!dest.ok()) return failed(dest.status().with_context(where()));
   return post_recv(std::move(dest).value());
 }
@@ -385,7 +401,6 @@ Transfer TcpConnection::writev_async(std::span<const WriteItem> items, std::stri
     if (items[i].size > 0) {
       auto span = ctx_->registry.resolve_local(items[i].local, items[i].size, "write source");
       if (!span.ok()) return failed(span.status().with_context(where()));
-      if (span->region->region.kind == MemoryKind::kCuda) return failed(core::gpu_not_supported("write source"));
       sources[i].add(std::move(span).value());
     }
   }
@@ -479,6 +494,7 @@ void TcpConnection::post_write(const std::shared_ptr<TransferState>& state, core
   out->first_aux = std::move(notification);
   out->state = state;
   out->paths = paths_for(out->source);
+  out->chunk_bytes = chunk_for(out->source);
   if (!chunks_.push(std::move(out))) state->finish_part(usable());
 }
 
@@ -497,9 +513,6 @@ Transfer TcpConnection::readv_async(std::span<const ReadItem> items) {
     if (items[i].size > 0) {
       auto span = ctx_->registry.resolve_local(items[i].local, items[i].size, "read destination");
       if (!span.ok()) return failed(span.status().with_context(where()));
-      if (span->region->region.kind == MemoryKind::kCuda) {
-        return failed(core::gpu_not_supported("read destination"));
-      }
       dests[i].add(std::move(span).value());
     }
   }
@@ -602,7 +615,7 @@ void TcpConnection::complete_recv_now(PostedRecv& recv, uint64_t op, uint64_t si
   {
     core::ChunkAccess access(recv.dest, 0, size);
     if (access.ok()) {
-      recv.dest.copy_in(0, reinterpret_cast<const uint8_t*>(bytes.data()), size);
+      s = copy_in(recv.dest, reinterpret_cast<const uint8_t*>(bytes.data()), size);
     } else {
       s = Status(Code::kNotFound, "receive buffer was deregistered before the message arrived");
     }
@@ -677,7 +690,7 @@ Status TcpConnection::drain(int fd, uint64_t n) {
   return Status();
 }
 
-Status TcpConnection::land_data(int fd, const FrameHeader& h) {
+Status TcpConnection::land_data(int fd, int path, const FrameHeader& h) {
   std::shared_ptr<Landing> l;
   {
     std::lock_guard lock(mu_);
@@ -708,33 +721,28 @@ Status TcpConnection::land_data(int fd, const FrameHeader& h) {
                                        std::to_string(h.payload_len) + ") lies outside its message of " +
                                        std::to_string(l->size) + " bytes");
   }
-  Status landed;
-  {
-    core::ChunkAccess access(l->dest, h.a, h.payload_len);
-    if (access.ok()) {
-      std::vector<struct iovec> iov;
-      l->dest.slice(h.a, h.payload_len, iov);
-      Status s = platform::recv_all(fd, iov.data(), static_cast<int>(iov.size()));
-      if (!s.ok()) return s;
-    } else {
-      FERRY_RETURN_IF_ERROR(drain(fd, h.payload_len));
-      landed = Status(Code::kNotFound, "destination memory was deregistered while data arrived (" + where() + ")");
+  uint64_t token = h.id, offset = h.a, size = h.payload_len;
+  Landed account = [this, l, token, offset, size](const Status& landed) -> Status {
+    bool complete = false;
+    {
+      std::lock_guard lock(l->mu);
+      if (!landed.ok() && l->error.ok()) l->error = landed;
+      if (!l->seen.insert(offset).second) return Status();  // a resent chunk that had landed already
+      l->received += size;
+      if (l->received > l->size) {
+        return Status(Code::kDataLoss, where() + ": more bytes arrived than the message holds");
+      }
+      complete = l->received == l->size;
     }
-  }
-  bool complete = false;
-  {
-    std::lock_guard lock(l->mu);
-    if (!landed.ok() && l->error.ok()) l->error = landed;
-    if (!l->seen.insert(h.a).second) return Status();  // a resent chunk that had landed already
-    l->received += h.payload_len;
-    if (l->received > l->size) return Status(Code::kDataLoss, where() + ": more bytes arrived than the message holds");
-    complete = l->received == l->size;
-  }
-  if (complete) finish_landing(h.id, l);
-  return Status();
+    if (complete) finish_landing(token, l);
+    return Status();
+  };
+  return receive_payload(fd, path, l->dest, offset, size,
+                         "destination memory was deregistered while data arrived (" + where() + ")",
+                         std::move(account));
 }
 
-Status TcpConnection::land_write(int fd, const FrameHeader& h, std::string& aux) {
+Status TcpConnection::land_write(int fd, int path, const FrameHeader& h, std::string& aux) {
   uint64_t op = h.id;
   {
     std::lock_guard lock(mu_);
@@ -742,51 +750,164 @@ Status TcpConnection::land_write(int fd, const FrameHeader& h, std::string& aux)
     if ((h.flags & kFlagAborted) || finished_writes_.count(op) > 0) return drain(fd, h.payload_len);
   }
   auto span = ctx_->registry.resolve_export(h.a, h.b, h.c, h.payload_len);
-  Status landed;
-  if (span.ok() && span->region->region.kind == MemoryKind::kCuda)
-    span = core::gpu_not_supported("the exported memory");
-  if (span.ok()) {
-    core::RegionAccess access(span->region);
-    if (access.ok()) {
-      FERRY_RETURN_IF_ERROR(platform::recv_exact(fd, span->data, span->size));
-    } else {
-      FERRY_RETURN_IF_ERROR(drain(fd, h.payload_len));
-      landed = Status(Code::kNotFound, "export " + std::to_string(h.a) + " was deregistered during the write");
-    }
-  } else {
-    FERRY_RETURN_IF_ERROR(drain(fd, h.payload_len));
-    landed = span.status();
-  }
-  bool complete = false;
-  IncomingWrite done;
-  {
-    std::lock_guard lock(mu_);
-    IncomingWrite& w = incoming_[op];
-    if (w.total == 0) w.total = h.d;
-    if (w.total != h.d)
-      return Status(Code::kDataLoss, where() + ": chunks of write " + std::to_string(op) + " disagree on its size");
-    if (!aux.empty()) w.notification = std::move(aux);
-    if (!landed.ok() && w.error.ok()) w.error = landed;
-    if (!w.seen.insert(h.c).second) return Status();  // a resent chunk that had landed already
-    w.received += h.payload_len;
-    if (w.received > w.total)
-      return Status(Code::kDataLoss, where() + ": write " + std::to_string(op) + " overflows its size");
-    if (w.received == w.total) {
-      complete = true;
-      done = std::move(w);
-      incoming_.erase(op);
-      finished_writes_.insert(op);
-      finished_order_.push_back(op);
-      if (finished_order_.size() > kFinishedWritesKept) {
-        finished_writes_.erase(finished_order_.front());
-        finished_order_.pop_front();
+  FrameHeader fh = h;
+  Landed account = [this, fh, note = std::move(aux)](const Status& landed) mutable -> Status {
+    uint64_t op = fh.id;
+    bool complete = false;
+    IncomingWrite done;
+    {
+      std::lock_guard lock(mu_);
+      if (finished_writes_.count(op) > 0) return Status();  // finished while this chunk was copied
+      IncomingWrite& w = incoming_[op];
+      if (w.total == 0) w.total = fh.d;
+      if (w.total != fh.d)
+        return Status(Code::kDataLoss, where() + ": chunks of write " + std::to_string(op) + " disagree on its size");
+      if (!note.empty()) w.notification = std::move(note);
+      if (!landed.ok() && w.error.ok()) w.error = landed;
+      if (!w.seen.insert(fh.c).second) return Status();  // a resent chunk that had landed already
+      w.received += fh.payload_len;
+      if (w.received > w.total)
+        return Status(Code::kDataLoss, where() + ": write " + std::to_string(op) + " overflows its size");
+      if (w.received == w.total) {
+        complete = true;
+        done = std::move(w);
+        incoming_.erase(op);
+        finished_writes_.insert(op);
+        finished_order_.push_back(op);
+        if (finished_order_.size() > kFinishedWritesKept) {
+          finished_writes_.erase(finished_order_.front());
+          finished_order_.pop_front();
+        }
       }
     }
+    if (!complete) return Status();
+    if (done.error.ok() && !done.notification.empty()) deliver_notification(std::move(done.notification));
+    ack(op, done.error);
+    return Status();
+  };
+  if (!span.ok()) {
+    FERRY_RETURN_IF_ERROR(drain(fd, h.payload_len));
+    Status why = span.status();
+    return after_earlier(path, [account = std::move(account), why]() mutable { return account(why); });
   }
-  if (!complete) return Status();
-  if (done.error.ok() && !done.notification.empty()) deliver_notification(std::move(done.notification));
-  ack(op, done.error);
+  core::SegmentList dest;
+  dest.add(std::move(span).value());
+  return receive_payload(fd, path, dest, 0, dest.total(),
+                         "export " + std::to_string(h.a) + " was deregistered during the write", std::move(account));
+}
+
+Status TcpConnection::receive_payload(int fd, int path, const core::SegmentList& dest, uint64_t offset,
+                                      uint64_t size, const std::string& gone, Landed landed) {
+  // Holds the regions open until the bytes are in place (for GPU memory: until
+  // the copy to the device finished), and the list that names them.
+  struct Held {
+    core::SegmentList list;
+    std::optional<core::ChunkAccess> access;
+  };
+  auto held = std::make_shared<Held>();
+  held->list = dest;
+  held->access.emplace(held->list, offset, size);
+  if (!held->access->ok()) {
+    held.reset();
+    FERRY_RETURN_IF_ERROR(drain(fd, size));
+    Status why(Code::kNotFound, gone);
+    return after_earlier(path, [landed = std::move(landed), why]() { return landed(why); });
+  }
+  std::vector<Piece> pieces;
+  pieces_of(held->list, offset, size, pieces);
+  if (staged_bytes(pieces) == 0) {
+    std::vector<struct iovec> iov;
+    for (const Piece& p : pieces) iov.push_back({p.data, p.size});
+    FERRY_RETURN_IF_ERROR(platform::recv_all(fd, iov.data(), static_cast<int>(iov.size())));
+    held.reset();
+    return after_earlier(path, [landed = std::move(landed)]() { return landed(Status()); });
+  }
+  if (path < 0) {
+    // The control stream carries small payloads only: land them synchronously.
+    std::string bytes(size, '\0');
+    FERRY_RETURN_IF_ERROR(platform::recv_exact(fd, bytes.data(), bytes.size()));
+    Status s = exchange(pieces, reinterpret_cast<uint8_t*>(bytes.data()), /*to_buffer=*/false);
+    held.reset();
+    return landed(s);
+  }
+  std::unique_ptr<RxStager>& stager = rx_stage_[static_cast<size_t>(path)];
+  if (!stager) {
+    stager = std::make_unique<RxStager>(hooks_.make(), ctx_->options.staging_chunk_bytes,
+                                        ctx_->options.staging_depth);
+  }
+  return stager->receive(fd, pieces, [held, landed = std::move(landed)]() mutable {
+    held.reset();  // the bytes are in place: the regions may go
+    return landed(Status());
+  });
+}
+
+Status TcpConnection::after_earlier(int path, std::function<Status()> fn) {
+  if (path >= 0) {
+    std::unique_ptr<RxStager>& stager = rx_stage_[static_cast<size_t>(path)];
+    if (stager && !stager->idle()) return stager->then(std::move(fn));
+  }
+  return fn();
+}
+
+Status TcpConnection::count_landed(int path, bool ack_request) {
+  uint64_t landed = ++landed_chunks_[static_cast<size_t>(path)];
+  if (ack_request) {
+    Outgoing o;
+    o.header.type = FrameType::kChunkAck;
+    o.header.a = static_cast<uint64_t>(path);
+    o.header.b = landed;
+    queue_control(std::move(o));
+  }
   return Status();
+}
+
+// ---- staging --------------------------------------------------------------------
+
+void TcpConnection::pieces_of(const core::SegmentList& list, uint64_t offset, uint64_t size,
+                              std::vector<Piece>& out) const {
+  std::vector<core::SpanPiece> spans;
+  list.pieces(offset, size, spans);
+  for (const core::SpanPiece& p : spans) {
+    out.push_back(Piece{p.data, p.size, p.device, p.kind == MemoryKind::kCuda || hooks_.stage_host});
+  }
+}
+
+bool TcpConnection::stages(const core::SegmentList& list) const {
+  return !list.empty() && (hooks_.stage_host || list.has_gpu());
+}
+
+uint64_t TcpConnection::chunk_for(const core::SegmentList& list) const {
+  return stages(list) ? ctx_->options.staging_chunk_bytes : 0;
+}
+
+Status TcpConnection::exchange(std::span<const Piece> pieces, uint8_t* buffer, bool to_buffer) {
+  std::lock_guard lock(control_copy_mu_);
+  if (!control_copier_) control_copier_ = hooks_.make();
+  bool copied = false;
+  for (const Piece& p : pieces) {
+    uint8_t* mine = buffer;
+    buffer += p.size;
+    if (!p.staged) {
+      std::memcpy(to_buffer ? mine : p.data, to_buffer ? p.data : mine, p.size);
+      continue;
+    }
+    FERRY_RETURN_IF_ERROR(control_copier_->copy(p.device, to_buffer ? mine : p.data, to_buffer ? p.data : mine, p.size));
+    copied = true;
+  }
+  if (!copied) return Status();
+  auto t = control_copier_->fence();
+  if (!t.ok()) return t.status();
+  return control_copier_->wait(t.value());
+}
+
+Status TcpConnection::copy_in(const core::SegmentList& dest, const uint8_t* src, uint64_t size) {
+  std::vector<Piece> pieces;
+  pieces_of(dest, 0, size, pieces);
+  if (staged_bytes(pieces) == 0) {
+    dest.copy_in(0, src, size);
+    return Status();
+  }
+  return exchange(pieces, const_cast<uint8_t*>(src), /*to_buffer=*/false);
 }
 
 Status TcpConnection::handle_eager(int fd, const FrameHeader& h) {
@@ -801,7 +922,7 @@ Status TcpConnection::handle_eager(int fd, const FrameHeader& h) {
       matched = true;
     }
   }
-  if (matched && recv.dest.total() >= h.a) {
+  if (matched && recv.dest.total() >= h.a && !stages(recv.dest)) {
     // The common case: straight from the socket into the posted buffer.
     Status s;
     {
@@ -894,8 +1015,6 @@ Status TcpConnection::handle_ack(const FrameHeader& h, std::string& aux) {
 
 Status TcpConnection::handle_read_req(const FrameHeader& h) {
   auto span = ctx_->registry.resolve_export(h.a, h.b, h.c, h.d);
-  if (span.ok() && span->region->region.kind == MemoryKind::kCuda)
-    span = core::gpu_not_supported("the exported memory");
   if (!span.ok()) {
     ack(h.id, span.status());
     return Status();
@@ -905,6 +1024,7 @@ Status TcpConnection::handle_read_req(const FrameHeader& h) {
   out->header.id = h.id;
   out->source.add(std::move(span).value());
   out->paths = paths_for(out->source);
+  out->chunk_bytes = chunk_for(out->source);
   if (h.d <= ctx_->options.inline_max) {
     Outgoing o;
     o.header = out->header;
@@ -920,9 +1040,9 @@ Status TcpConnection::handle_frame(int fd, int path, const FrameHeader& h, std::
   bool on_control = path < 0;
   switch (h.type) {
     case FrameType::kData:
-      return land_data(fd, h);
+      return land_data(fd, path, h);
     case FrameType::kWrite:
-      return land_write(fd, h, aux);
+      return land_write(fd, path, h, aux);
     default:
       break;
   }
@@ -991,46 +1111,80 @@ void TcpConnection::control_rx_loop() {
 
 void TcpConnection::path_rx_loop(int path) {
   int fd = data_[static_cast<size_t>(path)].fd();
+  std::unique_ptr<RxStager>& stager = rx_stage_[static_cast<size_t>(path)];
   std::string aux;
+  Status s;
   for (;;) {
+    if (stager) {
+      s = stager->before_read(fd);
+      if (!s.ok()) {
+        fail(s.with_context(where() + ": data stream " + std::to_string(path)));
+        break;
+      }
+    }
     wire::HeaderBytes hb;
-    Status s = platform::recv_exact(fd, hb.data(), hb.size());
+    s = platform::recv_exact(fd, hb.data(), hb.size());
     if (!s.ok()) {
       path_failed(path, s);
-      return;
+      break;
     }
     last_rx_ns_.store(now_ns(), std::memory_order_relaxed);
     auto h = wire::decode_header(hb.data(), hb.size());
     if (!h.ok()) {
       fail(h.status().with_context(where() + ": data stream " + std::to_string(path)));
-      return;
+      break;
     }
     aux.resize(h->aux_len);
     if (h->aux_len > 0) s = platform::recv_exact(fd, aux.data(), aux.size());
     if (s.ok()) s = handle_frame(fd, path, *h, aux);
+    if (s.ok()) {
+      bool ack_request = (h->flags & kFlagAckRequest) != 0;
+      s = after_earlier(path, [this, path, ack_request] { return count_landed(path, ack_request); });
+    }
     if (!s.ok()) {
       if (s.code() == Code::kDataLoss) {
         fail(s);
       } else {
         path_failed(path, s);
       }
-      return;
-    }
-    uint64_t landed = ++landed_chunks_[static_cast<size_t>(path)];
-    if (h->flags & kFlagAckRequest) {
-      Outgoing o;
-      o.header.type = FrameType::kChunkAck;
-      o.header.a = static_cast<uint64_t>(path);
-      o.header.b = landed;
-      queue_control(std::move(o));
+      break;
     }
   }
+  // Frames whose bytes fully arrived still count while the connection lives
+  // (a path can die alone); then the slots go.
+  if (stager && !failed_.load(std::memory_order_acquire)) (void)stager->retire(/*all=*/true);
+  stager.reset();
 }
 
 // ---- sending chunks -----------------------------------------------------------
 
-Status TcpConnection::send_chunk(int fd, int path, const Chunk& c) {
-  (void)path;
+void TcpConnection::prepare_chunk(TxEntry& e, std::unique_ptr<TxStager>& stager) {
+  const Chunk& c = e.chunk;
+  e.access = std::make_shared<core::ChunkAccess>(c.op->source, c.offset, c.size);
+  if (!e.access->ok()) {
+    e.access.reset();
+    e.abort = Status(Code::kNotFound, "source memory was deregistered during the transfer (" + where() + ")");
+    return;
+  }
+  if (!stages(c.op->source)) return;
+  std::vector<Piece> pieces;
+  pieces_of(c.op->source, c.offset, c.size, pieces);
+  if (staged_bytes(pieces) == 0) return;
+  if (!stager) {
+    stager = std::make_unique<TxStager>(hooks_.make(), ctx_->options.staging_chunk_bytes,
+                                        ctx_->options.staging_depth);
+  }
+  Status s = stager->stage(pieces, e.staged);
+  if (!s.ok()) {
+    e.access.reset();
+    e.abort = s.with_context("staging GPU memory for " + where());
+    return;
+  }
+  e.staging = true;
+}
+
+Status TcpConnection::transmit_chunk(int fd, TxEntry& e, TxStager* stager) {
+  const Chunk& c = e.chunk;
   OutOp& op = *c.op;
   FrameHeader h = op.header;
   h.payload_len = static_cast<uint32_t>(c.size);
@@ -1042,18 +1196,25 @@ Status TcpConnection::send_chunk(int fd, int path, const Chunk& c) {
     h.c = op.remote_base + c.offset;
     if (c.offset == 0) aux = op.first_aux;
   }
-  h.aux_len = static_cast<uint16_t>(aux.size());
+  if (e.abort.ok() && e.staging && chunks_.aborted(op)) {
+    // An earlier chunk of this op was aborted after this one was staged.
+    e.abort = Status(Code::kCancelled, "transfer aborted (" + where() + ")");
+  }
+  if (e.staging && e.abort.ok()) {
+    Status s = stager->wait(e.staged);
+    if (!s.ok()) e.abort = s.with_context("staging GPU memory for " + where());
+  }
   wire::HeaderBytes hb;
   std::vector<struct iovec> iov;
-  core::ChunkAccess access(op.source, c.offset, c.size);
-  if (!access.ok()) {
-    // The source memory was deregistered mid-transfer: the chunk still travels,
-    // empty and marked aborted, so the peer stops waiting and the window stays honest.
+  if (!e.abort.ok()) {
+    // The chunk still travels, empty and marked aborted, so the peer stops
+    // waiting and the window stays honest.
+    if (e.staging) stager->release(e.staged);
+    e.access.reset();
     chunks_.abort(c.op);
-    Status why(Code::kNotFound, "source memory was deregistered during the transfer (" + where() + ")");
     h.flags |= kFlagAborted;
     h.payload_len = 0;
-    h.code = static_cast<uint32_t>(Code::kNotFound);
+    h.code = static_cast<uint32_t>(e.abort.code());
     h.aux_len = 0;
     encode_header(h, hb);
     iov.push_back({hb.data(), hb.size()});
@@ -1062,28 +1223,53 @@ Status TcpConnection::send_chunk(int fd, int path, const Chunk& c) {
         std::lock_guard lock(mu_);
         pending_.erase(h.type == FrameType::kData ? op.state->id() : h.id);
       }
-      op.state->finish(why);
+      op.state->finish(e.abort);
     }
     return platform::send_all(fd, iov.data(), static_cast<int>(iov.size()));
   }
+  h.aux_len = static_cast<uint16_t>(aux.size());
   encode_header(h, hb);
   iov.push_back({hb.data(), hb.size()});
   if (!aux.empty()) iov.push_back({const_cast<char*>(aux.data()), aux.size()});
-  op.source.slice(c.offset, c.size, iov);
-  return platform::send_all(fd, iov.data(), static_cast<int>(iov.size()));
+  if (e.staging) {
+    iov.insert(iov.end(), e.staged.iov.begin(), e.staged.iov.end());
+  } else {
+    op.source.slice(c.offset, c.size, iov);
+  }
+  Status s = platform::send_all(fd, iov.data(), static_cast<int>(iov.size()));
+  if (e.staging) stager->release(e.staged);
+  e.access.reset();
+  return s;
 }
 
 void TcpConnection::path_tx_loop(int path) {
   int fd = data_[static_cast<size_t>(path)].fd();
+  const size_t depth = static_cast<size_t>(ctx_->options.staging_depth);
+  std::unique_ptr<TxStager> stager;  // made on the first chunk of GPU memory
+  std::deque<TxEntry> pipe;          // claimed, not yet sent, in claim order
   for (;;) {
-    std::optional<Chunk> c = chunks_.claim(path);
-    if (!c) return;
-    Status s = send_chunk(fd, path, *c);
+    // Host chunks go out one at a time as they are claimed. After a staged
+    // chunk the worker claims ahead (without blocking) so that up to `depth`
+    // device->host copies run while the oldest chunk is on the wire.
+    while (pipe.empty() || (pipe.back().staging && pipe.size() < depth)) {
+      std::optional<Chunk> c = pipe.empty() ? chunks_.claim(path) : chunks_.try_claim(path);
+      if (!c) break;
+      pipe.emplace_back();
+      pipe.back().chunk = std::move(*c);
+      prepare_chunk(pipe.back(), stager);
+    }
+    if (pipe.empty()) break;  // stopped, or the path failed
+    Status s = transmit_chunk(fd, pipe.front(), stager.get());
+    pipe.pop_front();
     if (!s.ok()) {
       path_failed(path, s);
-      return;
+      break;
     }
   }
+  // Unsent chunks stay with the queue (moved to other paths when this one
+  // failed); their copies must end before the slots go.
+  pipe.clear();
+  stager.reset();
 }
 
 // ---- liveness and teardown ----------------------------------------------------

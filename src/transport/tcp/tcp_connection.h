@@ -11,6 +11,15 @@
 // Application threads post operations and write their own control frames
 // (eager sends, requests) directly, in posting order.
 //
+// GPU memory: a path's workers stage chunks of device memory through their
+// own pinned slots (staging_pipeline.h), created on the first such chunk and
+// freed when the worker ends: the transmit worker copies chunks device->host
+// ahead of the socket; the receive worker reads into slots and copies on to
+// the device, and counts (and confirms) a chunk as landed only once that
+// copy finished. Small GPU payloads on the control stream are copied
+// synchronously through the connection's control copier. Host memory keeps
+// the zero-copy path.
+//
 // Failure: the first error on any stream, a CLOSE from the peer, or heartbeat
 // silence calls fail(): every socket is shut down (which wakes every blocked
 // thread), and every pending transfer finishes with the reason. close() and
@@ -21,8 +30,10 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -36,6 +47,7 @@
 #include "platform/socket.h"
 #include "transport/connection_base.h"
 #include "transport/tcp/chunk_queue.h"
+#include "transport/tcp/staging_pipeline.h"
 #include "wire/frame.h"
 
 namespace ferry::tcp {
@@ -157,12 +169,47 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   // actual CPU sets.
   void pin_worker(int path, const char* role, const std::string& thread);
   void path_rx_loop(int path);
-  Status send_chunk(int fd, int path, const Chunk& c);
+  // A claimed chunk on its way out of a path: staged (its copies queued) or
+  // not, or aborted (its memory vanished or could not be staged).
+  struct TxEntry {
+    Chunk chunk;
+    std::shared_ptr<core::ChunkAccess> access;  // held until sent
+    bool staging = false;
+    TxStager::Staged staged;
+    Status abort;  // not OK: send an aborted frame and fail the transfer
+  };
+  void prepare_chunk(TxEntry& e, std::unique_ptr<TxStager>& stager);
+  Status transmit_chunk(int fd, TxEntry& e, TxStager* stager);
 
   // Frame handlers; `fd` is the stream the frame's payload follows on.
   Status handle_frame(int fd, int path, const wire::FrameHeader& h, std::string& aux);
-  Status land_data(int fd, const wire::FrameHeader& h);
-  Status land_write(int fd, const wire::FrameHeader& h, std::string& aux);
+  Status land_data(int fd, int path, const wire::FrameHeader& h);
+  Status land_write(int fd, int path, const wire::FrameHeader& h, std::string& aux);
+  // How a frame's bytes are accounted once they are in place (or failed to land).
+  using Landed = std::function<Status(const Status& landed)>;
+  // Reads [offset, offset+size) of `dest` from `fd` into place — host memory
+  // directly, GPU memory through the path's staging (or synchronously on the
+  // control stream, path < 0) — then runs `landed`, in order with the path's
+  // earlier frames. `gone` is the message when the memory was deregistered.
+  Status receive_payload(int fd, int path, const core::SegmentList& dest, uint64_t offset, uint64_t size,
+                         const std::string& gone, Landed landed);
+  // Runs `fn` now, or behind the path's frames still being copied.
+  Status after_earlier(int path, std::function<Status()> fn);
+  // Counts a frame landed on `path` and confirms it when asked (CHUNK_ACK).
+  Status count_landed(int path, bool ack_request);
+
+  // ---- staging ----
+  // The pieces of [offset, offset+size) of `list`, marked staged where they
+  // cannot meet a socket directly.
+  void pieces_of(const core::SegmentList& list, uint64_t offset, uint64_t size, std::vector<Piece>& out) const;
+  bool stages(const core::SegmentList& list) const;
+  // Chunk size for an operation on `list` (0: the queue's default).
+  uint64_t chunk_for(const core::SegmentList& list) const;
+  // Copies every piece to (`to_buffer`) or from `buffer`, which holds their
+  // bytes back to back, and waits: the control stream's GPU payloads.
+  Status exchange(std::span<const Piece> pieces, uint8_t* buffer, bool to_buffer);
+  // copy_in that understands GPU memory.
+  Status copy_in(const core::SegmentList& dest, const uint8_t* src, uint64_t size);
   Status handle_eager(int fd, const wire::FrameHeader& h);
   Status handle_rts(const wire::FrameHeader& h);
   Status handle_cts(const wire::FrameHeader& h);
@@ -223,6 +270,11 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   std::unordered_set<uint64_t> finished_writes_;  // guarded by mu_
   std::deque<uint64_t> finished_order_;           // guarded by mu_
   std::vector<uint64_t> landed_chunks_;           // per path; only its rx thread
+
+  const StagingHooks hooks_;
+  std::vector<std::unique_ptr<RxStager>> rx_stage_;  // per path; only its rx thread
+  std::mutex control_copy_mu_;                       // serialises the control copier
+  std::unique_ptr<Copier> control_copier_;           // guarded by control_copy_mu_; made on first use
 
   std::mutex notes_mu_;
   std::condition_variable notes_cv_;

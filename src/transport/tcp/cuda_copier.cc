@@ -1,0 +1,166 @@
+// The CUDA copier: staging copies on per-device non-blocking streams, fenced
+// by events, through the driver table of platform/cuda_driver.h.
+#include <deque>
+#include <utility>
+#include <vector>
+
+#include "platform/cuda_driver.h"
+#include "transport/tcp/staging_copier.h"
+
+namespace ferry::tcp {
+namespace {
+
+using platform::cu::DevicePtr;
+using platform::cu::Event;
+using platform::cu::Stream;
+
+DevicePtr dptr(const void* p) { return static_cast<DevicePtr>(reinterpret_cast<uintptr_t>(p)); }
+
+// Only its owner's thread calls it (see Copier). Every driver call runs under
+// a DeviceScope, so a copier used on an application thread leaves that
+// thread's current context as it found it.
+class CudaCopier final : public Copier {
+ public:
+  ~CudaCopier() override {
+    const platform::CudaDriver& d = platform::cuda();
+    (void)wait(issued_);
+    for (size_t dev = 0; dev < devices_.size(); ++dev) {
+      PerDevice& pd = devices_[dev];
+      if (pd.stream == nullptr) continue;
+      platform::DeviceScope scope(static_cast<int>(dev));
+      for (Event e : pd.idle) d.event_destroy(e);
+      d.stream_destroy(pd.stream);
+    }
+  }
+
+  Result<void*> alloc_host(int device, size_t bytes) override {
+    const platform::CudaDriver& d = platform::cuda();
+    platform::DeviceScope scope(device < 0 ? 0 : device);
+    if (!scope.ok()) return scope.status();
+    void* p = nullptr;
+    // Portable: a slot may serve copies to and from any device.
+    FERRY_RETURN_IF_ERROR(
+        d.check(d.mem_host_alloc(&p, bytes, platform::cu::kHostAllocPortable), "cuMemHostAlloc", Code::kResourceExhausted));
+    return p;
+  }
+
+  void free_host(void* p, size_t) override {
+    const platform::CudaDriver& d = platform::cuda();
+    platform::DeviceScope scope(last_device_ < 0 ? 0 : last_device_);
+    d.mem_free_host(p);
+  }
+
+  Status copy(int device, void* dst, const void* src, size_t n) override {
+    const platform::CudaDriver& d = platform::cuda();
+    if (!d.available()) return Status(Code::kUnimplemented, "GPU memory to stage, but no CUDA driver on this host");
+    if (device < 0) return Status(Code::kInvalidArgument, "staging copy without a device");
+    platform::DeviceScope scope(device);
+    if (!scope.ok()) return scope.status();
+    auto stream = stream_of(device);
+    if (!stream.ok()) return stream.status();
+    FERRY_RETURN_IF_ERROR(d.check(d.memcpy_async(dptr(dst), dptr(src), n, stream.value()), "cuMemcpyAsync"));
+    devices_[static_cast<size_t>(device)].dirty = true;
+    last_device_ = device;
+    return Status();
+  }
+
+  Result<uint64_t> fence() override {
+    const platform::CudaDriver& d = platform::cuda();
+    Pending p;
+    p.ticket = ++issued_;
+    for (size_t dev = 0; dev < devices_.size(); ++dev) {
+      PerDevice& pd = devices_[dev];
+      if (!pd.dirty) continue;
+      platform::DeviceScope scope(static_cast<int>(dev));
+      if (!scope.ok()) return scope.status();
+      Event e = nullptr;
+      if (!pd.idle.empty()) {
+        e = pd.idle.back();
+        pd.idle.pop_back();
+      } else {
+        FERRY_RETURN_IF_ERROR(
+            d.check(d.event_create(&e, platform::cu::kEventDisableTiming), "cuEventCreate", Code::kResourceExhausted));
+      }
+      Status s = d.check(d.event_record(e, pd.stream), "cuEventRecord");
+      if (!s.ok()) {
+        pd.idle.push_back(e);
+        return s;
+      }
+      p.events.emplace_back(static_cast<int>(dev), e);
+      pd.dirty = false;
+    }
+    pending_.push_back(std::move(p));
+    return issued_;
+  }
+
+  Result<bool> done(uint64_t ticket) override {
+    const platform::CudaDriver& d = platform::cuda();
+    while (completed_ < ticket && !pending_.empty()) {
+      Pending& p = pending_.front();
+      for (auto& [dev, e] : p.events) {
+        platform::DeviceScope scope(dev);
+        platform::cu::Result r = d.event_query(e);
+        if (r == platform::cu::kNotReady) return false;
+        FERRY_RETURN_IF_ERROR(d.check(r, "cuEventQuery"));
+      }
+      retire_front();
+    }
+    return completed_ >= ticket;
+  }
+
+  Status wait(uint64_t ticket) override {
+    const platform::CudaDriver& d = platform::cuda();
+    while (completed_ < ticket && !pending_.empty()) {
+      Pending& p = pending_.front();
+      for (auto& [dev, e] : p.events) {
+        platform::DeviceScope scope(dev);
+        FERRY_RETURN_IF_ERROR(d.check(d.event_synchronize(e), "cuEventSynchronize"));
+      }
+      retire_front();
+    }
+    return Status();
+  }
+
+ private:
+  struct PerDevice {
+    Stream stream = nullptr;
+    std::vector<Event> idle;  // recorded events that finished, for reuse
+    bool dirty = false;       // copies queued since the last fence
+  };
+  struct Pending {
+    uint64_t ticket = 0;
+    std::vector<std::pair<int, Event>> events;
+  };
+
+  Result<Stream> stream_of(int device) {
+    if (devices_.size() <= static_cast<size_t>(device)) devices_.resize(static_cast<size_t>(device) + 1);
+    PerDevice& pd = devices_[static_cast<size_t>(device)];
+    if (pd.stream == nullptr) {
+      const platform::CudaDriver& d = platform::cuda();
+      // Non-blocking: staging never waits for, nor holds up, the application's
+      // work on the legacy default stream.
+      FERRY_RETURN_IF_ERROR(d.check(d.stream_create(&pd.stream, platform::cu::kStreamNonBlocking), "cuStreamCreate",
+                                    Code::kResourceExhausted));
+    }
+    return pd.stream;
+  }
+
+  void retire_front() {
+    Pending& p = pending_.front();
+    for (auto& [dev, e] : p.events) devices_[static_cast<size_t>(dev)].idle.push_back(e);
+    completed_ = p.ticket;
+    pending_.pop_front();
+  }
+
+  std::vector<PerDevice> devices_;  // by ordinal
+  std::deque<Pending> pending_;     // fences not yet seen done, oldest first
+  uint64_t issued_ = 0;
+  uint64_t completed_ = 0;
+  int last_device_ = -1;
+};
+
+}  // namespace
+
+std::unique_ptr<Copier> make_cuda_copier() { return std::make_unique<CudaCopier>(); }
+
+}  // namespace ferry::tcp

@@ -1,0 +1,71 @@
+// Copier: the copies that stage GPU memory through pinned host memory, behind
+// a seam. The TCP transport uses CUDA (device<->host copies on its own
+// streams, fenced by events); tests put a host-memory copier in its place so
+// that the whole staging pipeline runs, and is checked, on machines without a
+// GPU.
+//
+// Copies queued on one copier for one device run in the order queued. A
+// fence() returns a ticket covering every copy queued before it; tickets
+// increase, and a ticket is done only when every earlier one is.
+//
+// Threading: a copier is used by one thread at a time (a path's transmit or
+// receive worker owns its own; the connection's control copier is guarded by
+// a lock).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "ferry/status.h"
+
+namespace ferry::tcp {
+
+class Copier {
+ public:
+  virtual ~Copier() = default;
+
+  // Page-locked host memory for staging slots, usable with every device.
+  // kResourceExhausted when none can be had.
+  virtual Result<void*> alloc_host(int device, size_t bytes) = 0;
+  virtual void free_host(void* p, size_t bytes) = 0;
+
+  // Queues a copy of `n` bytes from `src` to `dst` (either may be device
+  // memory of `device`, addressed by unified addressing). Non-blocking.
+  virtual Status copy(int device, void* dst, const void* src, size_t n) = 0;
+  // A ticket for every copy queued so far. Non-blocking.
+  virtual Result<uint64_t> fence() = 0;
+  // Non-blocking: whether the copies of `ticket` finished.
+  virtual Result<bool> done(uint64_t ticket) = 0;
+  // Blocks until the copies of `ticket` finished (device copies always end).
+  virtual Status wait(uint64_t ticket) = 0;
+};
+
+using CopierFactory = std::function<std::unique_ptr<Copier>()>;
+
+// The CUDA copier: one non-blocking stream per device it is asked to copy
+// on (created on first use, in the device's primary context), events as
+// fences. Without a driver every call returns kUnimplemented.
+std::unique_ptr<Copier> make_cuda_copier();
+
+// A stand-in that moves host memory with memcpy on its own thread, each copy
+// after `delay`, so copies finish later than they were queued, as DMA does.
+// Allocates ordinary host memory.
+std::unique_ptr<Copier> make_host_copier(std::chrono::microseconds delay = std::chrono::microseconds(0));
+
+// How connections stage: `make` builds their copiers, and `stage_host` makes
+// them stage host memory too (tests: the pipeline with host memory standing
+// in for device memory). Read once by each connection when it is created.
+struct StagingHooks {
+  CopierFactory make;  // empty: make_cuda_copier
+  bool stage_host = false;
+};
+
+// The hooks in force for new connections.
+StagingHooks staging_hooks();
+// Replaces them for connections created afterwards; `{}` restores the default.
+void set_staging_hooks_for_tests(StagingHooks hooks);
+
+}  // namespace ferry::tcp

@@ -1,0 +1,146 @@
+// TxStager and RxStager.
+#include "transport/tcp/staging_pipeline.h"
+
+#include <poll.h>
+
+#include <algorithm>
+
+#include "platform/socket.h"
+
+namespace ferry::tcp {
+
+size_t staged_bytes(std::span<const Piece> pieces) {
+  size_t n = 0;
+  for (const Piece& p : pieces) n += p.staged ? p.size : 0;
+  return n;
+}
+
+// ---- transmit ---------------------------------------------------------------
+
+TxStager::TxStager(std::unique_ptr<Copier> copier, size_t slot_bytes, int depth)
+    : copier_(std::move(copier)), ring_(*copier_, slot_bytes, depth) {}
+
+TxStager::~TxStager() {
+  if (last_ticket_ != 0) (void)copier_->wait(last_ticket_);
+}
+
+Status TxStager::stage(std::span<const Piece> pieces, Staged& out) {
+  out = Staged{};
+  size_t need = staged_bytes(pieces);
+  if (need > ring_.slot_bytes()) {
+    return Status(Code::kInternal, "staging: chunk has " + std::to_string(need) + " bytes to stage, slots hold " +
+                                       std::to_string(ring_.slot_bytes()));
+  }
+  int device = -1;
+  for (const Piece& p : pieces) {
+    if (p.staged && device < 0) device = p.device;
+  }
+  if (need > 0) {
+    auto slot = ring_.acquire(device);
+    if (!slot.ok()) return slot.status();
+    out.slot = slot.value();
+  }
+  size_t at = 0;
+  for (const Piece& p : pieces) {
+    if (!p.staged) {
+      out.iov.push_back({p.data, p.size});
+      continue;
+    }
+    uint8_t* dst = out.slot->data + at;
+    Status s = copier_->copy(p.device, dst, p.data, p.size);
+    if (!s.ok()) {
+      release(out);
+      return s;
+    }
+    out.iov.push_back({dst, p.size});
+    at += p.size;
+  }
+  if (out.slot != nullptr) {
+    auto t = copier_->fence();
+    if (!t.ok()) {
+      release(out);
+      return t.status();
+    }
+    out.ticket = out.slot->ticket = last_ticket_ = t.value();
+  }
+  return Status();
+}
+
+Status TxStager::wait(const Staged& s) { return s.ticket == 0 ? Status() : copier_->wait(s.ticket); }
+
+void TxStager::release(Staged& s) {
+  if (s.slot != nullptr) ring_.release(s.slot);
+  s.slot = nullptr;
+}
+
+// ---- receive ----------------------------------------------------------------
+
+RxStager::RxStager(std::unique_ptr<Copier> copier, size_t slot_bytes, int depth)
+    : copier_(std::move(copier)), ring_(*copier_, slot_bytes, depth) {}
+
+RxStager::~RxStager() {
+  if (last_ticket_ != 0) (void)copier_->wait(last_ticket_);
+  fifo_.clear();
+}
+
+Status RxStager::receive(int fd, std::span<const Piece> pieces, Done done) {
+  uint64_t ticket = 0;
+  for (const Piece& p : pieces) {
+    if (!p.staged) {
+      struct iovec v = {p.data, p.size};
+      FERRY_RETURN_IF_ERROR(platform::recv_all(fd, &v, 1));
+      continue;
+    }
+    for (size_t off = 0; off < p.size;) {
+      size_t n = std::min(ring_.slot_bytes(), p.size - off);
+      auto slot = ring_.acquire(p.device);
+      if (!slot.ok()) return slot.status();
+      StagingRing::Slot* s = slot.value();
+      Status st = platform::recv_exact(fd, s->data, n);
+      if (st.ok()) st = copier_->copy(p.device, p.data + off, s->data, n);
+      Result<uint64_t> t = st.ok() ? copier_->fence() : Result<uint64_t>(st);
+      ring_.release(s);
+      if (!t.ok()) return t.status();
+      s->ticket = ticket = last_ticket_ = t.value();
+      off += n;
+    }
+  }
+  if (ticket == 0) return then(std::move(done));
+  fifo_.push_back(Entry{ticket, std::move(done)});
+  return Status();
+}
+
+Status RxStager::then(Done done) {
+  if (fifo_.empty()) return done();
+  fifo_.push_back(Entry{0, std::move(done)});
+  return Status();
+}
+
+Status RxStager::retire(bool all) {
+  while (!fifo_.empty()) {
+    Entry& e = fifo_.front();
+    if (e.ticket != 0) {
+      if (all) {
+        FERRY_RETURN_IF_ERROR(copier_->wait(e.ticket));
+      } else {
+        auto d = copier_->done(e.ticket);
+        if (!d.ok()) return d.status();
+        if (!d.value()) return Status();
+      }
+    }
+    Done done = std::move(e.done);
+    fifo_.pop_front();
+    FERRY_RETURN_IF_ERROR(done());
+  }
+  return Status();
+}
+
+Status RxStager::before_read(int fd) {
+  FERRY_RETURN_IF_ERROR(retire(false));
+  if (fifo_.empty()) return Status();
+  struct pollfd p = {fd, POLLIN, 0};
+  if (::poll(&p, 1, 0) > 0) return Status();
+  return retire(true);
+}
+
+}  // namespace ferry::tcp

@@ -1,0 +1,124 @@
+// Staging pipelines: how a path moves chunks whose memory cannot meet a
+// socket directly (GPU memory) through its StagingRing.
+//
+// Transmit (TxStager): the path's worker stages the chunks it claims ahead of
+// the socket — each chunk's device pieces are copied into a slot on the
+// copier's stream — and sends the oldest once its copies are done, so
+// device->host copies run while earlier chunks are on the wire.
+//
+// Receive (RxStager): staged pieces are read from the socket into slots and
+// copied on to the device as they arrive. Each frame is an entry in a FIFO
+// with a completion (count the chunk as landed, confirm it, finish the
+// transfer); completions run in arrival order and only once the frame's
+// copies are done, so a chunk counts as landed only when its bytes are in
+// device memory. Entries without copies (host memory, dropped frames) queue
+// behind staged ones, which keeps the path's landed count in order.
+//
+// Host pieces of a chunk are never staged: they go between socket and memory
+// directly, as on the host-only path.
+//
+// Threading: each stager belongs to one path worker thread.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "ferry/status.h"
+#include "transport/tcp/staging_copier.h"
+#include "transport/tcp/staging_ring.h"
+
+namespace ferry::tcp {
+
+// Contiguous bytes of a chunk in one region.
+struct Piece {
+  uint8_t* data = nullptr;
+  size_t size = 0;
+  int device = -1;      // GPU ordinal of device memory (-1: host)
+  bool staged = false;  // goes through a slot (device memory, or host memory standing in for it in tests)
+};
+
+// Bytes of `pieces` that go through slots.
+size_t staged_bytes(std::span<const Piece> pieces);
+
+class TxStager {
+ public:
+  // A staged chunk: the bytes to send, in order (host pieces in place, staged
+  // ones in the slot), and the fence of the copies into the slot.
+  struct Staged {
+    StagingRing::Slot* slot = nullptr;
+    uint64_t ticket = 0;
+    std::vector<struct iovec> iov;
+  };
+
+  TxStager(std::unique_ptr<Copier> copier, size_t slot_bytes, int depth);
+  // Waits for the copies it queued, then frees its slots.
+  ~TxStager();
+
+  // Queues the copies of `pieces`' staged bytes into the next slot and fills
+  // `out`. Non-blocking. kInternal if they exceed a slot or every slot is
+  // held (callers keep at most depth() chunks staged and unreleased).
+  Status stage(std::span<const Piece> pieces, Staged& out);
+  // Blocks until `s`'s copies are done; then its iov may be sent.
+  Status wait(const Staged& s);
+  // The chunk was sent: its slot may be reused.
+  void release(Staged& s);
+
+  int depth() const { return ring_.depth(); }
+  const StagingRing& ring() const { return ring_; }
+
+ private:
+  std::unique_ptr<Copier> copier_;
+  StagingRing ring_;
+  uint64_t last_ticket_ = 0;
+};
+
+class RxStager {
+ public:
+  // A frame's completion; an error fails the connection.
+  using Done = std::function<Status()>;
+
+  RxStager(std::unique_ptr<Copier> copier, size_t slot_bytes, int depth);
+  // Waits for the copies in flight, drops completions that never ran (the
+  // path or connection is gone) and frees the slots.
+  ~RxStager();
+
+  // Reads the bytes of `pieces` from `fd` in order, host pieces straight into
+  // place, staged ones through slots (a piece larger than a slot takes several
+  // turns) and on to their memory; queues `done` to run once those copies are
+  // done. Blocks on `fd`, and on a slot's earlier copies when the ring is full.
+  Status receive(int fd, std::span<const Piece> pieces, Done done);
+  // Queues `done` behind the entries in flight, or runs it now if there are none.
+  Status then(Done done);
+  // Runs, in order, the completions of entries whose copies are done; with
+  // `all`, first waits for every entry. Returns the first error.
+  Status retire(bool all);
+  // Call before blocking on `fd`: retires what is done and, while entries
+  // remain and `fd` has nothing to read, waits for them all — a completion
+  // (and the confirmation the peer's window waits for) never waits for the
+  // peer's next frame.
+  Status before_read(int fd);
+
+  bool idle() const { return fifo_.empty(); }
+  size_t entries() const { return fifo_.size(); }
+  const StagingRing& ring() const { return ring_; }
+
+ private:
+  struct Entry {
+    uint64_t ticket = 0;  // 0: no copies
+    Done done;
+  };
+
+  std::unique_ptr<Copier> copier_;
+  StagingRing ring_;
+  std::deque<Entry> fifo_;
+  uint64_t last_ticket_ = 0;
+};
+
+}  // namespace ferry::tcp
