@@ -1,0 +1,248 @@
+// Staging pipelines with host memory standing in for device memory: the
+// transmit side's bytes are the source's once its copies are done; the
+// receive side lands frames through slots (pieces larger than a slot too),
+// runs completions in arrival order and only after the copies finished, and
+// never leaves a completion waiting for the next frame.
+#include "transport/tcp/staging_pipeline.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "platform/socket.h"
+
+namespace ferry::tcp {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::vector<uint8_t> random_bytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+// Copies happen only when the test says so: complete(t) runs every copy
+// fenced by tickets up to t.
+class ManualCopier final : public Copier {
+ public:
+  Result<void*> alloc_host(int, size_t bytes) override { return std::malloc(bytes); }
+  void free_host(void* p, size_t) override { std::free(p); }
+  Status copy(int, void* dst, const void* src, size_t n) override {
+    queued_.push_back({dst, src, n, 0});
+    return Status();
+  }
+  Result<uint64_t> fence() override {
+    queued_.push_back({nullptr, nullptr, 0, ++issued_});
+    return issued_;
+  }
+  Result<bool> done(uint64_t t) override { return completed_ >= t; }
+  Status wait(uint64_t t) override {
+    complete(t);
+    return Status();
+  }
+  void complete(uint64_t t) {
+    while (!queued_.empty() && completed_ < t) {
+      Job j = queued_.front();
+      queued_.pop_front();
+      if (j.ticket != 0) {
+        completed_ = j.ticket;
+      } else {
+        std::memcpy(j.dst, j.src, j.n);
+      }
+    }
+  }
+  uint64_t issued() const { return issued_; }
+
+ private:
+  struct Job {
+    void* dst;
+    const void* src;
+    size_t n;
+    uint64_t ticket;
+  };
+  std::deque<Job> queued_;
+  uint64_t issued_ = 0, completed_ = 0;
+};
+
+struct SocketPair {
+  int a = -1, b = -1;
+  SocketPair() {
+    int fds[2];
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    a = fds[0];
+    b = fds[1];
+  }
+  ~SocketPair() {
+    ::close(a);
+    ::close(b);
+  }
+};
+
+TEST(TxStager, StagedChunkCarriesTheSourceBytesOnceItsCopiesAreDone) {
+  auto owned = std::make_unique<ManualCopier>();
+  ManualCopier* copier = owned.get();
+  TxStager tx(std::move(owned), 64 * 1024, 2);
+  auto host = random_bytes(1001, 1);
+  auto dev1 = random_bytes(30001, 2);
+  auto dev2 = random_bytes(7, 3);
+  std::vector<Piece> pieces = {{dev1.data(), dev1.size(), 0, true},
+                               {host.data(), host.size(), -1, false},
+                               {dev2.data(), dev2.size(), 0, true}};
+  TxStager::Staged s;
+  ASSERT_TRUE(tx.stage(pieces, s).ok());
+  ASSERT_EQ(s.iov.size(), 3u);
+  EXPECT_EQ(s.iov[1].iov_base, host.data());  // host bytes are never staged
+  EXPECT_NE(s.iov[0].iov_base, dev1.data());
+  EXPECT_NE(std::memcmp(s.iov[0].iov_base, dev1.data(), dev1.size()), 0);  // not copied yet
+  ASSERT_TRUE(tx.wait(s).ok());
+  std::vector<uint8_t> sent, expected;
+  for (const auto& v : s.iov) {
+    auto* p = static_cast<uint8_t*>(v.iov_base);
+    sent.insert(sent.end(), p, p + v.iov_len);
+  }
+  for (auto* v : {&dev1, &host, &dev2}) expected.insert(expected.end(), v->begin(), v->end());
+  EXPECT_EQ(sent, expected);
+  tx.release(s);
+  EXPECT_GE(copier->issued(), 1u);
+}
+
+TEST(TxStager, RefusesMoreThanASlotAndMoreThanDepthChunks) {
+  TxStager tx(std::make_unique<ManualCopier>(), 4096, 2);
+  auto dev = random_bytes(8192, 4);
+  std::vector<Piece> big = {{dev.data(), 4097, 0, true}};
+  TxStager::Staged s;
+  EXPECT_EQ(tx.stage(big, s).code(), Code::kInternal);
+  std::vector<Piece> ok = {{dev.data(), 4096, 0, true}};
+  TxStager::Staged a, b, c;
+  ASSERT_TRUE(tx.stage(ok, a).ok());
+  ASSERT_TRUE(tx.stage(ok, b).ok());
+  EXPECT_EQ(tx.stage(ok, c).code(), Code::kInternal);  // both slots held
+  tx.release(a);
+  EXPECT_TRUE(tx.stage(ok, c).ok());
+  EXPECT_EQ(tx.ring().allocated(), 2);
+}
+
+TEST(RxStager, LandsThroughSlotsAndCompletesInOrderOnlyAfterTheCopies) {
+  SocketPair sp;
+  auto owned = std::make_unique<ManualCopier>();
+  ManualCopier* copier = owned.get();
+  constexpr size_t kSlot = 4096;
+  RxStager rx(std::move(owned), kSlot, 8);
+  // Frame 1: a staged piece of 3 slots and a bit, then a host piece.
+  auto f1 = random_bytes(3 * kSlot + 123 + 555, 5);
+  // Frame 2: staged, 17 bytes.
+  auto f2 = random_bytes(17, 6);
+  ASSERT_TRUE(platform::send_all_by(sp.a, f1.data(), f1.size(), Clock::now() + 5s).ok());
+  ASSERT_TRUE(platform::send_all_by(sp.a, f2.data(), f2.size(), Clock::now() + 5s).ok());
+  std::vector<uint8_t> dev1(3 * kSlot + 123, 0), host1(555, 0), dev2(17, 0);
+  std::vector<int> order;
+  std::vector<Piece> p1 = {{dev1.data(), dev1.size(), 0, true}, {host1.data(), host1.size(), -1, false}};
+  ASSERT_TRUE(rx
+                  .receive(sp.b, p1,
+                           [&] {
+                             order.push_back(1);
+                             // The bytes are in place when the completion runs.
+                             EXPECT_EQ(0, std::memcmp(dev1.data(), f1.data(), dev1.size()));
+                             return Status();
+                           })
+                  .ok());
+  EXPECT_EQ(0, std::memcmp(host1.data(), f1.data() + dev1.size(), host1.size()));  // host pieces land at once
+  std::vector<Piece> p2 = {{dev2.data(), dev2.size(), 0, true}};
+  ASSERT_TRUE(rx.receive(sp.b, p2,
+                         [&] {
+                           order.push_back(2);
+                           EXPECT_EQ(0, std::memcmp(dev2.data(), f2.data(), dev2.size()));
+                           return Status();
+                         })
+                  .ok());
+  // A frame without copies (host memory) queues behind the staged ones.
+  ASSERT_TRUE(rx.then([&] {
+                  order.push_back(3);
+                  return Status();
+                })
+                  .ok());
+  EXPECT_TRUE(order.empty());
+  EXPECT_EQ(rx.entries(), 3u);
+  ASSERT_TRUE(rx.retire(false).ok());
+  EXPECT_TRUE(order.empty());  // nothing copied yet
+  copier->complete(copier->issued() - 1);  // frame 1's copies done, frame 2's not
+  ASSERT_TRUE(rx.retire(false).ok());
+  EXPECT_EQ(order, (std::vector<int>{1}));
+  // Nothing to read: before_read waits for the rest rather than block on the socket.
+  ASSERT_TRUE(rx.before_read(sp.b).ok());
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+  EXPECT_TRUE(rx.idle());
+  // With nothing in flight, a completion runs at once.
+  ASSERT_TRUE(rx.then([&] {
+                  order.push_back(4);
+                  return Status();
+                })
+                  .ok());
+  EXPECT_EQ(order.back(), 4);
+}
+
+TEST(RxStager, ManyFramesThroughFewSlotsWithAsynchronousCopies) {
+  SocketPair sp;
+  constexpr size_t kSlot = 8192;
+  RxStager rx(make_host_copier(50us), kSlot, 2);
+  std::mt19937_64 rng(7);
+  std::vector<std::vector<uint8_t>> frames;
+  for (int i = 0; i < 40; ++i) frames.push_back(random_bytes(1 + rng() % (3 * kSlot), 100 + i));
+  std::thread writer([&] {
+    for (auto& f : frames) ASSERT_TRUE(platform::send_all_by(sp.a, f.data(), f.size(), Clock::now() + 10s).ok());
+  });
+  std::vector<std::vector<uint8_t>> dest;
+  dest.reserve(frames.size());
+  int completed = 0;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    ASSERT_TRUE(rx.before_read(sp.b).ok());
+    dest.emplace_back(frames[i].size(), 0);
+    // Odd split: a host head, then the rest staged.
+    size_t head = frames[i].size() / 3;
+    std::vector<Piece> p = {{dest[i].data(), head, -1, false},
+                            {dest[i].data() + head, frames[i].size() - head, 0, true}};
+    ASSERT_TRUE(rx.receive(sp.b, p,
+                           [&, i] {
+                             EXPECT_EQ(static_cast<size_t>(completed), i) << "out of order";
+                             EXPECT_EQ(dest[i], frames[i]) << "frame " << i << " completed before its bytes landed";
+                             ++completed;
+                             return Status();
+                           })
+                    .ok());
+    EXPECT_LE(rx.ring().allocated(), 2);
+  }
+  ASSERT_TRUE(rx.retire(true).ok());
+  writer.join();
+  EXPECT_EQ(completed, 40);
+}
+
+TEST(RxStager, ACompletionErrorStopsRetiring) {
+  SocketPair sp;
+  auto owned = std::make_unique<ManualCopier>();
+  RxStager rx(std::move(owned), 4096, 2);
+  auto f = random_bytes(100, 9);
+  ASSERT_TRUE(platform::send_all_by(sp.a, f.data(), f.size(), Clock::now() + 5s).ok());
+  std::vector<uint8_t> dev(100);
+  std::vector<Piece> p = {{dev.data(), dev.size(), 0, true}};
+  ASSERT_TRUE(rx.receive(sp.b, p, [] { return Status(Code::kDataLoss, "bad frame"); }).ok());
+  bool second = false;
+  ASSERT_TRUE(rx.then([&] {
+                  second = true;
+                  return Status();
+                })
+                  .ok());
+  EXPECT_EQ(rx.retire(true).code(), Code::kDataLoss);
+  EXPECT_FALSE(second);
+}
+
+}  // namespace
+}  // namespace ferry::tcp
