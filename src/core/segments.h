@@ -60,8 +60,7 @@ class SegmentList {
 
 // For transports that cannot move GPU memory: the refusal they give up front.
 inline Status gpu_not_supported(const char* what) {
-  return Status(Code::kUnimplemented,
-                std::string(what) + " is GPU memory, which this transport cannot move");
+  return Status(Code::kUnimplemented, std::string(what) + " is GPU memory, which this transport cannot move");
 }
 
 // Resolves (data, size) parts against `registry` into one SegmentList, in

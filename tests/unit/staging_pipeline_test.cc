@@ -94,9 +94,8 @@ TEST(TxStager, StagedChunkCarriesTheSourceBytesOnceItsCopiesAreDone) {
   auto host = random_bytes(1001, 1);
   auto dev1 = random_bytes(30001, 2);
   auto dev2 = random_bytes(7, 3);
-  std::vector<Piece> pieces = {{dev1.data(), dev1.size(), 0, true},
-                               {host.data(), host.size(), -1, false},
-                               {dev2.data(), dev2.size(), 0, true}};
+  std::vector<Piece> pieces = {
+      {dev1.data(), dev1.size(), 0, true}, {host.data(), host.size(), -1, false}, {dev2.data(), dev2.size(), 0, true}};
   TxStager::Staged s;
   ASSERT_TRUE(tx.stage(pieces, s).ok());
   ASSERT_EQ(s.iov.size(), 3u);
@@ -146,34 +145,28 @@ TEST(RxStager, LandsThroughSlotsAndCompletesInOrderOnlyAfterTheCopies) {
   std::vector<uint8_t> dev1(3 * kSlot + 123, 0), host1(555, 0), dev2(17, 0);
   std::vector<int> order;
   std::vector<Piece> p1 = {{dev1.data(), dev1.size(), 0, true}, {host1.data(), host1.size(), -1, false}};
-  ASSERT_TRUE(rx
-                  .receive(sp.b, p1,
-                           [&] {
-                             order.push_back(1);
-                             // The bytes are in place when the completion runs.
-                             EXPECT_EQ(0, std::memcmp(dev1.data(), f1.data(), dev1.size()));
-                             return Status();
-                           })
-                  .ok());
+  ASSERT_TRUE(rx.receive(sp.b, p1, [&] {
+                  order.push_back(1);
+                  // The bytes are in place when the completion runs.
+                  EXPECT_EQ(0, std::memcmp(dev1.data(), f1.data(), dev1.size()));
+                  return Status();
+                }).ok());
   EXPECT_EQ(0, std::memcmp(host1.data(), f1.data() + dev1.size(), host1.size()));  // host pieces land at once
   std::vector<Piece> p2 = {{dev2.data(), dev2.size(), 0, true}};
-  ASSERT_TRUE(rx.receive(sp.b, p2,
-                         [&] {
-                           order.push_back(2);
-                           EXPECT_EQ(0, std::memcmp(dev2.data(), f2.data(), dev2.size()));
-                           return Status();
-                         })
-                  .ok());
+  ASSERT_TRUE(rx.receive(sp.b, p2, [&] {
+                  order.push_back(2);
+                  EXPECT_EQ(0, std::memcmp(dev2.data(), f2.data(), dev2.size()));
+                  return Status();
+                }).ok());
   // A frame without copies (host memory) queues behind the staged ones.
   ASSERT_TRUE(rx.then([&] {
                   order.push_back(3);
                   return Status();
-                })
-                  .ok());
+                }).ok());
   EXPECT_TRUE(order.empty());
   EXPECT_EQ(rx.entries(), 3u);
   ASSERT_TRUE(rx.retire(false).ok());
-  EXPECT_TRUE(order.empty());  // nothing copied yet
+  EXPECT_TRUE(order.empty());              // nothing copied yet
   copier->complete(copier->issued() - 1);  // frame 1's copies done, frame 2's not
   ASSERT_TRUE(rx.retire(false).ok());
   EXPECT_EQ(order, (std::vector<int>{1}));
@@ -185,8 +178,7 @@ TEST(RxStager, LandsThroughSlotsAndCompletesInOrderOnlyAfterTheCopies) {
   ASSERT_TRUE(rx.then([&] {
                   order.push_back(4);
                   return Status();
-                })
-                  .ok());
+                }).ok());
   EXPECT_EQ(order.back(), 4);
 }
 
@@ -210,14 +202,12 @@ TEST(RxStager, ManyFramesThroughFewSlotsWithAsynchronousCopies) {
     size_t head = frames[i].size() / 3;
     std::vector<Piece> p = {{dest[i].data(), head, -1, false},
                             {dest[i].data() + head, frames[i].size() - head, 0, true}};
-    ASSERT_TRUE(rx.receive(sp.b, p,
-                           [&, i] {
-                             EXPECT_EQ(static_cast<size_t>(completed), i) << "out of order";
-                             EXPECT_EQ(dest[i], frames[i]) << "frame " << i << " completed before its bytes landed";
-                             ++completed;
-                             return Status();
-                           })
-                    .ok());
+    ASSERT_TRUE(rx.receive(sp.b, p, [&, i] {
+                    EXPECT_EQ(static_cast<size_t>(completed), i) << "out of order";
+                    EXPECT_EQ(dest[i], frames[i]) << "frame " << i << " completed before its bytes landed";
+                    ++completed;
+                    return Status();
+                  }).ok());
     EXPECT_LE(rx.ring().allocated(), 2);
   }
   ASSERT_TRUE(rx.retire(true).ok());
@@ -238,8 +228,7 @@ TEST(RxStager, ACompletionErrorStopsRetiring) {
   ASSERT_TRUE(rx.then([&] {
                   second = true;
                   return Status();
-                })
-                  .ok());
+                }).ok());
   EXPECT_EQ(rx.retire(true).code(), Code::kDataLoss);
   EXPECT_FALSE(second);
 }

@@ -39,8 +39,8 @@ class CudaCopier final : public Copier {
     if (!scope.ok()) return scope.status();
     void* p = nullptr;
     // Portable: a slot may serve copies to and from any device.
-    FERRY_RETURN_IF_ERROR(
-        d.check(d.mem_host_alloc(&p, bytes, platform::cu::kHostAllocPortable), "cuMemHostAlloc", Code::kResourceExhausted));
+    FERRY_RETURN_IF_ERROR(d.check(d.mem_host_alloc(&p, bytes, platform::cu::kHostAllocPortable), "cuMemHostAlloc",
+                                  Code::kResourceExhausted));
     return p;
   }
 

@@ -26,9 +26,8 @@ StagingRing::~StagingRing() {
 Result<StagingRing::Slot*> StagingRing::acquire(int device) {
   Slot& s = slots_[next_];
   if (s.held) {
-    return Status(Code::kInternal,
-                  "staging ring: slot " + std::to_string(next_) + " of " + std::to_string(slots_.size()) +
-                      " is still in use");
+    return Status(Code::kInternal, "staging ring: slot " + std::to_string(next_) + " of " +
+                                       std::to_string(slots_.size()) + " is still in use");
   }
   if (s.data == nullptr) {
     auto p = copier_.alloc_host(device, slot_bytes_);

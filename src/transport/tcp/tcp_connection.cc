@@ -796,8 +796,8 @@ Status TcpConnection::land_write(int fd, int path, const FrameHeader& h, std::st
                          "export " + std::to_string(h.a) + " was deregistered during the write", std::move(account));
 }
 
-Status TcpConnection::receive_payload(int fd, int path, const core::SegmentList& dest, uint64_t offset,
-                                      uint64_t size, const std::string& gone, Landed landed) {
+Status TcpConnection::receive_payload(int fd, int path, const core::SegmentList& dest, uint64_t offset, uint64_t size,
+                                      const std::string& gone, Landed landed) {
   // Holds the regions open until the bytes are in place (for GPU memory: until
   // the copy to the device finished), and the list that names them.
   struct Held {
@@ -832,8 +832,7 @@ Status TcpConnection::receive_payload(int fd, int path, const core::SegmentList&
   }
   std::unique_ptr<RxStager>& stager = rx_stage_[static_cast<size_t>(path)];
   if (!stager) {
-    stager = std::make_unique<RxStager>(hooks_.make(), ctx_->options.staging_chunk_bytes,
-                                        ctx_->options.staging_depth);
+    stager = std::make_unique<RxStager>(hooks_.make(), ctx_->options.staging_chunk_bytes, ctx_->options.staging_depth);
   }
   return stager->receive(fd, pieces, [held, landed = std::move(landed)]() mutable {
     held.reset();  // the bytes are in place: the regions may go
@@ -891,7 +890,8 @@ Status TcpConnection::exchange(std::span<const Piece> pieces, uint8_t* buffer, b
       std::memcpy(to_buffer ? mine : p.data, to_buffer ? p.data : mine, p.size);
       continue;
     }
-    FERRY_RETURN_IF_ERROR(control_copier_->copy(p.device, to_buffer ? mine : p.data, to_buffer ? p.data : mine, p.size));
+    FERRY_RETURN_IF_ERROR(
+        control_copier_->copy(p.device, to_buffer ? mine : p.data, to_buffer ? p.data : mine, p.size));
     copied = true;
   }
   if (!copied) return Status();
@@ -1171,8 +1171,7 @@ void TcpConnection::prepare_chunk(TxEntry& e, std::unique_ptr<TxStager>& stager)
   pieces_of(c.op->source, c.offset, c.size, pieces);
   if (staged_bytes(pieces) == 0) return;
   if (!stager) {
-    stager = std::make_unique<TxStager>(hooks_.make(), ctx_->options.staging_chunk_bytes,
-                                        ctx_->options.staging_depth);
+    stager = std::make_unique<TxStager>(hooks_.make(), ctx_->options.staging_chunk_bytes, ctx_->options.staging_depth);
   }
   Status s = stager->stage(pieces, e.staged);
   if (!s.ok()) {

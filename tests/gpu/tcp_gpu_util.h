@@ -1,0 +1,113 @@
+// Helpers shared by the GPU-over-TCP tests and their peer process: device
+// memory through the driver table (no CUDA headers needed to build), random
+// bytes and a fast checksum both sides compute alike.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ferry/ferry.h"
+#include "platform/cuda_driver.h"
+
+namespace ferry::test {
+
+// Number of usable GPUs (0 without a driver).
+inline int gpu_count() {
+  const platform::CudaDriver& d = platform::cuda();
+  if (!d.available()) return 0;
+  int n = 0;
+  return d.device_get_count(&n) == platform::cu::kSuccess ? n : 0;
+}
+
+inline platform::cu::DevicePtr dptr(const void* p) {
+  return static_cast<platform::cu::DevicePtr>(reinterpret_cast<uintptr_t>(p));
+}
+
+// `bytes` of device memory on GPU `gpu`, or of host memory for gpu < 0.
+class Memory {
+ public:
+  Memory(int gpu, size_t bytes) : gpu_(gpu), bytes_(bytes) {
+    if (gpu < 0) {
+      host_.assign(bytes, 0);
+      data_ = host_.data();
+      return;
+    }
+    const platform::CudaDriver& d = platform::cuda();
+    if (!platform::use_device(gpu).ok()) return;
+    platform::cu::DevicePtr p = 0;
+    if (d.mem_alloc(&p, bytes) != platform::cu::kSuccess) return;
+    data_ = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(p));
+  }
+  ~Memory() {
+    if (gpu_ >= 0 && data_ != nullptr) {
+      (void)platform::use_device(gpu_);
+      platform::cuda().mem_free(dptr(data_));
+    }
+  }
+  Memory(const Memory&) = delete;
+  Memory& operator=(const Memory&) = delete;
+
+  bool ok() const { return data_ != nullptr; }
+  uint8_t* data() const { return data_; }
+  size_t size() const { return bytes_; }
+  int gpu() const { return gpu_; }
+
+  // Copies between this memory and host bytes (synchronous).
+  void put(size_t off, const uint8_t* src, size_t n) {
+    if (gpu_ < 0) {
+      std::memcpy(data_ + off, src, n);
+      return;
+    }
+    (void)platform::use_device(gpu_);
+    platform::cuda().memcpy(dptr(data_ + off), dptr(src), n);
+  }
+  void get(size_t off, uint8_t* dst, size_t n) const {
+    if (gpu_ < 0) {
+      std::memcpy(dst, data_ + off, n);
+      return;
+    }
+    (void)platform::use_device(gpu_);
+    platform::cuda().memcpy(dptr(dst), dptr(data_ + off), n);
+  }
+
+ private:
+  int gpu_;
+  size_t bytes_;
+  uint8_t* data_ = nullptr;
+  std::vector<uint8_t> host_;
+};
+
+inline void random_fill(uint8_t* p, size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w = rng();
+    std::memcpy(p + i, &w, 8);
+  }
+  uint64_t w = rng();
+  for (; i < n; ++i) p[i] = static_cast<uint8_t>(w >> (8 * (i % 8)));
+}
+
+inline uint64_t hash64(const uint8_t* p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 1099511628211ull;
+  }
+  for (; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+// Hash of [off, off+n) of `m` (copied to the host first).
+inline uint64_t hash_of(const Memory& m, size_t off, size_t n) {
+  std::vector<uint8_t> tmp(n);
+  m.get(off, tmp.data(), n);
+  return hash64(tmp.data(), n);
+}
+
+}  // namespace ferry::test
