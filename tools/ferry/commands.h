@@ -11,5 +11,6 @@ void add_bench_command(CLI::App& app);
 void add_config_command(CLI::App& app);
 void add_tune_command(CLI::App& app);
 void add_diag_command(CLI::App& app);
+void add_profile_command(CLI::App& app);
 
 }  // namespace ferry::cli

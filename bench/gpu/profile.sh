@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# `ferry profile` on a GPU host, start to finish, on a bare machine: configure
+# and build, run the GPU tests, a full ce run (with the spin-gated
+# cudaMemcpyPeerAsync reference loop, nvbandwidth's method, in the same
+# invocation) and a full nccl run (2 GPUs, 31 sizes, 10 repetitions), analyse
+# both, pack the run directories, and print a short table last.
+#
+# Usage: bench/gpu/profile.sh [OUT_DIR]   (default: $OUT, else ./profile-out)
+# Env:   FERRY_PROFILE_ARGS  extra flags for both full runs
+#        FERRY_SSL_DEB       a libssl-dev .deb to unpack when OpenSSL headers are missing
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+out=${1:-${OUT:-$root/profile-out}}
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+log() { echo "== $*"; }
+extra=${FERRY_PROFILE_ARGS:-}
+
+log "machine"
+nvidia-smi -L
+nvidia-smi topo -m 2>/dev/null | head -8
+nvcc --version | tail -1
+python3 -c "import nvidia.nccl as n; print('nccl wheel:', list(n.__path__)[0])" 2>/dev/null || echo "no nccl wheel"
+
+log "configure"
+cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90)
+if [ ! -f /usr/include/openssl/hmac.h ]; then
+  deb=${FERRY_SSL_DEB:-$(ls "$root"/.gpu-debs/libssl-dev_*.deb 2>/dev/null | head -1)}
+  if [ -n "$deb" ]; then
+    echo "OpenSSL headers missing: using $deb"
+    dpkg -x "$deb" /tmp/ssl
+    cmake_args+=(-DOPENSSL_INCLUDE_DIR=/tmp/ssl/usr/include
+                 -DOPENSSL_CRYPTO_LIBRARY=/tmp/ssl/usr/lib/x86_64-linux-gnu/libcrypto.a
+                 -DOPENSSL_SSL_LIBRARY=/tmp/ssl/usr/lib/x86_64-linux-gnu/libssl.a
+                 "-DCMAKE_CXX_FLAGS=-isystem /tmp/ssl/usr/include/x86_64-linux-gnu")
+  fi
+fi
+py=$(command -v python3)
+pyargs=(-DPython_EXECUTABLE="$py")
+pbdir=$(python3 -m pybind11 --cmakedir 2>/dev/null) && pyargs+=(-Dpybind11_DIR="$pbdir")
+src=$root
+if ! cmake -S "$src" -B build-gpu "${cmake_args[@]}" "${pyargs[@]}" >/tmp/configure.log 2>&1; then
+  tail -15 /tmp/configure.log
+  echo "configure failed with the Python module; trying without it"
+  rm -rf /tmp/ferry-src build-gpu
+  mkdir -p /tmp/ferry-src
+  tar -C "$root" --exclude=./build --exclude=./build-gpu --exclude=./.git -cf - . | tar -C /tmp/ferry-src -xf -
+  rm -f /tmp/ferry-src/python/CMakeLists.txt
+  src=/tmp/ferry-src
+  cmake -S "$src" -B build-gpu "${cmake_args[@]}" >/tmp/configure.log 2>&1 || { tail -30 /tmp/configure.log; exit 1; }
+fi
+grep -E "ferry profile" /tmp/configure.log
+
+log "build"
+t=$(date +%s)
+ninja -C build-gpu ferry_cli ferry_unit_tests >/tmp/build.log 2>&1 || { tail -40 /tmp/build.log; exit 1; }
+echo "built in $(( $(date +%s) - t )) s"
+ferry=$root/build-gpu/bin/ferry
+
+# The pure-Python analysis, without the compiled module: a package shell.
+shim=/tmp/ferry-py
+mkdir -p $shim/ferry && : >$shim/ferry/__init__.py && cp -r "$root/python/ferry/analysis" $shim/ferry/
+
+log "GPU tests"
+build-gpu/bin/ferry_unit_tests --gtest_filter='Profile*' 2>&1 | tail -2
+bash tests/gpu/profile_gpu_test.sh "$ferry" $shim 2>&1 | tail -25
+echo "gpu_profile_backends exit: ${PIPESTATUS[0]}"
+
+runs=/tmp/runs
+rm -rf $runs && mkdir -p $runs
+declare -A wall
+for backend in ce nccl; do
+  log "full $backend run"
+  t0=$(date +%s.%N)
+  # shellcheck disable=SC2086
+  "$ferry" profile --backend $backend --gpus 0,1 --out $runs/$backend $extra >$runs/$backend.table 2>$runs/$backend.log
+  rc=$?
+  wall[$backend]=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
+  grep -v "ETA" $runs/$backend.log | tail -12
+  echo "exit $rc, wall ${wall[$backend]} s"
+  PYTHONPATH=$shim python3 -m ferry.analysis $runs/$backend >/dev/null 2>$runs/$backend.analysis.log ||
+    cat $runs/$backend.analysis.log
+  cp $runs/$backend.table $runs/$backend.log $runs/$backend/ 2>/dev/null
+  tar -C $runs -czf "$out/profile-$backend.tar.gz" $backend
+done
+
+log "summary"
+python3 - "$runs" "${wall[ce]}" "${wall[nccl]}" <<'PY' | tee "$out/summary.txt"
+import sys, pandas as pd
+runs, wall_ce, wall_nccl = sys.argv[1], sys.argv[2], sys.argv[3]
+def stats(backend):
+    log = pd.read_csv(f"{runs}/{backend}/execution_log.csv")
+    ops = log[log.role.isin(["recv", "copy"])]
+    g = ops.groupby(["src", "dst", "size"]).device_ns
+    s = pd.DataFrame({"med": g.median(), "cv": g.std() / g.mean()}).reset_index()
+    s["gbps"] = s["size"] / s["med"]
+    return s
+print(f"wall time: ce {wall_ce} s, nccl {wall_nccl} s (target < 600 s each)")
+try:
+    ce = stats("ce")
+    ref = pd.read_csv(f"{runs}/ce/reference.csv")
+    ref["gbps"] = ref["size"] * ref["copies"] / ref["device_ns"]
+    r = ref.groupby(["src", "dst", "size"]).gbps.median().reset_index(name="ref")
+    m = ce.merge(r, on=["src", "dst", "size"])
+    print("ce vs spin-gated reference (target ratio >= 0.97):")
+    for x in m.itertuples():
+        print(f"  {x.src}->{x.dst} {x.size >> 20:5d} MiB  ce {x.gbps:7.1f}  ref {x.ref:7.1f}  ratio {x.gbps / x.ref:.4f}")
+    big = ce[ce["size"] >= 1 << 20]
+    print(f"ce CV at >= 1 MiB: max {100 * big.cv.max():.2f}%  median {100 * big.cv.median():.2f}% (target < 5%)")
+except Exception as e:
+    print("ce: no numbers:", e)
+try:
+    nc = stats("nccl")
+    big = nc[nc["size"] >= 1 << 20]
+    print(f"nccl CV at >= 1 MiB: max {100 * big.cv.max():.2f}%  median {100 * big.cv.median():.2f}%")
+    for size in (4096, 1 << 20, 16 << 20, 1 << 30):
+        for x in nc[nc["size"] == size].itertuples():
+            print(f"  nccl {x.src}->{x.dst} {size:>10d} B  {x.med / 1e3:9.2f} us  {x.gbps:7.2f} GB/s")
+except Exception as e:
+    print("nccl: no numbers:", e)
+PY

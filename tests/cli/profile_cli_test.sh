@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# `ferry profile` on the command line without a GPU: the shuffled plan
+# (--dry-run) has one line per configuration, is the same on every run, moves
+# with the seed; the ferry backend and bad flags fail clearly.
+# Usage: profile_cli_test.sh FERRY
+set -uo pipefail
+ferry=$1
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+plan() { "$ferry" profile --dry-run "$@"; }
+
+out=$(plan --gpus 0,1) || fail "dry run exited $?"
+rows=$(grep -c '^[0-9]' <<<"$out")
+[ "$rows" -eq 62 ] || fail "2 GPUs x 31 sizes should be 62 configurations, got $rows"
+grep -q 'p2p_cfg[0-9]\{4\}_s[01]d[01]_sz[0-9]*_r0' <<<"$out" || fail "no event names in the plan"
+[ "$(plan --gpus 0,1)" = "$out" ] || fail "the same seed gave another order"
+[ "$(plan --gpus 0,1 --seed 43)" != "$out" ] || fail "another seed gave the same order"
+rows=$(plan --gpus 0-3 --sizes 4K,1M | grep -c '^[0-9]')
+[ "$rows" -eq 24 ] || fail "4 GPUs x 2 sizes should be 24 configurations, got $rows"
+
+msg=$("$ferry" profile --backend ferry --gpus 0,1 2>&1); rc=$?
+[ $rc -eq 1 ] || fail "--backend ferry should exit 1, got $rc"
+grep -q "not built yet" <<<"$msg" || fail "--backend ferry should say it is not built yet: $msg"
+
+"$ferry" profile --dry-run --gpus 0,0 >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || fail "a repeated GPU should exit 2, got $rc"
+"$ferry" profile --dry-run --gpus 0,1 --sizes 0 >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || fail "size 0 should exit 2, got $rc"
+"$ferry" profile --dry-run --gpus 0,1 --backend nope >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || fail "an unknown backend should exit 2, got $rc"
+echo "profile CLI: ok"

@@ -1,0 +1,42 @@
+// The registry of `ferry profile` backends.
+#include "ferry/profile_backend.h"
+
+namespace ferry::cli::profile {
+
+#ifdef FERRY_PROFILE_CUDA
+#define FERRY_PROFILE_NEEDS_CUDA nullptr
+#else
+#define FERRY_PROFILE_NEEDS_CUDA \
+  "this ferry was built without CUDA (no nvcc at configure time); rebuild where the CUDA toolkit is installed"
+#endif
+
+const std::vector<BackendSpec>& backends() {
+  static const std::vector<BackendSpec> table = {
+      {"ce", "cudaMemcpyPeerAsync on the copy engines, one process (the hardware reference)", false,
+       FERRY_PROFILE_NEEDS_CUDA},
+      {"nccl", "ncclSend/ncclRecv, one process per GPU (NCCL loaded at run time)", true, FERRY_PROFILE_NEEDS_CUDA},
+      {"ferry", "this engine's local transport, one process per GPU", true,
+       "the ferry backend is not built yet: it needs the engine's local (CUDA IPC) transport; use ce or nccl"},
+  };
+  return table;
+}
+
+const BackendSpec* find_backend(const std::string& name) {
+  for (const BackendSpec& b : backends()) {
+    if (name == b.name) return &b;
+  }
+  return nullptr;
+}
+
+Result<std::unique_ptr<Backend>> make_backend(const std::string& name, const BackendArgs& args) {
+  const BackendSpec* spec = find_backend(name);
+  if (spec == nullptr) return Status(Code::kInvalidArgument, "unknown backend \"" + name + "\": use ce, nccl or ferry");
+  if (spec->unavailable != nullptr) return Status(Code::kUnimplemented, "backend " + name + ": " + spec->unavailable);
+#ifdef FERRY_PROFILE_CUDA
+  if (name == "ce") return make_ce_backend(args);
+  if (name == "nccl") return make_nccl_backend(args);
+#endif
+  return Status(Code::kInternal, "backend " + name + " has no factory");
+}
+
+}  // namespace ferry::cli::profile

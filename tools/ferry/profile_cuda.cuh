@@ -1,0 +1,81 @@
+// Shared CUDA pieces of `ferry profile` (included by its .cu files only):
+// error mapping, the data pattern, timer reads and the op timer.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "ferry/status.h"
+
+namespace ferry::cli::profile_cuda {
+
+// A CUDA error as a Status naming the call and the GPU.
+inline Status cuda_status(cudaError_t e, const char* what, int gpu) {
+  if (e == cudaSuccess) return Status();
+  return Status(Code::kInternal, std::string(what) + " on GPU " + std::to_string(gpu) + ": " + cudaGetErrorName(e) +
+                                     " (" + cudaGetErrorString(e) + ")");
+}
+
+#define FERRY_CUDA(call, gpu) FERRY_RETURN_IF_ERROR(::ferry::cli::profile_cuda::cuda_status((call), #call, (gpu)))
+
+// The byte at `index` of the buffer GPU `src` sends at `size`: random-looking,
+// never zero, a function of (seed, src, size, index) so that a receiver can
+// check what arrived without being told.
+__host__ __device__ inline uint8_t pattern_byte(uint64_t seed, int src, uint64_t size, uint64_t index) {
+  uint64_t z = seed ^ (uint64_t(src + 1) * 0x9e3779b97f4a7c15ull) ^ (size * 0xbf58476d1ce4e5b9ull) ^
+               ((index >> 3) * 0x94d049bb133111ebull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  uint8_t b = uint8_t(z >> (8 * (index & 7)));
+  return b == 0 ? uint8_t(0x5a) : b;
+}
+
+__device__ inline uint64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Fills `buf` with src's pattern; blocks until done.
+Status fill_pattern(void* buf, uint64_t size, int src, uint64_t seed, int gpu, cudaStream_t stream);
+// Counts bytes of `buf` that differ from src's pattern; blocks.
+Result<uint64_t> count_mismatches(const void* buf, uint64_t size, int src, uint64_t seed, int gpu,
+                                  cudaStream_t stream);
+// Writes %globaltimer into *slot (mapped host memory) when the stream reaches it.
+void launch_stamp(uint64_t* slot, cudaStream_t stream);
+
+// Times one operation on one stream: host CLOCK_MONOTONIC before posting and
+// after completion, CUDA events around it, and a %globaltimer stamp just
+// after the end event that places it on the GPU's timer.
+class OpTimer {
+ public:
+  OpTimer() = default;
+  ~OpTimer();
+  OpTimer(const OpTimer&) = delete;
+  OpTimer& operator=(const OpTimer&) = delete;
+  // Creates the events and the mapped stamp slot on `gpu` (must be current).
+  Status init(int gpu);
+  // begin(): host time, then the start event. end(): the end event and the
+  // stamp, then waits for the end event and takes the host time; then waits
+  // for the stamp. Results in the fields below.
+  Status begin(cudaStream_t stream);
+  Status end(cudaStream_t stream);
+
+  int64_t host_start_ns = 0;
+  int64_t host_end_ns = 0;
+  int64_t device_ns = 0;
+  int64_t gpu_start_ns = 0;
+
+ private:
+  int gpu_ = -1;
+  cudaEvent_t start_ = nullptr;
+  cudaEvent_t stop_ = nullptr;
+  uint64_t* stamp_ = nullptr;  // mapped pinned host memory
+};
+
+int64_t host_now_ns();
+
+}  // namespace ferry::cli::profile_cuda
