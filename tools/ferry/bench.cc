@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
+#include <barrier>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -56,6 +57,10 @@ struct BenchFlags {
   bool once = false;
   std::string json_out;
   std::string nics;
+  // --gpus: one session per listed GPU at once, each to the peer's GPU of the
+  // same index (or of --peer-gpus at the same position).
+  std::string gpus;
+  std::string peer_gpus;
   // --sweep: one run per combination of these, rows appended to a CSV.
   std::string sweep_csv;
   std::string sweep_chunk = "64K,256K,512K,1M,4M";
@@ -83,17 +88,52 @@ std::string first_nics(const std::vector<std::string>& nics, size_t n) {
   return out;
 }
 
+// "0-3,6" -> {0, 1, 2, 3, 6}; empty on a malformed list.
+std::vector<int> parse_gpu_list(const std::string& s) {
+  std::vector<int> out;
+  for (const std::string& item : split_list(s)) {
+    int a = 0, b = 0;
+    char dash = 0;
+    int n = std::sscanf(item.c_str(), "%d%c%d", &a, &dash, &b);
+    if (n == 1 && a >= 0) {
+      out.push_back(a);
+    } else if (n == 3 && dash == '-' && a >= 0 && b >= a) {
+      for (int g = a; g <= b; ++g) out.push_back(g);
+    } else {
+      return {};
+    }
+  }
+  return out;
+}
+
+// Serves sessions, each on its own thread (a --gpus initiator opens one
+// connection per GPU at once). With --once, exits after the first group of
+// sessions ended.
 int run_target(const BenchFlags& f, const Options& options) {
   Options o = options;
   o.listen = f.listen;
   auto engine = must(Engine::create(o), "create engine");
   std::printf("ferry bench target listening on %s\n", engine->address().c_str());
   std::fflush(stdout);
-  do {
-    auto conn = must(engine->accept(kNoDeadline), "accept");
-    serve_session(*engine, conn);
-    conn->close();
-  } while (!f.once);
+  std::atomic<int> ended{0}, group{0};
+  std::vector<std::thread> sessions;
+  for (;;) {
+    if (f.once && group.load() > 0 && ended.load() >= group.load()) break;
+    auto conn = engine->accept(after(100ms));
+    if (!conn.ok()) {
+      if (conn.status().code() == Code::kDeadlineExceeded) continue;
+      die("accept", conn.status());
+    }
+    sessions.emplace_back([&engine, &ended, &group, c = conn.value()] {
+      RunConfig cfg = serve_session(*engine, c);
+      c->close();
+      int g = group.load();
+      while (g < cfg.group && !group.compare_exchange_weak(g, cfg.group)) {
+      }
+      ended.fetch_add(1);
+    });
+  }
+  for (auto& t : sessions) t.join();
   return 0;
 }
 
@@ -134,6 +174,64 @@ pid_t spawn_local_target(const BenchFlags& f, std::string& address) {
   if (at == std::string::npos) die("local target", Status(Code::kUnavailable, "did not report its address"));
   address = line.substr(at + 1);
   return pid;
+}
+
+// One session per GPU, all at once; per-GPU and aggregate bandwidth per size.
+int run_gpus(const BenchFlags& f, const Options& o, RunConfig cfg, const std::string& peer) {
+  std::vector<int> gpus = parse_gpu_list(f.gpus);
+  std::vector<int> peers = f.peer_gpus.empty() ? gpus : parse_gpu_list(f.peer_gpus);
+  if (gpus.empty() || peers.size() != gpus.size()) {
+    std::fprintf(stderr, "ferry bench: --gpus takes a list like 0-7 or 0,2; --peer-gpus one of the same length\n");
+    return 2;
+  }
+  auto engine = must(Engine::create(o), "create engine");
+  size_t n = gpus.size();
+  std::vector<std::shared_ptr<Connection>> conns;
+  for (size_t i = 0; i < n; ++i) conns.push_back(must(engine->connect(peer, after(10s)), "connect to " + peer));
+  std::fprintf(stderr, "ferry bench: %s, GPUs %s -> peer GPUs %s over %s, %d streams, staging chunk %s depth %d\n",
+               cfg.op.c_str(), f.gpus.c_str(), f.peer_gpus.empty() ? f.gpus.c_str() : f.peer_gpus.c_str(),
+               std::string(conns[0]->transport_name()).c_str(), engine->options().streams,
+               format_bytes(engine->options().staging_chunk_bytes).c_str(), engine->options().staging_depth);
+  std::barrier sync(static_cast<std::ptrdiff_t>(n));
+  std::vector<std::vector<SizeResult>> results(n);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      RunConfig c = cfg;
+      c.gpu = gpus[i];
+      c.peer_gpu = peers[i];
+      c.group = static_cast<int>(n);
+      c.sync = [&sync] { sync.arrive_and_wait(); };
+      results[i] = run_initiator(*engine, *conns[i], c);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& c : conns) c->close();
+  std::printf("%-12s", "size");
+  for (size_t i = 0; i < n; ++i)
+    std::printf(" %9s", ("gpu" + std::to_string(gpus[i]) + "->" + std::to_string(peers[i])).c_str());
+  std::printf(" %12s%s\n", "aggregate", cfg.verify ? "   verify" : "");
+  bool bad = false;
+  for (size_t s = 0; s < cfg.sizes.size(); ++s) {
+    Clock::time_point first = results[0][s].start, last = results[0][s].end;
+    double bytes = 0;
+    std::string verified = "ok";
+    std::printf("%-12s", format_bytes(cfg.sizes[s]).c_str());
+    for (size_t i = 0; i < n; ++i) {
+      const SizeResult& r = results[i][s];
+      first = std::min(first, r.start);
+      last = std::max(last, r.end);
+      bytes += static_cast<double>(r.bytes) * r.iters * (cfg.bidir ? 2 : 1);
+      if (r.verified == "FAILED") verified = "FAILED";
+      std::printf(" %9.3f", r.bytes_per_s / 1e9);
+    }
+    double secs = std::chrono::duration<double>(last - first).count();
+    std::printf(" %12.3f%s%s\n", secs > 0 ? bytes / secs / 1e9 : 0.0, cfg.verify ? "   " : "",
+                cfg.verify ? verified.c_str() : "");
+    bad = bad || verified == "FAILED";
+  }
+  std::printf("(GB/s; each GPU's column is its own rate, aggregate is all bytes over the common interval)\n");
+  return bad ? 3 : 0;
 }
 
 void print_table(const RunConfig& cfg, const std::vector<SizeResult>& rs) {
@@ -256,6 +354,11 @@ int run_bench(const BenchFlags& f) {
   std::string peer = f.peer;
   pid_t child = -1;
   if (f.local) child = spawn_local_target(f, peer);
+  if (!f.gpus.empty()) {
+    int rc = run_gpus(f, o, cfg, peer);
+    stop_child(child);
+    return rc;
+  }
   if (!f.sweep_csv.empty()) {
     int rc = run_sweep(f, o, cfg, peer);
     stop_child(child);
@@ -296,6 +399,10 @@ void add_bench_command(CLI::App& app) {
   b->add_flag("--once", f->once, "target: serve one initiator, then exit");
   b->add_option("--json", f->json_out, "also write results as JSON to FILE, or - for stdout");
   b->add_option("--nics", f->nics, "NICs to serve and stripe over, e.g. eth1,eth2 (FERRY_NICS)");
+  b->add_option("--gpus", f->gpus,
+                "GPU memory: one session per listed GPU at once (e.g. 0-7), each to the peer's GPU of the same "
+                "index; prints per-GPU and aggregate GB/s");
+  b->add_option("--peer-gpus", f->peer_gpus, "the peer's GPUs, position by position (default: same as --gpus)");
   b->add_option("--sweep", f->sweep_csv, "run every combination of the --sweep-* lists, write CSV rows to FILE");
   b->add_option("--sweep-chunk", f->sweep_chunk, "chunk sizes to sweep")->capture_default_str();
   b->add_option("--sweep-window", f->sweep_window, "windows to sweep")->capture_default_str();

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "ferry/bench_sizes.h"
+#include "platform/cuda_driver.h"
 
 namespace ferry::cli {
 namespace {
@@ -24,8 +25,8 @@ constexpr auto kOpTimeout = 120s;
 constexpr size_t kControlBytes = 64 * 1024;
 
 json to_json(const RunConfig& c) {
-  return json{{"op", c.op},         {"sizes", c.sizes}, {"iters", c.iters},
-              {"warmup", c.warmup}, {"bidir", c.bidir}, {"verify", c.verify}};
+  return json{{"op", c.op},       {"sizes", c.sizes},   {"iters", c.iters},  {"warmup", c.warmup},
+              {"bidir", c.bidir}, {"verify", c.verify}, {"gpu", c.peer_gpu}, {"group", c.group}};
 }
 
 RunConfig from_json(const json& j) {
@@ -36,6 +37,8 @@ RunConfig from_json(const json& j) {
   c.warmup = j.at("warmup").get<int>();
   c.bidir = j.at("bidir").get<bool>();
   c.verify = j.at("verify").get<bool>();
+  c.peer_gpu = j.value("gpu", -1);
+  c.group = j.value("group", 1);
   return c;
 }
 
@@ -63,29 +66,86 @@ void fill_random(uint8_t* p, size_t n, uint64_t seed) {
   for (; i < n; ++i) p[i] = static_cast<uint8_t>(w >> (8 * (i % 8)));
 }
 
-// One side's memory: [src | dst | control], registered once, page aligned.
+platform::cu::DevicePtr dptr(const void* p) {
+  return static_cast<platform::cu::DevicePtr>(reinterpret_cast<uintptr_t>(p));
+}
+
+// One side's memory: [src | dst | control] in host memory, registered once,
+// page aligned; or, on a GPU, [src | dst] in device memory and the control
+// slice in host memory.
 struct Buffers {
   Engine* engine = nullptr;
-  uint8_t* base = nullptr;
+  uint8_t* base = nullptr;    // host memory
+  uint8_t* device = nullptr;  // GPU memory (src, dst) or null
   size_t max = 0;
-  Region region;
-  uint8_t* src() const { return base; }
-  uint8_t* dst() const { return base + max; }
-  uint8_t* ctl() const { return base + 2 * max; }
+  int gpu = -1;
+  Region region, device_region;
+  uint8_t* src() const { return device != nullptr ? device : base; }
+  uint8_t* dst() const { return src() + max; }
+  uint8_t* ctl() const { return device != nullptr ? base : base + 2 * max; }
 
-  Buffers(Engine* e, size_t max_size) : engine(e), max(std::max<size_t>(max_size, 1)) {
-    size_t total = 2 * max + kControlBytes;
+  Buffers(Engine* e, size_t max_size, int on_gpu = -1) : engine(e), max(std::max<size_t>(max_size, 1)), gpu(on_gpu) {
+    size_t total = (gpu >= 0 ? 0 : 2 * max) + kControlBytes;
     total = (total + 4095) & ~size_t{4095};
     base = static_cast<uint8_t*>(std::aligned_alloc(4096, total));
     if (base == nullptr) die("allocate", Status(Code::kResourceExhausted, std::to_string(total) + " bytes"));
     std::memset(base, 0, total);
     region = must(engine->reg(base, total), "register buffers");
+    if (gpu >= 0) {
+      const platform::CudaDriver& d = platform::cuda();
+      must(platform::use_device(gpu), "use GPU " + std::to_string(gpu));
+      platform::cu::DevicePtr p = 0;
+      must(d.check(d.mem_alloc(&p, 2 * max), "cuMemAlloc", Code::kResourceExhausted),
+           "allocate " + std::to_string(2 * max) + " bytes on GPU " + std::to_string(gpu));
+      device = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(p));
+      device_region = must(engine->reg(device, 2 * max), "register GPU buffers");
+    }
   }
   ~Buffers() {
     (void)engine->dereg(region);
     std::free(base);
+    if (device != nullptr) {
+      (void)engine->dereg(device_region);
+      (void)platform::use_device(gpu);
+      platform::cuda().mem_free(dptr(device));
+    }
+  }
+
+  // Host bytes into / out of [p, p+n) of src or dst, wherever they live.
+  void put(uint8_t* p, const uint8_t* from, size_t n) const {
+    if (device == nullptr) {
+      std::memcpy(p, from, n);
+      return;
+    }
+    (void)platform::use_device(gpu);
+    must(platform::cuda().check(platform::cuda().memcpy(dptr(p), dptr(from), n), "cuMemcpy"), "copy to the GPU");
+  }
+  void get(const uint8_t* p, uint8_t* to, size_t n) const {
+    if (device == nullptr) {
+      std::memcpy(to, p, n);
+      return;
+    }
+    (void)platform::use_device(gpu);
+    must(platform::cuda().check(platform::cuda().memcpy(dptr(to), dptr(p), n), "cuMemcpy"), "copy from the GPU");
   }
 };
+
+void fill_src(const Buffers& b, size_t n, uint64_t seed) {
+  if (b.device == nullptr) {
+    fill_random(b.src(), n, seed);
+    return;
+  }
+  std::vector<uint8_t> tmp(n);
+  fill_random(tmp.data(), n, seed);
+  b.put(b.src(), tmp.data(), n);
+}
+
+uint64_t hash_of(const Buffers& b, const uint8_t* p, size_t n) {
+  if (b.device == nullptr) return fnv1a(p, n);
+  std::vector<uint8_t> tmp(n);
+  b.get(p, tmp.data(), n);
+  return fnv1a(tmp.data(), n);
+}
 
 // Control messages travel through the control slice, as ferry messages.
 void send_text(Connection& c, const Buffers& b, const std::string& text) {
@@ -169,7 +229,7 @@ void serve_passive(Connection& c, const Buffers& b, const std::string& op, uint6
 
 std::string checksums(const Buffers& b, uint64_t size) {
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%016" PRIx64 " %016" PRIx64, fnv1a(b.src(), size), fnv1a(b.dst(), size));
+  std::snprintf(buf, sizeof(buf), "%016" PRIx64 " %016" PRIx64, hash_of(b, b.src(), size), hash_of(b, b.dst(), size));
   return buf;
 }
 
@@ -187,11 +247,11 @@ double percentile(std::vector<int64_t> v, double q) {
   std::exit(1);
 }
 
-void serve_session(Engine& engine, std::shared_ptr<Connection> conn) {
+RunConfig serve_session(Engine& engine, std::shared_ptr<Connection> conn) {
   Buffers boot(&engine, 1);
   RunConfig cfg = from_json(json::parse(recv_text(*conn, boot)));
   uint64_t max = *std::max_element(cfg.sizes.begin(), cfg.sizes.end());
-  Buffers b(&engine, max);
+  Buffers b(&engine, max, cfg.peer_gpu);
   send_text(*conn, boot, encode(export_buffers(engine, b)));
   Descriptors remote = decode(recv_text(*conn, boot));
   int count = cfg.warmup + cfg.iters;
@@ -199,7 +259,7 @@ void serve_session(Engine& engine, std::shared_ptr<Connection> conn) {
     std::string begin = recv_text(*conn, b);
     if (begin != "begin " + std::to_string(size))
       die("protocol", Status(Code::kDataLoss, "expected begin, got " + begin));
-    if (cfg.verify) fill_random(b.src(), size, size * 2 + 1);
+    if (cfg.verify) fill_src(b, size, size * 2 + 1);
     send_text(*conn, b, "ready");
     std::thread reverse;
     if (cfg.bidir) reverse = std::thread([&] { drive(*conn, b, remote, cfg.op, size, count, nullptr); });
@@ -211,13 +271,14 @@ void serve_session(Engine& engine, std::shared_ptr<Connection> conn) {
   }
   std::string bye = recv_text(*conn, boot);
   (void)bye;
+  return cfg;
 }
 
 std::vector<SizeResult> run_initiator(Engine& engine, Connection& conn, const RunConfig& cfg) {
   Buffers boot(&engine, 1);
   send_text(conn, boot, to_json(cfg).dump());
   uint64_t max = *std::max_element(cfg.sizes.begin(), cfg.sizes.end());
-  Buffers b(&engine, max);
+  Buffers b(&engine, max, cfg.gpu);
   Descriptors remote = decode(recv_text(conn, boot));
   send_text(conn, boot, encode(export_buffers(engine, b)));
   std::vector<SizeResult> results;
@@ -225,7 +286,7 @@ std::vector<SizeResult> run_initiator(Engine& engine, Connection& conn, const Ru
   size_t n = 0;
   for (uint64_t size : cfg.sizes) {
     ++n;
-    if (cfg.verify) fill_random(b.src(), size, size * 2);
+    if (cfg.verify) fill_src(b, size, size * 2);
     send_text(conn, b, "begin " + std::to_string(size));
     std::string ready = recv_text(conn, b);
     if (ready != "ready") die("protocol", Status(Code::kDataLoss, "expected ready, got " + ready));
@@ -234,13 +295,16 @@ std::vector<SizeResult> run_initiator(Engine& engine, Connection& conn, const Ru
     std::thread reverse;
     if (cfg.bidir) reverse = std::thread([&] { serve_passive(conn, b, cfg.op, size, count); });
     drive(conn, b, remote, cfg.op, size, cfg.warmup, nullptr);
+    if (cfg.sync) cfg.sync();  // every GPU's session starts its timed phase together
     auto t0 = Clock::now();
     drive(conn, b, remote, cfg.op, size, cfg.iters, &lat);
     if (reverse.joinable()) reverse.join();
-    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    auto t1 = Clock::now();
+    if (cfg.sync) cfg.sync();
+    double secs = std::chrono::duration<double>(t1 - t0).count();
     send_text(conn, b, "end");
     std::string theirs = recv_text(conn, b);
-    SizeResult r{size, cfg.iters, 0, percentile(lat, 0.5), percentile(lat, 0.99), ""};
+    SizeResult r{size, cfg.iters, 0, percentile(lat, 0.5), percentile(lat, 0.99), "", t0, t1};
     double moved = static_cast<double>(size) * cfg.iters * (cfg.bidir ? 2 : 1);
     if (cfg.op == "pingpong") moved *= 2;
     r.bytes_per_s = secs > 0 ? moved / secs : 0;

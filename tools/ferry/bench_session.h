@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +21,14 @@ struct RunConfig {
   int warmup = 0;
   bool bidir = false;
   bool verify = false;
+  // GPU memory: this side's GPU (initiator) and the target's, -1 for host memory.
+  int gpu = -1;
+  int peer_gpu = -1;
+  // Sessions run at once (`ferry bench --gpus`): the target serves this many.
+  int group = 1;
+  // Called by the initiator just before and just after each size's timed
+  // phase, so that concurrent sessions time the same interval (a barrier).
+  std::function<void()> sync;
 };
 
 struct SizeResult {
@@ -27,12 +36,13 @@ struct SizeResult {
   int iters;
   double bytes_per_s;
   double p50_us, p99_us;
-  std::string verified;  // "ok", "FAILED", or "" when not checked
+  std::string verified;          // "ok", "FAILED", or "" when not checked
+  Clock::time_point start, end;  // the timed phase
 };
 
-// Target side: serves one initiator's session on `conn`. Exits the process
-// with a message on any error.
-void serve_session(Engine& engine, std::shared_ptr<Connection> conn);
+// Target side: serves one initiator's session on `conn` and returns its
+// configuration. Exits the process with a message on any error.
+RunConfig serve_session(Engine& engine, std::shared_ptr<Connection> conn);
 
 // Initiator side: runs `cfg` against the target on `conn`, printing progress
 // on stderr. Exits the process with a message on any error.
