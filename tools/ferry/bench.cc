@@ -207,6 +207,31 @@ int run_gpus(const BenchFlags& f, const Options& o, RunConfig cfg, const std::st
   }
   for (auto& t : threads) t.join();
   for (auto& c : conns) c->close();
+  if (f.json_out == "-") {
+    // One JSON object per size on stdout (for scripts).
+    for (size_t s = 0; s < cfg.sizes.size(); ++s) {
+      Clock::time_point first = results[0][s].start, last = results[0][s].end;
+      double bytes = 0;
+      json per = json::array();
+      bool ok = true;
+      for (size_t i = 0; i < n; ++i) {
+        const SizeResult& r = results[i][s];
+        first = std::min(first, r.start);
+        last = std::max(last, r.end);
+        bytes += static_cast<double>(r.bytes) * r.iters * (cfg.bidir ? 2 : 1);
+        per.push_back(r.bytes_per_s);
+        ok = ok && r.verified != "FAILED";
+      }
+      double secs = std::chrono::duration<double>(last - first).count();
+      std::printf("%s\n", json{{"bytes", cfg.sizes[s]},
+                               {"aggregate_bytes_per_s", secs > 0 ? bytes / secs : 0.0},
+                               {"per_gpu_bytes_per_s", per},
+                               {"verified", ok}}
+                              .dump()
+                              .c_str());
+    }
+    return 0;
+  }
   std::printf("%-12s", "size");
   for (size_t i = 0; i < n; ++i)
     std::printf(" %9s", ("gpu" + std::to_string(gpus[i]) + "->" + std::to_string(peers[i])).c_str());

@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# GPU memory over TCP on a two-GPU host, in one run (under 8 minutes):
+#   1. builds ferry, its GPU tests and two anchors (a parallel-TCP-streams
+#      blaster standing in for parallel iperf3, and an NCCL send/recv timer);
+#   2. runs the GPU-over-TCP tests (two processes, FERRY_TRANSPORT=tcp);
+#   3. measures, over loopback TCP between two processes:
+#        ferry GPU0 -> GPU1 (staged)        at several stream counts,
+#        ferry host -> host (same paths)    at the same stream counts,
+#        the same number of raw TCP streams (the blaster),
+#        NCCL's socket transport, defaults and NSOCKS_PERTHREAD=4 SOCKET_NTHREADS=4,
+#        a small staging sweep (FERRY_STAGING_CHUNK x FERRY_STAGING_DEPTH) and
+#        the full mesh `ferry bench --gpus 0,1`;
+#   4. prints a table last with the ratios the targets are stated in.
+# Run from the repository root on a bare GPU host: bash bench/gpu/tcp_gpu.sh
+# Results (raw outputs and the table) go to build-gpu/tcp_gpu/.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export FERRY_TRANSPORT=tcp  # same-host engines would otherwise pick the local transport
+export FERRY_LOG=error
+START=$(date +%s)
+OUT=build-gpu/tcp_gpu
+mkdir -p "$OUT"
+SIZES="16M,64M,256M,1G"
+STREAMS="${STREAMS:-4 8 16}"
+ITERS=8
+say() { echo "[tcp_gpu $(($(date +%s) - START))s] $*" >&2; }
+fail() { say "FAILED: $*"; exit 1; }
+
+# ---- 1. build -------------------------------------------------------------------
+say "configure and build (build-gpu)"
+timeout 150 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 ||
+  { tail -20 "$OUT/cmake.log"; fail "cmake"; }
+timeout 300 ninja -C build-gpu ferry_cli ferry_tcp_gpu_tests ferry_tcp_gpu_peer >"$OUT/build.log" 2>&1 ||
+  { tail -30 "$OUT/build.log"; fail "build"; }
+timeout 60 g++ -O2 -std=c++17 -pthread bench/gpu/tcp_blast.cc -o build-gpu/tcp_blast || fail "build tcp_blast"
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+NCCL_DIR=$(python3 -c "import nvidia.nccl as n; print(list(n.__path__)[0])" 2>/dev/null || true)
+HAVE_NCCL=0
+if [[ -n "$NCCL_DIR" && -e "$NCCL_DIR/lib/libnccl.so.2" ]] &&
+  timeout 120 "$NVCC" -O2 -std=c++17 bench/gpu/nccl_sendrecv.cu -o build-gpu/nccl_sendrecv -ldl >"$OUT/nvcc.log" 2>&1; then
+  HAVE_NCCL=1
+  export FERRY_NCCL_LIB="$NCCL_DIR/lib/libnccl.so.2"
+else
+  say "NCCL not found or nvcc failed: the NCCL columns stay empty (see $OUT/nvcc.log)"
+fi
+FERRY=build-gpu/bin/ferry
+GPUS=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU" || true)
+say "GPUs: $GPUS; NCCL: $HAVE_NCCL"
+[[ "$GPUS" -ge 1 ]] || fail "no GPU visible"
+PEER_GPU=$((GPUS > 1 ? 1 : 0))
+
+# ---- 2. GPU tests ---------------------------------------------------------------------
+say "GPU tests (ferry_tcp_gpu_tests, two processes, FERRY_TRANSPORT=tcp)"
+TESTS_RC=0
+timeout 240 build-gpu/bin/ferry_tcp_gpu_tests >"$OUT/gpu_tests.log" 2>&1 || TESTS_RC=$?
+grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|PASSED|FAILED TEST" "$OUT/gpu_tests.log" | sed 's/^/  /' >&2 || true
+[[ $TESTS_RC -eq 0 ]] && TESTS="passed" || TESTS="FAILED (rc $TESTS_RC, see $OUT/gpu_tests.log)"
+
+# ---- 3. performance -------------------------------------------------------------------
+: >"$OUT/ferry.jsonl"
+for s in $STREAMS; do
+  say "ferry GPU$((0))->GPU$PEER_GPU, $s streams"
+  timeout 90 $FERRY bench --local --op send --gpus 0 --peer-gpus $PEER_GPU --sizes $SIZES --iters $ITERS --warmup 2 \
+    --streams "$s" --json - 2>"$OUT/ferry_gpu_$s.err" | sed "s/^{/{\"kind\":\"gpu\",\"streams\":$s,/" >>"$OUT/ferry.jsonl" ||
+    say "  ferry GPU run failed (see $OUT/ferry_gpu_$s.err)"
+  say "ferry host->host, $s streams"
+  timeout 90 $FERRY bench --local --op send --sizes $SIZES --iters $ITERS --warmup 2 --streams "$s" --json - \
+    2>"$OUT/ferry_host_$s.err" >"$OUT/ferry_host_$s.json" || say "  ferry host run failed (see $OUT/ferry_host_$s.err)"
+  say "raw TCP, $s streams (tcp_blast)"
+  timeout 30 build-gpu/tcp_blast "$s" 3 >"$OUT/blast_$s.txt" 2>&1 || say "  tcp_blast failed"
+done
+
+nccl_run() {  # name, extra env...
+  local name=$1
+  shift
+  rm -f "$OUT/nccl.id"
+  env "$@" NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo \
+    timeout 120 build-gpu/nccl_sendrecv 0 "$OUT/nccl.id" 10 16777216 67108864 268435456 1073741824 \
+    >/dev/null 2>"$OUT/nccl_${name}_0.err" &
+  local p0=$!
+  env "$@" NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo \
+    timeout 120 build-gpu/nccl_sendrecv 1 "$OUT/nccl.id" 10 16777216 67108864 268435456 1073741824 \
+    >"$OUT/nccl_$name.txt" 2>"$OUT/nccl_${name}_1.err" || say "  NCCL $name failed (see $OUT/nccl_${name}_1.err)"
+  wait $p0 || true
+}
+if [[ $HAVE_NCCL -eq 1 ]]; then
+  say "NCCL socket transport, defaults"
+  nccl_run default NCCL_DEBUG=WARN
+  say "NCCL socket transport, NSOCKS_PERTHREAD=4 SOCKET_NTHREADS=4"
+  nccl_run 4x4 NCCL_DEBUG=WARN NCCL_NSOCKS_PERTHREAD=4 NCCL_SOCKET_NTHREADS=4
+fi
+
+say "staging sweep at 256M, 8 streams"
+: >"$OUT/sweep.txt"
+for chunk in 256K 512K 1M 2M; do
+  for depth in 2 4 8; do
+    r=$(FERRY_STAGING_CHUNK=$chunk FERRY_STAGING_DEPTH=$depth timeout 40 $FERRY bench --local --op send --gpus 0 \
+      --peer-gpus $PEER_GPU --sizes 256M --iters $ITERS --warmup 2 --streams 8 --json - 2>/dev/null |
+      python3 -c "import json,sys; print('%.2f' % (json.loads(sys.stdin.readline())['aggregate_bytes_per_s']/1e9))" ||
+      echo "failed")
+    echo "$chunk $depth $r" >>"$OUT/sweep.txt"
+  done
+done
+
+say "full mesh: ferry bench --gpus 0-$((GPUS - 1)) (each GPU to the peer's GPU of the same index), with --verify"
+timeout 90 $FERRY bench --local --op send --gpus "0-$((GPUS - 1))" --sizes 64M,1G --iters $ITERS --warmup 2 \
+  --streams 8 --verify >"$OUT/mesh.txt" 2>"$OUT/mesh.err" || say "  full-mesh run failed (see $OUT/mesh.err)"
+
+# ---- 4. the table ------------------------------------------------------------------------
+say "done in $(($(date +%s) - START)) s"
+TESTS="$TESTS" OUT="$OUT" STREAMS="$STREAMS" python3 - <<'PY'
+import glob, json, os
+out, streams = os.environ["OUT"], os.environ["STREAMS"].split()
+def load_lines(path):
+    try:
+        return [l.split() for l in open(path) if l.strip()]
+    except OSError:
+        return []
+gpu = {}
+for line in open(os.path.join(out, "ferry.jsonl")):
+    try:
+        j = json.loads(line)
+        gpu[(str(j["streams"]), j["bytes"])] = j["aggregate_bytes_per_s"] / 1e9
+    except (ValueError, KeyError):
+        pass
+host = {}
+for s in streams:
+    try:
+        for r in json.load(open(os.path.join(out, f"ferry_host_{s}.json")))["results"]:
+            host[(s, r["bytes"])] = r["bytes_per_s"] / 1e9
+    except (OSError, ValueError, KeyError):
+        pass
+blast = {}
+for s in streams:
+    for f in load_lines(os.path.join(out, f"blast_{s}.txt")):
+        if len(f) == 2: blast[s] = float(f[1])
+nccl = {}
+for name in ("default", "4x4"):
+    for f in load_lines(os.path.join(out, f"nccl_{name}.txt")):
+        if len(f) == 2: nccl.setdefault(int(f[0]), {})[name] = float(f[1])
+def fmt(x): return "-" if x is None else f"{x:.2f}"
+def ratio(a, b): return None if a is None or not b else a / b
+sizes = sorted({b for (_, b) in gpu} | {b for (_, b) in host})
+print()
+print("=== sweep (GB/s at 256M, 8 streams): chunk depth GB/s ===")
+for f in load_lines(os.path.join(out, "sweep.txt")): print("  " + " ".join(f))
+print()
+print("=== full mesh (ferry bench --gpus) ===")
+for l in open(os.path.join(out, "mesh.txt")) if os.path.exists(os.path.join(out, "mesh.txt")) else []: print("  " + l.rstrip())
+print()
+print("=== GPU memory over loopback TCP, two processes (GB/s) ===")
+print("GPU tests: " + os.environ["TESTS"])
+print("targets: gpu/nccl_best >= 3.0 (16M..1G); gpu/tcp_streams >= 0.7; gpu/host >= 0.9")
+hdr = f"{'streams':>7} {'size':>6} {'gpu':>7} {'host':>7} {'tcp_str':>7} {'nccl_def':>8} {'nccl_4x4':>8} {'gpu/nccl':>8} {'gpu/tcp':>7} {'gpu/host':>8}"
+print(hdr)
+verdict = {"nccl": [], "tcp": [], "host": []}
+for s in streams:
+    for b in sizes:
+        g, h, t = gpu.get((s, b)), host.get((s, b)), blast.get(s)
+        n = nccl.get(b, {})
+        best = max(n.values()) if n else None
+        rn, rt, rh = ratio(g, best), ratio(g, t), ratio(g, h)
+        for k, v in (("nccl", rn), ("tcp", rt), ("host", rh)):
+            if v is not None: verdict[k].append((v, s, b))
+        label = f"{b >> 30}G" if b >= 1 << 30 else f"{b >> 20}M"
+        print(f"{s:>7} {label:>6} {fmt(g):>7} {fmt(h):>7} {fmt(t):>7} {fmt(n.get('default')):>8} {fmt(n.get('4x4')):>8} {fmt(rn):>8} {fmt(rt):>7} {fmt(rh):>8}")
+print()
+for k, target, what in (("nccl", 3.0, "GPU->GPU vs best NCCL socket"), ("tcp", 0.7, "GPU->GPU vs as many raw TCP streams"),
+                        ("host", 0.9, "GPU->GPU vs host->host, same paths")):
+    if not verdict[k]:
+        print(f"{what}: no data"); continue
+    best_s = max(streams, key=lambda s: min([v for v, ss, _ in verdict[k] if ss == s] or [0]))
+    worst = min(v for v, ss, _ in verdict[k] if ss == best_s)
+    print(f"{what}: worst ratio over sizes at {best_s} streams = {worst:.2f} (target {target}) -> {'MET' if worst >= target else 'MISSED'}")
+PY
