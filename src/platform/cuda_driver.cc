@@ -72,24 +72,44 @@ const CudaDriver& cuda() {
   return d;
 }
 
-Status use_device(int ordinal) {
+Result<cu::Context> device_context(int ordinal) {
   const CudaDriver& d = cuda();
   if (!d.available()) return Status(Code::kUnimplemented, "no CUDA driver on this host");
   static std::mutex mu;
   static std::vector<cu::Context> contexts;  // by ordinal; retained once, kept for the process
-  cu::Context ctx = nullptr;
-  {
-    std::lock_guard lock(mu);
-    if (ordinal < 0) return Status(Code::kInvalidArgument, "CUDA device ordinal " + std::to_string(ordinal));
-    if (contexts.size() <= static_cast<size_t>(ordinal)) contexts.resize(ordinal + 1, nullptr);
-    if (contexts[ordinal] == nullptr) {
-      cu::Device dev = 0;
-      FERRY_RETURN_IF_ERROR(d.check(d.device_get(&dev, ordinal), "cuDeviceGet", Code::kInvalidArgument));
-      FERRY_RETURN_IF_ERROR(d.check(d.primary_ctx_retain(&contexts[ordinal], dev), "cuDevicePrimaryCtxRetain"));
-    }
-    ctx = contexts[ordinal];
+  std::lock_guard lock(mu);
+  if (ordinal < 0) return Status(Code::kInvalidArgument, "CUDA device ordinal " + std::to_string(ordinal));
+  if (contexts.size() <= static_cast<size_t>(ordinal)) contexts.resize(ordinal + 1, nullptr);
+  if (contexts[ordinal] == nullptr) {
+    cu::Device dev = 0;
+    FERRY_RETURN_IF_ERROR(d.check(d.device_get(&dev, ordinal), "cuDeviceGet", Code::kInvalidArgument));
+    FERRY_RETURN_IF_ERROR(d.check(d.primary_ctx_retain(&contexts[ordinal], dev), "cuDevicePrimaryCtxRetain"));
   }
-  return d.check(d.ctx_set_current(ctx), "cuCtxSetCurrent");
+  return contexts[ordinal];
+}
+
+Status use_device(int ordinal) {
+  auto ctx = device_context(ordinal);
+  if (!ctx.ok()) return ctx.status();
+  const CudaDriver& d = cuda();
+  return d.check(d.ctx_set_current(ctx.value()), "cuCtxSetCurrent");
+}
+
+DeviceScope::DeviceScope(int ordinal) {
+  auto ctx = device_context(ordinal);
+  if (!ctx.ok()) {
+    status_ = ctx.status();
+    return;
+  }
+  const CudaDriver& d = cuda();
+  if (d.ctx_get_current(&previous_) != cu::kSuccess) previous_ = nullptr;
+  if (previous_ == ctx.value()) return;
+  status_ = d.check(d.ctx_set_current(ctx.value()), "cuCtxSetCurrent");
+  switched_ = status_.ok();
+}
+
+DeviceScope::~DeviceScope() {
+  if (switched_) cuda().ctx_set_current(previous_);
 }
 
 }  // namespace ferry::platform

@@ -23,7 +23,7 @@ using Device = int;
 using Context = struct CUctx_st*;
 using Stream = struct CUstream_st*;
 using Event = struct CUevent_st*;
-using DevicePtr = unsigned long long;
+using DevicePtr = uint64_t;  // CUdeviceptr (unsigned long long on 64-bit Linux, same size)
 using MemHandle = unsigned long long;  // CUmemGenericAllocationHandle
 struct IpcMemHandle {
   char reserved[64];
@@ -125,5 +125,29 @@ const CudaDriver& cuda();
 // thread, retaining it once per process (never released: the application
 // shares it). kUnimplemented without a driver.
 Status use_device(int ordinal);
+
+// The primary context of device `ordinal` (retained once, as use_device
+// does), without making it current. kUnimplemented without a driver.
+Result<cu::Context> device_context(int ordinal);
+
+// Makes the primary context of `ordinal` current for its lifetime and then
+// restores the context the thread had, so that ferry's copies on an
+// application thread leave the application's current context alone.
+// ok() is false when the context could not be made current (status() says why).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int ordinal);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  bool ok() const { return status_.ok(); }
+  const Status& status() const { return status_; }
+
+ private:
+  cu::Context previous_ = nullptr;
+  bool switched_ = false;
+  Status status_;
+};
+
 
 }  // namespace ferry::platform
