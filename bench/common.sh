@@ -1,5 +1,9 @@
 # Helpers shared by the benchmark scripts (sourced, not run).
 
+# The TCP benchmarks run both engines on this host, which would otherwise
+# pick the local transport.
+export FERRY_TRANSPORT=tcp
+
 # Median of the numbers given as arguments.
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 

@@ -12,6 +12,7 @@ rate=${1:-1gbit}
 iters=${2:-40}
 streams=${3:-1}
 rounds=${4:-3}
+export FERRY_TRANSPORT=tcp  # both engines on this host would pick the local transport
 ferry=build/bin/ferry
 lab=scripts/netns-lab
 export FERRY_LAB=ferrybench$$

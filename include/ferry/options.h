@@ -66,7 +66,8 @@ struct Options {
   std::chrono::milliseconds handshake_timeout{5000};
   // Kernel socket buffer size per stream in bytes; 0 leaves the kernel's autotuning.
   size_t socket_buffer_bytes = 0;
-  // "auto" (local transport for same-host peers once available) or "tcp".
+  // "auto" (the local transport for peers on this host, TCP otherwise),
+  // "tcp" (always TCP) or "local" (refuse peers on other hosts).
   std::string transport = "auto";
   LogLevel log_level = LogLevel::kWarn;
 };

@@ -16,6 +16,7 @@
 #include "platform/memory_kind.h"
 #include "platform/socket.h"
 #include "platform/thread.h"
+#include "transport/local/gpu_sharing.h"
 #include "transport/tcp/dialer.h"
 #include "transport/tcp/listener.h"
 #include "wire/metadata.h"
@@ -112,6 +113,8 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
     impl->ctx->worker_cpus = std::move(cpus).value();
     impl->ctx->topology = std::move(host);
   }
+  impl->ctx->gpu_exports = std::make_shared<local::GpuExports>();
+  impl->ctx->gpu_imports = std::make_shared<local::GpuImports>();
   impl->ctx->engine_id = platform::random_u64();
   impl->ctx->host_id = std::string(platform::host_id());
   Impl* raw = impl.get();
@@ -174,7 +177,19 @@ Result<Region> Engine::reg(void* data, size_t size) {
   return impl_->ctx->registry.add(data, size, platform::classify_pointer(data));
 }
 
-Status Engine::dereg(const Region& region) { return impl_->ctx->registry.remove(region.id); }
+Status Engine::dereg(const Region& region) {
+  FERRY_RETURN_IF_ERROR(impl_->ctx->registry.remove(region.id));
+  if (impl_->ctx->registry.contains(region.id)) return Status();  // other registrations remain
+  // Local peers may hold handles to it: tell them, then drop what was made.
+  std::vector<std::shared_ptr<ConnectionBase>> conns;
+  {
+    std::lock_guard lock(impl_->mu);
+    conns = impl_->connections;
+  }
+  for (auto& c : conns) c->region_retired(region.id);
+  impl_->ctx->gpu_exports->retire(region.id);
+  return Status();
+}
 
 Result<RemoteDescriptor> Engine::export_region(const Region& region, uint64_t offset, uint64_t length) {
   return impl_->ctx->registry.export_slice(impl_->ctx->engine_id, region.id, offset, length);
@@ -192,6 +207,13 @@ Result<std::shared_ptr<Connection>> Engine::connect(std::string_view peer, Deadl
   for (const std::string& a : addresses) {
     FERRY_ASSIGN_OR_RETURN(platform::HostPort hp, platform::parse_host_port(a));
     auto c = tcp::dial(impl_->ctx, hp, deadline, impl_->next_id());
+    if (!c.ok() && impl_->ctx->options.transport == "auto" &&
+        (c.status().code() == Code::kPermissionDenied || c.status().message().find("local transport") != std::string::npos)) {
+      // Same host but the processes cannot reach each other's memory
+      // (another pid namespace, no permission): TCP still works.
+      FERRY_LOG(kInfo, "engine", "%s; using TCP", c.status().to_string().c_str());
+      c = tcp::dial(impl_->ctx, hp, deadline, impl_->next_id(), false);
+    }
     if (c.ok()) {
       impl_->adopt(c.value());
       return std::shared_ptr<Connection>(std::move(c).value());

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,11 @@
 #include "core/worker_cpus.h"
 #include "ferry/options.h"
 #include "platform/interfaces.h"
+
+namespace ferry::local {
+class GpuExports;
+class GpuImports;
+}  // namespace ferry::local
 
 namespace ferry::core {
 
@@ -31,6 +37,9 @@ struct EngineContext {
   // CPUs of each NIC's transmit and receive workers.
   WorkerCpus worker_cpus;
   Registry registry;
+  // GPU memory shared with and opened from same-host peers (local transport).
+  std::shared_ptr<local::GpuExports> gpu_exports;
+  std::shared_ptr<local::GpuImports> gpu_imports;
 };
 
 }  // namespace ferry::core

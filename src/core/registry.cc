@@ -148,4 +148,9 @@ size_t Registry::region_count() const {
   return by_id_.size();
 }
 
+bool Registry::contains(uint64_t region_id) const {
+  std::shared_lock lock(mu_);
+  return by_id_.count(region_id) != 0;
+}
+
 }  // namespace ferry::core

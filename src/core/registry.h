@@ -66,6 +66,8 @@ class Registry {
   Result<MemorySpan> resolve_export(uint64_t export_id, uint64_t key, uint64_t offset, uint64_t size) const;
 
   size_t region_count() const;
+  // Whether `region_id` is registered (still counted).
+  bool contains(uint64_t region_id) const;
 
  private:
   struct ExportEntry {

@@ -147,7 +147,7 @@ const std::vector<Tunable>& tunables() {
                  &Options::handshake_timeout),
       size_tunable("socket_buffer_bytes", "FERRY_SOCKET_BUFFER", "bytes",
                    "SO_SNDBUF/SO_RCVBUF per stream; 0 keeps kernel autotuning", &Options::socket_buffer_bytes),
-      string_tunable("transport", "FERRY_TRANSPORT", "auto or tcp", &Options::transport),
+      string_tunable("transport", "FERRY_TRANSPORT", "auto (local for same-host peers), tcp, or local", &Options::transport),
       Tunable{"log_level", "FERRY_LOG", "", "error, warn, info, debug or trace",
               [](const Options& o) { return std::string(level_name(o.log_level)); },
               [](Options& o, std::string_view v) -> Status {
@@ -208,8 +208,8 @@ Status validate(const Options& o) {
   if (o.nic_policy != "nearest" && o.nic_policy != "all") {
     return bad("nic_policy must be nearest or all, got \"" + o.nic_policy + "\"");
   }
-  if (o.transport != "auto" && o.transport != "tcp") {
-    return bad("transport must be auto or tcp, got \"" + o.transport + "\"");
+  if (o.transport != "auto" && o.transport != "tcp" && o.transport != "local") {
+    return bad("transport must be auto, tcp or local, got \"" + o.transport + "\"");
   }
   if (o.peer_timeout <= o.heartbeat_interval) {
     return bad("peer_timeout (" + std::to_string(o.peer_timeout.count()) + " ms) must exceed heartbeat_interval (" +

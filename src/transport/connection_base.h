@@ -11,8 +11,9 @@ class ConnectionBase : public Connection {
   // Heartbeat duty, called periodically by the engine's heartbeat thread.
   // Must not block.
   virtual void tick(Clock::time_point now) = 0;
-  // A local region was deregistered: forget anything shared with the peer
-  // about it. Must not block. Default: nothing was shared.
+  // A local region was deregistered: make the peer forget anything shared
+  // about it. Returns once the peer can no longer touch it (at most
+  // peer_timeout). Default: nothing was shared.
   virtual void region_retired(uint64_t region_id) {}
 };
 

@@ -64,6 +64,28 @@ std::string_view frame_type_name(FrameType t) {
       return "data";
     case FrameType::kWrite:
       return "write";
+    case FrameType::kLocalSetup:
+      return "local_setup";
+    case FrameType::kLocalReady:
+      return "local_ready";
+    case FrameType::kLocalRts:
+      return "local_rts";
+    case FrameType::kLocalCts:
+      return "local_cts";
+    case FrameType::kLocalDone:
+      return "local_done";
+    case FrameType::kLocalOpen:
+      return "local_open";
+    case FrameType::kLocalExport:
+      return "local_export";
+    case FrameType::kLocalPull:
+      return "local_pull";
+    case FrameType::kLocalPush:
+      return "local_push";
+    case FrameType::kLocalNote:
+      return "local_note";
+    case FrameType::kLocalRevoke:
+      return "local_revoke";
   }
   return "unknown";
 }
@@ -88,6 +110,17 @@ bool known_type(uint8_t t) {
     case FrameType::kChunkAck:
     case FrameType::kData:
     case FrameType::kWrite:
+    case FrameType::kLocalSetup:
+    case FrameType::kLocalReady:
+    case FrameType::kLocalRts:
+    case FrameType::kLocalCts:
+    case FrameType::kLocalDone:
+    case FrameType::kLocalOpen:
+    case FrameType::kLocalExport:
+    case FrameType::kLocalPull:
+    case FrameType::kLocalPush:
+    case FrameType::kLocalNote:
+    case FrameType::kLocalRevoke:
       return true;
   }
   return false;

@@ -44,6 +44,20 @@ enum class FrameType : uint8_t {
   // Bulk, on any stream.
   kData = 20,   // id=token, a=offset in the message; payload
   kWrite = 21,  // id=op, a=export id, b=key, c=offset in export, d=op total, aux=notification
+  // Local transport (same host; shared-memory channel, see docs/protocol.md).
+  kLocalSetup = 30,   // connector -> acceptor on the control stream: a=pid, b=channel fd, c=nonce
+  kLocalReady = 31,   // acceptor -> connector: a=pid
+  kLocalRts = 32,     // id=op, a=size; payload = the sender's spans
+  kLocalCts = 33,     // id=op (sender's), a=token at the receiver; payload = the receiver's spans
+  kLocalDone = 34,    // id=op or token of the side receiving it, code=status, aux=message
+  kLocalOpen = 35,    // id=request, a=export id, b=key: describe an export
+  kLocalExport = 36,  // id=request, code=status, a=export id, b=key, c=length; payload = spans; aux=message
+  kLocalPull = 37,    // id=op, a=export id, b=key, c=offset, d=size, e=note seq (0 none); payload = source spans;
+                      // aux = notification: the target copies the initiator's bytes into its export
+  kLocalPush = 38,    // id=op, a=export id, b=key, c=offset, d=size; payload = destination spans:
+                      // the target copies its export's bytes into the initiator's memory
+  kLocalNote = 39,    // id=op (0: no ack wanted), a=note seq, flags=1 skip; aux = notification
+  kLocalRevoke = 40,  // payload = u64 export ids then u64 allocation bases; a = number of export ids
 };
 
 std::string_view frame_type_name(FrameType t);

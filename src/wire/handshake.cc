@@ -92,7 +92,7 @@ EncodedFrame encode(const Welcome& m) {
   f.header.type = FrameType::kWelcome;
   f.header.code = m.version;
   f.header.id = m.engine_id;
-  f.header.flags = m.auth_required ? 1 : 0;
+  f.header.flags = static_cast<uint8_t>((m.auth_required ? 1 : 0) | (m.local_ok ? 2 : 0));
   // nonce(32) | u8 len | host id | u8 count | (u8 len | address)*
   f.aux.assign(reinterpret_cast<const char*>(m.nonce.data()), m.nonce.size());
   std::string host = m.host_id.substr(0, 255);
@@ -115,6 +115,7 @@ Result<Welcome> decode_welcome(const FrameHeader& h, const std::string& aux) {
   m.version = static_cast<uint16_t>(h.code);
   m.engine_id = h.id;
   m.auth_required = (h.flags & 1) != 0;
+  m.local_ok = (h.flags & 2) != 0;
   size_t off = 0;
   auto truncated = [] { return Status(Code::kDataLoss, "handshake: welcome is truncated"); };
   if (aux.size() < m.nonce.size()) return truncated();

@@ -40,6 +40,9 @@ struct Welcome {
   bool auth_required = false;
   Nonce nonce{};  // the acceptor's challenge
   std::string host_id;
+  // The acceptor would serve a same-host connector through the local
+  // transport (it is not forced to TCP).
+  bool local_ok = false;
   // "ip:port" of every NIC the acceptor serves on, preferred first (at most
   // 32, each under 256 bytes). The connector pairs its NICs with these.
   std::vector<std::string> addresses;
@@ -48,7 +51,7 @@ struct Welcome {
 struct Auth {
   bool has_proof = false;
   Proof proof{};
-  uint32_t streams = 0;  // data streams the connector will open (1..1024)
+  uint32_t streams = 0;  // data streams the connector will open (1..1024); 0: local transport
 };
 
 struct Accepted {

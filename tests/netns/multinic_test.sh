@@ -9,6 +9,8 @@ ferry=${1:?usage: multinic_test.sh path/to/ferry}
 here=$(cd "$(dirname "$0")" && pwd)
 lab="$here/../../scripts/netns-lab"
 export FERRY_LAB=ferrytest$$
+# Namespaces of one host: the engines would pick the local transport.
+export FERRY_TRANSPORT=tcp
 A="$FERRY_LAB-a"; B="$FERRY_LAB-b"
 
 [ "$(id -u)" -eq 0 ] || { echo "skip: needs root"; exit 77; }

@@ -20,7 +20,9 @@ const std::vector<FrameType> kAllTypes = {
     FrameType::kHello, FrameType::kWelcome,   FrameType::kAuth,    FrameType::kAccepted, FrameType::kRejected,
     FrameType::kReady, FrameType::kHeartbeat, FrameType::kClose,   FrameType::kEager,    FrameType::kRts,
     FrameType::kCts,   FrameType::kAck,       FrameType::kReadReq, FrameType::kNotify,   FrameType::kChunkAck,
-    FrameType::kData,  FrameType::kWrite};
+    FrameType::kData,  FrameType::kWrite,     FrameType::kLocalSetup, FrameType::kLocalReady, FrameType::kLocalRts,
+    FrameType::kLocalCts, FrameType::kLocalDone, FrameType::kLocalOpen, FrameType::kLocalExport, FrameType::kLocalPull,
+    FrameType::kLocalPush, FrameType::kLocalNote, FrameType::kLocalRevoke};
 
 template <typename Arr>
 void fill(Arr& a, std::mt19937_64& rng) {

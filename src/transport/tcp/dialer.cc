@@ -5,6 +5,7 @@
 
 #include "core/log.h"
 #include "platform/crypto.h"
+#include "transport/local/local_handshake.h"
 #include "transport/tcp/handshake_io.h"
 #include "transport/tcp/path_plan.h"
 #include "wire/handshake.h"
@@ -12,7 +13,8 @@
 namespace ferry::tcp {
 
 Result<std::shared_ptr<ConnectionBase>> dial(const std::shared_ptr<core::EngineContext>& ctx,
-                                            const platform::HostPort& to, Deadline deadline, uint64_t connection_id) {
+                                             const platform::HostPort& to, Deadline deadline, uint64_t connection_id,
+                                             bool allow_local) {
   const Options& o = ctx->options;
   std::string where = to.host + ":" + std::to_string(to.port);
   auto context = [&](const Status& s) { return s.with_context("connect to " + where); };
@@ -46,10 +48,21 @@ Result<std::shared_ptr<ConnectionBase>> dial(const std::shared_ptr<core::EngineC
                                                     ", this engine speaks " + std::to_string(wire::kProtocolVersion)));
   }
 
-  auto plan = plan_paths(ctx->nics, welcome->addresses, to, o.streams);
-  if (!plan.ok()) return context(plan.status().with_context("peer's advertised addresses"));
+  // Same host, neither side forced to TCP: the local transport.
+  bool local = allow_local && o.transport != "tcp" && welcome->local_ok && welcome->host_id == ctx->host_id;
+  if (o.transport == "local" && !local) {
+    return context(Status(Code::kUnavailable, welcome->host_id != ctx->host_id
+                                                  ? "FERRY_TRANSPORT=local, but the peer is on another host"
+                                                  : "FERRY_TRANSPORT=local, but the peer serves only TCP"));
+  }
+  std::vector<PathEnd> ends;
+  if (!local) {
+    auto plan = plan_paths(ctx->nics, welcome->addresses, to, o.streams);
+    if (!plan.ok()) return context(plan.status().with_context("peer's advertised addresses"));
+    ends = std::move(plan).value();
+  }
   wire::Auth auth;
-  auth.streams = static_cast<uint32_t>(plan->size());
+  auth.streams = static_cast<uint32_t>(ends.size());
   if (welcome->auth_required) {
     if (o.auth_token.empty()) {
       (void)write_handshake_frame(fd, wire::encode(auth), deadline);
@@ -81,11 +94,18 @@ Result<std::shared_ptr<ConnectionBase>> dial(const std::shared_ptr<core::EngineC
     }
   }
 
+  if (local) {
+    auto conn = local::connect_local(ctx, connection_id, welcome->engine_id, std::move(control), deadline);
+    if (!conn.ok()) return context(conn.status().with_context("local transport"));
+    FERRY_LOG(kInfo, "local", "connected to %s on this host (peer connection %" PRIu64 ")", where.c_str(),
+              accepted->connection_id);
+    return conn;
+  }
   std::vector<platform::Socket> data;
   std::vector<PathInfo> paths;
   unsigned user_timeout = static_cast<unsigned>(o.path_timeout.count());
-  for (size_t i = 0; i < plan->size(); ++i) {
-    const PathEnd& end = (*plan)[i];
+  for (size_t i = 0; i < ends.size(); ++i) {
+    const PathEnd& end = ends[i];
     std::string label = "data stream " + std::to_string(i);
     auto d = platform::connect_tcp(end.remote, deadline, end.local_ip);
     if (!d.ok()) return context(d.status().with_context(label));

@@ -11,9 +11,13 @@ namespace ferry::tcp {
 
 // Opens the control stream to `to`, authenticates both ways when a secret is
 // configured, opens the data streams and waits for READY, all by `deadline`.
-// Returns a started connection. kUnavailable, kUnauthenticated,
-// kDeadlineExceeded, kUnimplemented (protocol version), kDataLoss.
+// Returns a started connection: local (shared channel, see
+// transport/local/) when the peer is on this host, `allow_local` is set and
+// neither side is forced to TCP; otherwise TCP. kUnavailable,
+// kUnauthenticated, kDeadlineExceeded, kUnimplemented (protocol version),
+// kDataLoss; kPermissionDenied when the local channel could not be attached.
 Result<std::shared_ptr<ConnectionBase>> dial(const std::shared_ptr<core::EngineContext>& ctx,
-                                            const platform::HostPort& to, Deadline deadline, uint64_t connection_id);
+                                             const platform::HostPort& to, Deadline deadline, uint64_t connection_id,
+                                             bool allow_local = true);
 
 }  // namespace ferry::tcp

@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "platform/crypto.h"
 #include "platform/thread.h"
+#include "transport/local/local_handshake.h"
 #include "transport/tcp/handshake_io.h"
 #include "wire/handshake.h"
 
@@ -164,13 +165,19 @@ Status TcpListener::serve_control(platform::Socket& s, const wire::Hello& hello,
   welcome.engine_id = ctx_->engine_id;
   welcome.auth_required = !o.auth_token.empty();
   welcome.host_id = ctx_->host_id;
+  welcome.local_ok = o.transport != "tcp";
   welcome.addresses = ctx_->addresses;
   platform::fill_random(welcome.nonce.data(), welcome.nonce.size());
   FERRY_RETURN_IF_ERROR(write_handshake_frame(fd, wire::encode(welcome), deadline));
 
   FERRY_ASSIGN_OR_RETURN(RawFrame af, read_handshake_frame(fd, deadline));
   FERRY_ASSIGN_OR_RETURN(wire::Auth auth, wire::decode_auth(af.header, af.aux));
-  if (auth.streams < 1 || auth.streams > 64) {
+  bool local = auth.streams == 0;
+  if (local && (!welcome.local_ok || hello.host_id != ctx_->host_id)) {
+    return reject(Code::kInvalidArgument, welcome.local_ok ? "local transport asked for by a peer on another host"
+                                                           : "this engine serves only TCP (FERRY_TRANSPORT=tcp)");
+  }
+  if (!local && (auth.streams < 1 || auth.streams > 64)) {
     return reject(Code::kInvalidArgument, "data stream count " + std::to_string(auth.streams) + " outside 1..64");
   }
   wire::Accepted accepted;
@@ -183,6 +190,15 @@ Status TcpListener::serve_control(platform::Socket& s, const wire::Hello& hello,
     }
     accepted.has_proof = true;
     accepted.proof = platform::hmac_sha256(o.auth_token, wire::server_proof_input(hello.nonce, welcome.nonce));
+  }
+  if (local) {
+    accepted.cookie = platform::random_u64();
+    accepted.connection_id = next_id_();
+    FERRY_RETURN_IF_ERROR(write_handshake_frame(fd, wire::encode(accepted), deadline));
+    FERRY_ASSIGN_OR_RETURN(auto conn,
+                           local::accept_local(ctx_, accepted.connection_id, hello.engine_id, std::move(s), deadline));
+    on_connection_(std::move(conn));
+    return Status();
   }
   auto pending = std::make_shared<Pending>();
   pending->streams = auth.streams;

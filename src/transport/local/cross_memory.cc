@@ -1,0 +1,80 @@
+// process_vm_readv/writev and pidfd_getfd.
+#include "transport/local/cross_memory.h"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+namespace ferry::local {
+namespace {
+
+// The kernel takes at most IOV_MAX entries per side; walk both lists.
+Status cross(pid_t pid, const std::vector<iovec>& local, const std::vector<iovec>& remote, bool write) {
+  std::vector<iovec> l = local, r = remote;
+  size_t li = 0, ri = 0;
+  while (li < l.size() && ri < r.size()) {
+    size_t ln = std::min<size_t>(l.size() - li, 1024), rn = std::min<size_t>(r.size() - ri, 1024);
+    ssize_t n = write ? ::process_vm_writev(pid, &l[li], ln, &r[ri], rn, 0)
+                      : ::process_vm_readv(pid, &l[li], ln, &r[ri], rn, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int e = errno;
+      std::string what = std::string(write ? "process_vm_writev" : "process_vm_readv") + " into process " +
+                         std::to_string(pid) + ": " + std::strerror(e);
+      if (e == ESRCH) return Status(Code::kPeerLost, what);
+      if (e == EPERM) return Status(Code::kPermissionDenied, what);
+      return Status(Code::kOutOfRange, what);
+    }
+    if (n == 0) return Status(Code::kOutOfRange, "cross-memory copy made no progress (peer range unmapped?)");
+    // Advance both lists by n bytes (a partial copy stops at a page the peer lacks).
+    size_t left = static_cast<size_t>(n);
+    for (size_t moved = left; moved > 0;) {
+      size_t k = std::min(moved, l[li].iov_len);
+      l[li].iov_base = static_cast<char*>(l[li].iov_base) + k;
+      l[li].iov_len -= k;
+      moved -= k;
+      if (l[li].iov_len == 0) ++li;
+    }
+    for (size_t moved = left; moved > 0;) {
+      size_t k = std::min(moved, r[ri].iov_len);
+      r[ri].iov_base = static_cast<char*>(r[ri].iov_base) + k;
+      r[ri].iov_len -= k;
+      moved -= k;
+      if (r[ri].iov_len == 0) ++ri;
+    }
+    while (li < l.size() && l[li].iov_len == 0) ++li;
+    while (ri < r.size() && r[ri].iov_len == 0) ++ri;
+  }
+  return Status();
+}
+
+}  // namespace
+
+Status cross_write(pid_t pid, const std::vector<iovec>& local, const std::vector<iovec>& remote) {
+  return cross(pid, local, remote, true);
+}
+Status cross_read(pid_t pid, const std::vector<iovec>& local, const std::vector<iovec>& remote) {
+  return cross(pid, local, remote, false);
+}
+
+Result<int> fetch_peer_fd(pid_t pid, int fd) {
+  int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) {
+    return Status(errno == ESRCH ? Code::kPeerLost : Code::kUnavailable,
+                  "pidfd_open(" + std::to_string(pid) + "): " + std::strerror(errno));
+  }
+  int got = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, fd, 0));
+  int e = errno;
+  ::close(pidfd);
+  if (got < 0) {
+    return Status(e == EPERM ? Code::kPermissionDenied : Code::kUnavailable,
+                  "pidfd_getfd(process " + std::to_string(pid) + ", fd " + std::to_string(fd) + "): " + std::strerror(e));
+  }
+  return got;
+}
+
+}  // namespace ferry::local

@@ -1,0 +1,203 @@
+// CUDA IPC and virtual-memory handles for local peers.
+#include "transport/local/gpu_sharing.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "platform/cuda_driver.h"
+#include "platform/memory_kind.h"
+#include "transport/local/cross_memory.h"
+
+namespace ferry::local {
+
+namespace {
+std::array<char, 16> pci_of(int device) {
+  std::array<char, 16> out{};
+  std::string s = platform::gpu_pci_address(device);
+  std::memcpy(out.data(), s.data(), std::min(s.size(), out.size() - 1));
+  return out;
+}
+}  // namespace
+
+int local_ordinal_of(const std::array<char, 16>& pci) {
+  const auto& d = platform::cuda();
+  int count = 0;
+  if (!d.available() || d.device_get_count(&count) != platform::cu::kSuccess) return -1;
+  for (int i = 0; i < count; ++i) {
+    if (pci_of(i) == pci) return i;
+  }
+  return -1;
+}
+
+// ---- exports -----------------------------------------------------------------
+
+GpuExports::~GpuExports() {
+  for (auto& [key, a] : allocs_) {
+    if (a.fd >= 0) ::close(a.fd);
+  }
+}
+
+Result<GpuExports::Alloc> GpuExports::make(uint64_t address, int device) {
+  const auto& d = platform::cuda();
+  platform::DeviceScope on(device);
+  FERRY_RETURN_IF_ERROR(on.status());
+  Alloc a;
+  size_t size = 0;
+  FERRY_RETURN_IF_ERROR(d.check(d.mem_get_address_range(&a.base, &size, address), "cuMemGetAddressRange"));
+  a.size = size;
+  int legacy = 0;
+  if (d.pointer_get_attribute(&legacy, platform::cu::kPointerLegacyIpcCapable, address) == platform::cu::kSuccess &&
+      legacy != 0) {
+    platform::cu::IpcMemHandle h;
+    FERRY_RETURN_IF_ERROR(d.check(d.ipc_get_mem_handle(&h, a.base), "cuIpcGetMemHandle"));
+    a.type = HandleType::kLegacy;
+    std::memcpy(a.ipc.data(), h.reserved, sizeof(h.reserved));
+    return a;
+  }
+  // Virtual-memory API allocation: export the physical allocation as an fd.
+  platform::cu::MemHandle handle = 0;
+  FERRY_RETURN_IF_ERROR(d.check(d.mem_retain_allocation_handle(&handle, reinterpret_cast<void*>(a.base)),
+                                "cuMemRetainAllocationHandle", Code::kUnimplemented));
+  int fd = -1;
+  Status s = d.check(d.mem_export_to_shareable_handle(&fd, handle, platform::cu::kHandleTypePosixFd, 0),
+                     "cuMemExportToShareableHandle (the allocation must be created with POSIX fd handles allowed)",
+                     Code::kUnimplemented);
+  d.mem_release(handle);
+  FERRY_RETURN_IF_ERROR(s);
+  a.type = HandleType::kPosixFd;
+  a.fd = fd;
+  return a;
+}
+
+Status GpuExports::describe(const core::MemorySpan& span, std::vector<SharedSpan>& out) {
+  const Region& r = span.region->region;
+  if (r.kind != MemoryKind::kCuda) {
+    SharedSpan s;
+    s.kind = r.kind;
+    s.address = reinterpret_cast<uintptr_t>(span.data);
+    s.length = span.size;
+    out.push_back(s);
+    return Status();
+  }
+  uint64_t at = reinterpret_cast<uintptr_t>(span.data);
+  uint64_t end = at + span.size;
+  while (at < end) {
+    Alloc a;
+    {
+      std::lock_guard lock(mu_);
+      // The allocation containing `at`, if made before for this region.
+      auto it = allocs_.upper_bound({r.id, at});
+      if (it != allocs_.begin()) {
+        --it;
+        if (it->first.first == r.id && it->second.base <= at && at < it->second.base + it->second.size) a = it->second;
+      }
+    }
+    if (a.size == 0) {
+      FERRY_ASSIGN_OR_RETURN(a, make(at, r.device));
+      std::lock_guard lock(mu_);
+      auto [it, fresh] = allocs_.emplace(std::make_pair(r.id, a.base), a);
+      if (!fresh && a.fd >= 0) ::close(a.fd);  // another thread made it first
+      a = it->second;
+    }
+    SharedSpan s;
+    s.kind = MemoryKind::kCuda;
+    s.handle_type = a.type;
+    s.device = r.device;
+    s.address = at;
+    s.length = std::min(end, a.base + a.size) - at;
+    s.alloc_base = a.base;
+    s.alloc_size = a.size;
+    s.fd = a.fd;
+    s.pci = pci_of(r.device);
+    s.ipc = a.ipc;
+    out.push_back(s);
+    at += s.length;
+  }
+  return Status();
+}
+
+void GpuExports::retire(uint64_t region_id) {
+  std::lock_guard lock(mu_);
+  for (auto it = allocs_.lower_bound({region_id, 0}); it != allocs_.end() && it->first.first == region_id;) {
+    if (it->second.fd >= 0) ::close(it->second.fd);
+    it = allocs_.erase(it);
+  }
+}
+
+// ---- imports -----------------------------------------------------------------
+
+GpuImports::~GpuImports() {
+  for (auto& [key, m] : maps_) close(m);
+}
+
+void GpuImports::close(const Mapping& m) {
+  const auto& d = platform::cuda();
+  if (!d.available()) return;
+  platform::DeviceScope on(m.device);
+  if (!on.status().ok()) return;
+  if (m.type == HandleType::kLegacy) {
+    d.ipc_close_mem_handle(m.local);
+  } else {
+    d.mem_unmap(m.local, m.size);
+    d.mem_address_free(m.local, m.size);
+  }
+}
+
+Result<uint8_t*> GpuImports::map(uint64_t peer_engine, pid_t peer_pid, const SharedSpan& span, int device) {
+  auto key = std::make_tuple(peer_engine, span.alloc_base, device);
+  std::lock_guard lock(mu_);
+  auto it = maps_.find(key);
+  if (it == maps_.end()) {
+    const auto& d = platform::cuda();
+    Mapping m;
+    m.device = device;
+    m.type = span.handle_type;
+    m.size = span.alloc_size;
+    if (span.handle_type == HandleType::kLegacy) {
+      platform::cu::IpcMemHandle h;
+      std::memcpy(h.reserved, span.ipc.data(), sizeof(h.reserved));
+      FERRY_RETURN_IF_ERROR(d.check(d.ipc_open_mem_handle(&m.local, h, platform::cu::kIpcLazyPeerAccess),
+                                    "cuIpcOpenMemHandle of the peer's GPU memory", Code::kUnavailable));
+    } else {
+      FERRY_ASSIGN_OR_RETURN(int fd, fetch_peer_fd(peer_pid, span.fd));
+      platform::cu::MemHandle h = 0;
+      Status s = d.check(d.mem_import_from_shareable_handle(&h, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                                                            platform::cu::kHandleTypePosixFd),
+                         "cuMemImportFromShareableHandle", Code::kUnavailable);
+      ::close(fd);
+      FERRY_RETURN_IF_ERROR(s);
+      s = d.check(d.mem_address_reserve(&m.local, m.size, 0, 0, 0), "cuMemAddressReserve", Code::kResourceExhausted);
+      if (s.ok()) {
+        s = d.check(d.mem_map(m.local, m.size, 0, h, 0), "cuMemMap", Code::kUnavailable);
+        if (!s.ok()) d.mem_address_free(m.local, m.size);
+      }
+      d.mem_release(h);  // the mapping holds its own reference
+      FERRY_RETURN_IF_ERROR(s);
+      platform::cu::MemAccessDesc access{{platform::cu::kLocationDevice, device}, platform::cu::kAccessReadWrite};
+      s = d.check(d.mem_set_access(m.local, m.size, &access, 1), "cuMemSetAccess", Code::kUnavailable);
+      if (!s.ok()) {
+        d.mem_unmap(m.local, m.size);
+        d.mem_address_free(m.local, m.size);
+        return s;
+      }
+    }
+    it = maps_.emplace(key, m).first;
+  }
+  return reinterpret_cast<uint8_t*>(it->second.local + (span.address - span.alloc_base));
+}
+
+void GpuImports::forget(uint64_t peer_engine, uint64_t alloc_base) {
+  std::lock_guard lock(mu_);
+  for (auto it = maps_.begin(); it != maps_.end();) {
+    if (std::get<0>(it->first) == peer_engine && (alloc_base == 0 || std::get<1>(it->first) == alloc_base)) {
+      close(it->second);
+      it = maps_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+}  // namespace ferry::local

@@ -1,0 +1,81 @@
+// GPU memory shared between processes of one host.
+//
+// GpuExports (the owner's side) describes registered GPU memory as
+// SharedSpans: each stretch is cut at allocation boundaries and named by its
+// allocation's handle plus an offset, so a region inside a larger allocation
+// (PyTorch's caching allocator) or spanning several physical allocations
+// (expandable segments, cuMemCreate + cuMemMap) works. Handles are made once
+// per allocation and region and dropped when the region is deregistered.
+//
+// GpuImports (the user's side) opens a peer's allocation once, in the context
+// of a chosen local device, and keeps the mapping until the peer revokes it
+// or the connection ends. Opening in the context of the device that will
+// drive the copy means no context is created on any other GPU.
+//
+// Both are thread-safe (one mutex each) and owned by the engine.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "core/registry.h"
+#include "transport/local/shared_span.h"
+
+namespace ferry::local {
+
+class GpuExports {
+ public:
+  ~GpuExports();
+  // Appends the description of `span` (host or GPU) to `out`.
+  Status describe(const core::MemorySpan& span, std::vector<SharedSpan>& out);
+  // Forgets (and closes the descriptors of) everything made for `region_id`.
+  void retire(uint64_t region_id);
+
+ private:
+  struct Alloc {
+    uint64_t base = 0;
+    uint64_t size = 0;
+    HandleType type = HandleType::kNone;
+    int fd = -1;
+    std::array<char, 64> ipc{};
+  };
+  Result<Alloc> make(uint64_t address, int device);
+
+  std::mutex mu_;
+  std::map<std::pair<uint64_t, uint64_t>, Alloc> allocs_;  // guarded by mu_; (region id, base)
+};
+
+class GpuImports {
+ public:
+  ~GpuImports();
+  // The local address of `span`'s first byte, opening its allocation in the
+  // context of local device `device` if not yet open. The caller has made
+  // that context current. kUnavailable / kPermissionDenied with the reason.
+  Result<uint8_t*> map(uint64_t peer_engine, pid_t peer_pid, const SharedSpan& span, int device);
+  // Closes every mapping of the peer's allocation at `alloc_base` (0: all of
+  // the peer's). The caller guarantees no copy uses them any more.
+  void forget(uint64_t peer_engine, uint64_t alloc_base);
+
+ private:
+  struct Mapping {
+    uint64_t local = 0;  // where the allocation starts here
+    uint64_t size = 0;
+    HandleType type = HandleType::kNone;
+    int device = -1;
+  };
+  void close(const Mapping& m);
+
+  std::mutex mu_;
+  // (peer engine, owner's allocation base, local device) -> mapping
+  std::map<std::tuple<uint64_t, uint64_t, int>, Mapping> maps_;  // guarded by mu_
+};
+
+// The local ordinal of the GPU with PCI address `pci` (as in SharedSpan), or -1.
+int local_ordinal_of(const std::array<char, 16>& pci);
+
+}  // namespace ferry::local

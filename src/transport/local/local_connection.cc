@@ -1,0 +1,980 @@
+// LocalConnection: posting, the progress thread, message handlers, failure.
+#include "transport/local/local_connection.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cinttypes>
+#include <cstring>
+#include <future>
+
+#include "core/log.h"
+#include "platform/thread.h"
+
+namespace ferry::local {
+namespace {
+
+using wire::FrameHeader;
+using wire::FrameType;
+
+constexpr uint8_t kNoteSkip = 1;  // LOCAL_NOTE: the write carrying this seq failed; nothing to deliver
+
+Status peer_status(uint32_t code, std::string_view message, const std::string& where) {
+  if (code == 0) return Status();
+  Code c = code <= static_cast<uint32_t>(Code::kInternal) ? static_cast<Code>(code) : Code::kInternal;
+  return Status(c, "peer of " + where + " reports: " + std::string(message));
+}
+
+std::string encode(const FrameHeader& h, std::string_view aux, std::string_view payload) {
+  FrameHeader f = h;
+  f.aux_len = static_cast<uint16_t>(aux.size());
+  f.payload_len = static_cast<uint32_t>(payload.size());
+  wire::HeaderBytes hb;
+  wire::encode_header(f, hb);
+  std::string out(reinterpret_cast<const char*>(hb.data()), hb.size());
+  out.append(aux);
+  out.append(payload);
+  return out;
+}
+
+}  // namespace
+
+LocalConnection::LocalConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t id, LocalPeer peer,
+                                 platform::Socket control, ShmChannel channel)
+    : ctx_(std::move(ctx)),
+      id_(id),
+      peer_(std::move(peer)),
+      control_(std::move(control)),
+      channel_(std::move(channel)),
+      copier_(*ctx_->gpu_imports, peer_.engine_id, peer_.pid) {
+  last_peer_beat_at_ = Clock::now();
+}
+
+LocalConnection::~LocalConnection() { close(); }
+
+void LocalConnection::start() {
+  std::string name = "ferry-c" + std::to_string(id_) + "-local";
+  progress_ = platform::start_thread(name, [this] { progress_loop(); });
+}
+
+std::string LocalConnection::where() const {
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "local connection %" PRIu64 " to %s (engine %016" PRIx64 ", pid %d)", id_,
+                peer_.address.c_str(), peer_.engine_id, static_cast<int>(peer_.pid));
+  return buf;
+}
+
+Transfer LocalConnection::failed(const Status& s) {
+  auto st = std::make_shared<TransferState>(0, 1);
+  st->finish(s);
+  return Transfer(st);
+}
+
+std::shared_ptr<TransferState> LocalConnection::new_state(int parts) {
+  return std::make_shared<TransferState>(next_id(), parts);
+}
+
+uint64_t LocalConnection::next_id() {
+  std::lock_guard lock(mu_);
+  return next_id_++;
+}
+
+Status LocalConnection::usable() const {
+  if (!failed_.load(std::memory_order_acquire)) return Status();
+  std::lock_guard lock(health_mu_);
+  return health_;
+}
+
+Status LocalConnection::health() const { return usable(); }
+
+// ---- messages ---------------------------------------------------------------------
+
+void LocalConnection::post(const FrameHeader& h, std::string_view aux, std::string_view payload) {
+  std::string msg = encode(h, aux, payload);
+  {
+    std::lock_guard lock(out_mu_);
+    if (outbox_.empty() && channel_.try_post(msg, {})) return;
+    outbox_.push_back(std::move(msg));
+  }
+  local_work_.store(true, std::memory_order_release);
+  channel_.kick();
+}
+
+bool LocalConnection::flush_outbox() {
+  std::lock_guard lock(out_mu_);
+  bool any = false;
+  while (!outbox_.empty() && channel_.try_post(outbox_.front(), {})) {
+    outbox_.pop_front();
+    any = true;
+  }
+  return any;
+}
+
+void LocalConnection::expect(uint64_t id, Completion c) {
+  std::lock_guard lock(mu_);
+  expected_[id] = std::move(c);
+}
+
+void LocalConnection::answer(uint64_t id, const Status& s) {
+  FrameHeader h;
+  h.type = FrameType::kLocalDone;
+  h.id = id;
+  h.code = static_cast<uint32_t>(s.code());
+  std::string msg = s.ok() ? std::string() : s.message().substr(0, 4000);
+  post(h, msg);
+}
+
+Status LocalConnection::describe_span(const core::MemorySpan& span, std::vector<SharedSpan>& out) {
+  size_t first = out.size();
+  FERRY_RETURN_IF_ERROR(ctx_->gpu_exports->describe(span, out));
+  std::lock_guard lock(mu_);
+  for (size_t i = first; i < out.size(); ++i) {
+    if (out[i].gpu()) shared_allocs_[span.region->region.id].insert(out[i].alloc_base);
+  }
+  return Status();
+}
+
+Status LocalConnection::describe(const core::SegmentList& list, uint64_t size, std::vector<SharedSpan>& out) {
+  for (const core::MemorySpan& s : list.spans()) {
+    if (size == 0) break;
+    core::MemorySpan part = s;
+    part.size = std::min<uint64_t>(s.size, size);
+    size -= part.size;
+    FERRY_RETURN_IF_ERROR(describe_span(part, out));
+  }
+  return Status();
+}
+
+// ---- two-sided ----------------------------------------------------------------------
+
+Transfer LocalConnection::send_async(const void* data, size_t size) {
+  ConstBuffer b{data, size};
+  return sendv_async(std::span<const ConstBuffer>(&b, 1));
+}
+
+Transfer LocalConnection::sendv_async(std::span<const ConstBuffer> parts) {
+  if (Status u = usable(); !u.ok()) return failed(u);
+  auto source = core::resolve_parts(ctx_->registry, parts, parts.size() == 1 ? "send buffer" : "sendv part", true);
+  if (!source.ok()) return failed(source.status().with_context(where()));
+  return post_send(std::move(source).value());
+}
+
+Transfer LocalConnection::post_send(core::SegmentList source) {
+  auto state = new_state();
+  Transfer handle(state);
+  uint64_t op = state->id();
+  uint64_t size = source.total();
+  state->set_bytes(size);
+  auto done = [state](const Status& s) { state->finish(s); };
+  FrameHeader h;
+  h.id = op;
+  h.a = size;
+  if (!any_gpu(source) && size <= std::min<uint64_t>(ctx_->options.inline_max, channel_.max_message() / 2)) {
+    // Small host messages ride in the ring: one message, no rendezvous.
+    std::string bytes(size, '\0');
+    std::vector<iovec> iov;
+    source.slice(0, size, iov);
+    size_t at = 0;
+    core::ChunkAccess access(source, 0, size);
+    if (!access.ok()) return failed(Status(Code::kNotFound, where() + ": send buffer was deregistered"));
+    for (const iovec& v : iov) {
+      std::memcpy(bytes.data() + at, v.iov_base, v.iov_len);
+      at += v.iov_len;
+    }
+    h.type = FrameType::kEager;
+    expect(op, done);
+    post(h, {}, bytes);
+    return handle;
+  }
+  std::vector<SharedSpan> spans;
+  if (Status s = describe(source, size, spans); !s.ok()) return failed(s.with_context(where()));
+  std::string payload;
+  encode_spans(spans, payload);
+  // The sender copies once it learns where the receive buffer is (CTS); when
+  // it cannot address that buffer, the receiver copies and answers DONE.
+  expect(op, done);
+  h.type = FrameType::kLocalRts;
+  {
+    std::lock_guard lock(mu_);
+    pending_sources_[op] = std::move(source);
+  }
+  post(h, {}, payload);
+  return handle;
+}
+
+Transfer LocalConnection::recv_async(void* data, size_t capacity) {
+  MutableBuffer b{data, capacity};
+  return recvv_async(std::span<const MutableBuffer>(&b, 1));
+}
+
+Transfer LocalConnection::recvv_async(std::span<const MutableBuffer> parts) {
+  if (Status u = usable(); !u.ok()) return failed(u);
+  auto dest = core::resolve_parts(ctx_->registry, parts, parts.size() == 1 ? "receive buffer" : "recvv part", true);
+  if (!dest.ok()) return failed(dest.status().with_context(where()));
+  return post_recv(std::move(dest).value());
+}
+
+Transfer LocalConnection::post_recv(core::SegmentList dest) {
+  auto state = new_state();
+  Transfer handle(state);
+  PostedRecv recv{state, std::move(dest)};
+  Unexpected msg;
+  {
+    std::lock_guard lock(mu_);
+    if (unexpected_.empty()) {
+      std::weak_ptr<TransferState> weak = state;
+      std::weak_ptr<LocalConnection> self = weak_from_this();
+      state->set_canceller([self, weak]() -> bool {
+        auto conn = self.lock();
+        auto st = weak.lock();
+        if (!conn || !st) return false;
+        {
+          std::lock_guard lock(conn->mu_);
+          auto it = std::find_if(conn->posted_.begin(), conn->posted_.end(),
+                                 [&](const PostedRecv& r) { return r.state == st; });
+          if (it == conn->posted_.end()) return false;
+          conn->posted_.erase(it);
+        }
+        return st->finish(Status(Code::kCancelled, "receive cancelled before a message matched it"));
+      });
+      posted_.push_back(std::move(recv));
+      return handle;
+    }
+    msg = std::move(unexpected_.front());
+    unexpected_.pop_front();
+  }
+  match(std::move(recv), std::move(msg));
+  return handle;
+}
+
+void LocalConnection::match(PostedRecv recv, Unexpected msg) {
+  const auto& state = recv.state;
+  uint64_t capacity = recv.dest.total();
+  if (msg.size > capacity) {
+    Status s(Code::kBufferTooSmall, where() + ": message of " + std::to_string(msg.size) +
+                                        " bytes does not fit the receive buffer of " + std::to_string(capacity));
+    state->finish(s);
+    answer(msg.op, s);
+    return;
+  }
+  state->set_bytes(msg.size);
+  if (msg.eager) {
+    core::ChunkAccess access(recv.dest, 0, msg.size);
+    if (!access.ok()) {
+      Status s(Code::kNotFound, where() + ": receive buffer was deregistered");
+      state->finish(s);
+      answer(msg.op, s);
+      return;
+    }
+    recv.dest.copy_in(0, reinterpret_cast<const uint8_t*>(msg.bytes.data()), msg.size);
+    state->finish(Status());
+    answer(msg.op, Status());
+    return;
+  }
+  if (msg.size == 0) {
+    state->finish(Status());
+    answer(msg.op, Status());
+    return;
+  }
+  bool sender_can = !(any_gpu(msg.source) && any_host(recv.dest));
+  if (sender_can) {
+    std::vector<SharedSpan> spans;
+    Status s = describe(recv.dest, msg.size, spans);
+    if (!s.ok()) {
+      state->finish(s.with_context(where()));
+      answer(msg.op, s);
+      return;
+    }
+    uint64_t token = state->id();
+    expect(token, [state](const Status& st) { state->finish(st); });
+    std::string payload;
+    encode_spans(spans, payload);
+    FrameHeader h;
+    h.type = FrameType::kLocalCts;
+    h.id = msg.op;
+    h.a = token;
+    post(h, {}, payload);
+    return;
+  }
+  if (!LocalCopier::can_execute(recv.dest, msg.source)) {
+    Status s(Code::kUnimplemented, where() + ": a message mixing host and GPU memory on both sides in opposite "
+                                             "directions cannot move locally in one copy; split it");
+    state->finish(s);
+    answer(msg.op, s);
+    return;
+  }
+  // The receiver copies (the sender's GPU memory into host memory here).
+  uint64_t op = msg.op;
+  std::weak_ptr<LocalConnection> self = weak_from_this();
+  Status s = copier_.start(recv.dest, msg.source, msg.size, false, [self, state, op](const Status& st) {
+    state->finish(st);
+    if (auto conn = self.lock()) conn->answer(op, st);
+  });
+  if (!s.ok()) {
+    state->finish(s);
+    answer(op, s);
+  }
+  local_work_.store(true, std::memory_order_release);
+}
+
+// ---- one-sided ------------------------------------------------------------------------
+
+Transfer LocalConnection::write_async(const void* local, size_t size, const RemoteDescriptor& remote,
+                                      uint64_t remote_offset, std::string_view notification) {
+  WriteItem item{local, size, remote, remote_offset};
+  return writev_async(std::span<const WriteItem>(&item, 1), notification);
+}
+
+Transfer LocalConnection::writev_async(std::span<const WriteItem> items, std::string_view notification) {
+  if (Status u = usable(); !u.ok()) return failed(u);
+  if (items.empty()) return failed(Status(Code::kInvalidArgument, "writev: no items"));
+  if (notification.size() > kMaxNotification) {
+    return failed(Status(Code::kInvalidArgument, "write: notification of " + std::to_string(notification.size()) +
+                                                     " bytes exceeds " + std::to_string(kMaxNotification)));
+  }
+  std::vector<Item> resolved;
+  for (const WriteItem& w : items) {
+    Item it;
+    it.remote = w.remote;
+    it.offset = w.remote_offset;
+    if (w.remote.engine_id != peer_.engine_id) {
+      return failed(Status(Code::kInvalidArgument, "write: descriptor belongs to another engine than " + where()));
+    }
+    if (w.remote_offset > w.remote.length || w.size > w.remote.length - w.remote_offset) {
+      return failed(Status(Code::kOutOfRange, "write: [" + std::to_string(w.remote_offset) + ", +" +
+                                                  std::to_string(w.size) + ") leaves remote export " +
+                                                  std::to_string(w.remote.export_id) + " of " +
+                                                  std::to_string(w.remote.length) + " bytes"));
+    }
+    if (w.size > 0) {
+      ConstBuffer b{w.local, w.size};
+      auto list = core::resolve_parts(ctx_->registry, std::span<const ConstBuffer>(&b, 1), "write source", true);
+      if (!list.ok()) return failed(list.status().with_context(where()));
+      it.local = std::move(list).value();
+    }
+    resolved.push_back(std::move(it));
+  }
+  uint64_t seq = 0;
+  if (!notification.empty()) {
+    std::lock_guard lock(mu_);
+    seq = next_note_seq_++;
+  }
+  int n = static_cast<int>(resolved.size());
+  auto outer = new_state(seq != 0 ? 1 : n);
+  Transfer handle(outer);
+  size_t total = 0;
+  for (const Item& it : resolved) total += it.local.total();
+  outer->set_bytes(total);
+  std::shared_ptr<TransferState> parts = outer;
+  if (seq != 0) {
+    // The notification follows every item's data; a failed write skips it
+    // (the peer then delivers the notifications after it without waiting).
+    std::weak_ptr<LocalConnection> self = weak_from_this();
+    parts = std::make_shared<TransferState>(0, n);
+    parts->on_finish([self, outer, seq, note = std::string(notification)](const Status& s) {
+      if (auto conn = self.lock()) conn->send_note(0, seq, !s.ok(), note);
+      outer->finish(s);
+    });
+  }
+  for (Item& it : resolved) start_item(parts, std::move(it), true);
+  return handle;
+}
+
+Transfer LocalConnection::read_async(void* local, size_t size, const RemoteDescriptor& remote,
+                                     uint64_t remote_offset) {
+  ReadItem item{local, size, remote, remote_offset};
+  return readv_async(std::span<const ReadItem>(&item, 1));
+}
+
+Transfer LocalConnection::readv_async(std::span<const ReadItem> items) {
+  if (Status u = usable(); !u.ok()) return failed(u);
+  if (items.empty()) return failed(Status(Code::kInvalidArgument, "readv: no items"));
+  std::vector<Item> resolved;
+  for (const ReadItem& r : items) {
+    Item it;
+    it.remote = r.remote;
+    it.offset = r.remote_offset;
+    if (r.remote.engine_id != peer_.engine_id) {
+      return failed(Status(Code::kInvalidArgument, "read: descriptor belongs to another engine than " + where()));
+    }
+    if (r.remote_offset > r.remote.length || r.size > r.remote.length - r.remote_offset) {
+      return failed(Status(Code::kOutOfRange, "read: [" + std::to_string(r.remote_offset) + ", +" +
+                                                  std::to_string(r.size) + ") leaves remote export " +
+                                                  std::to_string(r.remote.export_id) + " of " +
+                                                  std::to_string(r.remote.length) + " bytes"));
+    }
+    if (r.size > 0) {
+      MutableBuffer b{r.local, r.size};
+      auto list = core::resolve_parts(ctx_->registry, std::span<const MutableBuffer>(&b, 1), "read destination", true);
+      if (!list.ok()) return failed(list.status().with_context(where()));
+      it.local = std::move(list).value();
+    }
+    resolved.push_back(std::move(it));
+  }
+  auto state = new_state(static_cast<int>(resolved.size()));
+  Transfer handle(state);
+  size_t total = 0;
+  for (const Item& it : resolved) total += it.local.total();
+  state->set_bytes(total);
+  for (Item& it : resolved) start_item(state, std::move(it), false);
+  return handle;
+}
+
+void LocalConnection::with_export(const RemoteDescriptor& r, std::function<void(Result<const ExportInfo*>)> then) {
+  auto key = std::make_pair(r.export_id, r.key);
+  {
+    std::shared_lock gate(revoke_mu_);
+    std::unique_lock lock(mu_);
+    auto it = exports_.find(key);
+    if (it != exports_.end()) {
+      const ExportInfo* info = &it->second;
+      lock.unlock();
+      then(info);  // starts the copy under the gate
+      return;
+    }
+    auto& waiters = opening_[key];
+    waiters.push_back(std::move(then));
+    if (waiters.size() > 1) return;  // a request is already out
+  }
+  FrameHeader h;
+  h.type = FrameType::kLocalOpen;
+  h.id = next_id();
+  h.a = r.export_id;
+  h.b = r.key;
+  h.c = r.length;
+  post(h);
+}
+
+void LocalConnection::start_item(const std::shared_ptr<TransferState>& state, Item item, bool is_write) {
+  if (item.local.total() == 0) {
+    state->finish_part(Status());
+    return;
+  }
+  std::weak_ptr<LocalConnection> self = weak_from_this();
+  auto shared = std::make_shared<Item>(std::move(item));
+  with_export(shared->remote, [self, state, shared, is_write](Result<const ExportInfo*> info) {
+    auto conn = self.lock();
+    if (!conn) return;
+    if (!info.ok()) {
+      state->finish_part(info.status());
+      return;
+    }
+    conn->run_item(state, *shared, **info, is_write);
+  });
+}
+
+void LocalConnection::run_item(const std::shared_ptr<TransferState>& state, const Item& item, const ExportInfo& info,
+                               bool is_write) {
+  uint64_t size = item.local.total();
+  if (item.offset + size > info.length) {
+    state->finish_part(Status(Code::kOutOfRange, where() + ": access past the end of export " +
+                                                     std::to_string(item.remote.export_id)));
+    return;
+  }
+  std::vector<SharedSpan> remote = slice_spans(info.spans, item.offset, size);
+  if (LocalCopier::can_execute(item.local, remote)) {
+    core::ChunkAccess access(item.local, 0, size);
+    if (!access.ok()) {
+      state->finish_part(Status(Code::kNotFound, where() + ": local buffer was deregistered"));
+      return;
+    }
+    Status s = copier_.start(item.local, remote, size, is_write, [state](const Status& st) { state->finish_part(st); });
+    if (!s.ok()) state->finish_part(s.with_context(where()));
+    local_work_.store(true, std::memory_order_release);
+    channel_.kick();
+    return;
+  }
+  // This side's GPU memory against the peer's host memory: the peer copies.
+  std::vector<SharedSpan> mine;
+  if (Status s = describe(item.local, size, mine); !s.ok()) {
+    state->finish_part(s.with_context(where()));
+    return;
+  }
+  std::string payload;
+  encode_spans(mine, payload);
+  uint64_t op = next_id();
+  expect(op, [state](const Status& st) { state->finish_part(st); });
+  FrameHeader h;
+  h.type = is_write ? FrameType::kLocalPull : FrameType::kLocalPush;
+  h.id = op;
+  h.a = item.remote.export_id;
+  h.b = item.remote.key;
+  h.c = item.offset;
+  h.d = size;
+  post(h, {}, payload);
+}
+
+// ---- notifications --------------------------------------------------------------------
+
+void LocalConnection::send_note(uint64_t op, uint64_t seq, bool skip, std::string_view note) {
+  FrameHeader h;
+  h.type = FrameType::kLocalNote;
+  h.id = op;
+  h.a = seq;
+  h.flags = skip ? kNoteSkip : 0;
+  post(h, skip ? std::string_view() : note);
+}
+
+Transfer LocalConnection::notify_async(std::string_view message) {
+  if (Status u = usable(); !u.ok()) return failed(u);
+  if (message.size() > kMaxNotification) {
+    return failed(Status(Code::kInvalidArgument, "notify: message of " + std::to_string(message.size()) +
+                                                     " bytes exceeds " + std::to_string(kMaxNotification)));
+  }
+  auto state = new_state();
+  uint64_t seq;
+  {
+    std::lock_guard lock(mu_);
+    seq = next_note_seq_++;
+  }
+  expect(state->id(), [state](const Status& s) { state->finish(s); });
+  send_note(state->id(), seq, false, message);
+  return Transfer(state);
+}
+
+void LocalConnection::deliver_note(uint64_t seq, bool skip, std::string note) {
+  {
+    std::lock_guard lock(notes_mu_);
+    if (seq < next_note_due_ || held_notes_.count(seq) != 0) return;  // duplicate
+    if (skip) {
+      held_notes_[seq] = std::nullopt;
+    } else {
+      held_notes_[seq] = std::move(note);
+    }
+    // Deliver in the order the peer posted them.
+    for (auto it = held_notes_.begin(); it != held_notes_.end() && it->first == next_note_due_;) {
+      if (it->second) notes_.push_back(std::move(*it->second));
+      ++next_note_due_;
+      it = held_notes_.erase(it);
+    }
+  }
+  notes_cv_.notify_all();
+}
+
+Result<std::string> LocalConnection::wait_notification(Deadline deadline) {
+  std::unique_lock lock(notes_mu_);
+  auto ready = [&] { return !notes_.empty() || failed_.load(std::memory_order_acquire); };
+  if (deadline == kNoDeadline) {
+    notes_cv_.wait(lock, ready);
+  } else if (!notes_cv_.wait_until(lock, deadline, ready)) {
+    return Status(Code::kDeadlineExceeded, "no notification from " + where() + " by the deadline");
+  }
+  if (notes_.empty()) return usable();
+  std::string n = std::move(notes_.front());
+  notes_.pop_front();
+  return n;
+}
+
+std::optional<std::string> LocalConnection::poll_notification() {
+  std::lock_guard lock(notes_mu_);
+  if (notes_.empty()) return std::nullopt;
+  std::string n = std::move(notes_.front());
+  notes_.pop_front();
+  return n;
+}
+
+// ---- progress thread ------------------------------------------------------------------
+
+bool LocalConnection::peer_gone() const {
+  pollfd p{control_.fd(), POLLIN | POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLHUP | POLLRDHUP | POLLERR)) return true;
+  char c;
+  return ::recv(control_.fd(), &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+void LocalConnection::progress_loop() {
+  auto last_activity = Clock::now();
+  std::string msg;
+  unsigned idle_spins = 0;
+  while (!stop_.load(std::memory_order_acquire)) {
+    local_work_.store(false, std::memory_order_release);
+    bool did = flush_outbox();
+    while (channel_.receive(msg)) {
+      did = true;
+      Status s = handle(msg);
+      if (!s.ok()) {
+        fail(s);
+        break;
+      }
+    }
+    did |= copier_.poll();
+    if (did) {
+      last_activity = Clock::now();
+      idle_spins = 0;
+      continue;
+    }
+    // Busy-polling while copies are in flight or right after traffic: the
+    // next message or copy completion is microseconds away, a futex sleep
+    // and wake would cost more than the whole transfer.
+    if (copier_.busy() || Clock::now() - last_activity < kSpinWindow) {
+      if (++idle_spins % 4096 == 0 && peer_gone()) {
+        fail(Status(Code::kPeerLost, where() + ": the peer process exited"));
+      }
+      continue;
+    }
+    {
+      std::lock_guard lock(out_mu_);
+      if (!outbox_.empty()) continue;
+    }
+    channel_.wait(std::chrono::milliseconds(20), local_work_);
+    if (peer_gone() && !closed_.load()) fail(Status(Code::kPeerLost, where() + ": the peer process exited"));
+  }
+}
+
+Status LocalConnection::handle(const std::string& msg) {
+  if (msg.size() < wire::kHeaderSize) return Status(Code::kDataLoss, where() + ": truncated message on the channel");
+  auto hr = wire::decode_header(reinterpret_cast<const uint8_t*>(msg.data()), wire::kHeaderSize);
+  if (!hr.ok()) return hr.status().with_context(where());
+  const FrameHeader& h = *hr;
+  if (wire::kHeaderSize + h.aux_len + static_cast<size_t>(h.payload_len) != msg.size()) {
+    return Status(Code::kDataLoss, where() + ": message length disagrees with its header");
+  }
+  std::string_view aux(msg.data() + wire::kHeaderSize, h.aux_len);
+  std::string_view payload(msg.data() + wire::kHeaderSize + h.aux_len, h.payload_len);
+  switch (h.type) {
+    case FrameType::kEager: {
+      if (payload.size() != h.a) return Status(Code::kDataLoss, where() + ": eager size mismatch");
+      Unexpected u;
+      u.op = h.id;
+      u.size = h.a;
+      u.eager = true;
+      u.bytes.assign(payload);
+      PostedRecv recv;
+      {
+        std::lock_guard lock(mu_);
+        if (posted_.empty()) {
+          unexpected_.push_back(std::move(u));
+          return Status();
+        }
+        recv = std::move(posted_.front());
+        posted_.pop_front();
+      }
+      recv.state->set_canceller(nullptr);
+      match(std::move(recv), std::move(u));
+      return Status();
+    }
+    case FrameType::kLocalRts:
+      return on_rts(h, payload);
+    case FrameType::kLocalCts:
+      return on_cts(h, payload);
+    case FrameType::kLocalDone:
+    case FrameType::kAck: {
+      Completion c;
+      {
+        std::lock_guard lock(mu_);
+        auto it = expected_.find(h.id);
+        if (it == expected_.end()) return Status();  // already failed locally
+        c = std::move(it->second);
+        expected_.erase(it);
+        pending_sources_.erase(h.id);
+      }
+      c(peer_status(h.code, aux, where()));
+      return Status();
+    }
+    case FrameType::kLocalOpen:
+      return on_open(h);
+    case FrameType::kLocalExport:
+      return on_export(h, aux, payload);
+    case FrameType::kLocalPull:
+    case FrameType::kLocalPush:
+      return on_pull_or_push(h, payload);
+    case FrameType::kLocalNote:
+      deliver_note(h.a, (h.flags & kNoteSkip) != 0, std::string(aux));
+      if (h.id != 0) {
+        FrameHeader ack;
+        ack.type = FrameType::kAck;
+        ack.id = h.id;
+        post(ack);
+      }
+      return Status();
+    case FrameType::kLocalRevoke:
+      return on_revoke(h, payload);
+    case FrameType::kHeartbeat:
+      return Status();
+    case FrameType::kClose:
+      fail(Status(Code::kPeerLost, where() + ": the peer closed the connection"));
+      return Status();
+    default:
+      return Status(Code::kDataLoss, where() + ": unexpected " + std::string(wire::frame_type_name(h.type)) +
+                                         " message on the local channel");
+  }
+}
+
+Status LocalConnection::on_rts(const FrameHeader& h, std::string_view payload) {
+  FERRY_ASSIGN_OR_RETURN(std::vector<SharedSpan> spans, decode_spans(payload));
+  uint64_t total = 0;
+  for (const SharedSpan& s : spans) total += s.length;
+  if (total != h.a) return Status(Code::kDataLoss, where() + ": RTS spans do not add up to the message size");
+  Unexpected u;
+  u.op = h.id;
+  u.size = h.a;
+  u.source = std::move(spans);
+  PostedRecv recv;
+  {
+    std::lock_guard lock(mu_);
+    if (posted_.empty()) {
+      unexpected_.push_back(std::move(u));
+      return Status();
+    }
+    recv = std::move(posted_.front());
+    posted_.pop_front();
+  }
+  recv.state->set_canceller(nullptr);
+  match(std::move(recv), std::move(u));
+  return Status();
+}
+
+Status LocalConnection::on_cts(const FrameHeader& h, std::string_view payload) {
+  FERRY_ASSIGN_OR_RETURN(std::vector<SharedSpan> spans, decode_spans(payload));
+  core::SegmentList source;
+  Completion done;
+  {
+    std::lock_guard lock(mu_);
+    auto it = pending_sources_.find(h.id);
+    auto e = expected_.find(h.id);
+    if (it == pending_sources_.end() || e == expected_.end()) {
+      // The send already failed here; tell the receiver.
+      FrameHeader d;
+      d.type = FrameType::kLocalDone;
+      d.id = h.a;
+      d.code = static_cast<uint32_t>(Code::kCancelled);
+      std::string why = "the send was withdrawn";
+      post(d, why);
+      return Status();
+    }
+    source = std::move(it->second);
+    pending_sources_.erase(it);
+    done = std::move(e->second);
+    expected_.erase(e);
+  }
+  uint64_t token = h.a;
+  uint64_t size = source.total();
+  std::weak_ptr<LocalConnection> self = weak_from_this();
+  auto finish = [self, token, done](const Status& st) {
+    if (auto conn = self.lock()) conn->answer(token, st);
+    done(st);
+  };
+  core::ChunkAccess access(source, 0, size);
+  if (!access.ok()) {
+    finish(Status(Code::kNotFound, where() + ": send buffer was deregistered"));
+    return Status();
+  }
+  Status s = copier_.start(source, spans, size, true, finish);
+  if (!s.ok()) finish(s.with_context(where()));
+  return Status();
+}
+
+Status LocalConnection::on_open(const FrameHeader& h) {
+  FrameHeader r;
+  r.type = FrameType::kLocalExport;
+  r.id = h.id;
+  r.a = h.a;
+  r.b = h.b;
+  auto span = ctx_->registry.resolve_export(h.a, h.b, 0, h.c);
+  std::vector<SharedSpan> spans;
+  Status s = span.status();
+  if (s.ok()) s = describe_span(*span, spans);
+  if (!s.ok()) {
+    r.code = static_cast<uint32_t>(s.code());
+    post(r, s.message().substr(0, 4000));
+    return Status();
+  }
+  {
+    std::lock_guard lock(mu_);
+    shared_exports_[h.a] = span->region->region.id;
+  }
+  r.c = h.c;
+  std::string payload;
+  encode_spans(spans, payload);
+  post(r, {}, payload);
+  return Status();
+}
+
+Status LocalConnection::on_export(const FrameHeader& h, std::string_view aux, std::string_view payload) {
+  auto key = std::make_pair(h.a, h.b);
+  Result<const ExportInfo*> result = Status();
+  std::vector<std::function<void(Result<const ExportInfo*>)>> waiters;
+  {
+    std::lock_guard lock(mu_);
+    auto w = opening_.find(key);
+    if (w == opening_.end()) return Status();
+    waiters = std::move(w->second);
+    opening_.erase(w);
+    if (h.code != 0) {
+      result = peer_status(h.code, aux, where());
+    } else {
+      FERRY_ASSIGN_OR_RETURN(std::vector<SharedSpan> spans, decode_spans(payload));
+      ExportInfo info{h.b, h.c, std::move(spans)};
+      result = &(exports_[key] = std::move(info));
+    }
+  }
+  std::shared_lock gate(revoke_mu_);
+  for (auto& w : waiters) w(result);
+  return Status();
+}
+
+Status LocalConnection::on_pull_or_push(const FrameHeader& h, std::string_view payload) {
+  bool pull = h.type == FrameType::kLocalPull;  // the peer writes into our export
+  uint64_t op = h.id;
+  std::weak_ptr<LocalConnection> self = weak_from_this();
+  auto finish = [self, op](const Status& st) {
+    if (auto conn = self.lock()) conn->answer(op, st);
+  };
+  auto spans = decode_spans(payload);
+  if (!spans.ok()) return spans.status();
+  auto span = ctx_->registry.resolve_export(h.a, h.b, h.c, h.d);
+  if (!span.ok()) {
+    finish(span.status());
+    return Status();
+  }
+  core::SegmentList list;
+  list.add(*span);
+  if (!LocalCopier::can_execute(list, *spans)) {
+    finish(Status(Code::kUnimplemented, "neither side can copy between these memories in one step"));
+    return Status();
+  }
+  core::ChunkAccess access(list, 0, h.d);
+  if (!access.ok()) {
+    finish(Status(Code::kNotFound, "export " + std::to_string(h.a) + " was revoked"));
+    return Status();
+  }
+  // A pull copies the initiator's bytes here (from remote); a push sends ours there.
+  Status s = copier_.start(list, *spans, h.d, !pull, finish);
+  if (!s.ok()) finish(s);
+  return Status();
+}
+
+void LocalConnection::region_retired(uint64_t region_id) {
+  std::vector<uint64_t> exports, allocs;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = shared_exports_.begin(); it != shared_exports_.end();) {
+      if (it->second == region_id) {
+        exports.push_back(it->first);
+        it = shared_exports_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    auto a = shared_allocs_.find(region_id);
+    if (a != shared_allocs_.end()) {
+      allocs.assign(a->second.begin(), a->second.end());
+      shared_allocs_.erase(a);
+    }
+  }
+  if (exports.empty() && allocs.empty()) return;
+  if (failed_.load(std::memory_order_acquire)) return;
+  std::string payload;
+  for (uint64_t v : exports) payload.append(reinterpret_cast<const char*>(&v), 8);
+  for (uint64_t v : allocs) payload.append(reinterpret_cast<const char*>(&v), 8);
+  // The peer copies into our memory itself, so "no byte lands after dereg"
+  // needs its word: it stops using the region, lets its copies finish, and
+  // answers. A peer that never answers is lost within peer_timeout.
+  auto answered = std::make_shared<std::promise<void>>();
+  FrameHeader h;
+  h.type = FrameType::kLocalRevoke;
+  h.id = next_id();
+  h.a = exports.size();
+  expect(h.id, [answered](const Status&) { answered->set_value(); });
+  post(h, {}, payload);
+  if (answered->get_future().wait_for(ctx_->options.peer_timeout) != std::future_status::ready) {
+    fail(Status(Code::kPeerLost, where() + ": the peer did not confirm that it stopped using a deregistered region"));
+  }
+}
+
+Status LocalConnection::on_revoke(const FrameHeader& h, std::string_view payload) {
+  if (payload.size() % 8 != 0 || h.a > payload.size() / 8) {
+    return Status(Code::kDataLoss, where() + ": malformed revoke message");
+  }
+  std::vector<uint64_t> values(payload.size() / 8);
+  std::memcpy(values.data(), payload.data(), payload.size());
+  {
+    // Exclusive: no application thread is between finding an export and
+    // starting its copy (run_item holds the shared side).
+    std::unique_lock gate(revoke_mu_);
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < h.a; ++i) {
+      for (auto it = exports_.begin(); it != exports_.end();) {
+        it = it->first.first == values[i] ? exports_.erase(it) : std::next(it);
+      }
+    }
+  }
+  copier_.drain();
+  for (size_t i = h.a; i < values.size(); ++i) copier_.forget(values[i]);
+  answer(h.id, Status());
+  return Status();
+}
+
+// ---- liveness and failure ------------------------------------------------------------
+
+void LocalConnection::tick(Clock::time_point now) {
+  if (failed_.load(std::memory_order_acquire)) return;
+  channel_.beat();
+  uint64_t beats = channel_.peer_beats();
+  if (beats != last_peer_beats_) {
+    last_peer_beats_ = beats;
+    last_peer_beat_at_ = now;
+    return;
+  }
+  auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_peer_beat_at_);
+  if (silent > ctx_->options.peer_timeout) {
+    fail(Status(Code::kPeerLost, where() + ": no traffic from the peer for " + std::to_string(silent.count()) +
+                                     " ms (peer_timeout " + std::to_string(ctx_->options.peer_timeout.count()) +
+                                     " ms): stopped or overloaded"));
+  } else if (peer_gone()) {
+    fail(Status(Code::kPeerLost, where() + ": the peer process exited"));
+  }
+}
+
+void LocalConnection::fail(const Status& why) {
+  if (failed_.exchange(true)) return;
+  {
+    std::lock_guard lock(health_mu_);
+    health_ = why;
+  }
+  if (why.code() != Code::kCancelled) FERRY_LOG(kWarn, "local", "%s", why.to_string().c_str());
+  std::unordered_map<uint64_t, Completion> expected;
+  std::deque<PostedRecv> posted;
+  std::map<std::pair<uint64_t, uint64_t>, std::vector<std::function<void(Result<const ExportInfo*>)>>> opening;
+  {
+    std::lock_guard lock(mu_);
+    expected.swap(expected_);
+    posted.swap(posted_);
+    opening.swap(opening_);
+    unexpected_.clear();
+    pending_sources_.clear();
+  }
+  for (auto& [id, c] : expected) c(why);
+  for (auto& r : posted) r.state->finish(why);
+  for (auto& [key, waiters] : opening) {
+    for (auto& w : waiters) w(why);
+  }
+  notes_cv_.notify_all();
+  control_.shutdown();
+  local_work_.store(true);
+  channel_.kick();
+}
+
+void LocalConnection::close() {
+  if (closed_.exchange(true)) return;
+  if (!failed_.load()) {
+    FrameHeader h;
+    h.type = FrameType::kClose;
+    post(h);
+    flush_outbox();
+  }
+  fail(Status(Code::kCancelled, where() + ": connection closed"));
+  stop_.store(true, std::memory_order_release);
+  channel_.kick();
+  if (progress_.joinable()) {
+    if (progress_.get_id() == std::this_thread::get_id()) {
+      progress_.detach();
+    } else {
+      progress_.join();
+    }
+  }
+  copier_.forget(0);
+}
+
+}  // namespace ferry::local

@@ -1,0 +1,240 @@
+// One-copy moves between this process and a same-host peer.
+#include "transport/local/local_copier.h"
+
+#include <algorithm>
+#include <set>
+
+#include "transport/local/cross_memory.h"
+
+namespace ferry::local {
+
+namespace cu = platform::cu;
+
+std::vector<SharedSpan> slice_spans(const std::vector<SharedSpan>& spans, uint64_t offset, uint64_t size) {
+  std::vector<SharedSpan> out;
+  for (const SharedSpan& s : spans) {
+    if (size == 0) break;
+    if (offset >= s.length) {
+      offset -= s.length;
+      continue;
+    }
+    SharedSpan part = s;
+    part.address += offset;
+    part.length = std::min(size, s.length - offset);
+    size -= part.length;
+    offset = 0;
+    out.push_back(part);
+  }
+  return out;
+}
+
+bool any_gpu(const std::vector<SharedSpan>& spans) {
+  return std::any_of(spans.begin(), spans.end(), [](const SharedSpan& s) { return s.gpu(); });
+}
+bool any_host(const std::vector<SharedSpan>& spans) {
+  return std::any_of(spans.begin(), spans.end(), [](const SharedSpan& s) { return !s.gpu(); });
+}
+bool any_gpu(const core::SegmentList& list) {
+  return std::any_of(list.spans().begin(), list.spans().end(),
+                     [](const core::MemorySpan& s) { return s.region->region.kind == MemoryKind::kCuda; });
+}
+bool any_host(const core::SegmentList& list) {
+  return std::any_of(list.spans().begin(), list.spans().end(),
+                     [](const core::MemorySpan& s) { return s.region->region.kind != MemoryKind::kCuda; });
+}
+
+LocalCopier::LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid)
+    : imports_(imports), peer_engine_(peer_engine), peer_pid_(peer_pid) {}
+
+LocalCopier::~LocalCopier() {
+  drain();
+  const auto& d = platform::cuda();
+  std::lock_guard lock(mu_);
+  for (auto& [device, s] : streams_) {
+    platform::DeviceScope on(device);
+    d.stream_destroy(s);
+  }
+  for (cu::Event e : spare_events_) d.event_destroy(e);
+}
+
+Result<cu::Stream> LocalCopier::stream_for(int device) {
+  auto it = streams_.find(device);
+  if (it != streams_.end()) return it->second;
+  const auto& d = platform::cuda();
+  cu::Stream s = nullptr;
+  FERRY_RETURN_IF_ERROR(d.check(d.stream_create(&s, cu::kStreamNonBlocking), "cuStreamCreate", Code::kResourceExhausted));
+  streams_[device] = s;
+  return s;
+}
+
+Result<cu::Event> LocalCopier::take_event() {
+  if (!spare_events_.empty()) {
+    cu::Event e = spare_events_.back();
+    spare_events_.pop_back();
+    return e;
+  }
+  const auto& d = platform::cuda();
+  cu::Event e = nullptr;
+  FERRY_RETURN_IF_ERROR(d.check(d.event_create(&e, cu::kEventDisableTiming), "cuEventCreate", Code::kResourceExhausted));
+  return e;
+}
+
+Status LocalCopier::copy_gpu_piece(uint8_t* local, int local_device, const SharedSpan& remote, uint64_t n,
+                                   bool to_remote, std::vector<int>& used) {
+  const auto& d = platform::cuda();
+  if (!d.available()) return Status(Code::kUnimplemented, "GPU memory on a host without a CUDA driver");
+  // The copy runs in the context of the local GPU, or of the peer's GPU when
+  // only host memory is local (then no other device is touched).
+  int device = local_device;
+  if (device < 0) {
+    device = local_ordinal_of(remote.pci);
+    if (device < 0) {
+      return Status(Code::kUnavailable, "the peer's GPU " + std::string(remote.pci.data()) +
+                                            " is not visible to this process (CUDA_VISIBLE_DEVICES?)");
+    }
+  }
+  platform::DeviceScope on(device);
+  FERRY_RETURN_IF_ERROR(on.status());
+  uint8_t* far = nullptr;
+  if (remote.gpu()) {
+    FERRY_ASSIGN_OR_RETURN(far, imports_.map(peer_engine_, peer_pid_, remote, device));
+  } else {
+    return Status(Code::kInternal, "local copier: GPU memory paired with the peer's host memory");
+  }
+  std::lock_guard lock(mu_);
+  FERRY_ASSIGN_OR_RETURN(cu::Stream s, stream_for(device));
+  auto dst = reinterpret_cast<cu::DevicePtr>(to_remote ? far : local);
+  auto src = reinterpret_cast<cu::DevicePtr>(to_remote ? local : far);
+  FERRY_RETURN_IF_ERROR(d.check(d.memcpy_async(dst, src, n, s), "cuMemcpyAsync", Code::kInternal));
+  if (std::find(used.begin(), used.end(), device) == used.end()) used.push_back(device);
+  return Status();
+}
+
+Status LocalCopier::start(const core::SegmentList& local, const std::vector<SharedSpan>& remote, uint64_t size,
+                          bool to_remote, Done done) {
+  std::vector<iovec> near_iov, far_iov;
+  std::vector<int> used;
+  size_t li = 0, ri = 0;
+  uint64_t loff = 0, roff = 0, left = size;
+  const auto& spans = local.spans();
+  while (left > 0) {
+    if (li >= spans.size() || ri >= remote.size()) {
+      return Status(Code::kInternal, "local copier: span lists shorter than the copy");
+    }
+    const core::MemorySpan& l = spans[li];
+    const SharedSpan& r = remote[ri];
+    uint64_t n = std::min({left, l.size - loff, r.length - roff});
+    uint8_t* near = l.data + loff;
+    bool near_gpu = l.region->region.kind == MemoryKind::kCuda;
+    if (!near_gpu && !r.gpu()) {
+      near_iov.push_back({near, static_cast<size_t>(n)});
+      far_iov.push_back({reinterpret_cast<void*>(r.address + roff), static_cast<size_t>(n)});
+    } else {
+      SharedSpan part = r;
+      part.address += roff;
+      part.length = n;
+      if (near_gpu && !r.gpu()) {
+        return Status(Code::kUnimplemented, "this side cannot copy between its GPU and the peer's host memory");
+      }
+      FERRY_RETURN_IF_ERROR(copy_gpu_piece(near, near_gpu ? l.region->region.device : -1, part, n, to_remote, used));
+    }
+    left -= n;
+    loff += n;
+    roff += n;
+    if (loff == l.size) ++li, loff = 0;
+    if (roff == r.length) ++ri, roff = 0;
+  }
+  if (!near_iov.empty()) {
+    Status s = to_remote ? cross_write(peer_pid_, near_iov, far_iov) : cross_read(peer_pid_, near_iov, far_iov);
+    if (!s.ok()) {
+      if (!used.empty()) {
+        // GPU parts are already queued: let them finish before reporting.
+        InFlight f;
+        f.devices = used;
+        f.done = [s, done](const Status&) { done(s); };
+        used.clear();
+        const auto& d = platform::cuda();
+        std::lock_guard lock(mu_);
+        for (int device : f.devices) {
+          platform::DeviceScope on(device);
+          auto e = take_event();
+          if (e.ok() && d.event_record(*e, streams_[device]) == cu::kSuccess) f.events.push_back(*e);
+        }
+        inflight_.push_back(std::move(f));
+        return Status();
+      }
+      return s;
+    }
+  }
+  if (used.empty()) {
+    done(Status());
+    return Status();
+  }
+  const auto& d = platform::cuda();
+  InFlight f;
+  f.devices = used;
+  f.done = std::move(done);
+  std::lock_guard lock(mu_);
+  for (int device : used) {
+    platform::DeviceScope on(device);
+    FERRY_ASSIGN_OR_RETURN(cu::Event e, take_event());
+    FERRY_RETURN_IF_ERROR(d.check(d.event_record(e, streams_[device]), "cuEventRecord"));
+    f.events.push_back(e);
+  }
+  inflight_.push_back(std::move(f));
+  return Status();
+}
+
+bool LocalCopier::busy() const {
+  std::lock_guard lock(mu_);
+  return !inflight_.empty();
+}
+
+bool LocalCopier::poll() {
+  const auto& d = platform::cuda();
+  std::vector<std::pair<Done, Status>> finished;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = inflight_.begin(); it != inflight_.end();) {
+      Status st;
+      bool ready = true;
+      for (cu::Event e : it->events) {
+        cu::Result r = d.event_query(e);
+        if (r == cu::kNotReady) {
+          ready = false;
+          break;
+        }
+        if (r != cu::kSuccess && st.ok()) st = d.check(r, "GPU copy (cuEventQuery)", Code::kInternal);
+      }
+      if (!ready) {
+        ++it;
+        continue;
+      }
+      for (cu::Event e : it->events) spare_events_.push_back(e);
+      finished.emplace_back(std::move(it->done), st);
+      it = inflight_.erase(it);
+    }
+  }
+  for (auto& [done, st] : finished) done(st);
+  return !finished.empty();
+}
+
+void LocalCopier::drain() {
+  const auto& d = platform::cuda();
+  if (!d.available()) return;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [device, s] : streams_) {
+      platform::DeviceScope on(device);
+      d.stream_synchronize(s);
+    }
+  }
+  poll();
+}
+
+void LocalCopier::forget(uint64_t alloc_base) {
+  drain();
+  imports_.forget(peer_engine_, alloc_base);
+}
+
+}  // namespace ferry::local

@@ -1,0 +1,85 @@
+// LocalCopier: moves bytes between this process's registered memory and a
+// same-host peer's memory described by SharedSpans, in one copy: host to
+// host by cross-memory attach, anything touching GPU memory by the copy
+// engines (cuMemcpyAsync on a per-connection stream per device, completion
+// by events), the peer's GPU allocations opened through GpuImports.
+//
+// Which side copies: a process can address its own memory, the peer's GPU
+// memory (once mapped) and, through the kernel, the peer's host memory from
+// its own host memory. It cannot copy between its own GPU and the peer's host
+// memory; can_execute() says whether a copy avoids that.
+//
+// Thread-safe: start() may run on any thread; poll() and drain() belong to
+// the connection's progress thread (or its closer).
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "core/segments.h"
+#include "platform/cuda_driver.h"
+#include "transport/local/gpu_sharing.h"
+#include "transport/local/shared_span.h"
+
+namespace ferry::local {
+
+// The part [offset, offset+size) of a span list (addresses moved, allocation
+// fields kept). REQUIRES: offset + size <= total length of `spans`.
+std::vector<SharedSpan> slice_spans(const std::vector<SharedSpan>& spans, uint64_t offset, uint64_t size);
+bool any_gpu(const std::vector<SharedSpan>& spans);
+bool any_host(const std::vector<SharedSpan>& spans);
+bool any_gpu(const core::SegmentList& list);
+bool any_host(const core::SegmentList& list);
+
+class LocalCopier {
+ public:
+  using Done = std::function<void(const Status&)>;
+
+  LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid);
+  ~LocalCopier();
+
+  // True unless the copy would pair this side's GPU memory with the peer's
+  // host memory.
+  static bool can_execute(const core::SegmentList& local, const std::vector<SharedSpan>& remote) {
+    return !(any_gpu(local) && any_host(remote));
+  }
+
+  // Copies the first `size` bytes of `local` to (to_remote) or from the
+  // remote spans. Host-only parts finish before start returns; GPU parts are
+  // queued and finish in poll(). `done` runs exactly once, on the thread that
+  // finishes the last part, unless start returns an error (then never).
+  Status start(const core::SegmentList& local, const std::vector<SharedSpan>& remote, uint64_t size, bool to_remote,
+               Done done);
+  // Completes queued copies whose events fired; true if any did. Never blocks.
+  bool poll();
+  bool busy() const;
+  // Waits for every queued copy (used before mappings close). Blocks.
+  void drain();
+  // Closes the peer's mappings of `alloc_base` (0: all) after draining.
+  void forget(uint64_t alloc_base);
+
+ private:
+  struct InFlight {
+    std::vector<platform::cu::Event> events;
+    std::vector<int> devices;
+    Done done;
+  };
+  Result<platform::cu::Stream> stream_for(int device);  // caller holds mu_ and made the context current
+  Result<platform::cu::Event> take_event();             // caller holds mu_
+  Status copy_gpu_piece(uint8_t* local, int local_device, const SharedSpan& remote, uint64_t n, bool to_remote,
+                        std::vector<int>& used);
+
+  GpuImports& imports_;
+  const uint64_t peer_engine_;
+  const pid_t peer_pid_;
+  mutable std::mutex mu_;
+  std::map<int, platform::cu::Stream> streams_;  // guarded by mu_; by local device
+  std::vector<platform::cu::Event> spare_events_;  // guarded by mu_
+  std::vector<InFlight> inflight_;               // guarded by mu_
+};
+
+}  // namespace ferry::local

@@ -1,0 +1,188 @@
+// Shared-memory message rings with futex wake-ups.
+#include "transport/local/shm_channel.h"
+
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+
+namespace ferry::local {
+
+namespace {
+constexpr uint64_t kMagic = 0x314d485359524546ull;  // "FERYSHM1"
+constexpr uint32_t kWrap = 0xffffffffu;            // "continue at the ring's start"
+
+long futex(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* timeout) {
+  return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, val, timeout, nullptr, 0);
+}
+
+size_t align8(size_t n) { return (n + 7) & ~size_t{7}; }
+}  // namespace
+
+struct ShmChannel::Ring {
+  alignas(64) std::atomic<uint64_t> head;  // bytes published by the producer
+  alignas(64) std::atomic<uint64_t> tail;  // bytes consumed by the consumer
+  alignas(64) std::atomic<uint32_t> seq;   // futex word: bumped to wake the consumer
+  std::atomic<uint32_t> sleeping;          // the consumer is (about to be) asleep
+  alignas(64) std::atomic<uint64_t> beats;  // liveness of the consumer's side
+};
+
+struct ShmChannel::Layout {
+  uint64_t magic;
+  uint64_t nonce;
+  uint64_t ring_bytes;
+  uint64_t reserved[5];
+  Ring rings[2];
+};
+
+ShmChannel::ShmChannel(ShmChannel&& o) noexcept { *this = std::move(o); }
+
+ShmChannel& ShmChannel::operator=(ShmChannel&& o) noexcept {
+  if (this != &o) {
+    release();
+    fd_ = o.fd_;
+    side_ = o.side_;
+    ring_bytes_ = o.ring_bytes_;
+    map_bytes_ = o.map_bytes_;
+    base_ = o.base_;
+    o.fd_ = -1;
+    o.base_ = nullptr;
+  }
+  return *this;
+}
+
+ShmChannel::~ShmChannel() { release(); }
+
+void ShmChannel::release() {
+  if (base_ != nullptr) ::munmap(base_, map_bytes_);
+  if (fd_ >= 0) ::close(fd_);
+  base_ = nullptr;
+  fd_ = -1;
+}
+
+ShmChannel::Ring& ShmChannel::ring(int i) const { return reinterpret_cast<Layout*>(base_)->rings[i]; }
+uint8_t* ShmChannel::data(int i) const { return base_ + align8(sizeof(Layout)) + static_cast<size_t>(i) * ring_bytes_; }
+
+Result<ShmChannel> ShmChannel::create(size_t ring_bytes, uint64_t nonce) {
+  ShmChannel c;
+  c.fd_ = static_cast<int>(::syscall(SYS_memfd_create, "ferry-local", 0u));
+  if (c.fd_ < 0) return Status(Code::kResourceExhausted, std::string("memfd_create: ") + std::strerror(errno));
+  c.ring_bytes_ = ring_bytes;
+  c.map_bytes_ = align8(sizeof(Layout)) + 2 * ring_bytes;
+  if (::ftruncate(c.fd_, static_cast<off_t>(c.map_bytes_)) != 0) {
+    return Status(Code::kResourceExhausted, std::string("ftruncate of the local channel: ") + std::strerror(errno));
+  }
+  void* p = ::mmap(nullptr, c.map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, c.fd_, 0);
+  if (p == MAP_FAILED) return Status(Code::kResourceExhausted, std::string("mmap: ") + std::strerror(errno));
+  c.base_ = static_cast<uint8_t*>(p);
+  auto* l = new (c.base_) Layout{};  // zero-filled by ftruncate; placement makes the atomics live
+  l->nonce = nonce;
+  l->ring_bytes = ring_bytes;
+  l->magic = kMagic;
+  c.side_ = 0;
+  return c;
+}
+
+Result<ShmChannel> ShmChannel::attach(int fd, uint64_t nonce) {
+  ShmChannel c;
+  c.fd_ = fd;
+  Layout head{};
+  if (::pread(fd, &head, sizeof(head), 0) != static_cast<ssize_t>(sizeof(head)) || head.magic != kMagic ||
+      head.nonce != nonce || head.ring_bytes < 4096 || head.ring_bytes > (1u << 30)) {
+    return Status(Code::kDataLoss, "local channel: the shared segment is not the one the peer announced");
+  }
+  c.ring_bytes_ = head.ring_bytes;
+  c.map_bytes_ = align8(sizeof(Layout)) + 2 * c.ring_bytes_;
+  void* p = ::mmap(nullptr, c.map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return Status(Code::kResourceExhausted, std::string("mmap: ") + std::strerror(errno));
+  c.base_ = static_cast<uint8_t*>(p);
+  c.side_ = 1;
+  return c;
+}
+
+bool ShmChannel::try_post(std::string_view head, std::string_view body) {
+  std::lock_guard lock(post_mu_);
+  Ring& r = ring(side_);
+  uint8_t* d = data(side_);
+  size_t len = head.size() + body.size();
+  size_t need = align8(4 + len);
+  uint64_t h = r.head.load(std::memory_order_relaxed);
+  uint64_t t = r.tail.load(std::memory_order_acquire);
+  size_t at = h % ring_bytes_;
+  size_t to_end = ring_bytes_ - at;
+  size_t total = need <= to_end ? need : to_end + need;  // a message never straddles the end
+  if (ring_bytes_ - (h - t) < total) return false;
+  if (need > to_end) {
+    uint32_t wrap = kWrap;
+    std::memcpy(d + at, &wrap, 4);
+    h += to_end;
+    at = 0;
+  }
+  uint32_t n = static_cast<uint32_t>(len);
+  std::memcpy(d + at, &n, 4);
+  std::memcpy(d + at + 4, head.data(), head.size());
+  if (!body.empty()) std::memcpy(d + at + 4 + head.size(), body.data(), body.size());
+  r.head.store(h + need, std::memory_order_release);
+  wake(r);
+  return true;
+}
+
+void ShmChannel::wake(Ring& r) {
+  // seq_cst pairs with the consumer's store of `sleeping` then re-check of head.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (r.sleeping.load(std::memory_order_relaxed) != 0) {
+    r.seq.fetch_add(1, std::memory_order_release);
+    futex(&r.seq, FUTEX_WAKE, 1, nullptr);
+  }
+}
+
+bool ShmChannel::readable() const {
+  const Ring& r = ring(1 - side_);
+  return r.head.load(std::memory_order_acquire) != r.tail.load(std::memory_order_relaxed);
+}
+
+bool ShmChannel::receive(std::string& out) {
+  Ring& r = ring(1 - side_);
+  uint8_t* d = data(1 - side_);
+  uint64_t t = r.tail.load(std::memory_order_relaxed);
+  uint64_t h = r.head.load(std::memory_order_acquire);
+  if (t == h) return false;
+  size_t at = t % ring_bytes_;
+  uint32_t n = 0;
+  std::memcpy(&n, d + at, 4);
+  if (n == kWrap) {
+    t += ring_bytes_ - at;
+    at = 0;
+    std::memcpy(&n, d, 4);
+  }
+  out.assign(reinterpret_cast<const char*>(d + at + 4), n);
+  r.tail.store(t + align8(4 + n), std::memory_order_release);
+  return true;
+}
+
+void ShmChannel::wait(std::chrono::milliseconds timeout, const std::atomic<bool>& local_work) {
+  Ring& r = ring(1 - side_);
+  uint32_t seq = r.seq.load(std::memory_order_acquire);
+  r.sleeping.store(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!readable() && !local_work.load(std::memory_order_acquire)) {
+    timespec ts{static_cast<time_t>(timeout.count() / 1000), static_cast<long>(timeout.count() % 1000) * 1000000};
+    futex(&r.seq, FUTEX_WAIT, seq, &ts);
+  }
+  r.sleeping.store(0, std::memory_order_relaxed);
+}
+
+void ShmChannel::kick() {
+  Ring& r = ring(1 - side_);
+  r.seq.fetch_add(1, std::memory_order_release);
+  futex(&r.seq, FUTEX_WAKE, 1, nullptr);
+}
+
+void ShmChannel::beat() { ring(1 - side_).beats.fetch_add(1, std::memory_order_relaxed); }
+uint64_t ShmChannel::peer_beats() const { return ring(side_).beats.load(std::memory_order_relaxed); }
+
+}  // namespace ferry::local

@@ -1,0 +1,77 @@
+// ShmChannel: the control channel of a local connection, two single-consumer
+// message rings (one per direction) in a memfd that both processes map.
+//
+// Why shared memory and not the TCP control stream: a message costs a store
+// and, only when the reader sleeps, a futex wake; a local copy takes a few
+// microseconds, so a socket hop (tens of microseconds with the wake-up) would
+// dominate small transfers. The reader spins briefly after activity and then
+// sleeps on a futex in the shared page, so an idle connection costs nothing.
+//
+// Threading: post() is thread-safe within one process (a mutex orders
+// producers); receive()/wait() belong to one consumer thread per side.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "ferry/status.h"
+
+namespace ferry::local {
+
+class ShmChannel {
+ public:
+  // The side that created the channel is side 0; it posts on ring 0.
+  static Result<ShmChannel> create(size_t ring_bytes, uint64_t nonce);
+  // Maps a channel from an fd (already this process's) and checks `nonce`.
+  static Result<ShmChannel> attach(int fd, uint64_t nonce);
+
+  ShmChannel() = default;
+  ShmChannel(ShmChannel&& o) noexcept;
+  ShmChannel& operator=(ShmChannel&& o) noexcept;
+  ~ShmChannel();
+
+  int fd() const { return fd_; }
+  size_t max_message() const { return ring_bytes_ / 4; }
+
+  // Appends one message made of `head` then `body` to the outgoing ring.
+  // Returns false without posting when the ring lacks room (the caller
+  // retries later); kInvalidArgument-sized messages never fit: callers keep
+  // messages under max_message().
+  bool try_post(std::string_view head, std::string_view body);
+  // Takes the next incoming message into `out`; false if none.
+  bool receive(std::string& out);
+  // True if an incoming message is waiting.
+  bool readable() const;
+  // Sleeps until a message arrives, kick() is called, or `timeout` passes;
+  // does not sleep if `local_work` is set (checked after arming the wake-up,
+  // so a kick() that follows setting it is never lost).
+  void wait(std::chrono::milliseconds timeout, const std::atomic<bool>& local_work);
+  // Wakes this side's own consumer (used when local work appears).
+  void kick();
+
+  // Liveness: each side bumps its own counter; the other side reads it.
+  void beat();
+  uint64_t peer_beats() const;
+
+ private:
+  struct Layout;
+  struct Ring;
+  Ring& ring(int i) const;
+  uint8_t* data(int i) const;
+  void wake(Ring& r);
+  void release();
+
+  int fd_ = -1;
+  int side_ = 0;
+  size_t ring_bytes_ = 0;
+  size_t map_bytes_ = 0;
+  uint8_t* base_ = nullptr;
+  std::mutex post_mu_;  // producers of this process
+};
+
+}  // namespace ferry::local

@@ -1,0 +1,357 @@
+// Two processes on one host move GPU memory through the local transport:
+// every operation, GPU->GPU both ways, host->GPU and GPU->host, sizes from
+// 1 B to 1 GiB (odd ones, odd offsets, regions inside larger allocations),
+// data verified by the receiving process; memory from CUDA's virtual memory
+// API split over several physical allocations; a region deregistered while
+// the peer holds its handle; and no memory taken on a GPU a process does not
+// use. Exits 77 (skipped) without a GPU, 1 on any failure.
+//
+// Usage: ferry_local_gpu_test            (process A, spawns process B)
+//        ferry_local_gpu_test peer ADDR DEVICE   (process B)
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "ferry/engine.h"
+#include "gpu/gpu_memory.h"
+
+using namespace ferry;
+using namespace ferry::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr size_t kGpuBytes = (1ull << 30) + 4096;
+constexpr size_t kHostBytes = (64ull << 20) + 4096;
+constexpr size_t kRegionSkip = 64;  // regions start inside their allocation
+constexpr size_t kOffset = 3;       // and transfers at odd offsets in them
+
+int failures = 0;
+#define EXPECT_OK(expr, what)                                                                   \
+  do {                                                                                          \
+    auto _s = (expr);                                                                           \
+    if (!_s.ok()) {                                                                             \
+      std::fprintf(stderr, "FAIL %s: %s\n", std::string(what).c_str(), _s.to_string().c_str()); \
+      ++failures;                                                                               \
+    }                                                                                           \
+  } while (0)
+
+Deadline soon() { return after(60s); }
+
+RemoteDescriptor parse_or_empty(const std::string& bytes) {
+  auto r = RemoteDescriptor::parse(bytes);
+  return r.ok() ? *r : RemoteDescriptor{};
+}
+
+struct Side {
+  std::unique_ptr<Engine> engine;
+  std::shared_ptr<Connection> conn;
+  GpuBuffer gpu;
+  std::vector<uint8_t> host;
+  uint8_t* gpu_base = nullptr;   // registered GPU region start
+  uint8_t* host_base = nullptr;  // registered host region start
+  RemoteDescriptor peer_gpu, peer_host;
+  bool is_a = false;
+};
+
+// The receiving side reports whether the data checked out; both sides learn it.
+bool report(Side& s, bool i_verify, const std::string& problem, const std::string& what) {
+  uint8_t flag = problem.empty() ? 1 : 0;
+  static thread_local uint8_t scratch[1];
+  bool ok;
+  if (i_verify) {
+    s.conn->send(&flag, 1, soon());
+    ok = flag == 1;
+  } else {
+    auto n = s.conn->recv(scratch, 1, soon());
+    ok = n.ok() && scratch[0] == 1;
+  }
+  if (!ok) {
+    std::fprintf(stderr, "FAIL %s%s%s\n", what.c_str(), problem.empty() ? "" : ": ", problem.c_str());
+    ++failures;
+  }
+  return ok;
+}
+
+void sync(Side& s) {
+  static thread_local uint8_t b[1] = {7};
+  if (s.is_a) {
+    s.conn->send(b, 1, soon());
+    (void)s.conn->recv(b, 1, soon());
+  } else {
+    (void)s.conn->recv(b, 1, soon());
+    s.conn->send(b, 1, soon());
+  }
+}
+
+uint8_t* mem(Side& s, bool gpu) { return (gpu ? s.gpu_base : s.host_base) + kOffset; }
+
+void one_case(Side& s, const char* op, bool a_sends, bool src_gpu, bool dst_gpu, size_t n, uint64_t seed) {
+  bool i_send = s.is_a == a_sends;
+  std::string what = std::string(op) + (a_sends ? " A->B " : " B->A ") + (src_gpu ? "gpu" : "host") + "->" +
+                     (dst_gpu ? "gpu" : "host") + " " + std::to_string(n) + " B";
+  if (!src_gpu || !dst_gpu) {
+    if (n > kHostBytes - kRegionSkip - kOffset) return;
+  }
+  std::string op_s(op);
+  if (op_s == "send") {
+    if (i_send) {
+      fill(mem(s, src_gpu), n, seed);
+      EXPECT_OK(s.conn->send(mem(s, src_gpu), n, soon()), what);
+      report(s, false, "", what);
+    } else {
+      poison(mem(s, dst_gpu), n);
+      auto got = s.conn->recv(mem(s, dst_gpu), n + 1, soon());
+      std::string problem = !got.ok() ? got.status().to_string()
+                            : *got != n ? "size " + std::to_string(*got)
+                                        : check(mem(s, dst_gpu), n, seed);
+      report(s, true, problem, what);
+    }
+  } else if (op_s == "write") {
+    // The sender writes into the receiver's export, with a notification.
+    const RemoteDescriptor& far = dst_gpu ? s.peer_gpu : s.peer_host;
+    std::string note = "w" + std::to_string(seed);
+    if (i_send) {
+      fill(mem(s, src_gpu), n, seed);
+      EXPECT_OK(s.conn->write(mem(s, src_gpu), n, far, kOffset, note, soon()), what);
+      report(s, false, "", what);
+    } else {
+      poison(mem(s, dst_gpu), n);
+      auto got = s.conn->wait_notification(soon());
+      std::string problem = !got.ok() ? got.status().to_string()
+                            : *got != note ? "notification '" + *got + "'"
+                                           : check(mem(s, dst_gpu), n, seed);
+      report(s, true, problem, what);
+    }
+  } else {
+    // read: the receiver reads the sender's export.
+    const RemoteDescriptor& far = src_gpu ? s.peer_gpu : s.peer_host;
+    if (i_send) {
+      fill(mem(s, src_gpu), n, seed);
+      sync(s);
+      report(s, false, "", what);
+    } else {
+      poison(mem(s, dst_gpu), n);
+      sync(s);
+      Status st = s.conn->read(mem(s, dst_gpu), n, far, kOffset, soon());
+      report(s, true, st.ok() ? check(mem(s, dst_gpu), n, seed) : st.to_string(), what);
+    }
+  }
+}
+
+size_t free_bytes(int device) {
+  const auto& d = platform::cuda();
+  platform::use_device(device);
+  size_t free = 0, total = 0;
+  d.mem_get_info(&free, &total);
+  return free;
+}
+
+int run(Side& s, int device) {
+  s.gpu = gpu_alloc(device, kGpuBytes);
+  if (s.gpu.ptr == nullptr) {
+    std::fprintf(stderr, "FAIL cannot allocate %zu bytes on GPU %d\n", kGpuBytes, device);
+    return 1;
+  }
+  s.host.resize(kHostBytes);
+  s.gpu_base = s.gpu.ptr + kRegionSkip;
+  s.host_base = s.host.data() + kRegionSkip;
+  auto gr = s.engine->reg(s.gpu_base, kGpuBytes - kRegionSkip);
+  auto hr = s.engine->reg(s.host_base, kHostBytes - kRegionSkip);
+  if (!gr.ok() || !hr.ok() || gr->kind != MemoryKind::kCuda || gr->device != device) {
+    std::fprintf(stderr, "FAIL registration: %s\n", gr.ok() ? "wrong kind" : gr.status().to_string().c_str());
+    return 1;
+  }
+  // Exchange exports (A first).
+  std::string mine = s.engine->export_region(*gr).value().serialize() + s.engine->export_region(*hr).value().serialize();
+  std::string theirs(mine.size(), '\0');
+  std::vector<uint8_t> tmp(mine.size());
+  auto swap_descriptors = [&] {
+    if (s.is_a) {
+      s.conn->send(mine.data(), mine.size(), soon());
+      s.conn->recv(theirs.data(), theirs.size(), soon());
+    } else {
+      s.conn->recv(theirs.data(), theirs.size(), soon());
+      s.conn->send(mine.data(), mine.size(), soon());
+    }
+  };
+  auto dr = s.engine->reg(mine.data(), mine.size());
+  auto dt = s.engine->reg(theirs.data(), theirs.size());
+  swap_descriptors();
+  size_t half = theirs.size() / 2;
+  s.peer_gpu = RemoteDescriptor::parse(theirs.substr(0, half)).value();
+  s.peer_host = RemoteDescriptor::parse(theirs.substr(half)).value();
+  if (s.conn->transport_name() != "local") {
+    std::fprintf(stderr, "FAIL the connection uses %s, not the local transport\n",
+                 std::string(s.conn->transport_name()).c_str());
+    return 1;
+  }
+  size_t free_before = free_bytes(device);
+
+  const std::vector<size_t> sizes = {1, 7, 4095, 4096, (1u << 20) + 3, (64u << 20) + 5, 1u << 30};
+  uint64_t seed = 1;
+  for (const char* op : {"send", "write", "read"}) {
+    for (size_t n : sizes) {
+      for (bool a_sends : {true, false}) {
+        one_case(s, op, a_sends, true, true, n, seed++);
+        if (n <= (64u << 20) + 5) {
+          one_case(s, op, a_sends, false, true, n, seed++);
+          one_case(s, op, a_sends, true, false, n, seed++);
+        }
+      }
+    }
+  }
+
+  // sendv/recvv with parts in both kinds of memory on both sides.
+  {
+    size_t a = 1000003, b = 77;
+    if (s.is_a) {
+      fill(s.gpu_base, a, 901);
+      fill(s.host_base, b, 902);
+      ConstBuffer parts[] = {{s.gpu_base, a}, {s.host_base, b}};
+      EXPECT_OK(s.conn->sendv(parts, soon()), "sendv gpu+host");
+      report(s, false, "", "sendv gpu+host -> recvv gpu+gpu");
+    } else {
+      poison(s.gpu_base, a + b + 64);
+      MutableBuffer parts[] = {{s.gpu_base, a}, {s.gpu_base + a + 64, b}};
+      auto got = s.conn->recvv(parts, soon());
+      std::string problem = !got.ok() ? got.status().to_string() : check(s.gpu_base, a, 901) + check(s.gpu_base + a + 64, b, 902);
+      report(s, true, problem, "sendv gpu+host -> recvv gpu+gpu");
+    }
+  }
+
+  // Memory from the virtual memory API, three physical pieces, written across
+  // the piece boundaries and read back.
+  {
+    GpuBuffer v;
+    RemoteDescriptor far;
+    std::string desc(48, '\0');
+    auto dd = s.engine->reg(desc.data(), desc.size());
+    std::optional<Region> vr;
+    if (!s.is_a) {
+      v = gpu_alloc_vmm(device, 2u << 20, 3);
+      if (v.ptr == nullptr) {
+        std::fprintf(stderr, "FAIL cuMemCreate allocation\n");
+        ++failures;
+      }
+      auto r = s.engine->reg(v.ptr, v.size);
+      if (r.ok()) vr = *r;
+      desc = r.ok() ? s.engine->export_region(*r).value().serialize() : std::string(48, '\0');
+      s.conn->send(desc.data(), desc.size(), soon());
+    } else {
+      s.conn->recv(desc.data(), desc.size(), soon());
+      far = parse_or_empty(desc);
+    }
+    size_t n = (5u << 20) + 3, at = (1u << 20) + 1;
+    if (s.is_a) {
+      fill(s.gpu_base, n, 777);
+      EXPECT_OK(s.conn->write(s.gpu_base, n, far, at, {}, soon()), "write into virtual-memory allocation");
+      poison(s.gpu_base + n + 64, n);
+      EXPECT_OK(s.conn->read(s.gpu_base + n + 64, n, far, at, soon()), "read from virtual-memory allocation");
+      std::string problem = check(s.gpu_base + n + 64, n, 777);
+      report(s, true, problem, "virtual-memory allocation round trip");
+    } else {
+      report(s, false, "", "virtual-memory allocation round trip");
+      std::string problem = v.ptr ? check(v.ptr + at, n, 777) : "no allocation";
+      report(s, true, problem, "virtual-memory allocation holds the written bytes");
+      if (vr) s.engine->dereg(*vr);
+    }
+    if (s.is_a) report(s, false, "", "virtual-memory allocation holds the written bytes");
+  }
+
+  // A region deregistered while the peer holds its handle: a clear error.
+  {
+    std::string desc(48, '\0');
+    auto dd = s.engine->reg(desc.data(), desc.size());
+    uint8_t* small = s.gpu_base + (512u << 20);
+    std::optional<Region> r;
+    if (!s.is_a) {
+      r = s.engine->reg(small, 4096).value();
+      desc = s.engine->export_region(*r).value().serialize();
+      s.conn->send(desc.data(), desc.size(), soon());
+    } else {
+      s.conn->recv(desc.data(), desc.size(), soon());
+    }
+    RemoteDescriptor far = parse_or_empty(desc);
+    if (s.is_a) EXPECT_OK(s.conn->write(s.gpu_base, 4096, far, 0, {}, soon()), "write before dereg");
+    sync(s);
+    if (!s.is_a) EXPECT_OK(s.engine->dereg(*r), "dereg while the peer holds the handle");
+    sync(s);
+    if (s.is_a) {
+      Status st = s.conn->write(s.gpu_base, 4096, far, 0, {}, soon());
+      if (st.code() != Code::kNotFound) {
+        std::fprintf(stderr, "FAIL write after the peer's dereg: want not_found, got %s\n", st.to_string().c_str());
+        ++failures;
+      } else {
+        std::printf("write after dereg: %s\n", st.to_string().c_str());
+      }
+    }
+    sync(s);
+  }
+
+  // The peer's traffic took no memory on this GPU (a context made here by the
+  // other process would take hundreds of MiB).
+  size_t free_after = free_bytes(device);
+  long long taken = static_cast<long long>(free_before) - static_cast<long long>(free_after);
+  std::printf("%s: GPU %d free memory changed by %lld bytes during the peer's transfers\n", s.is_a ? "A" : "B",
+              device, -taken);
+  if (taken > (64ll << 20)) {
+    std::fprintf(stderr, "FAIL %lld bytes taken on GPU %d during the run\n", taken, device);
+    ++failures;
+  }
+  sync(s);
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int gpus = gpu_count();
+  if (gpus == 0) {
+    std::printf("skip: no GPU\n");
+    return 77;
+  }
+  Options o;
+  o.transport = "local";
+  Side s;
+  if (argc >= 4 && std::string(argv[1]) == "peer") {
+    s.is_a = false;
+    s.engine = Engine::create(o).value();
+    auto c = s.engine->connect(argv[2], soon());
+    if (!c.ok()) {
+      std::fprintf(stderr, "FAIL B connect: %s\n", c.status().to_string().c_str());
+      return 1;
+    }
+    s.conn = *c;
+    return run(s, std::atoi(argv[3]));
+  }
+  s.is_a = true;
+  s.engine = Engine::create(o).value();
+  int peer_device = gpus > 1 ? 1 : 0;
+  pid_t child = ::fork();
+  if (child == 0) {
+    std::string addr = s.engine->address(), dev = std::to_string(peer_device);
+    ::execl("/proc/self/exe", argv[0], "peer", addr.c_str(), dev.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  auto c = s.engine->accept(soon());
+  if (!c.ok()) {
+    std::fprintf(stderr, "FAIL A accept: %s\n", c.status().to_string().c_str());
+    return 1;
+  }
+  s.conn = *c;
+  auto t0 = std::chrono::steady_clock::now();
+  int rc = run(s, 0);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  bool child_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("local GPU test: GPU 0 <-> GPU %d, %s (process B %s), %.1f s\n", peer_device,
+              rc == 0 ? "passed" : "FAILED", child_ok ? "passed" : "FAILED", secs);
+  return rc == 0 && child_ok ? 0 : 1;
+}
