@@ -81,8 +81,9 @@ struct ProfileFlags {
   std::exit(code);
 }
 
-std::string command_line() {
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+// The command line of process `pid` ("self" for this one), spaces between words.
+std::string command_line(const std::string& pid = "self") {
+  std::ifstream in("/proc/" + pid + "/cmdline", std::ios::binary);
   std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::string out;
   for (char c : all) out += c == '\0' ? ' ' : c;
@@ -336,7 +337,8 @@ void run_profile(const ProfileFlags& f) {
   ro.warm_to_c = f.warm_to;
   ro.warm_limit_s = f.warm_limit;
   ro.run_dir = run_dir;
-  ro.command_line = command_line();
+  // A rank started by `ferry profile` records its parent's command line, the one a person typed.
+  ro.command_line = f.worker_rank >= 0 ? command_line(std::to_string(getppid())) : command_line();
 
   if (worker) {
     // A child of a process-per-GPU run: its own rank, nothing else.

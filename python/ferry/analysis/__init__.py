@@ -1,5 +1,15 @@
 """ferry.analysis: reports on ferry's measurements.
 
+    python3 -m ferry.analysis RUN_DIR [--out DIR]
+
+reads a `ferry profile` run directory and leaves, in DIR (default
+RUN_DIR/analysis), bandwidth and latency against size per GPU pair, an N x N
+pair matrix at the largest size, the coefficient of variation per
+configuration, NVML temperatures, every rank's trace merged on one timeline
+(merged_trace.json) and summary.md (see ferry.analysis.profile). From Python:
+ferry.analysis.analyze_run(run_dir, out_dir=None) returns a RunReport and
+raises RunError for input it cannot use.
+
     python3 -m ferry.analysis SWEEP.csv [--out DIR]
 
 reads the CSV that `ferry bench --sweep FILE` writes and leaves, in DIR
@@ -17,6 +27,15 @@ pandas and matplotlib are imported only when an analysis runs, so
 `import ferry` and `import ferry.analysis` work without them.
 """
 
+from .runmeta import RunError, parse_event_name, parse_yaml
 from .sweep import DEFAULT_CONFIG, SWEEP_HEADER, SweepError, SweepReport, analyze_sweep, format_bytes
 
-__all__ = ["DEFAULT_CONFIG", "SWEEP_HEADER", "SweepError", "SweepReport", "analyze_sweep", "format_bytes"]
+
+def analyze_run(run_dir, out_dir=None):
+    """See ferry.analysis.profile.analyze_run (imported on use: it needs pandas)."""
+    from .profile import analyze_run as run
+    return run(run_dir, out_dir)
+
+
+__all__ = ["DEFAULT_CONFIG", "SWEEP_HEADER", "RunError", "SweepError", "SweepReport", "analyze_run", "analyze_sweep",
+           "format_bytes", "parse_event_name", "parse_yaml"]

@@ -1,7 +1,7 @@
 """python3 -m ferry.analysis PATH [--out DIR]
 
-PATH is a `ferry bench --sweep` CSV (see ferry.analysis.sweep). Run
-directories of `ferry profile` are not supported yet. Exit status: 0 done,
+PATH is a `ferry bench --sweep` CSV (see ferry.analysis.sweep) or a `ferry
+profile` run directory (see ferry.analysis.profile). Exit status: 0 done,
 2 unusable input.
 """
 
@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 
+from .runmeta import RunError
 from .sweep import SweepError, analyze_sweep
 
 PROG = "python3 -m ferry.analysis"
@@ -24,16 +25,23 @@ def _fail(message: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Heatmaps and a summary of a `ferry bench --sweep` CSV.")
-    parser.add_argument("path", help="the CSV written by `ferry bench --sweep FILE`")
+        description="Plots and a summary of a `ferry profile` run directory or a `ferry bench --sweep` CSV.")
+    parser.add_argument("path", help="a `ferry profile` run directory, or the CSV of `ferry bench --sweep FILE`")
     parser.add_argument("--out", metavar="DIR",
-                        help="folder for the PNGs and summary.md (default: PATH without .csv, plus _analysis)")
+                        help="folder for the PNGs and summary.md (default: RUN_DIR/analysis, or the CSV's path "
+                             "without .csv, plus _analysis)")
     args = parser.parse_args(argv)
 
     if os.path.isdir(args.path):
-        # Placeholder for `ferry profile` run directories.
-        return _fail(f"{args.path} is a directory: run-directory analysis (for `ferry profile`) "
-                     "is not available yet; give the CSV of `ferry bench --sweep FILE`")
+        from .profile import analyze_run
+        try:
+            run = analyze_run(args.path, args.out)
+        except RunError as e:
+            return _fail(str(e))
+        sys.stdout.write(run.summary)
+        print(f"{PROG}: wrote {len(run.images)} plots, merged_trace.json and summary.md to {run.out_dir}",
+              file=sys.stderr)
+        return 0
     try:
         report = analyze_sweep(args.path, args.out)
     except SweepError as e:
