@@ -77,6 +77,8 @@ class Options:
     nic_policy: str
     streams: int
     chunk_bytes: int
+    staging_depth: int
+    staging_chunk_bytes: int
     window: int
     inline_max: int
     auth_token: str

@@ -74,6 +74,8 @@ void bind_options(pyb::module_& m) {
       .def_readwrite("nic_policy", &Options::nic_policy, "'nearest' (NICs on the memory's NUMA node) or 'all'.")
       .def_readwrite("streams", &Options::streams, "Data streams (paths) per NIC pair, besides the control one.")
       .def_readwrite("chunk_bytes", &Options::chunk_bytes, "Bulk transfers are cut into chunks of this many bytes.")
+      .def_readwrite("staging_depth", &Options::staging_depth, "GPU memory over TCP: chunks each path stages ahead per direction.")
+      .def_readwrite("staging_chunk_bytes", &Options::staging_chunk_bytes, "GPU memory over TCP: chunk and staging slot size in bytes.")
       .def_readwrite("window", &Options::window, "Unconfirmed chunks a path may have in flight.")
       .def_readwrite("inline_max", &Options::inline_max, "Messages up to this size ride on the control stream.")
       .def_readwrite("auth_token", &Options::auth_token, "Shared secret; empty means no authentication.")
