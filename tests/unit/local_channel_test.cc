@@ -1,0 +1,218 @@
+// The local transport's pieces that need no peer process: the shared-memory
+// message rings (order, wrap-around, full ring, wake-ups, a second mapping of
+// the same memfd as the peer would have), the span codec, span slicing and
+// cross-memory copies within this process.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <deque>
+
+#include <random>
+#include <thread>
+
+#include "transport/local/cross_memory.h"
+#include "transport/local/local_copier.h"
+#include "transport/local/shared_span.h"
+#include "transport/local/shm_channel.h"
+
+namespace ferry::local {
+namespace {
+
+// The peer's view: the same memfd mapped a second time (what pidfd_getfd
+// gives the acceptor).
+ShmChannel peer_of(const ShmChannel& c, uint64_t nonce) {
+  auto p = ShmChannel::attach(::dup(c.fd()), nonce);
+  EXPECT_TRUE(p.ok()) << p.status().to_string();
+  return std::move(p).value();
+}
+
+TEST(ShmChannel, MessagesArriveInOrderAcrossManyWrapArounds) {
+  auto a = ShmChannel::create(4096, 42).value();
+  ShmChannel b = peer_of(a, 42);
+  std::mt19937_64 rng(7);
+  std::deque<std::string> sent;
+  std::string got;
+  for (int i = 0; i < 5000; ++i) {
+    std::string head(1 + rng() % 64, static_cast<char>('a' + i % 26));
+    std::string body(rng() % 900, static_cast<char>(rng()));
+    if (a.try_post(head, body)) {
+      sent.push_back(head + body);
+    } else {
+      // Full: the consumer drains one and the post then fits.
+      ASSERT_TRUE(b.receive(got));
+      ASSERT_EQ(got, sent.front());
+      sent.pop_front();
+      --i;
+    }
+  }
+  while (b.receive(got)) {
+    ASSERT_FALSE(sent.empty());
+    ASSERT_EQ(got, sent.front());
+    sent.pop_front();
+  }
+  EXPECT_TRUE(sent.empty());
+}
+
+TEST(ShmChannel, BothDirectionsAreIndependent) {
+  auto a = ShmChannel::create(1 << 16, 1).value();
+  ShmChannel b = peer_of(a, 1);
+  ASSERT_TRUE(a.try_post("to-b", ""));
+  ASSERT_TRUE(b.try_post("to-a", "!"));
+  std::string m;
+  ASSERT_TRUE(b.receive(m));
+  EXPECT_EQ(m, "to-b");
+  EXPECT_FALSE(b.receive(m));
+  ASSERT_TRUE(a.receive(m));
+  EXPECT_EQ(m, "to-a!");
+}
+
+TEST(ShmChannel, FullRingRefusesInsteadOfOverwriting) {
+  auto a = ShmChannel::create(4096, 3).value();
+  ShmChannel b = peer_of(a, 3);
+  int posted = 0;
+  while (a.try_post(std::string(500, 'x'), "")) ++posted;
+  EXPECT_GT(posted, 3);
+  EXPECT_LT(posted, 9);
+  std::string m;
+  int read = 0;
+  while (b.receive(m)) {
+    EXPECT_EQ(m, std::string(500, 'x'));
+    ++read;
+  }
+  EXPECT_EQ(read, posted);
+}
+
+TEST(ShmChannel, AttachRejectsAWrongNonce) {
+  auto a = ShmChannel::create(4096, 99).value();
+  auto b = ShmChannel::attach(::dup(a.fd()), 98);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), Code::kDataLoss);
+}
+
+TEST(ShmChannel, SleepingConsumerWakesOnPostAndOnKick) {
+  auto a = ShmChannel::create(1 << 16, 5).value();
+  ShmChannel b = peer_of(a, 5);
+  std::atomic<bool> no_work{false};
+  auto t0 = std::chrono::steady_clock::now();
+  std::thread producer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    a.try_post("wake", "");
+  });
+  b.wait(std::chrono::milliseconds(5000), no_work);
+  auto waited = std::chrono::steady_clock::now() - t0;
+  producer.join();
+  std::string m;
+  ASSERT_TRUE(b.receive(m));
+  EXPECT_EQ(m, "wake");
+  EXPECT_LT(waited, std::chrono::milliseconds(2000));
+  // A kick from this side's own threads also ends the wait.
+  t0 = std::chrono::steady_clock::now();
+  std::thread kicker([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    b.kick();
+  });
+  b.wait(std::chrono::milliseconds(5000), no_work);
+  kicker.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(2000));
+  // Pending local work means no sleep at all.
+  std::atomic<bool> work{true};
+  t0 = std::chrono::steady_clock::now();
+  b.wait(std::chrono::milliseconds(5000), work);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1000));
+}
+
+TEST(ShmChannel, HeartbeatsAreSeenByThePeerOnly) {
+  auto a = ShmChannel::create(4096, 8).value();
+  ShmChannel b = peer_of(a, 8);
+  EXPECT_EQ(b.peer_beats(), 0u);
+  a.beat();
+  a.beat();
+  EXPECT_EQ(b.peer_beats(), 2u);
+  EXPECT_EQ(a.peer_beats(), 0u);
+}
+
+TEST(SharedSpan, RoundTripsAndRejectsMalformedLists) {
+  SharedSpan host;
+  host.address = 0x1234;
+  host.length = 77;
+  SharedSpan gpu;
+  gpu.kind = MemoryKind::kCuda;
+  gpu.handle_type = HandleType::kPosixFd;
+  gpu.device = 1;
+  gpu.alloc_base = 0x7000;
+  gpu.alloc_size = 0x2000;
+  gpu.address = 0x7100;
+  gpu.length = 0x100;
+  gpu.fd = 41;
+  gpu.pci = {'0', '0', '0', '0', ':', '1', '8', ':', '0', '0', '.', '0'};
+  gpu.ipc[5] = 9;
+  std::string bytes;
+  encode_spans({host, gpu}, bytes);
+  ASSERT_EQ(bytes.size(), 2 * kSharedSpanBytes);
+  auto back = decode_spans(bytes).value();
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[0].address, 0x1234u);
+  EXPECT_EQ(back[0].length, 77u);
+  EXPECT_FALSE(back[0].gpu());
+  EXPECT_EQ(back[1].handle_type, HandleType::kPosixFd);
+  EXPECT_EQ(back[1].fd, 41);
+  EXPECT_EQ(back[1].device, 1);
+  EXPECT_EQ(back[1].pci, gpu.pci);
+  EXPECT_EQ(back[1].ipc, gpu.ipc);
+
+  EXPECT_EQ(decode_spans(bytes.substr(1)).status().code(), Code::kDataLoss);
+  std::string outside;
+  gpu.length = 0x2000;  // runs past its allocation
+  encode_spans({gpu}, outside);
+  EXPECT_EQ(decode_spans(outside).status().code(), Code::kDataLoss);
+  std::string kind = bytes.substr(0, kSharedSpanBytes);
+  kind[0] = 9;
+  EXPECT_EQ(decode_spans(kind).status().code(), Code::kDataLoss);
+}
+
+TEST(SharedSpan, SlicingKeepsAllocationsAndMovesAddresses) {
+  std::vector<SharedSpan> spans(3);
+  for (int i = 0; i < 3; ++i) {
+    spans[i].address = 1000 * (i + 1);
+    spans[i].length = 100;
+  }
+  auto s = slice_spans(spans, 150, 120);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].address, 2050u);
+  EXPECT_EQ(s[0].length, 50u);
+  EXPECT_EQ(s[1].address, 3000u);
+  EXPECT_EQ(s[1].length, 70u);
+}
+
+TEST(CrossMemory, CopiesBetweenIovecListsOfDifferentShapes) {
+  // This process as its own peer: the kernel path is the same.
+  std::vector<uint8_t> src(1 << 20), dst(1 << 20, 0);
+  std::mt19937 rng(3);
+  for (auto& b : src) b = static_cast<uint8_t>(rng());
+  std::vector<iovec> local, remote;
+  for (size_t at = 0; at < src.size(); at += 4099) local.push_back({&src[at], std::min<size_t>(4099, src.size() - at)});
+  for (size_t at = 0; at < dst.size(); at += 65537) remote.push_back({&dst[at], std::min<size_t>(65537, dst.size() - at)});
+  ASSERT_GT(local.size(), 200u);  // more than one call's worth is fine too
+  ASSERT_TRUE(cross_write(::getpid(), local, remote).ok());
+  EXPECT_EQ(src, dst);
+  std::vector<uint8_t> back(src.size(), 0);
+  std::vector<iovec> one{{back.data(), back.size()}};
+  ASSERT_TRUE(cross_read(::getpid(), one, remote).ok());
+  EXPECT_EQ(back, src);
+}
+
+TEST(CrossMemory, ADeadPeerIsPeerLost) {
+  pid_t child = ::fork();
+  if (child == 0) _exit(0);
+  ::waitpid(child, nullptr, 0);
+  uint8_t b = 0;
+  std::vector<iovec> l{{&b, 1}}, r{{&b, 1}};
+  Status s = cross_write(child, l, r);
+  EXPECT_EQ(s.code(), Code::kPeerLost) << s.to_string();
+  EXPECT_NE(s.message().find(std::to_string(child)), std::string::npos);
+  EXPECT_EQ(fetch_peer_fd(child, 0).status().code(), Code::kPeerLost);
+}
+
+}  // namespace
+}  // namespace ferry::local
