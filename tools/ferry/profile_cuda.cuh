@@ -47,13 +47,9 @@ Result<uint64_t> count_mismatches(const void* buf, uint64_t size, int src, uint6
 // Writes %globaltimer into *slot (mapped host memory) when the stream reaches it.
 void launch_stamp(uint64_t* slot, cudaStream_t stream);
 
-// Times one operation on one stream, gated as nvbandwidth does: a spin
-// kernel holds the stream while the start event, the operation, the end event
-// and a %globaltimer stamp are queued, then the host releases it. The events
-// so time the operation on the GPU alone, without the host's gaps between
-// posting calls; the host times (CLOCK_MONOTONIC after the start event is
-// queued, and once the end event is seen) time it as a caller sees it. The
-// stamp places the operation on the GPU's timer.
+// Times one operation on one stream: host CLOCK_MONOTONIC before posting and
+// after completion, CUDA events around it, and a %globaltimer stamp just
+// after the end event that places it on the GPU's timer.
 class OpTimer {
  public:
   OpTimer() = default;
@@ -62,11 +58,9 @@ class OpTimer {
   OpTimer& operator=(const OpTimer&) = delete;
   // Creates the events and the mapped stamp slot on `gpu` (must be current).
   Status init(int gpu);
-  // begin(): closes the gate, queues the gate kernel and the start event,
-  // takes the host time. end(): queues the end event and the stamp, opens the
-  // gate, waits for the end event, takes the host time, waits for the stamp.
-  // Results in the fields below. If the gate is never opened the gate kernel
-  // gives up after kGateLimitNs.
+  // begin(): host time, then the start event. end(): the end event and the
+  // stamp, then waits for the end event and takes the host time; then waits
+  // for the stamp. Results in the fields below.
   Status begin(cudaStream_t stream);
   Status end(cudaStream_t stream);
 
@@ -80,10 +74,7 @@ class OpTimer {
   cudaEvent_t start_ = nullptr;
   cudaEvent_t stop_ = nullptr;
   uint64_t* stamp_ = nullptr;  // mapped pinned host memory
-  int* gate_ = nullptr;        // mapped pinned host memory: 0 holds the stream
 };
-
-inline constexpr uint64_t kGateLimitNs = 10'000'000'000;
 
 int64_t host_now_ns();
 

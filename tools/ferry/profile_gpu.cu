@@ -34,13 +34,6 @@ __global__ void check_kernel(const uint8_t* buf, uint64_t size, int src, uint64_
   if ((threadIdx.x & 31) == 0 && local != 0) atomicAdd(mismatches, local);
 }
 
-__global__ void gate_kernel(volatile int* gate, uint64_t limit_ns) {
-  uint64_t start = global_timer_ns();
-  while (*gate == 0) {
-    if (global_timer_ns() - start > limit_ns) break;
-  }
-}
-
 __global__ void stamp_kernel(uint64_t* slot) {
   *reinterpret_cast<volatile uint64_t*>(slot) = global_timer_ns();
   __threadfence_system();
@@ -93,7 +86,6 @@ OpTimer::~OpTimer() {
   if (start_) cudaEventDestroy(start_);
   if (stop_) cudaEventDestroy(stop_);
   if (stamp_) cudaFreeHost(stamp_);
-  if (gate_) cudaFreeHost(gate_);
   cudaSetDevice(prev);
 }
 
@@ -103,30 +95,19 @@ Status OpTimer::init(int gpu) {
   FERRY_CUDA(cudaEventCreate(&stop_), gpu);
   FERRY_CUDA(cudaHostAlloc(&stamp_, sizeof(uint64_t), cudaHostAllocMapped | cudaHostAllocPortable), gpu);
   *stamp_ = 0;
-  FERRY_CUDA(cudaHostAlloc(&gate_, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable), gpu);
-  *gate_ = 1;
   return Status();
 }
 
 Status OpTimer::begin(cudaStream_t stream) {
-  *reinterpret_cast<volatile int*>(gate_) = 0;
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  gate_kernel<<<1, 1, 0, stream>>>(gate_, kGateLimitNs);
-  FERRY_CUDA(cudaGetLastError(), gpu_);
-  FERRY_CUDA(cudaEventRecord(start_, stream), gpu_);
   host_start_ns = host_now_ns();
+  FERRY_CUDA(cudaEventRecord(start_, stream), gpu_);
   return Status();
 }
 
 Status OpTimer::end(cudaStream_t stream) {
   FERRY_CUDA(cudaEventRecord(stop_, stream), gpu_);
   launch_stamp(stamp_, stream);
-  Status launched = cuda_status(cudaGetLastError(), "stamp_kernel", gpu_);
-  // Everything is queued: let the stream run (also when a launch failed, so
-  // that the gate kernel ends).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  *reinterpret_cast<volatile int*>(gate_) = 1;
-  FERRY_RETURN_IF_ERROR(launched);
+  FERRY_CUDA(cudaGetLastError(), gpu_);
   FERRY_CUDA(cudaEventSynchronize(stop_), gpu_);
   host_end_ns = host_now_ns();
   FERRY_CUDA(cudaStreamSynchronize(stream), gpu_);
