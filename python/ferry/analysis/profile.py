@@ -236,11 +236,13 @@ def _plots(stats, temps, out_dir: str, images: list[str]) -> None:
     for r in at.itertuples():
         grid[gpus.index(r.src), gpus.index(r.dst)] = r.gbps
     fig, ax = plt.subplots(figsize=(1.2 * len(gpus) + 3, 1.0 * len(gpus) + 2.5))
-    im = ax.imshow(grid, cmap="viridis")
+    # An absolute scale from 0: pairs that differ by a fraction of a percent look alike, as they should.
+    top = float(np.nanmax(grid)) if np.isfinite(grid).any() else 1.0
+    im = ax.imshow(grid, cmap="viridis", vmin=0, vmax=top)
     for i in range(len(gpus)):
         for j in range(len(gpus)):
             ax.text(j, i, "-" if np.isnan(grid[i, j]) else f"{grid[i, j]:.1f}", ha="center", va="center",
-                    color="w" if not np.isnan(grid[i, j]) and grid[i, j] < np.nanmax(grid) * 0.6 else "k")
+                    color="w" if not np.isnan(grid[i, j]) and grid[i, j] < top * 0.6 else "k")
     ax.set_xticks(range(len(gpus)), [str(g) for g in gpus])
     ax.set_yticks(range(len(gpus)), [str(g) for g in gpus])
     ax.set_xlabel("destination GPU")
