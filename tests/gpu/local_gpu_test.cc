@@ -57,19 +57,19 @@ struct Side {
   uint8_t* host_base = nullptr;  // registered host region start
   RemoteDescriptor peer_gpu, peer_host;
   bool is_a = false;
+  std::vector<uint8_t> ctl = std::vector<uint8_t>(64);  // registered; results and barriers travel through it
 };
 
 // The receiving side reports whether the data checked out; both sides learn it.
 bool report(Side& s, bool i_verify, const std::string& problem, const std::string& what) {
-  uint8_t flag = problem.empty() ? 1 : 0;
-  static thread_local uint8_t scratch[1];
   bool ok;
   if (i_verify) {
-    s.conn->send(&flag, 1, soon());
-    ok = flag == 1;
+    s.ctl[0] = problem.empty() ? 1 : 0;
+    Status st = s.conn->send(s.ctl.data(), 1, soon());
+    ok = s.ctl[0] == 1 && st.ok();
   } else {
-    auto n = s.conn->recv(scratch, 1, soon());
-    ok = n.ok() && scratch[0] == 1;
+    auto n = s.conn->recv(s.ctl.data(), 1, soon());
+    ok = n.ok() && s.ctl[0] == 1;
   }
   if (!ok) {
     std::fprintf(stderr, "FAIL %s%s%s\n", what.c_str(), problem.empty() ? "" : ": ", problem.c_str());
@@ -79,7 +79,7 @@ bool report(Side& s, bool i_verify, const std::string& problem, const std::strin
 }
 
 void sync(Side& s) {
-  static thread_local uint8_t b[1] = {7};
+  uint8_t* b = s.ctl.data() + 8;
   if (s.is_a) {
     s.conn->send(b, 1, soon());
     (void)s.conn->recv(b, 1, soon());
@@ -163,6 +163,7 @@ int run(Side& s, int device) {
   s.host_base = s.host.data() + kRegionSkip;
   auto gr = s.engine->reg(s.gpu_base, kGpuBytes - kRegionSkip);
   auto hr = s.engine->reg(s.host_base, kHostBytes - kRegionSkip);
+  auto cr = s.engine->reg(s.ctl.data(), s.ctl.size());
   if (!gr.ok() || !hr.ok() || gr->kind != MemoryKind::kCuda || gr->device != device) {
     std::fprintf(stderr, "FAIL registration: %s\n", gr.ok() ? "wrong kind" : gr.status().to_string().c_str());
     return 1;

@@ -4,9 +4,8 @@ Skips without a CUDA device (Debian's torch is CPU-only). On a GPU host the
 peer process uses the last GPU and this one the first, so with two GPUs the
 bytes cross devices.
 
-Note: the engine registers CUDA memory (kind CUDA) but its TCP transport does
-not stage GPU memory yet (DESIGN.md §3); these tests are written to pass once
-it does, and on a GPU host they fail until then.
+Both processes are on one host, so the connection uses the local transport
+(CUDA IPC); FERRY_TRANSPORT=tcp runs the same tests through GPU staging.
 """
 
 import pytest

@@ -575,6 +575,11 @@ std::optional<std::string> LocalConnection::poll_notification() {
 
 // ---- progress thread ------------------------------------------------------------------
 
+bool LocalConnection::has_pending() {
+  std::lock_guard lock(mu_);
+  return !expected_.empty() || !posted_.empty();
+}
+
 bool LocalConnection::peer_gone() const {
   pollfd p{control_.fd(), POLLIN | POLLRDHUP, 0};
   if (::poll(&p, 1, 0) <= 0) return false;
@@ -606,11 +611,14 @@ void LocalConnection::progress_loop() {
     }
     // Busy-polling while copies are in flight or right after traffic: the
     // next message or copy completion is microseconds away, a futex sleep
-    // and wake would cost more than the whole transfer.
-    if (copier_.busy() || Clock::now() - last_activity < kSpinWindow) {
+    // and wake would cost more than the whole transfer. Yielding keeps the
+    // poll from starving the threads it waits for when cores are scarce.
+    auto quiet = Clock::now() - last_activity;
+    if (copier_.busy() || quiet < kSpinWindow || (quiet < kPendingSpinWindow && has_pending())) {
       if (++idle_spins % 4096 == 0 && peer_gone()) {
         fail(Status(Code::kPeerLost, where() + ": the peer process exited"));
       }
+      std::this_thread::yield();
       continue;
     }
     {

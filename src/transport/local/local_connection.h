@@ -55,6 +55,10 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
  public:
   // How long the progress thread keeps polling after the last message.
   static constexpr std::chrono::microseconds kSpinWindow{200};
+  // ... and, while operations of this connection wait on the peer, for this
+  // long: the answer usually comes within a copy's time (a futex wake-up on a
+  // virtual machine costs tens of microseconds).
+  static constexpr std::chrono::milliseconds kPendingSpinWindow{20};
 
   LocalConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t id, LocalPeer peer, platform::Socket control,
                   ShmChannel channel);
@@ -146,6 +150,7 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   Status on_pull_or_push(const wire::FrameHeader& h, std::string_view payload);
   Status on_revoke(const wire::FrameHeader& h, std::string_view payload);
   bool peer_gone() const;
+  bool has_pending();
 
   const std::shared_ptr<core::EngineContext> ctx_;
   const uint64_t id_;

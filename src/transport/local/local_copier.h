@@ -64,12 +64,18 @@ class LocalCopier {
 
  private:
   struct InFlight {
-    std::vector<platform::cu::Event> events;
-    std::vector<int> devices;
+    std::vector<std::pair<int, platform::cu::Event>> events;  // (device, event)
     Done done;
   };
+  // Copies up to this size complete on the thread that starts them.
+  static constexpr uint64_t kCompleteInline = 256 * 1024;
+  // Host copies from this size on are shared by kCrossThreads threads.
+  static constexpr size_t kParallelCrossBytes = 16u << 20;
+  static constexpr size_t kCrossThreads = 4;
+
+  Status cross_copy(const std::vector<iovec>& near, const std::vector<iovec>& far, bool to_remote);
   Result<platform::cu::Stream> stream_for(int device);  // caller holds mu_ and made the context current
-  Result<platform::cu::Event> take_event();             // caller holds mu_
+  Result<platform::cu::Event> take_event(int device);   // caller holds mu_ and made the context current
   Status copy_gpu_piece(uint8_t* local, int local_device, const SharedSpan& remote, uint64_t n, bool to_remote,
                         std::vector<int>& used);
 
@@ -78,7 +84,7 @@ class LocalCopier {
   const pid_t peer_pid_;
   mutable std::mutex mu_;
   std::map<int, platform::cu::Stream> streams_;  // guarded by mu_; by local device
-  std::vector<platform::cu::Event> spare_events_;  // guarded by mu_
+  std::map<int, std::vector<platform::cu::Event>> spare_events_;  // guarded by mu_; events belong to a context
   std::vector<InFlight> inflight_;               // guarded by mu_
 };
 

@@ -176,11 +176,7 @@ void ShmChannel::wait(std::chrono::milliseconds timeout, const std::atomic<bool>
   r.sleeping.store(0, std::memory_order_relaxed);
 }
 
-void ShmChannel::kick() {
-  Ring& r = ring(1 - side_);
-  r.seq.fetch_add(1, std::memory_order_release);
-  futex(&r.seq, FUTEX_WAKE, 1, nullptr);
-}
+void ShmChannel::kick() { wake(ring(1 - side_)); }
 
 void ShmChannel::beat() { ring(1 - side_).beats.fetch_add(1, std::memory_order_relaxed); }
 uint64_t ShmChannel::peer_beats() const { return ring(side_).beats.load(std::memory_order_relaxed); }
