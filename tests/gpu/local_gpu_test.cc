@@ -8,8 +8,11 @@
 //
 // Usage: ferry_local_gpu_test            (process A, spawns process B)
 //        ferry_local_gpu_test peer ADDR DEVICE   (process B)
+#include <execinfo.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <chrono>
 #include <cstdio>
@@ -193,6 +196,7 @@ int run(Side& s, int device) {
     return 1;
   }
   size_t free_before = free_bytes(device);
+  std::fprintf(stderr, "%s: GPU %d ready, %zu bytes free\n", s.is_a ? "A" : "B", device, free_before);
 
   const std::vector<size_t> sizes = {1, 7, 4095, 4096, (1u << 20) + 3, (64u << 20) + 5, 1u << 30};
   uint64_t seed = 1;
@@ -309,9 +313,21 @@ int run(Side& s, int device) {
   return failures == 0 ? 0 : 1;
 }
 
+// A crash in either process is reported with its stack, not as silence.
+void on_crash(int sig) {
+  void* frames[64];
+  int n = backtrace(frames, 64);
+  char line[64];
+  int len = std::snprintf(line, sizeof(line), "FAIL pid %d: signal %d\n", static_cast<int>(getpid()), sig);
+  (void)!write(2, line, static_cast<size_t>(len));
+  backtrace_symbols_fd(frames, n, 2);
+  _exit(3);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL}) std::signal(sig, on_crash);
   int gpus = gpu_count();
   if (gpus == 0) {
     std::printf("skip: no GPU\n");
@@ -351,6 +367,10 @@ int main(int argc, char** argv) {
   int status = 0;
   ::waitpid(child, &status, 0);
   bool child_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (!child_ok) {
+    std::printf("process B: %s %d\n", WIFSIGNALED(status) ? "killed by signal" : "exit status",
+                WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+  }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("local GPU test: GPU 0 <-> GPU %d, %s (process B %s), %.1f s\n", peer_device,
               rc == 0 ? "passed" : "FAILED", child_ok ? "passed" : "FAILED", secs);
