@@ -46,7 +46,10 @@ CudaDriver load_driver() {
             load(lib, "cuStreamSynchronize", d.stream_synchronize) && load(lib, "cuEventCreate", d.event_create) &&
             load(lib, "cuEventDestroy_v2", d.event_destroy) && load(lib, "cuEventRecord", d.event_record) &&
             load(lib, "cuEventQuery", d.event_query) && load(lib, "cuEventSynchronize", d.event_synchronize) &&
-            load(lib, "cuMemcpyAsync", d.memcpy_async) && load(lib, "cuMemcpy", d.memcpy) &&
+            load(lib, "cuMemcpyAsync", d.memcpy_async) &&
+            load(lib, "cuMemcpyDtoDAsync_v2", d.memcpy_dtod_async) &&
+            load(lib, "cuMemcpyHtoDAsync_v2", d.memcpy_htod_async) &&
+            load(lib, "cuMemcpyDtoHAsync_v2", d.memcpy_dtoh_async) && load(lib, "cuMemcpy", d.memcpy) &&
             load(lib, "cuMemAlloc_v2", d.mem_alloc) && load(lib, "cuMemFree_v2", d.mem_free) &&
             load(lib, "cuMemHostAlloc", d.mem_host_alloc) && load(lib, "cuMemFreeHost", d.mem_free_host) &&
             load(lib, "cuMemGetInfo_v2", d.mem_get_info);

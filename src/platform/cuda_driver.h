@@ -103,6 +103,10 @@ struct CudaDriver {
   cu::Result (*event_query)(cu::Event) = nullptr;
   cu::Result (*event_synchronize)(cu::Event) = nullptr;
   cu::Result (*memcpy_async)(cu::DevicePtr, cu::DevicePtr, size_t, cu::Stream) = nullptr;
+  // Typed copies: no lookup of what the pointers are (cheaper for small copies).
+  cu::Result (*memcpy_dtod_async)(cu::DevicePtr, cu::DevicePtr, size_t, cu::Stream) = nullptr;
+  cu::Result (*memcpy_htod_async)(cu::DevicePtr, const void*, size_t, cu::Stream) = nullptr;
+  cu::Result (*memcpy_dtoh_async)(void*, cu::DevicePtr, size_t, cu::Stream) = nullptr;
   cu::Result (*memcpy)(cu::DevicePtr, cu::DevicePtr, size_t) = nullptr;
   cu::Result (*mem_alloc)(cu::DevicePtr*, size_t) = nullptr;
   cu::Result (*mem_free)(cu::DevicePtr) = nullptr;

@@ -47,6 +47,7 @@ Result<GpuExports::Alloc> GpuExports::make(uint64_t address, int device) {
   size_t size = 0;
   FERRY_RETURN_IF_ERROR(d.check(d.mem_get_address_range(&a.base, &size, address), "cuMemGetAddressRange"));
   a.size = size;
+  a.pci = pci_of(device);
   int legacy = 0;
   if (d.pointer_get_attribute(&legacy, platform::cu::kPointerLegacyIpcCapable, address) == platform::cu::kSuccess &&
       legacy != 0) {
@@ -110,7 +111,7 @@ Status GpuExports::describe(const core::MemorySpan& span, std::vector<SharedSpan
     s.alloc_base = a.base;
     s.alloc_size = a.size;
     s.fd = a.fd;
-    s.pci = pci_of(r.device);
+    s.pci = a.pci;
     s.ipc = a.ipc;
     out.push_back(s);
     at += s.length;

@@ -43,6 +43,7 @@ class GpuExports {
     HandleType type = HandleType::kNone;
     int fd = -1;
     std::array<char, 64> ipc{};
+    std::array<char, 16> pci{};
   };
   Result<Alloc> make(uint64_t address, int device);
 

@@ -108,9 +108,19 @@ Status LocalCopier::copy_gpu_piece(uint8_t* local, int local_device, const Share
   }
   std::lock_guard lock(mu_);
   FERRY_ASSIGN_OR_RETURN(cu::Stream s, stream_for(device));
-  auto dst = reinterpret_cast<cu::DevicePtr>(to_remote ? far : local);
-  auto src = reinterpret_cast<cu::DevicePtr>(to_remote ? local : far);
-  FERRY_RETURN_IF_ERROR(d.check(d.memcpy_async(dst, src, n, s), "cuMemcpyAsync", Code::kInternal));
+  uint8_t* dst = to_remote ? far : local;
+  uint8_t* src = to_remote ? local : far;
+  bool host_dst = to_remote ? false : local_device < 0;  // `far` is always GPU memory
+  bool host_src = to_remote ? local_device < 0 : false;
+  cu::Result r;
+  if (host_src) {
+    r = d.memcpy_htod_async(reinterpret_cast<cu::DevicePtr>(dst), src, n, s);
+  } else if (host_dst) {
+    r = d.memcpy_dtoh_async(dst, reinterpret_cast<cu::DevicePtr>(src), n, s);
+  } else {
+    r = d.memcpy_dtod_async(reinterpret_cast<cu::DevicePtr>(dst), reinterpret_cast<cu::DevicePtr>(src), n, s);
+  }
+  FERRY_RETURN_IF_ERROR(d.check(r, "cuMemcpyAsync", Code::kInternal));
   if (std::find(used.begin(), used.end(), device) == used.end()) used.push_back(device);
   return Status();
 }
