@@ -52,7 +52,8 @@ CudaDriver load_driver() {
             load(lib, "cuMemcpyDtoHAsync_v2", d.memcpy_dtoh_async) && load(lib, "cuMemcpy", d.memcpy) &&
             load(lib, "cuMemAlloc_v2", d.mem_alloc) && load(lib, "cuMemFree_v2", d.mem_free) &&
             load(lib, "cuMemHostAlloc", d.mem_host_alloc) && load(lib, "cuMemFreeHost", d.mem_free_host) &&
-            load(lib, "cuMemGetInfo_v2", d.mem_get_info);
+            load(lib, "cuMemGetInfo_v2", d.mem_get_info) && load(lib, "cuCtxSynchronize", d.ctx_synchronize) &&
+            load(lib, "cuDevicePrimaryCtxGetState", d.primary_ctx_get_state);
   // A driver without a device (or too old for one entry point) counts as none.
   if (!ok || init(0) != cu::kSuccess) return CudaDriver{};
   d.init = init;

@@ -113,6 +113,8 @@ struct CudaDriver {
   cu::Result (*mem_host_alloc)(void**, size_t, unsigned) = nullptr;
   cu::Result (*mem_free_host)(void*) = nullptr;
   cu::Result (*mem_get_info)(size_t*, size_t*) = nullptr;
+  cu::Result (*ctx_synchronize)() = nullptr;
+  cu::Result (*primary_ctx_get_state)(cu::Device, unsigned*, int*) = nullptr;
 
   // True when libcuda loaded, every entry point resolved and cuInit succeeded.
   bool available() const { return init != nullptr; }

@@ -90,7 +90,10 @@ inline GpuBuffer gpu_alloc_vmm(int device, size_t piece_size, int pieces) {
 // Copies host bytes to any address (device or host) and back, synchronously.
 inline bool copy_to(void* dst, const void* src, size_t n) {
   const auto& d = platform::cuda();
-  return d.memcpy(reinterpret_cast<cu::DevicePtr>(dst), reinterpret_cast<cu::DevicePtr>(src), n) == cu::kSuccess;
+  // cuMemcpy from pageable memory may return before the bytes land on the
+  // device: synchronize, so the next transfer sees them.
+  return d.memcpy(reinterpret_cast<cu::DevicePtr>(dst), reinterpret_cast<cu::DevicePtr>(src), n) == cu::kSuccess &&
+         d.ctx_synchronize() == cu::kSuccess;
 }
 
 inline bool fill(void* at, size_t n, uint64_t seed) {

@@ -246,7 +246,8 @@ int run(Side& s, int device) {
       }
       auto r = s.engine->reg(v.ptr, v.size);
       if (r.ok()) vr = *r;
-      desc = r.ok() ? s.engine->export_region(*r).value().serialize() : std::string(48, '\0');
+      // Into the registered buffer, not a new string.
+      if (r.ok()) desc.replace(0, desc.size(), s.engine->export_region(*r).value().serialize());
       s.conn->send(desc.data(), desc.size(), soon());
     } else {
       s.conn->recv(desc.data(), desc.size(), soon());
@@ -277,7 +278,7 @@ int run(Side& s, int device) {
     std::optional<Region> r;
     if (!s.is_a) {
       r = s.engine->reg(small, 4096).value();
-      desc = s.engine->export_region(*r).value().serialize();
+      desc.replace(0, desc.size(), s.engine->export_region(*r).value().serialize());
       s.conn->send(desc.data(), desc.size(), soon());
     } else {
       s.conn->recv(desc.data(), desc.size(), soon());

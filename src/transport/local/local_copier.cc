@@ -44,6 +44,24 @@ bool any_host(const core::SegmentList& list) {
                      [](const core::MemorySpan& s) { return s.region->region.kind != MemoryKind::kCuda; });
 }
 
+int active_device(int fallback) {
+  const auto& d = platform::cuda();
+  int count = 0;
+  if (fallback >= 0) {
+    unsigned flags = 0;
+    int active = 0;
+    if (d.primary_ctx_get_state(fallback, &flags, &active) == cu::kSuccess && active) return fallback;
+  }
+  if (d.device_get_count(&count) == cu::kSuccess) {
+    for (int i = 0; i < count; ++i) {
+      unsigned flags = 0;
+      int active = 0;
+      if (d.primary_ctx_get_state(i, &flags, &active) == cu::kSuccess && active) return i;
+    }
+  }
+  return fallback;
+}
+
 LocalCopier::LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid)
     : imports_(imports), peer_engine_(peer_engine), peer_pid_(peer_pid) {}
 
@@ -88,15 +106,13 @@ Status LocalCopier::copy_gpu_piece(uint8_t* local, int local_device, const Share
                                    bool to_remote, std::vector<int>& used) {
   const auto& d = platform::cuda();
   if (!d.available()) return Status(Code::kUnimplemented, "GPU memory on a host without a CUDA driver");
-  // The copy runs in the context of the local GPU, or of the peer's GPU when
-  // only host memory is local (then no other device is touched).
-  int device = local_device;
+  // The copy runs in the context of the local GPU. With only host memory
+  // here, in a context this process already has (the peer's GPU is reached
+  // through peer access); only a process with none takes the peer GPU's.
+  int device = local_device >= 0 ? local_device : active_device(local_ordinal_of(remote.pci));
   if (device < 0) {
-    device = local_ordinal_of(remote.pci);
-    if (device < 0) {
-      return Status(Code::kUnavailable, "the peer's GPU " + std::string(remote.pci.data()) +
-                                            " is not visible to this process (CUDA_VISIBLE_DEVICES?)");
-    }
+    return Status(Code::kUnavailable, "the peer's GPU " + std::string(remote.pci.data()) +
+                                          " is not visible to this process (CUDA_VISIBLE_DEVICES?)");
   }
   platform::DeviceScope on(device);
   FERRY_RETURN_IF_ERROR(on.status());

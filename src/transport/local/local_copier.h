@@ -31,6 +31,9 @@ namespace ferry::local {
 // fields kept). REQUIRES: offset + size <= total length of `spans`.
 std::vector<SharedSpan> slice_spans(const std::vector<SharedSpan>& spans, uint64_t offset, uint64_t size);
 bool any_gpu(const std::vector<SharedSpan>& spans);
+// `preferred` if this process has a context on it, else the first device it
+// has one on, else `preferred` (a context will be made there).
+int active_device(int preferred);
 bool any_host(const std::vector<SharedSpan>& spans);
 bool any_gpu(const core::SegmentList& list);
 bool any_host(const core::SegmentList& list);
