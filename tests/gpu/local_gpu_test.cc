@@ -253,7 +253,7 @@ int run(Side& s, int device) {
       s.conn->recv(desc.data(), desc.size(), soon());
       far = parse_or_empty(desc);
     }
-    size_t n = (5u << 20) + 3, at = (1u << 20) + 1;
+    size_t n = (5u << 20) + 1, at = (1u << 20) - 1;  // to the very end, across both piece boundaries
     if (s.is_a) {
       fill(s.gpu_base, n, 777);
       EXPECT_OK(s.conn->write(s.gpu_base, n, far, at, {}, soon()), "write into virtual-memory allocation");

@@ -171,8 +171,10 @@ Descriptors decode(const std::string& s) {
 }
 
 Descriptors export_buffers(Engine& e, const Buffers& b) {
-  return Descriptors{must(e.export_region(b.region, 0, b.max), "export src"),
-                     must(e.export_region(b.region, b.max, b.max), "export dst")};
+  // src and dst live in the GPU region when the buffers are on a GPU.
+  const Region& r = b.device != nullptr ? b.device_region : b.region;
+  return Descriptors{must(e.export_region(r, 0, b.max), "export src"),
+                     must(e.export_region(r, b.max, b.max), "export dst")};
 }
 
 // Runs `count` operations of the directional workload of `op` from this side
