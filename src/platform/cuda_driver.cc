@@ -43,7 +43,8 @@ CudaDriver load_driver() {
             load(lib, "cuMemCreate", d.mem_create) &&
             load(lib, "cuMemGetAllocationGranularity", d.mem_get_allocation_granularity) &&
             load(lib, "cuStreamCreate", d.stream_create) && load(lib, "cuStreamDestroy_v2", d.stream_destroy) &&
-            load(lib, "cuStreamSynchronize", d.stream_synchronize) && load(lib, "cuEventCreate", d.event_create) &&
+            load(lib, "cuStreamSynchronize", d.stream_synchronize) &&
+            load(lib, "cuStreamQuery", d.stream_query) && load(lib, "cuEventCreate", d.event_create) &&
             load(lib, "cuEventDestroy_v2", d.event_destroy) && load(lib, "cuEventRecord", d.event_record) &&
             load(lib, "cuEventQuery", d.event_query) && load(lib, "cuEventSynchronize", d.event_synchronize) &&
             load(lib, "cuMemcpyAsync", d.memcpy_async) &&

@@ -97,6 +97,7 @@ struct CudaDriver {
   cu::Result (*stream_create)(cu::Stream*, unsigned) = nullptr;
   cu::Result (*stream_destroy)(cu::Stream) = nullptr;
   cu::Result (*stream_synchronize)(cu::Stream) = nullptr;
+  cu::Result (*stream_query)(cu::Stream) = nullptr;
   cu::Result (*event_create)(cu::Event*, unsigned) = nullptr;
   cu::Result (*event_destroy)(cu::Event) = nullptr;
   cu::Result (*event_record)(cu::Event, cu::Stream) = nullptr;

@@ -182,10 +182,39 @@ Status LocalCopier::start(const core::SegmentList& local, const std::vector<Shar
     done(Status());
     return Status();
   }
-  // GPU parts are queued: completion by an event on each stream used.
   const auto& d = platform::cuda();
+  Done finish = host_status.ok() ? std::move(done) : Done([host_status, done](const Status&) { done(host_status); });
+  if (size <= kCompleteInline) {
+    // A small copy finishes within microseconds: waiting for it here costs
+    // less than handing its completion to another thread, and asking the
+    // stream saves recording an event.
+    std::vector<cu::Stream> streams;
+    {
+      std::lock_guard lock(mu_);
+      for (int device : used) streams.push_back(streams_[device]);
+    }
+    auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+    Status st;
+    bool ready = false;
+    while (!ready && std::chrono::steady_clock::now() < until) {
+      ready = true;
+      for (cu::Stream s : streams) {
+        cu::Result r = d.stream_query(s);
+        if (r == cu::kNotReady) {
+          ready = false;
+        } else if (r != cu::kSuccess && st.ok()) {
+          st = d.check(r, "GPU copy (cuStreamQuery)", Code::kInternal);
+        }
+      }
+    }
+    if (ready) {
+      finish(st);
+      return Status();
+    }
+  }
+  // Completion by an event on each stream used, polled by the progress thread.
   InFlight f;
-  f.done = host_status.ok() ? std::move(done) : Done([host_status, done](const Status&) { done(host_status); });
+  f.done = std::move(finish);
   {
     std::lock_guard lock(mu_);
     for (int device : used) {
@@ -194,32 +223,8 @@ Status LocalCopier::start(const core::SegmentList& local, const std::vector<Shar
       FERRY_RETURN_IF_ERROR(d.check(d.event_record(e, streams_[device]), "cuEventRecord"));
       f.events.emplace_back(device, e);
     }
+    inflight_.push_back(std::move(f));
   }
-  if (size <= kCompleteInline) {
-    // A small copy finishes within microseconds: waiting for it here costs
-    // less than handing its completion to another thread.
-    auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
-    bool ready = false;
-    while (!ready && std::chrono::steady_clock::now() < until) {
-      ready = true;
-      for (auto& [device, e] : f.events) ready = ready && d.event_query(e) != cu::kNotReady;
-    }
-    if (ready) {
-      Status st;
-      for (auto& [device, e] : f.events) {
-        cu::Result r = d.event_query(e);
-        if (r != cu::kSuccess && st.ok()) st = d.check(r, "GPU copy (cuEventQuery)", Code::kInternal);
-      }
-      {
-        std::lock_guard lock(mu_);
-        for (auto& [device, e] : f.events) spare_events_[device].push_back(e);
-      }
-      f.done(st);
-      return Status();
-    }
-  }
-  std::lock_guard lock(mu_);
-  inflight_.push_back(std::move(f));
   return Status();
 }
 
