@@ -12,6 +12,18 @@
 namespace ferry::local {
 namespace {
 
+// Moves `at` and the entry it names past `moved` bytes of `list`.
+void advance(std::vector<iovec>& list, size_t& at, size_t moved) {
+  while (moved > 0 && at < list.size()) {
+    size_t k = std::min(moved, list[at].iov_len);
+    list[at].iov_base = static_cast<char*>(list[at].iov_base) + k;
+    list[at].iov_len -= k;
+    moved -= k;
+    if (list[at].iov_len == 0) ++at;
+  }
+  while (at < list.size() && list[at].iov_len == 0) ++at;
+}
+
 // The kernel takes at most IOV_MAX entries per side; walk both lists.
 Status cross(pid_t pid, const std::vector<iovec>& local, const std::vector<iovec>& remote, bool write) {
   std::vector<iovec> l = local, r = remote;
@@ -31,23 +43,8 @@ Status cross(pid_t pid, const std::vector<iovec>& local, const std::vector<iovec
     }
     if (n == 0) return Status(Code::kOutOfRange, "cross-memory copy made no progress (peer range unmapped?)");
     // Advance both lists by n bytes (a partial copy stops at a page the peer lacks).
-    size_t left = static_cast<size_t>(n);
-    for (size_t moved = left; moved > 0;) {
-      size_t k = std::min(moved, l[li].iov_len);
-      l[li].iov_base = static_cast<char*>(l[li].iov_base) + k;
-      l[li].iov_len -= k;
-      moved -= k;
-      if (l[li].iov_len == 0) ++li;
-    }
-    for (size_t moved = left; moved > 0;) {
-      size_t k = std::min(moved, r[ri].iov_len);
-      r[ri].iov_base = static_cast<char*>(r[ri].iov_base) + k;
-      r[ri].iov_len -= k;
-      moved -= k;
-      if (r[ri].iov_len == 0) ++ri;
-    }
-    while (li < l.size() && l[li].iov_len == 0) ++li;
-    while (ri < r.size() && r[ri].iov_len == 0) ++ri;
+    advance(l, li, static_cast<size_t>(n));
+    advance(r, ri, static_cast<size_t>(n));
   }
   return Status();
 }

@@ -345,6 +345,38 @@ Status LocalConnection::copy_into(const core::SegmentList& dest, const std::stri
 
 // ---- one-sided ------------------------------------------------------------------------
 
+template <typename Access>
+Result<std::vector<LocalConnection::Item>> LocalConnection::resolve_items(std::span<const Access> items,
+                                                                           const char* op) {
+  std::vector<Item> out;
+  for (const Access& a : items) {
+    Item it;
+    it.remote = a.remote;
+    it.offset = a.remote_offset;
+    if (a.remote.engine_id != peer_.engine_id) {
+      return Status(Code::kInvalidArgument, std::string(op) + ": descriptor belongs to another engine than " + where());
+    }
+    if (a.remote_offset > a.remote.length || a.size > a.remote.length - a.remote_offset) {
+      return Status(Code::kOutOfRange, std::string(op) + ": [" + std::to_string(a.remote_offset) + ", +" +
+                                           std::to_string(a.size) + ") leaves remote export " +
+                                           std::to_string(a.remote.export_id) + " of " +
+                                           std::to_string(a.remote.length) + " bytes");
+    }
+    if (a.size > 0) {
+      struct Part {
+        const void* data;
+        size_t size;
+      } part{a.local, a.size};
+      auto list = core::resolve_parts(ctx_->registry, std::span<const Part>(&part, 1),
+                                      std::string_view(op) == "write" ? "write source" : "read destination", true);
+      if (!list.ok()) return list.status().with_context(where());
+      it.local = std::move(list).value();
+    }
+    out.push_back(std::move(it));
+  }
+  return out;
+}
+
 Transfer LocalConnection::write_async(const void* local, size_t size, const RemoteDescriptor& remote,
                                       uint64_t remote_offset, std::string_view notification) {
   WriteItem item{local, size, remote, remote_offset};
@@ -358,38 +390,18 @@ Transfer LocalConnection::writev_async(std::span<const WriteItem> items, std::st
     return failed(Status(Code::kInvalidArgument, "write: notification of " + std::to_string(notification.size()) +
                                                      " bytes exceeds " + std::to_string(kMaxNotification)));
   }
-  std::vector<Item> resolved;
-  for (const WriteItem& w : items) {
-    Item it;
-    it.remote = w.remote;
-    it.offset = w.remote_offset;
-    if (w.remote.engine_id != peer_.engine_id) {
-      return failed(Status(Code::kInvalidArgument, "write: descriptor belongs to another engine than " + where()));
-    }
-    if (w.remote_offset > w.remote.length || w.size > w.remote.length - w.remote_offset) {
-      return failed(Status(Code::kOutOfRange, "write: [" + std::to_string(w.remote_offset) + ", +" +
-                                                  std::to_string(w.size) + ") leaves remote export " +
-                                                  std::to_string(w.remote.export_id) + " of " +
-                                                  std::to_string(w.remote.length) + " bytes"));
-    }
-    if (w.size > 0) {
-      ConstBuffer b{w.local, w.size};
-      auto list = core::resolve_parts(ctx_->registry, std::span<const ConstBuffer>(&b, 1), "write source", true);
-      if (!list.ok()) return failed(list.status().with_context(where()));
-      it.local = std::move(list).value();
-    }
-    resolved.push_back(std::move(it));
-  }
+  auto resolved = resolve_items(items, "write");
+  if (!resolved.ok()) return failed(resolved.status());
   uint64_t seq = 0;
   if (!notification.empty()) {
     std::lock_guard lock(mu_);
     seq = next_note_seq_++;
   }
-  int n = static_cast<int>(resolved.size());
+  int n = static_cast<int>(resolved->size());
   auto outer = new_state(seq != 0 ? 1 : n);
   Transfer handle(outer);
   size_t total = 0;
-  for (const Item& it : resolved) total += it.local.total();
+  for (const Item& it : *resolved) total += it.local.total();
   outer->set_bytes(total);
   std::shared_ptr<TransferState> parts = outer;
   if (seq != 0) {
@@ -402,7 +414,7 @@ Transfer LocalConnection::writev_async(std::span<const WriteItem> items, std::st
       outer->finish(s);
     });
   }
-  for (Item& it : resolved) start_item(parts, std::move(it), true);
+  for (Item& it : *resolved) start_item(parts, std::move(it), true);
   return handle;
 }
 
@@ -415,34 +427,14 @@ Transfer LocalConnection::read_async(void* local, size_t size, const RemoteDescr
 Transfer LocalConnection::readv_async(std::span<const ReadItem> items) {
   if (Status u = usable(); !u.ok()) return failed(u);
   if (items.empty()) return failed(Status(Code::kInvalidArgument, "readv: no items"));
-  std::vector<Item> resolved;
-  for (const ReadItem& r : items) {
-    Item it;
-    it.remote = r.remote;
-    it.offset = r.remote_offset;
-    if (r.remote.engine_id != peer_.engine_id) {
-      return failed(Status(Code::kInvalidArgument, "read: descriptor belongs to another engine than " + where()));
-    }
-    if (r.remote_offset > r.remote.length || r.size > r.remote.length - r.remote_offset) {
-      return failed(Status(Code::kOutOfRange, "read: [" + std::to_string(r.remote_offset) + ", +" +
-                                                  std::to_string(r.size) + ") leaves remote export " +
-                                                  std::to_string(r.remote.export_id) + " of " +
-                                                  std::to_string(r.remote.length) + " bytes"));
-    }
-    if (r.size > 0) {
-      MutableBuffer b{r.local, r.size};
-      auto list = core::resolve_parts(ctx_->registry, std::span<const MutableBuffer>(&b, 1), "read destination", true);
-      if (!list.ok()) return failed(list.status().with_context(where()));
-      it.local = std::move(list).value();
-    }
-    resolved.push_back(std::move(it));
-  }
-  auto state = new_state(static_cast<int>(resolved.size()));
+  auto resolved = resolve_items(items, "read");
+  if (!resolved.ok()) return failed(resolved.status());
+  auto state = new_state(static_cast<int>(resolved->size()));
   Transfer handle(state);
   size_t total = 0;
-  for (const Item& it : resolved) total += it.local.total();
+  for (const Item& it : *resolved) total += it.local.total();
   state->set_bytes(total);
-  for (Item& it : resolved) start_item(state, std::move(it), false);
+  for (Item& it : *resolved) start_item(state, std::move(it), false);
   return handle;
 }
 

@@ -136,6 +136,9 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   void match(PostedRecv recv, Unexpected msg);
   // Copies an eager message into a receive buffer of any memory kind.
   Status copy_into(const core::SegmentList& dest, const std::string& bytes);
+  // Checks and resolves write or read items (`op` names them in errors).
+  template <typename Access>
+  Result<std::vector<Item>> resolve_items(std::span<const Access> items, const char* op);
   void start_item(const std::shared_ptr<TransferState>& state, Item item, bool is_write);
   void run_item(const std::shared_ptr<TransferState>& state, const Item& item, const ExportInfo& info, bool is_write);
   void with_export(const RemoteDescriptor& r, std::function<void(Result<const ExportInfo*>)> then);
