@@ -16,7 +16,7 @@ const std::vector<BackendSpec>& backends() {
        FERRY_PROFILE_NEEDS_CUDA},
       {"nccl", "ncclSend/ncclRecv, one process per GPU (NCCL loaded at run time)", true, FERRY_PROFILE_NEEDS_CUDA},
       {"ferry", "this engine's local transport, one process per GPU", true,
-       "the ferry backend is not built yet: it needs the engine's local (CUDA IPC) transport; use ce or nccl"},
+       "the ferry backend is not built yet (the local transport it will time exists); use ce or nccl"},
   };
   return table;
 }
