@@ -633,9 +633,7 @@ void LocalConnection::progress_loop() {
     // poll from starving the threads it waits for when cores are scarce.
     auto quiet = Clock::now() - last_activity;
     if (copier_.busy() || quiet < kSpinWindow || (quiet < kPendingSpinWindow && has_pending())) {
-      if (++idle_spins % 4096 == 0 && peer_gone()) {
-        fail(Status(Code::kPeerLost, where() + ": the peer process exited"));
-      }
+      if (++idle_spins % 4096 == 0 && peer_gone()) peer_exited();
       // Yield on every turn: measured on the two-GPU host, polling without
       // it slowed large copies of both processes by 10%.
       std::this_thread::yield();
@@ -646,7 +644,7 @@ void LocalConnection::progress_loop() {
       if (!outbox_.empty()) continue;
     }
     channel_.wait(std::chrono::milliseconds(20), local_work_);
-    if (peer_gone() && !closed_.load()) fail(Status(Code::kPeerLost, where() + ": the peer process exited"));
+    if (peer_gone() && !closed_.load()) peer_exited();
   }
 }
 
@@ -950,9 +948,17 @@ void LocalConnection::tick(Clock::time_point now) {
     fail(Status(Code::kPeerLost, where() + ": no traffic from the peer for " + std::to_string(silent.count()) +
                                      " ms (peer_timeout " + std::to_string(ctx_->options.peer_timeout.count()) +
                                      " ms): stopped or overloaded"));
-  } else if (peer_gone()) {
-    fail(Status(Code::kPeerLost, where() + ": the peer process exited"));
   }
+}
+
+void LocalConnection::peer_exited() {
+  // What the peer posted before it exited still counts (an acknowledgement
+  // of its last receive, say): read it all, then fail what is left.
+  std::string msg;
+  while (channel_.receive(msg)) {
+    if (!handle(msg).ok()) break;
+  }
+  fail(Status(Code::kPeerLost, where() + ": the peer process exited"));
 }
 
 void LocalConnection::fail(const Status& why) {

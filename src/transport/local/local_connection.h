@@ -155,6 +155,8 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   Status on_pull_or_push(const wire::FrameHeader& h, std::string_view payload);
   Status on_revoke(const wire::FrameHeader& h, std::string_view payload);
   bool peer_gone() const;
+  // Progress thread: handles what the dead peer left in the channel, then fails.
+  void peer_exited();
   bool has_pending();
 
   const std::shared_ptr<core::EngineContext> ctx_;
