@@ -8,7 +8,7 @@
 // copy directly. No data is staged. The TCP control stream of the handshake
 // stays open only to notice the peer's death (the kernel closes it).
 //
-// Threads: ferry-c<id>-local, the progress thread, reads the channel, polls
+// Threads: ferry-c<id>-local, the progress thread (local_progress.cc), reads the channel, polls
 // GPU copy events and runs the handlers. It busy-polls while copies are in
 // flight or for kSpinWindow after the last message (a futex wake-up costs
 // tens of microseconds, a local copy a few), then sleeps on the channel.
