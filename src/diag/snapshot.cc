@@ -34,12 +34,8 @@ std::string utc_now() {
 
 Result<std::map<int, CpuTimes>> parse_proc_stat(std::string_view text, std::string_view what) {
   std::map<int, CpuTimes> out;
-  size_t start = 0, line_no = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(start, end - start);
-    start = end + 1;
+  size_t line_no = 0;
+  for (std::string_view line : platform::split_lines(text)) {
     ++line_no;
     if (line.size() < 4 || line.substr(0, 3) != "cpu" || line[3] == ' ') continue;  // not a cpuN line
     std::vector<std::string_view> w = platform::split_words(line);

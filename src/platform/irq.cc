@@ -126,12 +126,7 @@ const InterruptLine* InterruptTable::find(int irq) const {
 Result<InterruptTable> parse_interrupts(std::string_view text, std::string_view what) {
   InterruptTable table;
   size_t line_no = 0;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(start, end - start);
-    start = end + 1;
+  for (std::string_view line : split_lines(text)) {
     ++line_no;
     if (line_no == 1) {
       for (std::string_view t : split_words(line)) {

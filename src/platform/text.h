@@ -9,6 +9,10 @@
 
 namespace ferry::platform {
 
+// The lines of `text`, without their '\n'; a final newline ends the last
+// line rather than starting an empty one. Line k (from 1) is element k-1.
+std::vector<std::string_view> split_lines(std::string_view text);
+
 // The words of `s`, split on blanks (spaces, tabs, newlines, carriage returns).
 std::vector<std::string_view> split_words(std::string_view s);
 

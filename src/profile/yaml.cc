@@ -3,6 +3,8 @@
 
 #include <cstdio>
 
+#include "platform/text.h"
+
 namespace ferry::profile {
 namespace {
 
@@ -352,13 +354,8 @@ std::string to_yaml(const YamlNode& root, std::string_view comment) {
 Result<YamlNode> parse_yaml(std::string_view text) {
   std::vector<Line> lines;
   size_t number = 0;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view raw = text.substr(start, end - start);
+  for (std::string_view raw : platform::split_lines(text)) {
     ++number;
-    start = end + 1;
     if (!raw.empty() && raw.back() == '\r') raw.remove_suffix(1);
     size_t indent = raw.find_first_not_of(' ');
     if (indent == std::string_view::npos) continue;  // blank
@@ -370,7 +367,6 @@ Result<YamlNode> parse_yaml(std::string_view text) {
     std::string t(raw.substr(indent));
     while (!t.empty() && t.back() == ' ') t.pop_back();
     lines.push_back(Line{static_cast<int>(indent), std::move(t), number});
-    if (end == text.size()) break;
   }
   // A whole document that is one scalar or an empty collection.
   if (lines.size() == 1 && lines[0].text == "{}") return YamlNode::map();

@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <set>
 
+#include "platform/text.h"
+
 namespace ferry::tune {
 namespace {
 
@@ -92,13 +94,9 @@ std::string format_backup(const Backup& backup) {
 
 Result<Backup> parse_backup(std::string_view text, std::string_view what) {
   Backup b;
-  size_t start = 0, line_no = 0;
+  size_t line_no = 0;
   std::set<std::string> seen;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(start, end - start);
-    start = end + 1;
+  for (std::string_view line : platform::split_lines(text)) {
     ++line_no;
     std::string where = std::string(what) + ": line " + std::to_string(line_no);
     if (line_no == 1) {
