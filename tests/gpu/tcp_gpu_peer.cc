@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
     if (cmd == "FILL") {
       in >> seed >> a >> b;
       std::vector<uint8_t> tmp(b);
-      ferry::test::random_fill(tmp.data(), b, seed);
+      ferry::test::fill_random(tmp.data(), b, seed);
       mem.put(a, tmp.data(), b);
       reply("ok");
     } else if (cmd == "HASH") {

@@ -98,9 +98,9 @@ class TcpGpu : public ::testing::Test {
   // Fills local [off, off+n) with random bytes; returns their hash.
   static uint64_t fill_local(Memory& m, size_t off, size_t n, uint64_t seed) {
     std::vector<uint8_t> tmp(n);
-    random_fill(tmp.data(), n, seed);
+    fill_random(tmp.data(), n, seed);
     m.put(off, tmp.data(), n);
-    return hash64(tmp.data(), n);
+    return fnv1a(tmp.data(), n);
   }
 
   // Every operation, both directions, between local memory of one kind and a
@@ -131,7 +131,7 @@ class TcpGpu : public ::testing::Test {
       ASSERT_EQ(command(c, "FILL " + std::to_string(++seed) + " " + std::to_string(po) + " " + std::to_string(n)),
                 "ok");
       std::vector<uint8_t> expect(n);
-      random_fill(expect.data(), n, seed);
+      fill_random(expect.data(), n, seed);
       {
         Transfer r = c.recv_async(m.data() + lo, n);
         std::string cmd = "SEND " + std::to_string(po) + " " + std::to_string(n);
@@ -142,7 +142,7 @@ class TcpGpu : public ::testing::Test {
         auto ok = c.recv(ctl_->data(), ctl_->size(), after(60s));
         ASSERT_TRUE(ok.ok());
       }
-      ASSERT_EQ(hash_of(m, lo, n), hash64(expect.data(), n)) << "recv";
+      ASSERT_EQ(hash_of(m, lo, n), fnv1a(expect.data(), n)) << "recv";
       // write with a notification, then read it back
       h = fill_local(m, lo, n, ++seed);
       ASSERT_TRUE(c.write(m.data() + lo, n, p.desc, po, "w" + std::to_string(n), after(120s)).ok());
@@ -189,7 +189,7 @@ TEST_F(TcpGpu, VectorFormsMixHostAndGpuParts) {
   for (auto& b : parts) {
     Memory& m = b.data >= host_mem_->data() && b.data < host_mem_->data() + host_mem_->size() ? *host_mem_ : *gpu_mem_;
     std::vector<uint8_t> tmp(b.size);
-    random_fill(tmp.data(), b.size, ++seed);
+    fill_random(tmp.data(), b.size, ++seed);
     m.put((const uint8_t*)b.data - m.data(), tmp.data(), b.size);
     all.insert(all.end(), tmp.begin(), tmp.end());
   }
@@ -201,9 +201,9 @@ TEST_F(TcpGpu, VectorFormsMixHostAndGpuParts) {
   auto r = c.recv(ctl_->data(), ctl_->size(), after(60s));
   ASSERT_TRUE(r.ok());
   ASSERT_EQ(std::string((char*)ctl_->data(), r.value()), "ok " + std::to_string(total));
-  ASSERT_EQ(command(c, "HASH 11 5000"), hex(hash64(all.data(), 5000)));
-  ASSERT_EQ(command(c, "HASH 70000 1"), hex(hash64(all.data() + 5000, 1)));
-  ASSERT_EQ(command(c, "HASH 90000 " + std::to_string(total - 5001)), hex(hash64(all.data() + 5001, total - 5001)));
+  ASSERT_EQ(command(c, "HASH 11 5000"), hex(fnv1a(all.data(), 5000)));
+  ASSERT_EQ(command(c, "HASH 70000 1"), hex(fnv1a(all.data() + 5000, 1)));
+  ASSERT_EQ(command(c, "HASH 90000 " + std::to_string(total - 5001)), hex(fnv1a(all.data() + 5001, total - 5001)));
   // writev with a trailing notification, readv into GPU and host.
   std::vector<WriteItem> w = {{gpu_mem_->data() + 1, 100001, p.desc, 1 << 20},
                               {host_mem_->data() + 3, 7, p.desc, 3 << 20}};
@@ -212,8 +212,8 @@ TEST_F(TcpGpu, VectorFormsMixHostAndGpuParts) {
   std::vector<ReadItem> rd = {{host_mem_->data() + (32 << 20), 100001, p.desc, 1 << 20},
                               {gpu_mem_->data() + (32 << 20), 7, p.desc, 3 << 20}};
   ASSERT_TRUE(c.readv_async(rd).wait(after(60s)).ok());
-  EXPECT_EQ(hash_of(*host_mem_, 32 << 20, 100001), hash64(all.data(), 100001));
-  EXPECT_EQ(hash_of(*gpu_mem_, 32 << 20, 7), hash64(all.data() + 100001, 7));
+  EXPECT_EQ(hash_of(*host_mem_, 32 << 20, 100001), fnv1a(all.data(), 100001));
+  EXPECT_EQ(hash_of(*gpu_mem_, 32 << 20, 7), fnv1a(all.data() + 100001, 7));
   ASSERT_TRUE(c.notify("done", after(10s)).ok());
   EXPECT_EQ(command(c, "NOTE"), "done");
   command(c, "QUIT");

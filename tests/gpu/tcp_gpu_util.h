@@ -5,10 +5,10 @@
 
 #include <cstdint>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "core/pattern.h"
 #include "ferry/ferry.h"
 #include "platform/cuda_driver.h"
 
@@ -80,34 +80,14 @@ class Memory {
   std::vector<uint8_t> host_;
 };
 
-inline void random_fill(uint8_t* p, size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w = rng();
-    std::memcpy(p + i, &w, 8);
-  }
-  uint64_t w = rng();
-  for (; i < n; ++i) p[i] = static_cast<uint8_t>(w >> (8 * (i % 8)));
-}
-
-inline uint64_t hash64(const uint8_t* p, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    h = (h ^ w) * 1099511628211ull;
-  }
-  for (; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
+using core::fill_random;
+using core::fnv1a;
 
 // Hash of [off, off+n) of `m` (copied to the host first).
 inline uint64_t hash_of(const Memory& m, size_t off, size_t n) {
   std::vector<uint8_t> tmp(n);
   m.get(off, tmp.data(), n);
-  return hash64(tmp.data(), n);
+  return fnv1a(tmp.data(), n);
 }
 
 }  // namespace ferry::test

@@ -9,9 +9,9 @@
 #include <cstring>
 #include <deque>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <thread>
 
+#include "core/pattern.h"
 #include "ferry/bench_sizes.h"
 #include "platform/cuda_driver.h"
 
@@ -42,29 +42,8 @@ RunConfig from_json(const json& j) {
   return c;
 }
 
-uint64_t fnv1a(const uint8_t* p, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  // Eight bytes at a time keeps checksumming 64 MiB well under the transfer time.
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    h = (h ^ w) * 1099511628211ull;
-  }
-  for (; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
-void fill_random(uint8_t* p, size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w = rng();
-    std::memcpy(p + i, &w, 8);
-  }
-  uint64_t w = rng();
-  for (; i < n; ++i) p[i] = static_cast<uint8_t>(w >> (8 * (i % 8)));
-}
+using core::fill_random;
+using core::fnv1a;
 
 platform::cu::DevicePtr dptr(const void* p) {
   return static_cast<platform::cu::DevicePtr>(reinterpret_cast<uintptr_t>(p));
