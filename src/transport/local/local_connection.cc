@@ -541,45 +541,35 @@ Transfer LocalConnection::notify_async(std::string_view message) {
 }
 
 void LocalConnection::deliver_note(uint64_t seq, bool skip, std::string note) {
-  {
-    std::lock_guard lock(notes_mu_);
-    if (seq < next_note_due_ || held_notes_.count(seq) != 0) return;  // duplicate
-    if (skip) {
-      held_notes_[seq] = std::nullopt;
-    } else {
-      held_notes_[seq] = std::move(note);
-    }
-    // Deliver in the order the peer posted them.
-    for (auto it = held_notes_.begin(); it != held_notes_.end() && it->first == next_note_due_;) {
-      if (it->second) notes_.push_back(std::move(*it->second));
-      ++next_note_due_;
-      it = held_notes_.erase(it);
-    }
+  std::lock_guard lock(order_mu_);
+  if (seq < next_note_due_ || held_notes_.count(seq) != 0) return;  // duplicate
+  if (skip) {
+    held_notes_[seq] = std::nullopt;
+  } else {
+    held_notes_[seq] = std::move(note);
   }
-  notes_cv_.notify_all();
+  // Deliver in the order the peer posted them.
+  for (auto it = held_notes_.begin(); it != held_notes_.end() && it->first == next_note_due_;) {
+    if (it->second) notes_.push(std::move(*it->second));
+    ++next_note_due_;
+    it = held_notes_.erase(it);
+  }
 }
 
 Result<std::string> LocalConnection::wait_notification(Deadline deadline) {
-  std::unique_lock lock(notes_mu_);
-  auto ready = [&] { return !notes_.empty() || failed_.load(std::memory_order_acquire); };
-  if (deadline == kNoDeadline) {
-    notes_cv_.wait(lock, ready);
-  } else if (!notes_cv_.wait_until(lock, deadline, ready)) {
-    return Status(Code::kDeadlineExceeded, "no notification from " + where() + " by the deadline");
+  std::string note;
+  switch (notes_.wait(deadline, failed_, note)) {
+    case core::NotificationQueue::Wait::kNote:
+      return note;
+    case core::NotificationQueue::Wait::kStopped:
+      return usable();
+    case core::NotificationQueue::Wait::kDeadline:
+      break;
   }
-  if (notes_.empty()) return usable();
-  std::string n = std::move(notes_.front());
-  notes_.pop_front();
-  return n;
+  return Status(Code::kDeadlineExceeded, "no notification from " + where() + " by the deadline");
 }
 
-std::optional<std::string> LocalConnection::poll_notification() {
-  std::lock_guard lock(notes_mu_);
-  if (notes_.empty()) return std::nullopt;
-  std::string n = std::move(notes_.front());
-  notes_.pop_front();
-  return n;
-}
+std::optional<std::string> LocalConnection::poll_notification() { return notes_.poll(); }
 
 // ---- liveness and failure ------------------------------------------------------------
 
@@ -633,7 +623,7 @@ void LocalConnection::fail(const Status& why) {
   for (auto& [key, waiters] : opening) {
     for (auto& w : waiters) w(why);
   }
-  notes_cv_.notify_all();
+  notes_.wake();
   control_.shutdown();
   local_work_.store(true);
   channel_.kick();

@@ -22,7 +22,6 @@
 #include <sys/types.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
@@ -35,6 +34,7 @@
 #include <unordered_map>
 
 #include "core/engine_context.h"
+#include "core/notification_queue.h"
 #include "core/segments.h"
 #include "core/transfer_state.h"
 #include "platform/socket.h"
@@ -134,6 +134,8 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   Transfer post_send(core::SegmentList source);
   Transfer post_recv(core::SegmentList dest);
   void match(PostedRecv recv, Unexpected msg);
+  // A message arrived: matches the oldest posted receive, or waits for one.
+  void arrive(Unexpected msg);
   // Copies an eager message into a receive buffer of any memory kind.
   Status copy_into(const core::SegmentList& dest, const std::string& bytes);
   // Checks and resolves write or read items (`op` names them in errors).
@@ -194,11 +196,10 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   std::map<uint64_t, uint64_t> shared_exports_;                   // guarded by mu_: export id -> region
   uint64_t next_note_seq_ = 1;                                    // guarded by mu_
 
-  std::mutex notes_mu_;
-  std::condition_variable notes_cv_;
-  std::deque<std::string> notes_;                                 // guarded by notes_mu_
-  uint64_t next_note_due_ = 1;                                    // guarded by notes_mu_
-  std::map<uint64_t, std::optional<std::string>> held_notes_;     // guarded by notes_mu_: arrived early
+  core::NotificationQueue notes_;
+  std::mutex order_mu_;                                           // puts notifications back in sequence
+  uint64_t next_note_due_ = 1;                                    // guarded by order_mu_
+  std::map<uint64_t, std::optional<std::string>> held_notes_;     // guarded by order_mu_: arrived early
 };
 
 }  // namespace ferry::local

@@ -89,18 +89,7 @@ Status LocalConnection::handle(const std::string& msg) {
       u.size = h.a;
       u.eager = true;
       u.bytes.assign(payload);
-      PostedRecv recv;
-      {
-        std::lock_guard lock(mu_);
-        if (posted_.empty()) {
-          unexpected_.push_back(std::move(u));
-          return Status();
-        }
-        recv = std::move(posted_.front());
-        posted_.pop_front();
-      }
-      recv.state->set_canceller(nullptr);
-      match(std::move(recv), std::move(u));
+      arrive(std::move(u));
       return Status();
     }
     case FrameType::kLocalRts:
@@ -150,6 +139,21 @@ Status LocalConnection::handle(const std::string& msg) {
   }
 }
 
+void LocalConnection::arrive(Unexpected msg) {
+  PostedRecv recv;
+  {
+    std::lock_guard lock(mu_);
+    if (posted_.empty()) {
+      unexpected_.push_back(std::move(msg));
+      return;
+    }
+    recv = std::move(posted_.front());
+    posted_.pop_front();
+  }
+  recv.state->set_canceller(nullptr);
+  match(std::move(recv), std::move(msg));
+}
+
 Status LocalConnection::on_rts(const FrameHeader& h, std::string_view payload) {
   FERRY_ASSIGN_OR_RETURN(std::vector<SharedSpan> spans, decode_spans(payload));
   uint64_t total = 0;
@@ -159,18 +163,7 @@ Status LocalConnection::on_rts(const FrameHeader& h, std::string_view payload) {
   u.op = h.id;
   u.size = h.a;
   u.source = std::move(spans);
-  PostedRecv recv;
-  {
-    std::lock_guard lock(mu_);
-    if (posted_.empty()) {
-      unexpected_.push_back(std::move(u));
-      return Status();
-    }
-    recv = std::move(posted_.front());
-    posted_.pop_front();
-  }
-  recv.state->set_canceller(nullptr);
-  match(std::move(recv), std::move(u));
+  arrive(std::move(u));
   return Status();
 }
 

@@ -571,34 +571,21 @@ Transfer TcpConnection::notify_async(std::string_view message) {
 }
 
 Result<std::string> TcpConnection::wait_notification(Deadline deadline) {
-  std::unique_lock lock(notes_mu_);
-  auto ready = [&] { return !notes_.empty() || failed_.load(); };
-  if (deadline == kNoDeadline) {
-    notes_cv_.wait(lock, ready);
-  } else if (!notes_cv_.wait_until(lock, deadline, ready)) {
-    return Status(Code::kDeadlineExceeded, "no notification from " + where() + " by the deadline");
+  std::string note;
+  switch (notes_.wait(deadline, failed_, note)) {
+    case core::NotificationQueue::Wait::kNote:
+      return note;
+    case core::NotificationQueue::Wait::kStopped:
+      return usable();
+    case core::NotificationQueue::Wait::kDeadline:
+      break;
   }
-  if (notes_.empty()) return usable();
-  std::string n = std::move(notes_.front());
-  notes_.pop_front();
-  return n;
+  return Status(Code::kDeadlineExceeded, "no notification from " + where() + " by the deadline");
 }
 
-std::optional<std::string> TcpConnection::poll_notification() {
-  std::lock_guard lock(notes_mu_);
-  if (notes_.empty()) return std::nullopt;
-  std::string n = std::move(notes_.front());
-  notes_.pop_front();
-  return n;
-}
+std::optional<std::string> TcpConnection::poll_notification() { return notes_.poll(); }
 
-void TcpConnection::deliver_notification(std::string note) {
-  {
-    std::lock_guard lock(notes_mu_);
-    notes_.push_back(std::move(note));
-  }
-  notes_cv_.notify_all();
-}
+void TcpConnection::deliver_notification(std::string note) { notes_.push(std::move(note)); }
 
 // ---- matching -------------------------------------------------------------
 
@@ -1355,7 +1342,7 @@ void TcpConnection::fail(const Status& reason) {
     if (op->state) states.push_back(op->state);
   }
   for (auto& st : states) st->finish(why);
-  notes_cv_.notify_all();
+  notes_.wake();
 }
 
 void TcpConnection::close() {

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "core/engine_context.h"
+#include "core/notification_queue.h"
 #include "core/segments.h"
 #include "core/transfer_state.h"
 #include "ferry/engine.h"
@@ -276,9 +277,7 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   std::mutex control_copy_mu_;                       // serialises the control copier
   std::unique_ptr<Copier> control_copier_;           // guarded by control_copy_mu_; made on first use
 
-  std::mutex notes_mu_;
-  std::condition_variable notes_cv_;
-  std::deque<std::string> notes_;  // guarded by notes_mu_
+  core::NotificationQueue notes_;
 };
 
 }  // namespace ferry::tcp
