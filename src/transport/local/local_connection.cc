@@ -314,21 +314,20 @@ Status LocalConnection::copy_into(const core::SegmentList& dest, const std::stri
   }
   // An eager message for a GPU buffer: small, so a synchronous copy per part.
   const auto& d = platform::cuda();
-  uint64_t at = 0;
-  for (const core::MemorySpan& span : dest.spans()) {
-    if (at == bytes.size()) break;
-    uint64_t n = std::min<uint64_t>(span.size, bytes.size() - at);
-    const Region& r = span.region->region;
-    if (r.kind == MemoryKind::kCuda) {
-      platform::DeviceScope on(r.device);
+  std::vector<core::SpanPiece> pieces;
+  dest.pieces(0, bytes.size(), pieces);
+  const char* from = bytes.data();
+  for (const core::SpanPiece& p : pieces) {
+    if (p.kind == MemoryKind::kCuda) {
+      platform::DeviceScope on(p.device);
       FERRY_RETURN_IF_ERROR(on.status());
-      FERRY_RETURN_IF_ERROR(d.check(d.memcpy(reinterpret_cast<platform::cu::DevicePtr>(span.data),
-                                             reinterpret_cast<platform::cu::DevicePtr>(bytes.data() + at), n),
+      FERRY_RETURN_IF_ERROR(d.check(d.memcpy(reinterpret_cast<platform::cu::DevicePtr>(p.data),
+                                             reinterpret_cast<platform::cu::DevicePtr>(from), p.size),
                                     "cuMemcpy into the receive buffer"));
     } else {
-      std::memcpy(span.data, bytes.data() + at, n);
+      std::memcpy(p.data, from, p.size);
     }
-    at += n;
+    from += p.size;
   }
   return Status();
 }

@@ -224,6 +224,7 @@ Status LocalCopier::start(const core::SegmentList& local, const std::vector<Shar
       f.events.emplace_back(device, e);
     }
     inflight_.push_back(std::move(f));
+    inflight_count_.store(inflight_.size(), std::memory_order_release);
   }
   return Status();
 }
@@ -265,12 +266,10 @@ Status LocalCopier::cross_copy(const std::vector<iovec>& near, const std::vector
   return Status();
 }
 
-bool LocalCopier::busy() const {
-  std::lock_guard lock(mu_);
-  return !inflight_.empty();
-}
+bool LocalCopier::busy() const { return inflight_count_.load(std::memory_order_acquire) != 0; }
 
 bool LocalCopier::poll() {
+  if (!busy()) return false;  // the progress thread asks on every turn: no lock when idle
   const auto& d = platform::cuda();
   std::vector<std::pair<Done, Status>> finished;
   {
@@ -294,6 +293,7 @@ bool LocalCopier::poll() {
       finished.emplace_back(std::move(it->done), st);
       it = inflight_.erase(it);
     }
+    inflight_count_.store(inflight_.size(), std::memory_order_release);
   }
   for (auto& [done, st] : finished) done(st);
   return !finished.empty();

@@ -15,6 +15,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -89,6 +90,7 @@ class LocalCopier {
   std::map<int, platform::cu::Stream> streams_;  // guarded by mu_; by local device
   std::map<int, std::vector<platform::cu::Event>> spare_events_;  // guarded by mu_; events belong to a context
   std::vector<InFlight> inflight_;               // guarded by mu_
+  std::atomic<size_t> inflight_count_{0};        // inflight_.size(), readable without mu_
 };
 
 }  // namespace ferry::local
