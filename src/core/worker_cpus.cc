@@ -1,6 +1,10 @@
 // Resolution of worker CPU sets.
 #include "core/worker_cpus.h"
 
+#include <algorithm>
+
+#include "platform/binding_plan.h"
+
 namespace ferry::core {
 namespace {
 
@@ -17,6 +21,20 @@ Status check_cpus(const platform::NicBindings& b, const platform::Topology& topo
 }
 
 }  // namespace
+
+std::pair<platform::CpuList, platform::CpuList> split_node(const platform::Topology& topo, int node) {
+  std::vector<platform::CpuList> cores = platform::node_cores(topo, node);
+  platform::CpuList tx, rx;
+  // One core: TX and RX share it rather than leave it idle for one of them.
+  size_t half = cores.size() == 1 ? 1 : cores.size() / 2;
+  for (size_t i = 0; i < cores.size(); ++i) {
+    if (i < half || cores.size() == 1) tx.insert(tx.end(), cores[i].begin(), cores[i].end());
+    if (i >= half || cores.size() == 1) rx.insert(rx.end(), cores[i].begin(), cores[i].end());
+  }
+  std::sort(tx.begin(), tx.end());
+  std::sort(rx.begin(), rx.end());
+  return {tx, rx};
+}
 
 Result<WorkerCpus> resolve_worker_cpus(const Options& o, const std::vector<platform::Interface>& nics,
                                        const platform::Topology& topo) {
@@ -37,10 +55,10 @@ Result<WorkerCpus> resolve_worker_cpus(const Options& o, const std::vector<platf
   for (const auto& nic : nics) {
     const platform::NicInfo* info = topo.find_nic(nic.name);
     int node = info != nullptr ? topo.nic_node(*info) : (topo.nodes.size() == 1 ? topo.nodes[0].id : -1);
-    const platform::NumaNode* n = node >= 0 ? topo.find_node(node) : nullptr;
-    if (n == nullptr || n->cpus.empty()) continue;  // unknown: leave the scheduler free
-    w.tx[nic.name] = n->cpus;
-    w.rx[nic.name] = n->cpus;
+    if (node < 0 || topo.find_node(node) == nullptr) continue;  // unknown: leave the scheduler free
+    auto [tx, rx] = split_node(topo, node);
+    w.tx[nic.name] = std::move(tx);
+    w.rx[nic.name] = std::move(rx);
   }
   return w;
 }

@@ -1,6 +1,8 @@
 // Which CPUs each NIC's TX and RX workers should run on, derived from the
-// topology: the policy behind `ferry tune plan` and the engine's default when
-// no FERRY_TX_BINDINGS / FERRY_RX_BINDINGS are given (DESIGN.md §4).
+// topology: the policy behind `ferry tune plan`, whose output becomes
+// FERRY_TX_BINDINGS / FERRY_RX_BINDINGS (DESIGN.md §4). It leaves cores for the
+// system and the application; the engine's own default when no bindings are
+// given (core/worker_cpus.h) splits the whole node between TX and RX.
 //
 // The policy, per NUMA node that holds a planned NIC, over its physical cores
 // in id order (a core brings all its SMT siblings along):

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Multi-NIC end to end, in a netns lab of 4 veth links (needs root):
-#   1. one message striped over 4 links, random data verified, every link used;
+#   1. one message striped over 4 links, random data verified, every link used
+#      (FERRY_PATH_POLICY=all: striping itself, whatever the governor thinks);
+#   1b. the default adaptive policy on links of 1 Gbit/s each: it finds that
+#      every link adds bandwidth and uses all four;
 #   2. a link set down mid-transfer: the transfer completes with correct data;
 #   3. every link down: a clear peer_lost error within a bounded time.
 # Exit 77 (skipped) without root or network namespaces.
@@ -40,14 +43,30 @@ echo "== 1. striping over 4 links, verified"
 start_target
 declare -A before
 for k in 0 1 2 3; do before[$k]=$(tx_bytes fa$k); done
-out=$(timeout 120 ip netns exec "$A" "$ferry" bench --peer "$addr" --nics fa0,fa1,fa2,fa3 --streams 1 \
-      --op write --sizes 1,4095,3145731,64M --iters 5 --warmup 1 --verify 2>&1) || fail "bench failed: $out"
+out=$(timeout 120 ip netns exec "$A" env FERRY_PATH_POLICY=all "$ferry" bench --peer "$addr" --nics fa0,fa1,fa2,fa3 \
+      --streams 1 --op write --sizes 1,4095,3145731,64M --iters 5 --warmup 1 --verify 2>&1) || fail "bench failed: $out"
 echo "$out" | tail -5
 [ "$(echo "$out" | grep -cE '^[0-9]+[KMG]? +[0-9.]+ .* ok$')" -eq 4 ] || fail "not every size verified: $out"
 for k in 0 1 2 3; do
   moved=$(( $(tx_bytes fa$k) - before[$k] ))
   echo "link fa$k carried $moved bytes"
   [ "$moved" -gt $((16 << 20)) ] || fail "link fa$k carried only $moved bytes: the message was not striped"
+done
+kill "$target_pid" 2>/dev/null; wait "$target_pid" 2>/dev/null; target_pid=""
+
+echo "== 1b. the adaptive policy climbs to every rate-limited link"
+"$lab" up 4 1gbit >/dev/null || fail "lab up"
+start_target
+for k in 0 1 2 3; do before[$k]=$(tx_bytes fa$k); done
+out=$(timeout 120 ip netns exec "$A" env FERRY_PATH_POLICY=adaptive "$ferry" bench --peer "$addr" \
+      --nics fa0,fa1,fa2,fa3 --streams 1 --op write --sizes 64M --iters 6 --warmup 0 --verify 2>&1) ||
+  fail "bench failed: $out"
+echo "$out" | grep -qE "^64M .* ok$" || fail "not verified: $out"
+for k in 0 1 2 3; do
+  moved=$(( $(tx_bytes fa$k) - before[$k] ))
+  echo "link fa$k carried $moved bytes"
+  # 384 MiB in all: a link the governor added late still carries far more.
+  [ "$moved" -gt $((48 << 20)) ] || fail "link fa$k carried only $moved bytes: the governor did not add it"
 done
 kill "$target_pid" 2>/dev/null; wait "$target_pid" 2>/dev/null; target_pid=""
 

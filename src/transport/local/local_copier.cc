@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "transport/local/cross_memory.h"
+#include "transport/local/small_copy_kernel_ptx.h"
 
 namespace ferry::local {
 
@@ -89,6 +90,20 @@ Result<cu::Stream> LocalCopier::stream_for(int device) {
   return s;
 }
 
+cu::Function LocalCopier::small_copy_kernel(int device) {
+  auto it = kernels_.find(device);
+  if (it != kernels_.end()) return it->second;
+  const auto& d = platform::cuda();
+  cu::Module m = nullptr;
+  cu::Function f = nullptr;
+  if (d.module_load_data(&m, kSmallCopyPtx) != cu::kSuccess ||
+      d.module_get_function(&f, m, "ferry_small_copy") != cu::kSuccess) {
+    f = nullptr;  // an old driver that cannot compile the PTX: the copy engines do it
+  }
+  kernels_[device] = f;
+  return f;
+}
+
 Result<cu::Event> LocalCopier::take_event(int device) {
   auto& spare = spare_events_[device];
   if (!spare.empty()) {
@@ -133,6 +148,11 @@ Status LocalCopier::copy_gpu_piece(uint8_t* local, int local_device, const Share
     r = d.memcpy_htod_async(reinterpret_cast<cu::DevicePtr>(dst), src, n, s);
   } else if (host_dst) {
     r = d.memcpy_dtoh_async(dst, reinterpret_cast<cu::DevicePtr>(src), n, s);
+  } else if (cu::Function k = n <= kKernelMax ? small_copy_kernel(device) : nullptr; k != nullptr) {
+    unsigned long long bytes = n;
+    void* args[] = {&src, &dst, &bytes};
+    auto blocks = static_cast<unsigned>((n + 4095) / 4096);  // 256 threads of 16 bytes each
+    r = d.launch_kernel(k, blocks, 1, 1, 256, 1, 1, 0, s, args, nullptr);
   } else {
     r = d.memcpy_dtod_async(reinterpret_cast<cu::DevicePtr>(dst), reinterpret_cast<cu::DevicePtr>(src), n, s);
   }

@@ -71,6 +71,9 @@ class LocalCopier {
     std::vector<std::pair<int, platform::cu::Event>> events;  // (device, event)
     Done done;
   };
+  // GPU-to-GPU copies up to this size run as a kernel (small_copy_kernel.cu):
+  // launching one costs less than a copy-engine copy does.
+  static constexpr uint64_t kKernelMax = 64 * 1024;
   // Copies up to this size complete on the thread that starts them.
   static constexpr uint64_t kCompleteInline = 256 * 1024;
   // Host copies from this size on are shared by kCrossThreads threads.
@@ -78,7 +81,10 @@ class LocalCopier {
   static constexpr size_t kCrossThreads = 4;
 
   Status cross_copy(const std::vector<iovec>& near, const std::vector<iovec>& far, bool to_remote);
-  Result<platform::cu::Stream> stream_for(int device);  // caller holds mu_ and made the context current
+  Result<platform::cu::Stream> stream_for(int device);
+  // The small-copy kernel in `device`'s context, or null where it cannot load
+  // (then the copy engines do it). Caller holds mu_ and made the context current.
+  platform::cu::Function small_copy_kernel(int device);  // caller holds mu_ and made the context current
   Result<platform::cu::Event> take_event(int device);   // caller holds mu_ and made the context current
   Status copy_gpu_piece(uint8_t* local, int local_device, const SharedSpan& remote, uint64_t n, bool to_remote,
                         std::vector<int>& used);
@@ -88,6 +94,7 @@ class LocalCopier {
   const pid_t peer_pid_;
   mutable std::mutex mu_;
   std::map<int, platform::cu::Stream> streams_;  // guarded by mu_; by local device
+  std::map<int, platform::cu::Function> kernels_;  // guarded by mu_; by local device (null: unavailable)
   std::map<int, std::vector<platform::cu::Event>> spare_events_;  // guarded by mu_; events belong to a context
   std::vector<InFlight> inflight_;               // guarded by mu_
   std::atomic<size_t> inflight_count_{0};        // inflight_.size(), readable without mu_

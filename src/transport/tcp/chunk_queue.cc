@@ -2,25 +2,45 @@
 #include "transport/tcp/chunk_queue.h"
 
 #include <algorithm>
+#include <bit>
+#include <chrono>
+
+#include "core/log.h"
 
 namespace ferry::tcp {
 
-ChunkQueue::ChunkQueue(uint64_t chunk_bytes, int window, int paths)
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+ChunkQueue::ChunkQueue(uint64_t chunk_bytes, int window, int paths, bool adaptive)
     : chunk_bytes_(chunk_bytes),
       window_(static_cast<uint64_t>(window)),
       ack_every_(std::max<uint64_t>(1, static_cast<uint64_t>(window) / 8)),
       sent_(static_cast<size_t>(paths), 0),
       landed_(static_cast<size_t>(paths), 0),
       inflight_(static_cast<size_t>(paths)),
-      alive_(static_cast<size_t>(paths), true) {}
+      alive_(static_cast<size_t>(paths), true),
+      path_cv_(static_cast<size_t>(paths)),
+      governor_(adaptive, paths, kGovernorSampleNs) {}
+
+void ChunkQueue::wake_all() {
+  for (auto& cv : path_cv_) cv.notify_all();
+}
 
 bool ChunkQueue::push(std::shared_ptr<OutOp> op) {
   {
     std::lock_guard lock(mu_);
     if (stopped_) return false;
+    if (busy_since_ns_ < 0) busy_since_ns_ = now_ns();
     queue_.push_back(std::move(op));
   }
-  cv_.notify_all();
+  wake_all();
   return true;
 }
 
@@ -38,14 +58,19 @@ std::optional<Chunk> ChunkQueue::claim_locked(int path) {
   }
   if (!c.op) {
     while (!queue_.empty() && queue_.front()->aborted) queue_.pop_front();
-    // The oldest transfer this path may carry: one near its NIC, or one
-    // whose near paths have all died.
+    // The oldest transfer this path may carry: one near its NIC (or any,
+    // when its near paths have all died), among the paths the governor lets
+    // take new chunks.
+    uint64_t live = live_mask_locked();
     auto it = queue_.begin();
     for (; it != queue_.end(); ++it) {
       const OutOp& op = **it;
       if (op.aborted) continue;
-      uint64_t allowed = op.paths & live_mask_locked();
-      if (allowed == 0 || (p < 64 && (allowed >> p) & 1)) break;
+      uint64_t allowed = op.paths & live;
+      if (allowed == 0) allowed = live;
+      if (p >= 64 || ((allowed >> p) & 1) == 0) continue;
+      int rank = std::popcount(allowed & ((uint64_t{1} << p) - 1));
+      if (rank < governor_.active(std::popcount(allowed))) break;
     }
     if (it == queue_.end()) return std::nullopt;
     std::shared_ptr<OutOp> op = *it;
@@ -68,7 +93,7 @@ std::optional<Chunk> ChunkQueue::claim(int path) {
   for (;;) {
     if (stopped_ || !alive_[static_cast<size_t>(path)]) return std::nullopt;
     if (auto c = claim_locked(path)) return c;
-    cv_.wait(lock);
+    path_cv_[static_cast<size_t>(path)].wait(lock);
   }
 }
 
@@ -79,16 +104,37 @@ std::optional<Chunk> ChunkQueue::try_claim(int path) {
 }
 
 void ChunkQueue::on_landed(int path, uint64_t landed) {
+  auto p = static_cast<size_t>(path);
+  bool more_paths = false;
   {
     std::lock_guard lock(mu_);
-    auto p = static_cast<size_t>(path);
     if (p >= landed_.size()) return;
     // Confirmations are cumulative; a stale or bogus one must not open the window.
     uint64_t now = std::clamp(landed, landed_[p], sent_[p]);
-    for (uint64_t i = landed_[p]; i < now && !inflight_[p].empty(); ++i) inflight_[p].pop_front();
+    uint64_t bytes = 0;
+    for (uint64_t i = landed_[p]; i < now && !inflight_[p].empty(); ++i) {
+      bytes += inflight_[p].front().size;
+      inflight_[p].pop_front();
+    }
     landed_[p] = now;
+    if (busy_since_ns_ >= 0) {
+      int before = governor_.target();
+      int64_t t = now_ns();
+      governor_.on_landed(bytes, t - busy_since_ns_);
+      busy_since_ns_ = idle_locked() ? -1 : t;
+      more_paths = governor_.target() > before;
+      if (governor_.target() != before) {
+        FERRY_LOG(kDebug, "tcp", "paths taking new chunks: %d -> %d (%.3f GB/s before)", before, governor_.target(),
+                  governor_.last_rate());
+      }
+    }
   }
-  cv_.notify_all();
+  // Only this path's window opened, unless the governor let more paths in.
+  if (more_paths) {
+    wake_all();
+  } else {
+    path_cv_[p].notify_all();
+  }
 }
 
 void ChunkQueue::abort(const std::shared_ptr<OutOp>& op) {
@@ -114,7 +160,7 @@ int ChunkQueue::fail_path(int path) {
     }
     live = live_paths_locked();
   }
-  cv_.notify_all();
+  wake_all();
   return live;
 }
 
@@ -136,6 +182,19 @@ int ChunkQueue::live_paths() const {
   return live_paths_locked();
 }
 
+bool ChunkQueue::idle_locked() const {
+  if (!queue_.empty() || !retry_.empty()) return false;
+  for (const auto& q : inflight_) {
+    if (!q.empty()) return false;
+  }
+  return true;
+}
+
+int ChunkQueue::active_paths() const {
+  std::lock_guard lock(mu_);
+  return governor_.active(live_paths_locked());
+}
+
 int ChunkQueue::live_paths_locked() const { return static_cast<int>(std::count(alive_.begin(), alive_.end(), true)); }
 
 std::vector<std::shared_ptr<OutOp>> ChunkQueue::stop() {
@@ -149,7 +208,7 @@ std::vector<std::shared_ptr<OutOp>> ChunkQueue::stop() {
     retry_.clear();
     for (auto& q : inflight_) q.clear();
   }
-  cv_.notify_all();
+  wake_all();
   return left;
 }
 

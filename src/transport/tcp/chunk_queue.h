@@ -7,6 +7,9 @@
 // asks for a confirmation every max(1, window/8) chunks, so the window can
 // never fill up with nothing left to confirm it.
 //
+// Which paths take new chunks is the PathGovernor's call: it adds paths
+// while they add throughput (see path_governor.h).
+//
 // Failover: each path remembers the chunks it sent and the peer has not yet
 // confirmed. When a path dies, those chunks go first in line for the paths
 // still alive (the receiver ignores a chunk it already has), so a transfer
@@ -26,6 +29,7 @@
 
 #include "core/segments.h"
 #include "core/transfer_state.h"
+#include "transport/tcp/path_governor.h"
 #include "wire/frame.h"
 
 namespace ferry::tcp {
@@ -54,7 +58,9 @@ struct Chunk {
 
 class ChunkQueue {
  public:
-  ChunkQueue(uint64_t chunk_bytes, int window, int paths);
+  // `adaptive`: the governor chooses how many paths carry new chunks;
+  // otherwise every live path does.
+  ChunkQueue(uint64_t chunk_bytes, int window, int paths, bool adaptive = false);
 
   // Queues `op` behind the ones already waiting (FIFO: the oldest transfer
   // finishes first). Returns false once stopped.
@@ -81,6 +87,8 @@ class ChunkQueue {
   // Returns how many paths are still alive (0: the transfer cannot go on).
   int fail_path(int path);
   int live_paths() const;
+  // How many live paths the governor lets take new chunks.
+  int active_paths() const;
 
   // Wakes every claimer with nullopt and returns the ops never fully claimed.
   std::vector<std::shared_ptr<OutOp>> stop();
@@ -91,13 +99,14 @@ class ChunkQueue {
  private:
   std::optional<Chunk> claim_locked(int path);
   int live_paths_locked() const;
+  bool idle_locked() const;  // nothing queued, waiting for retry or in flight
+  void wake_all();
   uint64_t live_mask_locked() const;
 
   const uint64_t chunk_bytes_;
   const uint64_t window_;
   const uint64_t ack_every_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
   std::deque<std::shared_ptr<OutOp>> queue_;  // guarded by mu_
   std::vector<uint64_t> sent_;                // guarded by mu_; chunks sent per path
   std::vector<uint64_t> landed_;              // guarded by mu_; chunks confirmed per path
@@ -105,6 +114,13 @@ class ChunkQueue {
   std::vector<bool> alive_;                   // guarded by mu_
   std::deque<Chunk> retry_;                   // guarded by mu_; chunks of dead paths, sent first
   bool stopped_ = false;                      // guarded by mu_
+  // One per path: a confirmation wakes only the path whose window it opens,
+  // not every transmit worker of the connection.
+  std::vector<std::condition_variable> path_cv_;
+  // Throughput samples cover this much busy time.
+  static constexpr int64_t kGovernorSampleNs = 25'000'000;
+  PathGovernor governor_;       // guarded by mu_
+  int64_t busy_since_ns_ = -1;  // guarded by mu_; when unreported busy time began, -1 while idle
 };
 
 }  // namespace ferry::tcp

@@ -48,7 +48,8 @@ TcpConnection::TcpConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t 
       data_(std::move(data)),
       paths_(std::move(paths)),
       path_dead_(new std::atomic<bool>[data_.size()]),
-      chunks_(ctx_->options.chunk_bytes, ctx_->options.window, static_cast<int>(data_.size())),
+      chunks_(ctx_->options.chunk_bytes, ctx_->options.window, static_cast<int>(data_.size()),
+              ctx_->options.path_policy == "adaptive"),
       landed_chunks_(data_.size(), 0),
       hooks_(staging_hooks()),
       rx_stage_(data_.size()) {

@@ -1,0 +1,82 @@
+// PathGovernor: the measured climb over path counts.
+#include "transport/tcp/path_governor.h"
+
+#include <algorithm>
+
+namespace ferry::tcp {
+
+PathGovernor::PathGovernor(bool adaptive, int paths, int64_t sample_ns)
+    : adaptive_(adaptive), paths_(std::max(1, paths)), sample_ns_(sample_ns), current_(1), kept_(1) {
+  if (!adaptive_) current_ = kept_ = paths_;
+}
+
+int PathGovernor::active(int live) const { return std::clamp(current_, 1, std::max(1, live)); }
+
+int PathGovernor::step_up(int n) const {
+  int up = 1;
+  while (up <= n) up *= 2;
+  return std::min(up, paths_);
+}
+
+int PathGovernor::step_down(int n) const {
+  if (n <= 1) return 1;
+  int down = 1;
+  while (down * 2 < n) down *= 2;
+  return down;
+}
+
+void PathGovernor::on_landed(uint64_t bytes, int64_t busy_ns) {
+  if (!adaptive_ || paths_ == 1) return;
+  sample_bytes_ += bytes;
+  sample_ns_so_far_ += std::max<int64_t>(0, busy_ns);
+  if (sample_ns_so_far_ < sample_ns_) return;
+  double rate = static_cast<double>(sample_bytes_) / static_cast<double>(sample_ns_so_far_);
+  sample_bytes_ = 0;
+  sample_ns_so_far_ = 0;
+  finish_sample(rate);
+}
+
+void PathGovernor::finish_sample(double rate) {
+  switch (phase_) {
+    case Phase::kSettle:  // chunks of the previous count still landing
+      phase_ = Phase::kBase;
+      return;
+    case Phase::kBase: {
+      base_rate_ = rate;
+      bool can_up = kept_ < paths_, can_down = kept_ > 1;
+      if (can_up && --wait_up_ <= 0) {
+        probing_up_ = true;
+        current_ = step_up(kept_);
+      } else if (can_down && --wait_down_ <= 0) {
+        probing_up_ = false;
+        current_ = step_down(kept_);
+      } else {
+        return;
+      }
+      phase_ = Phase::kProbeSettle;
+      return;
+    }
+    case Phase::kProbeSettle:
+      phase_ = Phase::kProbe;
+      return;
+    case Phase::kProbe:
+      if (rate > base_rate_ * (1 + kGain)) {
+        // The step paid: keep it, and keep climbing in the same direction soon.
+        kept_ = current_;
+        base_rate_ = rate;
+        backoff_up_ = backoff_down_ = kFirstWait;
+        wait_up_ = probing_up_ ? 0 : kMaxWait;
+        wait_down_ = probing_up_ ? kFirstWait : 0;
+        phase_ = Phase::kBase;
+        return;
+      }
+      current_ = kept_;
+      int& backoff = probing_up_ ? backoff_up_ : backoff_down_;
+      (probing_up_ ? wait_up_ : wait_down_) = backoff;
+      backoff = std::min(backoff * 2, kMaxWait);
+      phase_ = Phase::kSettle;
+      return;
+  }
+}
+
+}  // namespace ferry::tcp

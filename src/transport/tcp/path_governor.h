@@ -1,0 +1,72 @@
+// PathGovernor: how many of a connection's live paths take new chunks.
+//
+// More paths are not always faster. On links that each carry less than one
+// path can push (rate-limited NICs), every extra path adds bandwidth; on links
+// faster than the CPU, every extra path adds a sender and a receiver thread
+// that compete for the same cores, and throughput falls (measured in the netns
+// lab on a 2-core host: 64 MiB writes over two unlimited veth links ran at
+// 0.75-0.93x of one). No static rule tells the two apart, so the governor
+// measures: it starts on one path, and steps up the ladder 1, 2, 4, ..., all
+// while each step raises throughput by more than `kGain`; a step that does not
+// pay is undone, and tried again after exponentially longer waits. Once above
+// one path it also tries stepping down now and then, so that a host that got
+// busier sheds the paths it can no longer feed.
+//
+// Throughput is counted only while the connection has chunks queued or in
+// flight (idle gaps between transfers do not count), in samples of at least
+// `sample_ns` of busy time; the first sample after every change is discarded,
+// because chunks sent under the old path count are still landing.
+//
+// Pure logic, no clock or locking of its own: the ChunkQueue feeds it under its
+// lock, which lets the tests drive it with modelled links.
+#pragma once
+
+#include <cstdint>
+
+namespace ferry::tcp {
+
+class PathGovernor {
+ public:
+  // A step must raise throughput by this fraction to be kept.
+  static constexpr double kGain = 0.05;
+  // Probes that fail wait this many samples, doubling up to kMaxWait.
+  static constexpr int kFirstWait = 4;
+  static constexpr int kMaxWait = 128;
+
+  // `adaptive` false: every live path, always.
+  PathGovernor(bool adaptive, int paths, int64_t sample_ns);
+
+  // How many of the live paths may take new chunks (the lowest-numbered ones
+  // of each transfer's allowed set).
+  int active(int live) const;
+
+  // `bytes` landed after `busy_ns` of busy time since the previous report.
+  void on_landed(uint64_t bytes, int64_t busy_ns);
+
+  // Observations for logs and tests.
+  int target() const { return current_; }
+  double last_rate() const { return base_rate_; }
+
+ private:
+  enum class Phase { kSettle, kBase, kProbeSettle, kProbe };
+  void finish_sample(double rate);
+  int step_up(int n) const;
+  int step_down(int n) const;
+
+  const bool adaptive_;
+  const int paths_;
+  const int64_t sample_ns_;
+  int current_;          // the path count in force
+  int kept_;             // the count a probe returns to when it fails
+  Phase phase_ = Phase::kSettle;
+  uint64_t sample_bytes_ = 0;
+  int64_t sample_ns_so_far_ = 0;
+  double base_rate_ = 0;  // bytes per ns at kept_
+  int wait_up_ = 0;       // samples at kept_ before the next probe upward
+  int wait_down_ = kFirstWait;
+  int backoff_up_ = kFirstWait;
+  int backoff_down_ = kFirstWait;
+  bool probing_up_ = false;
+};
+
+}  // namespace ferry::tcp
