@@ -29,12 +29,18 @@ struct Options {
   std::string nics;
   // CPUs for each NIC's transmit and receive workers, in NCCL's format
   // ("eth1:8-21,112-125;eth2:..."). Empty: NCCL_GPUDIRECTTCPX_TX/RX_BINDINGS
-  // if set, else the CPUs of the NIC's NUMA node.
+  // if set, else the NIC's NUMA node split in two: TX workers on the first
+  // half of its cores, RX workers on the second.
   std::string tx_bindings;
   std::string rx_bindings;
   // "nearest": a transfer uses the paths whose NIC is on the NUMA node of its
   // memory when there are any; "all": every path.
   std::string nic_policy = "nearest";
+  // "adaptive": each connection starts a transfer stream on one path and adds
+  // paths while they add throughput, dropping them again when they stop
+  // paying (links faster than the CPU gain nothing from more threads);
+  // "all": every path from the start.
+  std::string path_policy = "adaptive";
   // Data streams (paths) per NIC pair, besides the control stream.
   int streams = 2;
   // Bulk transfers are cut into chunks of this many bytes.
@@ -50,6 +56,10 @@ struct Options {
   // Transfers that touch GPU memory travel in chunks of this size (also the
   // size of a staging slot).
   size_t staging_chunk_bytes = 512 * 1024;
+  // Same-host transport: GPU-to-GPU copies up to this size run as a small
+  // kernel rather than on the copy engines (a launch costs less than a
+  // copy-engine copy for small sizes); 0: always the copy engines.
+  size_t local_kernel_max = 64 * 1024;
   // Messages and writes up to this size ride inline on the control stream.
   size_t inline_max = 64 * 1024;
   // Shared secret; empty means no authentication.

@@ -75,6 +75,8 @@ class Options:
     tx_bindings: str
     rx_bindings: str
     nic_policy: str
+    path_policy: str
+    local_kernel_max: int
     streams: int
     chunk_bytes: int
     staging_depth: int

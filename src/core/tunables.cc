@@ -113,13 +113,17 @@ const std::vector<Tunable>& tunables() {
                      &Options::nics),
       string_tunable("tx_bindings", "FERRY_TX_BINDINGS",
                      "CPUs of each NIC's transmit workers, eth1:8-21;eth2:... (else NCCL_GPUDIRECTTCPX_TX_BINDINGS, "
-                     "else the NIC's NUMA node)",
+                     "else the first half of the NIC's NUMA node)",
                      &Options::tx_bindings),
       string_tunable("rx_bindings", "FERRY_RX_BINDINGS",
-                     "CPUs of each NIC's receive workers (else NCCL_GPUDIRECTTCPX_RX_BINDINGS, else NUMA-local)",
+                     "CPUs of each NIC's receive workers (else NCCL_GPUDIRECTTCPX_RX_BINDINGS, else the second half of "
+                     "the NIC's NUMA node)",
                      &Options::rx_bindings),
       string_tunable("nic_policy", "FERRY_NIC_POLICY", "nearest (NICs on the memory's NUMA node first) or all",
                      &Options::nic_policy),
+      string_tunable("path_policy", "FERRY_PATH_POLICY",
+                     "adaptive (add paths while they add throughput) or all (every path from the start)",
+                     &Options::path_policy),
       size_tunable("streams", "FERRY_STREAMS", "count", "data streams (paths) per NIC pair", &Options::streams),
       size_tunable("chunk_bytes", "FERRY_CHUNK", "bytes",
                    "bulk transfers travel in chunks of this size (K/M/G suffixes)", &Options::chunk_bytes),
@@ -131,6 +135,9 @@ const std::vector<Tunable>& tunables() {
       size_tunable("staging_chunk_bytes", "FERRY_STAGING_CHUNK", "bytes",
                    "GPU memory: chunk size of transfers that touch it, and of each pinned staging slot",
                    &Options::staging_chunk_bytes),
+      size_tunable("local_kernel_max", "FERRY_LOCAL_KERNEL_MAX", "bytes",
+                   "same host: GPU-to-GPU copies up to this size run as a kernel, not on the copy engines (0: never)",
+                   &Options::local_kernel_max),
       size_tunable("inline_max", "FERRY_INLINE_MAX", "bytes",
                    "messages and writes up to this size ride inline on the control stream", &Options::inline_max),
       string_tunable("auth_token", "FERRY_AUTH_TOKEN",
@@ -204,7 +211,13 @@ Status validate(const Options& o) {
   if (o.staging_chunk_bytes < 4096 || o.staging_chunk_bytes > (64u << 20)) {
     return bad("staging_chunk_bytes must be in 4 KiB..64 MiB, got " + std::to_string(o.staging_chunk_bytes));
   }
+  if (o.local_kernel_max > (64u << 20)) {
+    return bad("local_kernel_max must be at most 64 MiB, got " + std::to_string(o.local_kernel_max));
+  }
   if (o.inline_max > (1u << 20)) return bad("inline_max must be at most 1 MiB, got " + std::to_string(o.inline_max));
+  if (o.path_policy != "adaptive" && o.path_policy != "all") {
+    return bad("path_policy must be adaptive or all, got \"" + o.path_policy + "\"");
+  }
   if (o.nic_policy != "nearest" && o.nic_policy != "all") {
     return bad("nic_policy must be nearest or all, got \"" + o.nic_policy + "\"");
   }

@@ -25,7 +25,7 @@ const std::vector<std::string> kTunableEnvs = {
     "FERRY_SOCKET_BUFFER", "FERRY_TRANSPORT",       "FERRY_LOG",
     "FERRY_NICS",          "FERRY_PATH_TIMEOUT_MS", "FERRY_TX_BINDINGS",
     "FERRY_RX_BINDINGS",   "FERRY_NIC_POLICY",      "FERRY_STAGING_DEPTH",
-    "FERRY_STAGING_CHUNK"};
+    "FERRY_STAGING_CHUNK", "FERRY_PATH_POLICY",     "FERRY_LOCAL_KERNEL_MAX"};
 
 // Clears every FERRY_* variable ferry reads for the test's lifetime and puts
 // back whatever the process had before, including anything set through it.
@@ -118,6 +118,8 @@ TEST(Options, EveryTunableIsReadFromItsVariable) {
       {"FERRY_NIC_POLICY", {"all", "all"}},
       {"FERRY_STAGING_DEPTH", {"8", "8"}},
       {"FERRY_STAGING_CHUNK", {"1M", "1048576"}},
+      {"FERRY_PATH_POLICY", {"all", "all"}},
+      {"FERRY_LOCAL_KERNEL_MAX", {"0", "0"}},
   };
   ASSERT_EQ(cases.size(), kTunableEnvs.size());
   const auto defaults = values_by_env(Options{});
@@ -223,6 +225,12 @@ TEST(Options, ValidateRejectsOutOfRangeFields) {
   o = Options{};
   o.listen = "localhost";
   expect_bad(o, "listen");
+  o = Options{};
+  o.path_policy = "sometimes";
+  expect_bad(o, "path_policy");
+  o = Options{};
+  o.local_kernel_max = 65ull << 20;
+  expect_bad(o, "local_kernel_max");
 
   // The edges that are allowed.
   o = Options{};

@@ -43,7 +43,9 @@ class LocalCopier {
  public:
   using Done = std::function<void(const Status&)>;
 
-  LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid);
+  // GPU-to-GPU copies up to `kernel_max` bytes run as a small kernel
+  // (small_copy_kernel.cu) instead of on the copy engines; 0: never.
+  LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid, uint64_t kernel_max);
   ~LocalCopier();
 
   // True unless the copy would pair this side's GPU memory with the peer's
@@ -71,9 +73,6 @@ class LocalCopier {
     std::vector<std::pair<int, platform::cu::Event>> events;  // (device, event)
     Done done;
   };
-  // GPU-to-GPU copies up to this size run as a kernel (small_copy_kernel.cu):
-  // launching one costs less than a copy-engine copy does.
-  static constexpr uint64_t kKernelMax = 64 * 1024;
   // Copies up to this size complete on the thread that starts them.
   static constexpr uint64_t kCompleteInline = 256 * 1024;
   // Host copies from this size on are shared by kCrossThreads threads.
@@ -92,6 +91,7 @@ class LocalCopier {
   GpuImports& imports_;
   const uint64_t peer_engine_;
   const pid_t peer_pid_;
+  const uint64_t kernel_max_;
   mutable std::mutex mu_;
   std::map<int, platform::cu::Stream> streams_;  // guarded by mu_; by local device
   std::map<int, platform::cu::Function> kernels_;  // guarded by mu_; by local device (null: unavailable)

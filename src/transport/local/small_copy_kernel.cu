@@ -1,6 +1,8 @@
 // The small-copy kernel of the local transport (see local_copier.cc). Not built by
 // CMake: its PTX is kept in small_copy_kernel_ptx.h, made with
 //   nvcc -ptx -arch=compute_80 -O3 small_copy_kernel.cu -o - | (wrapped in a raw string)
+// with its .version line lowered to 7.0 (the kernel needs nothing newer), so
+// that drivers from CUDA 11 on can load it.
 // and loaded through the driver, so ferry builds without the CUDA toolkit.
 extern "C" __global__ void ferry_small_copy(const unsigned char* __restrict__ src, unsigned char* __restrict__ dst,
                                             unsigned long long n) {

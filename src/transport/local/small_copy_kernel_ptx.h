@@ -4,7 +4,7 @@
 namespace ferry::local {
 
 inline constexpr const char kSmallCopyPtx[] = R"PTX(
-.version 9.0
+.version 7.0
 .target sm_80
 .address_size 64
 	// .globl	ferry_small_copy
