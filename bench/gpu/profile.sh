@@ -2,11 +2,12 @@
 # `ferry profile` on a GPU host, start to finish, on a bare machine: configure
 # and build, run the GPU tests, a full ce run (with the spin-gated
 # cudaMemcpyPeerAsync reference loop, nvbandwidth's method, in the same
-# invocation) and a full nccl run (2 GPUs, 31 sizes, 10 repetitions), analyse
-# both, pack the run directories, and print a short table last.
+# invocation), a full nccl run and a full ferry run (this engine's local
+# transport; 2 GPUs, 31 sizes, 10 repetitions each), analyse all three, pack
+# the run directories, and print a short table last.
 #
 # Usage: bench/gpu/profile.sh [OUT_DIR]   (default: $OUT, else ./profile-out)
-# Env:   FERRY_PROFILE_ARGS  extra flags for both full runs
+# Env:   FERRY_PROFILE_ARGS  extra flags for every full run
 #        FERRY_SSL_DEB       a libssl-dev .deb to unpack when OpenSSL headers are missing
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -72,7 +73,7 @@ echo "gpu_profile_backends exit: ${PIPESTATUS[0]}"
 runs=/tmp/runs
 rm -rf $runs && mkdir -p $runs
 declare -A wall
-for backend in ce nccl; do
+for backend in ce nccl ferry; do
   log "full $backend run"
   t0=$(date +%s.%N)
   # shellcheck disable=SC2086
@@ -88,9 +89,9 @@ for backend in ce nccl; do
 done
 
 log "summary"
-python3 - "$runs" "${wall[ce]}" "${wall[nccl]}" <<'PY' | tee "$out/summary.txt"
+python3 - "$runs" "${wall[ce]}" "${wall[nccl]}" "${wall[ferry]}" <<'PY' | tee "$out/summary.txt"
 import sys, pandas as pd
-runs, wall_ce, wall_nccl = sys.argv[1], sys.argv[2], sys.argv[3]
+runs, wall_ce, wall_nccl, wall_ferry = sys.argv[1:5]
 def stats(backend):
     log = pd.read_csv(f"{runs}/{backend}/execution_log.csv")
     ops = log[log.role.isin(["recv", "copy"])]
@@ -98,9 +99,11 @@ def stats(backend):
     s = pd.DataFrame({"med": g.median(), "cv": g.std() / g.mean()}).reset_index()
     s["gbps"] = s["size"] / s["med"]
     return s
-print(f"wall time: ce {wall_ce} s, nccl {wall_nccl} s (target < 600 s each)")
+print(f"wall time: ce {wall_ce} s, nccl {wall_nccl} s, ferry {wall_ferry} s (target < 600 s each)")
+table = {}
 try:
     ce = stats("ce")
+    table["ce"] = ce
     ref = pd.read_csv(f"{runs}/ce/reference.csv")
     ref["gbps"] = ref["size"] * ref["copies"] / ref["device_ns"]
     r = ref.groupby(["src", "dst", "size"]).gbps.median().reset_index(name="ref")
@@ -112,13 +115,25 @@ try:
     print(f"ce CV at >= 1 MiB: max {100 * big.cv.max():.2f}%  median {100 * big.cv.median():.2f}% (target < 5%)")
 except Exception as e:
     print("ce: no numbers:", e)
-try:
-    nc = stats("nccl")
-    big = nc[nc["size"] >= 1 << 20]
-    print(f"nccl CV at >= 1 MiB: max {100 * big.cv.max():.2f}%  median {100 * big.cv.median():.2f}%")
-    for size in (4096, 1 << 20, 16 << 20, 1 << 30):
-        for x in nc[nc["size"] == size].itertuples():
-            print(f"  nccl {x.src}->{x.dst} {size:>10d} B  {x.med / 1e3:9.2f} us  {x.gbps:7.2f} GB/s")
-except Exception as e:
-    print("nccl: no numbers:", e)
+for backend in ("nccl", "ferry"):
+    try:
+        st = stats(backend)
+        table[backend] = st
+        big = st[st["size"] >= 1 << 20]
+        print(f"{backend} CV at >= 1 MiB: max {100 * big.cv.max():.2f}%  median {100 * big.cv.median():.2f}%")
+    except Exception as e:
+        print(f"{backend}: no numbers:", e)
+# The short table: receiver's median time and bandwidth per backend. ferry's
+# device time includes the host's post and completion path (docs/profile.md).
+sizes = (4096, 1 << 20, 16 << 20, 1 << 30)
+names = [b for b in ("ce", "nccl", "ferry") if b in table]
+print(("pair  size(B)     " + "".join(f"{b + ' us':>11} {b + ' GB/s':>11} " for b in names)).rstrip())
+pairs = sorted({(x.src, x.dst) for st in table.values() for x in st.itertuples()})
+for src, dst in pairs:
+    for size in sizes:
+        cells = ""
+        for b in names:
+            row = table[b][(table[b].src == src) & (table[b].dst == dst) & (table[b]["size"] == size)]
+            cells += f"{row.med.iloc[0] / 1e3:11.2f} {row.gbps.iloc[0]:11.2f} " if len(row) else f"{'-':>11} {'-':>11} "
+        print(f"{src}->{dst}  {size:<11d} {cells}".rstrip())
 PY

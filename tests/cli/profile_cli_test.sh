@@ -18,9 +18,12 @@ grep -q 'p2p_cfg[0-9]\{4\}_s[01]d[01]_sz[0-9]*_r0' <<<"$out" || fail "no event n
 rows=$(plan --gpus 0-3 --sizes 4K,1M | grep -c '^[0-9]')
 [ "$rows" -eq 24 ] || fail "4 GPUs x 2 sizes should be 24 configurations, got $rows"
 
-msg=$("$ferry" profile --backend ferry --gpus 0,1 2>&1); rc=$?
-[ $rc -eq 1 ] || fail "--backend ferry should exit 1, got $rc"
-grep -q "not built yet" <<<"$msg" || fail "--backend ferry should say it is not built yet: $msg"
+plan --gpus 0,1 --backend ferry | grep -q "backend ferry" || fail "--backend ferry --dry-run should plan"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+msg=$("$ferry" profile --backend ferry --gpus 0,1 --worker-rank 0 --worker-world 2 --out "$tmp" 2>&1); rc=$?
+[ $rc -eq 1 ] || fail "a ferry rank without a rendezvous directory should exit 1, got $rc"
+grep -Eq "no rendezvous directory|built without CUDA" <<<"$msg" || fail "a ferry rank without a rendezvous directory should say so: $msg"
 
 "$ferry" profile --dry-run --gpus 0,0 >/dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] || fail "a repeated GPU should exit 2, got $rc"

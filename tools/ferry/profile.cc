@@ -4,10 +4,11 @@
 // metadata written to a run directory that `python3 -m ferry.analysis RUN_DIR`
 // turns into plots and a summary.
 //
-// One-process backends (ce) run here. Process-per-GPU backends (nccl) run in
-// children: this process re-executes itself once per GPU with hidden
-// --worker-* flags, hands each the NCCL unique id, waits, and merges the
-// children's part files.
+// One-process backends (ce) run here. Process-per-GPU backends (nccl, ferry)
+// run in children: this process re-executes itself once per GPU with hidden
+// --worker-* flags, hands each what the ranks need to find each other (nccl:
+// the NCCL unique id; ferry: an empty rendezvous directory), waits, and
+// merges the children's part files.
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -73,7 +74,14 @@ struct ProfileFlags {
   // Hidden: set by the parent for each child of a process-per-GPU run.
   int worker_rank = -1;
   int worker_world = 0;
-  std::string worker_id;
+  std::string worker_id;          // nccl: the unique id, in hex
+  std::string worker_rendezvous;  // ferry: the rendezvous directory
+};
+
+// What the children of a process-per-GPU run need to find each other.
+struct Handoff {
+  std::string nccl_id_hex;     // nccl
+  std::string rendezvous_dir;  // ferry
 };
 
 [[noreturn]] void die(int code, const std::string& message) {
@@ -179,33 +187,66 @@ void quiet_nvls() {
 }
 
 std::vector<std::string> child_args(const ProfileFlags& f, const std::string& run_dir, const std::vector<int>& gpus,
-                                    int rank, int world, const std::string& id) {
+                                    int rank, int world, const Handoff& handoff) {
   std::string gl;
   for (int g : gpus) gl += (gl.empty() ? "" : ",") + std::to_string(g);
-  char drift[32], interval[32];
+  char drift[32], interval[32], timeout[32];
   std::snprintf(drift, sizeof(drift), "%g", f.drift_seconds);
   std::snprintf(interval, sizeof(interval), "%g", f.warm_limit);
-  return {self_exe(),      "profile",          "--backend",      f.backend,
-          "--gpus",        gl,                 "--sizes",        f.sizes,
-          "--seed",        std::to_string(f.seed), "--warmup",   std::to_string(f.warmup),
-          "--reps",        std::to_string(f.reps), "--drift-seconds", drift,
-          "--warm-to",     std::to_string(f.warm_to), "--warm-limit", interval,
-          "--out",         run_dir,            "--worker-rank",  std::to_string(rank),
-          "--worker-world", std::to_string(world), "--worker-id", id};
+  std::snprintf(timeout, sizeof(timeout), "%g", f.timeout);
+  std::vector<std::string> args = {self_exe(),        "profile",
+                                   "--backend",       f.backend,
+                                   "--gpus",          gl,
+                                   "--sizes",         f.sizes,
+                                   "--seed",          std::to_string(f.seed),
+                                   "--warmup",        std::to_string(f.warmup),
+                                   "--reps",          std::to_string(f.reps),
+                                   "--drift-seconds", drift,
+                                   "--warm-to",       std::to_string(f.warm_to),
+                                   "--warm-limit",    interval,
+                                   "--timeout",       timeout,
+                                   "--out",           run_dir,
+                                   "--worker-rank",   std::to_string(rank),
+                                   "--worker-world",  std::to_string(world)};
+  if (!handoff.nccl_id_hex.empty()) args.insert(args.end(), {"--worker-id", handoff.nccl_id_hex});
+  if (!handoff.rendezvous_dir.empty()) args.insert(args.end(), {"--worker-rendezvous", handoff.rendezvous_dir});
+  return args;
+}
+
+// nccl: a fresh unique id from NCCL. ferry: an empty directory in the run
+// directory, so that no rank finds a file left by an earlier, failed run.
+Handoff make_handoff(const std::string& backend, const std::string& run_dir, size_t world) {
+  Handoff h;
+  if (backend == "nccl") {
+    auto nccl = ferry::profile::NcclLibrary::load();
+    if (!nccl.ok()) die(kExitFailed, nccl.status().message());
+    ferry::profile::NcclUniqueId id{};
+    if (int r = nccl.value()->get_unique_id(&id); r != 0)
+      die(kExitFailed, "ncclGetUniqueId: " + nccl.value()->error(r));
+    h.nccl_id_hex = ferry::profile::to_hex(id);
+    std::fprintf(stderr, "profile: NCCL %s from %s; starting %zu processes\n", nccl.value()->version().c_str(),
+                 nccl.value()->path().c_str(), world);
+  } else if (backend == "ferry") {
+    h.rendezvous_dir = run_dir + "/rendezvous";
+    std::error_code ec;
+    fs::remove_all(h.rendezvous_dir, ec);
+    if (!ec) fs::create_directories(h.rendezvous_dir, ec);
+    if (ec) die(kExitFailed, "cannot create the rendezvous directory " + h.rendezvous_dir + ": " + ec.message());
+    std::fprintf(stderr, "profile: starting %zu processes; they meet in %s\n", world, h.rendezvous_dir.c_str());
+  } else {
+    die(kExitFailed,
+        "backend " + backend + " runs one process per GPU but ferry profile does not know how to start it");
+  }
+  return h;
 }
 
 // Starts one child per GPU, waits for all; a failing child ends the others.
 int run_children(const ProfileFlags& f, const std::string& run_dir, const std::vector<int>& gpus) {
-  auto nccl = ferry::profile::NcclLibrary::load();
-  if (!nccl.ok()) die(kExitFailed, nccl.status().message());
-  ferry::profile::NcclUniqueId id{};
-  if (int r = nccl.value()->get_unique_id(&id); r != 0) die(kExitFailed, "ncclGetUniqueId: " + nccl.value()->error(r));
-  std::fprintf(stderr, "profile: NCCL %s from %s; starting %zu processes\n", nccl.value()->version().c_str(),
-               nccl.value()->path().c_str(), gpus.size());
+  const Handoff handoff = make_handoff(f.backend, run_dir, gpus.size());
   const int world = static_cast<int>(gpus.size());
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
-    std::vector<std::string> args = child_args(f, run_dir, gpus, r, world, ferry::profile::to_hex(id));
+    std::vector<std::string> args = child_args(f, run_dir, gpus, r, world, handoff);
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -235,7 +276,7 @@ int run_children(const ProfileFlags& f, const std::string& run_dir, const std::v
         std::fprintf(stderr, "profile: rank %zu %s %d\n", i, WIFEXITED(status) ? "exited with" : "killed by signal",
                      WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
         failed = failed ? failed : (WIFEXITED(status) ? WEXITSTATUS(status) : kExitFailed);
-        // The others would wait for it forever inside NCCL: end them.
+        // The others would wait for it (forever inside NCCL): end them.
         for (size_t j = 0; j < pids.size(); ++j) {
           if (!done[j]) kill(pids[j], SIGTERM);
         }
@@ -249,6 +290,10 @@ int run_children(const ProfileFlags& f, const std::string& run_dir, const std::v
       failed = kExitFailed;
     }
     if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!handoff.rendezvous_dir.empty()) {
+    std::error_code ec;
+    fs::remove_all(handoff.rendezvous_dir, ec);
   }
   return failed;
 }
@@ -344,10 +389,19 @@ void run_profile(const ProfileFlags& f) {
     // A child of a process-per-GPU run: its own rank, nothing else.
     ro.rank = f.worker_rank;
     ro.world = f.worker_world;
-    profile::BackendArgs args{gpus, f.worker_rank, f.worker_world, f.worker_id, f.seed};
+    profile::BackendArgs args;
+    args.gpus = gpus;
+    args.rank = f.worker_rank;
+    args.world = f.worker_world;
+    args.nccl_id_hex = f.worker_id;
+    args.rendezvous_dir = f.worker_rendezvous;
+    args.wait_limit_s = f.timeout;
+    args.seed = f.seed;
     auto backend = profile::make_backend(f.backend, args);
     if (!backend.ok()) die(kExitFailed, "rank " + std::to_string(ro.rank) + ": " + backend.status().message());
     auto r = profile::run_rank(*backend.value(), ro, nvml.get());
+    // std::exit skips destructors: end the backend's threads and connections first.
+    backend.value().reset();
     if (!r.ok()) die(kExitFailed, "rank " + std::to_string(ro.rank) + ": " + r.status().message());
     if (r->bad_bytes > 0) {
       die(kExitFailed, "rank " + std::to_string(ro.rank) + ": verification FAILED: " + std::to_string(r->bad_bytes) +
@@ -393,7 +447,9 @@ void run_profile(const ProfileFlags& f) {
     world = static_cast<int>(gpus.size());
     failed = run_children(f, fs::absolute(run_dir).string(), gpus);
   } else {
-    profile::BackendArgs args{gpus, 0, 1, "", f.seed};
+    profile::BackendArgs args;
+    args.gpus = gpus;
+    args.seed = f.seed;
     auto backend = profile::make_backend(f.backend, args);
     if (!backend.ok()) die(kExitFailed, backend.status().message());
     auto r = profile::run_rank(*backend.value(), ro, nvml.get());
@@ -473,11 +529,14 @@ void add_profile_command(CLI::App& app) {
   c->add_option("--reference-copies", f->reference_copies, "copies queued per reference sample")->capture_default_str();
   c->add_option("--reference-samples", f->reference_samples, "reference samples per size")->capture_default_str();
   c->add_flag("--dry-run", f->dry_run, "print the shuffled plan and exit (no GPU needed with --gpus)");
-  c->add_option("--timeout", f->timeout, "end process-per-GPU runs still going after this many seconds")
+  c->add_option("--timeout", f->timeout,
+                "end process-per-GPU runs still going after this many seconds (ferry: also a rank's longest wait for "
+                "another)")
       ->capture_default_str();
   c->add_option("--worker-rank", f->worker_rank)->group("");
   c->add_option("--worker-world", f->worker_world)->group("");
   c->add_option("--worker-id", f->worker_id)->group("");
+  c->add_option("--worker-rendezvous", f->worker_rendezvous)->group("");
   c->footer(std::string("Environment: ") + ferry::profile::kNcclLibraryEnv + ": " + ferry::profile::kNcclLibraryDoc +
             ".\nNCCL_NVLS_ENABLE=0 is set for every process the run starts. Clocks and power are recorded, never "
             "set.\nExit status: 0 done, 1 run or verification failed, 2 bad usage, 3 busy GPUs.");

@@ -15,8 +15,8 @@ const std::vector<BackendSpec>& backends() {
       {"ce", "cudaMemcpyPeerAsync on the copy engines, one process (the hardware reference)", false,
        FERRY_PROFILE_NEEDS_CUDA},
       {"nccl", "ncclSend/ncclRecv, one process per GPU (NCCL loaded at run time)", true, FERRY_PROFILE_NEEDS_CUDA},
-      {"ferry", "this engine's local transport, one process per GPU", true,
-       "the ferry backend is not built yet (the local transport it will time exists); use ce or nccl"},
+      {"ferry", "this engine's send/recv over its local transport (CUDA IPC), one process per GPU", true,
+       FERRY_PROFILE_NEEDS_CUDA},
   };
   return table;
 }
@@ -35,6 +35,7 @@ Result<std::unique_ptr<Backend>> make_backend(const std::string& name, const Bac
 #ifdef FERRY_PROFILE_CUDA
   if (name == "ce") return make_ce_backend(args);
   if (name == "nccl") return make_nccl_backend(args);
+  if (name == "ferry") return make_ferry_backend(args);
 #endif
   return Status(Code::kInternal, "backend " + name + " has no factory");
 }

@@ -60,12 +60,16 @@ class Backend {
   virtual std::vector<std::pair<std::string, std::string>> versions() const { return {}; }
 };
 
+// What a backend is handed. A process-per-GPU backend gets from the parent
+// whatever its ranks need to find each other (nccl_id_hex, rendezvous_dir).
 struct BackendArgs {
-  std::vector<int> gpus;     // every GPU of the plan, in plan order
-  int rank = 0;              // this process (process-per-GPU: drives gpus[rank])
-  int world = 1;             // processes in the run
-  std::string nccl_id_hex;   // nccl: the communicator's unique id
-  uint64_t seed = 42;        // seeds the buffers' data
+  std::vector<int> gpus;       // every GPU of the plan, in plan order
+  int rank = 0;                // this process (process-per-GPU: drives gpus[rank])
+  int world = 1;               // processes in the run
+  std::string nccl_id_hex;     // nccl: the communicator's unique id
+  std::string rendezvous_dir;  // ferry: the empty directory where ranks publish their engines
+  double wait_limit_s = 3600;  // ferry: longest wait for another rank, seconds (the run's --timeout)
+  uint64_t seed = 42;          // seeds the buffers' data
 };
 
 struct BackendSpec {
@@ -84,8 +88,9 @@ const BackendSpec* find_backend(const std::string& name);
 // build or this engine does not have, or the backend's own setup error.
 Result<std::unique_ptr<Backend>> make_backend(const std::string& name, const BackendArgs& args);
 
-// Factories of the CUDA backends (profile_ce.cu, profile_nccl.cu).
+// Factories of the CUDA backends (profile_ce.cu, profile_nccl.cu, profile_ferry.cu).
 Result<std::unique_ptr<Backend>> make_ce_backend(const BackendArgs& args);
 Result<std::unique_ptr<Backend>> make_nccl_backend(const BackendArgs& args);
+Result<std::unique_ptr<Backend>> make_ferry_backend(const BackendArgs& args);
 
 }  // namespace ferry::cli::profile
