@@ -4,7 +4,10 @@
 # unlimited. Prints aggregate GB/s and the ratios the multi-NIC issue asks for,
 # all measured in this one run.
 # Every figure is the median of ROUNDS runs, the configurations interleaved so
-# that machine noise falls on all of them alike.
+# that machine noise falls on all of them alike. Unlimited links move
+# UNLIMITED_ITERS (default 80) writes per run, about a second at 4-5 GB/s:
+# long enough that the path governor's first probes (see
+# src/transport/tcp/path_governor.h) are not most of the measurement.
 # Usage: bench/multinic_throughput.sh [RATE] [ITERS] [STREAMS_PER_PAIR] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +15,7 @@ rate=${1:-1gbit}
 iters=${2:-40}
 streams=${3:-1}
 rounds=${4:-3}
+unlimited_iters=${UNLIMITED_ITERS:-80}
 export FERRY_TRANSPORT=tcp  # both engines on this host would pick the local transport
 ferry=build/bin/ferry
 lab=scripts/netns-lab
@@ -21,9 +25,9 @@ A="$FERRY_LAB-a"; B="$FERRY_LAB-b"
 target=""
 trap '[ -n "$target" ] && kill $target 2>/dev/null; $lab down >/dev/null 2>&1' EXIT
 
-# run K RATE -> prints GB/s of 64 MiB writes striped over K links
+# run K RATE ITERS -> prints GB/s of 64 MiB writes striped over K links
 run() {
-  local k=$1 r=$2 out nics_a="" nics_b=""
+  local k=$1 r=$2 n=$3 out nics_a="" nics_b=""
   $lab up "$k" $r >/dev/null
   for ((i = 0; i < k; i++)); do nics_a+="${nics_a:+,}fa$i"; nics_b+="${nics_b:+,}fb$i"; done
   out=$(mktemp)
@@ -32,7 +36,7 @@ run() {
   for _ in $(seq 100); do grep -q "listening on" "$out" && break; sleep 0.1; done
   local addr; addr=$(awk '/listening on/ {print $NF}' "$out")
   ip netns exec "$A" "$ferry" bench --peer "$addr" --nics "$nics_a" --streams "$streams" --op write \
-    --sizes 64M --iters "$iters" --warmup 3 2>/dev/null | awk '$1 == "64M" {print $2}'
+    --sizes 64M --iters "$n" --warmup 3 2>/dev/null | awk '$1 == "64M" {print $2}'
   kill "$target" 2>/dev/null; wait "$target" 2>/dev/null || true; target=""
 }
 
@@ -41,8 +45,8 @@ link_gbs=$(awk -v r="$rate" 'BEGIN { v = r + 0; u = substr(r, length(v "") + 1);
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 declare -A lim unl all_lim all_unl
 for r in $(seq "$rounds"); do
-  for k in 1 2 4; do v=$(run "$k" "$rate"); all_lim[$k]+=" $v"; echo "round $r K=$k at $rate: $v GB/s" >&2; done
-  for k in 1 2 4; do v=$(run "$k" ""); all_unl[$k]+=" $v"; echo "round $r K=$k unlimited: $v GB/s" >&2; done
+  for k in 1 2 4; do v=$(run "$k" "$rate" "$iters"); all_lim[$k]+=" $v"; echo "round $r K=$k at $rate: $v GB/s" >&2; done
+  for k in 1 2 4; do v=$(run "$k" "" "$unlimited_iters"); all_unl[$k]+=" $v"; echo "round $r K=$k unlimited: $v GB/s" >&2; done
 done
 for k in 1 2 4; do lim[$k]=$(median ${all_lim[$k]}); unl[$k]=$(median ${all_unl[$k]}); done
 

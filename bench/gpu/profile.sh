@@ -8,7 +8,6 @@
 #
 # Usage: bench/gpu/profile.sh [OUT_DIR]   (default: $OUT, else ./profile-out)
 # Env:   FERRY_PROFILE_ARGS  extra flags for every full run
-#        FERRY_SSL_DEB       a libssl-dev .deb to unpack when OpenSSL headers are missing
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -27,16 +26,12 @@ python3 -c "import nvidia.nccl as n; print('nccl wheel:', list(n.__path__)[0])" 
 
 log "configure"
 cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90)
-if [ ! -f /usr/include/openssl/hmac.h ]; then
-  deb=${FERRY_SSL_DEB:-$(ls "$root"/.gpu-debs/libssl-dev_*.deb 2>/dev/null | head -1)}
-  if [ -n "$deb" ]; then
-    echo "OpenSSL headers missing: using $deb"
-    dpkg -x "$deb" /tmp/ssl
-    cmake_args+=(-DOPENSSL_INCLUDE_DIR=/tmp/ssl/usr/include
-                 -DOPENSSL_CRYPTO_LIBRARY=/tmp/ssl/usr/lib/x86_64-linux-gnu/libcrypto.a
-                 -DOPENSSL_SSL_LIBRARY=/tmp/ssl/usr/lib/x86_64-linux-gnu/libssl.a
-                 "-DCMAKE_CXX_FLAGS=-isystem /tmp/ssl/usr/include/x86_64-linux-gnu")
-  fi
+# Headers this host may lack travel as Debian packages in .deps (the same
+# configuration as bench/gpu/local.sh, so the two scripts share build-gpu).
+if [ ! -f /usr/include/openssl/hmac.h ] && ls .deps/*.deb >/dev/null 2>&1; then
+  mkdir -p /tmp/deps && for f in .deps/*.deb; do dpkg -x "$f" /tmp/deps; done
+  cmake_args+=(-DOPENSSL_INCLUDE_DIR=/tmp/deps/usr/include -DOPENSSL_CRYPTO_LIBRARY=$(ls /usr/lib/x86_64-linux-gnu/libcrypto.so.3))
+  cp -r /tmp/deps/usr/include/x86_64-linux-gnu/openssl/* /tmp/deps/usr/include/openssl/ 2>/dev/null
 fi
 py=$(command -v python3)
 pyargs=(-DPython_EXECUTABLE="$py")

@@ -78,12 +78,16 @@ class CeBackend final : public Backend {
     void* dst_buf = to.recv.at(c.size);
     FERRY_CUDA(cudaSetDevice(c.src), c.src);
     nvtxRangePushA(label.c_str());
-    Status s = from.timer->begin(from.stream);
+    Status s = from.timer->begin(from.stream, /*gated=*/true);
     if (s.ok()) {
       s = cuda_status(cudaMemcpyPeerAsync(dst_buf, c.dst, src_buf, c.src, c.size, from.stream),
                       "cudaMemcpyPeerAsync", c.src);
     }
-    if (s.ok()) s = from.timer->end(from.stream);
+    if (s.ok()) {
+      s = from.timer->end(from.stream);
+    } else {
+      from.timer->open_gate();
+    }
     nvtxRangePop();
     if (!s.ok()) return s;
     last_src_[{c.dst, c.size}] = c.src;

@@ -61,7 +61,18 @@ class OpTimer {
   // begin(): host time, then the start event. end(): the end event and the
   // stamp, then waits for the end event and takes the host time; then waits
   // for the stamp. Results in the fields below.
-  Status begin(cudaStream_t stream);
+  //
+  // `gated` (nvbandwidth's method): begin() first parks the stream behind a
+  // spin kernel that end() releases, so the GPU starts the operation only
+  // once all of it is posted. The device time then holds no host delays
+  // between the start event and the posting (a preempted thread, a slow
+  // enqueue), which otherwise show up as outliers. Only for operations
+  // posted on `stream` itself, before end().
+  Status begin(cudaStream_t stream, bool gated = false);
+  // Releases a gated stream without timing (posting failed after begin()).
+  void open_gate() {
+    if (gate_ != nullptr) *reinterpret_cast<volatile int*>(gate_) = 1;
+  }
   Status end(cudaStream_t stream);
 
   int64_t host_start_ns = 0;
@@ -74,6 +85,7 @@ class OpTimer {
   cudaEvent_t start_ = nullptr;
   cudaEvent_t stop_ = nullptr;
   uint64_t* stamp_ = nullptr;  // mapped pinned host memory
+  int* gate_ = nullptr;        // mapped pinned host memory; 0 holds a gated stream
 };
 
 int64_t host_now_ns();

@@ -118,7 +118,7 @@ class ChunkQueue {
   // not every transmit worker of the connection.
   std::vector<std::condition_variable> path_cv_;
   // Throughput samples cover this much busy time.
-  static constexpr int64_t kGovernorSampleNs = 25'000'000;
+  static constexpr int64_t kGovernorSampleNs = 10'000'000;
   PathGovernor governor_;       // guarded by mu_
   int64_t busy_since_ns_ = -1;  // guarded by mu_; when unreported busy time began, -1 while idle
 };

@@ -61,12 +61,13 @@ void PathGovernor::finish_sample(double rate) {
       return;
     case Phase::kProbe:
       if (rate > base_rate_ * (1 + kGain)) {
-        // The step paid: keep it, and keep climbing in the same direction soon.
+        // The step paid: keep it, keep going the same way at once, and look
+        // back the other way only rarely (that step was just measured).
         kept_ = current_;
         base_rate_ = rate;
         backoff_up_ = backoff_down_ = kFirstWait;
         wait_up_ = probing_up_ ? 0 : kMaxWait;
-        wait_down_ = probing_up_ ? kFirstWait : 0;
+        wait_down_ = probing_up_ ? kMaxWait / 2 : 0;
         phase_ = Phase::kBase;
         return;
       }

@@ -30,7 +30,7 @@ class PathGovernor {
   // A step must raise throughput by this fraction to be kept.
   static constexpr double kGain = 0.05;
   // Probes that fail wait this many samples, doubling up to kMaxWait.
-  static constexpr int kFirstWait = 4;
+  static constexpr int kFirstWait = 8;
   static constexpr int kMaxWait = 128;
 
   // `adaptive` false: every live path, always.
@@ -63,7 +63,7 @@ class PathGovernor {
   int64_t sample_ns_so_far_ = 0;
   double base_rate_ = 0;  // bytes per ns at kept_
   int wait_up_ = 0;       // samples at kept_ before the next probe upward
-  int wait_down_ = kFirstWait;
+  int wait_down_ = kMaxWait / 2;
   int backoff_up_ = kFirstWait;
   int backoff_down_ = kFirstWait;
   bool probing_up_ = false;
