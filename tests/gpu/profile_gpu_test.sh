@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `ferry profile` on two GPUs, short runs of the ce and nccl backends: every
+# `ferry profile` on two GPUs, short runs of the ce, nccl and ferry backends: every
 # file of the run directory is there, row counts match the plan, the data
 # verified, and the analysis (when pandas is there) reads the result.
 # Exit 77 (skipped) without two GPUs or without CUDA in this build.
@@ -42,6 +42,19 @@ else
   [ $rows -eq 48 ] || fail "nccl: 24 operations x 2 ranks = 48 rows, got $rows"
   grep -q "^  nccl: " "$tmp/nccl/metadata_rank_1.yml" || fail "nccl: no NCCL version recorded"
 fi
+
+"$ferry" profile --backend ferry "${common[@]}" --out "$tmp/ferry" >"$tmp/ferry.out" 2>"$tmp/ferry.err"
+rc=$?
+cat "$tmp/ferry.out" "$tmp/ferry.err"
+[ $rc -eq 0 ] || fail "ferry run exited $rc"
+for f in execution_log.csv clock_drift.csv rank_0.trace.json rank_1.trace.json metadata_rank_0.yml metadata_rank_1.yml; do
+  [ -s "$tmp/ferry/$f" ] || fail "ferry: $f missing"
+done
+rows=$(($(wc -l <"$tmp/ferry/execution_log.csv") - 1))
+[ $rows -eq 48 ] || fail "ferry: 24 operations x 2 ranks = 48 rows, got $rows"
+grep -q "result: ok" "$tmp/ferry/metadata_rank_1.yml" || fail "ferry: data did not verify"
+grep -q "^  ferry: " "$tmp/ferry/metadata_rank_1.yml" || fail "ferry: no engine version recorded"
+[ ! -e "$tmp/ferry/rendezvous" ] || fail "ferry: the rendezvous directory was left behind"
 
 if [ -n "$pypath" ] && python3 -c "import pandas, matplotlib" 2>/dev/null; then
   PYTHONPATH=$pypath python3 -m ferry.analysis "$tmp/ce" >/dev/null || fail "analysis of the ce run failed"

@@ -82,6 +82,9 @@ struct ProfileFlags {
 struct Handoff {
   std::string nccl_id_hex;     // nccl
   std::string rendezvous_dir;  // ferry
+  // nccl: ncclGetUniqueId left a bootstrap thread running inside the library,
+  // so it must stay loaded until the children are done.
+  std::unique_ptr<ferry::profile::NcclLibrary> nccl;
 };
 
 [[noreturn]] void die(int code, const std::string& message) {
@@ -226,6 +229,7 @@ Handoff make_handoff(const std::string& backend, const std::string& run_dir, siz
     h.nccl_id_hex = ferry::profile::to_hex(id);
     std::fprintf(stderr, "profile: NCCL %s from %s; starting %zu processes\n", nccl.value()->version().c_str(),
                  nccl.value()->path().c_str(), world);
+    h.nccl = std::move(nccl).value();
   } else if (backend == "ferry") {
     h.rendezvous_dir = run_dir + "/rendezvous";
     std::error_code ec;
