@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # The local transport on a host with two GPUs, in one invocation: build, the
 # GPU tests (C++ and Python), then bench ferry_local_bench (ferry against
-# peer copies, NCCL and memcpy) twice: as configured, and with every GPU copy
-# on the copy engines (FERRY_LOCAL_KERNEL_MAX=0). Prints short tables last.
+# peer copies, NCCL and memcpy). Prints a short table last.
 #
 # Usage (repository root): bash bench/gpu/local.sh [OUTDIR]
 # NCCL is taken from FERRY_NCCL_LIBRARY, else the Python environment's
@@ -53,11 +52,7 @@ if [ -z "$nccl" ]; then
 fi
 timeout 300 build-gpu/bin/ferry_local_bench "${nccl:-libnccl.so.2}" >"$out/bench.log" 2>&1
 bench_rc=$?
-# The same with every GPU copy on the copy engines (no small-copy kernel).
-FERRY_LOCAL_KERNEL_MAX=0 timeout 300 build-gpu/bin/ferry_local_bench "${nccl:-libnccl.so.2}" >"$out/bench_ce_only.log" 2>&1
 echo
 echo "== results ($(date -u +%F), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x$(nvidia-smi -L | wc -l))"
 echo "gpu test rc=$gpu_rc  integration(local) rc=$int_rc  pytest gpu rc=$py_rc  bench rc=$bench_rc"
 tail -14 "$out/bench.log"
-echo "-- FERRY_LOCAL_KERNEL_MAX=0 (copy engines only) --"
-tail -14 "$out/bench_ce_only.log"

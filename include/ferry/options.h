@@ -56,10 +56,6 @@ struct Options {
   // Transfers that touch GPU memory travel in chunks of this size (also the
   // size of a staging slot).
   size_t staging_chunk_bytes = 512 * 1024;
-  // Same-host transport: GPU-to-GPU copies up to this size run as a small
-  // kernel rather than on the copy engines (a launch costs less than a
-  // copy-engine copy for small sizes); 0: always the copy engines.
-  size_t local_kernel_max = 64 * 1024;
   // Messages and writes up to this size ride inline on the control stream.
   size_t inline_max = 64 * 1024;
   // Shared secret; empty means no authentication.

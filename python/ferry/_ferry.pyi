@@ -76,7 +76,6 @@ class Options:
     rx_bindings: str
     nic_policy: str
     path_policy: str
-    local_kernel_max: int
     streams: int
     chunk_bytes: int
     staging_depth: int

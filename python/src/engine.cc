@@ -72,8 +72,6 @@ void bind_options(pyb::module_& m) {
       .def_readwrite("tx_bindings", &Options::tx_bindings, "CPUs of each NIC's transmit workers, 'eth1:8-21;eth2:...'.")
       .def_readwrite("rx_bindings", &Options::rx_bindings, "CPUs of each NIC's receive workers.")
       .def_readwrite("nic_policy", &Options::nic_policy, "'nearest' (NICs on the memory's NUMA node) or 'all'.")
-      .def_readwrite("local_kernel_max", &Options::local_kernel_max,
-                     "Same host: GPU-to-GPU copies up to this size run as a kernel (0: copy engines only).")
       .def_readwrite("path_policy", &Options::path_policy,
                      "'adaptive' (add paths while they add throughput) or 'all' (every path from the start).")
       .def_readwrite("streams", &Options::streams, "Data streams (paths) per NIC pair, besides the control one.")

@@ -135,9 +135,6 @@ const std::vector<Tunable>& tunables() {
       size_tunable("staging_chunk_bytes", "FERRY_STAGING_CHUNK", "bytes",
                    "GPU memory: chunk size of transfers that touch it, and of each pinned staging slot",
                    &Options::staging_chunk_bytes),
-      size_tunable("local_kernel_max", "FERRY_LOCAL_KERNEL_MAX", "bytes",
-                   "same host: GPU-to-GPU copies up to this size run as a kernel, not on the copy engines (0: never)",
-                   &Options::local_kernel_max),
       size_tunable("inline_max", "FERRY_INLINE_MAX", "bytes",
                    "messages and writes up to this size ride inline on the control stream", &Options::inline_max),
       string_tunable("auth_token", "FERRY_AUTH_TOKEN",
@@ -210,9 +207,6 @@ Status validate(const Options& o) {
   }
   if (o.staging_chunk_bytes < 4096 || o.staging_chunk_bytes > (64u << 20)) {
     return bad("staging_chunk_bytes must be in 4 KiB..64 MiB, got " + std::to_string(o.staging_chunk_bytes));
-  }
-  if (o.local_kernel_max > (64u << 20)) {
-    return bad("local_kernel_max must be at most 64 MiB, got " + std::to_string(o.local_kernel_max));
   }
   if (o.inline_max > (1u << 20)) return bad("inline_max must be at most 1 MiB, got " + std::to_string(o.inline_max));
   if (o.path_policy != "adaptive" && o.path_policy != "all") {

@@ -54,8 +54,6 @@ CudaDriver load_driver() {
             load(lib, "cuMemAlloc_v2", d.mem_alloc) && load(lib, "cuMemFree_v2", d.mem_free) &&
             load(lib, "cuMemHostAlloc", d.mem_host_alloc) && load(lib, "cuMemFreeHost", d.mem_free_host) &&
             load(lib, "cuMemGetInfo_v2", d.mem_get_info) && load(lib, "cuCtxSynchronize", d.ctx_synchronize) &&
-            load(lib, "cuModuleLoadData", d.module_load_data) &&
-            load(lib, "cuModuleGetFunction", d.module_get_function) && load(lib, "cuLaunchKernel", d.launch_kernel) &&
             load(lib, "cuDevicePrimaryCtxGetState", d.primary_ctx_get_state);
   // A driver without a device (or too old for one entry point) counts as none.
   if (!ok || init(0) != cu::kSuccess) return CudaDriver{};

@@ -23,8 +23,6 @@ using Device = int;
 using Context = struct CUctx_st*;
 using Stream = struct CUstream_st*;
 using Event = struct CUevent_st*;
-using Module = struct CUmod_st*;
-using Function = struct CUfunc_st*;
 using DevicePtr = uint64_t;  // CUdeviceptr (unsigned long long on 64-bit Linux, same size)
 using MemHandle = unsigned long long;  // CUmemGenericAllocationHandle
 struct IpcMemHandle {
@@ -117,10 +115,6 @@ struct CudaDriver {
   cu::Result (*mem_free_host)(void*) = nullptr;
   cu::Result (*mem_get_info)(size_t*, size_t*) = nullptr;
   cu::Result (*ctx_synchronize)() = nullptr;
-  cu::Result (*module_load_data)(cu::Module*, const void*) = nullptr;
-  cu::Result (*module_get_function)(cu::Function*, cu::Module, const char*) = nullptr;
-  cu::Result (*launch_kernel)(cu::Function, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                              cu::Stream, void**, void**) = nullptr;
   cu::Result (*primary_ctx_get_state)(cu::Device, unsigned*, int*) = nullptr;
 
   // True when libcuda loaded, every entry point resolved and cuInit succeeded.

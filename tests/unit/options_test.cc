@@ -25,7 +25,7 @@ const std::vector<std::string> kTunableEnvs = {
     "FERRY_SOCKET_BUFFER", "FERRY_TRANSPORT",       "FERRY_LOG",
     "FERRY_NICS",          "FERRY_PATH_TIMEOUT_MS", "FERRY_TX_BINDINGS",
     "FERRY_RX_BINDINGS",   "FERRY_NIC_POLICY",      "FERRY_STAGING_DEPTH",
-    "FERRY_STAGING_CHUNK", "FERRY_PATH_POLICY",     "FERRY_LOCAL_KERNEL_MAX"};
+    "FERRY_STAGING_CHUNK", "FERRY_PATH_POLICY"};
 
 // Clears every FERRY_* variable ferry reads for the test's lifetime and puts
 // back whatever the process had before, including anything set through it.
@@ -119,7 +119,6 @@ TEST(Options, EveryTunableIsReadFromItsVariable) {
       {"FERRY_STAGING_DEPTH", {"8", "8"}},
       {"FERRY_STAGING_CHUNK", {"1M", "1048576"}},
       {"FERRY_PATH_POLICY", {"all", "all"}},
-      {"FERRY_LOCAL_KERNEL_MAX", {"0", "0"}},
   };
   ASSERT_EQ(cases.size(), kTunableEnvs.size());
   const auto defaults = values_by_env(Options{});
@@ -228,9 +227,6 @@ TEST(Options, ValidateRejectsOutOfRangeFields) {
   o = Options{};
   o.path_policy = "sometimes";
   expect_bad(o, "path_policy");
-  o = Options{};
-  o.local_kernel_max = 65ull << 20;
-  expect_bad(o, "local_kernel_max");
 
   // The edges that are allowed.
   o = Options{};

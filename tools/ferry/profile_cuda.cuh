@@ -40,6 +40,8 @@ __device__ inline uint64_t global_timer_ns() {
 }
 
 // Fills `buf` with src's pattern; blocks until done.
+int64_t host_now_ns();
+
 Status fill_pattern(void* buf, uint64_t size, int src, uint64_t seed, int gpu, cudaStream_t stream);
 // Counts bytes of `buf` that differ from src's pattern; blocks.
 Result<uint64_t> count_mismatches(const void* buf, uint64_t size, int src, uint64_t seed, int gpu,
@@ -69,6 +71,14 @@ class OpTimer {
   // enqueue), which otherwise show up as outliers. Only for operations
   // posted on `stream` itself, before end().
   Status begin(cudaStream_t stream, bool gated = false);
+  // For operations launched together with their events (a CUDA graph holding
+  // record(start_event()), the operation, record(stop_event())):
+  // begin_launched() takes the host time; end_launched() is end() without
+  // recording the end event.
+  void begin_launched() { host_start_ns = host_now_ns(); }
+  Status end_launched(cudaStream_t stream);
+  cudaEvent_t start_event() const { return start_; }
+  cudaEvent_t stop_event() const { return stop_; }
   // Releases a gated stream without timing (posting failed after begin()).
   void open_gate() {
     if (gate_ != nullptr) *reinterpret_cast<volatile int*>(gate_) = 1;
@@ -87,7 +97,5 @@ class OpTimer {
   uint64_t* stamp_ = nullptr;  // mapped pinned host memory
   int* gate_ = nullptr;        // mapped pinned host memory; 0 holds a gated stream
 };
-
-int64_t host_now_ns();
 
 }  // namespace ferry::cli::profile_cuda

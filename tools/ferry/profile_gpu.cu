@@ -123,6 +123,10 @@ Status OpTimer::begin(cudaStream_t stream, bool gated) {
 
 Status OpTimer::end(cudaStream_t stream) {
   FERRY_CUDA(cudaEventRecord(stop_, stream), gpu_);
+  return end_launched(stream);
+}
+
+Status OpTimer::end_launched(cudaStream_t stream) {
   launch_stamp(stamp_, stream);
   FERRY_CUDA(cudaGetLastError(), gpu_);
   std::atomic_thread_fence(std::memory_order_seq_cst);

@@ -82,7 +82,7 @@ class NcclBackend final : public Backend {
     const int peer = rank_of(sending ? c.dst : c.src);
     if (peer < 0) return Status(Code::kInvalidArgument, "GPU of configuration " + std::to_string(c.id) + " has no rank");
     nvtxRangePushA(label.c_str());
-    Status s = timer_->begin(stream_, /*gated=*/true);
+    Status s = timer_->begin(stream_, args_.launch == "gated");
     if (s.ok()) {
       int r = sending ? nccl_->send(send_.at(c.size), c.size, NcclLibrary::kInt8, peer, comm_, stream_)
                       : nccl_->recv(recv_.at(c.size), c.size, NcclLibrary::kInt8, peer, comm_, stream_);

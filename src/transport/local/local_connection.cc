@@ -36,7 +36,7 @@ LocalConnection::LocalConnection(std::shared_ptr<core::EngineContext> ctx, uint6
       peer_(std::move(peer)),
       control_(std::move(control)),
       channel_(std::move(channel)),
-      copier_(*ctx_->gpu_imports, peer_.engine_id, peer_.pid, ctx_->options.local_kernel_max) {
+      copier_(*ctx_->gpu_imports, peer_.engine_id, peer_.pid) {
   last_peer_beat_at_ = Clock::now();
 }
 

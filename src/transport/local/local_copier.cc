@@ -5,9 +5,7 @@
 #include <chrono>
 #include <thread>
 
-#include "core/log.h"
 #include "transport/local/cross_memory.h"
-#include "transport/local/small_copy_kernel_ptx.h"
 
 namespace ferry::local {
 
@@ -64,8 +62,8 @@ int active_device(int fallback) {
   return fallback;
 }
 
-LocalCopier::LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid, uint64_t kernel_max)
-    : imports_(imports), peer_engine_(peer_engine), peer_pid_(peer_pid), kernel_max_(kernel_max) {}
+LocalCopier::LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid)
+    : imports_(imports), peer_engine_(peer_engine), peer_pid_(peer_pid) {}
 
 LocalCopier::~LocalCopier() {
   drain();
@@ -89,22 +87,6 @@ Result<cu::Stream> LocalCopier::stream_for(int device) {
   FERRY_RETURN_IF_ERROR(d.check(d.stream_create(&s, cu::kStreamNonBlocking), "cuStreamCreate", Code::kResourceExhausted));
   streams_[device] = s;
   return s;
-}
-
-cu::Function LocalCopier::small_copy_kernel(int device) {
-  auto it = kernels_.find(device);
-  if (it != kernels_.end()) return it->second;
-  const auto& d = platform::cuda();
-  cu::Module m = nullptr;
-  cu::Function f = nullptr;
-  if (d.module_load_data(&m, kSmallCopyPtx) != cu::kSuccess ||
-      d.module_get_function(&f, m, "ferry_small_copy") != cu::kSuccess) {
-    // A driver that cannot compile the PTX: the copy engines do it.
-    FERRY_LOG(kWarn, "local", "GPU %d cannot load the small-copy kernel; small copies use the copy engines", device);
-    f = nullptr;
-  }
-  kernels_[device] = f;
-  return f;
 }
 
 Result<cu::Event> LocalCopier::take_event(int device) {
@@ -151,11 +133,6 @@ Status LocalCopier::copy_gpu_piece(uint8_t* local, int local_device, const Share
     r = d.memcpy_htod_async(reinterpret_cast<cu::DevicePtr>(dst), src, n, s);
   } else if (host_dst) {
     r = d.memcpy_dtoh_async(dst, reinterpret_cast<cu::DevicePtr>(src), n, s);
-  } else if (cu::Function k = n <= kernel_max_ ? small_copy_kernel(device) : nullptr; k != nullptr) {
-    unsigned long long bytes = n;
-    void* args[] = {&src, &dst, &bytes};
-    auto blocks = static_cast<unsigned>((n + 4095) / 4096);  // 256 threads of 16 bytes each
-    r = d.launch_kernel(k, blocks, 1, 1, 256, 1, 1, 0, s, args, nullptr);
   } else {
     r = d.memcpy_dtod_async(reinterpret_cast<cu::DevicePtr>(dst), reinterpret_cast<cu::DevicePtr>(src), n, s);
   }

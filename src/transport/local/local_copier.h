@@ -43,9 +43,7 @@ class LocalCopier {
  public:
   using Done = std::function<void(const Status&)>;
 
-  // GPU-to-GPU copies up to `kernel_max` bytes run as a small kernel
-  // (small_copy_kernel.cu) instead of on the copy engines; 0: never.
-  LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid, uint64_t kernel_max);
+  LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid);
   ~LocalCopier();
 
   // True unless the copy would pair this side's GPU memory with the peer's
@@ -80,10 +78,7 @@ class LocalCopier {
   static constexpr size_t kCrossThreads = 4;
 
   Status cross_copy(const std::vector<iovec>& near, const std::vector<iovec>& far, bool to_remote);
-  Result<platform::cu::Stream> stream_for(int device);
-  // The small-copy kernel in `device`'s context, or null where it cannot load
-  // (then the copy engines do it). Caller holds mu_ and made the context current.
-  platform::cu::Function small_copy_kernel(int device);  // caller holds mu_ and made the context current
+  Result<platform::cu::Stream> stream_for(int device);  // caller holds mu_ and made the context current
   Result<platform::cu::Event> take_event(int device);   // caller holds mu_ and made the context current
   Status copy_gpu_piece(uint8_t* local, int local_device, const SharedSpan& remote, uint64_t n, bool to_remote,
                         std::vector<int>& used);
@@ -91,10 +86,8 @@ class LocalCopier {
   GpuImports& imports_;
   const uint64_t peer_engine_;
   const pid_t peer_pid_;
-  const uint64_t kernel_max_;
   mutable std::mutex mu_;
   std::map<int, platform::cu::Stream> streams_;  // guarded by mu_; by local device
-  std::map<int, platform::cu::Function> kernels_;  // guarded by mu_; by local device (null: unavailable)
   std::map<int, std::vector<platform::cu::Event>> spare_events_;  // guarded by mu_; events belong to a context
   std::vector<InFlight> inflight_;               // guarded by mu_
   std::atomic<size_t> inflight_count_{0};        // inflight_.size(), readable without mu_
