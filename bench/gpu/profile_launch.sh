@@ -15,6 +15,9 @@ if [ ! -f /usr/include/openssl/hmac.h ] && ls .deps/*.deb >/dev/null 2>&1; then
   cmake_args+=(-DOPENSSL_INCLUDE_DIR=/tmp/deps/usr/include -DOPENSSL_CRYPTO_LIBRARY=$(ls /usr/lib/x86_64-linux-gnu/libcrypto.so.3))
   cp -r /tmp/deps/usr/include/x86_64-linux-gnu/openssl/* /tmp/deps/usr/include/openssl/ 2>/dev/null
 fi
+py=$(command -v python3)
+cmake_args+=(-DPython_EXECUTABLE="$py")
+pbdir=$($py -m pybind11 --cmakedir 2>/dev/null) && cmake_args+=(-Dpybind11_DIR="$pbdir")
 cmake -S . -B build-gpu "${cmake_args[@]}" >"$out/configure.log" 2>&1 || { tail -20 "$out/configure.log"; exit 1; }
 ninja -C build-gpu ferry_cli >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 ferry=build-gpu/bin/ferry
