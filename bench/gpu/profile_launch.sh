@@ -7,7 +7,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-${OUT:-/tmp/profile-launch}}
-mkdir -p "$out"
+runs=${RUNS:-/tmp/profile-launch-runs}  # run directories (large); only logs go to OUT
+mkdir -p "$out" "$runs"
 export NCCL_NVLS_ENABLE=0
 cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90)
 if [ ! -f /usr/include/openssl/hmac.h ] && ls .deps/*.deb >/dev/null 2>&1; then
@@ -22,12 +23,12 @@ cmake -S . -B build-gpu "${cmake_args[@]}" >"$out/configure.log" 2>&1 || { tail 
 ninja -C build-gpu ferry_cli >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 ferry=build-gpu/bin/ferry
 common=(--gpus 0,1 --sizes 1M:1G:x2 --warmup 5 --reps 10 --drift-seconds 1 --no-reference)
-for run in ce:direct ce:gated ce:graph nccl:direct nccl:gated; do
+for run in ${LAUNCH_RUNS:-ce:direct ce:gated ce:graph nccl:direct nccl:gated}; do
   b=${run%%:*} m=${run##*:}
-  "$ferry" profile --backend "$b" --launch "$m" "${common[@]}" --out "$out/$b-$m" >/dev/null 2>"$out/$b-$m.log" ||
+  "$ferry" profile --backend "$b" --launch "$m" "${common[@]}" --out "$runs/$b-$m" >/dev/null 2>"$out/$b-$m.log" ||
     { echo "$b --launch $m failed:"; tail -5 "$out/$b-$m.log"; }
 done
-python3 - "$out" <<'PY'
+python3 - "$runs" <<'PY' | tee "$out/launch_cv.txt"
 import sys, os, pandas as pd
 out = sys.argv[1]
 print(f"{'run':14} {'configs':>7} {'CV<5%':>6} {'median CV':>9} {'max CV':>7}   worst (pair size CV)")

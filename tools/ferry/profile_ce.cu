@@ -141,14 +141,23 @@ class CeBackend final : public Backend {
     Device& from = devices_.at(c.src);
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
+    // cudaMemcpyPeerAsync cannot be captured; with peer access on, a
+    // cudaMemcpyDefault copy between the two GPUs' pointers is the same copy.
     FERRY_CUDA(cudaStreamBeginCapture(from.stream, cudaStreamCaptureModeThreadLocal), c.src);
-    cudaError_t e = cudaEventRecordWithFlags(from.timer->start_event(), from.stream, cudaEventRecordExternal);
-    if (e == cudaSuccess) e = cudaMemcpyPeerAsync(dst_buf, c.dst, src_buf, c.src, c.size, from.stream);
-    if (e == cudaSuccess) e = cudaEventRecordWithFlags(from.timer->stop_event(), from.stream, cudaEventRecordExternal);
+    Status s = cuda_status(cudaEventRecordWithFlags(from.timer->start_event(), from.stream, cudaEventRecordExternal),
+                           "cudaEventRecordWithFlags (capture)", c.src);
+    if (s.ok()) {
+      s = cuda_status(cudaMemcpyAsync(dst_buf, src_buf, c.size, cudaMemcpyDefault, from.stream),
+                      "cudaMemcpyAsync (capture)", c.src);
+    }
+    if (s.ok()) {
+      s = cuda_status(cudaEventRecordWithFlags(from.timer->stop_event(), from.stream, cudaEventRecordExternal),
+                      "cudaEventRecordWithFlags (capture)", c.src);
+    }
     cudaError_t end = cudaStreamEndCapture(from.stream, &graph);
-    FERRY_CUDA(e, c.src);
+    FERRY_RETURN_IF_ERROR(s);
     FERRY_CUDA(end, c.src);
-    e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     FERRY_CUDA(e, c.src);
     graphs_[key] = exec;
