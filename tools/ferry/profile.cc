@@ -71,7 +71,6 @@ struct ProfileFlags {
   int reference_samples = 10;
   bool dry_run = false;
   double timeout = 3600;
-  std::string launch = "direct";
   // Hidden: set by the parent for each child of a process-per-GPU run.
   int worker_rank = -1;
   int worker_world = 0;
@@ -209,7 +208,6 @@ std::vector<std::string> child_args(const ProfileFlags& f, const std::string& ru
                                    "--warm-to",       std::to_string(f.warm_to),
                                    "--warm-limit",    interval,
                                    "--timeout",       timeout,
-                                   "--launch",        f.launch,
                                    "--out",           run_dir,
                                    "--worker-rank",   std::to_string(rank),
                                    "--worker-world",  std::to_string(world)};
@@ -403,7 +401,6 @@ void run_profile(const ProfileFlags& f) {
     args.rendezvous_dir = f.worker_rendezvous;
     args.wait_limit_s = f.timeout;
     args.seed = f.seed;
-    args.launch = f.launch;
     auto backend = profile::make_backend(f.backend, args);
     if (!backend.ok()) die(kExitFailed, "rank " + std::to_string(ro.rank) + ": " + backend.status().message());
     auto r = profile::run_rank(*backend.value(), ro, nvml.get());
@@ -457,7 +454,6 @@ void run_profile(const ProfileFlags& f) {
     profile::BackendArgs args;
     args.gpus = gpus;
     args.seed = f.seed;
-    args.launch = f.launch;
     auto backend = profile::make_backend(f.backend, args);
     if (!backend.ok()) die(kExitFailed, backend.status().message());
     auto r = profile::run_rank(*backend.value(), ro, nvml.get());
@@ -540,12 +536,6 @@ void add_profile_command(CLI::App& app) {
   c->add_option("--timeout", f->timeout,
                 "end process-per-GPU runs still going after this many seconds (ferry: also a rank's longest wait for "
                 "another)")
-      ->capture_default_str();
-  c->add_option("--launch", f->launch,
-                "how ce and nccl post each timed operation: direct (events and operation posted in turn), gated "
-                "(held behind a spin kernel until all is posted, nvbandwidth's way), graph (ce: events and copy "
-                "launched as one CUDA graph)")
-      ->check(CLI::IsMember({"direct", "gated", "graph"}))
       ->capture_default_str();
   c->add_option("--worker-rank", f->worker_rank)->group("");
   c->add_option("--worker-world", f->worker_world)->group("");

@@ -32,10 +32,6 @@ Result<std::unique_ptr<Backend>> make_backend(const std::string& name, const Bac
   const BackendSpec* spec = find_backend(name);
   if (spec == nullptr) return Status(Code::kInvalidArgument, "unknown backend \"" + name + "\": use ce, nccl or ferry");
   if (spec->unavailable != nullptr) return Status(Code::kUnimplemented, "backend " + name + ": " + spec->unavailable);
-  if ((args.launch == "graph" && name != "ce") || (args.launch == "gated" && name == "ferry")) {
-    return Status(Code::kInvalidArgument, "--launch " + args.launch + " does not apply to backend " + name +
-                                              " (graph: ce only; gated: ce and nccl)");
-  }
 #ifdef FERRY_PROFILE_CUDA
   if (name == "ce") return make_ce_backend(args);
   if (name == "nccl") return make_nccl_backend(args);

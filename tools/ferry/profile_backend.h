@@ -70,7 +70,6 @@ struct BackendArgs {
   std::string rendezvous_dir;  // ferry: the empty directory where ranks publish their engines
   double wait_limit_s = 3600;  // ferry: longest wait for another rank, seconds (the run's --timeout)
   uint64_t seed = 42;          // seeds the buffers' data
-  std::string launch = "direct";  // ce, nccl: "direct", "gated" or "graph" (ce only); see --launch
 };
 
 struct BackendSpec {

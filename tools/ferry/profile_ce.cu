@@ -5,7 +5,6 @@
 
 #include <map>
 #include <memory>
-#include <tuple>
 
 #include "ferry/profile_backend.h"
 #include "profile_cuda.cuh"
@@ -20,10 +19,6 @@ class CeBackend final : public Backend {
   explicit CeBackend(BackendArgs args) : args_(std::move(args)) {}
 
   ~CeBackend() override {
-    for (auto& [key, exec] : graphs_) {
-      cudaSetDevice(std::get<0>(key));
-      cudaGraphExecDestroy(exec);
-    }
     for (auto& [gpu, d] : devices_) {
       cudaSetDevice(gpu);
       for (auto& [size, p] : d.send) cudaFree(p);
@@ -83,27 +78,12 @@ class CeBackend final : public Backend {
     void* dst_buf = to.recv.at(c.size);
     FERRY_CUDA(cudaSetDevice(c.src), c.src);
     nvtxRangePushA(label.c_str());
-    Status s;
-    if (args_.launch == "graph") {
-      auto g = graph_for(c, src_buf, dst_buf);
-      s = g.status();
-      if (s.ok()) {
-        from.timer->begin_launched();
-        s = cuda_status(cudaGraphLaunch(g.value(), from.stream), "cudaGraphLaunch", c.src);
-      }
-      if (s.ok()) s = from.timer->end_launched(from.stream);
-    } else {
-      s = from.timer->begin(from.stream, args_.launch == "gated");
-      if (s.ok()) {
-        s = cuda_status(cudaMemcpyPeerAsync(dst_buf, c.dst, src_buf, c.src, c.size, from.stream),
-                        "cudaMemcpyPeerAsync", c.src);
-      }
-      if (s.ok()) {
-        s = from.timer->end(from.stream);
-      } else {
-        from.timer->open_gate();
-      }
+    Status s = from.timer->begin(from.stream);
+    if (s.ok()) {
+      s = cuda_status(cudaMemcpyPeerAsync(dst_buf, c.dst, src_buf, c.src, c.size, from.stream),
+                      "cudaMemcpyPeerAsync", c.src);
     }
+    if (s.ok()) s = from.timer->end(from.stream);
     nvtxRangePop();
     if (!s.ok()) return s;
     last_src_[{c.dst, c.size}] = c.src;
@@ -132,38 +112,6 @@ class CeBackend final : public Backend {
   }
 
  private:
-  // --launch graph: the start event, the copy and the end event of `c` as one
-  // CUDA graph (captured once per configuration), so that nothing the host
-  // does can come between them.
-  Result<cudaGraphExec_t> graph_for(const ferry::profile::Config& c, void* src_buf, void* dst_buf) {
-    auto key = std::make_tuple(c.src, c.dst, c.size);
-    if (auto it = graphs_.find(key); it != graphs_.end()) return it->second;
-    Device& from = devices_.at(c.src);
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    // cudaMemcpyPeerAsync cannot be captured; with peer access on, a
-    // cudaMemcpyDefault copy between the two GPUs' pointers is the same copy.
-    FERRY_CUDA(cudaStreamBeginCapture(from.stream, cudaStreamCaptureModeThreadLocal), c.src);
-    Status s = cuda_status(cudaEventRecordWithFlags(from.timer->start_event(), from.stream, cudaEventRecordExternal),
-                           "cudaEventRecordWithFlags (capture)", c.src);
-    if (s.ok()) {
-      s = cuda_status(cudaMemcpyAsync(dst_buf, src_buf, c.size, cudaMemcpyDefault, from.stream),
-                      "cudaMemcpyAsync (capture)", c.src);
-    }
-    if (s.ok()) {
-      s = cuda_status(cudaEventRecordWithFlags(from.timer->stop_event(), from.stream, cudaEventRecordExternal),
-                      "cudaEventRecordWithFlags (capture)", c.src);
-    }
-    cudaError_t end = cudaStreamEndCapture(from.stream, &graph);
-    FERRY_RETURN_IF_ERROR(s);
-    FERRY_CUDA(end, c.src);
-    cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    FERRY_CUDA(e, c.src);
-    graphs_[key] = exec;
-    return exec;
-  }
-
   struct Device {
     cudaStream_t stream = nullptr;
     std::unique_ptr<profile_cuda::OpTimer> timer;
@@ -173,7 +121,6 @@ class CeBackend final : public Backend {
   BackendArgs args_;
   std::map<int, Device> devices_;
   std::map<std::pair<int, uint64_t>, int> last_src_;  // (dst, size) -> the GPU that wrote it last
-  std::map<std::tuple<int, int, uint64_t>, cudaGraphExec_t> graphs_;  // --launch graph, by (src, dst, size)
 };
 
 }  // namespace

@@ -40,8 +40,6 @@ __device__ inline uint64_t global_timer_ns() {
 }
 
 // Fills `buf` with src's pattern; blocks until done.
-int64_t host_now_ns();
-
 Status fill_pattern(void* buf, uint64_t size, int src, uint64_t seed, int gpu, cudaStream_t stream);
 // Counts bytes of `buf` that differ from src's pattern; blocks.
 Result<uint64_t> count_mismatches(const void* buf, uint64_t size, int src, uint64_t seed, int gpu,
@@ -63,26 +61,7 @@ class OpTimer {
   // begin(): host time, then the start event. end(): the end event and the
   // stamp, then waits for the end event and takes the host time; then waits
   // for the stamp. Results in the fields below.
-  //
-  // `gated` (nvbandwidth's method): begin() first parks the stream behind a
-  // spin kernel that end() releases, so the GPU starts the operation only
-  // once all of it is posted. The device time then holds no host delays
-  // between the start event and the posting (a preempted thread, a slow
-  // enqueue), which otherwise show up as outliers. Only for operations
-  // posted on `stream` itself, before end().
-  Status begin(cudaStream_t stream, bool gated = false);
-  // For operations launched together with their events (a CUDA graph holding
-  // record(start_event()), the operation, record(stop_event())):
-  // begin_launched() takes the host time; end_launched() is end() without
-  // recording the end event.
-  void begin_launched() { host_start_ns = host_now_ns(); }
-  Status end_launched(cudaStream_t stream);
-  cudaEvent_t start_event() const { return start_; }
-  cudaEvent_t stop_event() const { return stop_; }
-  // Releases a gated stream without timing (posting failed after begin()).
-  void open_gate() {
-    if (gate_ != nullptr) *reinterpret_cast<volatile int*>(gate_) = 1;
-  }
+  Status begin(cudaStream_t stream);
   Status end(cudaStream_t stream);
 
   int64_t host_start_ns = 0;
@@ -95,7 +74,8 @@ class OpTimer {
   cudaEvent_t start_ = nullptr;
   cudaEvent_t stop_ = nullptr;
   uint64_t* stamp_ = nullptr;  // mapped pinned host memory
-  int* gate_ = nullptr;        // mapped pinned host memory; 0 holds a gated stream
 };
+
+int64_t host_now_ns();
 
 }  // namespace ferry::cli::profile_cuda

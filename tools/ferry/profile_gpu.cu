@@ -39,14 +39,6 @@ __global__ void stamp_kernel(uint64_t* slot) {
   __threadfence_system();
 }
 
-// Holds its stream until the host sets *flag (or limit_ns passes).
-__global__ void gate_kernel(volatile int* flag, uint64_t limit_ns) {
-  uint64_t start = global_timer_ns();
-  while (*flag == 0) {
-    if (global_timer_ns() - start > limit_ns) break;
-  }
-}
-
 unsigned blocks_for(uint64_t size) {
   uint64_t b = (size + 255) / 256;
   return unsigned(std::min<uint64_t>(std::max<uint64_t>(b, 1), 4096));
@@ -94,7 +86,6 @@ OpTimer::~OpTimer() {
   if (start_) cudaEventDestroy(start_);
   if (stop_) cudaEventDestroy(stop_);
   if (stamp_) cudaFreeHost(stamp_);
-  if (gate_) cudaFreeHost(gate_);
   cudaSetDevice(prev);
 }
 
@@ -104,33 +95,19 @@ Status OpTimer::init(int gpu) {
   FERRY_CUDA(cudaEventCreate(&stop_), gpu);
   FERRY_CUDA(cudaHostAlloc(&stamp_, sizeof(uint64_t), cudaHostAllocMapped | cudaHostAllocPortable), gpu);
   *stamp_ = 0;
-  FERRY_CUDA(cudaHostAlloc(&gate_, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable), gpu);
-  *gate_ = 1;
   return Status();
 }
 
-Status OpTimer::begin(cudaStream_t stream, bool gated) {
+Status OpTimer::begin(cudaStream_t stream) {
   host_start_ns = host_now_ns();
-  if (gated) {
-    *reinterpret_cast<volatile int*>(gate_) = 0;
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    gate_kernel<<<1, 1, 0, stream>>>(gate_, 10000000000ull);  // 10 s: a host that died must not hang the GPU
-    FERRY_CUDA(cudaGetLastError(), gpu_);
-  }
   FERRY_CUDA(cudaEventRecord(start_, stream), gpu_);
   return Status();
 }
 
 Status OpTimer::end(cudaStream_t stream) {
   FERRY_CUDA(cudaEventRecord(stop_, stream), gpu_);
-  return end_launched(stream);
-}
-
-Status OpTimer::end_launched(cudaStream_t stream) {
   launch_stamp(stamp_, stream);
   FERRY_CUDA(cudaGetLastError(), gpu_);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  *reinterpret_cast<volatile int*>(gate_) = 1;  // opens a gate begin() closed; a no-op otherwise
   FERRY_CUDA(cudaEventSynchronize(stop_), gpu_);
   host_end_ns = host_now_ns();
   FERRY_CUDA(cudaStreamSynchronize(stream), gpu_);

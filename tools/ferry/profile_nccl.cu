@@ -82,17 +82,13 @@ class NcclBackend final : public Backend {
     const int peer = rank_of(sending ? c.dst : c.src);
     if (peer < 0) return Status(Code::kInvalidArgument, "GPU of configuration " + std::to_string(c.id) + " has no rank");
     nvtxRangePushA(label.c_str());
-    Status s = timer_->begin(stream_, args_.launch == "gated");
+    Status s = timer_->begin(stream_);
     if (s.ok()) {
       int r = sending ? nccl_->send(send_.at(c.size), c.size, NcclLibrary::kInt8, peer, comm_, stream_)
                       : nccl_->recv(recv_.at(c.size), c.size, NcclLibrary::kInt8, peer, comm_, stream_);
       if (r != 0) s = nccl_error(sending ? "ncclSend" : "ncclRecv", r);
     }
-    if (s.ok()) {
-      s = timer_->end(stream_);
-    } else {
-      timer_->open_gate();
-    }
+    if (s.ok()) s = timer_->end(stream_);
     nvtxRangePop();
     if (!s.ok()) return s;
     if (receiving) last_src_[c.size] = c.src;

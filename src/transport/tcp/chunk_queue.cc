@@ -19,6 +19,9 @@ int64_t now_ns() {
 }  // namespace
 
 ChunkQueue::ChunkQueue(uint64_t chunk_bytes, int window, int paths, bool adaptive)
+    : ChunkQueue(chunk_bytes, window, paths, PathGovernor(adaptive, paths, kGovernorSampleNs)) {}
+
+ChunkQueue::ChunkQueue(uint64_t chunk_bytes, int window, int paths, PathGovernor governor)
     : chunk_bytes_(chunk_bytes),
       window_(static_cast<uint64_t>(window)),
       ack_every_(std::max<uint64_t>(1, static_cast<uint64_t>(window) / 8)),
@@ -27,7 +30,7 @@ ChunkQueue::ChunkQueue(uint64_t chunk_bytes, int window, int paths, bool adaptiv
       inflight_(static_cast<size_t>(paths)),
       alive_(static_cast<size_t>(paths), true),
       path_cv_(static_cast<size_t>(paths)),
-      governor_(adaptive, paths, kGovernorSampleNs) {}
+      governor_(governor) {}
 
 void ChunkQueue::wake_all() {
   for (auto& cv : path_cv_) cv.notify_all();

@@ -61,6 +61,8 @@ class ChunkQueue {
   // `adaptive`: the governor chooses how many paths carry new chunks;
   // otherwise every live path does.
   ChunkQueue(uint64_t chunk_bytes, int window, int paths, bool adaptive = false);
+  // With a governor in a given state (tests).
+  ChunkQueue(uint64_t chunk_bytes, int window, int paths, PathGovernor governor);
 
   // Queues `op` behind the ones already waiting (FIFO: the oldest transfer
   // finishes first). Returns false once stopped.
@@ -96,6 +98,9 @@ class ChunkQueue {
   uint64_t in_flight(int path) const;
   uint64_t chunk_bytes() const { return chunk_bytes_; }
 
+  // The governor's throughput samples cover this much busy time.
+  static constexpr int64_t kGovernorSampleNs = 10'000'000;
+
  private:
   std::optional<Chunk> claim_locked(int path);
   int live_paths_locked() const;
@@ -117,8 +122,6 @@ class ChunkQueue {
   // One per path: a confirmation wakes only the path whose window it opens,
   // not every transmit worker of the connection.
   std::vector<std::condition_variable> path_cv_;
-  // Throughput samples cover this much busy time.
-  static constexpr int64_t kGovernorSampleNs = 10'000'000;
   PathGovernor governor_;       // guarded by mu_
   int64_t busy_since_ns_ = -1;  // guarded by mu_; when unreported busy time began, -1 while idle
 };

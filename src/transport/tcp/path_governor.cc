@@ -6,9 +6,7 @@
 namespace ferry::tcp {
 
 PathGovernor::PathGovernor(bool adaptive, int paths, int64_t sample_ns)
-    : adaptive_(adaptive), paths_(std::max(1, paths)), sample_ns_(sample_ns), current_(1), kept_(1) {
-  if (!adaptive_) current_ = kept_ = paths_;
-}
+    : adaptive_(adaptive), paths_(std::max(1, paths)), sample_ns_(sample_ns), current_(paths_), kept_(paths_) {}
 
 int PathGovernor::active(int live) const { return std::clamp(current_, 1, std::max(1, live)); }
 
@@ -44,12 +42,12 @@ void PathGovernor::finish_sample(double rate) {
     case Phase::kBase: {
       base_rate_ = rate;
       bool can_up = kept_ < paths_, can_down = kept_ > 1;
-      if (can_up && --wait_up_ <= 0) {
-        probing_up_ = true;
-        current_ = step_up(kept_);
-      } else if (can_down && --wait_down_ <= 0) {
+      if (can_down && --wait_down_ <= 0) {
         probing_up_ = false;
         current_ = step_down(kept_);
+      } else if (can_up && --wait_up_ <= 0) {
+        probing_up_ = true;
+        current_ = step_up(kept_);
       } else {
         return;
       }
@@ -66,7 +64,7 @@ void PathGovernor::finish_sample(double rate) {
         kept_ = current_;
         base_rate_ = rate;
         backoff_up_ = backoff_down_ = kFirstWait;
-        wait_up_ = probing_up_ ? 0 : kMaxWait;
+        wait_up_ = probing_up_ ? 0 : kMaxWait / 2;
         wait_down_ = probing_up_ ? kMaxWait / 2 : 0;
         phase_ = Phase::kBase;
         return;
