@@ -30,7 +30,10 @@ fail() { say "FAILED: $*"; exit 1; }
 
 # ---- 1. build -------------------------------------------------------------------
 say "configure and build (build-gpu)"
-timeout 150 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 ||
+PY=$(command -v python3)
+PYARGS=(-DPython_EXECUTABLE="$PY")
+PBDIR=$("$PY" -m pybind11 --cmakedir 2>/dev/null) && PYARGS+=(-Dpybind11_DIR="$PBDIR")
+timeout 150 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release "${PYARGS[@]}" >"$OUT/cmake.log" 2>&1 ||
   { tail -20 "$OUT/cmake.log"; fail "cmake"; }
 timeout 300 ninja -C build-gpu ferry_cli ferry_tcp_gpu_tests ferry_tcp_gpu_peer >"$OUT/build.log" 2>&1 ||
   { tail -30 "$OUT/build.log"; fail "build"; }
