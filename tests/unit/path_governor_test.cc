@@ -88,6 +88,27 @@ TEST(PathGovernor, NoiseBelowTheGainThresholdNeverDropsPaths) {
   EXPECT_GT(t[4], 19'000);
 }
 
+// Links of 1 Gbit/s: after a step down, the dropped paths' windows keep
+// landing at the old rate for a while. Reports made before they have all
+// landed must not count, or the probe looks as fast as all paths and wins.
+TEST(PathGovernor, JudgesAStepOnlyAfterThePipelineFlushed) {
+  PathGovernor g(true, 4, kSample);
+  int last = g.target();
+  int64_t flush_left = 0;  // ms of old chunks still landing after a change
+  for (int64_t t = 0; t < 20'000; ++t) {
+    int n = g.target();
+    if (n != last) flush_left = 70;
+    last = n;
+    bool flushed = flush_left == 0;
+    // While flushing, the old count's chunks land: the rate of 4 paths, a
+    // little above it even (noise), which must not make the probe win.
+    double rate = flushed ? link_limited(n) : link_limited(4) * 1.2;
+    if (flush_left > 0) --flush_left;
+    g.on_landed(static_cast<uint64_t>(rate * kStep), kStep, flushed);
+    ASSERT_EQ(g.kept(), 4) << "at " << t << " ms";
+  }
+}
+
 TEST(PathGovernor, FixedPolicyAndOnePathNeverMove) {
   PathGovernor all(false, 4, kSample);
   auto t = drive(all, 4, 2000, [](int n) { return 4.0 / n; });

@@ -121,12 +121,19 @@ void ChunkQueue::on_landed(int path, uint64_t landed) {
     }
     landed_[p] = now;
     if (busy_since_ns_ >= 0) {
+      if (flushing_) {
+        flushing_ = false;
+        for (size_t i = 0; i < landed_.size(); ++i) flushing_ |= alive_[i] && landed_[i] < flush_sent_[i];
+      }
       int before = governor_.target();
       int64_t t = now_ns();
-      governor_.on_landed(bytes, t - busy_since_ns_);
+      governor_.on_landed(bytes, t - busy_since_ns_, !flushing_);
       busy_since_ns_ = idle_locked() ? -1 : t;
       more_paths = governor_.target() > before;
       if (governor_.target() != before) {
+        // Judge the new count only once what the old one sent has landed.
+        flush_sent_ = sent_;
+        flushing_ = true;
         FERRY_LOG(kDebug, "tcp", "paths taking new chunks: %d -> %d (%.3f GB/s before)", before, governor_.target(),
                   governor_.last_rate());
       }

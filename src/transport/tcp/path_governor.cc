@@ -23,8 +23,13 @@ int PathGovernor::step_down(int n) const {
   return down;
 }
 
-void PathGovernor::on_landed(uint64_t bytes, int64_t busy_ns) {
+void PathGovernor::on_landed(uint64_t bytes, int64_t busy_ns, bool flushed) {
   if (!adaptive_ || paths_ == 1) return;
+  if (!flushed) {
+    sample_bytes_ = 0;
+    sample_ns_so_far_ = 0;
+    return;
+  }
   sample_bytes_ += bytes;
   sample_ns_so_far_ += std::max<int64_t>(0, busy_ns);
   if (sample_ns_so_far_ < sample_ns_) return;
@@ -36,9 +41,6 @@ void PathGovernor::on_landed(uint64_t bytes, int64_t busy_ns) {
 
 void PathGovernor::finish_sample(double rate) {
   switch (phase_) {
-    case Phase::kSettle:  // chunks of the previous count still landing
-      phase_ = Phase::kBase;
-      return;
     case Phase::kBase: {
       base_rate_ = rate;
       bool can_up = kept_ < paths_, can_down = kept_ > 1;
@@ -51,12 +53,9 @@ void PathGovernor::finish_sample(double rate) {
       } else {
         return;
       }
-      phase_ = Phase::kProbeSettle;
-      return;
-    }
-    case Phase::kProbeSettle:
       phase_ = Phase::kProbe;
       return;
+    }
     case Phase::kProbe:
       if (rate > base_rate_ * (1 + kGain)) {
         // The step paid: keep it, keep going the same way at once, and look
@@ -73,7 +72,7 @@ void PathGovernor::finish_sample(double rate) {
       int& backoff = probing_up_ ? backoff_up_ : backoff_down_;
       (probing_up_ ? wait_up_ : wait_down_) = backoff;
       backoff = std::min(backoff * 2, kMaxWait);
-      phase_ = Phase::kSettle;
+      phase_ = Phase::kBase;
       return;
   }
 }

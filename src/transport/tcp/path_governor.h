@@ -16,8 +16,9 @@
 //
 // Throughput is counted only while the connection has chunks queued or in
 // flight (idle gaps between transfers do not count), in samples of at least
-// `sample_ns` of busy time; the first sample after every change is discarded,
-// because chunks sent under the old path count are still landing.
+// `sample_ns` of busy time. After every change nothing counts until every
+// chunk sent before it has landed: on links of 1 Gbit/s a path's window takes
+// ~70 ms to drain, and a probe judged meanwhile sees the old paths' rate.
 //
 // Pure logic, no clock or locking of its own: the ChunkQueue feeds it under its
 // lock, which lets the tests drive it with modelled links.
@@ -43,7 +44,9 @@ class PathGovernor {
   int active(int live) const;
 
   // `bytes` landed after `busy_ns` of busy time since the previous report.
-  void on_landed(uint64_t bytes, int64_t busy_ns);
+  // `flushed`: every chunk sent before the last change of target() has
+  // landed (until then the report only restarts the sample).
+  void on_landed(uint64_t bytes, int64_t busy_ns, bool flushed = true);
 
   // Observations for logs and tests: the count in use now (a probe's while
   // probing) and the count a probe returns to.
@@ -52,7 +55,7 @@ class PathGovernor {
   double last_rate() const { return base_rate_; }
 
  private:
-  enum class Phase { kSettle, kBase, kProbeSettle, kProbe };
+  enum class Phase { kBase, kProbe };
   void finish_sample(double rate);
   int step_up(int n) const;
   int step_down(int n) const;
@@ -62,7 +65,7 @@ class PathGovernor {
   const int64_t sample_ns_;
   int current_;          // the path count in force
   int kept_;             // the count a probe returns to when it fails
-  Phase phase_ = Phase::kSettle;
+  Phase phase_ = Phase::kBase;
   uint64_t sample_bytes_ = 0;
   int64_t sample_ns_so_far_ = 0;
   double base_rate_ = 0;  // bytes per ns at kept_
