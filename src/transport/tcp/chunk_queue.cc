@@ -123,7 +123,11 @@ void ChunkQueue::on_landed(int path, uint64_t landed) {
     if (busy_since_ns_ >= 0) {
       if (flushing_) {
         flushing_ = false;
-        for (size_t i = 0; i < landed_.size(); ++i) flushing_ |= alive_[i] && landed_[i] < flush_sent_[i];
+        // Up to the last chunk that asked for a confirmation: a path the
+        // governor stopped using may never confirm the few after it.
+        for (size_t i = 0; i < landed_.size(); ++i) {
+          flushing_ |= alive_[i] && landed_[i] < flush_sent_[i] - flush_sent_[i] % ack_every_;
+        }
       }
       int before = governor_.target();
       int64_t t = now_ns();
@@ -134,8 +138,8 @@ void ChunkQueue::on_landed(int path, uint64_t landed) {
         // Judge the new count only once what the old one sent has landed.
         flush_sent_ = sent_;
         flushing_ = true;
-        FERRY_LOG(kDebug, "tcp", "paths taking new chunks: %d -> %d (%.3f GB/s before)", before, governor_.target(),
-                  governor_.last_rate());
+        FERRY_LOG(kDebug, "tcp", "paths taking new chunks: %d -> %d (last sample %.3f GB/s at %d)", before,
+                  governor_.target(), governor_.last_rate(), governor_.kept());
       }
     }
   }

@@ -28,14 +28,17 @@ void PathGovernor::on_landed(uint64_t bytes, int64_t busy_ns, bool flushed) {
   if (!flushed) {
     sample_bytes_ = 0;
     sample_ns_so_far_ = 0;
+    sample_reports_ = 0;
     return;
   }
   sample_bytes_ += bytes;
   sample_ns_so_far_ += std::max<int64_t>(0, busy_ns);
-  if (sample_ns_so_far_ < sample_ns_) return;
+  ++sample_reports_;
+  if (sample_ns_so_far_ < sample_ns_ || sample_reports_ < kMinReports) return;
   double rate = static_cast<double>(sample_bytes_) / static_cast<double>(sample_ns_so_far_);
   sample_bytes_ = 0;
   sample_ns_so_far_ = 0;
+  sample_reports_ = 0;
   finish_sample(rate);
 }
 

@@ -16,7 +16,9 @@
 //
 // Throughput is counted only while the connection has chunks queued or in
 // flight (idle gaps between transfers do not count), in samples of at least
-// `sample_ns` of busy time. After every change nothing counts until every
+// `sample_ns` of busy time and of at least kMinReports landing reports (the
+// peer confirms landing every few chunks, so on a slow link a short sample
+// holds one confirmation or two and its rate is off by 2x). After every change nothing counts until every
 // chunk sent before it has landed: on links of 1 Gbit/s a path's window takes
 // ~70 ms to drain, and a probe judged meanwhile sees the old paths' rate.
 //
@@ -35,6 +37,8 @@ class PathGovernor {
   // Probes that fail wait this many samples, doubling up to kMaxWait.
   static constexpr int kFirstWait = 8;
   static constexpr int kMaxWait = 128;
+  // A sample spans at least this many landing reports.
+  static constexpr int kMinReports = 8;
 
   // `adaptive` false: every live path, always.
   PathGovernor(bool adaptive, int paths, int64_t sample_ns);
@@ -67,6 +71,7 @@ class PathGovernor {
   int kept_;             // the count a probe returns to when it fails
   Phase phase_ = Phase::kBase;
   uint64_t sample_bytes_ = 0;
+  int sample_reports_ = 0;
   int64_t sample_ns_so_far_ = 0;
   double base_rate_ = 0;  // bytes per ns at kept_
   int wait_up_ = kMaxWait / 2;  // samples at kept_ before the next probe upward
