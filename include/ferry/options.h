@@ -52,10 +52,10 @@ struct Options {
   // the socket; host->device copies follow arrival). Slots are allocated only
   // on paths that move GPU memory: at most staging_depth x
   // staging_chunk_bytes per path and direction.
-  int staging_depth = 4;
+  int staging_depth = 2;
   // Transfers that touch GPU memory travel in chunks of this size (also the
   // size of a staging slot).
-  size_t staging_chunk_bytes = 512 * 1024;
+  size_t staging_chunk_bytes = 1024 * 1024;
   // Messages and writes up to this size ride inline on the control stream.
   size_t inline_max = 64 * 1024;
   // Shared secret; empty means no authentication.

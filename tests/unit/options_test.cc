@@ -117,7 +117,7 @@ TEST(Options, EveryTunableIsReadFromItsVariable) {
       {"FERRY_RX_BINDINGS", {"eth1:2", "eth1:2"}},
       {"FERRY_NIC_POLICY", {"all", "all"}},
       {"FERRY_STAGING_DEPTH", {"8", "8"}},
-      {"FERRY_STAGING_CHUNK", {"1M", "1048576"}},
+      {"FERRY_STAGING_CHUNK", {"2M", "2097152"}},
       {"FERRY_PATH_POLICY", {"all", "all"}},
   };
   ASSERT_EQ(cases.size(), kTunableEnvs.size());
