@@ -95,6 +95,11 @@ int serve(ferry::Engine& engine, ferry::Connection& conn, const Args& a) {
         }
       }
       send_text(std::to_string(good) + "/" + std::to_string(x));
+    } else if (c == "NOTE_THEN_EXIT") {
+      // Exit the moment a notification is seen (the engine closes on the way out).
+      auto note = conn.wait_notification(ferry::after(30s));
+      if (!note.ok()) fail("wait_notification", note.status());
+      return 0;
     } else if (std::sscanf(c.c_str(), "SMALLRECV %" SCNu64, &x) == 1) {
       auto n = conn.recv(data, x, ferry::after(30s));
       send_text(std::string(ferry::code_name(n.status().code())));

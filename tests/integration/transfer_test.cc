@@ -188,6 +188,26 @@ TEST(Transfer, NotificationsArriveAfterTheirData) {
             std::to_string(kWrites) + "/" + std::to_string(kWrites));
 }
 
+// A peer that exits as soon as it sees a notification must not make the
+// sender's notify fail: the note arrived, so its confirmation must beat the
+// peer's goodbye. Repeated, because the race is narrow.
+TEST(Transfer, NotifyToAPeerThatExitsOnReceiptSucceeds) {
+  for (int round = 0; round < 15; ++round) {
+    PeerProcess peer({"--listen", "127.0.0.1:0", "--mode", "target", "--size", "4096", "--seed", "1"});
+    ASSERT_FALSE(peer.address().empty());
+    LocalSide me(1 << 20);
+    auto conn = connect_to(*me.engine, peer);
+    ASSERT_TRUE(conn);
+    uint8_t* ctl = me.at(0);
+    ASSERT_TRUE(recv_descriptor(*conn, ctl).ok());
+    std::string cmd = "NOTE_THEN_EXIT";
+    std::memcpy(ctl, cmd.data(), cmd.size());
+    ASSERT_OK(conn->send(ctl, cmd.size(), after(10s)));
+    Status s = conn->notify("round " + std::to_string(round), after(10s));
+    ASSERT_TRUE(s.ok()) << "round " << round << ": " << s.to_string();
+  }
+}
+
 TEST(Transfer, ManyInFlightInBothDirections) {
   PeerProcess peer({"--listen", "127.0.0.1:0", "--mode", "echo"});
   ASSERT_FALSE(peer.address().empty());

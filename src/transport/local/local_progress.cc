@@ -118,13 +118,16 @@ Status LocalConnection::handle(const std::string& msg) {
     case FrameType::kLocalPush:
       return on_pull_or_push(h, payload);
     case FrameType::kLocalNote:
-      deliver_note(h.a, (h.flags & kNoteSkip) != 0, std::string(aux));
+      // Confirm first: an application that closes the moment it sees the
+      // note would otherwise send CLOSE ahead of the confirmation, and the
+      // sender's notify would fail although the note arrived.
       if (h.id != 0) {
         FrameHeader ack;
         ack.type = FrameType::kAck;
         ack.id = h.id;
         post(ack);
       }
+      deliver_note(h.a, (h.flags & kNoteSkip) != 0, std::string(aux));
       return Status();
     case FrameType::kLocalRevoke:
       return on_revoke(h, payload);

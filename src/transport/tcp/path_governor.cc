@@ -6,7 +6,17 @@
 namespace ferry::tcp {
 
 PathGovernor::PathGovernor(bool adaptive, int paths, int64_t sample_ns)
-    : adaptive_(adaptive), paths_(std::max(1, paths)), sample_ns_(sample_ns), current_(paths_), kept_(paths_) {}
+    : adaptive_(adaptive),
+      paths_(std::max(1, paths)),
+      sample_ns_(sample_ns),
+      current_(paths_),
+      kept_(paths_),
+      average_(static_cast<size_t>(paths_) + 1, 0.0) {}
+
+void PathGovernor::record(int n, double rate) {
+  double& a = average_[static_cast<size_t>(n)];
+  a = a == 0 ? rate : 0.5 * a + 0.5 * rate;
+}
 
 int PathGovernor::active(int live) const { return std::clamp(current_, 1, std::max(1, live)); }
 
@@ -46,6 +56,7 @@ void PathGovernor::finish_sample(double rate) {
   switch (phase_) {
     case Phase::kBase: {
       base_rate_ = rate;
+      record(kept_, rate);
       bool can_up = kept_ < paths_, can_down = kept_ > 1;
       if (can_down && --wait_down_ <= 0) {
         probing_up_ = false;
@@ -60,7 +71,8 @@ void PathGovernor::finish_sample(double rate) {
       return;
     }
     case Phase::kProbe:
-      if (rate > base_rate_ * (1 + kGain)) {
+      record(current_, rate);
+      if (average(current_) > average(kept_) * (1 + kGain)) {
         // The step paid: keep it, keep going the same way at once, and look
         // back the other way only rarely (that step was just measured).
         kept_ = current_;

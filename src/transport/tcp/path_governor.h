@@ -10,7 +10,10 @@
 // on one and climbing made 16 MiB transfers over 16 loopback streams 3x
 // slower), and tries stepping down the ladder all, ..., 4, 2, 1, keeping a
 // step only when it raises throughput by more than `kGain`. A step that does
-// not pay is undone and tried again after exponentially longer waits; after
+// not pay is undone and tried again after exponentially longer waits. Counts
+// are compared by their running averages over all samples taken at them, not
+// by one sample each: one 10 ms sample on a busy 2-core host varies by ±20%,
+// more than the 10% a path count can be worth there. After
 // stepping down it also tries stepping back up now and then, so that paths
 // return when they pay again.
 //
@@ -26,7 +29,9 @@
 // lock, which lets the tests drive it with modelled links.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace ferry::tcp {
 
@@ -56,11 +61,14 @@ class PathGovernor {
   // probing) and the count a probe returns to.
   int target() const { return current_; }
   int kept() const { return kept_; }
+  // Running average rate at `n` paths (bytes per ns), 0 before any sample.
+  double average(int n) const { return n >= 1 && n <= paths_ ? average_[static_cast<size_t>(n)] : 0; }
   double last_rate() const { return base_rate_; }
 
  private:
   enum class Phase { kBase, kProbe };
   void finish_sample(double rate);
+  void record(int n, double rate);
   int step_up(int n) const;
   int step_down(int n) const;
 
@@ -73,7 +81,8 @@ class PathGovernor {
   uint64_t sample_bytes_ = 0;
   int sample_reports_ = 0;
   int64_t sample_ns_so_far_ = 0;
-  double base_rate_ = 0;  // bytes per ns at kept_
+  double base_rate_ = 0;         // last sample at kept_, bytes per ns
+  std::vector<double> average_;  // by path count: running average of its samples
   int wait_up_ = kMaxWait / 2;  // samples at kept_ before the next probe upward
   int wait_down_ = kFirstWait;   // ... downward
   int backoff_up_ = kFirstWait;

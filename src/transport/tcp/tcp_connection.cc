@@ -1059,8 +1059,11 @@ Status TcpConnection::handle_frame(int fd, int path, const FrameHeader& h, std::
     case FrameType::kReadReq:
       return handle_read_req(h);
     case FrameType::kNotify:
-      deliver_notification(std::move(aux));
+      // Confirm first: an application that closes the moment it sees the
+      // note would otherwise send CLOSE ahead of the confirmation, and the
+      // sender's notify would fail although the note arrived.
       ack(h.id, Status());
+      deliver_notification(std::move(aux));
       return Status();
     case FrameType::kChunkAck:
       chunks_.on_landed(static_cast<int>(h.a), h.b);
@@ -1272,6 +1275,16 @@ void TcpConnection::tick(Clock::time_point now) {
                                      " ms): stopped, partitioned or overloaded"));
     return;
   }
+  int64_t closed = paths_closed_ns_.load(std::memory_order_acquire);
+  if (closed != 0 && t - closed > kControlGraceNs) {
+    Status down;
+    {
+      std::lock_guard lock(health_mu_);
+      down = all_paths_down_;
+    }
+    fail(down);
+    return;
+  }
   int64_t idle = t - last_tx_ns_.load(std::memory_order_relaxed);
   if (idle >= std::chrono::duration_cast<std::chrono::nanoseconds>(o.heartbeat_interval).count()) {
     Outgoing hb;
@@ -1297,9 +1310,22 @@ void TcpConnection::path_failed(int path, const Status& why) {
               why.message().c_str(), live);
   }
   if (live == 0) {
-    if (orderly) closed_by_peer_ = true;
-    fail(Status(Code::kPeerLost, where() + ": every data path is down (last: path " + std::to_string(path) + " " +
-                                     name + ": " + why.message() + ")"));
+    Status down(Code::kPeerLost, where() + ": every data path is down (last: path " + std::to_string(path) + " " +
+                                     name + ": " + why.message() + ")");
+    if (!orderly) {
+      fail(down);
+      return;
+    }
+    {
+      std::lock_guard lock(health_mu_);
+      all_paths_down_ = down;
+    }
+    // The peer is closing: what it sent on the control stream before its
+    // goodbye (confirmations of notifications, acks) is still to be read
+    // there, and sockets keep no order between each other. The control
+    // stream's end fails the connection; tick() does if it never comes.
+    closed_by_peer_ = true;
+    paths_closed_ns_.store(now_ns(), std::memory_order_release);
   }
 }
 

@@ -246,6 +246,11 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   std::atomic<bool> closed_by_peer_{false};  // an orderly CLOSE arrived: not worth a warning
   mutable std::mutex health_mu_;
   Status health_;  // guarded by health_mu_
+  // Every data path was closed in order by the peer at this time (0: not):
+  // the control stream gets kControlGraceNs to deliver what precedes its end.
+  std::atomic<int64_t> paths_closed_ns_{0};
+  Status all_paths_down_;  // guarded by health_mu_; why, once no path is left
+  static constexpr int64_t kControlGraceNs = 500'000'000;
 
   std::atomic<int64_t> last_rx_ns_{0};
   std::atomic<int64_t> last_tx_ns_{0};
