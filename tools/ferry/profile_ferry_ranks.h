@@ -17,8 +17,8 @@
 // word from each. All ranks leave within about one notification's latency of
 // the last arrival. Notifications have their own queue, apart from messages,
 // so barriers never match a send or receive of the data being timed. A
-// barrier's own notifications are confirmed at the next barrier (a peer may
-// close right after the last one, before confirming what it received).
+// barrier's own notifications are confirmed at the next barrier, so that a
+// barrier costs one message each way, not a round trip.
 #pragma once
 
 #include <memory>
