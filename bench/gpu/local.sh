@@ -26,7 +26,7 @@ if ! cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUT
     "${extra[@]}" >"$out/cmake.log" 2>&1; then
   tail -30 "$out/cmake.log"; exit 1
 fi
-if ! ninja -C build-gpu ferry_local_gpu_test ferry_local_bench ferry_integration_tests ferry_test_peer _ferry >"$out/build.log" 2>&1; then
+if ! ninja -C build-gpu ferry_local_gpu_test ferry_local_multi_gpu_test ferry_local_bench ferry_integration_tests ferry_test_peer _ferry >"$out/build.log" 2>&1; then
   grep -E "error|Error" "$out/build.log" | head -30; exit 1
 fi
 # The Python package is assembled by the module's post-build steps.
@@ -36,6 +36,10 @@ echo "build: $(( $(date +%s) - t0 )) s"
 timeout 400 build-gpu/bin/ferry_local_gpu_test >"$out/gpu_test.log" 2>&1
 gpu_rc=$?
 tail -5 "$out/gpu_test.log"; grep FAIL "$out/gpu_test.log" | head -20
+
+timeout 200 build-gpu/bin/ferry_local_multi_gpu_test >"$out/multi_gpu_test.log" 2>&1
+multi_rc=$?
+tail -3 "$out/multi_gpu_test.log"; grep FAIL "$out/multi_gpu_test.log" | head -10
 
 FERRY_TRANSPORT=local timeout 200 build-gpu/bin/ferry_integration_tests >"$out/integration_local.log" 2>&1
 int_rc=$?
@@ -54,5 +58,5 @@ timeout 300 build-gpu/bin/ferry_local_bench "${nccl:-libnccl.so.2}" >"$out/bench
 bench_rc=$?
 echo
 echo "== results ($(date -u +%F), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x$(nvidia-smi -L | wc -l))"
-echo "gpu test rc=$gpu_rc  integration(local) rc=$int_rc  pytest gpu rc=$py_rc  bench rc=$bench_rc"
+echo "gpu test rc=$gpu_rc  multi-GPU rc=$multi_rc  integration(local) rc=$int_rc  pytest gpu rc=$py_rc  bench rc=$bench_rc"
 tail -14 "$out/bench.log"

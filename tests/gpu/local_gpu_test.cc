@@ -119,12 +119,15 @@ void one_case(Side& s, const char* op, bool a_sends, bool src_gpu, bool dst_gpu,
     // The sender writes into the receiver's export, with a notification.
     const RemoteDescriptor& far = dst_gpu ? s.peer_gpu : s.peer_host;
     std::string note = "w" + std::to_string(seed);
+    // Nothing orders a write after the receiver's poisoning but this sync.
     if (i_send) {
       fill(mem(s, src_gpu), n, seed);
+      sync(s);
       EXPECT_OK(s.conn->write(mem(s, src_gpu), n, far, kOffset, note, soon()), what);
       report(s, false, "", what);
     } else {
       poison(mem(s, dst_gpu), n);
+      sync(s);
       auto got = s.conn->wait_notification(soon());
       std::string problem = !got.ok() ? got.status().to_string()
                             : *got != note ? "notification '" + *got + "'"
