@@ -36,10 +36,10 @@ struct Options {
   // "nearest": a transfer uses the paths whose NIC is on the NUMA node of its
   // memory when there are any; "all": every path.
   std::string nic_policy = "nearest";
-  // "adaptive": each connection starts a transfer stream on one path and adds
-  // paths while they add throughput, dropping them again when they stop
-  // paying (links faster than the CPU gain nothing from more threads);
-  // "all": every path from the start.
+  // "adaptive": each connection starts on every path and keeps fewer only
+  // while fewer measure faster (links faster than the CPU gain nothing from
+  // more threads), taking paths back when they pay again; "all": every path,
+  // always.
   std::string path_policy = "adaptive";
   // Data streams (paths) per NIC pair, besides the control stream.
   int streams = 2;

@@ -73,7 +73,7 @@ void bind_options(pyb::module_& m) {
       .def_readwrite("rx_bindings", &Options::rx_bindings, "CPUs of each NIC's receive workers.")
       .def_readwrite("nic_policy", &Options::nic_policy, "'nearest' (NICs on the memory's NUMA node) or 'all'.")
       .def_readwrite("path_policy", &Options::path_policy,
-                     "'adaptive' (add paths while they add throughput) or 'all' (every path from the start).")
+                     "'adaptive' (every path, fewer while fewer measure faster) or 'all' (every path, always).")
       .def_readwrite("streams", &Options::streams, "Data streams (paths) per NIC pair, besides the control one.")
       .def_readwrite("chunk_bytes", &Options::chunk_bytes, "Bulk transfers are cut into chunks of this many bytes.")
       .def_readwrite("staging_depth", &Options::staging_depth, "GPU memory over TCP: chunks each path stages ahead per direction.")

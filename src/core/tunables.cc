@@ -122,7 +122,7 @@ const std::vector<Tunable>& tunables() {
       string_tunable("nic_policy", "FERRY_NIC_POLICY", "nearest (NICs on the memory's NUMA node first) or all",
                      &Options::nic_policy),
       string_tunable("path_policy", "FERRY_PATH_POLICY",
-                     "adaptive (add paths while they add throughput) or all (every path from the start)",
+                     "adaptive (every path, fewer while fewer measure faster) or all (every path, always)",
                      &Options::path_policy),
       size_tunable("streams", "FERRY_STREAMS", "count", "data streams (paths) per NIC pair", &Options::streams),
       size_tunable("chunk_bytes", "FERRY_CHUNK", "bytes",
