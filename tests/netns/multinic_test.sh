@@ -75,7 +75,10 @@ echo "== 2. a link goes down mid-transfer"
 start_target
 ( sleep 1.5; "$lab" link 2 down ) &
 downer=$!
-out=$(timeout 120 ip netns exec "$A" env FERRY_PATH_TIMEOUT_MS=1000 "$ferry" bench \
+# Every path in use (FERRY_PATH_POLICY=all): a path the governor had set
+# aside carries nothing, so its link could go down unnoticed and the failover
+# under test would not run.
+out=$(timeout 120 ip netns exec "$A" env FERRY_PATH_TIMEOUT_MS=1000 FERRY_PATH_POLICY=all "$ferry" bench \
       --peer "$addr" --nics fa0,fa1,fa2,fa3 --streams 1 --op write --sizes 32M --iters 40 --warmup 0 --verify 2>&1)
 rc=$?
 wait "$downer"
@@ -91,7 +94,7 @@ start_target
 ( sleep 1.5; for k in 0 1 2 3; do "$lab" link $k down; done ) &
 downer=$!
 t0=$(date +%s.%N)
-out=$(timeout 60 ip netns exec "$A" env FERRY_PATH_TIMEOUT_MS=1000 FERRY_PEER_TIMEOUT_MS=2000 FERRY_HEARTBEAT_MS=200 \
+out=$(timeout 60 ip netns exec "$A" env FERRY_PATH_TIMEOUT_MS=1000 FERRY_PEER_TIMEOUT_MS=2000 FERRY_HEARTBEAT_MS=200 FERRY_PATH_POLICY=all \
       "$ferry" bench --peer "$addr" --nics fa0,fa1,fa2,fa3 --streams 1 --op write --sizes 32M --iters 100 --warmup 0 2>&1)
 rc=$?
 wait "$downer"
