@@ -28,6 +28,16 @@ rows=$(($(wc -l <"$tmp/ce/execution_log.csv") - 1))
 grep -q "result: ok" "$tmp/ce/metadata_rank_0.yml" || fail "ce: data did not verify"
 grep -q '"name":"p2p_cfg[0-9]*_s0d1_sz1048576_r2"' "$tmp/ce/rank_0.trace.json" || fail "ce: trace lacks event names"
 
+# The files of a run of one process per GPU, both ranks', and its row count.
+check_two_ranks() {
+  local b=$1 f rows
+  for f in execution_log.csv clock_drift.csv rank_0.trace.json rank_1.trace.json metadata_rank_0.yml metadata_rank_1.yml; do
+    [ -s "$tmp/$b/$f" ] || fail "$b: $f missing"
+  done
+  rows=$(($(wc -l <"$tmp/$b/execution_log.csv") - 1))
+  [ $rows -eq 48 ] || fail "$b: 24 operations x 2 ranks = 48 rows, got $rows"
+}
+
 "$ferry" profile --backend nccl "${common[@]}" --out "$tmp/nccl" >"$tmp/nccl.out" 2>"$tmp/nccl.err"
 rc=$?
 cat "$tmp/nccl.out" "$tmp/nccl.err"
@@ -35,11 +45,7 @@ if [ $rc -ne 0 ] && grep -q "NCCL not found" "$tmp/nccl.err"; then
   echo "nccl: NCCL not found here; ce checked"
 else
   [ $rc -eq 0 ] || fail "nccl run exited $rc"
-  for f in execution_log.csv clock_drift.csv rank_0.trace.json rank_1.trace.json metadata_rank_0.yml metadata_rank_1.yml; do
-    [ -s "$tmp/nccl/$f" ] || fail "nccl: $f missing"
-  done
-  rows=$(($(wc -l <"$tmp/nccl/execution_log.csv") - 1))
-  [ $rows -eq 48 ] || fail "nccl: 24 operations x 2 ranks = 48 rows, got $rows"
+  check_two_ranks nccl
   grep -q "^  nccl: " "$tmp/nccl/metadata_rank_1.yml" || fail "nccl: no NCCL version recorded"
 fi
 
@@ -47,11 +53,7 @@ fi
 rc=$?
 cat "$tmp/ferry.out" "$tmp/ferry.err"
 [ $rc -eq 0 ] || fail "ferry run exited $rc"
-for f in execution_log.csv clock_drift.csv rank_0.trace.json rank_1.trace.json metadata_rank_0.yml metadata_rank_1.yml; do
-  [ -s "$tmp/ferry/$f" ] || fail "ferry: $f missing"
-done
-rows=$(($(wc -l <"$tmp/ferry/execution_log.csv") - 1))
-[ $rows -eq 48 ] || fail "ferry: 24 operations x 2 ranks = 48 rows, got $rows"
+check_two_ranks ferry
 grep -q "result: ok" "$tmp/ferry/metadata_rank_1.yml" || fail "ferry: data did not verify"
 grep -q "^  ferry: " "$tmp/ferry/metadata_rank_1.yml" || fail "ferry: no engine version recorded"
 [ ! -e "$tmp/ferry/rendezvous" ] || fail "ferry: the rendezvous directory was left behind"

@@ -21,6 +21,22 @@ const std::vector<BackendSpec>& backends() {
   return table;
 }
 
+int rank_of(const std::vector<int>& gpus, int gpu) {
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    if (gpus[i] == gpu) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+Status check_rank(const BackendArgs& args, const std::string& backend) {
+  if (args.rank < 0 || args.rank >= static_cast<int>(args.gpus.size()) ||
+      args.world != static_cast<int>(args.gpus.size())) {
+    return Status(Code::kInvalidArgument, backend + " backend: rank " + std::to_string(args.rank) + " of " +
+                                              std::to_string(args.world) + " does not match the GPU list");
+  }
+  return Status();
+}
+
 const BackendSpec* find_backend(const std::string& name) {
   for (const BackendSpec& b : backends()) {
     if (name == b.name) return &b;

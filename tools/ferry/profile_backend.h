@@ -80,6 +80,12 @@ struct BackendSpec {
   const char* unavailable;
 };
 
+// Process-per-GPU backends: the rank that drives GPU `gpu` in `gpus`, or -1;
+// and whether args' rank and world fit its GPU list (kInvalidArgument naming
+// `backend` if not).
+int rank_of(const std::vector<int>& gpus, int gpu);
+Status check_rank(const BackendArgs& args, const std::string& backend);
+
 // Every backend name ferry knows, built or not.
 const std::vector<BackendSpec>& backends();
 // nullptr for an unknown name.

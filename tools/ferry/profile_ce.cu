@@ -87,15 +87,7 @@ class CeBackend final : public Backend {
     nvtxRangePop();
     if (!s.ok()) return s;
     last_src_[{c.dst, c.size}] = c.src;
-    OpTiming t;
-    t.took_part = true;
-    t.host_start_ns = from.timer->host_start_ns;
-    t.host_end_ns = from.timer->host_end_ns;
-    t.device_ns = from.timer->device_ns;
-    t.gpu_start_ns = from.timer->gpu_start_ns;
-    t.gpu = c.src;
-    t.role = "copy";
-    return t;
+    return profile_cuda::op_timing(*from.timer, c.src, "copy");
   }
 
   Result<uint64_t> verify() override {

@@ -1,12 +1,16 @@
 // Shared CUDA pieces of `ferry profile` (included by its .cu files only):
-// error mapping, the data pattern, timer reads and the op timer.
+// error mapping, the data pattern, timer reads, the op timer and the buffers
+// of one rank.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
+#include "ferry/profile_backend.h"
 #include "ferry/status.h"
 
 namespace ferry::cli::profile_cuda {
@@ -77,5 +81,44 @@ class OpTimer {
 };
 
 int64_t host_now_ns();
+
+// What an OpTimer measured, as the OpTiming of one operation on `gpu`.
+inline cli::profile::OpTiming op_timing(const OpTimer& timer, int gpu, const char* role) {
+  cli::profile::OpTiming t;
+  t.took_part = true;
+  t.host_start_ns = timer.host_start_ns;
+  t.host_end_ns = timer.host_end_ns;
+  t.device_ns = timer.device_ns;
+  t.gpu_start_ns = timer.gpu_start_ns;
+  t.gpu = gpu;
+  t.role = role;
+  return t;
+}
+
+// The buffers of one rank of a process-per-GPU backend (nccl, ferry): a send
+// and a receive buffer per size on the rank's GPU, and which GPU wrote each
+// receive buffer last, for the check after the run.
+class RankBuffers {
+ public:
+  RankBuffers() = default;
+  ~RankBuffers();
+  RankBuffers(const RankBuffers&) = delete;
+  RankBuffers& operator=(const RankBuffers&) = delete;
+
+  // Allocates both buffers of every size on `gpu` (must be current), fills
+  // the send buffers with its pattern and clears the receive buffers. Blocks.
+  Status allocate(int gpu, const std::vector<uint64_t>& sizes, uint64_t seed, cudaStream_t stream);
+  void* send(uint64_t size) const { return send_.at(size); }
+  void* recv(uint64_t size) const { return recv_.at(size); }
+  void received(uint64_t size, int src) { last_src_[size] = src; }
+  // Wrong bytes over every receive buffer written during the run. Blocks.
+  Result<uint64_t> verify(uint64_t seed, cudaStream_t stream) const;
+
+ private:
+  int gpu_ = -1;
+  std::map<uint64_t, void*> send_;
+  std::map<uint64_t, void*> recv_;
+  std::map<uint64_t, int> last_src_;  // size -> the GPU that sent it last
+};
 
 }  // namespace ferry::cli::profile_cuda

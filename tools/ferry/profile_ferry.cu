@@ -16,7 +16,6 @@
 #include <nvtx3/nvToolsExt.h>
 
 #include <chrono>
-#include <map>
 #include <memory>
 
 #include "ferry/engine.h"
@@ -50,8 +49,6 @@ class FerryBackend final : public Backend {
     // Connections and registrations end before the memory they name is freed.
     ranks_.reset();
     cudaSetDevice(gpu());
-    for (auto& [size, p] : send_) cudaFree(p);
-    for (auto& [size, p] : recv_) cudaFree(p);
     timer_.reset();
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -90,19 +87,11 @@ class FerryBackend final : public Backend {
 
   Status prepare(const std::vector<uint64_t>& sizes) override {
     FERRY_CUDA(cudaSetDevice(gpu()), gpu());
+    FERRY_RETURN_IF_ERROR(buffers_.allocate(gpu(), sizes, args_.seed, stream_));
     for (uint64_t size : sizes) {
-      void* s = nullptr;
-      void* r = nullptr;
-      FERRY_CUDA(cudaMalloc(&s, size), gpu());
-      send_[size] = s;
-      FERRY_CUDA(cudaMalloc(&r, size), gpu());
-      recv_[size] = r;
-      FERRY_RETURN_IF_ERROR(profile_cuda::fill_pattern(s, size, gpu(), args_.seed, gpu(), stream_));
-      FERRY_CUDA(cudaMemsetAsync(r, 0, size, stream_), gpu());
-      FERRY_RETURN_IF_ERROR(register_gpu_buffer(s, size));
-      FERRY_RETURN_IF_ERROR(register_gpu_buffer(r, size));
+      FERRY_RETURN_IF_ERROR(register_gpu_buffer(buffers_.send(size), size));
+      FERRY_RETURN_IF_ERROR(register_gpu_buffer(buffers_.recv(size), size));
     }
-    FERRY_CUDA(cudaStreamSynchronize(stream_), gpu());
     return Status();
   }
 
@@ -113,7 +102,7 @@ class FerryBackend final : public Backend {
     const bool sending = c.src == gpu();
     const bool receiving = c.dst == gpu();
     if (!sending && !receiving) return t;
-    const int peer = rank_of(sending ? c.dst : c.src);
+    const int peer = rank_of(args_.gpus, sending ? c.dst : c.src);
     if (peer < 0) {
       return Status(Code::kInvalidArgument, "GPU of configuration " + std::to_string(c.id) + " has no rank");
     }
@@ -124,7 +113,8 @@ class FerryBackend final : public Backend {
     Status s = timer_->begin(stream_);
     if (s.ok()) {
       host_start = host_now_ns();
-      Transfer op = sending ? conn.send_async(send_.at(c.size), c.size) : conn.recv_async(recv_.at(c.size), c.size);
+      Transfer op = sending ? conn.send_async(buffers_.send(c.size), c.size)
+                            : conn.recv_async(buffers_.recv(c.size), c.size);
       s = op.wait(after(wait_limit_));
       host_end = host_now_ns();
       if (s.code() == Code::kDeadlineExceeded) op.cancel();
@@ -140,28 +130,14 @@ class FerryBackend final : public Backend {
     if (s.ok()) s = timer_->end(stream_);
     nvtxRangePop();
     if (!s.ok()) return s;
-    if (receiving) last_src_[c.size] = c.src;
-    t.took_part = true;
-    t.host_start_ns = host_start;
+    if (receiving) buffers_.received(c.size, c.src);
+    t = profile_cuda::op_timing(*timer_, gpu(), sending ? "send" : "recv");
+    t.host_start_ns = host_start;  // post and completion only (see the top of this file)
     t.host_end_ns = host_end;
-    t.device_ns = timer_->device_ns;
-    t.gpu_start_ns = timer_->gpu_start_ns;
-    t.gpu = gpu();
-    t.role = sending ? "send" : "recv";
     return t;
   }
 
-  Result<uint64_t> verify() override {
-    uint64_t bad = 0;
-    FERRY_CUDA(cudaSetDevice(gpu()), gpu());
-    for (const auto& [size, src] : last_src_) {
-      FERRY_ASSIGN_OR_RETURN(uint64_t b,
-                             profile_cuda::count_mismatches(recv_.at(size), size, src, args_.seed, gpu(), stream_));
-      bad += b;
-    }
-    if (last_src_.empty()) return Status(Code::kInternal, "rank received nothing, so nothing could be verified");
-    return bad;
-  }
+  Result<uint64_t> verify() override { return buffers_.verify(args_.seed, stream_); }
 
   std::vector<std::pair<std::string, std::string>> versions() const override {
     return {{"ferry", FERRY_VERSION}, {"ferry_transport", "local"}};
@@ -180,32 +156,20 @@ class FerryBackend final : public Backend {
     }
     return Status();
   }
-  int rank_of(int g) const {
-    for (size_t i = 0; i < args_.gpus.size(); ++i) {
-      if (args_.gpus[i] == g) return static_cast<int>(i);
-    }
-    return -1;
-  }
 
   BackendArgs args_;
   std::vector<int> local_;
   Clock::duration wait_limit_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<profile_cuda::OpTimer> timer_;
+  profile_cuda::RankBuffers buffers_;  // before ranks_: the engine lets go of them first
   std::unique_ptr<RankConnections> ranks_;
-  std::map<uint64_t, void*> send_;
-  std::map<uint64_t, void*> recv_;
-  std::map<uint64_t, int> last_src_;  // size -> the GPU that sent it last
 };
 
 }  // namespace
 
 Result<std::unique_ptr<Backend>> make_ferry_backend(const BackendArgs& args) {
-  if (args.rank < 0 || args.rank >= static_cast<int>(args.gpus.size()) ||
-      args.world != static_cast<int>(args.gpus.size())) {
-    return Status(Code::kInvalidArgument, "ferry backend: rank " + std::to_string(args.rank) + " of " +
-                                              std::to_string(args.world) + " does not match the GPU list");
-  }
+  FERRY_RETURN_IF_ERROR(check_rank(args, "ferry"));
   if (args.rendezvous_dir.empty()) {
     return Status(Code::kInvalidArgument,
                   "ferry backend: no rendezvous directory (rank started outside ferry profile?)");

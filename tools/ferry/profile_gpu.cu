@@ -78,6 +78,40 @@ Result<uint64_t> count_mismatches(const void* buf, uint64_t size, int src, uint6
 
 void launch_stamp(uint64_t* slot, cudaStream_t stream) { stamp_kernel<<<1, 1, 0, stream>>>(slot); }
 
+RankBuffers::~RankBuffers() {
+  if (gpu_ < 0) return;
+  cudaSetDevice(gpu_);
+  for (auto& [size, p] : send_) cudaFree(p);
+  for (auto& [size, p] : recv_) cudaFree(p);
+}
+
+Status RankBuffers::allocate(int gpu, const std::vector<uint64_t>& sizes, uint64_t seed, cudaStream_t stream) {
+  gpu_ = gpu;
+  for (uint64_t size : sizes) {
+    void* s = nullptr;
+    void* r = nullptr;
+    FERRY_CUDA(cudaMalloc(&s, size), gpu);
+    send_[size] = s;
+    FERRY_CUDA(cudaMalloc(&r, size), gpu);
+    recv_[size] = r;
+    FERRY_RETURN_IF_ERROR(fill_pattern(s, size, gpu, seed, gpu, stream));
+    FERRY_CUDA(cudaMemsetAsync(r, 0, size, stream), gpu);
+  }
+  FERRY_CUDA(cudaStreamSynchronize(stream), gpu);
+  return Status();
+}
+
+Result<uint64_t> RankBuffers::verify(uint64_t seed, cudaStream_t stream) const {
+  if (last_src_.empty()) return Status(Code::kInternal, "rank received nothing, so nothing could be verified");
+  uint64_t bad = 0;
+  FERRY_CUDA(cudaSetDevice(gpu_), gpu_);
+  for (const auto& [size, src] : last_src_) {
+    FERRY_ASSIGN_OR_RETURN(uint64_t b, count_mismatches(recv_.at(size), size, src, seed, gpu_, stream));
+    bad += b;
+  }
+  return bad;
+}
+
 OpTimer::~OpTimer() {
   if (gpu_ < 0) return;
   int prev = 0;
