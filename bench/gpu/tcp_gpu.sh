@@ -33,6 +33,12 @@ say "configure and build (build-gpu)"
 PY=$(command -v python3)
 PYARGS=(-DPython_EXECUTABLE="$PY")
 PBDIR=$("$PY" -m pybind11 --cmakedir 2>/dev/null) && PYARGS+=(-Dpybind11_DIR="$PBDIR")
+# Headers this host may lack travel as Debian packages in .deps.
+if [ ! -f /usr/include/openssl/hmac.h ] && ls .deps/*.deb >/dev/null 2>&1; then
+  mkdir -p /tmp/deps && for f in .deps/*.deb; do dpkg -x "$f" /tmp/deps; done
+  PYARGS+=(-DOPENSSL_INCLUDE_DIR=/tmp/deps/usr/include -DOPENSSL_CRYPTO_LIBRARY="$(ls /usr/lib/x86_64-linux-gnu/libcrypto.so.3)")
+  cp -r /tmp/deps/usr/include/x86_64-linux-gnu/openssl/* /tmp/deps/usr/include/openssl/ 2>/dev/null || true
+fi
 timeout 150 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release "${PYARGS[@]}" >"$OUT/cmake.log" 2>&1 ||
   { tail -20 "$OUT/cmake.log"; fail "cmake"; }
 timeout 300 ninja -C build-gpu ferry_cli ferry_tcp_gpu_tests ferry_tcp_gpu_peer >"$OUT/build.log" 2>&1 ||
@@ -95,9 +101,9 @@ if [[ $HAVE_NCCL -eq 1 ]]; then
   nccl_run 4x4 NCCL_DEBUG=WARN NCCL_NSOCKS_PERTHREAD=4 NCCL_SOCKET_NTHREADS=4
 fi
 
-say "staging sweep at 256M, 8 streams"
 : >"$OUT/sweep.txt"
-for chunk in 256K 512K 1M 2M; do
+[[ "${SWEEP:-1}" == 1 ]] && say "staging sweep at 256M, 8 streams (SWEEP=0 skips it)"
+[[ "${SWEEP:-1}" == 1 ]] && for chunk in 256K 512K 1M 2M; do
   for depth in 2 4 8; do
     r=$(FERRY_STAGING_CHUNK=$chunk FERRY_STAGING_DEPTH=$depth timeout 40 $FERRY bench --local --op send --gpus 0 \
       --peer-gpus $PEER_GPU --sizes 256M --iters $ITERS --warmup 2 --streams 8 --json - 2>/dev/null |

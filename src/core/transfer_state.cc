@@ -60,10 +60,11 @@ void TransferState::run_finish_hook() {
 Status TransferState::wait(Deadline deadline) {
   // Small transfers finish within tens of microseconds; sleeping on the
   // condition variable adds a scheduler wake-up (10-30 us) to every one of
-  // them. So poll briefly first, yielding the CPU to the ferry threads that
-  // are finishing the transfer, before going to sleep.
+  // them, and after a sleep of milliseconds an idle core wakes slower still
+  // (see Options::wait_spin). So poll first, yielding the CPU to the ferry
+  // threads that are finishing the transfer, before going to sleep.
   if (!done_.load(std::memory_order_acquire)) {
-    auto spin_until = std::min(deadline, Clock::now() + kSpinBeforeSleep);
+    auto spin_until = std::min(deadline, Clock::now() + spin_);
     while (!done_.load(std::memory_order_acquire) && Clock::now() < spin_until) std::this_thread::yield();
   }
   std::unique_lock lock(mu_);

@@ -18,11 +18,14 @@ namespace ferry {
 
 class TransferState {
  public:
-  // How long wait() polls before it sleeps (see wait()).
+  // How long wait() polls before it sleeps unless the transport says
+  // otherwise (see wait()).
   static constexpr std::chrono::microseconds kSpinBeforeSleep{50};
 
-  // An operation made of `parts` pieces (a vector op has one per item).
-  TransferState(uint64_t id, int parts) : id_(id), parts_left_(parts) {}
+  // An operation made of `parts` pieces (a vector op has one per item);
+  // wait() polls for `spin` before it sleeps.
+  TransferState(uint64_t id, int parts, std::chrono::microseconds spin = kSpinBeforeSleep)
+      : id_(id), spin_(spin), parts_left_(parts) {}
 
   uint64_t id() const { return id_; }
 
@@ -54,6 +57,7 @@ class TransferState {
   void run_finish_hook();
 
   const uint64_t id_;
+  const std::chrono::microseconds spin_;
   std::atomic<size_t> bytes_{0};
   std::atomic<bool> done_{false};
   mutable std::mutex mu_;

@@ -90,6 +90,21 @@ Tunable ms_tunable(const char* name, const char* env, const char* doc, std::chro
                  }};
 }
 
+Tunable us_tunable(const char* name, const char* env, const char* doc, std::chrono::microseconds Options::*field) {
+  return Tunable{name,
+                 env,
+                 "us",
+                 doc,
+                 [field](const Options& o) { return std::to_string((o.*field).count()); },
+                 [field, env](Options& o, std::string_view v) -> Status {
+                   auto r = parse_int(env, v);
+                   if (!r.ok()) return r.status();
+                   if (r.value() < 0) return bad_value(env, v, "must not be negative");
+                   o.*field = std::chrono::microseconds(r.value());
+                   return Status();
+                 }};
+}
+
 Tunable string_tunable(const char* name, const char* env, const char* doc, std::string Options::*field,
                        bool secret = false) {
   return Tunable{name,
@@ -142,6 +157,9 @@ const std::vector<Tunable>& tunables() {
                      &Options::auth_token, /*secret=*/true),
       ms_tunable("heartbeat_interval", "FERRY_HEARTBEAT_MS", "send a heartbeat after this long without control traffic",
                  &Options::heartbeat_interval),
+      us_tunable("wait_spin", "FERRY_WAIT_SPIN_US",
+                 "Transfer::wait polls this long before sleeping; 0: the transport's choice (TCP 50, local 10000)",
+                 &Options::wait_spin),
       ms_tunable("peer_timeout", "FERRY_PEER_TIMEOUT_MS", "a peer silent this long is lost and its transfers fail",
                  &Options::peer_timeout),
       ms_tunable("path_timeout", "FERRY_PATH_TIMEOUT_MS",

@@ -18,7 +18,9 @@ grep -q 'p2p_cfg[0-9]\{4\}_s[01]d[01]_sz[0-9]*_r0' <<<"$out" || fail "no event n
 rows=$(plan --gpus 0-3 --sizes 4K,1M | grep -c '^[0-9]')
 [ "$rows" -eq 24 ] || fail "4 GPUs x 2 sizes should be 24 configurations, got $rows"
 
-plan --gpus 0,1 --backend ferry | grep -q "backend ferry" || fail "--backend ferry --dry-run should plan"
+# (Not piped into grep -q: grep stops reading at the first match, and with
+# pipefail the plan's SIGPIPE would fail the check.)
+grep -q "backend ferry" <<<"$(plan --gpus 0,1 --backend ferry)" || fail "--backend ferry --dry-run should plan"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 msg=$("$ferry" profile --backend ferry --gpus 0,1 --worker-rank 0 --worker-world 2 --out "$tmp" 2>&1); rc=$?

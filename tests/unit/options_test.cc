@@ -25,7 +25,7 @@ const std::vector<std::string> kTunableEnvs = {
     "FERRY_SOCKET_BUFFER", "FERRY_TRANSPORT",       "FERRY_LOG",
     "FERRY_NICS",          "FERRY_PATH_TIMEOUT_MS", "FERRY_TX_BINDINGS",
     "FERRY_RX_BINDINGS",   "FERRY_NIC_POLICY",      "FERRY_STAGING_DEPTH",
-    "FERRY_STAGING_CHUNK", "FERRY_PATH_POLICY"};
+    "FERRY_STAGING_CHUNK", "FERRY_PATH_POLICY",     "FERRY_WAIT_SPIN_US"};
 
 // Clears every FERRY_* variable ferry reads for the test's lifetime and puts
 // back whatever the process had before, including anything set through it.
@@ -119,6 +119,7 @@ TEST(Options, EveryTunableIsReadFromItsVariable) {
       {"FERRY_STAGING_DEPTH", {"8", "8"}},
       {"FERRY_STAGING_CHUNK", {"2M", "2097152"}},
       {"FERRY_PATH_POLICY", {"all", "all"}},
+      {"FERRY_WAIT_SPIN_US", {"2000", "2000"}},
   };
   ASSERT_EQ(cases.size(), kTunableEnvs.size());
   const auto defaults = values_by_env(Options{});
@@ -162,6 +163,8 @@ TEST(Options, MalformedValuesNameTheVariable) {
   expect_rejected("FERRY_PEER_TIMEOUT_MS", "1.5");
   expect_rejected("FERRY_PEER_TIMEOUT_MS", "0");
   expect_rejected("FERRY_HEARTBEAT_MS", "-5");
+  expect_rejected("FERRY_WAIT_SPIN_US", "-1");
+  expect_rejected("FERRY_WAIT_SPIN_US", "10ms");
   // The offending value is quoted too.
   EnvGuard env;
   env.set("FERRY_CHUNK", "12Q");

@@ -61,7 +61,10 @@ Transfer LocalConnection::failed(const Status& s) {
 }
 
 std::shared_ptr<TransferState> LocalConnection::new_state(int parts) {
-  return std::make_shared<TransferState>(next_id(), parts);
+  // The progress thread polls while copies run, so a waiter polling too costs
+  // little, and it does not oversleep a long GPU copy (Options::wait_spin).
+  auto spin = ctx_->options.wait_spin.count() > 0 ? ctx_->options.wait_spin : kWaitSpin;
+  return std::make_shared<TransferState>(next_id(), parts, spin);
 }
 
 uint64_t LocalConnection::next_id() {
@@ -266,8 +269,22 @@ void LocalConnection::match(PostedRecv recv, Unexpected msg) {
     answer(msg.op, Status());
     return;
   }
+  // Who copies: the receiver when it can. Its copy then starts as the
+  // sender's RTS arrives, two messages (CTS, DONE) sooner than the sender's
+  // push would. Measured on the two-GPU host, GPU to GPU, receiver's time:
+  // 4 KiB 14.1 against 16.2 us, 64 MiB 182-187 against 188-190 us, although
+  // a copy engine reads from a peer GPU up to 3 us slower than it writes.
+  bool receiver_can = LocalCopier::can_execute(recv.dest, msg.source);
   bool sender_can = !(any_gpu(msg.source) && any_host(recv.dest));
-  if (sender_can) {
+  if (!receiver_can && !sender_can) {
+    Status s(Code::kUnimplemented, where() + ": a message mixing host and GPU memory on both sides in opposite "
+                                             "directions cannot move locally in one copy; split it");
+    state->finish(s);
+    answer(msg.op, s);
+    return;
+  }
+  if (!receiver_can) {
+    // The sender's host memory into this side's GPU: the sender copies.
     std::vector<SharedSpan> spans;
     Status s = describe(recv.dest, msg.size, spans);
     if (!s.ok()) {
@@ -286,19 +303,13 @@ void LocalConnection::match(PostedRecv recv, Unexpected msg) {
     post(h, {}, payload);
     return;
   }
-  if (!LocalCopier::can_execute(recv.dest, msg.source)) {
-    Status s(Code::kUnimplemented, where() + ": a message mixing host and GPU memory on both sides in opposite "
-                                             "directions cannot move locally in one copy; split it");
-    state->finish(s);
-    answer(msg.op, s);
-    return;
-  }
-  // The receiver copies (the sender's GPU memory into host memory here).
+  // The receiver copies. The sender hears first: it may be waiting to send
+  // the next message.
   uint64_t op = msg.op;
   std::weak_ptr<LocalConnection> self = weak_from_this();
   Status s = copier_.start(recv.dest, msg.source, msg.size, false, [self, state, op](const Status& st) {
-    state->finish(st);
     if (auto conn = self.lock()) conn->answer(op, st);
+    state->finish(st);
   });
   if (!s.ok()) {
     state->finish(s);
@@ -487,8 +498,13 @@ void LocalConnection::run_item(const std::shared_ptr<TransferState>& state, cons
     }
     Status s = copier_.start(item.local, remote, size, is_write, [state](const Status& st) { state->finish_part(st); });
     if (!s.ok()) state->finish_part(s.with_context(where()));
-    local_work_.store(true, std::memory_order_release);
-    channel_.kick();
+    if (copier_.busy()) {
+      // Queued GPU copies complete on the progress thread. A small copy has
+      // already completed here: waking that thread would cost the caller a
+      // futex call for nothing.
+      local_work_.store(true, std::memory_order_release);
+      channel_.kick();
+    }
     return;
   }
   // This side's GPU memory against the peer's host memory: the peer copies.

@@ -59,6 +59,8 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   // long: the answer usually comes within a copy's time (a futex wake-up on a
   // virtual machine costs tens of microseconds).
   static constexpr std::chrono::milliseconds kPendingSpinWindow{20};
+  // How long Transfer::wait() polls before it sleeps (Options::wait_spin 0).
+  static constexpr std::chrono::microseconds kWaitSpin{10000};
 
   LocalConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t id, LocalPeer peer, platform::Socket control,
                   ShmChannel channel);

@@ -145,7 +145,8 @@ Status TcpConnection::usable() const {
 
 std::shared_ptr<TransferState> TcpConnection::new_state(int parts) {
   std::lock_guard lock(mu_);
-  return std::make_shared<TransferState>(next_op_++, parts);
+  auto spin = ctx_->options.wait_spin.count() > 0 ? ctx_->options.wait_spin : TransferState::kSpinBeforeSleep;
+  return std::make_shared<TransferState>(next_op_++, parts, spin);
 }
 
 Transfer TcpConnection::failed(const Status& s) {
@@ -245,6 +246,7 @@ void TcpConnection::control_tx_loop() {
       if (out_stopped_) return;
       o = std::move(out_.front());
       out_.pop_front();
+      out_writing_ = true;
     }
     const core::SegmentList* payload = o.payload_op ? &o.payload_op->source : nullptr;
     if (payload != nullptr) o.header.payload_len = static_cast<uint32_t>(payload->total());
@@ -260,6 +262,11 @@ void TcpConnection::control_tx_loop() {
       h.aux_len = static_cast<uint16_t>(why.size());
       h.code = static_cast<uint32_t>(s.code());
       s = write_control(h, why, nullptr);
+    }
+    {
+      std::lock_guard lock(out_mu_);
+      out_writing_ = false;
+      if (out_.empty()) out_drained_cv_.notify_all();
     }
     if (!s.ok() && failed_) return;
   }
@@ -1352,6 +1359,7 @@ void TcpConnection::fail(const Status& reason) {
     out_.clear();
   }
   out_cv_.notify_all();
+  out_drained_cv_.notify_all();
   std::vector<std::shared_ptr<TransferState>> states;
   {
     std::lock_guard lock(mu_);
@@ -1375,8 +1383,14 @@ void TcpConnection::fail(const Status& reason) {
 void TcpConnection::close() {
   if (closed_.exchange(true)) return;
   if (!failed_.load()) {
-    // Best effort goodbye: wait a little for a writer to finish its frame, but
-    // never block on a peer that stopped reading.
+    // Frames already queued go first (an application that closes the moment
+    // it sees a notification has queued its confirmation), then the goodbye.
+    // Wait a little for them, but never block on a peer that stopped reading.
+    {
+      std::unique_lock lock(out_mu_);
+      out_drained_cv_.wait_for(lock, std::chrono::milliseconds(100),
+                               [&] { return out_stopped_ || (out_.empty() && !out_writing_); });
+    }
     std::unique_lock lock(control_write_mu_, std::chrono::milliseconds(100));
     if (lock.owns_lock()) {
       wire::FrameHeader h;
