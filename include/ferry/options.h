@@ -36,10 +36,11 @@ struct Options {
   // "nearest": a transfer uses the paths whose NIC is on the NUMA node of its
   // memory when there are any; "all": every path.
   std::string nic_policy = "nearest";
-  // "adaptive": each connection starts on every path and keeps fewer only
-  // while fewer measure faster (links faster than the CPU gain nothing from
-  // more threads), taking paths back when they pay again; "all": every path,
-  // always.
+  // "adaptive": a connection whose paths' workers (two threads a path)
+  // outnumber the cores starts on every path and keeps fewer only while fewer
+  // measure faster (links faster than the CPU gain nothing from more
+  // threads), taking paths back when they pay again; with cores to spare,
+  // every path. "all": every path, always.
   std::string path_policy = "adaptive";
   // Data streams (paths) per NIC pair, besides the control stream.
   int streams = 2;

@@ -4,6 +4,8 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
+
 namespace ferry::platform {
 
 std::thread start_thread(std::string name, std::function<void()> fn) {
@@ -31,6 +33,13 @@ CpuList pin_current_thread(const CpuList& cpus) {
     }
   }
   return actual;
+}
+
+int usable_cpu_count() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
 }
 
 }  // namespace ferry::platform

@@ -19,4 +19,7 @@ std::thread start_thread(std::string name, std::function<void()> fn);
 // the CPUs it may actually run on afterwards, as the kernel reports them.
 CpuList pin_current_thread(const CpuList& cpus);
 
+// How many CPUs the calling thread may run on (at least 1).
+int usable_cpu_count();
+
 }  // namespace ferry::platform

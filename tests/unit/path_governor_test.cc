@@ -39,6 +39,16 @@ std::map<int, int64_t> drive(PathGovernor& g, int live, int64_t ms, const std::f
 
 double link_limited(int n) { return 0.125 * n; }  // 1 Gbit/s per path
 
+// The governor judges only where the paths' workers outnumber the cores.
+TEST(PathGovernor, EngagesOnlyWhenWorkersOutnumberCores) {
+  EXPECT_FALSE(governor_engages(1, 2));   // one path: nothing to choose
+  EXPECT_TRUE(governor_engages(2, 2));    // the 2-core lab: 4 workers
+  EXPECT_TRUE(governor_engages(4, 2));
+  EXPECT_FALSE(governor_engages(16, 32));  // a 32-core GPU host: 32 workers fit
+  EXPECT_TRUE(governor_engages(17, 32));
+  EXPECT_FALSE(governor_engages(4, 64));
+}
+
 TEST(PathGovernor, KeepsEveryPathWhenEachAddsBandwidth) {
   PathGovernor g(true, 4, kSample);
   EXPECT_EQ(g.active(4), 4) << "starts on every path";

@@ -114,6 +114,22 @@ TEST(TxStager, StagedChunkCarriesTheSourceBytesOnceItsCopiesAreDone) {
   EXPECT_GE(copier->issued(), 1u);
 }
 
+// A staged transfer gives every path two chunks when a slot each would leave
+// paths idle; never more than a slot, never under 64 KiB (or the slot), in
+// whole pages.
+TEST(StagedChunkBytes, EveryPathGetsTwoChunksWithinLimits) {
+  constexpr uint64_t kSlot = 1 << 20;
+  EXPECT_EQ(staged_chunk_bytes(256ull << 20, 16, kSlot), kSlot);      // plenty: whole slots
+  EXPECT_EQ(staged_chunk_bytes(16ull << 20, 16, kSlot), 512u << 10);  // 32 chunks for 16 paths
+  EXPECT_EQ(staged_chunk_bytes(1ull << 20, 4, kSlot), 128u << 10);
+  EXPECT_EQ(staged_chunk_bytes(1ull << 20, 1, kSlot), 512u << 10);
+  EXPECT_EQ(staged_chunk_bytes(1ull << 20, 16, kSlot), kMinStagedChunk);  // floor
+  EXPECT_EQ(staged_chunk_bytes(100, 4, kSlot), kMinStagedChunk);
+  EXPECT_EQ(staged_chunk_bytes(1000001, 3, kSlot), 167936u);  // 1000001 / 6 rounded up to 4 KiB
+  EXPECT_EQ(staged_chunk_bytes(1ull << 20, 2, 16 * 1024), 16u * 1024);  // slots below the floor win
+  EXPECT_EQ(staged_chunk_bytes(1ull << 20, 0, kSlot), 512u << 10);      // no paths counted: as one
+}
+
 TEST(TxStager, RefusesMoreThanASlotAndMoreThanDepthChunks) {
   TxStager tx(std::make_unique<ManualCopier>(), 4096, 2);
   auto dev = random_bytes(8192, 4);

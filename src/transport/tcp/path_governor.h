@@ -35,6 +35,14 @@
 
 namespace ferry::tcp {
 
+// Whether a connection of `paths` paths in a process that may run on `cpus`
+// CPUs lets the governor judge at all ("adaptive"): fewer paths can only pay
+// when the paths' workers, a sender and a receiver thread each, outnumber the
+// cores. Elsewhere every path stays on; measured on a 32-core host, GPU
+// memory over 16 loopback paths under the governor ran 1 GiB at 14-20 GB/s,
+// with every path at 37.6 GB/s.
+inline bool governor_engages(int paths, int cpus) { return paths > 1 && 2 * paths > cpus; }
+
 class PathGovernor {
  public:
   // A step must raise throughput by this fraction to be kept.

@@ -47,6 +47,15 @@ struct Piece {
 // Bytes of `pieces` that go through slots.
 size_t staged_bytes(std::span<const Piece> pieces);
 
+// The chunk size of a staged transfer of `total` bytes over `paths` paths
+// with slots of `slot_bytes`: a slot, unless that would leave paths idle or
+// with a single chunk. A path moves its chunks one after another (copy to
+// the slot, send, copy out), so 1 MiB over four paths in one 1 MiB chunk took
+// 650 us against 220 us for host memory in four chunks. Smaller chunks give
+// every path two, down to kMinStagedChunk, in whole 4 KiB pages.
+inline constexpr uint64_t kMinStagedChunk = 64 * 1024;
+uint64_t staged_chunk_bytes(uint64_t total, int paths, uint64_t slot_bytes);
+
 class TxStager {
  public:
   // A staged chunk: the bytes to send, in order (host pieces in place, staged

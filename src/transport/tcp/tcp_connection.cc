@@ -49,7 +49,8 @@ TcpConnection::TcpConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t 
       paths_(std::move(paths)),
       path_dead_(new std::atomic<bool>[data_.size()]),
       chunks_(ctx_->options.chunk_bytes, ctx_->options.window, static_cast<int>(data_.size()),
-              ctx_->options.path_policy == "adaptive"),
+              ctx_->options.path_policy == "adaptive" &&
+                  governor_engages(static_cast<int>(data_.size()), platform::usable_cpu_count())),
       landed_chunks_(data_.size(), 0),
       hooks_(staging_hooks()),
       rx_stage_(data_.size()) {
@@ -299,7 +300,7 @@ Transfer TcpConnection::post_send(core::SegmentList source) {
     out->source = std::move(source);
     out->state = state;
     out->paths = paths_for(out->source);
-    out->chunk_bytes = chunk_for(out->source);
+    out->chunk_bytes = chunk_for(out->source, out->paths);
   }
   {
     std::lock_guard lock(mu_);
@@ -502,7 +503,7 @@ void TcpConnection::post_write(const std::shared_ptr<TransferState>& state, core
   out->first_aux = std::move(notification);
   out->state = state;
   out->paths = paths_for(out->source);
-  out->chunk_bytes = chunk_for(out->source);
+  out->chunk_bytes = chunk_for(out->source, out->paths);
   if (!chunks_.push(std::move(out))) state->finish_part(usable());
 }
 
@@ -870,8 +871,10 @@ bool TcpConnection::stages(const core::SegmentList& list) const {
   return !list.empty() && (hooks_.stage_host || list.has_gpu());
 }
 
-uint64_t TcpConnection::chunk_for(const core::SegmentList& list) const {
-  return stages(list) ? ctx_->options.staging_chunk_bytes : 0;
+uint64_t TcpConnection::chunk_for(const core::SegmentList& list, uint64_t paths) const {
+  if (!stages(list)) return 0;
+  int n = paths != 0 ? std::popcount(paths) : static_cast<int>(data_.size());
+  return staged_chunk_bytes(list.total(), n, ctx_->options.staging_chunk_bytes);
 }
 
 Status TcpConnection::exchange(std::span<const Piece> pieces, uint8_t* buffer, bool to_buffer) {
@@ -1019,7 +1022,7 @@ Status TcpConnection::handle_read_req(const FrameHeader& h) {
   out->header.id = h.id;
   out->source.add(std::move(span).value());
   out->paths = paths_for(out->source);
-  out->chunk_bytes = chunk_for(out->source);
+  out->chunk_bytes = chunk_for(out->source, out->paths);
   if (h.d <= ctx_->options.inline_max) {
     Outgoing o;
     o.header = out->header;

@@ -204,8 +204,9 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   // cannot meet a socket directly.
   void pieces_of(const core::SegmentList& list, uint64_t offset, uint64_t size, std::vector<Piece>& out) const;
   bool stages(const core::SegmentList& list) const;
-  // Chunk size for an operation on `list` (0: the queue's default).
-  uint64_t chunk_for(const core::SegmentList& list) const;
+  // Chunk size for an operation on `list` over the paths in the mask `paths`
+  // (0: every path); 0 means the queue's default.
+  uint64_t chunk_for(const core::SegmentList& list, uint64_t paths) const;
   // Copies every piece to (`to_buffer`) or from `buffer`, which holds their
   // bytes back to back, and waits: the control stream's GPU payloads.
   Status exchange(std::span<const Piece> pieces, uint8_t* buffer, bool to_buffer);
