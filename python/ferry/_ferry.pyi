@@ -89,6 +89,7 @@ class Options:
     heartbeat_interval: float
     peer_timeout: float
     path_timeout: float
+    wait_spin: float
     handshake_timeout: float
     log_level: LogLevel
     def __init__(self, other: Optional["Options"] = None) -> None: ...

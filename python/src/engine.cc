@@ -3,10 +3,13 @@
 #include <pybind11/stl.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
+#include <utility>
 
 #include "bindings.h"
 #include "buffers.h"
@@ -19,7 +22,7 @@ namespace {
 // ---- Options --------------------------------------------------------------
 
 // Durations are seconds in Python (int, float or datetime.timedelta).
-std::chrono::milliseconds to_ms(pyb::handle v, const char* field) {
+double to_seconds(pyb::handle v, const char* field) {
   double seconds;
   if (pyb::hasattr(v, "total_seconds")) {
     seconds = v.attr("total_seconds")().cast<double>();
@@ -29,7 +32,12 @@ std::chrono::milliseconds to_ms(pyb::handle v, const char* field) {
     throw pyb::type_error(std::string(field) + " must be seconds (int, float or datetime.timedelta)");
   }
   if (!(seconds >= 0)) throw pyb::value_error(std::string(field) + " must be >= 0 seconds");
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0 + 0.5));
+  return seconds;
+}
+
+template <typename Duration>
+Duration to_duration(pyb::handle v, const char* field) {
+  return std::chrono::round<Duration>(std::chrono::duration<double>(to_seconds(v, field)));
 }
 
 LogLevel to_level(pyb::handle v) {
@@ -45,11 +53,12 @@ LogLevel to_level(pyb::handle v) {
   throw pyb::value_error("log_level must be a ferry.LogLevel or one of 'error', 'warn', 'info', 'debug', 'trace'");
 }
 
-template <std::chrono::milliseconds Options::*Field>
+template <auto Field>
 void duration_property(pyb::class_<Options>& c, const char* name, const char* doc) {
+  using Duration = std::remove_reference_t<decltype(std::declval<Options&>().*Field)>;
   c.def_property(
       name, [](const Options& o) { return std::chrono::duration<double>(o.*Field).count(); },
-      [name](Options& o, pyb::handle v) { o.*Field = to_ms(v, name); }, doc);
+      [name](Options& o, pyb::handle v) { o.*Field = to_duration<Duration>(v, name); }, doc);
 }
 
 void bind_options(pyb::module_& m) {
@@ -91,6 +100,8 @@ void bind_options(pyb::module_& m) {
   duration_property<&Options::path_timeout>(
       o, "path_timeout", "Seconds a data stream may leave sent bytes unacknowledged before it is declared dead.");
   duration_property<&Options::handshake_timeout>(o, "handshake_timeout", "Seconds a connection handshake may take.");
+  duration_property<&Options::wait_spin>(
+      o, "wait_spin", "Seconds Transfer.wait polls before it sleeps; 0 lets the transport choose.");
   o.def_property(
       "log_level", [](const Options& x) { return x.log_level; },
       [](Options& x, pyb::handle v) { x.log_level = to_level(v); }, "A ferry.LogLevel or its lower-case name.");

@@ -68,6 +68,7 @@ def test_options_as_keywords():
                            handshake_timeout=datetime.timedelta(seconds=4), log_level="error", auth_token="s3cret")
     assert (o.streams, o.chunk_bytes) == (3, 1 << 20)
     assert o.peer_timeout == 2.0 and o.heartbeat_interval == 0.25 and o.handshake_timeout == 4.0
+    assert ferry.make_options(wait_spin=0.0025).wait_spin == pytest.approx(0.0025)  # microseconds survive
     assert o.log_level == ferry.LogLevel.ERROR
     assert "s3cret" not in repr(o)
     base = ferry.Options()

@@ -1,15 +1,17 @@
-// PathGovernor against modelled links: it must keep every path when each path
-// adds bandwidth, drop to one when extra paths cost throughput, find the best
-// count in between, shed paths when a host gets busier and take them back
-// when they pay again, and never move when told to use every path. The
-// ChunkQueue must let only the governor's paths take new chunks, while chunks
-// orphaned by a dead path go to anyone.
+// PathGovernor against modelled links and hosts: it climbs to every path
+// while the CPUs have room and each path adds bandwidth, stays on one when one
+// path already keeps the CPUs busy, finds the best count in between, sheds
+// paths when a host gets busier and takes them back when it calms down, and
+// never moves when told to use every path. The ChunkQueue must let only the
+// governor's paths take new chunks, while chunks orphaned by a dead path go to
+// anyone.
 #include "transport/tcp/path_governor.h"
 
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <random>
 
 #include "core/registry.h"
@@ -21,23 +23,37 @@ namespace {
 constexpr int64_t kSample = 25'000'000;  // ns
 constexpr int64_t kStep = 1'000'000;     // one landing report per ms of busy time
 
-// Runs `g` for `ms` of busy time against `rate(n)` (bytes per ns with n
-// paths, with +-`noise` relative jitter) and returns the busy time spent at
-// each path count.
-std::map<int, int64_t> drive(PathGovernor& g, int live, int64_t ms, const std::function<double(int)>& rate,
-                             double noise = 0.0, uint32_t seed = 1) {
+// A modelled host: throughput and CPU load as functions of the path count in
+// use. The governor reads the CPU through a meter that asks the model.
+struct Host {
+  std::function<double(int)> rate;  // bytes per ns with n paths
+  std::function<double(int)> cpu;   // busy fraction with n paths
+  int in_use = 1;
+};
+
+PathGovernor governor(int paths, const std::shared_ptr<Host>& host) {
+  return PathGovernor(true, paths, kSample, [host] { return std::optional<double>(host->cpu(host->in_use)); });
+}
+
+// Runs `g` for `ms` of busy time on `host` (rates with +-`noise` relative
+// jitter) and returns the busy time spent at each path count.
+std::map<int, int64_t> drive(PathGovernor& g, Host& host, int64_t ms, double noise = 0.0, uint32_t seed = 1) {
+  const int live = 64;  // every path alive
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> jitter(1 - noise, 1 + noise);
   std::map<int, int64_t> time_at;
   for (int64_t t = 0; t < ms; ++t) {
     int n = g.active(live);
+    host.in_use = n;
     time_at[n] += 1;
-    g.on_landed(static_cast<uint64_t>(rate(n) * jitter(rng) * kStep), kStep);
+    g.on_landed(static_cast<uint64_t>(host.rate(n) * jitter(rng) * kStep), kStep);
   }
   return time_at;
 }
 
 double link_limited(int n) { return 0.125 * n; }  // 1 Gbit/s per path
+double light(int n) { return 0.05 * n; }          // a 2-core host: 5% per rate-limited path
+double saturated(int) { return 0.9; }             // one path already keeps the cores busy
 
 // The governor judges only where the paths' workers outnumber the cores.
 TEST(PathGovernor, EngagesOnlyWhenWorkersOutnumberCores) {
@@ -49,64 +65,99 @@ TEST(PathGovernor, EngagesOnlyWhenWorkersOutnumberCores) {
   EXPECT_FALSE(governor_engages(4, 64));
 }
 
-TEST(PathGovernor, KeepsEveryPathWhenEachAddsBandwidth) {
-  PathGovernor g(true, 4, kSample);
-  EXPECT_EQ(g.active(4), 4) << "starts on every path";
-  // Nearly all the time is spent on all four; the probes downward cost little.
-  auto t = drive(g, 4, 10'000, link_limited, 0.03);
+// Rate-limited links on a quiet host: one path, then two, then all four, a
+// CPU reading apart; nearly all the time is spent on all four.
+TEST(PathGovernor, ClimbsToEveryPathWhileTheCoresHaveRoom) {
+  auto host = std::make_shared<Host>(Host{link_limited, light});
+  PathGovernor g = governor(4, host);
+  EXPECT_EQ(g.active(4), 1) << "starts on one path";
+  auto t = drive(g, *host, 10'000, 0.03);
   EXPECT_EQ(g.kept(), 4);
-  EXPECT_GT(t[4], 9'500) << "ms at 4 paths of 10000";
+  EXPECT_LE(t[1] + t[2], 2 * kSample / kStep + 2) << "ms below 4 paths: two readings";
+  EXPECT_GT(t[4], 9'900);
 }
 
-TEST(PathGovernor, DropsToOnePathWhenMorePathsCostThroughput) {
-  // Links faster than the CPU: every extra path's threads compete.
+// Links faster than the CPU: one path keeps the cores busy, and the count
+// never leaves one, so K links cost nothing against one.
+TEST(PathGovernor, StaysOnOnePathWhenItKeepsTheCoresBusy) {
   auto cpu_limited = [](int n) { return n == 1 ? 5.0 : n == 2 ? 4.5 : 4.2; };
-  PathGovernor g(true, 4, kSample);
-  drive(g, 4, 1000, cpu_limited, 0.03);
-  EXPECT_EQ(g.kept(), 1) << "within the first second";
-  auto t = drive(g, 4, 10'000, cpu_limited, 0.03, 2);
-  EXPECT_GT(t[1], 9'500) << "ms at 1 path of 10000";
+  auto host = std::make_shared<Host>(Host{cpu_limited, saturated});
+  PathGovernor g = governor(4, host);
+  auto t = drive(g, *host, 10'000, 0.03);
+  EXPECT_EQ(g.kept(), 1);
+  EXPECT_EQ(t[1], 10'000);
 }
 
+// Two paths fill the cores; four are slower. From 2 it tries 1 (slower, kept
+// at 2) and never climbs to 4 (the cores are busy).
 TEST(PathGovernor, FindsTheBestCountInBetween) {
   auto peaked = [](int n) { return n == 1 ? 1.0 : n == 2 ? 2.0 : n == 4 ? 1.5 : 1.2; };
-  PathGovernor g(true, 8, kSample);
-  drive(g, 8, 2000, peaked);
+  auto cpu = [](int n) { return n == 1 ? 0.45 : 0.9; };
+  auto host = std::make_shared<Host>(Host{peaked, cpu});
+  PathGovernor g = governor(8, host);
+  drive(g, *host, 2000);
   EXPECT_EQ(g.kept(), 2);
-  auto t = drive(g, 8, 10'000, peaked);
+  auto t = drive(g, *host, 10'000);
   EXPECT_GT(t[2], 9'000);
 }
 
-TEST(PathGovernor, ShedsPathsWhenTheyStopPayingAndTakesThemBack) {
-  PathGovernor g(true, 4, kSample);
-  drive(g, 4, 1000, link_limited);
+TEST(PathGovernor, ShedsPathsWhenTheHostGetsBusyAndTakesThemBack) {
+  auto host = std::make_shared<Host>(Host{link_limited, light});
+  PathGovernor g = governor(4, host);
+  drive(g, *host, 1000);
   ASSERT_EQ(g.kept(), 4);
   // The host got busy: more paths now hurt.
-  auto hurt = [](int n) { return 4.0 / n; };
-  drive(g, 4, 20'000, hurt);
+  host->rate = [](int n) { return 4.0 / n; };
+  host->cpu = saturated;
+  drive(g, *host, 20'000);
   EXPECT_EQ(g.kept(), 1);
-  // Busy no more: the links are the limit again.
-  drive(g, 4, 20'000, link_limited);
+  // Quiet again, and the links are the limit.
+  host->rate = link_limited;
+  host->cpu = light;
+  drive(g, *host, 20'000);
   EXPECT_EQ(g.kept(), 4);
+}
+
+// A count that measured slower than the one below it is not climbed back to
+// at every quiet reading: the host alternates between room at 2 paths and
+// saturation at 4, where 4 is slower; most of the time goes to 2.
+TEST(PathGovernor, DoesNotKeepClimbingToACountThatMeasuredSlower) {
+  auto rate = [](int n) { return n >= 4 ? 1.0 : 2.0; };
+  auto cpu = [](int n) { return n >= 4 ? 0.9 : 0.4; };
+  auto host = std::make_shared<Host>(Host{rate, cpu});
+  PathGovernor g = governor(4, host);
+  auto t = drive(g, *host, 20'000);
+  EXPECT_GT(t[2], 17'000) << "ms at 2 paths of 20000";
 }
 
 TEST(PathGovernor, NoiseBelowTheGainThresholdNeverDropsPaths) {
   auto flat = [](int) { return 1.0; };
-  PathGovernor g(true, 4, kSample);
-  auto t = drive(g, 4, 20'000, flat, 0.02);
+  auto host = std::make_shared<Host>(Host{flat, saturated});
+  PathGovernor g = governor(4, host);
+  host->cpu = light;
+  drive(g, *host, 1000);
+  ASSERT_EQ(g.kept(), 4);
+  host->cpu = saturated;  // busy, but fewer paths are no faster
+  auto t = drive(g, *host, 20'000, 0.02);
   EXPECT_EQ(g.kept(), 4);
   EXPECT_GT(t[4], 19'000);
 }
 
-// Links of 1 Gbit/s: after a step down, the dropped paths' windows keep
-// landing at the old rate for a while. Reports made before they have all
-// landed must not count, or the probe looks as fast as all paths and wins.
+// Links of 1 Gbit/s on a busy host: after a step down, the dropped paths'
+// windows keep landing at the old rate for a while. Reports made before they
+// have all landed must not count, or the probe looks as fast as all paths and
+// wins.
 TEST(PathGovernor, JudgesAStepOnlyAfterThePipelineFlushed) {
-  PathGovernor g(true, 4, kSample);
+  auto host = std::make_shared<Host>(Host{link_limited, light});
+  PathGovernor g = governor(4, host);
+  drive(g, *host, 1000);
+  ASSERT_EQ(g.kept(), 4);
+  host->cpu = saturated;
   int last = g.target();
   int64_t flush_left = 0;  // ms of old chunks still landing after a change
   for (int64_t t = 0; t < 20'000; ++t) {
     int n = g.target();
+    host->in_use = n;
     if (n != last) flush_left = 70;
     last = n;
     bool flushed = flush_left == 0;
@@ -119,36 +170,59 @@ TEST(PathGovernor, JudgesAStepOnlyAfterThePipelineFlushed) {
   }
 }
 
-TEST(PathGovernor, FixedPolicyAndOnePathNeverMove) {
+TEST(PathGovernor, FixedPolicyOnePathOrNoCpuReadingNeverMove) {
   PathGovernor all(false, 4, kSample);
-  auto t = drive(all, 4, 2000, [](int n) { return 4.0 / n; });
+  auto host = std::make_shared<Host>(Host{[](int n) { return 4.0 / n; }, saturated});
+  auto t = drive(all, *host, 2000);
   EXPECT_EQ(t.size(), 1u);
   EXPECT_EQ(t[4], 2000);
-  PathGovernor one(true, 1, kSample);
-  EXPECT_EQ(drive(one, 1, 2000, link_limited).size(), 1u);
+  PathGovernor one = governor(1, host);
+  EXPECT_EQ(drive(one, *host, 2000).size(), 1u);
+  PathGovernor blind(true, 4, kSample);  // no CPU meter: every path
+  EXPECT_EQ(drive(blind, *host, 2000).size(), 1u);
+  EXPECT_EQ(blind.kept(), 4);
+}
+
+// A meter that has no reading yet (too few /proc/stat ticks) lets the window
+// grow; the governor neither climbs nor steps down meanwhile.
+TEST(PathGovernor, WaitsForACpuReading) {
+  int calls = 0;
+  PathGovernor g(true, 4, kSample, [&calls]() -> std::optional<double> {
+    ++calls;
+    return calls < 5 ? std::nullopt : std::optional<double>(0.1);
+  });
+  // A window is full after kSample of busy time; from then on every report
+  // asks again until there is an answer.
+  for (int i = 0; i < kSample / kStep + 3; ++i) g.on_landed(1000, kStep);
+  EXPECT_EQ(calls, 4);
+  EXPECT_EQ(g.kept(), 1);
+  g.on_landed(1000, kStep);
+  EXPECT_EQ(calls, 5);
+  EXPECT_EQ(g.kept(), 2) << "room on the cores: climb";
 }
 
 TEST(PathGovernor, NeverExceedsTheLivePaths) {
-  PathGovernor g(true, 4, kSample);
+  PathGovernor g(false, 4, kSample);
   ASSERT_EQ(g.kept(), 4);
   EXPECT_EQ(g.active(2), 2) << "two paths died";
   EXPECT_EQ(g.active(0), 1);
 }
 
-// The queue side: only the governor's paths take new chunks. A governor that
-// dropped to one path is made by feeding the queue landings whose rate falls
-// as paths are added.
+// The queue side: only the governor's paths take new chunks.
 TEST(PathGovernorQueue, OnlyActivePathsClaimNewChunksButAnyTakesOrphans) {
   core::Registry registry;
   std::vector<uint8_t> buf(1 << 20, 7);
   ASSERT_TRUE(registry.add(buf.data(), buf.size(), platform::PointerKind{}).ok());
   {
     ChunkQueue fresh(4096, /*window=*/4, /*paths=*/3, /*adaptive=*/true);
-    EXPECT_EQ(fresh.active_paths(), 3) << "a new connection uses every path";
+    EXPECT_EQ(fresh.active_paths(), 1) << "a governed connection starts on one path";
+    ChunkQueue all(4096, /*window=*/4, /*paths=*/3, /*adaptive=*/false);
+    EXPECT_EQ(all.active_paths(), 3);
   }
-  // A governor that found one path fastest.
-  PathGovernor g(true, 3, kSample);
-  drive(g, 3, 2000, [](int n) { return 3.0 / n; });
+  // A governor that stays on one path: its host is busy.
+  auto host = std::make_shared<Host>(Host{[](int n) { return 3.0 / n; }, saturated});
+  PathGovernor g = governor(3, host);
+  drive(g, *host, 2000);
   ASSERT_EQ(g.kept(), 1);
   ChunkQueue q(4096, /*window=*/4, /*paths=*/3, g);
   auto op = std::make_shared<OutOp>();

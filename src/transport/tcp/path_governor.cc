@@ -1,16 +1,17 @@
-// PathGovernor: the measured climb over path counts.
+// PathGovernor: climbing by CPU headroom, stepping down by measured throughput.
 #include "transport/tcp/path_governor.h"
 
 #include <algorithm>
 
 namespace ferry::tcp {
 
-PathGovernor::PathGovernor(bool adaptive, int paths, int64_t sample_ns)
+PathGovernor::PathGovernor(bool adaptive, int paths, int64_t sample_ns, CpuMeter cpu)
     : adaptive_(adaptive),
       paths_(std::max(1, paths)),
       sample_ns_(sample_ns),
-      current_(paths_),
-      kept_(paths_),
+      cpu_(std::move(cpu)),
+      current_(adaptive_ && cpu_ ? 1 : paths_),
+      kept_(current_),
       average_(static_cast<size_t>(paths_) + 1, 0.0) {}
 
 void PathGovernor::record(int n, double rate) {
@@ -33,60 +34,79 @@ int PathGovernor::step_down(int n) const {
   return down;
 }
 
-void PathGovernor::on_landed(uint64_t bytes, int64_t busy_ns, bool flushed) {
-  if (!adaptive_ || paths_ == 1) return;
-  if (!flushed) {
-    sample_bytes_ = 0;
-    sample_ns_so_far_ = 0;
-    sample_reports_ = 0;
-    return;
-  }
-  sample_bytes_ += bytes;
-  sample_ns_so_far_ += std::max<int64_t>(0, busy_ns);
-  ++sample_reports_;
-  if (sample_ns_so_far_ < sample_ns_ || sample_reports_ < kMinReports) return;
-  double rate = static_cast<double>(sample_bytes_) / static_cast<double>(sample_ns_so_far_);
+void PathGovernor::restart_sample() {
   sample_bytes_ = 0;
   sample_ns_so_far_ = 0;
   sample_reports_ = 0;
+}
+
+void PathGovernor::on_landed(uint64_t bytes, int64_t busy_ns, bool flushed) {
+  if (!adaptive_ || paths_ == 1) return;
+  int64_t ns = std::max<int64_t>(0, busy_ns);
+  cpu_window_ns_ += ns;
+  if (cpu_ && cpu_window_ns_ >= sample_ns_) {
+    int before = current_;
+    read_cpu();
+    if (current_ != before) return;  // climbed: the throughput sample restarted
+  }
+  if (!flushed) {
+    restart_sample();
+    return;
+  }
+  sample_bytes_ += bytes;
+  sample_ns_so_far_ += ns;
+  ++sample_reports_;
+  if (sample_ns_so_far_ < sample_ns_ || sample_reports_ < kMinReports) return;
+  double rate = static_cast<double>(sample_bytes_) / static_cast<double>(sample_ns_so_far_);
+  restart_sample();
   finish_sample(rate);
+}
+
+void PathGovernor::read_cpu() {
+  std::optional<double> busy = cpu_();
+  if (!busy) return;  // too soon for /proc/stat's ticks: the window grows
+  cpu_window_ns_ = 0;
+  cpu_busy_ = *busy;
+  cpu_known_ = true;
+  if (phase_ != Phase::kBase || cpu_busy_ >= kHeadroom || kept_ >= paths_) return;
+  int up = step_up(kept_);
+  if (ceiling_ != 0 && up >= ceiling_) {
+    // This count measured slower than the one below it: retry only rarely.
+    if (--climb_wait_ > 0) return;
+    ceiling_ = 0;
+  }
+  kept_ = current_ = up;
+  restart_sample();
 }
 
 void PathGovernor::finish_sample(double rate) {
   switch (phase_) {
-    case Phase::kBase: {
+    case Phase::kBase:
       base_rate_ = rate;
       record(kept_, rate);
-      bool can_up = kept_ < paths_, can_down = kept_ > 1;
-      if (can_down && --wait_down_ <= 0) {
-        probing_up_ = false;
+      if (kept_ > 1 && cpu_known_ && cpu_busy_ >= kSaturated && --wait_down_ <= 0) {
         current_ = step_down(kept_);
-      } else if (can_up && --wait_up_ <= 0) {
-        probing_up_ = true;
-        current_ = step_up(kept_);
-      } else {
-        return;
+        phase_ = Phase::kProbe;
       }
-      phase_ = Phase::kProbe;
       return;
-    }
     case Phase::kProbe:
       record(current_, rate);
       if (average(current_) > average(kept_) * (1 + kGain)) {
-        // The step paid: keep it, keep going the same way at once, and look
-        // back the other way only rarely (that step was just measured).
+        // The step paid: keep it and keep going down at once; climbing back
+        // to the count it left waits, longer each time.
+        ceiling_ = kept_;
+        climb_wait_ = backoff_up_;
+        backoff_up_ = std::min(backoff_up_ * 2, kMaxWait);
         kept_ = current_;
         base_rate_ = rate;
-        backoff_up_ = backoff_down_ = kFirstWait;
-        wait_up_ = probing_up_ ? 0 : kMaxWait / 2;
-        wait_down_ = probing_up_ ? kMaxWait / 2 : 0;
+        backoff_down_ = kFirstWait;
+        wait_down_ = 1;
         phase_ = Phase::kBase;
         return;
       }
       current_ = kept_;
-      int& backoff = probing_up_ ? backoff_up_ : backoff_down_;
-      (probing_up_ ? wait_up_ : wait_down_) = backoff;
-      backoff = std::min(backoff * 2, kMaxWait);
+      wait_down_ = backoff_down_;
+      backoff_down_ = std::min(backoff_down_ * 2, kMaxWait);
       phase_ = Phase::kBase;
       return;
   }

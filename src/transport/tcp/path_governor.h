@@ -5,32 +5,42 @@
 // faster than the CPU, every extra path adds a sender and a receiver thread
 // that compete for the same cores, and throughput falls (measured in the netns
 // lab on a 2-core host: 64 MiB writes over two unlimited veth links ran at
-// 0.75-0.93x of one). No static rule tells the two apart, so the governor
-// measures: it starts on every path (a short transfer gets them all; starting
-// on one and climbing made 16 MiB transfers over 16 loopback streams 3x
-// slower), and tries stepping down the ladder all, ..., 4, 2, 1, keeping a
-// step only when it raises throughput by more than `kGain`. A step that does
-// not pay is undone and tried again after exponentially longer waits. Counts
-// are compared by their running averages over all samples taken at them, not
-// by one sample each: one 10 ms sample on a busy 2-core host varies by ±20%,
-// more than the 10% a path count can be worth there. After
-// stepping down it also tries stepping back up now and then, so that paths
-// return when they pay again.
+// 0.75-0.93x of one). The governor tells the two apart by the host's CPU load:
+//
+// - It starts on one path and doubles the count (1, 2, 4, ... all) while the
+//   host's CPUs are less than kHeadroom busy: with cores to spare more paths
+//   cannot cost, and on links of 1 Gbit/s one path keeps 5-10% of a 2-core
+//   host busy, four 11-30%. On unlimited links one path keeps it 70-94% busy,
+//   and the count stays at one.
+// - While the CPUs are saturated (kSaturated busy) it tries stepping down
+//   (all, ..., 4, 2, 1), keeping a step only when it raises throughput by
+//   more than kGain. A step that does not pay is undone and tried again after
+//   exponentially longer waits, and a count it stepped down from is not
+//   climbed back to before such a wait either. Counts are compared by their
+//   running averages over all samples taken at them: one 10 ms sample on a
+//   busy 2-core host varies by ±20%, more than the 10% a path count can be
+//   worth there.
+// Without a CPU reading (no /proc/stat) it climbs to every path and stays.
 //
 // Throughput is counted only while the connection has chunks queued or in
 // flight (idle gaps between transfers do not count), in samples of at least
 // `sample_ns` of busy time and of at least kMinReports landing reports (the
 // peer confirms landing every few chunks, so on a slow link a short sample
-// holds one confirmation or two and its rate is off by 2x). After every change nothing counts until every
-// chunk sent before it has landed: on links of 1 Gbit/s a path's window takes
-// ~70 ms to drain, and a probe judged meanwhile sees the old paths' rate.
+// holds one confirmation or two and its rate is off by 2x). After every change
+// no throughput counts until every chunk sent before it has landed: on links
+// of 1 Gbit/s a path's window takes ~70 ms to drain, and a probe judged
+// meanwhile sees the old paths' rate. CPU load is read every `sample_ns` of
+// busy time (or later, once /proc/stat's 10 ms ticks allow).
 //
-// Pure logic, no clock or locking of its own: the ChunkQueue feeds it under its
-// lock, which lets the tests drive it with modelled links.
+// Pure logic, no clock or locking of its own: the ChunkQueue feeds it under
+// its lock, and the CPU reading comes through a function, which lets the tests
+// drive it with modelled links and hosts.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <vector>
 
 namespace ferry::tcp {
@@ -45,7 +55,15 @@ inline bool governor_engages(int paths, int cpus) { return paths > 1 && 2 * path
 
 class PathGovernor {
  public:
-  // A step must raise throughput by this fraction to be kept.
+  // Host CPU busy fraction since the previous call; nullopt while unknown.
+  using CpuMeter = std::function<std::optional<double>()>;
+
+  // Climb while the host's CPUs are less busy than this; try fewer paths
+  // only while they are at least kSaturated busy. (A reading spans as few as
+  // 4 ticks of /proc/stat, so it moves in steps of 25% on a 2-core host.)
+  static constexpr double kHeadroom = 0.5;
+  static constexpr double kSaturated = 0.75;
+  // A step down must raise throughput by this fraction to be kept.
   static constexpr double kGain = 0.05;
   // Probes that fail wait this many samples, doubling up to kMaxWait.
   static constexpr int kFirstWait = 8;
@@ -53,8 +71,8 @@ class PathGovernor {
   // A sample spans at least this many landing reports.
   static constexpr int kMinReports = 8;
 
-  // `adaptive` false: every live path, always.
-  PathGovernor(bool adaptive, int paths, int64_t sample_ns);
+  // `adaptive` false: every live path, always. `cpu` empty: no CPU reading.
+  PathGovernor(bool adaptive, int paths, int64_t sample_ns, CpuMeter cpu = {});
 
   // How many of the live paths may take new chunks (the lowest-numbered ones
   // of each transfer's allowed set).
@@ -62,7 +80,7 @@ class PathGovernor {
 
   // `bytes` landed after `busy_ns` of busy time since the previous report.
   // `flushed`: every chunk sent before the last change of target() has
-  // landed (until then the report only restarts the sample).
+  // landed (until then the report only restarts the throughput sample).
   void on_landed(uint64_t bytes, int64_t busy_ns, bool flushed = true);
 
   // Observations for logs and tests: the count in use now (a probe's while
@@ -72,30 +90,38 @@ class PathGovernor {
   // Running average rate at `n` paths (bytes per ns), 0 before any sample.
   double average(int n) const { return n >= 1 && n <= paths_ ? average_[static_cast<size_t>(n)] : 0; }
   double last_rate() const { return base_rate_; }
+  // The last CPU reading (negative before the first).
+  double last_cpu() const { return cpu_busy_; }
 
  private:
   enum class Phase { kBase, kProbe };
+  void read_cpu();
   void finish_sample(double rate);
   void record(int n, double rate);
+  void restart_sample();
   int step_up(int n) const;
   int step_down(int n) const;
 
   const bool adaptive_;
   const int paths_;
   const int64_t sample_ns_;
+  CpuMeter cpu_;
   int current_;          // the path count in force
   int kept_;             // the count a probe returns to when it fails
   Phase phase_ = Phase::kBase;
   uint64_t sample_bytes_ = 0;
   int sample_reports_ = 0;
   int64_t sample_ns_so_far_ = 0;
+  int64_t cpu_window_ns_ = 0;    // busy time since the last CPU reading
+  double cpu_busy_ = -1;         // the last reading; -1: none yet
+  bool cpu_known_ = false;       // a meter exists and has answered
   double base_rate_ = 0;         // last sample at kept_, bytes per ns
   std::vector<double> average_;  // by path count: running average of its samples
-  int wait_up_ = kMaxWait / 2;  // samples at kept_ before the next probe upward
-  int wait_down_ = kFirstWait;   // ... downward
-  int backoff_up_ = kFirstWait;
+  int wait_down_ = 1;            // samples at kept_ before the next probe downward
   int backoff_down_ = kFirstWait;
-  bool probing_up_ = false;
+  int ceiling_ = 0;              // a count measured slower than one below it (0: none)
+  int climb_wait_ = 0;           // CPU readings before climbing to ceiling_ again
+  int backoff_up_ = kFirstWait;
 };
 
 }  // namespace ferry::tcp

@@ -1,0 +1,37 @@
+// HostCpuLoad: how busy this host's CPUs were between two readings, from
+// /proc/stat. The path governor asks it whether a connection's workers have
+// cores to spare (more paths cannot cost then) or compete for them.
+//
+// Thread-compatible: one owner calls busy_since_last().
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace ferry::platform {
+
+class HostCpuLoad {
+ public:
+  // `stat_path`: /proc/stat, or a fixture in tests.
+  explicit HostCpuLoad(std::string stat_path = "/proc/stat");
+
+  // Whether the file could be read at construction.
+  bool available() const { return have_; }
+
+  // The fraction of CPU time, all CPUs together, spent busy (neither idle nor
+  // waiting for I/O) since the previous reading, in [0, 1]. /proc/stat counts
+  // in clock ticks (10 ms per CPU), so a reading needs at least `min_ticks`
+  // of them: before that (or when the file cannot be read) it is nullopt and
+  // the window keeps growing.
+  std::optional<double> busy_since_last(uint64_t min_ticks = 4);
+
+ private:
+  bool read(uint64_t& busy, uint64_t& total) const;
+
+  const std::string path_;
+  uint64_t busy_ = 0, total_ = 0;
+  bool have_ = false;
+};
+
+}  // namespace ferry::platform

@@ -1,0 +1,102 @@
+// HostCpuLoad on fixture files shaped like /proc/stat: busy time over total
+// time between readings, no reading before enough ticks, none from a missing
+// file, and a counter that goes back restarts the window.
+#include "platform/cpu_load.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+namespace ferry::platform {
+namespace {
+
+class StatFile {
+ public:
+  StatFile() {
+    char tmpl[] = "/tmp/ferry-stat-XXXXXX";
+    int fd = ::mkstemp(tmpl);
+    EXPECT_GE(fd, 0);
+    ::close(fd);
+    path_ = tmpl;
+  }
+  ~StatFile() { ::unlink(path_.c_str()); }
+  // user nice system idle iowait irq softirq steal
+  void write(unsigned user, unsigned system, unsigned idle, unsigned iowait, unsigned softirq) {
+    FILE* f = std::fopen(path_.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fprintf(f, "cpu  %u 0 %u %u %u 0 %u 0 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\nintr 12345\n", user, system, idle, iowait,
+                 softirq);
+    std::fclose(f);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TEST(HostCpuLoad, BusyFractionBetweenReadings) {
+  StatFile stat;
+  stat.write(100, 50, 1000, 10, 5);
+  HostCpuLoad load(stat.path());
+  ASSERT_TRUE(load.available());
+  // +30 user, +10 system, +5 softirq busy; +50 idle, +5 iowait: 45 of 100.
+  stat.write(130, 60, 1050, 15, 10);
+  auto f = load.busy_since_last();
+  ASSERT_TRUE(f.has_value());
+  EXPECT_DOUBLE_EQ(*f, 0.45);
+  // Only idle time passes: 0.
+  stat.write(130, 60, 1070, 15, 10);
+  EXPECT_DOUBLE_EQ(load.busy_since_last().value_or(-1), 0.0);
+}
+
+TEST(HostCpuLoad, NoReadingUntilEnoughTicksPassed) {
+  StatFile stat;
+  stat.write(100, 0, 100, 0, 0);
+  HostCpuLoad load(stat.path());
+  stat.write(102, 0, 101, 0, 0);  // 3 ticks
+  EXPECT_FALSE(load.busy_since_last(4).has_value());
+  stat.write(104, 0, 102, 0, 0);  // 6 ticks since the last reading that counted
+  auto f = load.busy_since_last(4);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_DOUBLE_EQ(*f, 4.0 / 6.0);
+}
+
+TEST(HostCpuLoad, CountersGoingBackRestartTheWindow) {
+  StatFile stat;
+  stat.write(500, 0, 500, 0, 0);
+  HostCpuLoad load(stat.path());
+  stat.write(10, 0, 10, 0, 0);
+  EXPECT_FALSE(load.busy_since_last().has_value());
+  stat.write(20, 0, 20, 0, 0);
+  EXPECT_DOUBLE_EQ(load.busy_since_last().value_or(-1), 0.5);
+}
+
+TEST(HostCpuLoad, MissingOrGarbledFileHasNoReading) {
+  HostCpuLoad none("/nonexistent/stat");
+  EXPECT_FALSE(none.available());
+  EXPECT_FALSE(none.busy_since_last().has_value());
+  StatFile stat;
+  FILE* f = std::fopen(stat.path().c_str(), "w");
+  std::fputs("intr 1 2 3\n", f);
+  std::fclose(f);
+  HostCpuLoad garbled(stat.path());
+  EXPECT_FALSE(garbled.available());
+}
+
+TEST(HostCpuLoad, ThisHostAnswers) {
+  HostCpuLoad load;
+  ASSERT_TRUE(load.available()) << "/proc/stat";
+  std::optional<double> f;
+  for (int i = 0; i < 200 && !f; ++i) {  // up to 2 s for 4 ticks
+    ::usleep(10'000);
+    f = load.busy_since_last();
+  }
+  ASSERT_TRUE(f.has_value());
+  EXPECT_GE(*f, 0.0);
+  EXPECT_LE(*f, 1.0);
+}
+
+}  // namespace
+}  // namespace ferry::platform
