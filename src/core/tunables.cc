@@ -137,7 +137,7 @@ const std::vector<Tunable>& tunables() {
       string_tunable("nic_policy", "FERRY_NIC_POLICY", "nearest (NICs on the memory's NUMA node first) or all",
                      &Options::nic_policy),
       string_tunable("path_policy", "FERRY_PATH_POLICY",
-                     "adaptive (when the paths' workers outnumber the cores: fewer paths while fewer measure faster) or all",
+                     "adaptive (when the paths' workers outnumber the cores: paths by CPU headroom and measured gain) or all",
                      &Options::path_policy),
       size_tunable("streams", "FERRY_STREAMS", "count", "data streams (paths) per NIC pair", &Options::streams),
       size_tunable("chunk_bytes", "FERRY_CHUNK", "bytes",
