@@ -75,34 +75,32 @@ Tunable size_tunable(const char* name, const char* env, const char* unit, const 
                  }};
 }
 
-Tunable ms_tunable(const char* name, const char* env, const char* doc, std::chrono::milliseconds Options::*field) {
+// A whole number of `Duration` units ("ms", "us"); 0 only where `zero_ok`.
+template <typename Duration>
+Tunable duration_tunable(const char* name, const char* env, const char* unit, const char* doc,
+                         Duration Options::*field, bool zero_ok) {
   return Tunable{name,
                  env,
-                 "ms",
+                 unit,
                  doc,
                  [field](const Options& o) { return std::to_string((o.*field).count()); },
-                 [field, env](Options& o, std::string_view v) -> Status {
+                 [field, env, zero_ok](Options& o, std::string_view v) -> Status {
                    auto r = parse_int(env, v);
                    if (!r.ok()) return r.status();
-                   if (r.value() <= 0) return bad_value(env, v, "must be positive");
-                   o.*field = std::chrono::milliseconds(r.value());
+                   if (r.value() < (zero_ok ? 0 : 1)) {
+                     return bad_value(env, v, zero_ok ? "must not be negative" : "must be positive");
+                   }
+                   o.*field = Duration(r.value());
                    return Status();
                  }};
 }
 
+Tunable ms_tunable(const char* name, const char* env, const char* doc, std::chrono::milliseconds Options::*field) {
+  return duration_tunable(name, env, "ms", doc, field, /*zero_ok=*/false);
+}
+
 Tunable us_tunable(const char* name, const char* env, const char* doc, std::chrono::microseconds Options::*field) {
-  return Tunable{name,
-                 env,
-                 "us",
-                 doc,
-                 [field](const Options& o) { return std::to_string((o.*field).count()); },
-                 [field, env](Options& o, std::string_view v) -> Status {
-                   auto r = parse_int(env, v);
-                   if (!r.ok()) return r.status();
-                   if (r.value() < 0) return bad_value(env, v, "must not be negative");
-                   o.*field = std::chrono::microseconds(r.value());
-                   return Status();
-                 }};
+  return duration_tunable(name, env, "us", doc, field, /*zero_ok=*/true);
 }
 
 Tunable string_tunable(const char* name, const char* env, const char* doc, std::string Options::*field,
