@@ -85,8 +85,10 @@ void bind_options(pyb::module_& m) {
                      "'adaptive' (every path, fewer while fewer measure faster) or 'all' (every path, always).")
       .def_readwrite("streams", &Options::streams, "Data streams (paths) per NIC pair, besides the control one.")
       .def_readwrite("chunk_bytes", &Options::chunk_bytes, "Bulk transfers are cut into chunks of this many bytes.")
-      .def_readwrite("staging_depth", &Options::staging_depth, "GPU memory over TCP: chunks each path stages ahead per direction.")
-      .def_readwrite("staging_chunk_bytes", &Options::staging_chunk_bytes, "GPU memory over TCP: chunk and staging slot size in bytes.")
+      .def_readwrite("staging_depth", &Options::staging_depth,
+                     "GPU memory over TCP: chunks each path stages ahead per direction.")
+      .def_readwrite("staging_chunk_bytes", &Options::staging_chunk_bytes,
+                     "GPU memory over TCP: chunk and staging slot size in bytes.")
       .def_readwrite("window", &Options::window, "Unconfirmed chunks a path may have in flight.")
       .def_readwrite("inline_max", &Options::inline_max, "Messages up to this size ride on the control stream.")
       .def_readwrite("auth_token", &Options::auth_token, "Shared secret; empty means no authentication.")
@@ -100,8 +102,8 @@ void bind_options(pyb::module_& m) {
   duration_property<&Options::path_timeout>(
       o, "path_timeout", "Seconds a data stream may leave sent bytes unacknowledged before it is declared dead.");
   duration_property<&Options::handshake_timeout>(o, "handshake_timeout", "Seconds a connection handshake may take.");
-  duration_property<&Options::wait_spin>(
-      o, "wait_spin", "Seconds Transfer.wait polls before it sleeps; 0 lets the transport choose.");
+  duration_property<&Options::wait_spin>(o, "wait_spin",
+                                         "Seconds Transfer.wait polls before it sleeps; 0 lets the transport choose.");
   o.def_property(
       "log_level", [](const Options& x) { return x.log_level; },
       [](Options& x, pyb::handle v) { x.log_level = to_level(v); }, "A ferry.LogLevel or its lower-case name.");

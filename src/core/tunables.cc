@@ -77,8 +77,8 @@ Tunable size_tunable(const char* name, const char* env, const char* unit, const 
 
 // A whole number of `Duration` units ("ms", "us"); 0 only where `zero_ok`.
 template <typename Duration>
-Tunable duration_tunable(const char* name, const char* env, const char* unit, const char* doc,
-                         Duration Options::*field, bool zero_ok) {
+Tunable duration_tunable(const char* name, const char* env, const char* unit, const char* doc, Duration Options::*field,
+                         bool zero_ok) {
   return Tunable{name,
                  env,
                  unit,
@@ -134,9 +134,10 @@ const std::vector<Tunable>& tunables() {
                      &Options::rx_bindings),
       string_tunable("nic_policy", "FERRY_NIC_POLICY", "nearest (NICs on the memory's NUMA node first) or all",
                      &Options::nic_policy),
-      string_tunable("path_policy", "FERRY_PATH_POLICY",
-                     "adaptive (when the paths' workers outnumber the cores: paths by CPU headroom and measured gain) or all",
-                     &Options::path_policy),
+      string_tunable(
+          "path_policy", "FERRY_PATH_POLICY",
+          "adaptive (when the paths' workers outnumber the cores: paths by CPU headroom and measured gain) or all",
+          &Options::path_policy),
       size_tunable("streams", "FERRY_STREAMS", "count", "data streams (paths) per NIC pair", &Options::streams),
       size_tunable("chunk_bytes", "FERRY_CHUNK", "bytes",
                    "bulk transfers travel in chunks of this size (K/M/G suffixes)", &Options::chunk_bytes),
@@ -167,7 +168,8 @@ const std::vector<Tunable>& tunables() {
                  &Options::handshake_timeout),
       size_tunable("socket_buffer_bytes", "FERRY_SOCKET_BUFFER", "bytes",
                    "SO_SNDBUF/SO_RCVBUF per stream; 0 keeps kernel autotuning", &Options::socket_buffer_bytes),
-      string_tunable("transport", "FERRY_TRANSPORT", "auto (local for same-host peers), tcp, or local", &Options::transport),
+      string_tunable("transport", "FERRY_TRANSPORT", "auto (local for same-host peers), tcp, or local",
+                     &Options::transport),
       Tunable{"log_level", "FERRY_LOG", "", "error, warn, info, debug or trace",
               [](const Options& o) { return std::string(level_name(o.log_level)); },
               [](Options& o, std::string_view v) -> Status {

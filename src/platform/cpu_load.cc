@@ -12,8 +12,8 @@ bool HostCpuLoad::read(uint64_t& busy, uint64_t& total) const {
   if (f == nullptr) return false;
   // cpu  user nice system idle iowait irq softirq steal ...
   unsigned long long v[8] = {};
-  int n = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
-                      &v[6], &v[7]);
+  int n = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+                      &v[7]);
   std::fclose(f);
   if (n < 5) return false;
   total = 0;

@@ -57,8 +57,8 @@ double saturated(int) { return 0.9; }             // one path already keeps the 
 
 // The governor judges only where the paths' workers outnumber the cores.
 TEST(PathGovernor, EngagesOnlyWhenWorkersOutnumberCores) {
-  EXPECT_FALSE(governor_engages(1, 2));   // one path: nothing to choose
-  EXPECT_TRUE(governor_engages(2, 2));    // the 2-core lab: 4 workers
+  EXPECT_FALSE(governor_engages(1, 2));  // one path: nothing to choose
+  EXPECT_TRUE(governor_engages(2, 2));   // the 2-core lab: 4 workers
   EXPECT_TRUE(governor_engages(4, 2));
   EXPECT_FALSE(governor_engages(16, 32));  // a 32-core GPU host: 32 workers fit
   EXPECT_TRUE(governor_engages(17, 32));

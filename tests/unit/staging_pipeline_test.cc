@@ -125,7 +125,7 @@ TEST(StagedChunkBytes, EveryPathGetsTwoChunksWithinLimits) {
   EXPECT_EQ(staged_chunk_bytes(1ull << 20, 1, kSlot), 512u << 10);
   EXPECT_EQ(staged_chunk_bytes(1ull << 20, 16, kSlot), kMinStagedChunk);  // floor
   EXPECT_EQ(staged_chunk_bytes(100, 4, kSlot), kMinStagedChunk);
-  EXPECT_EQ(staged_chunk_bytes(1000001, 3, kSlot), 167936u);  // 1000001 / 6 rounded up to 4 KiB
+  EXPECT_EQ(staged_chunk_bytes(1000001, 3, kSlot), 167936u);            // 1000001 / 6 rounded up to 4 KiB
   EXPECT_EQ(staged_chunk_bytes(1ull << 20, 2, 16 * 1024), 16u * 1024);  // slots below the floor win
   EXPECT_EQ(staged_chunk_bytes(1ull << 20, 0, kSlot), 512u << 10);      // no paths counted: as one
 }

@@ -279,8 +279,9 @@ void LocalConnection::match(PostedRecv recv, Unexpected msg) {
   bool sender_can = !(any_gpu(msg.source) && any_host(recv.dest));
   bool receiver_can = LocalCopier::can_execute(recv.dest, msg.source);
   if (!receiver_can && !sender_can) {
-    Status s(Code::kUnimplemented, where() + ": a message mixing host and GPU memory on both sides in opposite "
-                                             "directions cannot move locally in one copy; split it");
+    Status s(Code::kUnimplemented, where() +
+                                       ": a message mixing host and GPU memory on both sides in opposite "
+                                       "directions cannot move locally in one copy; split it");
     state->finish(s);
     answer(msg.op, s);
     return;
@@ -348,7 +349,7 @@ Status LocalConnection::copy_into(const core::SegmentList& dest, const std::stri
 
 template <typename Access>
 Result<std::vector<LocalConnection::Item>> LocalConnection::resolve_items(std::span<const Access> items,
-                                                                           const char* op) {
+                                                                          const char* op) {
   std::vector<Item> out;
   for (const Access& a : items) {
     Item it;
@@ -419,8 +420,7 @@ Transfer LocalConnection::writev_async(std::span<const WriteItem> items, std::st
   return handle;
 }
 
-Transfer LocalConnection::read_async(void* local, size_t size, const RemoteDescriptor& remote,
-                                     uint64_t remote_offset) {
+Transfer LocalConnection::read_async(void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset) {
   ReadItem item{local, size, remote, remote_offset};
   return readv_async(std::span<const ReadItem>(&item, 1));
 }
@@ -486,8 +486,8 @@ void LocalConnection::run_item(const std::shared_ptr<TransferState>& state, cons
                                bool is_write) {
   uint64_t size = item.local.total();
   if (item.offset + size > info.length) {
-    state->finish_part(Status(Code::kOutOfRange, where() + ": access past the end of export " +
-                                                     std::to_string(item.remote.export_id)));
+    state->finish_part(Status(Code::kOutOfRange,
+                              where() + ": access past the end of export " + std::to_string(item.remote.export_id)));
     return;
   }
   std::vector<SharedSpan> remote = slice_spans(info.spans, item.offset, size);

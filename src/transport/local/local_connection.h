@@ -177,9 +177,9 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   std::atomic<bool> failed_{false};
   std::atomic<bool> closed_{false};
   mutable std::mutex health_mu_;
-  Status health_;  // guarded by health_mu_
-  uint64_t last_peer_beats_ = 0;              // heartbeat thread only
-  Clock::time_point last_peer_beat_at_{};     // heartbeat thread only
+  Status health_;                          // guarded by health_mu_
+  uint64_t last_peer_beats_ = 0;           // heartbeat thread only
+  Clock::time_point last_peer_beat_at_{};  // heartbeat thread only
 
   std::mutex out_mu_;
   std::deque<std::string> outbox_;  // guarded by out_mu_: encoded messages not yet in the ring
@@ -188,22 +188,22 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   // while a revocation removes exports (see on_revoke).
   std::shared_mutex revoke_mu_;
   std::mutex mu_;
-  uint64_t next_id_ = 1;                                          // guarded by mu_
-  std::unordered_map<uint64_t, Completion> expected_;             // guarded by mu_: by local op id
-  std::deque<PostedRecv> posted_;                                 // guarded by mu_
-  std::deque<Unexpected> unexpected_;                             // guarded by mu_
+  uint64_t next_id_ = 1;                                             // guarded by mu_
+  std::unordered_map<uint64_t, Completion> expected_;                // guarded by mu_: by local op id
+  std::deque<PostedRecv> posted_;                                    // guarded by mu_
+  std::deque<Unexpected> unexpected_;                                // guarded by mu_
   std::unordered_map<uint64_t, core::SegmentList> pending_sources_;  // guarded by mu_: sends awaiting CTS
-  std::map<std::pair<uint64_t, uint64_t>, ExportInfo> exports_;   // guarded by mu_: (export id, key) of the peer
+  std::map<std::pair<uint64_t, uint64_t>, ExportInfo> exports_;      // guarded by mu_: (export id, key) of the peer
   std::map<std::pair<uint64_t, uint64_t>, std::vector<std::function<void(Result<const ExportInfo*>)>>>
-      opening_;                                                   // guarded by mu_
-  std::map<uint64_t, std::set<uint64_t>> shared_allocs_;          // guarded by mu_: region -> allocation bases
-  std::map<uint64_t, uint64_t> shared_exports_;                   // guarded by mu_: export id -> region
-  uint64_t next_note_seq_ = 1;                                    // guarded by mu_
+      opening_;                                           // guarded by mu_
+  std::map<uint64_t, std::set<uint64_t>> shared_allocs_;  // guarded by mu_: region -> allocation bases
+  std::map<uint64_t, uint64_t> shared_exports_;           // guarded by mu_: export id -> region
+  uint64_t next_note_seq_ = 1;                            // guarded by mu_
 
   core::NotificationQueue notes_;
-  std::mutex order_mu_;                                           // puts notifications back in sequence
-  uint64_t next_note_due_ = 1;                                    // guarded by order_mu_
-  std::map<uint64_t, std::optional<std::string>> held_notes_;     // guarded by order_mu_: arrived early
+  std::mutex order_mu_;                                        // puts notifications back in sequence
+  uint64_t next_note_due_ = 1;                                 // guarded by order_mu_
+  std::map<uint64_t, std::optional<std::string>> held_notes_;  // guarded by order_mu_: arrived early
 };
 
 }  // namespace ferry::local

@@ -18,10 +18,6 @@ int64_t now_ns() {
       .count();
 }
 
-}  // namespace
-
-namespace {
-
 // The host's CPU load for the governor; none where /proc/stat cannot be read.
 PathGovernor::CpuMeter host_cpu_meter() {
   auto load = std::make_shared<platform::HostCpuLoad>();
@@ -32,8 +28,9 @@ PathGovernor::CpuMeter host_cpu_meter() {
 }  // namespace
 
 ChunkQueue::ChunkQueue(uint64_t chunk_bytes, int window, int paths, bool adaptive)
-    : ChunkQueue(chunk_bytes, window, paths,
-                 PathGovernor(adaptive, paths, kGovernorSampleNs, adaptive ? host_cpu_meter() : PathGovernor::CpuMeter{})) {}
+    : ChunkQueue(
+          chunk_bytes, window, paths,
+          PathGovernor(adaptive, paths, kGovernorSampleNs, adaptive ? host_cpu_meter() : PathGovernor::CpuMeter{})) {}
 
 ChunkQueue::ChunkQueue(uint64_t chunk_bytes, int window, int paths, PathGovernor governor)
     : chunk_bytes_(chunk_bytes),
@@ -152,8 +149,9 @@ void ChunkQueue::on_landed(int path, uint64_t landed) {
         // Judge the new count only once what the old one sent has landed.
         flush_sent_ = sent_;
         flushing_ = true;
-        FERRY_LOG(kDebug, "tcp", "paths taking new chunks: %d -> %d (last sample %.3f GB/s at %d, host CPUs %.0f%% busy)",
-                  before, governor_.target(), governor_.last_rate(), governor_.kept(), 100 * governor_.last_cpu());
+        FERRY_LOG(kDebug, "tcp",
+                  "paths taking new chunks: %d -> %d (last sample %.3f GB/s at %d, host CPUs %.0f%% busy)", before,
+                  governor_.target(), governor_.last_rate(), governor_.kept(), 100 * governor_.last_cpu());
       }
     }
   }

@@ -106,8 +106,8 @@ class PathGovernor {
   const int paths_;
   const int64_t sample_ns_;
   CpuMeter cpu_;
-  int current_;          // the path count in force
-  int kept_;             // the count a probe returns to when it fails
+  int current_;  // the path count in force
+  int kept_;     // the count a probe returns to when it fails
   Phase phase_ = Phase::kBase;
   uint64_t sample_bytes_ = 0;
   int sample_reports_ = 0;
@@ -119,8 +119,8 @@ class PathGovernor {
   std::vector<double> average_;  // by path count: running average of its samples
   int wait_down_ = 1;            // samples at kept_ before the next probe downward
   int backoff_down_ = kFirstWait;
-  int ceiling_ = 0;              // a count measured slower than one below it (0: none)
-  int climb_wait_ = 0;           // CPU readings before climbing to ceiling_ again
+  int ceiling_ = 0;     // a count measured slower than one below it (0: none)
+  int climb_wait_ = 0;  // CPU readings before climbing to ceiling_ again
   int backoff_up_ = kFirstWait;
 };
 

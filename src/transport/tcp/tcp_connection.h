@@ -260,9 +260,9 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
 
   std::mutex out_mu_;
   std::condition_variable out_cv_;
-  std::deque<Outgoing> out_;  // guarded by out_mu_
-  bool out_stopped_ = false;  // guarded by out_mu_
-  bool out_writing_ = false;  // guarded by out_mu_: the control-transmit thread holds a frame
+  std::deque<Outgoing> out_;                // guarded by out_mu_
+  bool out_stopped_ = false;                // guarded by out_mu_
+  bool out_writing_ = false;                // guarded by out_mu_: the control-transmit thread holds a frame
   std::condition_variable out_drained_cv_;  // out_ empty and nothing being written
 
   // Operations and matching state.
