@@ -45,6 +45,13 @@ int serve(ferry::Engine& engine, ferry::Connection& conn, const Args& a) {
   std::vector<uint8_t> mem(kCtl + cap);
   auto region = engine.reg(mem.data(), mem.size());
   if (!region.ok()) fail("reg", region.status());
+  // Deregistered before `mem` is freed on the way out: replies to the test's
+  // reads may still be on their way, and dereg waits for bytes moving in it.
+  struct Dereg {
+    ferry::Engine& engine;
+    ferry::Region region;
+    ~Dereg() { (void)engine.dereg(region); }
+  } dereg{engine, region.value()};
   uint8_t* ctl = mem.data();
   uint8_t* data = mem.data() + kCtl;
   auto recv_text = [&]() -> ferry::Result<std::string> {
