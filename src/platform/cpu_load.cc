@@ -1,11 +1,20 @@
-// HostCpuLoad: the aggregate "cpu" line of /proc/stat, differenced.
+// HostCpuLoad: the aggregate "cpu" line of /proc/stat and this process's
+// getrusage, differenced.
 #include "platform/cpu_load.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 
 namespace ferry::platform {
 
-HostCpuLoad::HostCpuLoad(std::string stat_path) : path_(std::move(stat_path)) { have_ = read(busy_, total_); }
+HostCpuLoad::HostCpuLoad(std::string stat_path)
+    : path_(std::move(stat_path)), us_per_tick_(1e6 / static_cast<double>(std::max(1L, ::sysconf(_SC_CLK_TCK)))) {
+  have_ = read(busy_, total_);
+  self_us_ = self_us();
+}
 
 bool HostCpuLoad::read(uint64_t& busy, uint64_t& total) const {
   FILE* f = std::fopen(path_.c_str(), "r");
@@ -22,20 +31,35 @@ bool HostCpuLoad::read(uint64_t& busy, uint64_t& total) const {
   return true;
 }
 
-std::optional<double> HostCpuLoad::busy_since_last(uint64_t min_ticks) {
+uint64_t HostCpuLoad::self_us() {
+  rusage u{};
+  if (::getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  auto us = [](const timeval& t) {
+    return static_cast<uint64_t>(t.tv_sec) * 1'000'000 + static_cast<uint64_t>(t.tv_usec);
+  };
+  return us(u.ru_utime) + us(u.ru_stime);
+}
+
+std::optional<CpuReading> HostCpuLoad::since_last(uint64_t min_ticks) {
   uint64_t busy = 0, total = 0;
   if (!read(busy, total)) return std::nullopt;
+  uint64_t self = self_us();
   if (!have_ || total < total_ || busy < busy_) {  // first reading, or the counters went back
     have_ = true;
     busy_ = busy;
     total_ = total;
+    self_us_ = self;
     return std::nullopt;
   }
-  if (total - total_ < min_ticks) return std::nullopt;
-  double f = static_cast<double>(busy - busy_) / static_cast<double>(total - total_);
+  if (total - total_ < std::max<uint64_t>(min_ticks, 1)) return std::nullopt;
+  double ticks = static_cast<double>(total - total_);
+  CpuReading r;
+  r.host_busy = std::min(1.0, static_cast<double>(busy - busy_) / ticks);
+  r.self = std::clamp(static_cast<double>(self - std::min(self, self_us_)) / (ticks * us_per_tick_), 0.0, 1.0);
   busy_ = busy;
   total_ = total;
-  return f > 1 ? 1.0 : f;
+  self_us_ = self;
+  return r;
 }
 
 }  // namespace ferry::platform

@@ -1,8 +1,9 @@
 // HostCpuLoad: how busy this host's CPUs were between two readings, from
-// /proc/stat. The path governor asks it whether a connection's workers have
-// cores to spare (more paths cannot cost then) or compete for them.
+// /proc/stat, and how much of that was this process (getrusage). The path
+// governor asks it whether a connection's workers have cores to spare (more
+// paths cannot cost then) or compete for them.
 //
-// Thread-compatible: one owner calls busy_since_last().
+// Thread-compatible: one owner calls since_last().
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,11 @@
 #include <string>
 
 namespace ferry::platform {
+
+struct CpuReading {
+  double host_busy = 0;  // all CPUs' time spent busy (neither idle nor waiting for I/O), in [0, 1]
+  double self = 0;       // this process's CPU time as a fraction of all CPUs' time, in [0, 1]
+};
 
 class HostCpuLoad {
  public:
@@ -19,18 +25,19 @@ class HostCpuLoad {
   // Whether the file could be read at construction.
   bool available() const { return have_; }
 
-  // The fraction of CPU time, all CPUs together, spent busy (neither idle nor
-  // waiting for I/O) since the previous reading, in [0, 1]. /proc/stat counts
-  // in clock ticks (10 ms per CPU), so a reading needs at least `min_ticks`
-  // of them: before that (or when the file cannot be read) it is nullopt and
-  // the window keeps growing.
-  std::optional<double> busy_since_last(uint64_t min_ticks = 4);
+  // The load since the previous reading. /proc/stat counts in clock ticks
+  // (10 ms per CPU), so a reading needs at least `min_ticks` of them: before
+  // that (or when the file cannot be read) it is nullopt and the window keeps
+  // growing.
+  std::optional<CpuReading> since_last(uint64_t min_ticks = 4);
 
  private:
   bool read(uint64_t& busy, uint64_t& total) const;
+  static uint64_t self_us();
 
   const std::string path_;
-  uint64_t busy_ = 0, total_ = 0;
+  const double us_per_tick_;
+  uint64_t busy_ = 0, total_ = 0, self_us_ = 0;
   bool have_ = false;
 };
 

@@ -1,12 +1,15 @@
 // HostCpuLoad on fixture files shaped like /proc/stat: busy time over total
 // time between readings, no reading before enough ticks, none from a missing
-// file, and a counter that goes back restarts the window.
+// file, and a counter that goes back restarts the window; on this host, this
+// process's own share rises while it computes.
 #include "platform/cpu_load.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 namespace ferry::platform {
@@ -43,12 +46,17 @@ TEST(HostCpuLoad, BusyFractionBetweenReadings) {
   ASSERT_TRUE(load.available());
   // +30 user, +10 system, +5 softirq busy; +50 idle, +5 iowait: 45 of 100.
   stat.write(130, 60, 1050, 15, 10);
-  auto f = load.busy_since_last();
+  auto f = load.since_last();
   ASSERT_TRUE(f.has_value());
-  EXPECT_DOUBLE_EQ(*f, 0.45);
+  EXPECT_DOUBLE_EQ(f->host_busy, 0.45);
+  EXPECT_GE(f->self, 0.0);
+  EXPECT_LE(f->self, 1.0);
   // Only idle time passes: 0.
   stat.write(130, 60, 1070, 15, 10);
-  EXPECT_DOUBLE_EQ(load.busy_since_last().value_or(-1), 0.0);
+  auto idle = load.since_last();
+  ASSERT_TRUE(idle.has_value());
+  EXPECT_DOUBLE_EQ(idle->host_busy, 0.0);
+  EXPECT_FALSE(load.since_last(0).has_value()) << "no tick since the last reading";
 }
 
 TEST(HostCpuLoad, NoReadingUntilEnoughTicksPassed) {
@@ -56,11 +64,11 @@ TEST(HostCpuLoad, NoReadingUntilEnoughTicksPassed) {
   stat.write(100, 0, 100, 0, 0);
   HostCpuLoad load(stat.path());
   stat.write(102, 0, 101, 0, 0);  // 3 ticks
-  EXPECT_FALSE(load.busy_since_last(4).has_value());
+  EXPECT_FALSE(load.since_last(4).has_value());
   stat.write(104, 0, 102, 0, 0);  // 6 ticks since the last reading that counted
-  auto f = load.busy_since_last(4);
+  auto f = load.since_last(4);
   ASSERT_TRUE(f.has_value());
-  EXPECT_DOUBLE_EQ(*f, 4.0 / 6.0);
+  EXPECT_DOUBLE_EQ(f->host_busy, 4.0 / 6.0);
 }
 
 TEST(HostCpuLoad, CountersGoingBackRestartTheWindow) {
@@ -68,15 +76,15 @@ TEST(HostCpuLoad, CountersGoingBackRestartTheWindow) {
   stat.write(500, 0, 500, 0, 0);
   HostCpuLoad load(stat.path());
   stat.write(10, 0, 10, 0, 0);
-  EXPECT_FALSE(load.busy_since_last().has_value());
+  EXPECT_FALSE(load.since_last().has_value());
   stat.write(20, 0, 20, 0, 0);
-  EXPECT_DOUBLE_EQ(load.busy_since_last().value_or(-1), 0.5);
+  EXPECT_DOUBLE_EQ(load.since_last().value_or(CpuReading{-1, 0}).host_busy, 0.5);
 }
 
 TEST(HostCpuLoad, MissingOrGarbledFileHasNoReading) {
   HostCpuLoad none("/nonexistent/stat");
   EXPECT_FALSE(none.available());
-  EXPECT_FALSE(none.busy_since_last().has_value());
+  EXPECT_FALSE(none.since_last().has_value());
   StatFile stat;
   FILE* f = std::fopen(stat.path().c_str(), "w");
   std::fputs("intr 1 2 3\n", f);
@@ -85,17 +93,22 @@ TEST(HostCpuLoad, MissingOrGarbledFileHasNoReading) {
   EXPECT_FALSE(garbled.available());
 }
 
-TEST(HostCpuLoad, ThisHostAnswers) {
+TEST(HostCpuLoad, ThisHostAnswersAndCountsThisProcess) {
   HostCpuLoad load;
   ASSERT_TRUE(load.available()) << "/proc/stat";
-  std::optional<double> f;
-  for (int i = 0; i < 200 && !f; ++i) {  // up to 2 s for 4 ticks
-    ::usleep(10'000);
-    f = load.busy_since_last();
+  // Compute until a reading comes (4 ticks: up to 40 ms on one CPU), at most 2 s.
+  std::optional<CpuReading> r;
+  volatile uint64_t sink = 0;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (!r && std::chrono::steady_clock::now() < until) {
+    for (int i = 0; i < 100000; ++i) sink = sink + static_cast<uint64_t>(i) * 7;
+    r = load.since_last();
   }
-  ASSERT_TRUE(f.has_value());
-  EXPECT_GE(*f, 0.0);
-  EXPECT_LE(*f, 1.0);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_GT(r->host_busy, 0.0);
+  EXPECT_LE(r->host_busy, 1.0);
+  EXPECT_GT(r->self, 0.0) << "this thread computed the whole window";
+  EXPECT_LE(r->self, 1.0);
 }
 
 }  // namespace

@@ -27,12 +27,16 @@ constexpr int64_t kStep = 1'000'000;     // one landing report per ms of busy ti
 // use. The governor reads the CPU through a meter that asks the model.
 struct Host {
   std::function<double(int)> rate;  // bytes per ns with n paths
-  std::function<double(int)> cpu;   // busy fraction with n paths
+  std::function<double(int)> cpu;   // host busy fraction with n paths
+  std::function<double(int)> own;   // this process's share; empty: all of the load is ours
   int in_use = 1;
 };
 
 PathGovernor governor(int paths, const std::shared_ptr<Host>& host) {
-  return PathGovernor(true, paths, kSample, [host] { return std::optional<double>(host->cpu(host->in_use)); });
+  return PathGovernor(true, paths, kSample, [host] {
+    double busy = host->cpu(host->in_use);
+    return std::optional<platform::CpuReading>({busy, host->own ? host->own(host->in_use) : busy});
+  });
 }
 
 // Runs `g` for `ms` of busy time on `host` (rates with +-`noise` relative
@@ -74,6 +78,16 @@ TEST(PathGovernor, ClimbsToEveryPathWhileTheCoresHaveRoom) {
   auto t = drive(g, *host, 10'000, 0.03);
   EXPECT_EQ(g.kept(), 4);
   EXPECT_LE(t[1] + t[2], 2 * kSample / kStep + 2) << "ms below 4 paths: two readings";
+  EXPECT_GT(t[4], 9'900);
+}
+
+// Rate-limited links on a host that other work keeps busy: this process's
+// own share is small, so more paths cost the host little: climb.
+TEST(PathGovernor, ClimbsWhenOtherWorkKeepsTheCoresBusy) {
+  auto host = std::make_shared<Host>(Host{link_limited, saturated, light});
+  PathGovernor g = governor(4, host);
+  auto t = drive(g, *host, 10'000, 0.03);
+  EXPECT_EQ(g.kept(), 4);
   EXPECT_GT(t[4], 9'900);
 }
 
@@ -187,9 +201,9 @@ TEST(PathGovernor, FixedPolicyOnePathOrNoCpuReadingNeverMove) {
 // grow; the governor neither climbs nor steps down meanwhile.
 TEST(PathGovernor, WaitsForACpuReading) {
   int calls = 0;
-  PathGovernor g(true, 4, kSample, [&calls]() -> std::optional<double> {
+  PathGovernor g(true, 4, kSample, [&calls]() -> std::optional<platform::CpuReading> {
     ++calls;
-    return calls < 5 ? std::nullopt : std::optional<double>(0.1);
+    return calls < 5 ? std::nullopt : std::optional<platform::CpuReading>({0.1, 0.1});
   });
   // A window is full after kSample of busy time; from then on every report
   // asks again until there is an answer.

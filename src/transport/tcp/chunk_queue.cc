@@ -22,7 +22,7 @@ int64_t now_ns() {
 PathGovernor::CpuMeter host_cpu_meter() {
   auto load = std::make_shared<platform::HostCpuLoad>();
   if (!load->available()) return {};
-  return [load] { return load->busy_since_last(); };
+  return [load] { return load->since_last(); };
 }
 
 }  // namespace
@@ -150,8 +150,9 @@ void ChunkQueue::on_landed(int path, uint64_t landed) {
         flush_sent_ = sent_;
         flushing_ = true;
         FERRY_LOG(kDebug, "tcp",
-                  "paths taking new chunks: %d -> %d (last sample %.3f GB/s at %d, host CPUs %.0f%% busy)", before,
-                  governor_.target(), governor_.last_rate(), governor_.kept(), 100 * governor_.last_cpu());
+                  "paths taking new chunks: %d -> %d (last sample %.3f GB/s at %d, host CPUs %.0f%% busy, %.0f%% ours)",
+                  before, governor_.target(), governor_.last_rate(), governor_.kept(), 100 * governor_.last_cpu(),
+                  100 * governor_.last_own_cpu());
       }
     }
   }

@@ -63,12 +63,14 @@ void PathGovernor::on_landed(uint64_t bytes, int64_t busy_ns, bool flushed) {
 }
 
 void PathGovernor::read_cpu() {
-  std::optional<double> busy = cpu_();
-  if (!busy) return;  // too soon for /proc/stat's ticks: the window grows
+  std::optional<platform::CpuReading> r = cpu_();
+  if (!r) return;  // too soon for /proc/stat's ticks: the window grows
   cpu_window_ns_ = 0;
-  cpu_busy_ = *busy;
+  cpu_busy_ = r->host_busy;
+  cpu_self_ = r->self;
   cpu_known_ = true;
-  if (phase_ != Phase::kBase || cpu_busy_ >= kHeadroom || kept_ >= paths_) return;
+  bool room = cpu_busy_ < kHeadroom || cpu_self_ < kOwnShare;
+  if (phase_ != Phase::kBase || !room || kept_ >= paths_) return;
   int up = step_up(kept_);
   if (ceiling_ != 0 && up >= ceiling_) {
     // This count measured slower than the one below it: retry only rarely.
@@ -84,7 +86,7 @@ void PathGovernor::finish_sample(double rate) {
     case Phase::kBase:
       base_rate_ = rate;
       record(kept_, rate);
-      if (kept_ > 1 && cpu_known_ && cpu_busy_ >= kSaturated && --wait_down_ <= 0) {
+      if (kept_ > 1 && cpu_known_ && cpu_busy_ >= kSaturated && cpu_self_ >= kOwnShare && --wait_down_ <= 0) {
         current_ = step_down(kept_);
         phase_ = Phase::kProbe;
       }

@@ -8,18 +8,21 @@
 // 0.75-0.93x of one). The governor tells the two apart by the host's CPU load:
 //
 // - It starts on one path and doubles the count (1, 2, 4, ... all) while the
-//   host's CPUs are less than kHeadroom busy: with cores to spare more paths
+//   host's CPUs are less than kHeadroom busy, or this process uses less than
+//   kOwnShare of them (then other work keeps them busy, and paths that mostly
+//   wait on their links cost it little): with cores to spare more paths
 //   cannot cost, and on links of 1 Gbit/s one path keeps 5-10% of a 2-core
-//   host busy, four 11-30%. On unlimited links one path keeps it 70-94% busy,
-//   and the count stays at one.
-// - While the CPUs are saturated (kSaturated busy) it tries stepping down
-//   (all, ..., 4, 2, 1), keeping a step only when it raises throughput by
-//   more than kGain. A step that does not pay is undone and tried again after
-//   exponentially longer waits, and a count it stepped down from is not
-//   climbed back to before such a wait either. Counts are compared by their
-//   running averages over all samples taken at them: one 10 ms sample on a
-//   busy 2-core host varies by ±20%, more than the 10% a path count can be
-//   worth there.
+//   host busy, four 11-30% (the sending process 3-13%). On unlimited links
+//   one path keeps it 70-94% busy, the sending process alone 53%, and the
+//   count stays at one.
+// - While the CPUs are saturated (kSaturated busy, at least kOwnShare of it
+//   this process's) it tries stepping down (all, ..., 4, 2, 1), keeping a
+//   step only when it raises throughput by more than kGain. A step that does
+//   not pay is undone and tried again after exponentially longer waits, and
+//   a count it stepped down from is not climbed back to before such a wait
+//   either. Counts are compared by their running averages over all samples
+//   taken at them: one 10 ms sample on a busy 2-core host varies by ±20%,
+//   more than the 10% a path count can be worth there.
 // Without a CPU reading (no /proc/stat) it climbs to every path and stays.
 //
 // Throughput is counted only while the connection has chunks queued or in
@@ -43,6 +46,8 @@
 #include <optional>
 #include <vector>
 
+#include "platform/cpu_load.h"
+
 namespace ferry::tcp {
 
 // Whether a connection of `paths` paths in a process that may run on `cpus`
@@ -55,14 +60,16 @@ inline bool governor_engages(int paths, int cpus) { return paths > 1 && 2 * path
 
 class PathGovernor {
  public:
-  // Host CPU busy fraction since the previous call; nullopt while unknown.
-  using CpuMeter = std::function<std::optional<double>()>;
+  // The CPU load since the previous call; nullopt while unknown.
+  using CpuMeter = std::function<std::optional<platform::CpuReading>()>;
 
   // Climb while the host's CPUs are less busy than this; try fewer paths
   // only while they are at least kSaturated busy. (A reading spans as few as
   // 4 ticks of /proc/stat, so it moves in steps of 25% on a 2-core host.)
   static constexpr double kHeadroom = 0.5;
   static constexpr double kSaturated = 0.75;
+  // ... or while this process uses less than this share of all CPUs.
+  static constexpr double kOwnShare = 0.25;
   // A step down must raise throughput by this fraction to be kept.
   static constexpr double kGain = 0.05;
   // Probes that fail wait this many samples, doubling up to kMaxWait.
@@ -90,8 +97,10 @@ class PathGovernor {
   // Running average rate at `n` paths (bytes per ns), 0 before any sample.
   double average(int n) const { return n >= 1 && n <= paths_ ? average_[static_cast<size_t>(n)] : 0; }
   double last_rate() const { return base_rate_; }
-  // The last CPU reading (negative before the first).
+  // The last CPU reading: the host's busy fraction (negative before the
+  // first) and this process's share.
   double last_cpu() const { return cpu_busy_; }
+  double last_own_cpu() const { return cpu_self_; }
 
  private:
   enum class Phase { kBase, kProbe };
@@ -112,8 +121,9 @@ class PathGovernor {
   uint64_t sample_bytes_ = 0;
   int sample_reports_ = 0;
   int64_t sample_ns_so_far_ = 0;
-  int64_t cpu_window_ns_ = 0;    // busy time since the last CPU reading
-  double cpu_busy_ = -1;         // the last reading; -1: none yet
+  int64_t cpu_window_ns_ = 0;  // busy time since the last CPU reading
+  double cpu_busy_ = -1;       // the last reading; -1: none yet
+  double cpu_self_ = 0;
   bool cpu_known_ = false;       // a meter exists and has answered
   double base_rate_ = 0;         // last sample at kept_, bytes per ns
   std::vector<double> average_;  // by path count: running average of its samples
