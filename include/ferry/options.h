@@ -38,10 +38,10 @@ struct Options {
   std::string nic_policy = "nearest";
   // "adaptive": a connection whose paths' workers (two threads a path)
   // outnumber the cores starts on one path and doubles the count while the
-  // host's CPUs are under half busy; while they are saturated it keeps fewer
-  // paths only when fewer measure faster (links faster than the CPU gain
-  // nothing from more threads). With cores to spare, every path. "all":
-  // every path, always.
+  // host's CPUs are under half busy (or mostly busy with other work); while
+  // it saturates them itself it keeps fewer paths only when fewer measure
+  // faster (links faster than the CPU gain nothing from more threads). With
+  // cores to spare, every path. "all": every path, always.
   std::string path_policy = "adaptive";
   // Data streams (paths) per NIC pair, besides the control stream.
   int streams = 2;
