@@ -27,6 +27,17 @@ cleanup() { [ -n "$target_pid" ] && kill "$target_pid" 2>/dev/null; "$lab" down 
 trap cleanup EXIT
 
 tx_bytes() { ip netns exec "$A" cat "/sys/class/net/$1/statistics/tx_bytes"; }
+# mark_links, then every_link_carried MIN WHY: each of fa0..fa3 sent more than
+# MIN bytes since the mark, else fail saying WHY.
+mark_links() { for k in 0 1 2 3; do before[$k]=$(tx_bytes fa$k); done; }
+every_link_carried() {
+  local k moved
+  for k in 0 1 2 3; do
+    moved=$(( $(tx_bytes fa$k) - before[$k] ))
+    echo "link fa$k carried $moved bytes"
+    [ "$moved" -gt "$1" ] || fail "link fa$k carried only $moved bytes: $2"
+  done
+}
 
 # Starts a target in B serving NICs fb0..fb3; sets $target_pid and $addr.
 start_target() {
@@ -42,32 +53,24 @@ echo "== 1. striping over 4 links, verified"
 "$lab" up 4 >/dev/null || fail "lab up"
 start_target
 declare -A before
-for k in 0 1 2 3; do before[$k]=$(tx_bytes fa$k); done
+mark_links
 out=$(timeout 120 ip netns exec "$A" env FERRY_PATH_POLICY=all "$ferry" bench --peer "$addr" --nics fa0,fa1,fa2,fa3 \
       --streams 1 --op write --sizes 1,4095,3145731,64M --iters 5 --warmup 1 --verify 2>&1) || fail "bench failed: $out"
 echo "$out" | tail -5
 [ "$(echo "$out" | grep -cE '^[0-9]+[KMG]? +[0-9.]+ .* ok$')" -eq 4 ] || fail "not every size verified: $out"
-for k in 0 1 2 3; do
-  moved=$(( $(tx_bytes fa$k) - before[$k] ))
-  echo "link fa$k carried $moved bytes"
-  [ "$moved" -gt $((16 << 20)) ] || fail "link fa$k carried only $moved bytes: the message was not striped"
-done
+every_link_carried $((16 << 20)) "the message was not striped"
 kill "$target_pid" 2>/dev/null; wait "$target_pid" 2>/dev/null; target_pid=""
 
 echo "== 1b. the adaptive policy keeps every rate-limited link"
 "$lab" up 4 1gbit >/dev/null || fail "lab up"
 start_target
-for k in 0 1 2 3; do before[$k]=$(tx_bytes fa$k); done
+mark_links
 out=$(timeout 120 ip netns exec "$A" env FERRY_PATH_POLICY=adaptive "$ferry" bench --peer "$addr" \
       --nics fa0,fa1,fa2,fa3 --streams 1 --op write --sizes 64M --iters 6 --warmup 0 --verify 2>&1) ||
   fail "bench failed: $out"
 echo "$out" | grep -qE "^64M .* ok$" || fail "not verified: $out"
-for k in 0 1 2 3; do
-  moved=$(( $(tx_bytes fa$k) - before[$k] ))
-  echo "link fa$k carried $moved bytes"
-  # 384 MiB in all, about 96 MiB per link when all four carry it.
-  [ "$moved" -gt $((48 << 20)) ] || fail "link fa$k carried only $moved bytes: the governor dropped it"
-done
+# 384 MiB in all, about 96 MiB per link when all four carry it.
+every_link_carried $((48 << 20)) "the governor dropped it"
 kill "$target_pid" 2>/dev/null; wait "$target_pid" 2>/dev/null; target_pid=""
 
 echo "== 2. a link goes down mid-transfer"

@@ -59,6 +59,17 @@ double link_limited(int n) { return 0.125 * n; }  // 1 Gbit/s per path
 double light(int n) { return 0.05 * n; }          // a 2-core host: 5% per rate-limited path
 double saturated(int) { return 0.9; }             // one path already keeps the cores busy
 
+// A governor on `host` after a second in which the CPUs stayed quiet (so it
+// climbed as far as it would); the host's CPU model is put back after.
+PathGovernor after_a_quiet_second(int paths, const std::shared_ptr<Host>& host) {
+  auto cpu = host->cpu;
+  host->cpu = light;
+  PathGovernor g = governor(paths, host);
+  drive(g, *host, 1000);
+  host->cpu = cpu;
+  return g;
+}
+
 // The governor judges only where the paths' workers outnumber the cores.
 TEST(PathGovernor, EngagesOnlyWhenWorkersOutnumberCores) {
   EXPECT_FALSE(governor_engages(1, 2));  // one path: nothing to choose
@@ -117,8 +128,7 @@ TEST(PathGovernor, FindsTheBestCountInBetween) {
 
 TEST(PathGovernor, ShedsPathsWhenTheHostGetsBusyAndTakesThemBack) {
   auto host = std::make_shared<Host>(Host{link_limited, light});
-  PathGovernor g = governor(4, host);
-  drive(g, *host, 1000);
+  PathGovernor g = after_a_quiet_second(4, host);
   ASSERT_EQ(g.kept(), 4);
   // The host got busy: more paths now hurt.
   host->rate = [](int n) { return 4.0 / n; };
@@ -146,12 +156,9 @@ TEST(PathGovernor, DoesNotKeepClimbingToACountThatMeasuredSlower) {
 
 TEST(PathGovernor, NoiseBelowTheGainThresholdNeverDropsPaths) {
   auto flat = [](int) { return 1.0; };
-  auto host = std::make_shared<Host>(Host{flat, saturated});
-  PathGovernor g = governor(4, host);
-  host->cpu = light;
-  drive(g, *host, 1000);
+  auto host = std::make_shared<Host>(Host{flat, saturated});  // busy, but fewer paths are no faster
+  PathGovernor g = after_a_quiet_second(4, host);
   ASSERT_EQ(g.kept(), 4);
-  host->cpu = saturated;  // busy, but fewer paths are no faster
   auto t = drive(g, *host, 20'000, 0.02);
   EXPECT_EQ(g.kept(), 4);
   EXPECT_GT(t[4], 19'000);
@@ -162,11 +169,9 @@ TEST(PathGovernor, NoiseBelowTheGainThresholdNeverDropsPaths) {
 // have all landed must not count, or the probe looks as fast as all paths and
 // wins.
 TEST(PathGovernor, JudgesAStepOnlyAfterThePipelineFlushed) {
-  auto host = std::make_shared<Host>(Host{link_limited, light});
-  PathGovernor g = governor(4, host);
-  drive(g, *host, 1000);
+  auto host = std::make_shared<Host>(Host{link_limited, saturated});
+  PathGovernor g = after_a_quiet_second(4, host);
   ASSERT_EQ(g.kept(), 4);
-  host->cpu = saturated;
   int last = g.target();
   int64_t flush_left = 0;  // ms of old chunks still landing after a change
   for (int64_t t = 0; t < 20'000; ++t) {

@@ -21,11 +21,18 @@ const std::vector<BackendSpec>& backends() {
   return table;
 }
 
-int rank_of(const std::vector<int>& gpus, int gpu) {
+Result<std::optional<PeerRole>> peer_role(const ferry::profile::Config& c, const std::vector<int>& gpus, int gpu) {
+  if (c.src != gpu && c.dst != gpu) return std::optional<PeerRole>();
+  PeerRole role;
+  role.sending = c.src == gpu;
+  const int other = role.sending ? c.dst : c.src;
   for (size_t i = 0; i < gpus.size(); ++i) {
-    if (gpus[i] == gpu) return static_cast<int>(i);
+    if (gpus[i] == other) role.peer = static_cast<int>(i);
   }
-  return -1;
+  if (role.peer < 0) {
+    return Status(Code::kInvalidArgument, "GPU of configuration " + std::to_string(c.id) + " has no rank");
+  }
+  return std::optional<PeerRole>(role);
 }
 
 Status check_rank(const BackendArgs& args, const std::string& backend) {

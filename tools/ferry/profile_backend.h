@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -80,10 +81,17 @@ struct BackendSpec {
   const char* unavailable;
 };
 
-// Process-per-GPU backends: the rank that drives GPU `gpu` in `gpus`, or -1;
-// and whether args' rank and world fit its GPU list (kInvalidArgument naming
+// Process-per-GPU backends: the part of the rank driving `gpu` (of `gpus`,
+// one rank each, in order) in configuration `c`: whether it sends, and the
+// rank at the other end; nullopt when `gpu` takes no part. kInvalidArgument
+// if the other GPU has no rank.
+struct PeerRole {
+  bool sending = false;
+  int peer = -1;
+};
+Result<std::optional<PeerRole>> peer_role(const ferry::profile::Config& c, const std::vector<int>& gpus, int gpu);
+// Whether args' rank and world fit its GPU list (kInvalidArgument naming
 // `backend` if not).
-int rank_of(const std::vector<int>& gpus, int gpu);
 Status check_rank(const BackendArgs& args, const std::string& backend);
 
 // Every backend name ferry knows, built or not.

@@ -99,13 +99,10 @@ class FerryBackend final : public Backend {
 
   Result<OpTiming> run_once(const ferry::profile::Config& c, const std::string& label) override {
     OpTiming t;
-    const bool sending = c.src == gpu();
-    const bool receiving = c.dst == gpu();
-    if (!sending && !receiving) return t;
-    const int peer = rank_of(args_.gpus, sending ? c.dst : c.src);
-    if (peer < 0) {
-      return Status(Code::kInvalidArgument, "GPU of configuration " + std::to_string(c.id) + " has no rank");
-    }
+    FERRY_ASSIGN_OR_RETURN(std::optional<PeerRole> role, peer_role(c, args_.gpus, gpu()));
+    if (!role) return t;
+    const bool sending = role->sending, receiving = !sending;
+    const int peer = role->peer;
     Connection& conn = ranks_->to(peer);
     int64_t host_start = 0;
     int64_t host_end = 0;

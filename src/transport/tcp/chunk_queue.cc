@@ -131,7 +131,7 @@ void ChunkQueue::on_landed(int path, uint64_t landed) {
       inflight_[p].pop_front();
     }
     landed_[p] = now;
-    if (busy_since_ns_ >= 0) {
+    if (governor_.judges() && busy_since_ns_ >= 0) {
       if (flushing_) {
         flushing_ = false;
         // Up to the last chunk that asked for a confirmation: a path the

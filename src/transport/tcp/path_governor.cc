@@ -41,7 +41,7 @@ void PathGovernor::restart_sample() {
 }
 
 void PathGovernor::on_landed(uint64_t bytes, int64_t busy_ns, bool flushed) {
-  if (!adaptive_ || paths_ == 1) return;
+  if (!judges()) return;
   int64_t ns = std::max<int64_t>(0, busy_ns);
   cpu_window_ns_ += ns;
   if (cpu_ && cpu_window_ns_ >= sample_ns_) {

@@ -84,6 +84,9 @@ class PathGovernor {
   // How many of the live paths may take new chunks (the lowest-numbered ones
   // of each transfer's allowed set).
   int active(int live) const;
+  // Whether it ever changes the count (adaptive, and more than one path):
+  // otherwise landing reports need not reach it.
+  bool judges() const { return adaptive_ && paths_ > 1; }
 
   // `bytes` landed after `busy_ns` of busy time since the previous report.
   // `flushed`: every chunk sent before the last change of target() has
