@@ -26,6 +26,7 @@ done
 rows=$(($(wc -l <"$tmp/ce/execution_log.csv") - 1))
 [ $rows -eq 24 ] || fail "ce: 2 pairs x 4 sizes x 3 reps = 24 rows, got $rows"
 grep -q "result: ok" "$tmp/ce/metadata_rank_0.yml" || fail "ce: data did not verify"
+grep -q "^device_timing: held$" "$tmp/ce/metadata_rank_0.yml" || fail "ce: device times not held (see device_timing)"
 grep -q '"name":"p2p_cfg[0-9]*_s0d1_sz1048576_r2"' "$tmp/ce/rank_0.trace.json" || fail "ce: trace lacks event names"
 
 # The files of a run of one process per GPU, both ranks', and its row count.

@@ -76,6 +76,7 @@ def test_writes_every_plot_and_the_summary(analysed):
     assert summary == r.stdout
     assert "NCCL 2.28.3" in summary and "data verified: ok on every rank" in summary
     assert "clocks are not locked" in summary
+    assert "- device timing: posted in turn" in summary
 
 
 def test_summary_numbers_are_the_models():

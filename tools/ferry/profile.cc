@@ -182,11 +182,17 @@ std::vector<std::string> preflight(const std::vector<int>& gpus, const ferry::pr
   return warnings;
 }
 
-// NVLink multicast stays off in everything this run starts.
-void quiet_nvls() {
+// NVLink multicast stays off in everything this run starts, and CUDA loads
+// modules eagerly.
+void set_run_environment() {
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 1);
   setenv("NVSHMEM_DISABLE_NVLS", "1", 1);
+  // Held timing (profile_cuda.cuh) queues work behind a flag that the host
+  // raises only after posting; a kernel loaded lazily on first launch (CUDA's
+  // default) would wait for that held stream while being posted: a deadlock.
+  // Modules load when the context is made instead, unless the user chose.
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
 }
 
 std::vector<std::string> child_args(const ProfileFlags& f, const std::string& run_dir, const std::vector<int>& gpus,
@@ -363,7 +369,7 @@ void run_profile(const ProfileFlags& f) {
     std::exit(0);
   }
   if (spec->unavailable != nullptr) die(kExitFailed, "backend " + f.backend + ": " + spec->unavailable);
-  quiet_nvls();
+  set_run_environment();
 
   const bool worker = f.worker_rank >= 0;
   const std::string run_dir = f.out.empty() ? default_run_dir(f.backend) : f.out;
@@ -542,8 +548,9 @@ void add_profile_command(CLI::App& app) {
   c->add_option("--worker-id", f->worker_id)->group("");
   c->add_option("--worker-rendezvous", f->worker_rendezvous)->group("");
   c->footer(std::string("Environment: ") + ferry::profile::kNcclLibraryEnv + ": " + ferry::profile::kNcclLibraryDoc +
-            ".\nNCCL_NVLS_ENABLE=0 is set for every process the run starts. Clocks and power are recorded, never "
-            "set.\nExit status: 0 done, 1 run or verification failed, 2 bad usage, 3 busy GPUs.");
+            ".\nNCCL_NVLS_ENABLE=0, and CUDA_MODULE_LOADING=EAGER unless set, for every process the run starts. "
+            "Clocks and power are recorded, never set.\nExit status: 0 done, 1 run or verification failed, 2 bad "
+            "usage, 3 busy GPUs.");
   c->callback([f] { run_profile(*f); });
 }
 

@@ -59,6 +59,9 @@ class Backend {
   virtual Result<uint64_t> verify() = 0;
   // Library versions and paths worth recording ("nccl" -> "2.28.3", ...).
   virtual std::vector<std::pair<std::string, std::string>> versions() const { return {}; }
+  // How device times were taken, for the metadata: "held" (the stream waited
+  // until the operation and both events were queued) or "posted in turn".
+  virtual std::string device_timing() const { return "posted in turn"; }
 };
 
 // What a backend is handed. A process-per-GPU backend gets from the parent

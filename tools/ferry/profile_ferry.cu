@@ -139,6 +139,9 @@ class FerryBackend final : public Backend {
   std::vector<std::pair<std::string, std::string>> versions() const override {
     return {{"ferry", FERRY_VERSION}, {"ferry_transport", "local"}};
   }
+  std::string device_timing() const override {
+    return "events on an idle stream around posting and completion (includes the engine's host path)";
+  }
 
  private:
   // Registers a buffer of this rank's GPU with the engine, which must see it

@@ -114,11 +114,13 @@ Result<uint64_t> RankBuffers::verify(uint64_t seed, cudaStream_t stream) const {
 
 OpTimer::~OpTimer() {
   if (gpu_ < 0) return;
+  release();
   int prev = 0;
   cudaGetDevice(&prev);
   cudaSetDevice(gpu_);
   if (start_) cudaEventDestroy(start_);
   if (stop_) cudaEventDestroy(stop_);
+  if (stamp_stream_) cudaStreamDestroy(stamp_stream_);
   if (stamp_) cudaFreeHost(stamp_);
   cudaSetDevice(prev);
 }
@@ -127,8 +129,21 @@ Status OpTimer::init(int gpu) {
   gpu_ = gpu;
   FERRY_CUDA(cudaEventCreate(&start_), gpu);
   FERRY_CUDA(cudaEventCreate(&stop_), gpu);
-  FERRY_CUDA(cudaHostAlloc(&stamp_, sizeof(uint64_t), cudaHostAllocMapped | cudaHostAllocPortable), gpu);
-  *stamp_ = 0;
+  FERRY_CUDA(cudaStreamCreateWithFlags(&stamp_stream_, cudaStreamNonBlocking), gpu);
+  FERRY_CUDA(cudaHostAlloc(&stamp_, 2 * sizeof(uint64_t), cudaHostAllocMapped | cudaHostAllocPortable), gpu);
+  stamp_[0] = 0;
+  stamp_[1] = 0;
+  hold_ = reinterpret_cast<volatile unsigned*>(stamp_ + 1);
+  void* device = nullptr;
+  FERRY_CUDA(cudaHostGetDevicePointer(&device, stamp_ + 1, 0), gpu);
+  hold_device_ = reinterpret_cast<uintptr_t>(device);
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault, &found) == cudaSuccess &&
+      found == cudaDriverEntryPointSuccess) {
+    wait_value_ = reinterpret_cast<WaitValueFn>(fn);
+  }
+  cudaGetLastError();
   return Status();
 }
 
@@ -138,13 +153,42 @@ Status OpTimer::begin(cudaStream_t stream) {
   return Status();
 }
 
+Status OpTimer::begin_held(cudaStream_t stream) {
+  if (wait_value_ == nullptr) return begin(stream);
+  host_start_ns = host_now_ns();
+  constexpr unsigned kWaitGeq = 0;  // CU_STREAM_WAIT_VALUE_GEQ (wraps after 2^32 holds: 4e9 operations)
+  int r = wait_value_(stream, hold_device_, hold_seq_ + 1, kWaitGeq);
+  if (r != 0) {
+    return Status(Code::kInternal,
+                  "cuStreamWaitValue32 on GPU " + std::to_string(gpu_) + ": CUresult " + std::to_string(r));
+  }
+  ++hold_seq_;
+  holding_ = true;
+  FERRY_CUDA(cudaEventRecord(start_, stream), gpu_);
+  return Status();
+}
+
+void OpTimer::release() {
+  if (!holding_) return;
+  std::atomic_thread_fence(std::memory_order_release);
+  *hold_ = hold_seq_;
+  holding_ = false;
+}
+
 Status OpTimer::end(cudaStream_t stream) {
-  FERRY_CUDA(cudaEventRecord(stop_, stream), gpu_);
-  launch_stamp(stamp_, stream);
+  // The stamp kernel runs on a stream of its own after the end event: a
+  // kernel queued behind the copy on the timed stream moved the end event
+  // (two-H200 host: 4 MiB median 18.1 against 16.4 us, CV 7 % against 1.2 %).
+  cudaError_t posted = cudaEventRecord(stop_, stream);
+  if (posted == cudaSuccess) posted = cudaStreamWaitEvent(stamp_stream_, stop_, 0);
+  if (posted == cudaSuccess) launch_stamp(stamp_, stamp_stream_);
+  release();  // everything is queued: the timed span starts now on the GPU
+  FERRY_CUDA(posted, gpu_);
   FERRY_CUDA(cudaGetLastError(), gpu_);
   FERRY_CUDA(cudaEventSynchronize(stop_), gpu_);
   host_end_ns = host_now_ns();
   FERRY_CUDA(cudaStreamSynchronize(stream), gpu_);
+  FERRY_CUDA(cudaStreamSynchronize(stamp_stream_), gpu_);
   float ms = 0;
   FERRY_CUDA(cudaEventElapsedTime(&ms, start_, stop_), gpu_);
   device_ns = static_cast<int64_t>(double(ms) * 1e6 + 0.5);

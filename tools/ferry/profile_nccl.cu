@@ -67,6 +67,9 @@ class NcclBackend final : public Backend {
     const bool sending = role->sending, receiving = !sending;
     const int peer = role->peer;
     nvtxRangePushA(label.c_str());
+    // Posted in turn, not held: ncclSend/ncclRecv do not return while the
+    // stream is held (they hung on the two-H200 host), so the device time
+    // includes posting.
     Status s = timer_->begin(stream_);
     if (s.ok()) {
       int r = sending ? nccl_->send(buffers_.send(c.size), c.size, NcclLibrary::kInt8, peer, comm_, stream_)

@@ -288,6 +288,7 @@ Result<RankResult> run_rank(Backend& backend, const RankOptions& o, const ferry:
   plan.set("thermal_warmup_c", n(o.warm_to_c));
   plan.set("thermal_warmup_s", f(warmed_s, "%.1f"));
   meta.set("plan", std::move(plan));
+  meta.set("device_timing", s(backend.device_timing()));
 
   YamlNode software = YamlNode::map();
   if (!local.empty()) {

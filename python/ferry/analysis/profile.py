@@ -328,6 +328,8 @@ def analyze_run(run_dir: str, out_dir: str | None = None) -> RunReport:
         plan = m0.get("plan") or {}
         lines.append(f"- plan: seed {plan.get('seed', '?')}, {plan.get('configurations', '?')} configurations, "
                      f"warm-up {plan.get('warmup', '?')}, repetitions {plan.get('repetitions', '?')}")
+        if "device_timing" in m0:
+            lines.append(f"- device timing: {m0['device_timing']}")
         bad = [r for r, m in metas.items() if (m.get("verification") or {}).get("result") != "ok"]
         lines.append("- data verified: " + ("ok on every rank" if not bad else f"FAILED on rank(s) {bad}"))
         for w in sorted({w for m in metas.values() for w in (m.get("warnings") or [])}):
