@@ -3,9 +3,10 @@
 # K = 1, 2, 4 veth links, first each limited to RATE (default 1gbit), then
 # unlimited. Prints aggregate GB/s and the ratios the multi-NIC issue asks for,
 # all measured in this one run.
-# Every figure is the median of ROUNDS runs, the configurations interleaved so
-# that machine noise falls on all of them alike. Unlimited links move
-# UNLIMITED_ITERS (default 80) writes per run, about a second at 4-5 GB/s:
+# Every figure is the median of ROUNDS runs, the configurations interleaved
+# (K up in odd rounds, down in even ones) so that machine noise falls on all of
+# them alike, each run started once the CPUs are idle. Unlimited links move
+# UNLIMITED_ITERS (default 200) writes per run, about three seconds at 4-5 GB/s:
 # long enough that the path governor's first probes (see
 # src/transport/tcp/path_governor.h) are not most of the measurement.
 # Usage: bench/multinic_throughput.sh [RATE] [ITERS] [STREAMS_PER_PAIR] [ROUNDS]
@@ -15,7 +16,7 @@ rate=${1:-1gbit}
 iters=${2:-40}
 streams=${3:-1}
 rounds=${4:-3}
-unlimited_iters=${UNLIMITED_ITERS:-80}
+unlimited_iters=${UNLIMITED_ITERS:-200}
 export FERRY_TRANSPORT=tcp  # both engines on this host would pick the local transport
 ferry=build/bin/ferry
 lab=scripts/netns-lab
@@ -25,10 +26,23 @@ A="$FERRY_LAB-a"; B="$FERRY_LAB-b"
 target=""
 trap '[ -n "$target" ] && kill $target 2>/dev/null; $lab down >/dev/null 2>&1' EXIT
 
+# Waits (at most 5 s) until the CPUs are at least 90% idle over 200 ms: the
+# kernel tears a deleted namespace down in the background, and that work
+# would otherwise fall on whichever run comes next.
+settle() {
+  local i a b
+  for i in $(seq 25); do
+    a=($(head -1 /proc/stat)); sleep 0.2; b=($(head -1 /proc/stat))
+    awk -v i0="${a[4]}" -v i1="${b[4]}" -v t0="$(IFS=+; echo "$((${a[*]:1}))")" -v t1="$(IFS=+; echo "$((${b[*]:1}))")" \
+      'BEGIN { exit !((i1 - i0) >= 0.9 * (t1 - t0)) }' && return 0
+  done
+}
+
 # run K RATE ITERS -> prints GB/s of 64 MiB writes striped over K links
 run() {
   local k=$1 r=$2 n=$3 out nics_a="" nics_b=""
   $lab up "$k" $r >/dev/null
+  settle
   for ((i = 0; i < k; i++)); do nics_a+="${nics_a:+,}fa$i"; nics_b+="${nics_b:+,}fb$i"; done
   out=$(mktemp)
   ip netns exec "$B" "$ferry" bench --listen 0.0.0.0:0 --nics "$nics_b" >"$out" 2>&1 &
@@ -45,14 +59,25 @@ link_gbs=$(awk -v r="$rate" 'BEGIN { v = r + 0; u = substr(r, length(v "") + 1);
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 declare -A lim unl all_lim all_unl
 for r in $(seq "$rounds"); do
-  for k in 1 2 4; do v=$(run "$k" "$rate" "$iters"); all_lim[$k]+=" $v"; echo "round $r K=$k at $rate: $v GB/s" >&2; done
-  for k in 1 2 4; do v=$(run "$k" "" "$unlimited_iters"); all_unl[$k]+=" $v"; echo "round $r K=$k unlimited: $v GB/s" >&2; done
+  # Odd rounds take K up, even rounds down, so that no K always runs first.
+  order="1 2 4"; ((r % 2 == 0)) && order="4 2 1"
+  for k in $order; do v=$(run "$k" "$rate" "$iters"); all_lim[$k]+=" $v"; echo "round $r K=$k at $rate: $v GB/s" >&2; done
+  for k in $order; do v=$(run "$k" "" "$unlimited_iters"); all_unl[$k]+=" $v"; echo "round $r K=$k unlimited: $v GB/s" >&2; done
 done
 for k in 1 2 4; do lim[$k]=$(median ${all_lim[$k]}); unl[$k]=$(median ${all_unl[$k]}); done
-
-printf '%-4s %12s %14s %16s %14s %16s\n' K "GB/s@$rate" "vs K x rate" "vs K x own K=1" "GB/s unlim." "vs own K=1"
+# Unlimited links, paired: each round's K-link run against that round's K=1 run.
+declare -A paired
 for k in 1 2 4; do
-  awk -v k="$k" -v a="${lim[$k]}" -v one="${lim[1]}" -v link="$link_gbs" -v u="${unl[$k]}" -v u1="${unl[1]}" \
-    'BEGIN { printf "%-4d %12.3f %14.3f %16.3f %14.3f %16.3f\n", k, a, a / (k * link), a / (k * one), u, u / u1 }'
+  read -ra one <<<"${all_unl[1]}"; read -ra many <<<"${all_unl[$k]}"
+  ratios=()
+  for i in "${!one[@]}"; do ratios+=("$(awk -v a="${many[$i]}" -v b="${one[$i]}" 'BEGIN { printf "%.4f", a / b }')"); done
+  paired[$k]=$(median "${ratios[@]}")
 done
-echo "(medians of $rounds rounds; targets: vs K x rate >= 0.90, vs K x own K=1 >= 0.95, unlimited vs own K=1 >= 1.00)"
+
+printf '%-4s %12s %14s %16s %14s %12s %14s\n' K "GB/s@$rate" "vs K x rate" "vs K x own K=1" "GB/s unlim." "vs own K=1" "paired ratio"
+for k in 1 2 4; do
+  awk -v k="$k" -v a="${lim[$k]}" -v one="${lim[1]}" -v link="$link_gbs" -v u="${unl[$k]}" -v u1="${unl[1]}" -v p="${paired[$k]}" \
+    'BEGIN { printf "%-4d %12.3f %14.3f %16.3f %14.3f %12.3f %14.3f\n", k, a, a / (k * link), a / (k * one), u, u / u1, p }'
+done
+echo "(medians of $rounds rounds; paired ratio: median over rounds of K links / K=1 in the same round;"
+echo " targets: vs K x rate >= 0.90, vs K x own K=1 >= 0.95, unlimited vs own K=1 >= 1.00)"

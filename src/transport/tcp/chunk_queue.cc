@@ -41,7 +41,8 @@ ChunkQueue::ChunkQueue(uint64_t chunk_bytes, int window, int paths, PathGovernor
       inflight_(static_cast<size_t>(paths)),
       alive_(static_cast<size_t>(paths), true),
       path_cv_(static_cast<size_t>(paths)),
-      governor_(governor) {}
+      governor_(governor),
+      idle_since_ns_(now_ns()) {}
 
 void ChunkQueue::wake_all() {
   for (auto& cv : path_cv_) cv.notify_all();
@@ -51,7 +52,10 @@ bool ChunkQueue::push(std::shared_ptr<OutOp> op) {
   {
     std::lock_guard lock(mu_);
     if (stopped_) return false;
-    if (busy_since_ns_ < 0) busy_since_ns_ = now_ns();
+    if (busy_since_ns_ < 0) {
+      busy_since_ns_ = now_ns();
+      governor_.on_idle(busy_since_ns_ - idle_since_ns_);
+    }
     queue_.push_back(std::move(op));
   }
   wake_all();
@@ -144,6 +148,7 @@ void ChunkQueue::on_landed(int path, uint64_t landed) {
       int64_t t = now_ns();
       governor_.on_landed(bytes, t - busy_since_ns_, !flushing_);
       busy_since_ns_ = idle_locked() ? -1 : t;
+      if (busy_since_ns_ < 0) idle_since_ns_ = t;
       more_paths = governor_.target() > before;
       if (governor_.target() != before) {
         // Judge the new count only once what the old one sent has landed.

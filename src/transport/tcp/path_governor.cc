@@ -62,15 +62,23 @@ void PathGovernor::on_landed(uint64_t bytes, int64_t busy_ns, bool flushed) {
   finish_sample(rate);
 }
 
+void PathGovernor::on_idle(int64_t idle_ns) {
+  if (judges()) cpu_idle_ns_ += std::max<int64_t>(0, idle_ns);
+}
+
 void PathGovernor::read_cpu() {
   std::optional<platform::CpuReading> r = cpu_();
   if (!r) return;  // too soon for /proc/stat's ticks: the window grows
+  bool diluted = static_cast<double>(cpu_idle_ns_) > kMaxIdleShare * static_cast<double>(cpu_idle_ns_ + cpu_window_ns_);
   cpu_window_ns_ = 0;
+  cpu_idle_ns_ = 0;
+  if (diluted) return;
   cpu_busy_ = r->host_busy;
   cpu_self_ = r->self;
   cpu_known_ = true;
   bool room = cpu_busy_ < kHeadroom || cpu_self_ < kOwnShare;
-  if (phase_ != Phase::kBase || !room || kept_ >= paths_) return;
+  room_readings_ = room ? room_readings_ + 1 : 0;
+  if (phase_ != Phase::kBase || room_readings_ < kRoomReadings || kept_ >= paths_) return;
   int up = step_up(kept_);
   if (ceiling_ != 0 && up >= ceiling_) {
     // This count measured slower than the one below it: retry only rarely.
@@ -78,6 +86,7 @@ void PathGovernor::read_cpu() {
     ceiling_ = 0;
   }
   kept_ = current_ = up;
+  room_readings_ = 0;
   restart_sample();
 }
 

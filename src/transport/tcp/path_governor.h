@@ -9,8 +9,10 @@
 //
 // - It starts on one path and doubles the count (1, 2, 4, ... all) while the
 //   host's CPUs are less than kHeadroom busy, or this process uses less than
-//   kOwnShare of them (then other work keeps them busy, and paths that mostly
-//   wait on their links cost it little): with cores to spare more paths
+//   kOwnShare of them, in kRoomReadings readings in a row (then other work
+//   keeps them busy, and paths that mostly wait on their links cost it
+//   little; one reading can be a transient, such as the receiver's first
+//   touch of its buffer holding the sender back): with cores to spare more paths
 //   cannot cost, and on links of 1 Gbit/s one path keeps 5-10% of a 2-core
 //   host busy, four 11-30% (the sending process 3-13%). On unlimited links
 //   one path keeps it 70-94% busy, the sending process alone 53%, and the
@@ -24,6 +26,12 @@
 //   taken at them: one 10 ms sample on a busy 2-core host varies by ±20%,
 //   more than the 10% a path count can be worth there.
 // Without a CPU reading (no /proc/stat) it climbs to every path and stays.
+// A reading whose span was more than kMaxIdleShare idle (the connection had
+// nothing to send, for instance before its first transfer) is dropped: it
+// says how busy the host was without this traffic. Taken at face value, the
+// first reading of a run (50-75% busy, 11-21% ours, against 100% and 50%
+// once sending) climbed unlimited links of the 2-core lab to two paths,
+// where the governor then stayed, since one path was never 5% faster.
 //
 // Throughput is counted only while the connection has chunks queued or in
 // flight (idle gaps between transfers do not count), in samples of at least
@@ -77,6 +85,10 @@ class PathGovernor {
   static constexpr int kMaxWait = 128;
   // A sample spans at least this many landing reports.
   static constexpr int kMinReports = 8;
+  // CPU readings that span more idle time than this share are dropped.
+  static constexpr double kMaxIdleShare = 0.2;
+  // A climb needs this many readings in a row with room.
+  static constexpr int kRoomReadings = 2;
 
   // `adaptive` false: every live path, always. `cpu` empty: no CPU reading.
   PathGovernor(bool adaptive, int paths, int64_t sample_ns, CpuMeter cpu = {});
@@ -92,6 +104,8 @@ class PathGovernor {
   // `flushed`: every chunk sent before the last change of target() has
   // landed (until then the report only restarts the throughput sample).
   void on_landed(uint64_t bytes, int64_t busy_ns, bool flushed = true);
+  // The connection had nothing queued or in flight for `idle_ns`.
+  void on_idle(int64_t idle_ns);
 
   // Observations for logs and tests: the count in use now (a probe's while
   // probing) and the count a probe returns to.
@@ -125,6 +139,8 @@ class PathGovernor {
   int sample_reports_ = 0;
   int64_t sample_ns_so_far_ = 0;
   int64_t cpu_window_ns_ = 0;  // busy time since the last CPU reading
+  int64_t cpu_idle_ns_ = 0;    // idle time since the last CPU reading
+  int room_readings_ = 0;      // readings in a row that showed room to climb
   double cpu_busy_ = -1;       // the last reading; -1: none yet
   double cpu_self_ = 0;
   bool cpu_known_ = false;       // a meter exists and has answered
