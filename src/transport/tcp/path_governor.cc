@@ -43,6 +43,11 @@ void PathGovernor::restart_sample() {
 void PathGovernor::on_landed(uint64_t bytes, int64_t busy_ns, bool flushed) {
   if (!judges()) return;
   int64_t ns = std::max<int64_t>(0, busy_ns);
+  if (warmup_left_ns_ > 0) {
+    warmup_left_ns_ -= ns;
+    drop_reading_ = true;
+    return;
+  }
   cpu_window_ns_ += ns;
   if (cpu_ && cpu_window_ns_ >= sample_ns_) {
     int before = current_;
@@ -72,7 +77,10 @@ void PathGovernor::read_cpu() {
   bool diluted = static_cast<double>(cpu_idle_ns_) > kMaxIdleShare * static_cast<double>(cpu_idle_ns_ + cpu_window_ns_);
   cpu_window_ns_ = 0;
   cpu_idle_ns_ = 0;
-  if (diluted) return;
+  if (diluted || drop_reading_) {
+    drop_reading_ = false;
+    return;
+  }
   cpu_busy_ = r->host_busy;
   cpu_self_ = r->self;
   cpu_known_ = true;

@@ -26,12 +26,16 @@
 //   taken at them: one 10 ms sample on a busy 2-core host varies by ±20%,
 //   more than the 10% a path count can be worth there.
 // Without a CPU reading (no /proc/stat) it climbs to every path and stays.
-// A reading whose span was more than kMaxIdleShare idle (the connection had
-// nothing to send, for instance before its first transfer) is dropped: it
-// says how busy the host was without this traffic. Taken at face value, the
-// first reading of a run (50-75% busy, 11-21% ours, against 100% and 50%
-// once sending) climbed unlimited links of the 2-core lab to two paths,
-// where the governor then stayed, since one path was never 5% faster.
+// It judges nothing in a connection's first kWarmupNs of busy time, and drops
+// the CPU reading that spans them: a first transfer runs slowly for reasons
+// no path count changes (TCP's slow start, the receiver's first touch of its
+// buffer), and in the netns lab, where the receiver shares the host, the
+// sender's own share then reads 11-24% at 50-75% busy (against ~50% and
+// 100% once under way). Taken at face value, those readings climbed
+// unlimited links of the 2-core lab to two paths, and the slow samples they
+// left at one path kept it there. A reading whose span was more than
+// kMaxIdleShare idle (nothing to send) is dropped too: it says how busy the
+// host was without this traffic.
 //
 // Throughput is counted only while the connection has chunks queued or in
 // flight (idle gaps between transfers do not count), in samples of at least
@@ -89,6 +93,8 @@ class PathGovernor {
   static constexpr double kMaxIdleShare = 0.2;
   // A climb needs this many readings in a row with room.
   static constexpr int kRoomReadings = 2;
+  // Busy time at the start of a connection that the governor does not judge.
+  static constexpr int64_t kWarmupNs = 100'000'000;
 
   // `adaptive` false: every live path, always. `cpu` empty: no CPU reading.
   PathGovernor(bool adaptive, int paths, int64_t sample_ns, CpuMeter cpu = {});
@@ -141,6 +147,8 @@ class PathGovernor {
   int64_t cpu_window_ns_ = 0;  // busy time since the last CPU reading
   int64_t cpu_idle_ns_ = 0;    // idle time since the last CPU reading
   int room_readings_ = 0;      // readings in a row that showed room to climb
+  int64_t warmup_left_ns_ = kWarmupNs;
+  bool drop_reading_ = false;  // the next CPU reading spans the warm-up
   double cpu_busy_ = -1;       // the last reading; -1: none yet
   double cpu_self_ = 0;
   bool cpu_known_ = false;       // a meter exists and has answered
