@@ -219,9 +219,22 @@ TEST(PathGovernor, DoesNotKeepClimbingToACountThatMeasuredSlower) {
   EXPECT_GT(t[2], 17'000) << "ms at 2 paths of 20000";
 }
 
-TEST(PathGovernor, NoiseBelowTheGainThresholdNeverDropsPaths) {
+// The CPUs saturated by this process, and one path moves as much as four:
+// the governor settles on one (fewer threads for the same bytes) and stays.
+TEST(PathGovernor, FewerPathsThatMoveAsMuchAreKept) {
   auto flat = [](int) { return 1.0; };
-  auto host = std::make_shared<Host>(Host{flat, saturated});  // busy, but fewer paths are no faster
+  auto host = std::make_shared<Host>(Host{flat, saturated});
+  PathGovernor g = after_a_quiet_second(4, host);
+  ASSERT_EQ(g.kept(), 4);
+  auto t = drive(g, *host, 20'000, 0.02);
+  EXPECT_EQ(g.kept(), 1);
+  EXPECT_GT(t[1], 19'000);
+}
+
+// ... but a step down that moves 10% less is undone every time it is tried.
+TEST(PathGovernor, AStepDownThatMovesLessIsUndone) {
+  auto rate = [](int n) { return n >= 4 ? 1.0 : 0.9; };
+  auto host = std::make_shared<Host>(Host{rate, saturated});
   PathGovernor g = after_a_quiet_second(4, host);
   ASSERT_EQ(g.kept(), 4);
   auto t = drive(g, *host, 20'000, 0.02);

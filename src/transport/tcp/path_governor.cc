@@ -110,9 +110,9 @@ void PathGovernor::finish_sample(double rate) {
       return;
     case Phase::kProbe:
       record(current_, rate);
-      if (average(current_) > average(kept_) * (1 + kGain)) {
-        // The step paid: keep it and keep going down at once; climbing back
-        // to the count it left waits, longer each time.
+      if (average(current_) >= average(kept_) * (1 - kTolerance)) {
+        // About as fast: keep it and keep going down at once; climbing back to
+        // the count it left waits, longer each time.
         ceiling_ = kept_;
         climb_wait_ = backoff_up_;
         backoff_up_ = std::min(backoff_up_ * 2, kMaxWait);

@@ -19,8 +19,11 @@
 //   count stays at one.
 // - While the CPUs are saturated (kSaturated busy, at least kOwnShare of it
 //   this process's) it tries stepping down (all, ..., 4, 2, 1), keeping a
-//   step only when it raises throughput by more than kGain. A step that does
-//   not pay is undone and tried again after exponentially longer waits, and
+//   step unless it moves more than kTolerance less: fewer paths that move as
+//   much leave the CPUs to the transfer (kept only when 5% faster, two
+//   paths that an early transient had climbed to stayed for whole runs on a
+//   host where one moved as much, and K unlimited links ran 0.90-0.96 of
+//   one). A step that moves less is undone and tried again after exponentially longer waits, and
 //   a count it stepped down from is not climbed back to before such a wait
 //   either. Counts are compared by their running averages over all samples
 //   taken at them: one 10 ms sample on a busy 2-core host varies by ±20%,
@@ -82,8 +85,6 @@ class PathGovernor {
   static constexpr double kSaturated = 0.75;
   // ... or while this process uses less than this share of all CPUs.
   static constexpr double kOwnShare = 0.25;
-  // A step down must raise throughput by this fraction to be kept.
-  static constexpr double kGain = 0.05;
   // Probes that fail wait this many samples, doubling up to kMaxWait.
   static constexpr int kFirstWait = 8;
   static constexpr int kMaxWait = 128;
@@ -91,6 +92,8 @@ class PathGovernor {
   static constexpr int kMinReports = 8;
   // CPU readings that span more idle time than this share are dropped.
   static constexpr double kMaxIdleShare = 0.2;
+  // A step down is kept unless it moves more than this fraction less.
+  static constexpr double kTolerance = 0.03;
   // A climb needs this many readings in a row with room.
   static constexpr int kRoomReadings = 2;
   // Busy time at the start of a connection that the governor does not judge.
