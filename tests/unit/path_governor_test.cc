@@ -27,8 +27,8 @@ constexpr int64_t kWarmupMs = PathGovernor::kWarmupNs / kStep;
 // A modelled host: throughput and CPU load as functions of the path count in
 // use. The governor reads the CPU through a meter that asks the model.
 struct Host {
-  std::function<double(int)> rate;  // bytes per ns with n paths
-  std::function<double(int)> cpu;   // host busy fraction with n paths
+  std::function<double(int)> rate;      // bytes per ns with n paths
+  std::function<double(int)> cpu;       // host busy fraction with n paths
   std::function<double(int)> own = {};  // this process's share; empty: all of the load is ours
   int in_use = 1;
 };

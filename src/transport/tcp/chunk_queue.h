@@ -122,9 +122,9 @@ class ChunkQueue {
   // One per path: a confirmation wakes only the path whose window it opens,
   // not every transmit worker of the connection.
   std::vector<std::condition_variable> path_cv_;
-  PathGovernor governor_;       // guarded by mu_
-  int64_t busy_since_ns_ = -1;  // guarded by mu_; when unreported busy time began, -1 while idle
-  int64_t idle_since_ns_;       // guarded by mu_; when the queue last went idle (or was made)
+  PathGovernor governor_;             // guarded by mu_
+  int64_t busy_since_ns_ = -1;        // guarded by mu_; when unreported busy time began, -1 while idle
+  int64_t idle_since_ns_;             // guarded by mu_; when the queue last went idle (or was made)
   std::vector<uint64_t> flush_sent_;  // guarded by mu_; sent_ when the governor last changed its count
   bool flushing_ = false;             // guarded by mu_; some of those chunks have not landed yet
 };

@@ -89,7 +89,7 @@ void PathGovernor::read_cpu() {
   if (phase_ != Phase::kBase || room_readings_ < kRoomReadings || kept_ >= paths_) return;
   int up = step_up(kept_);
   if (ceiling_ != 0 && up >= ceiling_) {
-    // This count measured slower than the one below it: retry only rarely.
+    // This count measured no faster than the one below it: retry only rarely.
     if (--climb_wait_ > 0) return;
     ceiling_ = 0;
   }
