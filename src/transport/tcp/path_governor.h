@@ -12,20 +12,19 @@
 //   kOwnShare of them, in kRoomReadings readings in a row (then other work
 //   keeps them busy, and paths that mostly wait on their links cost it
 //   little; one reading can be a transient, such as the receiver's first
-//   touch of its buffer holding the sender back): with cores to spare more paths
-//   cannot cost, and on links of 1 Gbit/s one path keeps 5-10% of a 2-core
-//   host busy, four 11-30% (the sending process 3-13%). On unlimited links
+//   touch of its buffer holding the sender back): with cores to spare more
+//   paths cannot cost, and on links of 1 Gbit/s one path keeps 5-10% of a
+//   2-core host busy, four 11-30% (the sending process 3-13%). On unlimited links
 //   one path keeps it 70-94% busy, the sending process alone 53%, and the
 //   count stays at one.
 // - While the CPUs are saturated (kSaturated busy, at least kOwnShare of it
 //   this process's) it tries stepping down (all, ..., 4, 2, 1), keeping a
 //   step unless it moves more than kTolerance less: fewer paths that move as
-//   much leave the CPUs to the transfer (kept only when 5% faster, two
-//   paths that an early transient had climbed to stayed for whole runs on a
-//   host where one moved as much, and K unlimited links ran 0.90-0.96 of
-//   one). A step that moves less is undone and tried again after exponentially longer waits, and
-//   a count it stepped down from is not climbed back to before such a wait
-//   either. Counts are compared by their running averages over all samples
+//   much leave the CPUs to the transfer (when a step had to be 5% faster,
+//   two paths that a transient had climbed to stayed for whole runs on a
+//   host where one moved as much). A step that moves less is undone and
+//   tried again after exponentially longer waits, and a count it stepped
+//   down from is not climbed back to before such a wait either. Counts are compared by their running averages over all samples
 //   taken at them: one 10 ms sample on a busy 2-core host varies by ±20%,
 //   more than the 10% a path count can be worth there.
 // Without a CPU reading (no /proc/stat) it climbs to every path and stays.
