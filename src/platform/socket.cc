@@ -66,6 +66,19 @@ void advance(struct iovec*& iov, int& iovcnt, size_t n) {
   }
 }
 
+// Why a read ended with no bytes. A FIN leaves a TCP socket waiting to close
+// (CLOSE_WAIT). An abort closes it, and its error goes to whichever call
+// comes first: the sender's thread may take the ETIMEDOUT of
+// TCP_USER_TIMEOUT, and the reader then sees only the end of the stream.
+Status end_of_stream(int fd) {
+  struct tcp_info info {};
+  socklen_t len = sizeof(info);
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && info.tcpi_state == TCP_CLOSE) {
+    return Status(Code::kPeerLost, std::string(kAbortedStream));
+  }
+  return Status(Code::kPeerLost, std::string(kClosedByPeer));
+}
+
 }  // namespace
 
 void Socket::reset() {
@@ -262,7 +275,7 @@ Status recv_all(int fd, struct iovec* iov, int iovcnt) {
       if (errno == EINTR) continue;
       return Status(Code::kPeerLost, "recv: " + errno_text(errno));
     }
-    if (n == 0) return Status(Code::kPeerLost, std::string(kClosedByPeer));
+    if (n == 0) return end_of_stream(fd);
     advance(iov, iovcnt, static_cast<size_t>(n));
   }
   return Status();

@@ -81,11 +81,16 @@ std::string local_ip(int fd);
 // The message of recv_all's kPeerLost when the peer closed the stream in
 // order (FIN), as opposed to a reset or a timeout.
 inline constexpr std::string_view kClosedByPeer = "stream closed by the peer";
+// ... and when a read found the stream already aborted (TCP_USER_TIMEOUT, a
+// reset) after another thread had taken its error: a read then ends with no
+// bytes, as at a FIN, but the socket is closed rather than waiting to close.
+inline constexpr std::string_view kAbortedStream =
+    "stream aborted (unacknowledged data timed out, or reset) with no close from the peer";
 
 // Sends every byte of `iov` (modified in place). Blocks. Errors: kPeerLost.
 Status send_all(int fd, struct iovec* iov, int iovcnt);
 // Receives exactly the bytes described by `iov` (modified in place). Blocks.
-// EOF or reset: kPeerLost.
+// EOF or reset: kPeerLost (kClosedByPeer or kAbortedStream for an EOF).
 Status recv_all(int fd, struct iovec* iov, int iovcnt);
 Status recv_exact(int fd, void* buf, size_t len);
 
