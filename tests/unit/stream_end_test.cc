@@ -2,17 +2,15 @@
 // orderly close reads as kClosedByPeer; an aborted stream whose error another
 // call already took (the data path's sender takes TCP_USER_TIMEOUT's
 // ETIMEDOUT while its reader waits) reads as kAbortedStream, not as a close.
+#include "platform/socket.h"
+
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
 #include <chrono>
-#include <thread>
-
-#include "platform/socket.h"
 
 namespace ferry::platform {
 namespace {
