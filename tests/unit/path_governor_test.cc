@@ -81,16 +81,16 @@ TEST(PathGovernor, EngagesOnlyWhenWorkersOutnumberCores) {
   EXPECT_FALSE(governor_engages(4, 64));
 }
 
-// Rate-limited links on a quiet host: after the warm-up, one path, then two,
-// then all four, two CPU readings apart; nearly all the time is on all four.
+// Rate-limited links on a quiet host: one path, then two, then all four, a
+// CPU reading apart (also in the warm-up); nearly all the time is on all four.
 TEST(PathGovernor, ClimbsToEveryPathWhileTheCoresHaveRoom) {
   auto host = std::make_shared<Host>(Host{link_limited, light});
   PathGovernor g = governor(4, host);
   EXPECT_EQ(g.active(4), 1) << "starts on one path";
   auto t = drive(g, *host, 10'000, 0.03);
   EXPECT_EQ(g.kept(), 4);
-  EXPECT_LE(t[1] + t[2], kWarmupMs + 5 * kSample / kStep + 5) << "ms below 4 paths: the warm-up and five readings";
-  EXPECT_GT(t[4], 9'750);
+  EXPECT_LE(t[1] + t[2], 2 * kSample / kStep + 2) << "ms below 4 paths: two readings";
+  EXPECT_GT(t[4], 9'900);
 }
 
 // Rate-limited links on a host that other work keeps busy: this process's
@@ -144,9 +144,9 @@ TEST(PathGovernor, DropsCpuReadingsThatSpanIdleTime) {
 }
 
 // The first transfer of a connection runs slowly whatever the path count, and
-// the sender's share of the CPUs reads low meanwhile (here for its first
-// 130 ms). Nothing in the warm-up is judged, and the reading that spans its
-// end is dropped, so links faster than the CPU stay on one path.
+// the sender's share of busy CPUs reads low meanwhile (here for its first
+// 130 ms). Readings of it in the warm-up, or begun in it, do not count, so
+// links faster than the CPU stay on one path.
 TEST(PathGovernor, JudgesNothingInTheWarmUp) {
   auto cpu_limited = [](int n) { return n == 1 ? 5.0 : n == 2 ? 4.5 : 4.2; };
   auto host = std::make_shared<Host>(Host{cpu_limited, saturated});
@@ -231,6 +231,24 @@ TEST(PathGovernor, FewerPathsThatMoveAsMuchAreKept) {
   EXPECT_GT(t[1], 19'000);
 }
 
+// One path ran slowly for a while (another load), then the host changed: a
+// probe of one path is judged on what it moves now, not on those old samples,
+// so the governor comes down to one path at its first probe.
+TEST(PathGovernor, AProbeIsJudgedOnWhatItMovesNow) {
+  auto host = std::make_shared<Host>(Host{[](int n) { return n == 1 ? 0.3 : 1.0; }, saturated});
+  PathGovernor g = governor(4, host);
+  auto slow = drive(g, *host, 500, 0.02);  // samples at one path: 0.3
+  ASSERT_EQ(slow[1], 500);
+  host->cpu = light;
+  drive(g, *host, 200, 0.02);  // idle cores: climbs to every path
+  ASSERT_EQ(g.kept(), 4);
+  host->rate = [](int) { return 1.0; };
+  host->cpu = saturated;
+  auto t = drive(g, *host, 2'000, 0.02);
+  EXPECT_EQ(g.kept(), 1);
+  EXPECT_GT(t[1], 1'500) << "ms at one path of 2000";
+}
+
 // ... but a step down that moves 10% less is undone every time it is tried.
 TEST(PathGovernor, AStepDownThatMovesLessIsUndone) {
   auto rate = [](int n) { return n >= 4 ? 1.0 : 0.9; };
@@ -288,8 +306,6 @@ TEST(PathGovernor, WaitsForACpuReading) {
     ++calls;
     return calls < 5 ? std::nullopt : std::optional<platform::CpuReading>({0.1, 0.1});
   });
-  for (int i = 0; i < kWarmupMs; ++i) g.on_landed(1000, kStep);
-  EXPECT_EQ(calls, 0) << "no reading in the warm-up";
   // A window is full after kSample of busy time; from then on every report
   // asks again until there is an answer.
   for (int i = 0; i < kSample / kStep + 3; ++i) g.on_landed(1000, kStep);
@@ -297,13 +313,25 @@ TEST(PathGovernor, WaitsForACpuReading) {
   EXPECT_EQ(g.kept(), 1);
   g.on_landed(1000, kStep);
   EXPECT_EQ(calls, 5);
-  EXPECT_EQ(g.kept(), 1) << "the reading that spans the warm-up is dropped";
-  for (int i = 0; i < kSample / kStep; ++i) g.on_landed(1000, kStep);
-  EXPECT_EQ(calls, 6);
-  EXPECT_EQ(g.kept(), 1) << "one reading with room is not yet a climb";
-  for (int i = 0; i < kSample / kStep; ++i) g.on_landed(1000, kStep);
-  EXPECT_EQ(calls, 7);
-  EXPECT_EQ(g.kept(), 2) << "room on the cores twice in a row: climb";
+  EXPECT_EQ(g.kept(), 2) << "idle cores, even in the warm-up: climb at once";
+}
+
+// Busy cores, mostly others' load: a climb needs two such readings in a row,
+// both taken after the warm-up.
+TEST(PathGovernor, ClimbsForOthersLoadOnlyAfterTheWarmUpAndTwoReadings) {
+  int calls = 0;
+  PathGovernor g(true, 4, kSample, [&calls]() -> std::optional<platform::CpuReading> {
+    ++calls;
+    return std::optional<platform::CpuReading>({0.9, 0.1});
+  });
+  for (int i = 0; i < kWarmupMs; ++i) g.on_landed(1000, kStep);
+  EXPECT_EQ(calls, kWarmupMs / (kSample / kStep));
+  EXPECT_EQ(g.kept(), 1) << "no climb for others' load in the warm-up";
+  int before = calls;
+  while (calls < before + 1) g.on_landed(1000, kStep);
+  EXPECT_EQ(g.kept(), 1) << "one reading after the warm-up is not two";
+  while (calls < before + 2) g.on_landed(1000, kStep);
+  EXPECT_EQ(g.kept(), 2) << "two readings in a row after the warm-up: climb";
 }
 
 // A saturated host whose every fifth reading dips (the sender held back for a

@@ -43,10 +43,10 @@ void PathGovernor::restart_sample() {
 void PathGovernor::on_landed(uint64_t bytes, int64_t busy_ns, bool flushed) {
   if (!judges()) return;
   int64_t ns = std::max<int64_t>(0, busy_ns);
-  if (warmup_left_ns_ > 0) {
+  const bool warming = warmup_left_ns_ > 0;
+  if (warming) {
     warmup_left_ns_ -= ns;
-    drop_reading_ = true;
-    return;
+    share_reading_spans_warmup_ = true;
   }
   cpu_window_ns_ += ns;
   if (cpu_ && cpu_window_ns_ >= sample_ns_) {
@@ -54,7 +54,7 @@ void PathGovernor::on_landed(uint64_t bytes, int64_t busy_ns, bool flushed) {
     read_cpu();
     if (current_ != before) return;  // climbed: the throughput sample restarted
   }
-  if (!flushed) {
+  if (!flushed || warming) {
     restart_sample();
     return;
   }
@@ -77,16 +77,18 @@ void PathGovernor::read_cpu() {
   bool diluted = static_cast<double>(cpu_idle_ns_) > kMaxIdleShare * static_cast<double>(cpu_idle_ns_ + cpu_window_ns_);
   cpu_window_ns_ = 0;
   cpu_idle_ns_ = 0;
-  if (diluted || drop_reading_) {
-    drop_reading_ = false;
-    return;
-  }
+  if (diluted) return;
   cpu_busy_ = r->host_busy;
   cpu_self_ = r->self;
   cpu_known_ = true;
-  bool room = cpu_busy_ < kHeadroom || cpu_self_ < kOwnShare;
-  room_readings_ = room ? room_readings_ + 1 : 0;
-  if (phase_ != Phase::kBase || room_readings_ < kRoomReadings || kept_ >= paths_) return;
+  // Idle cores: more paths cannot cost, climb at once. Busy cores that are
+  // mostly others': climb once that has held for kShareReadings readings
+  // taken wholly after the warm-up.
+  bool headroom = cpu_busy_ < kHeadroom;
+  bool others = !headroom && cpu_self_ < kOwnShare && !share_reading_spans_warmup_;
+  share_reading_spans_warmup_ = warmup_left_ns_ > 0;
+  share_readings_ = others ? share_readings_ + 1 : 0;
+  if (phase_ != Phase::kBase || (!headroom && share_readings_ < kShareReadings) || kept_ >= paths_) return;
   int up = step_up(kept_);
   if (ceiling_ != 0 && up >= ceiling_) {
     // This count measured no faster than the one below it: retry only rarely.
@@ -94,7 +96,7 @@ void PathGovernor::read_cpu() {
     ceiling_ = 0;
   }
   kept_ = current_ = up;
-  room_readings_ = 0;
+  share_readings_ = 0;
   restart_sample();
 }
 
@@ -105,6 +107,9 @@ void PathGovernor::finish_sample(double rate) {
       record(kept_, rate);
       if (kept_ > 1 && cpu_known_ && cpu_busy_ >= kSaturated && cpu_self_ >= kOwnShare && --wait_down_ <= 0) {
         current_ = step_down(kept_);
+        // Judged on what it moves now: samples from when it last ran (a slow
+        // start, another load) would sink or lift it.
+        average_[static_cast<size_t>(current_)] = 0;
         phase_ = Phase::kProbe;
       }
       return;

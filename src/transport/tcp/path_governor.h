@@ -7,16 +7,21 @@
 // lab on a 2-core host: 64 MiB writes over two unlimited veth links ran at
 // 0.75-0.93x of one). The governor tells the two apart by the host's CPU load:
 //
-// - It starts on one path and doubles the count (1, 2, 4, ... all) while the
-//   host's CPUs are less than kHeadroom busy, or this process uses less than
-//   kOwnShare of them, in kRoomReadings readings in a row (then other work
-//   keeps them busy, and paths that mostly wait on their links cost it
-//   little; one reading can be a transient, such as the receiver's first
-//   touch of its buffer holding the sender back): with cores to spare more
-//   paths cannot cost, and on links of 1 Gbit/s one path keeps 5-10% of a
-//   2-core host busy, four 11-30% (the sending process 3-13%). On unlimited links
-//   one path keeps it 70-94% busy, the sending process alone 53%, and the
-//   count stays at one.
+// - It starts on one path and doubles the count (1, 2, 4, ... all) at every
+//   CPU reading that finds the host's CPUs less than kHeadroom busy: with
+//   cores to spare more paths cannot cost, and on links of 1 Gbit/s one path
+//   keeps 5-10% of a 2-core host busy, four 11-30% (the sending process
+//   3-13%). On unlimited links one path keeps it 70-94% busy, the sending
+//   process alone 53%, and the count stays at one. It also doubles when the
+//   CPUs are busy but this process uses less than kOwnShare of them (other
+//   work is the load, and paths that mostly wait on their links cost it
+//   little), once that has held for kShareReadings readings in a row, none of
+//   them in the connection's first kWarmupNs of busy time: a first transfer
+//   runs slowly for reasons no path count changes (TCP's slow start, the
+//   receiver's first touch of its buffer), and in the netns lab, where the
+//   receiver shares the host, the sender's share then reads 11-24% at 50-75%
+//   busy (against ~50% and 100% once under way). Taken at face value, those
+//   readings climbed unlimited links of the 2-core lab to two paths.
 // - While the CPUs are saturated (kSaturated busy, at least kOwnShare of it
 //   this process's) it tries stepping down (all, ..., 4, 2, 1), keeping a
 //   step unless it moves more than kTolerance less: fewer paths that move as
@@ -24,20 +29,15 @@
 //   two paths that a transient had climbed to stayed for whole runs on a
 //   host where one moved as much). A step that moves less is undone and
 //   tried again after exponentially longer waits, and a count it stepped
-//   down from is not climbed back to before such a wait either. Counts are compared by their running averages over all samples
-//   taken at them: one 10 ms sample on a busy 2-core host varies by ±20%,
-//   more than the 10% a path count can be worth there.
+//   down from is not climbed back to before such a wait either. The count
+//   in use is judged by its running average over all its samples (one 10 ms
+//   sample on a busy 2-core host varies by ±20%, more than the 10% a path
+//   count can be worth there); a probed count by the probe's own sample,
+//   since its older samples may come from a slow start or another load.
 // Without a CPU reading (no /proc/stat) it climbs to every path and stays.
-// It judges nothing in a connection's first kWarmupNs of busy time, and drops
-// the CPU reading that spans them: a first transfer runs slowly for reasons
-// no path count changes (TCP's slow start, the receiver's first touch of its
-// buffer), and in the netns lab, where the receiver shares the host, the
-// sender's own share then reads 11-24% at 50-75% busy (against ~50% and
-// 100% once under way). Taken at face value, those readings climbed
-// unlimited links of the 2-core lab to two paths, and the slow samples they
-// left at one path kept it there. A reading whose span was more than
-// kMaxIdleShare idle (nothing to send) is dropped too: it says how busy the
-// host was without this traffic.
+// No throughput sample is judged in the warm-up either. A CPU reading whose
+// span was more than kMaxIdleShare idle (nothing to send) is dropped: it says
+// how busy the host was without this traffic.
 //
 // Throughput is counted only while the connection has chunks queued or in
 // flight (idle gaps between transfers do not count), in samples of at least
@@ -93,9 +93,10 @@ class PathGovernor {
   static constexpr double kMaxIdleShare = 0.2;
   // A step down is kept unless it moves more than this fraction less.
   static constexpr double kTolerance = 0.03;
-  // A climb needs this many readings in a row with room.
-  static constexpr int kRoomReadings = 2;
-  // Busy time at the start of a connection that the governor does not judge.
+  // A climb because others load the CPUs needs this many readings in a row.
+  static constexpr int kShareReadings = 2;
+  // Busy time at the start of a connection in which no throughput sample
+  // and no reading of this process's share counts.
   static constexpr int64_t kWarmupNs = 100'000'000;
 
   // `adaptive` false: every live path, always. `cpu` empty: no CPU reading.
@@ -148,10 +149,10 @@ class PathGovernor {
   int64_t sample_ns_so_far_ = 0;
   int64_t cpu_window_ns_ = 0;  // busy time since the last CPU reading
   int64_t cpu_idle_ns_ = 0;    // idle time since the last CPU reading
-  int room_readings_ = 0;      // readings in a row that showed room to climb
+  int share_readings_ = 0;     // readings in a row with the load mostly others'
   int64_t warmup_left_ns_ = kWarmupNs;
-  bool drop_reading_ = false;  // the next CPU reading spans the warm-up
-  double cpu_busy_ = -1;       // the last reading; -1: none yet
+  bool share_reading_spans_warmup_ = false;  // the next CPU reading began in the warm-up
+  double cpu_busy_ = -1;                     // the last reading; -1: none yet
   double cpu_self_ = 0;
   bool cpu_known_ = false;       // a meter exists and has answered
   double base_rate_ = 0;         // last sample at kept_, bytes per ns
