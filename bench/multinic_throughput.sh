@@ -29,12 +29,12 @@ trap '[ -n "$target" ] && kill $target 2>/dev/null; $lab down >/dev/null 2>&1' E
 # Waits (at most 5 s) until the CPUs are at least 90% idle over 200 ms: the
 # kernel tears a deleted namespace down in the background, and that work
 # would otherwise fall on whichever run comes next.
+cpu_idle_total() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print $5, t }' /proc/stat; }
 settle() {
-  local i a b
+  local i idle0 total0 idle1 total1
   for i in $(seq 25); do
-    a=($(head -1 /proc/stat)); sleep 0.2; b=($(head -1 /proc/stat))
-    awk -v i0="${a[4]}" -v i1="${b[4]}" -v t0="$(IFS=+; echo "$((${a[*]:1}))")" -v t1="$(IFS=+; echo "$((${b[*]:1}))")" \
-      'BEGIN { exit !((i1 - i0) >= 0.9 * (t1 - t0)) }' && return 0
+    read -r idle0 total0 < <(cpu_idle_total); sleep 0.2; read -r idle1 total1 < <(cpu_idle_total)
+    (( (idle1 - idle0) * 10 >= (total1 - total0) * 9 )) && return 0
   done
 }
 

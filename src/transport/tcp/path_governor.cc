@@ -80,7 +80,6 @@ void PathGovernor::read_cpu() {
   if (diluted) return;
   cpu_busy_ = r->host_busy;
   cpu_self_ = r->self;
-  cpu_known_ = true;
   // Idle cores: more paths cannot cost, climb at once. Busy cores that are
   // mostly others': climb once that has held for kShareReadings readings
   // taken wholly after the warm-up.
@@ -105,17 +104,16 @@ void PathGovernor::finish_sample(double rate) {
     case Phase::kBase:
       base_rate_ = rate;
       record(kept_, rate);
-      if (kept_ > 1 && cpu_known_ && cpu_busy_ >= kSaturated && cpu_self_ >= kOwnShare && --wait_down_ <= 0) {
+      if (kept_ > 1 && cpu_busy_ >= kSaturated && cpu_self_ >= kOwnShare && --wait_down_ <= 0) {
         current_ = step_down(kept_);
-        // Judged on what it moves now: samples from when it last ran (a slow
-        // start, another load) would sink or lift it.
-        average_[static_cast<size_t>(current_)] = 0;
         phase_ = Phase::kProbe;
       }
       return;
     case Phase::kProbe:
-      record(current_, rate);
-      if (average(current_) >= average(kept_) * (1 - kTolerance)) {
+      // Judged on what it moves now: samples from when it last ran (a slow
+      // start, another load) would sink or lift it.
+      average_[static_cast<size_t>(current_)] = rate;
+      if (rate >= average(kept_) * (1 - kTolerance)) {
         // About as fast: keep it and keep going down at once; climbing back to
         // the count it left waits, longer each time.
         ceiling_ = kept_;

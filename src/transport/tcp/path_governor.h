@@ -154,12 +154,11 @@ class PathGovernor {
   bool share_reading_spans_warmup_ = false;  // the next CPU reading began in the warm-up
   double cpu_busy_ = -1;                     // the last reading; -1: none yet
   double cpu_self_ = 0;
-  bool cpu_known_ = false;       // a meter exists and has answered
   double base_rate_ = 0;         // last sample at kept_, bytes per ns
-  std::vector<double> average_;  // by path count: running average of its samples
+  std::vector<double> average_;  // by path count: running average of its samples (a probed count: the probe's)
   int wait_down_ = 1;            // samples at kept_ before the next probe downward
   int backoff_down_ = kFirstWait;
-  int ceiling_ = 0;     // a count measured slower than one below it (0: none)
+  int ceiling_ = 0;     // a count measured no faster than one below it (0: none)
   int climb_wait_ = 0;  // CPU readings before climbing to ceiling_ again
   int backoff_up_ = kFirstWait;
 };
