@@ -6,14 +6,31 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 namespace ferry::platform {
+namespace {
 
-HostCpuLoad::HostCpuLoad(std::string stat_path)
-    : path_(std::move(stat_path)), us_per_tick_(1e6 / static_cast<double>(std::max(1L, ::sysconf(_SC_CLK_TCK)))) {
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+HostCpuLoad::HostCpuLoad(std::string stat_path, int64_t min_interval_ns)
+    : path_(std::move(stat_path)),
+      min_interval_ns_(min_interval_ns),
+      us_per_tick_(1e6 / static_cast<double>(std::max(1L, ::sysconf(_SC_CLK_TCK)))) {
   have_ = read(busy_, total_);
   self_us_ = self_us();
+  last_read_ns_ = now_ns();
+}
+
+int64_t HostCpuLoad::interval_for_ticks(uint64_t ticks) {
+  auto ticks_per_s = static_cast<double>(std::max(1L, ::sysconf(_SC_CLK_TCK)) * std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  return static_cast<int64_t>(1e9 * static_cast<double>(ticks) / ticks_per_s);
 }
 
 bool HostCpuLoad::read(uint64_t& busy, uint64_t& total) const {
@@ -41,6 +58,9 @@ uint64_t HostCpuLoad::self_us() {
 }
 
 std::optional<CpuReading> HostCpuLoad::since_last(uint64_t min_ticks) {
+  int64_t now = now_ns();
+  if (now - last_read_ns_ < min_interval_ns_) return std::nullopt;
+  last_read_ns_ = now;
   uint64_t busy = 0, total = 0;
   if (!read(busy, total)) return std::nullopt;
   uint64_t self = self_us();

@@ -1,6 +1,6 @@
 // HostCpuLoad on fixture files shaped like /proc/stat: busy time over total
-// time between readings, no reading before enough ticks, none from a missing
-// file, and a counter that goes back restarts the window; on this host, this
+// time between readings, no reading before enough ticks or within the
+// pacing interval, none from a missing file, and a counter that goes back restarts the window; on this host, this
 // process's own share rises while it computes.
 #include "platform/cpu_load.h"
 
@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <thread>
 
 namespace ferry::platform {
 namespace {
@@ -69,6 +70,26 @@ TEST(HostCpuLoad, NoReadingUntilEnoughTicksPassed) {
   auto f = load.since_last(4);
   ASSERT_TRUE(f.has_value());
   EXPECT_DOUBLE_EQ(f->host_busy, 4.0 / 6.0);
+}
+
+TEST(HostCpuLoad, PacedReadsWaitForTheirInterval) {
+  StatFile stat;
+  stat.write(100, 50, 1000, 10, 5);
+  HostCpuLoad load(stat.path(), /*min_interval_ns=*/200'000'000);
+  stat.write(130, 60, 1050, 15, 10);
+  EXPECT_FALSE(load.since_last().has_value()) << "read again within the interval";
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  auto f = load.since_last();
+  ASSERT_TRUE(f.has_value()) << "no reading once the interval passed";
+  EXPECT_DOUBLE_EQ(f->host_busy, 0.45);
+  EXPECT_FALSE(load.since_last(0).has_value()) << "the interval restarts at each read";
+}
+
+TEST(HostCpuLoad, IntervalForTicksSpansAllCpus) {
+  // Every online CPU ticks CLK_TCK times a second.
+  double ticks_per_s = static_cast<double>(::sysconf(_SC_CLK_TCK) * ::sysconf(_SC_NPROCESSORS_ONLN));
+  EXPECT_NEAR(static_cast<double>(HostCpuLoad::interval_for_ticks(4)), 4e9 / ticks_per_s, 1.0);
+  EXPECT_EQ(HostCpuLoad::interval_for_ticks(0), 0);
 }
 
 TEST(HostCpuLoad, CountersGoingBackRestartTheWindow) {

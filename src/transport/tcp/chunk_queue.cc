@@ -19,10 +19,13 @@ int64_t now_ns() {
 }
 
 // The host's CPU load for the governor; none where /proc/stat cannot be read.
+// A reading needs four ticks of all CPUs together; between tries the file is
+// left alone for one tick's worth of time.
 PathGovernor::CpuMeter host_cpu_meter() {
-  auto load = std::make_shared<platform::HostCpuLoad>();
+  constexpr uint64_t kTicks = 4;
+  auto load = std::make_shared<platform::HostCpuLoad>("/proc/stat", platform::HostCpuLoad::interval_for_ticks(1));
   if (!load->available()) return {};
-  return [load] { return load->since_last(); };
+  return [load] { return load->since_last(kTicks); };
 }
 
 }  // namespace
