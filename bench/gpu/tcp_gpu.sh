@@ -6,7 +6,10 @@
 #   3. measures, over loopback TCP between two processes:
 #        ferry GPU0 -> GPU1 (staged)        at several stream counts,
 #        ferry host -> host (same paths)    at the same stream counts,
-#        the same number of raw TCP streams (the blaster),
+#        the same number of raw TCP streams (the blaster), as iperf3 runs them
+#          (each thread one 128 KiB buffer, which stays in the CPU's cache) and
+#          over memory-resident buffers (1 GiB over the streams on each side,
+#          the footprint of ferry's largest transfer),
 #        NCCL's socket transport, defaults and NSOCKS_PERTHREAD=4 SOCKET_NTHREADS=4,
 #        a small staging sweep (FERRY_STAGING_CHUNK x FERRY_STAGING_DEPTH) and
 #        the full mesh `ferry bench --gpus 0,1`;
@@ -77,8 +80,9 @@ for s in $STREAMS; do
   say "ferry host->host, $s streams"
   timeout 90 $FERRY bench --local --op send --sizes $SIZES --iters $ITERS --warmup 2 --streams "$s" --json - \
     2>"$OUT/ferry_host_$s.err" >"$OUT/ferry_host_$s.json" || say "  ferry host run failed (see $OUT/ferry_host_$s.err)"
-  say "raw TCP, $s streams (tcp_blast)"
+  say "raw TCP, $s streams (tcp_blast, cached buffers and memory-resident ones)"
   timeout 30 build-gpu/tcp_blast "$s" 3 >"$OUT/blast_$s.txt" 2>&1 || say "  tcp_blast failed"
+  timeout 30 build-gpu/tcp_blast "$s" 3 $(((1 << 30) / s)) >"$OUT/blast_mem_$s.txt" 2>&1 || say "  tcp_blast (memory) failed"
 done
 
 nccl_run() {  # name, extra env...
@@ -141,10 +145,12 @@ for s in streams:
             host[(s, r["bytes"])] = r["bytes_per_s"] / 1e9
     except (OSError, ValueError, KeyError):
         pass
-blast = {}
+blast, blast_mem = {}, {}
 for s in streams:
     for f in load_lines(os.path.join(out, f"blast_{s}.txt")):
         if len(f) == 2: blast[s] = float(f[1])
+    for f in load_lines(os.path.join(out, f"blast_mem_{s}.txt")):
+        if len(f) == 2: blast_mem[s] = float(f[1])
 nccl = {}
 for name in ("default", "4x4"):
     for f in load_lines(os.path.join(out, f"nccl_{name}.txt")):
@@ -162,19 +168,20 @@ print()
 print("=== GPU memory over loopback TCP, two processes (GB/s) ===")
 print("GPU tests: " + os.environ["TESTS"])
 print("targets: gpu/nccl_best >= 3.0 (16M..1G); gpu/tcp_streams >= 0.7; gpu/host >= 0.9")
-hdr = f"{'streams':>7} {'size':>6} {'gpu':>7} {'host':>7} {'tcp_str':>7} {'nccl_def':>8} {'nccl_4x4':>8} {'gpu/nccl':>8} {'gpu/tcp':>7} {'gpu/host':>8}"
+print("tcp_str: raw TCP streams as iperf3 runs them (cached buffers); tcp_mem: over memory-resident buffers (no target)")
+hdr = f"{'streams':>7} {'size':>6} {'gpu':>7} {'host':>7} {'tcp_str':>7} {'tcp_mem':>7} {'nccl_def':>8} {'nccl_4x4':>8} {'gpu/nccl':>8} {'gpu/tcp':>7} {'gpu/mem':>7} {'gpu/host':>8}"
 print(hdr)
 verdict = {"nccl": [], "tcp": [], "host": []}
 for s in streams:
     for b in sizes:
-        g, h, t = gpu.get((s, b)), host.get((s, b)), blast.get(s)
+        g, h, t, tm = gpu.get((s, b)), host.get((s, b)), blast.get(s), blast_mem.get(s)
         n = nccl.get(b, {})
         best = max(n.values()) if n else None
         rn, rt, rh = ratio(g, best), ratio(g, t), ratio(g, h)
         for k, v in (("nccl", rn), ("tcp", rt), ("host", rh)):
             if v is not None: verdict[k].append((v, s, b))
         label = f"{b >> 30}G" if b >= 1 << 30 else f"{b >> 20}M"
-        print(f"{s:>7} {label:>6} {fmt(g):>7} {fmt(h):>7} {fmt(t):>7} {fmt(n.get('default')):>8} {fmt(n.get('4x4')):>8} {fmt(rn):>8} {fmt(rt):>7} {fmt(rh):>8}")
+        print(f"{s:>7} {label:>6} {fmt(g):>7} {fmt(h):>7} {fmt(t):>7} {fmt(tm):>7} {fmt(n.get('default')):>8} {fmt(n.get('4x4')):>8} {fmt(rn):>8} {fmt(rt):>7} {fmt(ratio(g, tm)):>7} {fmt(rh):>8}")
 print()
 for k, target, what in (("nccl", 3.0, "GPU->GPU vs best NCCL socket"), ("tcp", 0.7, "GPU->GPU vs as many raw TCP streams"),
                         ("host", 0.9, "GPU->GPU vs host->host, same paths")):
