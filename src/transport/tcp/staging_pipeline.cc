@@ -142,17 +142,11 @@ Status RxStager::retire(bool all) {
 }
 
 Status RxStager::before_read(int fd) {
+  FERRY_RETURN_IF_ERROR(retire(false));
+  if (fifo_.empty()) return Status();
   struct pollfd p = {fd, POLLIN, 0};
-  // Polls both the socket and the copies until either has news. Waiting for
-  // the copies alone left the socket unread for a whole device copy (with 16
-  // paths copying at once, ~170 us for 512 KiB), so a path received its
-  // next chunk only after the last one reached the device. A busy loop on
-  // purpose: it ends within one copy's time, and sleeping instead costs more
-  // than the copies (events that block: 16 MiB over 16 paths 13.5 -> 9.2 GB/s).
-  for (;;) {
-    FERRY_RETURN_IF_ERROR(retire(false));
-    if (fifo_.empty() || ::poll(&p, 1, 0) > 0) return Status();
-  }
+  if (::poll(&p, 1, 0) > 0) return Status();
+  return retire(true);
 }
 
 }  // namespace ferry::tcp

@@ -108,11 +108,10 @@ class RxStager {
   // Runs, in order, the completions of entries whose copies are done; with
   // `all`, first waits for every entry. Returns the first error.
   Status retire(bool all);
-  // Call before blocking on `fd`: retires what is done and returns once
-  // every entry is retired or `fd` has something to read, whichever comes
-  // first — a completion (and the confirmation the peer's window waits for)
-  // never waits for the peer's next frame, and the next frame is read while
-  // earlier copies still run.
+  // Call before blocking on `fd`: retires what is done and, while entries
+  // remain and `fd` has nothing to read, waits for them all — a completion
+  // (and the confirmation the peer's window waits for) never waits for the
+  // peer's next frame.
   Status before_read(int fd);
 
   bool idle() const { return fifo_.empty(); }
