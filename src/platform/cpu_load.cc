@@ -29,7 +29,8 @@ HostCpuLoad::HostCpuLoad(std::string stat_path, int64_t min_interval_ns)
 }
 
 int64_t HostCpuLoad::interval_for_ticks(uint64_t ticks) {
-  auto ticks_per_s = static_cast<double>(std::max(1L, ::sysconf(_SC_CLK_TCK)) * std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  auto ticks_per_s =
+      static_cast<double>(std::max(1L, ::sysconf(_SC_CLK_TCK)) * std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
   return static_cast<int64_t>(1e9 * static_cast<double>(ticks) / ticks_per_s);
 }
 

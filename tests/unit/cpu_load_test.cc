@@ -1,7 +1,7 @@
 // HostCpuLoad on fixture files shaped like /proc/stat: busy time over total
-// time between readings, no reading before enough ticks or within the
-// pacing interval, none from a missing file, and a counter that goes back restarts the window; on this host, this
-// process's own share rises while it computes.
+// time between readings, no reading before enough ticks or within the pacing
+// interval, none from a missing file, and a counter that goes back restarts
+// the window; on this host, this process's own share rises while it computes.
 #include "platform/cpu_load.h"
 
 #include <gtest/gtest.h>
@@ -75,10 +75,10 @@ TEST(HostCpuLoad, NoReadingUntilEnoughTicksPassed) {
 TEST(HostCpuLoad, PacedReadsWaitForTheirInterval) {
   StatFile stat;
   stat.write(100, 50, 1000, 10, 5);
-  HostCpuLoad load(stat.path(), /*min_interval_ns=*/200'000'000);
+  HostCpuLoad load(stat.path(), /*min_interval_ns=*/500'000'000);
   stat.write(130, 60, 1050, 15, 10);
   EXPECT_FALSE(load.since_last().has_value()) << "read again within the interval";
-  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
   auto f = load.since_last();
   ASSERT_TRUE(f.has_value()) << "no reading once the interval passed";
   EXPECT_DOUBLE_EQ(f->host_busy, 0.45);
