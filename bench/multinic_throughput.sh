@@ -12,9 +12,10 @@
 #   Each run moves UNLIMITED_ITERS (default 100) writes, 1.5 s at 4-5 GB/s:
 #   long enough that the path governor's first probes (see
 #   src/transport/tcp/path_governor.h) are not most of the measurement. One
-#   run on a shared 2-core host varies by 20 % and more, so besides the medians the
-#   script prints the median of the paired ratios (each round's K-link run
-#   against that round's one-link run) with a 90 % bootstrap interval.
+#   run on a shared 2-core host varies by 20 % and more, so besides the
+#   medians the script prints the median of the paired ratios (each round's
+#   K-link run against that round's one-link run) with a 90 % bootstrap
+#   interval.
 # Usage: bench/multinic_throughput.sh [RATE] [ITERS] [STREAMS_PER_PAIR] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
