@@ -28,6 +28,8 @@
 #include <random>
 #include <thread>
 
+#include "ferry/bench_alternate.h"
+#include "ferry/bench_pairs.h"
 #include "ferry/bench_session.h"
 #include "ferry/bench_sizes.h"
 #include "ferry/commands.h"
@@ -67,6 +69,9 @@ struct BenchFlags {
   std::string sweep_window = "2,4,8,16,32";
   std::string sweep_streams = "1,2,4";
   std::string sweep_nics;  // NIC counts; default: all of --nics
+  // --alternate-nics: NIC sets measured against each other, burst by burst.
+  std::string alternate_nics;
+  int rounds = 30;
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -384,6 +389,11 @@ int run_bench(const BenchFlags& f) {
     stop_child(child);
     return rc;
   }
+  if (!f.alternate_nics.empty()) {
+    int rc = run_alternating(must(parse_nic_sets(f.alternate_nics), "--alternate-nics"), o, cfg, f.rounds, peer);
+    stop_child(child);
+    return rc;
+  }
   if (!f.sweep_csv.empty()) {
     int rc = run_sweep(f, o, cfg, peer);
     stop_child(child);
@@ -433,6 +443,10 @@ void add_bench_command(CLI::App& app) {
   b->add_option("--sweep-window", f->sweep_window, "windows to sweep")->capture_default_str();
   b->add_option("--sweep-streams", f->sweep_streams, "streams per NIC pair to sweep")->capture_default_str();
   b->add_option("--sweep-nics", f->sweep_nics, "NIC counts to sweep (first N of --nics; default all)");
+  b->add_option("--alternate-nics", f->alternate_nics,
+                "NIC sets separated by '/', e.g. fa0/fa0,fa1: one connection each, bursts of --iters taking turns; "
+                "prints each set's paired ratio to the first");
+  b->add_option("--rounds", f->rounds, "--alternate-nics: bursts per set")->capture_default_str();
   b->callback([f] { std::exit(run_bench(*f)); });
 }
 

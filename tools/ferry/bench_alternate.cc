@@ -1,0 +1,109 @@
+// Alternating NIC sets: each set its own engine and connection to one target,
+// bursts taking turns in the order of alternation_order().
+#include "ferry/bench_alternate.h"
+
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+#include "ferry/bench_pairs.h"
+#include "ferry/bench_sizes.h"
+
+namespace ferry::cli {
+
+namespace {
+
+// Hands the link from burst to burst: a session's timed phase starts only
+// when the order says it is its turn, and passing the turn ends it.
+class Turns {
+ public:
+  explicit Turns(std::vector<int> order) : order_(std::move(order)) {}
+  void wait_for(int set) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return next_ < order_.size() && order_[next_] == set; });
+  }
+  void pass() {
+    {
+      std::lock_guard lock(mu_);
+      ++next_;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int> order_;
+  size_t next_ = 0;
+};
+
+}  // namespace
+
+int run_alternating(const std::vector<std::string>& nic_sets, const Options& base, RunConfig cfg, int rounds,
+                    const std::string& peer) {
+  if (cfg.sizes.size() != 1 || rounds < 1 || cfg.bidir) {
+    std::fprintf(stderr, "ferry bench: --alternate-nics takes one size, --rounds >= 1 and no --bidir\n");
+    return 2;
+  }
+  const int sets = static_cast<int>(nic_sets.size());
+  const int total = rounds + 1;  // round 0 warms every connection up and is not counted
+  std::vector<std::unique_ptr<Engine>> engines;
+  std::vector<std::shared_ptr<Connection>> conns;
+  for (const std::string& nics : nic_sets) {
+    Options o = base;
+    o.nics = nics;
+    engines.push_back(must(Engine::create(o), "create engine for NICs " + nics));
+    conns.push_back(must(engines.back()->connect(peer, after(std::chrono::seconds(10))), "connect over " + nics));
+  }
+  std::fprintf(stderr, "ferry bench: %s %s, %d rounds of %d per set, sets %d, alternating\n", cfg.op.c_str(),
+               format_bytes(cfg.sizes[0]).c_str(), rounds, cfg.iters, sets);
+  cfg.sizes.assign(static_cast<size_t>(total), cfg.sizes[0]);
+  cfg.warmup = 0;  // a warm-up outside the turns would run beside another set's burst
+  Turns turns(alternation_order(sets, total));
+  std::vector<std::vector<SizeResult>> results(static_cast<size_t>(sets));
+  std::vector<std::thread> threads;
+  for (int s = 0; s < sets; ++s) {
+    threads.emplace_back([&, s] {
+      RunConfig c = cfg;
+      bool before = true;  // sync() is called before and after each timed phase
+      c.sync = [&turns, &before, s] {
+        if (before) {
+          turns.wait_for(s);
+        } else {
+          turns.pass();
+        }
+        before = !before;
+      };
+      results[static_cast<size_t>(s)] = run_initiator(*engines[static_cast<size_t>(s)], *conns[static_cast<size_t>(s)], c);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& c : conns) c->close();
+
+  std::vector<std::vector<double>> gbs(static_cast<size_t>(sets));
+  std::printf("%-6s", "round");
+  for (const std::string& n : nic_sets) std::printf(" %16s", n.c_str());
+  std::printf("\n");
+  bool bad = false;
+  for (int r = 1; r < total; ++r) {
+    std::printf("%-6d", r);
+    for (int s = 0; s < sets; ++s) {
+      const SizeResult& x = results[static_cast<size_t>(s)][static_cast<size_t>(r)];
+      gbs[static_cast<size_t>(s)].push_back(x.bytes_per_s / 1e9);
+      bad = bad || x.verified == "FAILED";
+      std::printf(" %16.3f", x.bytes_per_s / 1e9);
+    }
+    std::printf("\n");
+  }
+  std::printf("%-16s %8s %10s %18s %8s\n", "nics", "GB/s", "vs first", "90% interval", "above");
+  for (int s = 0; s < sets; ++s) {
+    PairedRatio p = paired_ratio(gbs[0], gbs[static_cast<size_t>(s)]);
+    std::printf("%-16s %8.3f %10.3f   [%6.3f, %6.3f] %4d/%d\n", nic_sets[static_cast<size_t>(s)].c_str(),
+                median_of(gbs[static_cast<size_t>(s)]), p.median, p.lo, p.hi, p.above, p.pairs);
+  }
+  std::printf("(GB/s: median over rounds; vs first: median of each round's ratio to the first set's burst)\n");
+  return bad ? 3 : 0;
+}
+
+}  // namespace ferry::cli
