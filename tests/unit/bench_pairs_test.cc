@@ -27,9 +27,21 @@ TEST(NicSets, BadListsNameTheSet) {
   EXPECT_NE(r.status().message().find("set 2 at position 4"), std::string::npos) << r.status().message();
 }
 
-TEST(AlternationOrder, EverySetOncePerRoundDirectionAlternates) {
-  EXPECT_EQ(alternation_order(3, 3), (std::vector<int>{0, 1, 2, 2, 1, 0, 0, 1, 2}));
+TEST(AlternationOrder, RoundsRotateAndNoSetRunsTwiceInARow) {
+  EXPECT_EQ(alternation_order(3, 3), (std::vector<int>{0, 1, 2, 1, 2, 0, 2, 0, 1}));
+  EXPECT_EQ(alternation_order(2, 3), (std::vector<int>{0, 1, 0, 1, 0, 1}));
   EXPECT_TRUE(alternation_order(4, 0).empty());
+  for (int sets = 2; sets <= 6; ++sets) {
+    std::vector<int> o = alternation_order(sets, 2 * sets);
+    std::vector<std::vector<int>> place(static_cast<size_t>(sets), std::vector<int>(static_cast<size_t>(sets)));
+    for (size_t i = 0; i < o.size(); ++i) {
+      if (i > 0) EXPECT_NE(o[i], o[i - 1]) << sets << " sets, burst " << i;
+      ++place[static_cast<size_t>(o[i])][i % static_cast<size_t>(sets)];
+    }
+    if (sets > 2) {
+      for (const auto& p : place) EXPECT_EQ(p, std::vector<int>(static_cast<size_t>(sets), 2)) << sets << " sets";
+    }
+  }
 }
 
 TEST(PairedRatio, MedianOfRatiosNotRatioOfMedians) {

@@ -32,7 +32,8 @@ std::vector<int> alternation_order(int sets, int rounds) {
   std::vector<int> order;
   order.reserve(static_cast<size_t>(std::max(0, sets * rounds)));
   for (int r = 0; r < rounds; ++r) {
-    for (int i = 0; i < sets; ++i) order.push_back(r % 2 == 0 ? i : sets - 1 - i);
+    int first = sets > 2 ? r % sets : 0;
+    for (int i = 0; i < sets; ++i) order.push_back((first + i) % sets);
   }
   return order;
 }
