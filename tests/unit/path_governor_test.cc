@@ -251,7 +251,9 @@ TEST(PathGovernor, AProbeIsJudgedOnWhatItMovesNow) {
   auto slow = drive(g, *host, 500, 0.02);  // samples at one path: 0.3
   ASSERT_EQ(slow[1], 500);
   host->cpu = light;
-  drive(g, *host, 200, 0.02);  // idle cores: climbs to every path
+  // Idle cores: climbs to every path, once the next reading comes (steady
+  // readings before came up to kMaxReadingSamples samples apart).
+  drive(g, *host, PathGovernor::kMaxReadingSamples * kSample / kStep + 200, 0.02);
   ASSERT_EQ(g.kept(), 4);
   host->rate = [](int) { return 1.0; };
   host->cpu = saturated;
@@ -345,8 +347,37 @@ TEST(PathGovernor, OneQuietReadingDoesNotClimb) {
     return std::optional<platform::CpuReading>({dip ? 0.5 : 0.9, dip ? 0.13 : 0.55});
   });
   auto t = drive(g, *host, 5'000, 0.03);
-  EXPECT_GE(*readings, 100);
+  EXPECT_GE(*readings, 40) << "too few readings to have seen dips";
   EXPECT_EQ(t[1], 5'000);
+}
+
+// Reading the CPU load costs the transfer, so readings that keep telling the
+// same come less often: on a saturated host at one path the interval doubles
+// to kMaxReadingSamples samples. A change of class brings it back to one
+// sample, and the governor still climbs within that bound once cores idle.
+TEST(PathGovernor, SteadyReadingsComeLessOftenAndAChangeIsSeenInBoundedTime) {
+  auto cpu_limited = [](int n) { return n == 1 ? 5.0 : 4.0; };
+  auto host = std::make_shared<Host>(Host{cpu_limited, saturated});
+  auto readings = std::make_shared<int>(0);
+  PathGovernor g(true, 4, kSample, [host, readings] {
+    ++*readings;
+    double busy = host->cpu(host->in_use);
+    return std::optional<platform::CpuReading>({busy, busy});
+  });
+  const int64_t max_ms = PathGovernor::kMaxReadingSamples * kSample / kStep;
+  drive(g, *host, 10'000);
+  EXPECT_EQ(g.kept(), 1);
+  EXPECT_EQ(g.reading_interval(), PathGovernor::kMaxReadingSamples * kSample);
+  // One per sample through the warm-up, then doubling, then one per max_ms.
+  int64_t most = kWarmupMs / (kSample / kStep) + 5 + 10'000 / max_ms + 1;
+  EXPECT_LE(*readings, most) << "readings in 10 s at one sample each would be " << 10'000 / (kSample / kStep);
+  EXPECT_GE(*readings, 10'000 / max_ms);
+
+  host->cpu = light;
+  int before = *readings;
+  drive(g, *host, max_ms + 3 * kSample / kStep);
+  EXPECT_EQ(g.kept(), 4) << "idle cores seen within one long interval, then 1 -> 2 -> 4 a sample apart";
+  EXPECT_GE(*readings - before, 2);
 }
 
 TEST(PathGovernor, NeverExceedsTheLivePaths) {

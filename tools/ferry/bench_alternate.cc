@@ -42,8 +42,10 @@ class Turns {
 
 int run_alternating(const std::vector<std::string>& nic_sets, const Options& base, RunConfig cfg, int rounds,
                     const std::string& peer) {
-  if (cfg.sizes.size() != 1 || rounds < 1 || cfg.bidir) {
-    std::fprintf(stderr, "ferry bench: --alternate-nics takes one size, --rounds >= 1 and no --bidir\n");
+  if (cfg.sizes.size() != 1 || rounds < 1 || cfg.bidir || cfg.verify) {
+    // --verify fills the buffers with random bytes between bursts, beside
+    // another set's burst: check data with a plain run instead.
+    std::fprintf(stderr, "ferry bench: --alternate-nics takes one size, --rounds >= 1, no --bidir and no --verify\n");
     return 2;
   }
   const int sets = static_cast<int>(nic_sets.size());
@@ -60,6 +62,7 @@ int run_alternating(const std::vector<std::string>& nic_sets, const Options& bas
                format_bytes(cfg.sizes[0]).c_str(), rounds, cfg.iters, sets);
   cfg.sizes.assign(static_cast<size_t>(total), cfg.sizes[0]);
   cfg.warmup = 0;  // a warm-up outside the turns would run beside another set's burst
+  cfg.group = sets;  // a --once target serves every set's session before it exits
   Turns turns(alternation_order(sets, total));
   std::vector<std::vector<SizeResult>> results(static_cast<size_t>(sets));
   std::vector<std::thread> threads;

@@ -12,7 +12,8 @@ PathGovernor::PathGovernor(bool adaptive, int paths, int64_t sample_ns, CpuMeter
       cpu_(std::move(cpu)),
       current_(adaptive_ && cpu_ ? 1 : paths_),
       kept_(current_),
-      average_(static_cast<size_t>(paths_) + 1, 0.0) {}
+      average_(static_cast<size_t>(paths_) + 1, 0.0),
+      reading_every_ns_(sample_ns) {}
 
 void PathGovernor::record(int n, double rate) {
   double& a = average_[static_cast<size_t>(n)];
@@ -42,6 +43,12 @@ void PathGovernor::restart_sample() {
 
 void PathGovernor::on_landed(uint64_t bytes, int64_t busy_ns, bool flushed) {
   if (!judges()) return;
+  int before = current_;
+  landed(bytes, busy_ns, flushed);
+  if (current_ != before) reading_every_ns_ = sample_ns_;  // judge the new count's load soon
+}
+
+void PathGovernor::landed(uint64_t bytes, int64_t busy_ns, bool flushed) {
   int64_t ns = std::max<int64_t>(0, busy_ns);
   const bool warming = warmup_left_ns_ > 0;
   if (warming) {
@@ -49,7 +56,7 @@ void PathGovernor::on_landed(uint64_t bytes, int64_t busy_ns, bool flushed) {
     share_reading_spans_warmup_ = true;
   }
   cpu_window_ns_ += ns;
-  if (cpu_ && cpu_window_ns_ >= sample_ns_) {
+  if (cpu_ && cpu_window_ns_ >= reading_every_ns_) {
     int before = current_;
     read_cpu();
     if (current_ != before) return;  // climbed: the throughput sample restarted
@@ -80,6 +87,12 @@ void PathGovernor::read_cpu() {
   if (diluted) return;
   cpu_busy_ = r->host_busy;
   cpu_self_ = r->self;
+  // Readings that repeat the last one's class come less often; not in the
+  // warm-up, nor while a climb for others' load is being counted.
+  int cls = 2 * (cpu_busy_ < kHeadroom ? 0 : cpu_busy_ < kSaturated ? 1 : 2) + (cpu_self_ < kOwnShare ? 1 : 0);
+  bool steady = cls == reading_class_ && warmup_left_ns_ <= 0 && !(cpu_busy_ >= kHeadroom && cpu_self_ < kOwnShare);
+  reading_every_ns_ = steady ? std::min(2 * reading_every_ns_, kMaxReadingSamples * sample_ns_) : sample_ns_;
+  reading_class_ = cls;
   // Idle cores: more paths cannot cost, climb at once. Busy cores that are
   // mostly others': climb once that has held for kShareReadings readings
   // taken wholly after the warm-up.

@@ -47,7 +47,16 @@
 // no throughput counts until every chunk sent before it has landed: on links
 // of 1 Gbit/s a path's window takes ~70 ms to drain, and a probe judged
 // meanwhile sees the old paths' rate. CPU load is read every `sample_ns` of
-// busy time (or later, once /proc/stat's 10 ms ticks allow).
+// busy time (or later, once /proc/stat's 10 ms ticks allow), and less often
+// while nothing changes: each reading that leaves the count as it was and
+// falls in the same class as the one before (idle cores, between, saturated;
+// this process's share under kOwnShare or not) doubles the busy time to the
+// next, up to kMaxReadingSamples samples; any change of count or class goes
+// back to one sample. Reading /proc/stat is not free to the transfer it
+// measures: in the netns lab (2 cores, 64 MiB writes over two links of
+// which the governor used one, alternating with one link) a reading every
+// 5 ms cost 3-5% of throughput, one every 20 ms 1-3%, one every 200 ms
+// nothing measurable; where the cost comes from is not known.
 //
 // Pure logic, no clock or locking of its own: the ChunkQueue feeds it under
 // its lock, and the CPU reading comes through a function, which lets the tests
@@ -95,6 +104,8 @@ class PathGovernor {
   static constexpr double kTolerance = 0.03;
   // A climb because others load the CPUs needs this many readings in a row.
   static constexpr int kShareReadings = 2;
+  // Steady CPU readings come at most this many samples of busy time apart.
+  static constexpr int kMaxReadingSamples = 16;
   // Busy time at the start of a connection in which no throughput sample
   // and no reading of this process's share counts.
   static constexpr int64_t kWarmupNs = 100'000'000;
@@ -116,6 +127,9 @@ class PathGovernor {
   // The connection had nothing queued or in flight for `idle_ns`.
   void on_idle(int64_t idle_ns);
 
+  // Busy time from one CPU reading to the next (see above).
+  int64_t reading_interval() const { return reading_every_ns_; }
+
   // Observations for logs and tests: the count in use now (a probe's while
   // probing) and the count a probe returns to.
   int target() const { return current_; }
@@ -130,6 +144,7 @@ class PathGovernor {
 
  private:
   enum class Phase { kBase, kProbe };
+  void landed(uint64_t bytes, int64_t busy_ns, bool flushed);
   void read_cpu();
   void finish_sample(double rate);
   void record(int n, double rate);
@@ -161,6 +176,8 @@ class PathGovernor {
   int ceiling_ = 0;     // a count measured no faster than one below it (0: none)
   int climb_wait_ = 0;  // CPU readings before climbing to ceiling_ again
   int backoff_up_ = kFirstWait;
+  int64_t reading_every_ns_;  // busy time between CPU readings: sample_ns_, doubling while steady
+  int reading_class_ = -1;    // the last reading's class; -1 before the first
 };
 
 }  // namespace ferry::tcp
