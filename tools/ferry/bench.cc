@@ -381,6 +381,8 @@ int run_bench(const BenchFlags& f) {
     std::fprintf(stderr, "ferry bench: --iters must be >= 1 and --warmup >= 0\n");
     return 2;
   }
+  std::vector<std::string> nic_sets;
+  if (!f.alternate_nics.empty()) nic_sets = must(parse_nic_sets(f.alternate_nics), "--alternate-nics");
   std::string peer = f.peer;
   pid_t child = -1;
   if (f.local) child = spawn_local_target(f, peer);
@@ -390,7 +392,7 @@ int run_bench(const BenchFlags& f) {
     return rc;
   }
   if (!f.alternate_nics.empty()) {
-    int rc = run_alternating(must(parse_nic_sets(f.alternate_nics), "--alternate-nics"), o, cfg, f.rounds, peer);
+    int rc = run_alternating(nic_sets, o, cfg, f.rounds, peer);
     stop_child(child);
     return rc;
   }
