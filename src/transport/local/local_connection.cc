@@ -272,10 +272,11 @@ void LocalConnection::match(PostedRecv recv, Unexpected msg) {
   // Who copies. Up to kPullMax the receiver, when it can: its copy then
   // starts as the sender's RTS arrives, two messages (CTS, DONE) sooner than
   // the sender's push would (two-GPU host, GPU to GPU, receiver's time: 4 KiB
-  // 14.1 against 16.2 us, 16 MiB 58 against 61 us). Larger messages the
-  // sender pushes: a copy engine reads from a peer GPU up to 3 us slower than
-  // it writes, and with both directions at once (256 MiB) two reading copy
-  // engines reached 0.925 of the copy engines' figure, two writing 0.97-0.98.
+  // 14.1 against 16.2 us, 16 MiB 58 against 61 us, 64 MiB 184.1 and 184.9
+  // against 184.8 and 189.9 us). Larger messages the sender pushes: a copy
+  // engine reads from a peer GPU up to 3 us slower than it writes, and with
+  // both directions at once (256 MiB) two reading copy engines reached 0.925
+  // of the copy engines' figure, two writing 0.97-0.98.
   bool sender_can = !(any_gpu(msg.source) && any_host(recv.dest));
   bool receiver_can = LocalCopier::can_execute(recv.dest, msg.source);
   if (!receiver_can && !sender_can) {

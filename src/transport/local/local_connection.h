@@ -62,7 +62,7 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   // How long Transfer::wait() polls before it sleeps (Options::wait_spin 0).
   static constexpr std::chrono::microseconds kWaitSpin{10000};
   // Messages up to this size are copied by the receiver when it can (match()).
-  static constexpr uint64_t kPullMax = 16ull << 20;
+  static constexpr uint64_t kPullMax = 64ull << 20;
 
   LocalConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t id, LocalPeer peer, platform::Socket control,
                   ShmChannel channel);
