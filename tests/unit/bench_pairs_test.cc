@@ -35,7 +35,9 @@ TEST(AlternationOrder, RoundsRotateAndNoSetRunsTwiceInARow) {
     std::vector<int> o = alternation_order(sets, 2 * sets);
     std::vector<std::vector<int>> place(static_cast<size_t>(sets), std::vector<int>(static_cast<size_t>(sets)));
     for (size_t i = 0; i < o.size(); ++i) {
-      if (i > 0) EXPECT_NE(o[i], o[i - 1]) << sets << " sets, burst " << i;
+      if (i > 0) {
+        EXPECT_NE(o[i], o[i - 1]) << sets << " sets, burst " << i;
+      }
       ++place[static_cast<size_t>(o[i])][i % static_cast<size_t>(sets)];
     }
     if (sets > 2) {

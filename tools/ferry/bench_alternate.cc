@@ -9,6 +9,7 @@
 
 #include "ferry/bench_pairs.h"
 #include "ferry/bench_sizes.h"
+#include "profile/stats.h"
 
 namespace ferry::cli {
 
@@ -103,7 +104,7 @@ int run_alternating(const std::vector<std::string>& nic_sets, const Options& bas
   for (int s = 0; s < sets; ++s) {
     PairedRatio p = paired_ratio(gbs[0], gbs[static_cast<size_t>(s)]);
     std::printf("%-16s %8.3f %10.3f   [%6.3f, %6.3f] %4d/%d\n", nic_sets[static_cast<size_t>(s)].c_str(),
-                median_of(gbs[static_cast<size_t>(s)]), p.median, p.lo, p.hi, p.above, p.pairs);
+                profile::median(gbs[static_cast<size_t>(s)]), p.median, p.lo, p.hi, p.above, p.pairs);
   }
   std::printf("(GB/s: median over rounds; vs first: median of each round's ratio to the first set's burst)\n");
   return bad ? 3 : 0;

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <random>
 
+#include "profile/stats.h"
+
 namespace ferry::cli {
 
 Result<std::vector<std::string>> parse_nic_sets(std::string_view text) {
@@ -38,13 +40,6 @@ std::vector<int> alternation_order(int sets, int rounds) {
   return order;
 }
 
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 PairedRatio paired_ratio(const std::vector<double>& ref, const std::vector<double>& other, double confidence,
                          int resamples) {
   PairedRatio out;
@@ -56,14 +51,14 @@ PairedRatio paired_ratio(const std::vector<double>& ref, const std::vector<doubl
   }
   out.pairs = static_cast<int>(ratios.size());
   if (ratios.empty()) return out;
-  out.median = median_of(ratios);
+  out.median = profile::median(ratios);
   std::mt19937_64 rng(0x5eed);
   std::uniform_int_distribution<size_t> pick(0, ratios.size() - 1);
   std::vector<double> medians, sample(ratios.size());
   medians.reserve(static_cast<size_t>(std::max(1, resamples)));
   for (int b = 0; b < resamples; ++b) {
     for (double& s : sample) s = ratios[pick(rng)];
-    medians.push_back(median_of(sample));
+    medians.push_back(profile::median(sample));
   }
   std::sort(medians.begin(), medians.end());
   double tail = (1 - confidence) / 2;

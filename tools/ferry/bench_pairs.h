@@ -42,6 +42,4 @@ struct PairedRatio {
 PairedRatio paired_ratio(const std::vector<double>& ref, const std::vector<double>& other, double confidence = 0.9,
                          int resamples = 2000);
 
-double median_of(std::vector<double> v);
-
 }  // namespace ferry::cli

@@ -87,17 +87,18 @@ void PathGovernor::read_cpu() {
   if (diluted) return;
   cpu_busy_ = r->host_busy;
   cpu_self_ = r->self;
+  bool headroom = cpu_busy_ < kHeadroom;
+  bool low_share = cpu_self_ < kOwnShare;
   // Readings that repeat the last one's class come less often; not in the
   // warm-up, nor while a climb for others' load is being counted.
-  int cls = 2 * (cpu_busy_ < kHeadroom ? 0 : cpu_busy_ < kSaturated ? 1 : 2) + (cpu_self_ < kOwnShare ? 1 : 0);
-  bool steady = cls == reading_class_ && warmup_left_ns_ <= 0 && !(cpu_busy_ >= kHeadroom && cpu_self_ < kOwnShare);
+  int cls = 2 * (headroom ? 0 : cpu_busy_ < kSaturated ? 1 : 2) + (low_share ? 1 : 0);
+  bool steady = cls == reading_class_ && warmup_left_ns_ <= 0 && (headroom || !low_share);
   reading_every_ns_ = steady ? std::min(2 * reading_every_ns_, kMaxReadingSamples * sample_ns_) : sample_ns_;
   reading_class_ = cls;
   // Idle cores: more paths cannot cost, climb at once. Busy cores that are
   // mostly others': climb once that has held for kShareReadings readings
   // taken wholly after the warm-up.
-  bool headroom = cpu_busy_ < kHeadroom;
-  bool others = !headroom && cpu_self_ < kOwnShare && !share_reading_spans_warmup_;
+  bool others = !headroom && low_share && !share_reading_spans_warmup_;
   share_reading_spans_warmup_ = warmup_left_ns_ > 0;
   share_readings_ = others ? share_readings_ + 1 : 0;
   if (phase_ != Phase::kBase || (!headroom && share_readings_ < kShareReadings) || kept_ >= paths_) return;
