@@ -2,9 +2,11 @@
 # GPU memory over TCP on a two-GPU host, in one run (under 8 minutes):
 #   1. builds ferry, its GPU tests and two anchors (a parallel-TCP-streams
 #      blaster standing in for parallel iperf3, and an NCCL send/recv timer);
-#   2. runs the GPU-over-TCP tests (two processes, FERRY_TRANSPORT=tcp);
+#   2. runs the GPU-over-TCP tests (two processes, FERRY_TRANSPORT=tcp), with
+#      the staging copy kernel and again with the copy engines;
 #   3. measures, over loopback TCP between two processes:
-#        ferry GPU0 -> GPU1 (staged)        at several stream counts,
+#        ferry GPU0 -> GPU1 (staged)        at several stream counts, and at
+#          16 streams once more with the copy engines staging,
 #        ferry host -> host (same paths)    at the same stream counts,
 #        the same number of raw TCP streams (the blaster), as iperf3 runs them
 #          (each thread one 128 KiB buffer, which stays in the CPU's cache) and
@@ -69,6 +71,12 @@ TESTS_RC=0
 timeout 240 build-gpu/bin/ferry_tcp_gpu_tests >"$OUT/gpu_tests.log" 2>&1 || TESTS_RC=$?
 grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|PASSED|FAILED TEST" "$OUT/gpu_tests.log" | sed 's/^/  /' >&2 || true
 [[ $TESTS_RC -eq 0 ]] && TESTS="passed" || TESTS="FAILED (rc $TESTS_RC, see $OUT/gpu_tests.log)"
+say "GPU tests again with the copy engines staging (FERRY_STAGING_COPY=engine)"
+ENGINE_RC=0
+FERRY_STAGING_COPY=engine timeout 240 build-gpu/bin/ferry_tcp_gpu_tests >"$OUT/gpu_tests_engine.log" 2>&1 || ENGINE_RC=$?
+grep -E "PASSED|FAILED TEST" "$OUT/gpu_tests_engine.log" | sed 's/^/  /' >&2 || true
+[[ $ENGINE_RC -eq 0 ]] && TESTS="$TESTS; with engine staging passed" ||
+  TESTS="$TESTS; with engine staging FAILED (rc $ENGINE_RC, see $OUT/gpu_tests_engine.log)"
 
 # ---- 3. performance -------------------------------------------------------------------
 : >"$OUT/ferry.jsonl"
@@ -84,6 +92,11 @@ for s in $STREAMS; do
   timeout 30 build-gpu/tcp_blast "$s" 3 >"$OUT/blast_$s.txt" 2>&1 || say "  tcp_blast failed"
   timeout 30 build-gpu/tcp_blast "$s" 3 $(((1 << 30) / s)) >"$OUT/blast_mem_$s.txt" 2>&1 || say "  tcp_blast (memory) failed"
 done
+
+say "ferry GPU0->GPU$PEER_GPU, 16 streams, staging on the copy engines (FERRY_STAGING_COPY=engine)"
+FERRY_STAGING_COPY=engine timeout 90 $FERRY bench --local --op send --gpus 0 --peer-gpus $PEER_GPU --sizes $SIZES \
+  --iters $ITERS --warmup 2 --streams 16 --json - 2>"$OUT/ferry_engine.err" >"$OUT/ferry_engine.jsonl" ||
+  say "  ferry engine run failed (see $OUT/ferry_engine.err)"
 
 nccl_run() {  # name, extra env...
   local name=$1
@@ -164,6 +177,16 @@ for f in load_lines(os.path.join(out, "sweep.txt")): print("  " + " ".join(f))
 print()
 print("=== full mesh (ferry bench --gpus) ===")
 for l in open(os.path.join(out, "mesh.txt")) if os.path.exists(os.path.join(out, "mesh.txt")) else []: print("  " + l.rstrip())
+print()
+print("=== staging copies at 16 streams, GPU->GPU GB/s: kernel (default) / copy engines ===")
+for line in open(os.path.join(out, "ferry_engine.jsonl")) if os.path.exists(os.path.join(out, "ferry_engine.jsonl")) else []:
+    try:
+        j = json.loads(line)
+    except ValueError:
+        continue
+    b = j["bytes"]
+    k, e = gpu.get(("16", b)), j["aggregate_bytes_per_s"] / 1e9
+    print(f"  {b >> 20:>5} MiB  {fmt(k)} / {e:.2f}  ({fmt(ratio(k, e))}x)")
 print()
 print("=== GPU memory over loopback TCP, two processes (GB/s) ===")
 print("GPU tests: " + os.environ["TESTS"])

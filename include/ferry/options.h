@@ -58,6 +58,12 @@ struct Options {
   // Transfers that touch GPU memory travel in chunks of this size (also the
   // size of a staging slot).
   size_t staging_chunk_bytes = 1024 * 1024;
+  // What runs staging copies: "kernel", a copy kernel on a few of the GPU's
+  // SMs (faster, and fair among the paths, on the two-H200 host), or
+  // "engine", the copy engines (leaves every SM to the application). Copies
+  // the kernel cannot do (addresses or sizes not multiples of 16 bytes) use
+  // the engines either way.
+  std::string staging_copy = "kernel";
   // Messages and writes up to this size ride inline on the control stream.
   size_t inline_max = 64 * 1024;
   // Shared secret; empty means no authentication.

@@ -80,6 +80,7 @@ class Options:
     chunk_bytes: int
     staging_depth: int
     staging_chunk_bytes: int
+    staging_copy: str
     window: int
     inline_max: int
     auth_token: str

@@ -149,6 +149,9 @@ const std::vector<Tunable>& tunables() {
       size_tunable("staging_chunk_bytes", "FERRY_STAGING_CHUNK", "bytes",
                    "GPU memory: chunk size of transfers that touch it, and of each pinned staging slot",
                    &Options::staging_chunk_bytes),
+      string_tunable("staging_copy", "FERRY_STAGING_COPY",
+                     "GPU memory: what runs staging copies, kernel (a few SMs) or engine (the copy engines)",
+                     &Options::staging_copy),
       size_tunable("inline_max", "FERRY_INLINE_MAX", "bytes",
                    "messages and writes up to this size ride inline on the control stream", &Options::inline_max),
       string_tunable("auth_token", "FERRY_AUTH_TOKEN",
@@ -227,6 +230,9 @@ Status validate(const Options& o) {
     return bad("staging_chunk_bytes must be in 4 KiB..64 MiB, got " + std::to_string(o.staging_chunk_bytes));
   }
   if (o.inline_max > (1u << 20)) return bad("inline_max must be at most 1 MiB, got " + std::to_string(o.inline_max));
+  if (o.staging_copy != "kernel" && o.staging_copy != "engine") {
+    return bad("staging_copy must be kernel or engine, got \"" + o.staging_copy + "\"");
+  }
   if (o.path_policy != "adaptive" && o.path_policy != "all") {
     return bad("path_policy must be adaptive or all, got \"" + o.path_policy + "\"");
   }

@@ -3,8 +3,8 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <mutex>
-#include <vector>
 
 namespace ferry::platform {
 namespace {
@@ -54,7 +54,10 @@ CudaDriver load_driver() {
             load(lib, "cuMemAlloc_v2", d.mem_alloc) && load(lib, "cuMemFree_v2", d.mem_free) &&
             load(lib, "cuMemHostAlloc", d.mem_host_alloc) && load(lib, "cuMemFreeHost", d.mem_free_host) &&
             load(lib, "cuMemGetInfo_v2", d.mem_get_info) && load(lib, "cuCtxSynchronize", d.ctx_synchronize) &&
-            load(lib, "cuDevicePrimaryCtxGetState", d.primary_ctx_get_state);
+            load(lib, "cuDevicePrimaryCtxGetState", d.primary_ctx_get_state) &&
+            load(lib, "cuModuleLoadData", d.module_load_data) && load(lib, "cuModuleUnload", d.module_unload) &&
+            load(lib, "cuModuleGetFunction", d.module_get_function) &&
+            load(lib, "cuLaunchKernel", d.launch_kernel);
   // A driver without a device (or too old for one entry point) counts as none.
   if (!ok || init(0) != cu::kSuccess) return CudaDriver{};
   d.init = init;
@@ -80,17 +83,24 @@ const CudaDriver& cuda() {
 Result<cu::Context> device_context(int ordinal) {
   const CudaDriver& d = cuda();
   if (!d.available()) return Status(Code::kUnimplemented, "no CUDA driver on this host");
-  static std::mutex mu;
-  static std::vector<cu::Context> contexts;  // by ordinal; retained once, kept for the process
-  std::lock_guard lock(mu);
-  if (ordinal < 0) return Status(Code::kInvalidArgument, "CUDA device ordinal " + std::to_string(ordinal));
-  if (contexts.size() <= static_cast<size_t>(ordinal)) contexts.resize(ordinal + 1, nullptr);
-  if (contexts[ordinal] == nullptr) {
-    cu::Device dev = 0;
-    FERRY_RETURN_IF_ERROR(d.check(d.device_get(&dev, ordinal), "cuDeviceGet", Code::kInvalidArgument));
-    FERRY_RETURN_IF_ERROR(d.check(d.primary_ctx_retain(&contexts[ordinal], dev), "cuDevicePrimaryCtxRetain"));
+  if (ordinal < 0 || ordinal >= kMaxDevices) {
+    return Status(Code::kInvalidArgument, "CUDA device ordinal " + std::to_string(ordinal));
   }
-  return contexts[ordinal];
+  // Read on every staging copy by every path worker: a lock here made
+  // workers wait on one another, so a context is read without one once it
+  // was retained.
+  static std::atomic<cu::Context> contexts[kMaxDevices];  // by ordinal; retained once, kept for the process
+  cu::Context c = contexts[ordinal].load(std::memory_order_acquire);
+  if (c != nullptr) return c;
+  static std::mutex mu;
+  std::lock_guard lock(mu);
+  c = contexts[ordinal].load(std::memory_order_acquire);
+  if (c != nullptr) return c;
+  cu::Device dev = 0;
+  FERRY_RETURN_IF_ERROR(d.check(d.device_get(&dev, ordinal), "cuDeviceGet", Code::kInvalidArgument));
+  FERRY_RETURN_IF_ERROR(d.check(d.primary_ctx_retain(&c, dev), "cuDevicePrimaryCtxRetain"));
+  contexts[ordinal].store(c, std::memory_order_release);
+  return c;
 }
 
 Status use_device(int ordinal) {

@@ -23,6 +23,8 @@ using Device = int;
 using Context = struct CUctx_st*;
 using Stream = struct CUstream_st*;
 using Event = struct CUevent_st*;
+using Module = struct CUmod_st*;
+using Function = struct CUfunc_st*;
 using DevicePtr = uint64_t;  // CUdeviceptr (unsigned long long on 64-bit Linux, same size)
 using MemHandle = unsigned long long;  // CUmemGenericAllocationHandle
 struct IpcMemHandle {
@@ -116,6 +118,11 @@ struct CudaDriver {
   cu::Result (*mem_get_info)(size_t*, size_t*) = nullptr;
   cu::Result (*ctx_synchronize)() = nullptr;
   cu::Result (*primary_ctx_get_state)(cu::Device, unsigned*, int*) = nullptr;
+  cu::Result (*module_load_data)(cu::Module*, const void*) = nullptr;
+  cu::Result (*module_unload)(cu::Module) = nullptr;
+  cu::Result (*module_get_function)(cu::Function*, cu::Module, const char*) = nullptr;
+  cu::Result (*launch_kernel)(cu::Function, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              cu::Stream, void**, void**) = nullptr;
 
   // True when libcuda loaded, every entry point resolved and cuInit succeeded.
   bool available() const { return init != nullptr; }
@@ -124,6 +131,9 @@ struct CudaDriver {
   // call and the driver's error ("cuIpcOpenMemHandle: CUDA_ERROR_...: ...").
   Status check(cu::Result r, const char* call, Code code = Code::kInternal) const;
 };
+
+// Device ordinals from this one on are refused (no host has this many GPUs).
+inline constexpr int kMaxDevices = 64;
 
 // The process's driver table (loaded on first call).
 const CudaDriver& cuda();

@@ -25,7 +25,8 @@ const std::vector<std::string> kTunableEnvs = {
     "FERRY_SOCKET_BUFFER", "FERRY_TRANSPORT",       "FERRY_LOG",
     "FERRY_NICS",          "FERRY_PATH_TIMEOUT_MS", "FERRY_TX_BINDINGS",
     "FERRY_RX_BINDINGS",   "FERRY_NIC_POLICY",      "FERRY_STAGING_DEPTH",
-    "FERRY_STAGING_CHUNK", "FERRY_PATH_POLICY",     "FERRY_WAIT_SPIN_US"};
+    "FERRY_STAGING_CHUNK", "FERRY_PATH_POLICY",     "FERRY_WAIT_SPIN_US",
+    "FERRY_STAGING_COPY"};
 
 // Clears every FERRY_* variable ferry reads for the test's lifetime and puts
 // back whatever the process had before, including anything set through it.
@@ -120,6 +121,7 @@ TEST(Options, EveryTunableIsReadFromItsVariable) {
       {"FERRY_STAGING_CHUNK", {"2M", "2097152"}},
       {"FERRY_PATH_POLICY", {"all", "all"}},
       {"FERRY_WAIT_SPIN_US", {"2000", "2000"}},
+      {"FERRY_STAGING_COPY", {"engine", "engine"}},
   };
   ASSERT_EQ(cases.size(), kTunableEnvs.size());
   const auto defaults = values_by_env(Options{});
@@ -230,6 +232,9 @@ TEST(Options, ValidateRejectsOutOfRangeFields) {
   o = Options{};
   o.path_policy = "sometimes";
   expect_bad(o, "path_policy");
+  o = Options{};
+  o.staging_copy = "dma";
+  expect_bad(o, "staging_copy");
 
   // The edges that are allowed.
   o = Options{};

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "platform/socket.h"
+#include "transport/tcp/staging_kernel.h"
 
 namespace ferry::tcp {
 namespace {
@@ -128,6 +129,16 @@ TEST(StagedChunkBytes, EveryPathGetsTwoChunksWithinLimits) {
   EXPECT_EQ(staged_chunk_bytes(1000001, 3, kSlot), 167936u);            // 1000001 / 6 rounded up to 4 KiB
   EXPECT_EQ(staged_chunk_bytes(1ull << 20, 2, 16 * 1024), 16u * 1024);  // slots below the floor win
   EXPECT_EQ(staged_chunk_bytes(1ull << 20, 0, kSlot), 512u << 10);      // no paths counted: as one
+}
+
+// The copy kernel moves 16 bytes a thread: anything else goes to the engines.
+TEST(StagingKernels, FitOnlyWhereAddressesAndSizeAreMultiplesOf16) {
+  alignas(64) static uint8_t a[4096], b[4096];
+  EXPECT_TRUE(StagingKernels::fits(a, b, 4096));
+  EXPECT_TRUE(StagingKernels::fits(a + 16, b + 32, 1024));
+  EXPECT_FALSE(StagingKernels::fits(a + 1, b, 1024));
+  EXPECT_FALSE(StagingKernels::fits(a, b + 8, 1024));
+  EXPECT_FALSE(StagingKernels::fits(a, b, 1000));
 }
 
 TEST(TxStager, RefusesMoreThanASlotAndMoreThanDepthChunks) {

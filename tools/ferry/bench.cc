@@ -97,6 +97,10 @@ std::string first_nics(const std::vector<std::string>& nics, size_t n) {
 std::vector<int> parse_gpu_list(const std::string& s) {
   std::vector<int> out;
   for (const std::string& item : split_list(s)) {
+    if (item == "host") {  // host memory on that side: what staging costs on one side alone
+      out.push_back(-1);
+      continue;
+    }
     int a = 0, b = 0;
     char dash = 0;
     int n = std::sscanf(item.c_str(), "%d%c%d", &a, &dash, &b);
@@ -110,6 +114,8 @@ std::vector<int> parse_gpu_list(const std::string& s) {
   }
   return out;
 }
+
+std::string side_name(int gpu) { return gpu < 0 ? "host" : "gpu" + std::to_string(gpu); }
 
 // Serves sessions, each on its own thread (a --gpus initiator opens one
 // connection per GPU at once). With --once, exits after the first group of
@@ -239,7 +245,7 @@ int run_gpus(const BenchFlags& f, const Options& o, RunConfig cfg, const std::st
   }
   std::printf("%-12s", "size");
   for (size_t i = 0; i < n; ++i)
-    std::printf(" %9s", ("gpu" + std::to_string(gpus[i]) + "->" + std::to_string(peers[i])).c_str());
+    std::printf(" %9s", (side_name(gpus[i]) + "->" + side_name(peers[i])).c_str());
   std::printf(" %12s%s\n", "aggregate", cfg.verify ? "   verify" : "");
   bool bad = false;
   for (size_t s = 0; s < cfg.sizes.size(); ++s) {
@@ -439,7 +445,9 @@ void add_bench_command(CLI::App& app) {
   b->add_option("--gpus", f->gpus,
                 "GPU memory: one session per listed GPU at once (e.g. 0-7), each to the peer's GPU of the same "
                 "index; prints per-GPU and aggregate GB/s");
-  b->add_option("--peer-gpus", f->peer_gpus, "the peer's GPUs, position by position (default: same as --gpus)");
+  b->add_option("--peer-gpus", f->peer_gpus,
+                "the peer's GPUs, position by position (default: same as --gpus); in either list, host stands for "
+                "host memory on that side");
   b->add_option("--sweep", f->sweep_csv, "run every combination of the --sweep-* lists, write CSV rows to FILE");
   b->add_option("--sweep-chunk", f->sweep_chunk, "chunk sizes to sweep")->capture_default_str();
   b->add_option("--sweep-window", f->sweep_window, "windows to sweep")->capture_default_str();

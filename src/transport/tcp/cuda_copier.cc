@@ -1,11 +1,13 @@
-// The CUDA copier: staging copies on per-device non-blocking streams, fenced
-// by events, through the driver table of platform/cuda_driver.h.
+// The CUDA copier: staging copies (by the copy kernel where it can, else the
+// copy engines) on per-device non-blocking streams, fenced by events, through
+// the driver table of platform/cuda_driver.h.
 #include <deque>
 #include <utility>
 #include <vector>
 
 #include "platform/cuda_driver.h"
 #include "transport/tcp/staging_copier.h"
+#include "transport/tcp/staging_kernel.h"
 
 namespace ferry::tcp {
 namespace {
@@ -21,6 +23,8 @@ DevicePtr dptr(const void* p) { return static_cast<DevicePtr>(reinterpret_cast<u
 // thread's current context as it found it.
 class CudaCopier final : public Copier {
  public:
+  explicit CudaCopier(std::shared_ptr<StagingKernels> kernels) : kernels_(std::move(kernels)) {}
+
   ~CudaCopier() override {
     const platform::CudaDriver& d = platform::cuda();
     (void)wait(issued_);
@@ -58,7 +62,13 @@ class CudaCopier final : public Copier {
     if (!scope.ok()) return scope.status();
     auto stream = stream_of(device);
     if (!stream.ok()) return stream.status();
-    FERRY_RETURN_IF_ERROR(d.check(d.memcpy_async(dptr(dst), dptr(src), n, stream.value()), "cuMemcpyAsync"));
+    Status launched(Code::kUnimplemented, "copy engines");
+    if (kernels_ && StagingKernels::fits(dst, src, n)) launched = kernels_->copy(device, stream.value(), dst, src, n);
+    if (launched.code() == Code::kUnimplemented) {
+      FERRY_RETURN_IF_ERROR(d.check(d.memcpy_async(dptr(dst), dptr(src), n, stream.value()), "cuMemcpyAsync"));
+    } else {
+      FERRY_RETURN_IF_ERROR(launched);
+    }
     devices_[static_cast<size_t>(device)].dirty = true;
     last_device_ = device;
     return Status();
@@ -152,7 +162,8 @@ class CudaCopier final : public Copier {
     pending_.pop_front();
   }
 
-  std::vector<PerDevice> devices_;  // by ordinal
+  const std::shared_ptr<StagingKernels> kernels_;  // null: copy engines only
+  std::vector<PerDevice> devices_;                 // by ordinal
   std::deque<Pending> pending_;     // fences not yet seen done, oldest first
   uint64_t issued_ = 0;
   uint64_t completed_ = 0;
@@ -161,6 +172,8 @@ class CudaCopier final : public Copier {
 
 }  // namespace
 
-std::unique_ptr<Copier> make_cuda_copier() { return std::make_unique<CudaCopier>(); }
+std::unique_ptr<Copier> make_cuda_copier(std::shared_ptr<StagingKernels> kernels) {
+  return std::make_unique<CudaCopier>(std::move(kernels));
+}
 
 }  // namespace ferry::tcp

@@ -47,8 +47,11 @@ using CopierFactory = std::function<std::unique_ptr<Copier>()>;
 
 // The CUDA copier: one non-blocking stream per device it is asked to copy
 // on (created on first use, in the device's primary context), events as
-// fences. Without a driver every call returns kUnimplemented.
-std::unique_ptr<Copier> make_cuda_copier();
+// fences. Copies go through `kernels` where they fit (staging_kernel.h), the
+// copy engines otherwise or without them. Without a driver every call
+// returns kUnimplemented.
+class StagingKernels;
+std::unique_ptr<Copier> make_cuda_copier(std::shared_ptr<StagingKernels> kernels = nullptr);
 
 // A stand-in that moves host memory with memcpy on its own thread, each copy
 // after `delay`, so copies finish later than they were queued, as DMA does.
@@ -59,7 +62,7 @@ std::unique_ptr<Copier> make_host_copier(std::chrono::microseconds delay = std::
 // them stage host memory too (tests: the pipeline with host memory standing
 // in for device memory). Read once by each connection when it is created.
 struct StagingHooks {
-  CopierFactory make;  // empty: make_cuda_copier
+  CopierFactory make;  // empty: make_cuda_copier with the connection's kernels
   bool stage_host = false;
 };
 

@@ -13,6 +13,7 @@
 #include "platform/memory_node.h"
 #include "platform/thread.h"
 #include "transport/tcp/path_choice.h"
+#include "transport/tcp/staging_kernel.h"
 
 namespace ferry::tcp {
 namespace {
@@ -53,6 +54,7 @@ TcpConnection::TcpConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t 
                   governor_engages(static_cast<int>(data_.size()), platform::usable_cpu_count())),
       landed_chunks_(data_.size(), 0),
       hooks_(staging_hooks()),
+      kernels_(ctx_->options.staging_copy == "kernel" ? std::make_shared<StagingKernels>() : nullptr),
       rx_stage_(data_.size()) {
   for (size_t p = 0; p < data_.size(); ++p) {
     path_dead_[p] = false;
@@ -828,7 +830,7 @@ Status TcpConnection::receive_payload(int fd, int path, const core::SegmentList&
   }
   std::unique_ptr<RxStager>& stager = rx_stage_[static_cast<size_t>(path)];
   if (!stager) {
-    stager = std::make_unique<RxStager>(hooks_.make(), ctx_->options.staging_chunk_bytes, ctx_->options.staging_depth);
+    stager = std::make_unique<RxStager>(new_copier(), ctx_->options.staging_chunk_bytes, ctx_->options.staging_depth);
   }
   return stager->receive(fd, pieces, [held, landed = std::move(landed)]() mutable {
     held.reset();  // the bytes are in place: the regions may go
@@ -858,6 +860,10 @@ Status TcpConnection::count_landed(int path, bool ack_request) {
 
 // ---- staging --------------------------------------------------------------------
 
+std::unique_ptr<Copier> TcpConnection::new_copier() const {
+  return hooks_.make ? hooks_.make() : make_cuda_copier(kernels_);
+}
+
 void TcpConnection::pieces_of(const core::SegmentList& list, uint64_t offset, uint64_t size,
                               std::vector<Piece>& out) const {
   std::vector<core::SpanPiece> spans;
@@ -879,7 +885,7 @@ uint64_t TcpConnection::chunk_for(const core::SegmentList& list, uint64_t paths)
 
 Status TcpConnection::exchange(std::span<const Piece> pieces, uint8_t* buffer, bool to_buffer) {
   std::lock_guard lock(control_copy_mu_);
-  if (!control_copier_) control_copier_ = hooks_.make();
+  if (!control_copier_) control_copier_ = new_copier();
   bool copied = false;
   for (const Piece& p : pieces) {
     uint8_t* mine = buffer;
@@ -1172,7 +1178,7 @@ void TcpConnection::prepare_chunk(TxEntry& e, std::unique_ptr<TxStager>& stager)
   pieces_of(c.op->source, c.offset, c.size, pieces);
   if (staged_bytes(pieces) == 0) return;
   if (!stager) {
-    stager = std::make_unique<TxStager>(hooks_.make(), ctx_->options.staging_chunk_bytes, ctx_->options.staging_depth);
+    stager = std::make_unique<TxStager>(new_copier(), ctx_->options.staging_chunk_bytes, ctx_->options.staging_depth);
   }
   Status s = stager->stage(pieces, e.staged);
   if (!s.ok()) {
@@ -1181,6 +1187,12 @@ void TcpConnection::prepare_chunk(TxEntry& e, std::unique_ptr<TxStager>& stager)
     return;
   }
   e.staging = true;
+}
+
+void TcpConnection::await_staging(TxEntry& e, TxStager* stager) {
+  if (!e.staging || !e.abort.ok()) return;
+  Status s = stager->wait(e.staged);
+  if (!s.ok()) e.abort = s.with_context("staging GPU memory for " + where());
 }
 
 Status TcpConnection::transmit_chunk(int fd, TxEntry& e, TxStager* stager) {
@@ -1199,10 +1211,6 @@ Status TcpConnection::transmit_chunk(int fd, TxEntry& e, TxStager* stager) {
   if (e.abort.ok() && e.staging && chunks_.aborted(op)) {
     // An earlier chunk of this op was aborted after this one was staged.
     e.abort = Status(Code::kCancelled, "transfer aborted (" + where() + ")");
-  }
-  if (e.staging && e.abort.ok()) {
-    Status s = stager->wait(e.staged);
-    if (!s.ok()) e.abort = s.with_context("staging GPU memory for " + where());
   }
   wire::HeaderBytes hb;
   std::vector<struct iovec> iov;
@@ -1247,18 +1255,31 @@ void TcpConnection::path_tx_loop(int path) {
   const size_t depth = static_cast<size_t>(ctx_->options.staging_depth);
   std::unique_ptr<TxStager> stager;  // made on the first chunk of GPU memory
   std::deque<TxEntry> pipe;          // claimed, not yet sent, in claim order
-  for (;;) {
-    // Host chunks go out one at a time as they are claimed. After a staged
-    // chunk the worker claims ahead (without blocking) so that up to `depth`
-    // device->host copies run while the oldest chunk is on the wire.
-    while (pipe.empty() || (pipe.back().staging && pipe.size() < depth)) {
-      std::optional<Chunk> c = pipe.empty() ? chunks_.claim(path) : chunks_.try_claim(path);
+  auto top_up = [&] {
+    while (pipe.back().staging && pipe.size() < depth) {
+      std::optional<Chunk> c = chunks_.try_claim(path);
       if (!c) break;
       pipe.emplace_back();
       pipe.back().chunk = std::move(*c);
       prepare_chunk(pipe.back(), stager);
     }
-    if (pipe.empty()) break;  // stopped, or the path failed
+  };
+  for (;;) {
+    if (pipe.empty()) {
+      std::optional<Chunk> c = chunks_.claim(path);
+      if (!c) break;  // stopped, or the path failed
+      pipe.emplace_back();
+      pipe.back().chunk = std::move(*c);
+      prepare_chunk(pipe.back(), stager);
+    }
+    // Host chunks go out one at a time as they are claimed. A staged chunk
+    // goes once its copies are done; only then does the worker claim ahead
+    // (without blocking), so that up to depth - 1 copies run while it is on
+    // the wire. Claiming ahead earlier would put this path's second copy
+    // beside every path's first one, and the device shares its copy
+    // bandwidth among all of them: each first chunk would be ready later.
+    await_staging(pipe.front(), stager.get());
+    top_up();
     Status s = transmit_chunk(fd, pipe.front(), stager.get());
     pipe.pop_front();
     if (!s.ok()) {

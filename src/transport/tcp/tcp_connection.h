@@ -180,6 +180,9 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
     Status abort;  // not OK: send an aborted frame and fail the transfer
   };
   void prepare_chunk(TxEntry& e, std::unique_ptr<TxStager>& stager);
+  // Waits for a staged chunk's copies (a failure aborts the chunk).
+  void await_staging(TxEntry& e, TxStager* stager);
+  // Sends a chunk (staged: after await_staging).
   Status transmit_chunk(int fd, TxEntry& e, TxStager* stager);
 
   // Frame handlers; `fd` is the stream the frame's payload follows on.
@@ -207,6 +210,8 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   // Chunk size for an operation on `list` over the paths in the mask `paths`
   // (0: every path); 0 means the queue's default.
   uint64_t chunk_for(const core::SegmentList& list, uint64_t paths) const;
+  // A copier for staging: the test hooks' if set, else CUDA's.
+  std::unique_ptr<Copier> new_copier() const;
   // Copies every piece to (`to_buffer`) or from `buffer`, which holds their
   // bytes back to back, and waits: the control stream's GPU payloads.
   Status exchange(std::span<const Piece> pieces, uint8_t* buffer, bool to_buffer);
@@ -281,6 +286,7 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   std::vector<uint64_t> landed_chunks_;           // per path; only its rx thread
 
   const StagingHooks hooks_;
+  const std::shared_ptr<StagingKernels> kernels_;  // the copy kernel, loaded per device on first use (null: engines)
   std::vector<std::unique_ptr<RxStager>> rx_stage_;  // per path; only its rx thread
   std::mutex control_copy_mu_;                       // serialises the control copier
   std::unique_ptr<Copier> control_copier_;           // guarded by control_copy_mu_; made on first use
