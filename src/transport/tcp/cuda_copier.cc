@@ -62,13 +62,13 @@ class CudaCopier final : public Copier {
     if (!scope.ok()) return scope.status();
     auto stream = stream_of(device);
     if (!stream.ok()) return stream.status();
-    Status launched(Code::kUnimplemented, "copy engines");
-    if (kernels_ && StagingKernels::fits(dst, src, n)) launched = kernels_->copy(device, stream.value(), dst, src, n);
-    if (launched.code() == Code::kUnimplemented) {
-      FERRY_RETURN_IF_ERROR(d.check(d.memcpy_async(dptr(dst), dptr(src), n, stream.value()), "cuMemcpyAsync"));
-    } else {
-      FERRY_RETURN_IF_ERROR(launched);
+    Status s(Code::kUnimplemented, "no copy kernel");
+    if (kernels_ && StagingKernels::fits(dst, src, n)) s = kernels_->copy(device, stream.value(), dst, src, n);
+    // Bytes the kernel cannot move, or no kernel on this device: the copy engines.
+    if (s.code() == Code::kUnimplemented) {
+      s = d.check(d.memcpy_async(dptr(dst), dptr(src), n, stream.value()), "cuMemcpyAsync");
     }
+    FERRY_RETURN_IF_ERROR(s);
     devices_[static_cast<size_t>(device)].dirty = true;
     last_device_ = device;
     return Status();
@@ -164,7 +164,7 @@ class CudaCopier final : public Copier {
 
   const std::shared_ptr<StagingKernels> kernels_;  // null: copy engines only
   std::vector<PerDevice> devices_;                 // by ordinal
-  std::deque<Pending> pending_;     // fences not yet seen done, oldest first
+  std::deque<Pending> pending_;                    // fences not yet seen done, oldest first
   uint64_t issued_ = 0;
   uint64_t completed_ = 0;
   int last_device_ = -1;

@@ -286,7 +286,7 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   std::vector<uint64_t> landed_chunks_;           // per path; only its rx thread
 
   const StagingHooks hooks_;
-  const std::shared_ptr<StagingKernels> kernels_;  // the copy kernel, loaded per device on first use (null: engines)
+  const std::shared_ptr<StagingKernels> kernels_;    // the copy kernel (null: copy engines only)
   std::vector<std::unique_ptr<RxStager>> rx_stage_;  // per path; only its rx thread
   std::mutex control_copy_mu_;                       // serialises the control copier
   std::unique_ptr<Copier> control_copier_;           // guarded by control_copy_mu_; made on first use
