@@ -13,8 +13,11 @@
 //
 // GPU memory: a path's workers stage chunks of device memory through their
 // own pinned slots (staging_pipeline.h), created on the first such chunk and
-// freed when the worker ends: the transmit worker copies chunks device->host
-// ahead of the socket; the receive worker reads into slots and copies on to
+// freed when the worker ends, with copies run by a small kernel
+// (staging_kernel.h) or the copy engines (Options::staging_copy): the
+// transmit worker copies chunks device->host ahead of the socket, claiming
+// the next once its oldest chunk's copy is done; the receive worker reads
+// into slots and copies on to
 // the device, and counts (and confirms) a chunk as landed only once that
 // copy finished. Small GPU payloads on the control stream are copied
 // synchronously through the connection's control copier. Host memory keeps
