@@ -17,11 +17,10 @@
 // (staging_kernel.h) or the copy engines (Options::staging_copy): the
 // transmit worker copies chunks device->host ahead of the socket, claiming
 // the next once its oldest chunk's copy is done; the receive worker reads
-// into slots and copies on to
-// the device, and counts (and confirms) a chunk as landed only once that
-// copy finished. Small GPU payloads on the control stream are copied
-// synchronously through the connection's control copier. Host memory keeps
-// the zero-copy path.
+// into slots and copies on to the device, and counts (and confirms) a chunk
+// as landed only once that copy finished. Small GPU payloads on the control
+// stream are copied synchronously through the connection's control copier.
+// Host memory keeps the zero-copy path.
 //
 // Failure: the first error on any stream, a CLOSE from the peer, or heartbeat
 // silence calls fail(): every socket is shut down (which wakes every blocked
