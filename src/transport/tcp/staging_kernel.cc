@@ -118,27 +118,29 @@ bool StagingKernels::fits(const void* dst, const void* src, size_t n) {
   return ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | n) & 15) == 0;
 }
 
+platform::cu::Function StagingKernels::function(int device) {
+  Loaded& l = loaded_[static_cast<size_t>(device)];
+  if (l.tried.load(std::memory_order_acquire)) return l.function;
+  std::lock_guard lock(load_mu_);
+  if (l.tried.load(std::memory_order_relaxed)) return l.function;
+  const platform::CudaDriver& d = platform::cuda();
+  Status s = d.check(d.module_load_data(&l.module, kPtx), "cuModuleLoadData");
+  if (s.ok()) s = d.check(d.module_get_function(&l.function, l.module, "ferry_stage_copy"), "cuModuleGetFunction");
+  if (!s.ok()) {
+    FERRY_LOG(kWarn, "tcp", "staging on GPU %d uses the copy engines: the copy kernel did not load: %s", device,
+              s.message().c_str());
+    l.function = nullptr;
+  }
+  l.tried.store(true, std::memory_order_release);
+  return l.function;
+}
+
 Status StagingKernels::copy(int device, platform::cu::Stream stream, void* dst, const void* src, size_t n) {
   const platform::CudaDriver& d = platform::cuda();
   if (device < 0 || device >= platform::kMaxDevices) {
     return Status(Code::kInvalidArgument, "staging copy on CUDA device " + std::to_string(device));
   }
-  platform::cu::Function f = nullptr;
-  {
-    std::lock_guard lock(mu_);
-    Loaded& l = loaded_[static_cast<size_t>(device)];
-    if (!l.tried) {
-      l.tried = true;
-      Status s = d.check(d.module_load_data(&l.module, kPtx), "cuModuleLoadData");
-      if (s.ok()) s = d.check(d.module_get_function(&l.function, l.module, "ferry_stage_copy"), "cuModuleGetFunction");
-      if (!s.ok()) {
-        FERRY_LOG(kWarn, "tcp", "staging on GPU %d uses the copy engines: the copy kernel did not load: %s", device,
-                  s.message().c_str());
-        l.function = nullptr;
-      }
-    }
-    f = l.function;
-  }
+  platform::cu::Function f = function(device);
   if (f == nullptr) return Status(Code::kUnimplemented, "no staging copy kernel on GPU " + std::to_string(device));
   unsigned long long n16 = n / 16;
   unsigned blocks = static_cast<unsigned>(std::clamp<size_t>(n / kBytesPerBlock, 1, kMaxBlocks));

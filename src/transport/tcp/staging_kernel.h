@@ -17,6 +17,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <mutex>
 
@@ -43,12 +44,17 @@ class StagingKernels {
   Status copy(int device, platform::cu::Stream stream, void* dst, const void* src, size_t n);
 
  private:
+  // The kernel of `device`, loaded on its first copy; null where it cannot load.
+  platform::cu::Function function(int device);
+
   struct Loaded {
-    bool tried = false;
+    // Set (release) once the load was tried; `module` and `function` are
+    // written before and only read after, so copies take no lock.
+    std::atomic<bool> tried{false};
     platform::cu::Module module = nullptr;
     platform::cu::Function function = nullptr;
   };
-  std::mutex mu_;  // guards loaded_
+  std::mutex load_mu_;  // serialises loading
   std::array<Loaded, platform::kMaxDevices> loaded_;
 };
 

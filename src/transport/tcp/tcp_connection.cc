@@ -1255,22 +1255,16 @@ void TcpConnection::path_tx_loop(int path) {
   const size_t depth = static_cast<size_t>(ctx_->options.staging_depth);
   std::unique_ptr<TxStager> stager;  // made on the first chunk of GPU memory
   std::deque<TxEntry> pipe;          // claimed, not yet sent, in claim order
-  auto top_up = [&] {
-    while (pipe.back().staging && pipe.size() < depth) {
-      std::optional<Chunk> c = chunks_.try_claim(path);
-      if (!c) break;
-      pipe.emplace_back();
-      pipe.back().chunk = std::move(*c);
-      prepare_chunk(pipe.back(), stager);
-    }
+  auto take = [&](Chunk c) {
+    pipe.emplace_back();
+    pipe.back().chunk = std::move(c);
+    prepare_chunk(pipe.back(), stager);
   };
   for (;;) {
     if (pipe.empty()) {
       std::optional<Chunk> c = chunks_.claim(path);
       if (!c) break;  // stopped, or the path failed
-      pipe.emplace_back();
-      pipe.back().chunk = std::move(*c);
-      prepare_chunk(pipe.back(), stager);
+      take(std::move(*c));
     }
     // Host chunks go out one at a time as they are claimed. A staged chunk
     // goes once its copies are done; only then does the worker claim ahead
@@ -1279,7 +1273,11 @@ void TcpConnection::path_tx_loop(int path) {
     // beside every path's first one, and the device shares its copy
     // bandwidth among all of them: each first chunk would be ready later.
     await_staging(pipe.front(), stager.get());
-    top_up();
+    while (pipe.back().staging && pipe.size() < depth) {
+      std::optional<Chunk> c = chunks_.try_claim(path);
+      if (!c) break;
+      take(std::move(*c));
+    }
     Status s = transmit_chunk(fd, pipe.front(), stager.get());
     pipe.pop_front();
     if (!s.ok()) {
