@@ -8,6 +8,7 @@
 #        ferry GPU0 -> GPU1 (staged)        at several stream counts, and at
 #          16 streams once more with the copy engines staging,
 #        ferry host -> host (same paths)    at the same stream counts,
+#          each with one transfer in flight and with more (INFLIGHTS),
 #        the same number of raw TCP streams (the blaster), as iperf3 runs them
 #          (each thread one 128 KiB buffer, which stays in the CPU's cache) and
 #          over memory-resident buffers (1 GiB over the streams on each side,
@@ -29,6 +30,9 @@ OUT=build-gpu/tcp_gpu
 mkdir -p "$OUT"
 SIZES="16M,64M,256M,1G"
 STREAMS="${STREAMS:-4 8 16}"
+# Operations in flight: 1 waits for each transfer before posting the next;
+# 2 posts ahead, as NCCL's timing loop enqueues its iterations on a stream.
+INFLIGHTS="${INFLIGHTS:-1 2}"
 ITERS=8
 say() { echo "[tcp_gpu $(($(date +%s) - START))s] $*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }
@@ -80,14 +84,20 @@ grep -E "PASSED|FAILED TEST" "$OUT/gpu_tests_engine.log" | sed 's/^/  /' >&2 || 
 
 # ---- 3. performance -------------------------------------------------------------------
 : >"$OUT/ferry.jsonl"
+: >"$OUT/host.jsonl"
 for s in $STREAMS; do
-  say "ferry GPU$((0))->GPU$PEER_GPU, $s streams"
-  timeout 90 $FERRY bench --local --op send --gpus 0 --peer-gpus $PEER_GPU --sizes $SIZES --iters $ITERS --warmup 2 \
-    --streams "$s" --json - 2>"$OUT/ferry_gpu_$s.err" | sed "s/^{/{\"kind\":\"gpu\",\"streams\":$s,/" >>"$OUT/ferry.jsonl" ||
-    say "  ferry GPU run failed (see $OUT/ferry_gpu_$s.err)"
-  say "ferry host->host, $s streams"
-  timeout 90 $FERRY bench --local --op send --sizes $SIZES --iters $ITERS --warmup 2 --streams "$s" --json - \
-    2>"$OUT/ferry_host_$s.err" >"$OUT/ferry_host_$s.json" || say "  ferry host run failed (see $OUT/ferry_host_$s.err)"
+  for q in $INFLIGHTS; do
+    say "ferry GPU0->GPU$PEER_GPU, $s streams, $q in flight"
+    timeout 90 $FERRY bench --local --op send --gpus 0 --peer-gpus $PEER_GPU --sizes $SIZES --iters $ITERS --warmup 2 \
+      --streams "$s" --inflight "$q" --json - 2>"$OUT/ferry_gpu_${s}_$q.err" |
+      sed "s/^{/{\"kind\":\"gpu\",\"streams\":$s,\"inflight\":$q,/" >>"$OUT/ferry.jsonl" ||
+      say "  ferry GPU run failed (see $OUT/ferry_gpu_${s}_$q.err)"
+    say "ferry host->host, $s streams, $q in flight"
+    timeout 90 $FERRY bench --local --op send --sizes $SIZES --iters $ITERS --warmup 2 --streams "$s" --inflight "$q" \
+      --json - 2>"$OUT/ferry_host_${s}_$q.err" | python3 -c "import json,sys; print(json.dumps(json.load(sys.stdin)))" |
+      sed "s/^{/{\"streams\":$s,\"inflight\":$q,/" >>"$OUT/host.jsonl" ||
+      say "  ferry host run failed (see $OUT/ferry_host_${s}_$q.err)"
+  done
   say "raw TCP, $s streams (tcp_blast, cached buffers and memory-resident ones)"
   timeout 30 build-gpu/tcp_blast "$s" 3 >"$OUT/blast_$s.txt" 2>&1 || say "  tcp_blast failed"
   timeout 30 build-gpu/tcp_blast "$s" 3 $(((1 << 30) / s)) >"$OUT/blast_mem_$s.txt" 2>&1 || say "  tcp_blast (memory) failed"
@@ -136,9 +146,9 @@ timeout 90 $FERRY bench --local --op send --gpus "0-$((GPUS - 1))" --sizes 64M,1
 
 # ---- 4. the table ------------------------------------------------------------------------
 say "done in $(($(date +%s) - START)) s"
-TESTS="$TESTS" OUT="$OUT" STREAMS="$STREAMS" python3 - <<'PY'
+TESTS="$TESTS" OUT="$OUT" STREAMS="$STREAMS" INFLIGHTS="$INFLIGHTS" python3 - <<'PY'
 import glob, json, os
-out, streams = os.environ["OUT"], os.environ["STREAMS"].split()
+out, streams, inflights = os.environ["OUT"], os.environ["STREAMS"].split(), os.environ["INFLIGHTS"].split()
 def load_lines(path):
     try:
         return [l.split() for l in open(path) if l.strip()]
@@ -148,15 +158,16 @@ gpu = {}
 for line in open(os.path.join(out, "ferry.jsonl")):
     try:
         j = json.loads(line)
-        gpu[(str(j["streams"]), j["bytes"])] = j["aggregate_bytes_per_s"] / 1e9
+        gpu[(str(j["inflight"]), str(j["streams"]), j["bytes"])] = j["aggregate_bytes_per_s"] / 1e9
     except (ValueError, KeyError):
         pass
 host = {}
-for s in streams:
+for line in open(os.path.join(out, "host.jsonl")):
     try:
-        for r in json.load(open(os.path.join(out, f"ferry_host_{s}.json")))["results"]:
-            host[(s, r["bytes"])] = r["bytes_per_s"] / 1e9
-    except (OSError, ValueError, KeyError):
+        j = json.loads(line)
+        for r in j["results"]:
+            host[(str(j["inflight"]), str(j["streams"]), r["bytes"])] = r["bytes_per_s"] / 1e9
+    except (ValueError, KeyError):
         pass
 blast, blast_mem = {}, {}
 for s in streams:
@@ -170,7 +181,7 @@ for name in ("default", "4x4"):
         if len(f) == 2: nccl.setdefault(int(f[0]), {})[name] = float(f[1])
 def fmt(x): return "-" if x is None else f"{x:.2f}"
 def ratio(a, b): return None if a is None or not b else a / b
-sizes = sorted({b for (_, b) in gpu} | {b for (_, b) in host})
+sizes = sorted({b for (_, _, b) in gpu} | {b for (_, _, b) in host})
 print()
 print("=== sweep (GB/s at 256M, 8 streams): chunk depth GB/s ===")
 for f in load_lines(os.path.join(out, "sweep.txt")): print("  " + " ".join(f))
@@ -185,32 +196,36 @@ for line in open(os.path.join(out, "ferry_engine.jsonl")) if os.path.exists(os.p
     except ValueError:
         continue
     b = j["bytes"]
-    k, e = gpu.get(("16", b)), j["aggregate_bytes_per_s"] / 1e9
+    k, e = gpu.get(("1", "16", b)), j["aggregate_bytes_per_s"] / 1e9
     print(f"  {b >> 20:>5} MiB  {fmt(k)} / {e:.2f}  ({fmt(ratio(k, e))}x)")
 print()
 print("=== GPU memory over loopback TCP, two processes (GB/s) ===")
 print("GPU tests: " + os.environ["TESTS"])
 print("targets: gpu/nccl_best >= 3.0 (16M..1G); gpu/tcp_streams >= 0.7; gpu/host >= 0.9")
 print("tcp_str: raw TCP streams as iperf3 runs them (cached buffers); tcp_mem: over memory-resident buffers (no target)")
-hdr = f"{'streams':>7} {'size':>6} {'gpu':>7} {'host':>7} {'tcp_str':>7} {'tcp_mem':>7} {'nccl_def':>8} {'nccl_4x4':>8} {'gpu/nccl':>8} {'gpu/tcp':>7} {'gpu/mem':>7} {'gpu/host':>8}"
+print("inflight: operations in flight (1: each waited for before the next; 2: posted ahead, as NCCL's timing loop enqueues)")
+hdr = f"{'infl':>4} {'streams':>7} {'size':>6} {'gpu':>7} {'host':>7} {'tcp_str':>7} {'tcp_mem':>7} {'nccl_def':>8} {'nccl_4x4':>8} {'gpu/nccl':>8} {'gpu/tcp':>7} {'gpu/mem':>7} {'gpu/host':>8}"
 print(hdr)
-verdict = {"nccl": [], "tcp": [], "host": []}
-for s in streams:
-    for b in sizes:
-        g, h, t, tm = gpu.get((s, b)), host.get((s, b)), blast.get(s), blast_mem.get(s)
-        n = nccl.get(b, {})
-        best = max(n.values()) if n else None
-        rn, rt, rh = ratio(g, best), ratio(g, t), ratio(g, h)
-        for k, v in (("nccl", rn), ("tcp", rt), ("host", rh)):
-            if v is not None: verdict[k].append((v, s, b))
-        label = f"{b >> 30}G" if b >= 1 << 30 else f"{b >> 20}M"
-        print(f"{s:>7} {label:>6} {fmt(g):>7} {fmt(h):>7} {fmt(t):>7} {fmt(tm):>7} {fmt(n.get('default')):>8} {fmt(n.get('4x4')):>8} {fmt(rn):>8} {fmt(rt):>7} {fmt(ratio(g, tm)):>7} {fmt(rh):>8}")
+verdict = {}
+for q in inflights:
+    for s in streams:
+        for b in sizes:
+            g, h, t, tm = gpu.get((q, s, b)), host.get((q, s, b)), blast.get(s), blast_mem.get(s)
+            n = nccl.get(b, {})
+            best = max(n.values()) if n else None
+            rn, rt, rh = ratio(g, best), ratio(g, t), ratio(g, h)
+            for k, v in (("nccl", rn), ("tcp", rt), ("host", rh)):
+                if v is not None: verdict.setdefault((q, k), []).append((v, s, b))
+            label = f"{b >> 30}G" if b >= 1 << 30 else f"{b >> 20}M"
+            print(f"{q:>4} {s:>7} {label:>6} {fmt(g):>7} {fmt(h):>7} {fmt(t):>7} {fmt(tm):>7} {fmt(n.get('default')):>8} {fmt(n.get('4x4')):>8} {fmt(rn):>8} {fmt(rt):>7} {fmt(ratio(g, tm)):>7} {fmt(rh):>8}")
 print()
-for k, target, what in (("nccl", 3.0, "GPU->GPU vs best NCCL socket"), ("tcp", 0.7, "GPU->GPU vs as many raw TCP streams"),
-                        ("host", 0.9, "GPU->GPU vs host->host, same paths")):
-    if not verdict[k]:
-        print(f"{what}: no data"); continue
-    best_s = max(streams, key=lambda s: min([v for v, ss, _ in verdict[k] if ss == s] or [0]))
-    worst = min(v for v, ss, _ in verdict[k] if ss == best_s)
-    print(f"{what}: worst ratio over sizes at {best_s} streams = {worst:.2f} (target {target}) -> {'MET' if worst >= target else 'MISSED'}")
+for q in inflights:
+    for k, target, what in (("nccl", 3.0, "GPU->GPU vs best NCCL socket"), ("tcp", 0.7, "GPU->GPU vs as many raw TCP streams"),
+                            ("host", 0.9, "GPU->GPU vs host->host, same paths")):
+        rows = verdict.get((q, k))
+        if not rows:
+            print(f"{q} in flight, {what}: no data"); continue
+        best_s = max(streams, key=lambda s: min([v for v, ss, _ in rows if ss == s] or [0]))
+        worst = min(v for v, ss, _ in rows if ss == best_s)
+        print(f"{q} in flight, {what}: worst ratio over sizes at {best_s} streams = {worst:.2f} (target {target}) -> {'MET' if worst >= target else 'MISSED'}")
 PY

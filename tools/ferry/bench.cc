@@ -51,6 +51,7 @@ struct BenchFlags {
   std::string sizes = "4K:64M:x4";
   int iters = 20;
   int warmup = 3;
+  int inflight = 1;
   int streams = 0;
   std::string chunk;
   int window = 0;
@@ -284,6 +285,7 @@ void write_json(const BenchFlags& f, const RunConfig& cfg, const Options& o, con
   config["streams"] = o.streams;
   config["chunk_bytes"] = o.chunk_bytes;
   config["window"] = o.window;
+  config["inflight"] = cfg.inflight;
   config["transport"] = "tcp";
   config["peer"] = f.local ? "local" : f.peer;
   json results = json::array();
@@ -381,10 +383,15 @@ int run_bench(const BenchFlags& f) {
   cfg.sizes = must(parse_sizes(f.sizes), "--sizes");
   cfg.iters = f.iters;
   cfg.warmup = f.warmup;
+  cfg.inflight = f.inflight;
   cfg.bidir = f.bidir;
   cfg.verify = f.verify;
   if (cfg.iters < 1 || cfg.warmup < 0) {
     std::fprintf(stderr, "ferry bench: --iters must be >= 1 and --warmup >= 0\n");
+    return 2;
+  }
+  if (cfg.op == "pingpong" && cfg.inflight != 1) {
+    std::fprintf(stderr, "ferry bench: --op pingpong waits for each echo: --inflight must be 1\n");
     return 2;
   }
   std::vector<std::string> nic_sets;
@@ -409,9 +416,9 @@ int run_bench(const BenchFlags& f) {
   }
   auto engine = must(Engine::create(o), "create engine");
   auto conn = must(engine->connect(peer, after(10s)), "connect to " + peer);
-  std::fprintf(stderr, "ferry bench: %s to %s, %d streams, chunk %s, window %d\n", cfg.op.c_str(), peer.c_str(),
-               engine->options().streams, format_bytes(engine->options().chunk_bytes).c_str(),
-               engine->options().window);
+  std::fprintf(stderr, "ferry bench: %s to %s, %d streams, chunk %s, window %d, %d in flight\n", cfg.op.c_str(),
+               peer.c_str(), engine->options().streams, format_bytes(engine->options().chunk_bytes).c_str(),
+               engine->options().window, cfg.inflight);
   auto results = run_initiator(*engine, *conn, cfg);
   conn->close();
   stop_child(child);
@@ -434,6 +441,11 @@ void add_bench_command(CLI::App& app) {
   b->add_option("--sizes", f->sizes, "sizes: list and ranges, e.g. 4K,1M or 1K:256M:x4")->capture_default_str();
   b->add_option("--iters", f->iters, "timed operations per size")->capture_default_str();
   b->add_option("--warmup", f->warmup, "untimed operations per size first")->capture_default_str();
+  b->add_option("--inflight", f->inflight,
+                "operations posted before the oldest is awaited (1: each waits for the one before; more: as a "
+                "timing loop that enqueues its iterations on a stream, like nccl-tests)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   b->add_option("--streams", f->streams, "data streams per connection (default: FERRY_STREAMS or 2)");
   b->add_option("--chunk", f->chunk, "chunk size, e.g. 512K");
   b->add_option("--window", f->window, "chunks in flight per stream");

@@ -26,7 +26,7 @@ constexpr size_t kControlBytes = 64 * 1024;
 
 json to_json(const RunConfig& c) {
   return json{{"op", c.op},       {"sizes", c.sizes},   {"iters", c.iters},  {"warmup", c.warmup},
-              {"bidir", c.bidir}, {"verify", c.verify}, {"gpu", c.peer_gpu}, {"group", c.group}};
+              {"inflight", c.inflight}, {"bidir", c.bidir}, {"verify", c.verify}, {"gpu", c.peer_gpu}, {"group", c.group}};
 }
 
 RunConfig from_json(const json& j) {
@@ -35,6 +35,7 @@ RunConfig from_json(const json& j) {
   c.sizes = j.at("sizes").get<std::vector<uint64_t>>();
   c.iters = j.at("iters").get<int>();
   c.warmup = j.at("warmup").get<int>();
+  c.inflight = j.value("inflight", 1);
   c.bidir = j.at("bidir").get<bool>();
   c.verify = j.at("verify").get<bool>();
   c.peer_gpu = j.value("gpu", -1);
@@ -156,33 +157,54 @@ Descriptors export_buffers(Engine& e, const Buffers& b) {
                      must(e.export_region(r, b.max, b.max), "export dst")};
 }
 
+// Posts one operation of the directional workload of `op` (send, write or
+// read) from this side.
+Transfer post(Connection& c, const Buffers& b, const Descriptors& remote, const std::string& op, uint64_t size) {
+  if (op == "send") return c.send_async(b.src(), size);
+  if (op == "write") return c.write_async(b.src(), size, remote.dst, 0, {});
+  return c.read_async(b.dst(), size, remote.src, 0);
+}
+
 // Runs `count` operations of the directional workload of `op` from this side
-// (the initiator's forward direction, or the target's reverse one in --bidir).
-// Fills `lat_ns` with each operation's posting-to-completion time.
+// (the initiator's forward direction, or the target's reverse one in --bidir),
+// up to `inflight` at a time. Fills `lat_ns` with each operation's
+// posting-to-completion time.
 void drive(Connection& c, const Buffers& b, const Descriptors& remote, const std::string& op, uint64_t size, int count,
-           std::vector<int64_t>* lat_ns) {
-  for (int i = 0; i < count; ++i) {
-    auto t0 = Clock::now();
-    Status s;
-    if (op == "send") {
-      s = c.send(b.src(), size, after(kOpTimeout));
-    } else if (op == "write") {
-      s = c.write(b.src(), size, remote.dst, 0, {}, after(kOpTimeout));
-    } else if (op == "read") {
-      s = c.read(b.dst(), size, remote.src, 0, after(kOpTimeout));
-    } else {  // pingpong
-      s = c.send(b.src(), size, after(kOpTimeout));
-      if (s.ok()) s = c.recv(b.dst(), size, after(kOpTimeout)).status();
-    }
-    auto t1 = Clock::now();
+           int inflight, std::vector<int64_t>* lat_ns) {
+  struct Posted {
+    Transfer t;
+    Clock::time_point at;
+  };
+  std::deque<Posted> posted;
+  auto finish_oldest = [&] {
+    Status s = posted.front().t.wait(after(kOpTimeout));
+    auto done = Clock::now();
     must(s, op + " of " + std::to_string(size) + " bytes");
-    if (lat_ns != nullptr) lat_ns->push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+    if (lat_ns != nullptr) {
+      lat_ns->push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(done - posted.front().at).count());
+    }
+    posted.pop_front();
+  };
+  for (int i = 0; i < count; ++i) {
+    if (op == "pingpong") {
+      auto t0 = Clock::now();
+      Status s = c.send(b.src(), size, after(kOpTimeout));
+      if (s.ok()) s = c.recv(b.dst(), size, after(kOpTimeout)).status();
+      auto t1 = Clock::now();
+      must(s, op + " of " + std::to_string(size) + " bytes");
+      if (lat_ns != nullptr) lat_ns->push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+      continue;
+    }
+    if (static_cast<int>(posted.size()) == inflight) finish_oldest();
+    auto t0 = Clock::now();
+    posted.push_back(Posted{post(c, b, remote, op, size), t0});
   }
+  while (!posted.empty()) finish_oldest();
 }
 
 // The passive half of `op` for `count` operations: receives for send, echoes
 // for pingpong, nothing for one-sided ops.
-void serve_passive(Connection& c, const Buffers& b, const std::string& op, uint64_t size, int count) {
+void serve_passive(Connection& c, const Buffers& b, const std::string& op, uint64_t size, int count, int inflight) {
   if (op == "write" || op == "read") return;
   if (op == "pingpong") {
     for (int i = 0; i < count; ++i) {
@@ -191,10 +213,12 @@ void serve_passive(Connection& c, const Buffers& b, const std::string& op, uint6
     }
     return;
   }
-  // Two receives in flight so the next message always finds one posted.
+  // One receive more than the sender keeps in flight, so the next message
+  // always finds one posted.
+  const size_t depth = static_cast<size_t>(std::max(inflight, 1)) + 1;
   std::deque<Transfer> posted;
   int next = 0;
-  while (next < count && posted.size() < 2) {
+  while (next < count && posted.size() < depth) {
     posted.push_back(c.recv_async(b.dst(), size));
     ++next;
   }
@@ -243,8 +267,8 @@ RunConfig serve_session(Engine& engine, std::shared_ptr<Connection> conn) {
     if (cfg.verify) fill_src(b, size, size * 2 + 1);
     send_text(*conn, b, "ready");
     std::thread reverse;
-    if (cfg.bidir) reverse = std::thread([&] { drive(*conn, b, remote, cfg.op, size, count, nullptr); });
-    serve_passive(*conn, b, cfg.op, size, count);
+    if (cfg.bidir) reverse = std::thread([&] { drive(*conn, b, remote, cfg.op, size, count, cfg.inflight, nullptr); });
+    serve_passive(*conn, b, cfg.op, size, count, cfg.inflight);
     if (reverse.joinable()) reverse.join();
     std::string end = recv_text(*conn, b);
     if (end != "end") die("protocol", Status(Code::kDataLoss, "expected end, got " + end));
@@ -274,11 +298,11 @@ std::vector<SizeResult> run_initiator(Engine& engine, Connection& conn, const Ru
     std::vector<int64_t> lat;
     lat.reserve(static_cast<size_t>(count));
     std::thread reverse;
-    if (cfg.bidir) reverse = std::thread([&] { serve_passive(conn, b, cfg.op, size, count); });
-    drive(conn, b, remote, cfg.op, size, cfg.warmup, nullptr);
+    if (cfg.bidir) reverse = std::thread([&] { serve_passive(conn, b, cfg.op, size, count, cfg.inflight); });
+    drive(conn, b, remote, cfg.op, size, cfg.warmup, cfg.inflight, nullptr);
     if (cfg.sync) cfg.sync();  // every GPU's session starts its timed phase together
     auto t0 = Clock::now();
-    drive(conn, b, remote, cfg.op, size, cfg.iters, &lat);
+    drive(conn, b, remote, cfg.op, size, cfg.iters, cfg.inflight, &lat);
     if (reverse.joinable()) reverse.join();
     auto t1 = Clock::now();
     if (cfg.sync) cfg.sync();

@@ -19,6 +19,10 @@ struct RunConfig {
   std::vector<uint64_t> sizes;
   int iters = 0;
   int warmup = 0;
+  // Operations posted before the oldest is awaited: 1 waits for each before
+  // posting the next; more keeps that many in flight, as a timing loop that
+  // enqueues its iterations on a stream (nccl-tests') does.
+  int inflight = 1;
   bool bidir = false;
   bool verify = false;
   // GPU memory: this side's GPU (initiator) and the target's, -1 for host memory.
