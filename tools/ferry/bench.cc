@@ -224,7 +224,7 @@ int run_gpus(const BenchFlags& f, const Options& o, RunConfig cfg, const std::st
     for (size_t s = 0; s < cfg.sizes.size(); ++s) {
       Clock::time_point first = results[0][s].start, last = results[0][s].end;
       double bytes = 0;
-      json per = json::array();
+      json per = json::array(), p50 = json::array(), p99 = json::array();
       bool ok = true;
       for (size_t i = 0; i < n; ++i) {
         const SizeResult& r = results[i][s];
@@ -232,12 +232,16 @@ int run_gpus(const BenchFlags& f, const Options& o, RunConfig cfg, const std::st
         last = std::max(last, r.end);
         bytes += static_cast<double>(r.bytes) * r.iters * (cfg.bidir ? 2 : 1);
         per.push_back(r.bytes_per_s);
+        p50.push_back(r.p50_us);
+        p99.push_back(r.p99_us);
         ok = ok && r.verified != "FAILED";
       }
       double secs = std::chrono::duration<double>(last - first).count();
       std::printf("%s\n", json{{"bytes", cfg.sizes[s]},
                                {"aggregate_bytes_per_s", secs > 0 ? bytes / secs : 0.0},
                                {"per_gpu_bytes_per_s", per},
+                               {"per_gpu_p50_us", p50},
+                               {"per_gpu_p99_us", p99},
                                {"verified", ok}}
                               .dump()
                               .c_str());
