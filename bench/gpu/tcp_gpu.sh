@@ -87,16 +87,20 @@ grep -E "PASSED|FAILED TEST" "$OUT/gpu_tests_engine.log" | sed 's/^/  /' >&2 || 
 : >"$OUT/host.jsonl"
 for s in $STREAMS; do
   for q in $INFLIGHTS; do
-    say "ferry GPU0->GPU$PEER_GPU, $s streams, $q in flight"
-    timeout 90 $FERRY bench --local --op send --gpus 0 --peer-gpus $PEER_GPU --sizes $SIZES --iters $ITERS --warmup 2 \
-      --streams "$s" --inflight "$q" --json - 2>"$OUT/ferry_gpu_${s}_$q.err" |
-      sed "s/^{/{\"kind\":\"gpu\",\"streams\":$s,\"inflight\":$q,/" >>"$OUT/ferry.jsonl" ||
-      say "  ferry GPU run failed (see $OUT/ferry_gpu_${s}_$q.err)"
-    say "ferry host->host, $s streams, $q in flight"
-    timeout 90 $FERRY bench --local --op send --sizes $SIZES --iters $ITERS --warmup 2 --streams "$s" --inflight "$q" \
-      --json - 2>"$OUT/ferry_host_${s}_$q.err" | python3 -c "import json,sys; print(json.dumps(json.load(sys.stdin)))" |
-      sed "s/^{/{\"streams\":$s,\"inflight\":$q,/" >>"$OUT/host.jsonl" ||
-      say "  ferry host run failed (see $OUT/ferry_host_${s}_$q.err)"
+    # Small sizes take more iterations: 8 transfers of 16 MiB last a few ms.
+    for part in "16M,64M 40" "256M,1G $ITERS"; do
+      set -- $part
+      say "ferry GPU0->GPU$PEER_GPU, $s streams, $q in flight, $1"
+      timeout 90 $FERRY bench --local --op send --gpus 0 --peer-gpus $PEER_GPU --sizes "$1" --iters "$2" --warmup 3 \
+        --streams "$s" --inflight "$q" --json - 2>>"$OUT/ferry_gpu_${s}_$q.err" |
+        sed "s/^{/{\"kind\":\"gpu\",\"streams\":$s,\"inflight\":$q,/" >>"$OUT/ferry.jsonl" ||
+        say "  ferry GPU run failed (see $OUT/ferry_gpu_${s}_$q.err)"
+      say "ferry host->host, $s streams, $q in flight, $1"
+      timeout 90 $FERRY bench --local --op send --sizes "$1" --iters "$2" --warmup 3 --streams "$s" --inflight "$q" \
+        --json - 2>>"$OUT/ferry_host_${s}_$q.err" | python3 -c "import json,sys; print(json.dumps(json.load(sys.stdin)))" |
+        sed "s/^{/{\"streams\":$s,\"inflight\":$q,/" >>"$OUT/host.jsonl" ||
+        say "  ferry host run failed (see $OUT/ferry_host_${s}_$q.err)"
+    done
   done
   say "raw TCP, $s streams (tcp_blast, cached buffers and memory-resident ones)"
   timeout 30 build-gpu/tcp_blast "$s" 3 >"$OUT/blast_$s.txt" 2>&1 || say "  tcp_blast failed"
