@@ -19,13 +19,13 @@
 #include <cstdio>
 #include <vector>
 
-#define CHECK(x)                                                       \
-  do {                                                                 \
-    cudaError_t e = (x);                                               \
-    if (e != cudaSuccess) {                                            \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e));     \
-      return 1;                                                        \
-    }                                                                  \
+#define CHECK(x)                                                   \
+  do {                                                             \
+    cudaError_t e = (x);                                           \
+    if (e != cudaSuccess) {                                        \
+      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e)); \
+      return 1;                                                    \
+    }                                                              \
   } while (0)
 
 __global__ void copy16(uint4* __restrict__ dst, const uint4* __restrict__ src, size_t n16) {
@@ -77,8 +77,8 @@ int main() {
   auto* d16 = static_cast<uint4*>(dst);
   auto* s16 = static_cast<const uint4*>(src);
 
-  std::printf("%-10s %9s %9s %9s %9s %9s %9s %9s\n", "bytes", "ce_push", "ce_pull", "k8_push", "k32_push",
-              "k132_push", "k132_pull", "empty");
+  std::printf("%-10s %9s %9s %9s %9s %9s %9s %9s\n", "bytes", "ce_push", "ce_pull", "k8_push", "k32_push", "k132_push",
+              "k132_pull", "empty");
   for (size_t bytes : {size_t{8}, size_t{4096}, size_t{65536}, size_t{1} << 20, size_t{4} << 20, kMax}) {
     size_t n16 = std::max<size_t>(bytes / 16, 1);
     CHECK(cudaSetDevice(0));

@@ -200,12 +200,11 @@ int run_gpus(const BenchFlags& f, const Options& o, RunConfig cfg, const std::st
   size_t n = gpus.size();
   std::vector<std::shared_ptr<Connection>> conns;
   for (size_t i = 0; i < n; ++i) conns.push_back(must(engine->connect(peer, after(10s)), "connect to " + peer));
-  std::fprintf(stderr,
-               "ferry bench: %s, GPUs %s -> peer GPUs %s over %s, %d streams, staging chunk %s depth %d, %d in flight\n",
-               cfg.op.c_str(), f.gpus.c_str(), f.peer_gpus.empty() ? f.gpus.c_str() : f.peer_gpus.c_str(),
-               std::string(conns[0]->transport_name()).c_str(), engine->options().streams,
-               format_bytes(engine->options().staging_chunk_bytes).c_str(), engine->options().staging_depth,
-               cfg.inflight);
+  std::fprintf(
+      stderr, "ferry bench: %s, GPUs %s -> peer GPUs %s over %s, %d streams, staging chunk %s depth %d, %d in flight\n",
+      cfg.op.c_str(), f.gpus.c_str(), f.peer_gpus.empty() ? f.gpus.c_str() : f.peer_gpus.c_str(),
+      std::string(conns[0]->transport_name()).c_str(), engine->options().streams,
+      format_bytes(engine->options().staging_chunk_bytes).c_str(), engine->options().staging_depth, cfg.inflight);
   std::barrier sync(static_cast<std::ptrdiff_t>(n));
   std::vector<std::vector<SizeResult>> results(n);
   std::vector<std::thread> threads;
@@ -251,8 +250,7 @@ int run_gpus(const BenchFlags& f, const Options& o, RunConfig cfg, const std::st
     return 0;
   }
   std::printf("%-12s", "size");
-  for (size_t i = 0; i < n; ++i)
-    std::printf(" %9s", (side_name(gpus[i]) + "->" + side_name(peers[i])).c_str());
+  for (size_t i = 0; i < n; ++i) std::printf(" %9s", (side_name(gpus[i]) + "->" + side_name(peers[i])).c_str());
   std::printf(" %12s%s\n", "aggregate", cfg.verify ? "   verify" : "");
   bool bad = false;
   for (size_t s = 0; s < cfg.sizes.size(); ++s) {

@@ -25,8 +25,9 @@ constexpr auto kOpTimeout = 120s;
 constexpr size_t kControlBytes = 64 * 1024;
 
 json to_json(const RunConfig& c) {
-  return json{{"op", c.op},       {"sizes", c.sizes},   {"iters", c.iters},  {"warmup", c.warmup},
-              {"inflight", c.inflight}, {"bidir", c.bidir}, {"verify", c.verify}, {"gpu", c.peer_gpu}, {"group", c.group}};
+  return json{{"op", c.op},         {"sizes", c.sizes},       {"iters", c.iters},
+              {"warmup", c.warmup}, {"inflight", c.inflight}, {"bidir", c.bidir},
+              {"verify", c.verify}, {"gpu", c.peer_gpu},      {"group", c.group}};
 }
 
 RunConfig from_json(const json& j) {
