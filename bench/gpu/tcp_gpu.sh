@@ -28,7 +28,6 @@ export FERRY_LOG=error
 START=$(date +%s)
 OUT=build-gpu/tcp_gpu
 mkdir -p "$OUT"
-SIZES="16M,64M,256M,1G"
 STREAMS="${STREAMS:-4 8 16}"
 # Operations in flight: 1 waits for each transfer before posting the next;
 # 2 posts ahead, as NCCL's timing loop enqueues its iterations on a stream.
@@ -108,9 +107,13 @@ for s in $STREAMS; do
 done
 
 say "ferry GPU0->GPU$PEER_GPU, 16 streams, staging on the copy engines (FERRY_STAGING_COPY=engine)"
-FERRY_STAGING_COPY=engine timeout 90 $FERRY bench --local --op send --gpus 0 --peer-gpus $PEER_GPU --sizes $SIZES \
-  --iters $ITERS --warmup 2 --streams 16 --json - 2>"$OUT/ferry_engine.err" >"$OUT/ferry_engine.jsonl" ||
-  say "  ferry engine run failed (see $OUT/ferry_engine.err)"
+: >"$OUT/ferry_engine.jsonl"
+for part in "16M,64M 40" "256M,1G $ITERS"; do
+  set -- $part
+  FERRY_STAGING_COPY=engine timeout 90 $FERRY bench --local --op send --gpus 0 --peer-gpus $PEER_GPU --sizes "$1" \
+    --iters "$2" --warmup 3 --streams 16 --json - 2>>"$OUT/ferry_engine.err" >>"$OUT/ferry_engine.jsonl" ||
+    say "  ferry engine run failed (see $OUT/ferry_engine.err)"
+done
 
 nccl_run() {  # name, extra env...
   local name=$1
