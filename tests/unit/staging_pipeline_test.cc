@@ -115,50 +115,6 @@ TEST(TxStager, StagedChunkCarriesTheSourceBytesOnceItsCopiesAreDone) {
   EXPECT_GE(copier->issued(), 1u);
 }
 
-// Large pieces are copied in parts: each part but the last a multiple of 16
-// bytes (the copy kernel's unit), the last ending at the piece's end.
-TEST(CopyParts, SplitsLargePiecesOnSixteenByteBoundaries) {
-  EXPECT_EQ(copy_part_ends(1), (std::vector<size_t>{1}));
-  EXPECT_EQ(copy_part_ends(kSplitCopyBytes - 1), (std::vector<size_t>{kSplitCopyBytes - 1}));
-  for (size_t n : {kSplitCopyBytes, size_t{512} << 10, size_t{300001}, (size_t{1} << 20) + 7}) {
-    std::vector<size_t> ends = copy_part_ends(n);
-    ASSERT_EQ(ends.size(), kCopyParts) << n;
-    EXPECT_EQ(ends.back(), n);
-    size_t from = 0;
-    for (size_t i = 0; i < ends.size(); ++i) {
-      EXPECT_GT(ends[i], from) << n;
-      if (i + 1 < ends.size()) EXPECT_EQ(ends[i] % 16, 0u) << n;
-      from = ends[i];
-    }
-  }
-}
-
-// A chunk with a large staged piece may start on the wire once its first
-// part is copied: `ready` says how many bytes each fence covers, and the
-// bytes it names are the source's while later parts are still uncopied.
-TEST(TxStager, LargePieceIsReadyPartByPart) {
-  auto owned = std::make_unique<ManualCopier>();
-  ManualCopier* copier = owned.get();
-  TxStager tx(std::move(owned), 1 << 20, 2);
-  auto host = random_bytes(100, 7);
-  auto dev = random_bytes((512 << 10) + 5, 8);
-  std::vector<Piece> pieces = {{host.data(), host.size(), -1, false}, {dev.data(), dev.size(), 0, true}};
-  TxStager::Staged s;
-  ASSERT_TRUE(tx.stage(pieces, s).ok());
-  std::vector<size_t> ends = copy_part_ends(dev.size());
-  ASSERT_EQ(s.ready.size(), ends.size());
-  for (size_t i = 0; i < ends.size(); ++i) EXPECT_EQ(s.ready[i].bytes, host.size() + ends[i]);
-  EXPECT_EQ(s.ticket, s.ready.back().ticket);
-  ASSERT_TRUE(tx.wait_ready(s, 0).ok());
-  auto* slot = static_cast<uint8_t*>(s.iov[1].iov_base);
-  EXPECT_EQ(0, std::memcmp(slot, dev.data(), ends[0]));                                   // first part copied
-  EXPECT_NE(0, std::memcmp(slot + ends[0], dev.data() + ends[0], dev.size() - ends[0]));  // the rest not yet
-  ASSERT_TRUE(tx.wait(s).ok());
-  EXPECT_EQ(0, std::memcmp(slot, dev.data(), dev.size()));
-  tx.release(s);
-  EXPECT_EQ(copier->issued(), ends.size());  // a fence a part
-}
-
 // A staged transfer gives every path two chunks when a slot each would leave
 // paths idle; never more than a slot, never under 64 KiB (or the slot), in
 // whole pages.
@@ -284,36 +240,6 @@ TEST(RxStager, ManyFramesThroughFewSlotsWithAsynchronousCopies) {
   ASSERT_TRUE(rx.retire(true).ok());
   writer.join();
   EXPECT_EQ(completed, 40);
-}
-
-// Frames large enough that each slot's bytes are copied on in parts.
-TEST(RxStager, LargeFramesLandInPartsThroughTwoSlots) {
-  SocketPair sp;
-  constexpr size_t kSlot = 512 << 10;
-  RxStager rx(make_host_copier(50us), kSlot, 2);
-  std::mt19937_64 rng(11);
-  std::vector<std::vector<uint8_t>> frames;
-  for (int i = 0; i < 12; ++i) frames.push_back(random_bytes(kSplitCopyBytes + rng() % (2 * kSlot), 200 + i));
-  std::thread writer([&] {
-    for (auto& f : frames) ASSERT_TRUE(platform::send_all_by(sp.a, f.data(), f.size(), Clock::now() + 10s).ok());
-  });
-  std::vector<std::vector<uint8_t>> dest;
-  dest.reserve(frames.size());
-  int completed = 0;
-  for (size_t i = 0; i < frames.size(); ++i) {
-    ASSERT_TRUE(rx.before_read(sp.b).ok());
-    dest.emplace_back(frames[i].size(), 0);
-    std::vector<Piece> p = {{dest[i].data(), frames[i].size(), 0, true}};
-    ASSERT_TRUE(rx.receive(sp.b, p, [&, i] {
-                    EXPECT_EQ(static_cast<size_t>(completed), i) << "out of order";
-                    EXPECT_EQ(dest[i], frames[i]) << "frame " << i << " completed before its bytes landed";
-                    ++completed;
-                    return Status();
-                  }).ok());
-  }
-  ASSERT_TRUE(rx.retire(true).ok());
-  writer.join();
-  EXPECT_EQ(completed, 12);
 }
 
 TEST(RxStager, ACompletionErrorStopsRetiring) {

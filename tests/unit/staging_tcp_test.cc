@@ -119,38 +119,6 @@ TEST_F(StagedTcp, SendRecvEverySizeAndOffsetBothWays) {
   }
 }
 
-// Slots of 1 MiB: chunks large enough that both sides copy them in parts and
-// the sender puts each part on the wire as its copy ends.
-TEST_F(StagedTcp, LargeChunksMoveInPartsBothWays) {
-  Options big;
-  big.staging_chunk_bytes = 1 << 20;
-  big.streams = 2;
-  start(big, big, 200us);
-  const size_t sizes[] = {(1 << 20) + 1, (3 << 20) + 17, (7 << 20) + 5};
-  uint64_t seed = 40;
-  for (size_t n : sizes) {
-    for (int dir = 0; dir < 2; ++dir) {
-      Side& from = dir == 0 ? x_ : y_;
-      Side& to = dir == 0 ? y_ : x_;
-      Connection& tx = dir == 0 ? *xc_ : *yc_;
-      Connection& rx = dir == 0 ? *yc_ : *xc_;
-      size_t src_off = 4099, dst_off = (12 << 20) + 3;
-      fill(from.at(src_off), n, ++seed);
-      std::memset(to.at(dst_off), 0, n);
-      Transfer r = rx.recv_async(to.at(dst_off), n);
-      ASSERT_OK(tx.send(from.at(src_off), n, after(20s)));
-      ASSERT_OK(r.wait(after(20s)));
-      ASSERT_EQ(0, std::memcmp(to.at(dst_off), from.at(src_off), n)) << "size " << n << " dir " << dir;
-      // And one-sided, into the peer's region at an odd offset.
-      std::memset(to.at(dst_off), 0, n);
-      auto remote = to.engine->export_region(to.region, dst_off, n);
-      ASSERT_TRUE(remote.ok()) << remote.status().to_string();
-      ASSERT_OK(tx.write(from.at(src_off), n, remote.value(), 0, {}, after(20s)));
-      ASSERT_EQ(0, std::memcmp(to.at(dst_off), from.at(src_off), n)) << "write, size " << n << " dir " << dir;
-    }
-  }
-}
-
 TEST_F(StagedTcp, SendvRecvvScatterGatherThroughSlotsSmallerThanTheSendersChunks) {
   Options sender, receiver;
   sender.staging_chunk_bytes = 256 * 1024;

@@ -21,15 +21,6 @@ uint64_t staged_chunk_bytes(uint64_t total, int paths, uint64_t slot_bytes) {
   return std::min(slot_bytes, std::max(even, std::min(kMinStagedChunk, slot_bytes)));
 }
 
-std::vector<size_t> copy_part_ends(size_t n) {
-  if (n < kSplitCopyBytes) return {n};
-  size_t step = n / kCopyParts / 16 * 16;
-  std::vector<size_t> ends;
-  for (size_t i = 1; i < kCopyParts; ++i) ends.push_back(i * step);
-  ends.push_back(n);
-  return ends;
-}
-
 // ---- transmit ---------------------------------------------------------------
 
 TxStager::TxStager(std::unique_ptr<Copier> copier, size_t slot_bytes, int depth)
@@ -55,48 +46,33 @@ Status TxStager::stage(std::span<const Piece> pieces, Staged& out) {
     if (!slot.ok()) return slot.status();
     out.slot = slot.value();
   }
-  size_t at = 0, chunk_at = 0;  // bytes so far in the slot, and in the chunk
-  auto fence = [&](size_t ready_bytes) -> Status {
-    auto t = copier_->fence();
-    if (!t.ok()) return t.status();
-    out.ready.push_back(Ready{ready_bytes, t.value()});
-    return Status();
-  };
-  Status s;
+  size_t at = 0;
   for (const Piece& p : pieces) {
     if (!p.staged) {
       out.iov.push_back({p.data, p.size});
-      chunk_at += p.size;
       continue;
     }
     uint8_t* dst = out.slot->data + at;
-    size_t from = 0;
-    for (size_t to : copy_part_ends(p.size)) {
-      s = copier_->copy(p.device, dst + from, p.data + from, to - from);
-      // Every part but a piece's last gets a fence of its own: the bytes
-      // before it may go while the rest is copied.
-      if (s.ok() && to < p.size) s = fence(chunk_at + to);
-      if (!s.ok()) break;
-      from = to;
+    Status s = copier_->copy(p.device, dst, p.data, p.size);
+    if (!s.ok()) {
+      release(out);
+      return s;
     }
-    if (!s.ok()) break;
     out.iov.push_back({dst, p.size});
     at += p.size;
-    chunk_at += p.size;
   }
-  if (s.ok() && out.slot != nullptr) s = fence(chunk_at);
-  if (!s.ok()) {
-    if (!out.ready.empty()) out.slot->ticket = last_ticket_ = out.ready.back().ticket;
-    release(out);
-    return s;
+  if (out.slot != nullptr) {
+    auto t = copier_->fence();
+    if (!t.ok()) {
+      release(out);
+      return t.status();
+    }
+    out.ticket = out.slot->ticket = last_ticket_ = t.value();
   }
-  if (out.slot != nullptr) out.ticket = out.slot->ticket = last_ticket_ = out.ready.back().ticket;
   return Status();
 }
 
 Status TxStager::wait(const Staged& s) { return s.ticket == 0 ? Status() : copier_->wait(s.ticket); }
-
-Status TxStager::wait_ready(const Staged& s, size_t i) { return copier_->wait(s.ready[i].ticket); }
 
 void TxStager::release(Staged& s) {
   if (s.slot != nullptr) ring_.release(s.slot);
@@ -126,15 +102,8 @@ Status RxStager::receive(int fd, std::span<const Piece> pieces, Done done) {
       auto slot = ring_.acquire(p.device);
       if (!slot.ok()) return slot.status();
       StagingRing::Slot* s = slot.value();
-      // Each part is copied on as soon as it is in, while the next arrives.
-      Status st;
-      size_t from = 0;
-      for (size_t to : copy_part_ends(n)) {
-        st = platform::recv_exact(fd, s->data + from, to - from);
-        if (st.ok()) st = copier_->copy(p.device, p.data + off + from, s->data + from, to - from);
-        if (!st.ok()) break;
-        from = to;
-      }
+      Status st = platform::recv_exact(fd, s->data, n);
+      if (st.ok()) st = copier_->copy(p.device, p.data + off, s->data, n);
       Result<uint64_t> t = st.ok() ? copier_->fence() : Result<uint64_t>(st);
       ring_.release(s);
       if (!t.ok()) return t.status();

@@ -3,7 +3,7 @@
 //
 // Transmit (TxStager): the path's worker stages the chunks it claims ahead of
 // the socket — each chunk's device pieces are copied into a slot on the
-// copier's stream — and sends the oldest as its copies finish, so
+// copier's stream — and sends the oldest once its copies are done, so
 // device->host copies run while earlier chunks are on the wire.
 //
 // Receive (RxStager): staged pieces are read from the socket into slots and
@@ -13,13 +13,6 @@
 // copies are done, so a chunk counts as landed only when its bytes are in
 // device memory. Entries without copies (host memory, dropped frames) queue
 // behind staged ones, which keeps the path's landed count in order.
-//
-// Both directions copy a large piece in kCopyParts parts: the sender sends
-// the first part while the second is copied, and the receiver copies the
-// first part on while the second arrives. With 16 paths over loopback on the
-// two-H200 host, two parts moved 64 MiB at 32.7 GB/s against 25.9-28.9 (one
-// transfer at a time; 256 MiB +5-11 %, the rest within noise); four parts
-// lost 10-25 % from 256 MiB (more launches, each copy smaller).
 //
 // Host pieces of a chunk are never staged: they go between socket and memory
 // directly, as on the host-only path.
@@ -63,31 +56,14 @@ size_t staged_bytes(std::span<const Piece> pieces);
 inline constexpr uint64_t kMinStagedChunk = 64 * 1024;
 uint64_t staged_chunk_bytes(uint64_t total, int paths, uint64_t slot_bytes);
 
-// Staged pieces of at least kSplitCopyBytes are copied in kCopyParts parts
-// (see the header comment); each part but the last is a multiple of 16
-// bytes, which the copy kernel needs.
-inline constexpr size_t kCopyParts = 2;
-inline constexpr size_t kSplitCopyBytes = 256 * 1024;
-// Where the parts of a copy of `n` bytes end (offsets from its start, the
-// last one `n`): one part below kSplitCopyBytes.
-std::vector<size_t> copy_part_ends(size_t n);
-
 class TxStager {
  public:
   // A staged chunk: the bytes to send, in order (host pieces in place, staged
-  // ones in the slot), and the fences of the copies into the slot: the first
-  // `ready[i].bytes` bytes of the iov may be sent once `ready[i].ticket` is
-  // done. `ready` grows with both fields; its last ticket, `ticket`, fences
-  // every copy of the chunk, and bytes past its last entry need no copy.
-  struct Ready {
-    size_t bytes = 0;
-    uint64_t ticket = 0;
-  };
+  // ones in the slot), and the fence of the copies into the slot.
   struct Staged {
     StagingRing::Slot* slot = nullptr;
     uint64_t ticket = 0;
     std::vector<struct iovec> iov;
-    std::vector<Ready> ready;
   };
 
   TxStager(std::unique_ptr<Copier> copier, size_t slot_bytes, int depth);
@@ -100,8 +76,6 @@ class TxStager {
   Status stage(std::span<const Piece> pieces, Staged& out);
   // Blocks until `s`'s copies are done; then its iov may be sent.
   Status wait(const Staged& s);
-  // Blocks until the copies of `s.ready[i]` are done.
-  Status wait_ready(const Staged& s, size_t i);
   // The chunk was sent: its slot may be reused.
   void release(Staged& s);
 

@@ -1191,7 +1191,7 @@ void TcpConnection::prepare_chunk(TxEntry& e, std::unique_ptr<TxStager>& stager)
 
 void TcpConnection::await_staging(TxEntry& e, TxStager* stager) {
   if (!e.staging || !e.abort.ok()) return;
-  Status s = stager->wait_ready(e.staged, 0);
+  Status s = stager->wait(e.staged);
   if (!s.ok()) e.abort = s.with_context("staging GPU memory for " + where());
 }
 
@@ -1239,39 +1239,15 @@ Status TcpConnection::transmit_chunk(int fd, TxEntry& e, TxStager* stager) {
   encode_header(h, hb);
   iov.push_back({hb.data(), hb.size()});
   if (!aux.empty()) iov.push_back({const_cast<char*>(aux.data()), aux.size()});
-  Status s;
   if (e.staging) {
     iov.insert(iov.end(), e.staged.iov.begin(), e.staged.iov.end());
-    s = send_staged(fd, iov, hb.size() + aux.size(), e.staged, stager);
-    stager->release(e.staged);
   } else {
     op.source.slice(c.offset, c.size, iov);
-    s = platform::send_all(fd, iov.data(), static_cast<int>(iov.size()));
   }
+  Status s = platform::send_all(fd, iov.data(), static_cast<int>(iov.size()));
+  if (e.staging) stager->release(e.staged);
   e.access.reset();
   return s;
-}
-
-Status TcpConnection::send_staged(int fd, const std::vector<struct iovec>& iov, size_t head,
-                                  const TxStager::Staged& staged, TxStager* stager) {
-  // The first part's copies are done (await_staging); each later part goes
-  // once its own are. A copy that fails after the frame's header went out
-  // fails the path: its receiver cannot tell good bytes from bad.
-  size_t sent = 0;
-  for (size_t i = 0; i < staged.ready.size(); ++i) {
-    if (i > 0) FERRY_RETURN_IF_ERROR(stager->wait_ready(staged, i));
-    size_t end = head + staged.ready[i].bytes;
-    std::vector<struct iovec> part;
-    size_t at = 0;
-    for (const struct iovec& v : iov) {
-      size_t lo = std::max(sent, at), hi = std::min(end, at + v.iov_len);
-      if (lo < hi) part.push_back({static_cast<uint8_t*>(v.iov_base) + (lo - at), hi - lo});
-      at += v.iov_len;
-    }
-    if (!part.empty()) FERRY_RETURN_IF_ERROR(platform::send_all(fd, part.data(), static_cast<int>(part.size())));
-    sent = end;
-  }
-  return Status();
 }
 
 void TcpConnection::path_tx_loop(int path) {
@@ -1291,8 +1267,7 @@ void TcpConnection::path_tx_loop(int path) {
       take(std::move(*c));
     }
     // Host chunks go out one at a time as they are claimed. A staged chunk
-    // starts once its first part is copied (the rest follows as its copies
-    // end, see send_staged); only then does the worker claim ahead
+    // goes once its copies are done; only then does the worker claim ahead
     // (without blocking), so that up to depth - 1 copies run while it is on
     // the wire. Claiming ahead earlier would put this path's second copy
     // beside every path's first one, and the device shares its copy

@@ -182,14 +182,10 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
     Status abort;  // not OK: send an aborted frame and fail the transfer
   };
   void prepare_chunk(TxEntry& e, std::unique_ptr<TxStager>& stager);
-  // Waits for a staged chunk's first part of copies (a failure aborts the chunk).
+  // Waits for a staged chunk's copies (a failure aborts the chunk).
   void await_staging(TxEntry& e, TxStager* stager);
   // Sends a chunk (staged: after await_staging).
   Status transmit_chunk(int fd, TxEntry& e, TxStager* stager);
-  // Sends a staged chunk's frame, `iov` (`head` bytes of header, then the
-  // chunk), each part once its copies are done.
-  Status send_staged(int fd, const std::vector<struct iovec>& iov, size_t head, const TxStager::Staged& staged,
-                     TxStager* stager);
 
   // Frame handlers; `fd` is the stream the frame's payload follows on.
   Status handle_frame(int fd, int path, const wire::FrameHeader& h, std::string& aux);
