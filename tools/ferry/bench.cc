@@ -26,6 +26,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <string_view>
 #include <thread>
 
 #include "ferry/bench_alternate.h"
@@ -283,14 +284,15 @@ void print_table(const RunConfig& cfg, const std::vector<SizeResult>& rs) {
   }
 }
 
-void write_json(const BenchFlags& f, const RunConfig& cfg, const Options& o, const std::vector<SizeResult>& rs) {
+void write_json(const BenchFlags& f, const RunConfig& cfg, const Options& o, std::string_view transport,
+                const std::vector<SizeResult>& rs) {
   json config{{"op", cfg.op},         {"sizes", cfg.sizes}, {"iters", cfg.iters},
               {"warmup", cfg.warmup}, {"bidir", cfg.bidir}, {"verify", cfg.verify}};
   config["streams"] = o.streams;
   config["chunk_bytes"] = o.chunk_bytes;
   config["window"] = o.window;
   config["inflight"] = cfg.inflight;
-  config["transport"] = "tcp";
+  config["transport"] = transport;
   config["peer"] = f.local ? "local" : f.peer;
   json results = json::array();
   for (const auto& r : rs) {
@@ -424,10 +426,11 @@ int run_bench(const BenchFlags& f) {
                peer.c_str(), engine->options().streams, format_bytes(engine->options().chunk_bytes).c_str(),
                engine->options().window, cfg.inflight);
   auto results = run_initiator(*engine, *conn, cfg);
+  std::string transport(conn->transport_name());
   conn->close();
   stop_child(child);
   if (f.json_out != "-") print_table(cfg, results);
-  if (!f.json_out.empty()) write_json(f, cfg, engine->options(), results);
+  if (!f.json_out.empty()) write_json(f, cfg, engine->options(), transport, results);
   bool bad = std::any_of(results.begin(), results.end(), [](const SizeResult& r) { return r.verified == "FAILED"; });
   return bad ? 3 : 0;
 }
