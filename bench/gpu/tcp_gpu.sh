@@ -33,6 +33,9 @@ STREAMS="${STREAMS:-4 8 16}"
 # 2 posts ahead, as NCCL's timing loop enqueues its iterations on a stream.
 INFLIGHTS="${INFLIGHTS:-1 2}"
 ITERS=8
+# Sizes and transfers a size, run by run: small sizes take more, as 8
+# transfers of 16 MiB last a few ms.
+PARTS=("16M,64M 40" "256M,1G $ITERS")
 say() { echo "[tcp_gpu $(($(date +%s) - START))s] $*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }
 
@@ -86,8 +89,7 @@ grep -E "PASSED|FAILED TEST" "$OUT/gpu_tests_engine.log" | sed 's/^/  /' >&2 || 
 : >"$OUT/host.jsonl"
 for s in $STREAMS; do
   for q in $INFLIGHTS; do
-    # Small sizes take more iterations: 8 transfers of 16 MiB last a few ms.
-    for part in "16M,64M 40" "256M,1G $ITERS"; do
+    for part in "${PARTS[@]}"; do
       set -- $part
       say "ferry GPU0->GPU$PEER_GPU, $s streams, $q in flight, $1"
       timeout 90 $FERRY bench --local --op send --gpus 0 --peer-gpus $PEER_GPU --sizes "$1" --iters "$2" --warmup 3 \
@@ -108,7 +110,7 @@ done
 
 say "ferry GPU0->GPU$PEER_GPU, 16 streams, staging on the copy engines (FERRY_STAGING_COPY=engine)"
 : >"$OUT/ferry_engine.jsonl"
-for part in "16M,64M 40" "256M,1G $ITERS"; do
+for part in "${PARTS[@]}"; do
   set -- $part
   FERRY_STAGING_COPY=engine timeout 90 $FERRY bench --local --op send --gpus 0 --peer-gpus $PEER_GPU --sizes "$1" \
     --iters "$2" --warmup 3 --streams 16 --json - 2>>"$OUT/ferry_engine.err" >>"$OUT/ferry_engine.jsonl" ||
