@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU memory over TCP on a two-GPU host, in one run (under 8 minutes):
 #   1. builds ferry, its GPU tests and two anchors (a parallel-TCP-streams
-#      blaster standing in for parallel iperf3, and an NCCL send/recv timer);
+#      blaster, and an NCCL send/recv timer); finds iperf3 (on PATH, or
+#      unpacked from the Debian packages in .deps);
 #   2. runs the GPU-over-TCP tests (two processes, FERRY_TRANSPORT=tcp), with
 #      the staging copy kernel and again with the copy engines;
 #   3. measures, over loopback TCP between two processes:
@@ -9,10 +10,12 @@
 #          16 streams once more with the copy engines staging,
 #        ferry host -> host (same paths)    at the same stream counts,
 #          each with one transfer in flight and with more (INFLIGHTS),
-#        the same number of raw TCP streams (the blaster), as iperf3 runs them
-#          (each thread one 128 KiB buffer, which stays in the CPU's cache) and
-#          over memory-resident buffers (1 GiB over the streams on each side,
-#          the footprint of ferry's largest transfer),
+#        the same number of raw TCP streams: as many parallel iperf3
+#          processes (the target's anchor; each one stream, 3 s after 1 s of
+#          warm-up), the blaster as iperf3 runs them (each thread one 128 KiB
+#          buffer, which stays in the CPU's cache) and the blaster over
+#          memory-resident buffers (1 GiB over the streams on each side, the
+#          footprint of ferry's largest transfer),
 #        NCCL's socket transport, defaults and NSOCKS_PERTHREAD=4 SOCKET_NTHREADS=4,
 #        a small staging sweep (FERRY_STAGING_CHUNK x FERRY_STAGING_DEPTH) and
 #        the full mesh `ferry bench --gpus 0,1`;
@@ -50,6 +53,12 @@ if [ ! -f /usr/include/openssl/hmac.h ] && ls .deps/*.deb >/dev/null 2>&1; then
   PYARGS+=(-DOPENSSL_INCLUDE_DIR=/tmp/deps/usr/include -DOPENSSL_CRYPTO_LIBRARY="$(ls /usr/lib/x86_64-linux-gnu/libcrypto.so.3)")
   cp -r /tmp/deps/usr/include/x86_64-linux-gnu/openssl/* /tmp/deps/usr/include/openssl/ 2>/dev/null || true
 fi
+IPERF3=$(command -v iperf3 || true)
+if [[ -z "$IPERF3" ]] && ls .deps/iperf3_*.deb .deps/libiperf0_*.deb >/dev/null 2>&1; then
+  mkdir -p /tmp/deps && for f in .deps/iperf3_*.deb .deps/libiperf0_*.deb .deps/libsctp1_*.deb; do dpkg -x "$f" /tmp/deps; done
+  export LD_LIBRARY_PATH="/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  IPERF3=/tmp/deps/usr/bin/iperf3
+fi
 timeout 150 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release "${PYARGS[@]}" >"$OUT/cmake.log" 2>&1 ||
   { tail -20 "$OUT/cmake.log"; fail "cmake"; }
 timeout 300 ninja -C build-gpu ferry_cli ferry_tcp_gpu_tests ferry_tcp_gpu_peer >"$OUT/build.log" 2>&1 ||
@@ -85,6 +94,24 @@ grep -E "PASSED|FAILED TEST" "$OUT/gpu_tests_engine.log" | sed 's/^/  /' >&2 || 
   TESTS="$TESTS; with engine staging FAILED (rc $ENGINE_RC, see $OUT/gpu_tests_engine.log)"
 
 # ---- 3. performance -------------------------------------------------------------------
+iperf_parallel() {  # streams: one iperf3 client and server pair a stream, prints "STREAMS GB/s"
+  [[ -n "$IPERF3" ]] || { echo "iperf3 not found"; return 1; }
+  local n=$1 i pids=()
+  for ((i = 0; i < n; i++)); do timeout 20 "$IPERF3" -s -1 -p $((5300 + i)) >/dev/null 2>&1 & done
+  sleep 1
+  for ((i = 0; i < n; i++)); do
+    timeout 20 "$IPERF3" -c 127.0.0.1 -p $((5300 + i)) -t 3 -O 1 -J >"$OUT/iperf_${n}_$i.json" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || true; done
+  wait
+  python3 - "$n" "$OUT" <<'PY'
+import json, sys
+n, out = int(sys.argv[1]), sys.argv[2]
+total = sum(json.load(open(f"{out}/iperf_{n}_{i}.json"))["end"]["sum_received"]["bits_per_second"] for i in range(n))
+print(n, total / 8e9)
+PY
+}
 : >"$OUT/ferry.jsonl"
 : >"$OUT/host.jsonl"
 for s in $STREAMS; do
@@ -103,7 +130,8 @@ for s in $STREAMS; do
         say "  ferry host run failed (see $OUT/ferry_host_${s}_$q.err)"
     done
   done
-  say "raw TCP, $s streams (tcp_blast, cached buffers and memory-resident ones)"
+  say "raw TCP, $s streams (parallel iperf3 processes; tcp_blast, cached buffers and memory-resident ones)"
+  iperf_parallel "$s" >"$OUT/iperf_$s.txt" 2>&1 || say "  parallel iperf3 failed (see $OUT/iperf_$s.txt)"
   timeout 30 build-gpu/tcp_blast "$s" 3 >"$OUT/blast_$s.txt" 2>&1 || say "  tcp_blast failed"
   timeout 30 build-gpu/tcp_blast "$s" 3 $(((1 << 30) / s)) >"$OUT/blast_mem_$s.txt" 2>&1 || say "  tcp_blast (memory) failed"
 done
@@ -178,8 +206,10 @@ for line in open(os.path.join(out, "host.jsonl")):
             host[(str(j["inflight"]), str(j["streams"]), r["bytes"])] = r["bytes_per_s"] / 1e9
     except (ValueError, KeyError):
         pass
-blast, blast_mem = {}, {}
+blast, blast_mem, iperf = {}, {}, {}
 for s in streams:
+    for f in load_lines(os.path.join(out, f"iperf_{s}.txt")):
+        if len(f) == 2 and f[0] == s: iperf[s] = float(f[1])
     for f in load_lines(os.path.join(out, f"blast_{s}.txt")):
         if len(f) == 2: blast[s] = float(f[1])
     for f in load_lines(os.path.join(out, f"blast_mem_{s}.txt")):
@@ -210,26 +240,30 @@ for line in open(os.path.join(out, "ferry_engine.jsonl")) if os.path.exists(os.p
 print()
 print("=== GPU memory over loopback TCP, two processes (GB/s) ===")
 print("GPU tests: " + os.environ["TESTS"])
-print("targets: gpu/nccl_best >= 3.0 (16M..1G); gpu/tcp_streams >= 0.7; gpu/host >= 0.9")
-print("tcp_str: raw TCP streams as iperf3 runs them (cached buffers); tcp_mem: over memory-resident buffers (no target)")
+print("targets: gpu/nccl_best >= 3.0 (16M..1G); gpu/iperf3 >= 0.7; gpu/host >= 0.9")
+print("iperf3: as many parallel iperf3 processes (the target's anchor); tcp_str: the blaster as iperf3 runs (cached")
+print("buffers); tcp_mem: the blaster over memory-resident buffers (no target)")
 print("inflight: operations in flight (1: each waited for before the next; 2: posted ahead, as NCCL's timing loop enqueues)")
-hdr = f"{'infl':>4} {'streams':>7} {'size':>6} {'gpu':>7} {'host':>7} {'tcp_str':>7} {'tcp_mem':>7} {'nccl_def':>8} {'nccl_4x4':>8} {'gpu/nccl':>8} {'gpu/tcp':>7} {'gpu/mem':>7} {'gpu/host':>8}"
+hdr = f"{'infl':>4} {'streams':>7} {'size':>6} {'gpu':>7} {'host':>7} {'iperf3':>7} {'tcp_str':>7} {'tcp_mem':>7} {'nccl_def':>8} {'nccl_4x4':>8} {'gpu/nccl':>8} {'gpu/ip3':>7} {'gpu/tcp':>7} {'gpu/mem':>7} {'gpu/host':>8}"
 print(hdr)
 verdict = {}
 for q in inflights:
     for s in streams:
         for b in sizes:
             g, h, t, tm = gpu.get((q, s, b)), host.get((q, s, b)), blast.get(s), blast_mem.get(s)
+            ip = iperf.get(s)
             n = nccl.get(b, {})
             best = max(n.values()) if n else None
-            rn, rt, rh = ratio(g, best), ratio(g, t), ratio(g, h)
-            for k, v in (("nccl", rn), ("tcp", rt), ("host", rh)):
+            rn, ri, rt, rh = ratio(g, best), ratio(g, ip), ratio(g, t), ratio(g, h)
+            for k, v in (("nccl", rn), ("iperf3", ri), ("tcp", rt), ("host", rh)):
                 if v is not None: verdict.setdefault((q, k), []).append((v, s, b))
             label = f"{b >> 30}G" if b >= 1 << 30 else f"{b >> 20}M"
-            print(f"{q:>4} {s:>7} {label:>6} {fmt(g):>7} {fmt(h):>7} {fmt(t):>7} {fmt(tm):>7} {fmt(n.get('default')):>8} {fmt(n.get('4x4')):>8} {fmt(rn):>8} {fmt(rt):>7} {fmt(ratio(g, tm)):>7} {fmt(rh):>8}")
+            print(f"{q:>4} {s:>7} {label:>6} {fmt(g):>7} {fmt(h):>7} {fmt(ip):>7} {fmt(t):>7} {fmt(tm):>7} {fmt(n.get('default')):>8} {fmt(n.get('4x4')):>8} {fmt(rn):>8} {fmt(ri):>7} {fmt(rt):>7} {fmt(ratio(g, tm)):>7} {fmt(rh):>8}")
 print()
 for q in inflights:
-    for k, target, what in (("nccl", 3.0, "GPU->GPU vs best NCCL socket"), ("tcp", 0.7, "GPU->GPU vs as many raw TCP streams"),
+    for k, target, what in (("nccl", 3.0, "GPU->GPU vs best NCCL socket"),
+                            ("iperf3", 0.7, "GPU->GPU vs as many parallel iperf3 processes"),
+                            ("tcp", 0.7, "GPU->GPU vs as many blaster streams (cached buffers)"),
                             ("host", 0.9, "GPU->GPU vs host->host, same paths")):
         rows = verdict.get((q, k))
         if not rows:
