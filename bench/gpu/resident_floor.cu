@@ -18,7 +18,6 @@
 //
 // Checks every copy's bytes once per size (random data), then prints medians
 // of 300 repetitions (after 20 untimed), in microseconds.
-#include <cuda/atomic>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -26,6 +25,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <cuda/atomic>
 #include <random>
 #include <vector>
 
@@ -43,7 +43,7 @@ struct Mailbox {
   uint64_t seq;    // host: the request number; ~0 asks the kernel to exit
   uint64_t bytes;  // host: how much to copy, a multiple of 16
   uint64_t pad[6];
-  uint64_t done;   // kernel: the last request number finished
+  uint64_t done;  // kernel: the last request number finished
 };
 
 constexpr uint64_t kExit = ~0ull;
