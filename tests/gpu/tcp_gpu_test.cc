@@ -104,8 +104,10 @@ class TcpGpu : public ::testing::Test {
   }
 
   // Every operation, both directions, between local memory of one kind and a
-  // peer's of another, for `sizes`.
-  void every_operation(bool local_gpu, bool peer_gpu_mem, const std::vector<size_t>& sizes) {
+  // peer's of another, for `sizes`: at odd offsets on both sides, or at
+  // offsets that are multiples of 16 (`aligned`), where staging copies may
+  // run as the copy kernel.
+  void every_operation(bool local_gpu, bool peer_gpu_mem, const std::vector<size_t>& sizes, bool aligned = false) {
     Peer p = start_peer(peer_gpu_mem);
     ASSERT_TRUE(p.conn);
     Connection& c = *p.conn;
@@ -114,7 +116,7 @@ class TcpGpu : public ::testing::Test {
     for (size_t n : sizes) {
       SCOPED_TRACE("size " + std::to_string(n) + (local_gpu ? " local GPU" : " local host") +
                    (peer_gpu_mem ? " peer GPU" : " peer host"));
-      size_t lo = 3 + n % 61, po = 5 + n % 97;  // odd offsets on both sides
+      size_t lo = aligned ? 16 * (n % 61) : 3 + n % 61, po = aligned ? 4096 + 16 * (n % 97) : 5 + n % 97;
       // send: local -> peer
       uint64_t h = fill_local(m, lo, n, ++seed);
       {
@@ -148,7 +150,7 @@ class TcpGpu : public ::testing::Test {
       ASSERT_TRUE(c.write(m.data() + lo, n, p.desc, po, "w" + std::to_string(n), after(120s)).ok());
       ASSERT_EQ(command(c, "NOTE"), "w" + std::to_string(n));
       ASSERT_EQ(command(c, "HASH " + std::to_string(po) + " " + std::to_string(n)), hex(h)) << "write";
-      size_t ro = lo + 1;
+      size_t ro = lo + (aligned ? 16 : 1);
       fill_local(m, ro, n, 7);  // overwritten by the read
       ASSERT_TRUE(c.read(m.data() + ro, n, p.desc, po, after(120s)).ok());
       ASSERT_EQ(hash_of(m, ro, n), h) << "read";
@@ -176,6 +178,15 @@ TEST_F(TcpGpu, GpuToGpuEveryOperation) { every_operation(true, true, kSizes); }
 TEST_F(TcpGpu, GpuToHostEveryOperation) { every_operation(true, false, kSizes); }
 TEST_F(TcpGpu, HostToGpuEveryOperation) { every_operation(false, true, kSizes); }
 TEST_F(TcpGpu, GpuToGpuOneGiB) { every_operation(true, true, {size_t{1} << 30}); }
+
+// Messages small enough for the control stream, whose bytes pass through
+// ordinary host memory, at aligned offsets and in multiples of 16 bytes: the
+// sizes the copy kernel would take (it once did, and faulted on GPU memory).
+const std::vector<size_t> kAlignedSizes = {16, 4096, 65536, (1 << 20) + 16};
+
+TEST_F(TcpGpu, AlignedGpuToGpuEveryOperation) { every_operation(true, true, kAlignedSizes, true); }
+TEST_F(TcpGpu, AlignedGpuToHostEveryOperation) { every_operation(true, false, kAlignedSizes, true); }
+TEST_F(TcpGpu, AlignedHostToGpuEveryOperation) { every_operation(false, true, kAlignedSizes, true); }
 
 TEST_F(TcpGpu, VectorFormsMixHostAndGpuParts) {
   Peer p = start_peer(true);

@@ -864,6 +864,13 @@ std::unique_ptr<Copier> TcpConnection::new_copier() const {
   return hooks_.make ? hooks_.make() : make_cuda_copier(kernels_);
 }
 
+std::unique_ptr<Copier> TcpConnection::new_control_copier() const {
+  // A kernel writing to or reading from pageable memory faults where the GPU
+  // cannot address it (CUDA_ERROR_ILLEGAL_ADDRESS, which ends the context):
+  // a 4 KiB send between GPUs did so on the two-H200 host.
+  return hooks_.make ? hooks_.make() : make_cuda_copier(nullptr);
+}
+
 void TcpConnection::pieces_of(const core::SegmentList& list, uint64_t offset, uint64_t size,
                               std::vector<Piece>& out) const {
   std::vector<core::SpanPiece> spans;
@@ -885,7 +892,7 @@ uint64_t TcpConnection::chunk_for(const core::SegmentList& list, uint64_t paths)
 
 Status TcpConnection::exchange(std::span<const Piece> pieces, uint8_t* buffer, bool to_buffer) {
   std::lock_guard lock(control_copy_mu_);
-  if (!control_copier_) control_copier_ = new_copier();
+  if (!control_copier_) control_copier_ = new_control_copier();
   bool copied = false;
   for (const Piece& p : pieces) {
     uint8_t* mine = buffer;

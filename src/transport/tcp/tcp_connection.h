@@ -212,8 +212,12 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   // Chunk size for an operation on `list` over the paths in the mask `paths`
   // (0: every path); 0 means the queue's default.
   uint64_t chunk_for(const core::SegmentList& list, uint64_t paths) const;
-  // A copier for staging: the test hooks' if set, else CUDA's.
+  // A copier for staging through pinned slots: the test hooks' if set, else
+  // CUDA's with the copy kernel.
   std::unique_ptr<Copier> new_copier() const;
+  // The copier of exchange(), whose buffers are ordinary (pageable) memory:
+  // the copy engines only, since the kernel can reach pinned memory alone.
+  std::unique_ptr<Copier> new_control_copier() const;
   // Copies every piece to (`to_buffer`) or from `buffer`, which holds their
   // bytes back to back, and waits: the control stream's GPU payloads.
   Status exchange(std::span<const Piece> pieces, uint8_t* buffer, bool to_buffer);
