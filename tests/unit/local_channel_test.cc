@@ -3,11 +3,12 @@
 // the same memfd as the peer would have), the span codec, span slicing and
 // cross-memory copies within this process.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <deque>
-
 #include <random>
 #include <thread>
 
@@ -40,13 +41,13 @@ TEST(ShmChannel, MessagesArriveInOrderAcrossManyWrapArounds) {
       sent.push_back(head + body);
     } else {
       // Full: the consumer drains one and the post then fits.
-      ASSERT_TRUE(b.receive(got));
+      ASSERT_TRUE(b.receive(got).value());
       ASSERT_EQ(got, sent.front());
       sent.pop_front();
       --i;
     }
   }
-  while (b.receive(got)) {
+  while (b.receive(got).value()) {
     ASSERT_FALSE(sent.empty());
     ASSERT_EQ(got, sent.front());
     sent.pop_front();
@@ -60,10 +61,10 @@ TEST(ShmChannel, BothDirectionsAreIndependent) {
   ASSERT_TRUE(a.try_post("to-b", ""));
   ASSERT_TRUE(b.try_post("to-a", "!"));
   std::string m;
-  ASSERT_TRUE(b.receive(m));
+  ASSERT_TRUE(b.receive(m).value());
   EXPECT_EQ(m, "to-b");
-  EXPECT_FALSE(b.receive(m));
-  ASSERT_TRUE(a.receive(m));
+  EXPECT_FALSE(b.receive(m).value());
+  ASSERT_TRUE(a.receive(m).value());
   EXPECT_EQ(m, "to-a!");
 }
 
@@ -76,7 +77,7 @@ TEST(ShmChannel, FullRingRefusesInsteadOfOverwriting) {
   EXPECT_LT(posted, 9);
   std::string m;
   int read = 0;
-  while (b.receive(m)) {
+  while (b.receive(m).value()) {
     EXPECT_EQ(m, std::string(500, 'x'));
     ++read;
   }
@@ -103,7 +104,7 @@ TEST(ShmChannel, SleepingConsumerWakesOnPostAndOnKick) {
   auto waited = std::chrono::steady_clock::now() - t0;
   producer.join();
   std::string m;
-  ASSERT_TRUE(b.receive(m));
+  ASSERT_TRUE(b.receive(m).value());
   EXPECT_EQ(m, "wake");
   EXPECT_LT(waited, std::chrono::milliseconds(2000));
   // A kick from this side's own threads also ends the wait.
@@ -169,6 +170,18 @@ TEST(SharedSpan, RoundTripsAndRejectsMalformedLists) {
   std::string kind = bytes.substr(0, kSharedSpanBytes);
   kind[0] = 9;
   EXPECT_EQ(decode_spans(kind).status().code(), Code::kDataLoss);
+  // Lengths chosen so that address + length wraps past 2^64: refused, not
+  // taken for a short span inside the allocation.
+  gpu.address = 0x7ff0;
+  gpu.length = ~uint64_t{0} - 7;
+  std::string wrapping;
+  encode_spans({gpu}, wrapping);
+  EXPECT_EQ(decode_spans(wrapping).status().code(), Code::kDataLoss);
+  host.address = ~uint64_t{0} - 100;
+  host.length = 200;
+  std::string host_wrapping;
+  encode_spans({host}, host_wrapping);
+  EXPECT_EQ(decode_spans(host_wrapping).status().code(), Code::kDataLoss);
 }
 
 TEST(SharedSpan, SlicingKeepsAllocationsAndMovesAddresses) {
@@ -192,7 +205,8 @@ TEST(CrossMemory, CopiesBetweenIovecListsOfDifferentShapes) {
   for (auto& b : src) b = static_cast<uint8_t>(rng());
   std::vector<iovec> local, remote;
   for (size_t at = 0; at < src.size(); at += 4099) local.push_back({&src[at], std::min<size_t>(4099, src.size() - at)});
-  for (size_t at = 0; at < dst.size(); at += 65537) remote.push_back({&dst[at], std::min<size_t>(65537, dst.size() - at)});
+  for (size_t at = 0; at < dst.size(); at += 65537)
+    remote.push_back({&dst[at], std::min<size_t>(65537, dst.size() - at)});
   ASSERT_GT(local.size(), 200u);  // more than one call's worth is fine too
   ASSERT_TRUE(cross_write(::getpid(), local, remote).ok());
   EXPECT_EQ(src, dst);
@@ -212,6 +226,37 @@ TEST(CrossMemory, ADeadPeerIsPeerLost) {
   EXPECT_EQ(s.code(), Code::kPeerLost) << s.to_string();
   EXPECT_NE(s.message().find(std::to_string(child)), std::string::npos);
   EXPECT_EQ(fetch_peer_fd(child, 0).status().code(), Code::kPeerLost);
+}
+
+// A peer that writes garbage into the ring: a length past the ring, or past
+// what it published, is refused with kDataLoss and nothing is read.
+TEST(ShmChannel, GarbageLengthsAreRefusedNotRead) {
+  for (uint32_t bad : {0x7ffffff0u, 4000u, 13u}) {
+    auto a = ShmChannel::create(4096, 11).value();
+    ShmChannel b = peer_of(a, 11);
+    ASSERT_TRUE(a.try_post("hello", ""));
+    // The peer's mapping of the same memory: find the message, rewrite its length.
+    size_t bytes = static_cast<size_t>(::lseek(a.fd(), 0, SEEK_END));
+    auto* m = static_cast<uint8_t*>(::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, a.fd(), 0));
+    ASSERT_NE(m, MAP_FAILED);
+    uint8_t* at = static_cast<uint8_t*>(::memmem(m, bytes, "hello", 5));
+    ASSERT_NE(at, nullptr);
+    std::memcpy(at - 4, &bad, 4);
+    std::string got;
+    Result<bool> r = b.receive(got);
+    ASSERT_FALSE(r.ok()) << "length " << bad;
+    EXPECT_EQ(r.status().code(), Code::kDataLoss);
+    EXPECT_NE(r.status().message().find("garbage"), std::string::npos) << r.status().to_string();
+    ::munmap(m, bytes);
+  }
+}
+
+// A message longer than the ring can never be posted; fits() says so first.
+TEST(ShmChannel, MessagesLongerThanTheRingDoNotFit) {
+  auto a = ShmChannel::create(4096, 12).value();
+  EXPECT_TRUE(a.fits(4000));
+  EXPECT_FALSE(a.fits(4096));
+  EXPECT_FALSE(a.try_post(std::string(5000, 'x'), ""));
 }
 
 }  // namespace

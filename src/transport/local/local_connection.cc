@@ -82,8 +82,23 @@ Status LocalConnection::health() const { return usable(); }
 
 // ---- messages ---------------------------------------------------------------------
 
+Status LocalConnection::fits(std::string_view payload, const char* what) const {
+  if (channel_.fits(wire::kHeaderSize + payload.size())) return Status();
+  return Status(Code::kInvalidArgument,
+                where() + ": " + what + " takes a control message of " + std::to_string(payload.size()) +
+                    " bytes, more than the channel carries (" + std::to_string(payload.size() / kSharedSpanBytes) +
+                    " memory pieces, each a part or a separate allocation): use fewer or larger parts");
+}
+
 void LocalConnection::post(const FrameHeader& h, std::string_view aux, std::string_view payload) {
   std::string msg = encode(h, aux, payload);
+  if (!channel_.fits(msg.size())) {
+    // Callers check what can grow (fits()); waiting in the outbox for room
+    // that never comes would stall every message behind it.
+    fail(Status(Code::kInternal,
+                where() + ": a control message of " + std::to_string(msg.size()) + " bytes does not fit the channel"));
+    return;
+  }
   {
     std::lock_guard lock(out_mu_);
     if (outbox_.empty() && channel_.try_post(msg, {})) return;
@@ -104,8 +119,16 @@ bool LocalConnection::flush_outbox() {
 }
 
 void LocalConnection::expect(uint64_t id, Completion c) {
-  std::lock_guard lock(mu_);
-  expected_[id] = std::move(c);
+  {
+    std::lock_guard lock(mu_);
+    // fail() sets failed_ before it takes mu_ to empty these tables: an
+    // entry added after that would never be completed.
+    if (!failed_.load(std::memory_order_acquire)) {
+      expected_[id] = std::move(c);
+      return;
+    }
+  }
+  c(usable());
 }
 
 void LocalConnection::answer(uint64_t id, const Status& s) {
@@ -183,6 +206,7 @@ Transfer LocalConnection::post_send(core::SegmentList source) {
   if (Status s = describe(source, size, spans); !s.ok()) return failed(s.with_context(where()));
   std::string payload;
   encode_spans(spans, payload);
+  if (Status s = fits(payload, "this send"); !s.ok()) return failed(s);
   // The sender copies once it learns where the receive buffer is (CTS); when
   // it cannot address that buffer, the receiver copies and answers DONE.
   expect(op, done);
@@ -214,6 +238,10 @@ Transfer LocalConnection::post_recv(core::SegmentList dest) {
   Unexpected msg;
   {
     std::lock_guard lock(mu_);
+    if (failed_.load(std::memory_order_acquire)) {
+      state->finish(usable());  // see expect()
+      return handle;
+    }
     if (unexpected_.empty()) {
       std::weak_ptr<TransferState> weak = state;
       std::weak_ptr<LocalConnection> self = weak_from_this();
@@ -295,10 +323,15 @@ void LocalConnection::match(PostedRecv recv, Unexpected msg) {
       answer(msg.op, s);
       return;
     }
-    uint64_t token = state->id();
-    expect(token, [state](const Status& st) { state->finish(st); });
     std::string payload;
     encode_spans(spans, payload);
+    if (Status f = fits(payload, "this receive"); !f.ok()) {
+      state->finish(f);
+      answer(msg.op, f);
+      return;
+    }
+    uint64_t token = state->id();
+    expect(token, [state](const Status& st) { state->finish(st); });
     FrameHeader h;
     h.type = FrameType::kLocalCts;
     h.id = msg.op;
@@ -452,6 +485,11 @@ void LocalConnection::with_export(const RemoteDescriptor& r, std::function<void(
       then(info);  // starts the copy under the gate
       return;
     }
+    if (failed_.load(std::memory_order_acquire)) {
+      lock.unlock();
+      then(usable());  // see expect()
+      return;
+    }
     auto& waiters = opening_[key];
     waiters.push_back(std::move(then));
     if (waiters.size() > 1) return;  // a request is already out
@@ -517,6 +555,10 @@ void LocalConnection::run_item(const std::shared_ptr<TransferState>& state, cons
   }
   std::string payload;
   encode_spans(mine, payload);
+  if (Status f = fits(payload, is_write ? "this write" : "this read"); !f.ok()) {
+    state->finish_part(f);
+    return;
+  }
   uint64_t op = next_id();
   expect(op, [state](const Status& st) { state->finish_part(st); });
   FrameHeader h;
@@ -611,17 +653,19 @@ void LocalConnection::peer_exited() {
   // What the peer posted before it exited still counts (an acknowledgement
   // of its last receive, say): read it all, then fail what is left.
   std::string msg;
-  while (channel_.receive(msg)) {
+  while (next_message(msg)) {
     if (!handle(msg).ok()) break;
   }
   fail(Status(Code::kPeerLost, where() + ": the peer process exited"));
 }
 
 void LocalConnection::fail(const Status& why) {
-  if (failed_.exchange(true)) return;
   {
+    // The reason is in place before anyone can see failed_ set.
     std::lock_guard lock(health_mu_);
+    if (failed_.load(std::memory_order_relaxed)) return;
     health_ = why;
+    failed_.store(true, std::memory_order_release);
   }
   if (why.code() != Code::kCancelled) FERRY_LOG(kWarn, "local", "%s", why.to_string().c_str());
   std::unordered_map<uint64_t, Completion> expected;

@@ -124,7 +124,10 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   uint64_t next_id();
 
   // Posting messages. post() never blocks the progress thread: what does not
-  // fit in the ring waits in outbox_ (order kept).
+  // fit in the ring now waits in outbox_ (order kept); a message that could
+  // never fit fails the connection, so callers check what can grow first:
+  // fits() names the operation in its error.
+  Status fits(std::string_view payload, const char* what) const;
   void post(const wire::FrameHeader& h, std::string_view aux = {}, std::string_view payload = {});
   bool flush_outbox();
   void expect(uint64_t id, Completion c);  // runs c on LOCAL_DONE/ACK for `id`
@@ -153,6 +156,9 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
 
   // Progress thread.
   void progress_loop();
+  // The next message from the peer's ring; false if none, or if the ring held
+  // garbage (the connection then fails).
+  bool next_message(std::string& msg);
   Status handle(const std::string& msg);
   Status on_rts(const wire::FrameHeader& h, std::string_view payload);
   Status on_cts(const wire::FrameHeader& h, std::string_view payload);
@@ -178,6 +184,7 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   std::atomic<bool> closed_{false};
   mutable std::mutex health_mu_;
   Status health_;                          // guarded by health_mu_
+  bool channel_broken_ = false;            // progress thread (or its closer) only
   uint64_t last_peer_beats_ = 0;           // heartbeat thread only
   Clock::time_point last_peer_beat_at_{};  // heartbeat thread only
 

@@ -29,6 +29,17 @@ bool LocalConnection::peer_gone() const {
   return ::recv(control_.fd(), &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
+bool LocalConnection::next_message(std::string& msg) {
+  if (channel_broken_) return false;
+  Result<bool> r = channel_.receive(msg);
+  if (r.ok()) return r.value();
+  // Nothing after garbage can be trusted: the connection fails and the ring
+  // is not read again.
+  channel_broken_ = true;
+  fail(r.status().with_context(where()));
+  return false;
+}
+
 void LocalConnection::progress_loop() {
   auto last_activity = Clock::now();
   std::string msg;
@@ -36,7 +47,7 @@ void LocalConnection::progress_loop() {
   while (!stop_.load(std::memory_order_acquire)) {
     local_work_.store(false, std::memory_order_release);
     bool did = flush_outbox();
-    while (channel_.receive(msg)) {
+    while (next_message(msg)) {
       did = true;
       Status s = handle(msg);
       if (!s.ok()) {
@@ -232,6 +243,11 @@ Status LocalConnection::on_open(const FrameHeader& h) {
   r.c = h.c;
   std::string payload;
   encode_spans(spans, payload);
+  if (Status f = fits(payload, "opening this export"); !f.ok()) {
+    r.code = static_cast<uint32_t>(f.code());
+    post(r, f.message().substr(0, 4000));
+    return Status();
+  }
   post(r, {}, payload);
   return Status();
 }

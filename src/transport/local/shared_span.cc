@@ -1,6 +1,7 @@
 // SharedSpan codec: little-endian fixed fields, 136 bytes per span.
 #include "transport/local/shared_span.h"
 
+#include <cstdint>
 #include <cstring>
 
 #include "wire/frame.h"
@@ -26,8 +27,8 @@ void encode_spans(const std::vector<SharedSpan>& spans, std::string& out) {
 
 Result<std::vector<SharedSpan>> decode_spans(std::string_view bytes) {
   if (bytes.size() % kSharedSpanBytes != 0) {
-    return Status(Code::kDataLoss, "local: span list of " + std::to_string(bytes.size()) + " bytes is not a multiple of " +
-                                       std::to_string(kSharedSpanBytes));
+    return Status(Code::kDataLoss, "local: span list of " + std::to_string(bytes.size()) +
+                                       " bytes is not a multiple of " + std::to_string(kSharedSpanBytes));
   }
   std::vector<SharedSpan> out;
   for (size_t off = 0; off < bytes.size(); off += kSharedSpanBytes) {
@@ -46,10 +47,13 @@ Result<std::vector<SharedSpan>> decode_spans(std::string_view bytes) {
     s.fd = static_cast<int32_t>(wire::get_u32(b + 40));
     std::memcpy(s.pci.data(), b + 56, s.pci.size());
     std::memcpy(s.ipc.data(), b + 72, s.ipc.size());
-    if (s.gpu() != (s.handle_type != HandleType::kNone) ||
-        (s.gpu() && (s.address < s.alloc_base || s.address + s.length > s.alloc_base + s.alloc_size))) {
-      return Status(Code::kDataLoss, "local: span " + std::to_string(off / kSharedSpanBytes) +
-                                         " lies outside the allocation it names");
+    // Written without sums that could wrap: a peer's numbers are not trusted.
+    bool wraps = s.length > UINT64_MAX - s.address;
+    bool outside = s.gpu() && (s.address < s.alloc_base || s.length > s.alloc_size ||
+                               s.address - s.alloc_base > s.alloc_size - s.length);
+    if (s.gpu() != (s.handle_type != HandleType::kNone) || wraps || outside) {
+      return Status(Code::kDataLoss,
+                    "local: span " + std::to_string(off / kSharedSpanBytes) + " lies outside the allocation it names");
     }
     out.push_back(s);
   }

@@ -14,7 +14,7 @@ namespace ferry::local {
 
 namespace {
 constexpr uint64_t kMagic = 0x314d485359524546ull;  // "FERYSHM1"
-constexpr uint32_t kWrap = 0xffffffffu;            // "continue at the ring's start"
+constexpr uint32_t kWrap = 0xffffffffu;             // "continue at the ring's start"
 
 long futex(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* timeout) {
   return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, val, timeout, nullptr, 0);
@@ -24,10 +24,10 @@ size_t align8(size_t n) { return (n + 7) & ~size_t{7}; }
 }  // namespace
 
 struct ShmChannel::Ring {
-  alignas(64) std::atomic<uint64_t> head;  // bytes published by the producer
-  alignas(64) std::atomic<uint64_t> tail;  // bytes consumed by the consumer
-  alignas(64) std::atomic<uint32_t> seq;   // futex word: bumped to wake the consumer
-  std::atomic<uint32_t> sleeping;          // the consumer is (about to be) asleep
+  alignas(64) std::atomic<uint64_t> head;   // bytes published by the producer
+  alignas(64) std::atomic<uint64_t> tail;   // bytes consumed by the consumer
+  alignas(64) std::atomic<uint32_t> seq;    // futex word: bumped to wake the consumer
+  std::atomic<uint32_t> sleeping;           // the consumer is (about to be) asleep
   alignas(64) std::atomic<uint64_t> beats;  // liveness of the consumer's side
 };
 
@@ -104,6 +104,8 @@ Result<ShmChannel> ShmChannel::attach(int fd, uint64_t nonce) {
   return c;
 }
 
+bool ShmChannel::fits(size_t bytes) const { return align8(4 + bytes) <= ring_bytes_; }
+
 bool ShmChannel::try_post(std::string_view head, std::string_view body) {
   std::lock_guard lock(post_mu_);
   Ring& r = ring(side_);
@@ -145,20 +147,30 @@ bool ShmChannel::readable() const {
   return r.head.load(std::memory_order_acquire) != r.tail.load(std::memory_order_relaxed);
 }
 
-bool ShmChannel::receive(std::string& out) {
+Result<bool> ShmChannel::receive(std::string& out) {
   Ring& r = ring(1 - side_);
   uint8_t* d = data(1 - side_);
   uint64_t t = r.tail.load(std::memory_order_relaxed);
   uint64_t h = r.head.load(std::memory_order_acquire);
   if (t == h) return false;
+  // The ring is shared with the peer: a length it wrote is checked against
+  // what it published and against the ring's end before a byte is read.
+  auto garbage = [&](const char* what) {
+    return Status(Code::kDataLoss, std::string("local control ring: ") + what + " at offset " +
+                                       std::to_string(t % ring_bytes_) + " (the peer wrote garbage)");
+  };
+  if (h - t > ring_bytes_) return garbage("more bytes published than the ring holds");
   size_t at = t % ring_bytes_;
   uint32_t n = 0;
   std::memcpy(&n, d + at, 4);
   if (n == kWrap) {
+    if (h - t < ring_bytes_ - at) return garbage("a wrap marker past the published bytes");
     t += ring_bytes_ - at;
     at = 0;
+    if (t == h) return garbage("a wrap marker with no message after it");
     std::memcpy(&n, d, 4);
   }
+  if (n > ring_bytes_ - at - 4 || align8(4 + size_t{n}) > h - t) return garbage("a message length past the ring");
   out.assign(reinterpret_cast<const char*>(d + at + 4), n);
   r.tail.store(t + align8(4 + n), std::memory_order_release);
   return true;

@@ -38,13 +38,16 @@ class ShmChannel {
   int fd() const { return fd_; }
   size_t max_message() const { return ring_bytes_ / 4; }
 
+  // Whether a message of `bytes` can ever be posted (an empty ring holds it).
+  bool fits(size_t bytes) const;
   // Appends one message made of `head` then `body` to the outgoing ring.
   // Returns false without posting when the ring lacks room (the caller
-  // retries later); kInvalidArgument-sized messages never fit: callers keep
-  // messages under max_message().
+  // retries later); a message that does not fit() never posts.
   bool try_post(std::string_view head, std::string_view body);
-  // Takes the next incoming message into `out`; false if none.
-  bool receive(std::string& out);
+  // Takes the next incoming message into `out`; false if none. kDataLoss if
+  // the peer's ring holds a length or marker that cannot be right (nothing is
+  // read past what it published).
+  Result<bool> receive(std::string& out);
   // True if an incoming message is waiting.
   bool readable() const;
   // Sleeps until a message arrives, kick() is called, or `timeout` passes;
