@@ -38,6 +38,7 @@ class ManualCopier final : public Copier {
   Result<void*> alloc_host(int, size_t bytes) override { return std::malloc(bytes); }
   void free_host(void* p, size_t) override { std::free(p); }
   Status copy(int, void* dst, const void* src, size_t n) override {
+    if (++copies_ == fail_copy_) return Status(Code::kInternal, "copy refused by the test");
     queued_.push_back({dst, src, n, 0});
     return Status();
   }
@@ -62,6 +63,14 @@ class ManualCopier final : public Copier {
     }
   }
   uint64_t issued() const { return issued_; }
+  // Copies queued and not yet run.
+  size_t unrun() const {
+    size_t n = 0;
+    for (const Job& j : queued_) n += j.ticket == 0;
+    return n;
+  }
+  // The n-th copy (from 1) fails to queue.
+  void fail_copy(int n) { fail_copy_ = n; }
 
  private:
   struct Job {
@@ -72,6 +81,7 @@ class ManualCopier final : public Copier {
   };
   std::deque<Job> queued_;
   uint64_t issued_ = 0, completed_ = 0;
+  int copies_ = 0, fail_copy_ = 0;
 };
 
 struct SocketPair {
@@ -240,6 +250,52 @@ TEST(RxStager, ManyFramesThroughFewSlotsWithAsynchronousCopies) {
   ASSERT_TRUE(rx.retire(true).ok());
   writer.join();
   EXPECT_EQ(completed, 40);
+}
+
+// A chunk whose second piece cannot be queued: the first piece's copy, which
+// reads the source region and writes the slot, ends before stage() returns
+// (the caller then lets the region go and the slot is reused).
+TEST(TxStager, AFailedPieceWaitsForTheCopiesQueuedBeforeIt) {
+  auto owned = std::make_unique<ManualCopier>();
+  ManualCopier* copier = owned.get();
+  copier->fail_copy(2);
+  TxStager tx(std::move(owned), 1 << 16, 2);
+  auto a = random_bytes(4096, 31), b = random_bytes(100, 32);
+  std::vector<Piece> pieces = {{a.data(), a.size(), 0, true}, {b.data(), b.size(), 0, true}};
+  TxStager::Staged s;
+  Status st = tx.stage(pieces, s);
+  EXPECT_EQ(st.code(), Code::kInternal);
+  EXPECT_EQ(copier->unrun(), 0u) << "a copy from the source was still queued when stage() gave up";
+  EXPECT_EQ(s.slot, nullptr);
+}
+
+// A frame that breaks off after some of its slots were copied on: those
+// copies into the destination land before the frame's completion (which
+// holds the destination region open) is let go.
+TEST(RxStager, AFrameThatBreaksOffLandsItsQueuedCopiesBeforeLettingGo) {
+  SocketPair sp;
+  auto owned = std::make_unique<ManualCopier>();
+  ManualCopier* copier = owned.get();
+  constexpr size_t kSlot = 16 * 1024;
+  RxStager rx(std::move(owned), kSlot, 2);
+  auto sent = random_bytes(20 * 1024, 33);  // of a 64 KiB frame
+  ASSERT_TRUE(platform::send_all_by(sp.a, sent.data(), sent.size(), Clock::now() + 5s).ok());
+  ASSERT_EQ(::shutdown(sp.a, SHUT_WR), 0);
+  std::vector<uint8_t> dest(64 * 1024, 0);
+  struct Probe {
+    const std::vector<uint8_t>* dest;
+    const std::vector<uint8_t>* sent;
+    bool* landed;
+    ~Probe() { *landed = std::memcmp(dest->data(), sent->data(), kSlot) == 0; }
+  };
+  bool landed = false;
+  auto probe = std::make_shared<Probe>(Probe{&dest, &sent, &landed});
+  std::vector<Piece> p = {{dest.data(), dest.size(), 0, true}};
+  Status st = rx.receive(sp.b, p, [probe] { return Status(); });
+  probe.reset();  // what remains of the frame's hold on the destination
+  EXPECT_FALSE(st.ok());
+  EXPECT_TRUE(landed) << "the frame let go of its destination with a copy into it still queued";
+  EXPECT_EQ(copier->unrun(), 0u);
 }
 
 TEST(RxStager, ACompletionErrorStopsRetiring) {

@@ -6,8 +6,12 @@
 // also when a connection dies mid-transfer.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -39,6 +43,92 @@ bool wait_for_no_staging(Deadline deadline) {
     ::ferry::Status s_ = (expr);                             \
     ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.to_string(); \
   } while (0)
+
+// A copier whose copies run late on its own thread and which counts those
+// that touch a range the test has declared off limits (a region after its
+// dereg returned).
+struct OffLimits {
+  std::atomic<uintptr_t> lo{0}, hi{0};
+  std::atomic<int> touched{0};
+  bool hit(const void* p, size_t n) const {
+    auto a = reinterpret_cast<uintptr_t>(p);
+    return a < hi.load() && a + n > lo.load();
+  }
+};
+
+class WatchedCopier final : public Copier {
+ public:
+  WatchedCopier(std::shared_ptr<OffLimits> off, std::chrono::microseconds delay) : off_(std::move(off)), delay_(delay) {
+    worker_ = std::thread([this] { run(); });
+  }
+  ~WatchedCopier() override {
+    {
+      std::lock_guard l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+  Result<void*> alloc_host(int, size_t bytes) override { return std::malloc(bytes); }
+  void free_host(void* p, size_t) override { std::free(p); }
+  Status copy(int, void* dst, const void* src, size_t n) override {
+    std::lock_guard l(mu_);
+    jobs_.push_back({dst, src, n, 0});
+    cv_.notify_all();
+    return Status();
+  }
+  Result<uint64_t> fence() override {
+    std::lock_guard l(mu_);
+    jobs_.push_back({nullptr, nullptr, 0, ++issued_});
+    cv_.notify_all();
+    return issued_;
+  }
+  Result<bool> done(uint64_t t) override {
+    std::lock_guard l(mu_);
+    return completed_ >= t;
+  }
+  Status wait(uint64_t t) override {
+    std::unique_lock l(mu_);
+    // Bounded by the copies queued before `t`, each `delay_` long.
+    cv_.wait(l, [&] { return completed_ >= t; });
+    return Status();
+  }
+
+ private:
+  struct Job {
+    void* dst;
+    const void* src;
+    size_t n;
+    uint64_t ticket;
+  };
+  void run() {
+    std::unique_lock l(mu_);
+    for (;;) {
+      cv_.wait(l, [&] { return stop_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;
+      Job j = jobs_.front();
+      jobs_.pop_front();
+      if (j.ticket != 0) {
+        completed_ = j.ticket;
+        cv_.notify_all();
+        continue;
+      }
+      l.unlock();
+      std::this_thread::sleep_for(delay_);
+      if (off_->hit(j.src, j.n) || off_->hit(j.dst, j.n)) off_->touched.fetch_add(1);
+      std::memcpy(j.dst, j.src, j.n);
+      l.lock();
+    }
+  }
+  std::shared_ptr<OffLimits> off_;
+  std::chrono::microseconds delay_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> jobs_;
+  uint64_t issued_ = 0, completed_ = 0;
+  bool stop_ = false;
+  std::thread worker_;
+};
 
 struct Side {
   std::unique_ptr<Engine> engine;
@@ -245,6 +335,48 @@ TEST_F(StagedTcp, AConnectionLostMidTransferFailsInBoundedTimeAndFreesItsSlots) 
   EXPECT_EQ(0, std::memcmp(y_.at(0), x_.at(0), 1 << 20));
   c.value()->close();
   d.value()->close();
+}
+
+// The sender's path dies with staging copies from the source still queued
+// (three chunks claimed ahead, each copy 150 ms late): the failed send's
+// region, once dereg returns, is read by no copy. The path used to let the
+// region go before waiting for those copies.
+TEST(StagedTcpFailure, NoStagingCopyReadsASourceDeregisteredAfterItsSendFailed) {
+  auto off = std::make_shared<OffLimits>();
+  set_staging_hooks_for_tests(
+      StagingHooks{[off] { return std::make_unique<WatchedCopier>(off, 150ms); }, /*stage_host=*/true});
+  Options o;
+  o.transport = "tcp";
+  o.listen = "127.0.0.1:0";
+  o.streams = 1;
+  o.staging_depth = 3;
+  o.staging_chunk_bytes = 64 * 1024;
+  auto x = Engine::create(o).value();
+  auto y = Engine::create(o).value();
+  std::vector<uint8_t> xm(4 << 20), ym(4 << 20);
+  fill(xm.data(), xm.size(), 9);
+  Region xr = x->reg(xm.data(), xm.size()).value();
+  ASSERT_TRUE(y->reg(ym.data(), ym.size()).ok());
+  auto xc = x->connect(y->address(), after(10s)).value();
+  auto yc = y->accept(after(10s)).value();
+  Transfer r = yc->recv_async(ym.data(), ym.size());
+  Transfer s = xc->send_async(xm.data(), xm.size());
+  std::this_thread::sleep_for(700ms);  // chunks are being staged, 150 ms each
+  ASSERT_FALSE(s.test());
+  yc->close();
+  EXPECT_FALSE(s.wait(after(20s)).ok());
+  ASSERT_TRUE(x->dereg(xr).ok());
+  off->lo = reinterpret_cast<uintptr_t>(xm.data());
+  off->hi = reinterpret_cast<uintptr_t>(xm.data()) + xm.size();
+  std::this_thread::sleep_for(1s);  // longer than what was queued
+  EXPECT_EQ(off->touched.load(), 0) << "staging copies read the sender's region after its dereg returned";
+  off->lo = off->hi = 0;
+  xc->close();
+  xc.reset();
+  yc.reset();
+  x.reset();
+  y.reset();
+  set_staging_hooks_for_tests({});
 }
 
 }  // namespace

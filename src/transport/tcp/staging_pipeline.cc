@@ -55,6 +55,12 @@ Status TxStager::stage(std::span<const Piece> pieces, Staged& out) {
     uint8_t* dst = out.slot->data + at;
     Status s = copier_->copy(p.device, dst, p.data, p.size);
     if (!s.ok()) {
+      // The pieces before this one are being copied from the source into
+      // the slot: both stay untouched until they end.
+      if (at > 0) {
+        auto t = copier_->fence();
+        if (t.ok()) (void)copier_->wait(t.value());
+      }
       release(out);
       return s;
     }
@@ -74,6 +80,10 @@ Status TxStager::stage(std::span<const Piece> pieces, Staged& out) {
 
 Status TxStager::wait(const Staged& s) { return s.ticket == 0 ? Status() : copier_->wait(s.ticket); }
 
+void TxStager::drain() {
+  if (last_ticket_ != 0) (void)copier_->wait(last_ticket_);
+}
+
 void TxStager::release(Staged& s) {
   if (s.slot != nullptr) ring_.release(s.slot);
   s.slot = nullptr;
@@ -91,22 +101,28 @@ RxStager::~RxStager() {
 
 Status RxStager::receive(int fd, std::span<const Piece> pieces, Done done) {
   uint64_t ticket = 0;
+  // A frame that breaks off: the copies already queued write into the region
+  // that `done` keeps open, so they end before it is let go.
+  auto abandon = [&](const Status& why) {
+    if (ticket != 0) (void)copier_->wait(ticket);
+    return why;
+  };
   for (const Piece& p : pieces) {
     if (!p.staged) {
       struct iovec v = {p.data, p.size};
-      FERRY_RETURN_IF_ERROR(platform::recv_all(fd, &v, 1));
+      if (Status st = platform::recv_all(fd, &v, 1); !st.ok()) return abandon(st);
       continue;
     }
     for (size_t off = 0; off < p.size;) {
       size_t n = std::min(ring_.slot_bytes(), p.size - off);
       auto slot = ring_.acquire(p.device);
-      if (!slot.ok()) return slot.status();
+      if (!slot.ok()) return abandon(slot.status());
       StagingRing::Slot* s = slot.value();
       Status st = platform::recv_exact(fd, s->data, n);
       if (st.ok()) st = copier_->copy(p.device, p.data + off, s->data, n);
       Result<uint64_t> t = st.ok() ? copier_->fence() : Result<uint64_t>(st);
       ring_.release(s);
-      if (!t.ok()) return t.status();
+      if (!t.ok()) return abandon(t.status());
       s->ticket = ticket = last_ticket_ = t.value();
       off += n;
     }

@@ -76,6 +76,9 @@ class TxStager {
   Status stage(std::span<const Piece> pieces, Staged& out);
   // Blocks until `s`'s copies are done; then its iov may be sent.
   Status wait(const Staged& s);
+  // Blocks until every copy queued so far has ended (before the regions they
+  // read are let go).
+  void drain();
   // The chunk was sent: its slot may be reused.
   void release(Staged& s);
 

@@ -901,8 +901,15 @@ Status TcpConnection::exchange(std::span<const Piece> pieces, uint8_t* buffer, b
       std::memcpy(to_buffer ? mine : p.data, to_buffer ? p.data : mine, p.size);
       continue;
     }
-    FERRY_RETURN_IF_ERROR(
-        control_copier_->copy(p.device, to_buffer ? mine : p.data, to_buffer ? p.data : mine, p.size));
+    Status s = control_copier_->copy(p.device, to_buffer ? mine : p.data, to_buffer ? p.data : mine, p.size);
+    if (!s.ok()) {
+      // The pieces queued before this one use the caller's region and buffer.
+      if (copied) {
+        auto t = control_copier_->fence();
+        if (t.ok()) (void)control_copier_->wait(t.value());
+      }
+      return s;
+    }
     copied = true;
   }
   if (!copied) return Status();
@@ -1293,7 +1300,10 @@ void TcpConnection::path_tx_loop(int path) {
     }
   }
   // Unsent chunks stay with the queue (moved to other paths when this one
-  // failed); their copies must end before the slots go.
+  // failed). Their copies end first: each entry holds its source region
+  // open (dereg waits for it), and the copies read that region and write
+  // the slots.
+  if (stager) stager->drain();
   pipe.clear();
   stager.reset();
 }
