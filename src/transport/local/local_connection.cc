@@ -656,10 +656,13 @@ void LocalConnection::peer_exited() {
   while (next_message(msg)) {
     if (!handle(msg).ok()) break;
   }
+  peer_quiet_.store(true, std::memory_order_release);  // a process that is gone copies nothing
   fail(Status(Code::kPeerLost, where() + ": the peer process exited"));
 }
 
-void LocalConnection::fail(const Status& why) {
+void LocalConnection::fail(const Status& why) { fail(why, true); }
+
+void LocalConnection::fail(const Status& why, bool shutdown_control) {
   {
     // The reason is in place before anyone can see failed_ set.
     std::lock_guard lock(health_mu_);
@@ -685,7 +688,7 @@ void LocalConnection::fail(const Status& why) {
     for (auto& w : waiters) w(why);
   }
   notes_.wake();
-  control_.shutdown();
+  if (shutdown_control) control_.shutdown();
   local_work_.store(true);
   channel_.kick();
 }
@@ -693,12 +696,27 @@ void LocalConnection::fail(const Status& why) {
 void LocalConnection::close() {
   if (closed_.exchange(true)) return;
   if (!failed_.load()) {
+    // Both sides copy into each other's memory, so neither may deregister
+    // it until the other has stopped: fail what is pending, let this side's
+    // own copies end, tell the peer, and wait for it to do the same (it
+    // closes the control stream once its copies have ended).
+    fail(Status(Code::kCancelled, where() + ": connection closed"), /*shutdown_control=*/false);
+    copier_.stop();
     FrameHeader h;
     h.type = FrameType::kClose;
     post(h);
     flush_outbox();
+    auto until = Clock::now() + ctx_->options.peer_timeout;
+    while (!peer_gone() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (peer_gone()) {
+      peer_quiet_.store(true, std::memory_order_release);
+    } else {
+      FERRY_LOG(kWarn, "local", "%s: the peer did not confirm within peer_timeout that it stopped copying",
+                where().c_str());
+    }
   }
   fail(Status(Code::kCancelled, where() + ": connection closed"));
+  control_.shutdown();
   stop_.store(true, std::memory_order_release);
   channel_.kick();
   if (progress_.joinable()) {

@@ -167,6 +167,9 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   Status on_pull_or_push(const wire::FrameHeader& h, std::string_view payload);
   Status on_revoke(const wire::FrameHeader& h, std::string_view payload);
   bool peer_gone() const;
+  // fail() that leaves the control stream open when `shutdown_control` is
+  // false: an orderly close shuts it only once copies have ended.
+  void fail(const Status& why, bool shutdown_control);
   // Progress thread: handles what the dead peer left in the channel, then fails.
   void peer_exited();
   bool has_pending();
@@ -182,6 +185,9 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   std::atomic<bool> local_work_{false};  // set with a kick(): outbox or copies to poll
   std::atomic<bool> failed_{false};
   std::atomic<bool> closed_{false};
+  // The peer has stopped copying into this side's memory: it closed in
+  // order (its copies ended first), or its process exited.
+  std::atomic<bool> peer_quiet_{false};
   mutable std::mutex health_mu_;
   Status health_;                          // guarded by health_mu_
   bool channel_broken_ = false;            // progress thread (or its closer) only

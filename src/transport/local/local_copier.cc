@@ -143,14 +143,38 @@ Status LocalCopier::copy_gpu_piece(uint8_t* local, int local_device, const Share
 
 Status LocalCopier::start(const core::SegmentList& local, const std::vector<SharedSpan>& remote, uint64_t size,
                           bool to_remote, Done done) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopped_) return Status(Code::kCancelled, "local copier: the connection is closing");
+    host_copies_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  struct Running {
+    std::atomic<int>& n;
+    ~Running() { n.fetch_sub(1, std::memory_order_acq_rel); }
+  } running{host_copies_};
   std::vector<iovec> near_iov, far_iov;
   std::vector<int> used;
+  // A failure after GPU pieces were queued: they end before the caller hears
+  // of it (and lets go of the memory they use).
+  auto abandon = [&](const Status& why) {
+    const auto& d = platform::cuda();
+    for (int device : used) {
+      platform::DeviceScope on(device);
+      cu::Stream s = nullptr;
+      {
+        std::lock_guard lock(mu_);
+        s = streams_[device];
+      }
+      d.stream_synchronize(s);
+    }
+    return why;
+  };
   size_t li = 0, ri = 0;
   uint64_t loff = 0, roff = 0, left = size;
   const auto& spans = local.spans();
   while (left > 0) {
     if (li >= spans.size() || ri >= remote.size()) {
-      return Status(Code::kInternal, "local copier: span lists shorter than the copy");
+      return abandon(Status(Code::kInternal, "local copier: span lists shorter than the copy"));
     }
     const core::MemorySpan& l = spans[li];
     const SharedSpan& r = remote[ri];
@@ -165,9 +189,11 @@ Status LocalCopier::start(const core::SegmentList& local, const std::vector<Shar
       part.address += roff;
       part.length = n;
       if (near_gpu && !r.gpu()) {
-        return Status(Code::kUnimplemented, "this side cannot copy between its GPU and the peer's host memory");
+        return abandon(
+            Status(Code::kUnimplemented, "this side cannot copy between its GPU and the peer's host memory"));
       }
-      FERRY_RETURN_IF_ERROR(copy_gpu_piece(near, near_gpu ? l.region->region.device : -1, part, n, to_remote, used));
+      Status s = copy_gpu_piece(near, near_gpu ? l.region->region.device : -1, part, n, to_remote, used);
+      if (!s.ok()) return abandon(s);
     }
     left -= n;
     loff += n;
@@ -215,17 +241,25 @@ Status LocalCopier::start(const core::SegmentList& local, const std::vector<Shar
   // Completion by an event on each stream used, polled by the progress thread.
   InFlight f;
   f.done = std::move(finish);
+  Status recorded;
   {
     std::lock_guard lock(mu_);
     for (int device : used) {
       platform::DeviceScope on(device);
-      FERRY_ASSIGN_OR_RETURN(cu::Event e, take_event(device));
-      FERRY_RETURN_IF_ERROR(d.check(d.event_record(e, streams_[device]), "cuEventRecord"));
-      f.events.emplace_back(device, e);
+      auto e = take_event(device);
+      recorded = e.ok() ? d.check(d.event_record(e.value(), streams_[device]), "cuEventRecord") : e.status();
+      if (e.ok() && !recorded.ok()) spare_events_[device].push_back(e.value());
+      if (!recorded.ok()) break;
+      f.events.emplace_back(device, e.value());
     }
-    inflight_.push_back(std::move(f));
-    inflight_count_.store(inflight_.size(), std::memory_order_release);
+    if (recorded.ok()) {
+      inflight_.push_back(std::move(f));
+      inflight_count_.store(inflight_.size(), std::memory_order_release);
+    } else {
+      for (auto& [device, e] : f.events) spare_events_[device].push_back(e);
+    }
   }
+  if (!recorded.ok()) return abandon(recorded);
   return Status();
 }
 
@@ -310,6 +344,19 @@ void LocalCopier::drain() {
     }
   }
   poll();
+}
+
+void LocalCopier::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopped_ = true;
+  }
+  // Cross-memory copies run on the threads that started them and always end
+  // (the kernel copies page by page); this waits for them, then for the GPU.
+  while (host_copies_.load(std::memory_order_acquire) != 0) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  drain();
 }
 
 void LocalCopier::forget(uint64_t alloc_base) {

@@ -63,6 +63,9 @@ class LocalCopier {
   bool busy() const;
   // Waits for every queued copy (used before mappings close). Blocks.
   void drain();
+  // Refuses copies from now on (start() gives kCancelled), then waits for
+  // every copy already running, on any thread, host copies too. Blocks.
+  void stop();
   // Closes the peer's mappings of `alloc_base` (0: all) after draining.
   void forget(uint64_t alloc_base);
 
@@ -91,6 +94,8 @@ class LocalCopier {
   std::map<int, std::vector<platform::cu::Event>> spare_events_;  // guarded by mu_; events belong to a context
   std::vector<InFlight> inflight_;               // guarded by mu_
   std::atomic<size_t> inflight_count_{0};        // inflight_.size(), readable without mu_
+  bool stopped_ = false;                         // guarded by mu_
+  std::atomic<int> host_copies_{0};              // cross-memory copies running on callers' threads
 };
 
 }  // namespace ferry::local

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <future>
 
+#include "core/log.h"
 #include "transport/local/local_connection.h"
 #include "transport/local/local_messages.h"
 
@@ -145,7 +146,13 @@ Status LocalConnection::handle(const std::string& msg) {
     case FrameType::kHeartbeat:
       return Status();
     case FrameType::kClose:
-      fail(Status(Code::kPeerLost, where() + ": the peer closed the connection"));
+      // The peer's own copies ended before it sent this (close()); this
+      // side's end before the control stream closes, which the peer waits
+      // for before its close() returns.
+      peer_quiet_.store(true, std::memory_order_release);
+      fail(Status(Code::kPeerLost, where() + ": the peer closed the connection"), /*shutdown_control=*/false);
+      copier_.stop();
+      control_.shutdown();
       return Status();
     default:
       return Status(Code::kDataLoss, where() + ": unexpected " + std::string(wire::frame_type_name(h.type)) +
@@ -325,7 +332,18 @@ void LocalConnection::region_retired(uint64_t region_id) {
     }
   }
   if (exports.empty() && allocs.empty()) return;
-  if (failed_.load(std::memory_order_acquire)) return;
+  if (failed_.load(std::memory_order_acquire)) {
+    // No one left to ask. A peer that closed in order, or exited, copies no
+    // more; one lost otherwise (silent past peer_timeout, garbage) cannot be
+    // asked, and may still be copying if it is alive.
+    if (!peer_quiet_.load(std::memory_order_acquire)) {
+      FERRY_LOG(kWarn, "local",
+                "%s: region %llu was shared with a peer lost without confirming it stopped copying (%s); "
+                "if that process is still alive it may still write into the region",
+                where().c_str(), static_cast<unsigned long long>(region_id), usable().message().c_str());
+    }
+    return;
+  }
   std::string payload;
   for (uint64_t v : exports) payload.append(reinterpret_cast<const char*>(&v), 8);
   for (uint64_t v : allocs) payload.append(reinterpret_cast<const char*>(&v), 8);
