@@ -146,7 +146,8 @@ void GpuImports::close(const Mapping& m) {
   }
 }
 
-Result<uint8_t*> GpuImports::map(uint64_t peer_engine, pid_t peer_pid, const SharedSpan& span, int device) {
+Result<uint8_t*> GpuImports::map(const void* user, uint64_t peer_engine, pid_t peer_pid, const SharedSpan& span,
+                                 int device) {
   auto key = std::make_tuple(peer_engine, span.alloc_base, device);
   std::lock_guard lock(mu_);
   auto it = maps_.find(key);
@@ -161,6 +162,12 @@ Result<uint8_t*> GpuImports::map(uint64_t peer_engine, pid_t peer_pid, const Sha
       std::memcpy(h.reserved, span.ipc.data(), sizeof(h.reserved));
       FERRY_RETURN_IF_ERROR(d.check(d.ipc_open_mem_handle(&m.local, h, platform::cu::kIpcLazyPeerAccess),
                                     "cuIpcOpenMemHandle of the peer's GPU memory", Code::kUnavailable));
+      // The size the peer claimed is checked against what was opened.
+      platform::cu::DevicePtr base = 0;
+      size_t real = 0;
+      if (d.mem_get_address_range != nullptr && d.mem_get_address_range(&base, &real, m.local) == 0 && real < m.size) {
+        m.size = real;
+      }
     } else {
       FERRY_ASSIGN_OR_RETURN(int fd, fetch_peer_fd(peer_pid, span.fd));
       platform::cu::MemHandle h = 0;
@@ -186,18 +193,31 @@ Result<uint8_t*> GpuImports::map(uint64_t peer_engine, pid_t peer_pid, const Sha
     }
     it = maps_.emplace(key, m).first;
   }
-  return reinterpret_cast<uint8_t*>(it->second.local + (span.address - span.alloc_base));
+  const Mapping& m = it->second;
+  // decode_spans checked the span against the allocation it names; the
+  // mapping's size is what was opened (the first claim, or less).
+  uint64_t at = span.address - span.alloc_base;
+  if (span.address < span.alloc_base || at > m.size || span.length > m.size - at) {
+    return Status(Code::kDataLoss, "a GPU span of " + std::to_string(span.length) + " bytes at offset " +
+                                       std::to_string(at) + " runs past the peer's allocation of " +
+                                       std::to_string(m.size) + " bytes");
+  }
+  it->second.users.insert(user);
+  return reinterpret_cast<uint8_t*>(m.local + at);
 }
 
-void GpuImports::forget(uint64_t peer_engine, uint64_t alloc_base) {
+void GpuImports::forget(const void* user, uint64_t peer_engine, uint64_t alloc_base) {
   std::lock_guard lock(mu_);
   for (auto it = maps_.begin(); it != maps_.end();) {
     if (std::get<0>(it->first) == peer_engine && (alloc_base == 0 || std::get<1>(it->first) == alloc_base)) {
-      close(it->second);
-      it = maps_.erase(it);
-    } else {
-      ++it;
+      it->second.users.erase(user);
+      if (it->second.users.empty()) {
+        close(it->second);
+        it = maps_.erase(it);
+        continue;
+      }
     }
+    ++it;
   }
 }
 

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -55,12 +56,16 @@ class GpuImports {
  public:
   ~GpuImports();
   // The local address of `span`'s first byte, opening its allocation in the
-  // context of local device `device` if not yet open. The caller has made
-  // that context current. kUnavailable / kPermissionDenied with the reason.
-  Result<uint8_t*> map(uint64_t peer_engine, pid_t peer_pid, const SharedSpan& span, int device);
-  // Closes every mapping of the peer's allocation at `alloc_base` (0: all of
-  // the peer's). The caller guarantees no copy uses them any more.
-  void forget(uint64_t peer_engine, uint64_t alloc_base);
+  // context of local device `device` if not yet open, for `user` (each
+  // connection's copier; a mapping is shared, since an allocation opens once
+  // per process). The caller has made that context current. kUnavailable /
+  // kPermissionDenied with the reason; kDataLoss if the span runs past the
+  // allocation as it was opened.
+  Result<uint8_t*> map(const void* user, uint64_t peer_engine, pid_t peer_pid, const SharedSpan& span, int device);
+  // `user` stops using the peer's allocation at `alloc_base` (0: all of the
+  // peer's); a mapping closes when its last user stops. The caller
+  // guarantees none of its copies uses them any more.
+  void forget(const void* user, uint64_t peer_engine, uint64_t alloc_base);
 
  private:
   struct Mapping {
@@ -68,6 +73,7 @@ class GpuImports {
     uint64_t size = 0;
     HandleType type = HandleType::kNone;
     int device = -1;
+    std::set<const void*> users;
   };
   void close(const Mapping& m);
 

@@ -342,8 +342,16 @@ void LocalConnection::match(PostedRecv recv, Unexpected msg) {
   // The receiver copies. The sender hears first: it may be waiting to send
   // the next message.
   uint64_t op = msg.op;
+  // Held until the copy ends (the completion owns it): dereg waits for it.
+  auto access = std::make_shared<core::ChunkAccess>(recv.dest, 0, msg.size);
+  if (!access->ok()) {
+    Status gone(Code::kNotFound, where() + ": receive buffer was deregistered");
+    state->finish(gone);
+    answer(op, gone);
+    return;
+  }
   std::weak_ptr<LocalConnection> self = weak_from_this();
-  Status s = copier_.start(recv.dest, msg.source, msg.size, false, [self, state, op](const Status& st) {
+  Status s = copier_.start(recv.dest, msg.source, msg.size, false, [self, state, op, access](const Status& st) {
     if (auto conn = self.lock()) conn->answer(op, st);
     state->finish(st);
   });
@@ -531,12 +539,14 @@ void LocalConnection::run_item(const std::shared_ptr<TransferState>& state, cons
   }
   std::vector<SharedSpan> remote = slice_spans(info.spans, item.offset, size);
   if (LocalCopier::can_execute(item.local, remote)) {
-    core::ChunkAccess access(item.local, 0, size);
-    if (!access.ok()) {
+    // Held until the copy ends (the completion owns it): dereg waits for it.
+    auto access = std::make_shared<core::ChunkAccess>(item.local, 0, size);
+    if (!access->ok()) {
       state->finish_part(Status(Code::kNotFound, where() + ": local buffer was deregistered"));
       return;
     }
-    Status s = copier_.start(item.local, remote, size, is_write, [state](const Status& st) { state->finish_part(st); });
+    Status s = copier_.start(item.local, remote, size, is_write,
+                             [state, access](const Status& st) { state->finish_part(st); });
     if (!s.ok()) state->finish_part(s.with_context(where()));
     if (copier_.busy()) {
       // Queued GPU copies complete on the progress thread. A small copy has

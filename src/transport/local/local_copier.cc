@@ -118,7 +118,7 @@ Status LocalCopier::copy_gpu_piece(uint8_t* local, int local_device, const Share
   FERRY_RETURN_IF_ERROR(on.status());
   uint8_t* far = nullptr;
   if (remote.gpu()) {
-    FERRY_ASSIGN_OR_RETURN(far, imports_.map(peer_engine_, peer_pid_, remote, device));
+    FERRY_ASSIGN_OR_RETURN(far, imports_.map(this, peer_engine_, peer_pid_, remote, device));
   } else {
     return Status(Code::kInternal, "local copier: GPU memory paired with the peer's host memory");
   }
@@ -361,7 +361,7 @@ void LocalCopier::stop() {
 
 void LocalCopier::forget(uint64_t alloc_base) {
   drain();
-  imports_.forget(peer_engine_, alloc_base);
+  imports_.forget(this, peer_engine_, alloc_base);
 }
 
 }  // namespace ferry::local

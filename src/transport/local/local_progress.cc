@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <future>
+#include <optional>
 
 #include "core/log.h"
 #include "transport/local/local_connection.h"
@@ -218,12 +219,13 @@ Status LocalConnection::on_cts(const FrameHeader& h, std::string_view payload) {
     if (auto conn = self.lock()) conn->answer(token, st);
     done(st);
   };
-  core::ChunkAccess access(source, 0, size);
-  if (!access.ok()) {
+  // Held until the copy ends (the completion owns it): dereg waits for it.
+  auto access = std::make_shared<core::ChunkAccess>(source, 0, size);
+  if (!access->ok()) {
     finish(Status(Code::kNotFound, where() + ": send buffer was deregistered"));
     return Status();
   }
-  Status s = copier_.start(source, spans, size, true, finish);
+  Status s = copier_.start(source, spans, size, true, [finish, access](const Status& st) { finish(st); });
   if (!s.ok()) finish(s.with_context(where()));
   return Status();
 }
@@ -235,8 +237,17 @@ Status LocalConnection::on_open(const FrameHeader& h) {
   r.a = h.a;
   r.b = h.b;
   auto span = ctx_->registry.resolve_export(h.a, h.b, 0, h.c);
+  // The region stays registered until the answer is posted: a dereg that
+  // runs meanwhile waits, then finds the export recorded below and revokes
+  // it after the answer (the ring keeps their order). Without the hold, it
+  // could find nothing to revoke while the peer was about to cache it.
+  core::SegmentList held;
+  if (span.ok()) held.add(*span);
+  std::optional<core::ChunkAccess> access;
+  if (span.ok()) access.emplace(held, 0, span->size);
   std::vector<SharedSpan> spans;
   Status s = span.status();
+  if (s.ok() && !access->ok()) s = Status(Code::kNotFound, "export " + std::to_string(h.a) + " was revoked");
   if (s.ok()) s = describe_span(*span, spans);
   if (!s.ok()) {
     r.code = static_cast<uint32_t>(s.code());
@@ -302,13 +313,15 @@ Status LocalConnection::on_pull_or_push(const FrameHeader& h, std::string_view p
     finish(Status(Code::kUnimplemented, "neither side can copy between these memories in one step"));
     return Status();
   }
-  core::ChunkAccess access(list, 0, h.d);
-  if (!access.ok()) {
+  // Held until the copy ends (the completion owns it): dereg of the export's
+  // region waits for this side's own copy, as the revoke does for the peer's.
+  auto access = std::make_shared<core::ChunkAccess>(list, 0, h.d);
+  if (!access->ok()) {
     finish(Status(Code::kNotFound, "export " + std::to_string(h.a) + " was revoked"));
     return Status();
   }
   // A pull copies the initiator's bytes here (from remote); a push sends ours there.
-  Status s = copier_.start(list, *spans, h.d, !pull, finish);
+  Status s = copier_.start(list, *spans, h.d, !pull, [finish, access](const Status& st) { finish(st); });
   if (!s.ok()) finish(s);
   return Status();
 }
