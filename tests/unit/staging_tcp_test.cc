@@ -8,10 +8,7 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
-#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -44,90 +41,17 @@ bool wait_for_no_staging(Deadline deadline) {
     ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.to_string(); \
   } while (0)
 
-// A copier whose copies run late on its own thread and which counts those
-// that touch a range the test has declared off limits (a region after its
-// dereg returned).
+// Memory the test has declared off limits (a region after its dereg
+// returned), and how many late copies touched it.
 struct OffLimits {
   std::atomic<uintptr_t> lo{0}, hi{0};
   std::atomic<int> touched{0};
-  bool hit(const void* p, size_t n) const {
-    auto a = reinterpret_cast<uintptr_t>(p);
-    return a < hi.load() && a + n > lo.load();
-  }
-};
-
-class WatchedCopier final : public Copier {
- public:
-  WatchedCopier(std::shared_ptr<OffLimits> off, std::chrono::microseconds delay) : off_(std::move(off)), delay_(delay) {
-    worker_ = std::thread([this] { run(); });
-  }
-  ~WatchedCopier() override {
-    {
-      std::lock_guard l(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    worker_.join();
-  }
-  Result<void*> alloc_host(int, size_t bytes) override { return std::malloc(bytes); }
-  void free_host(void* p, size_t) override { std::free(p); }
-  Status copy(int, void* dst, const void* src, size_t n) override {
-    std::lock_guard l(mu_);
-    jobs_.push_back({dst, src, n, 0});
-    cv_.notify_all();
-    return Status();
-  }
-  Result<uint64_t> fence() override {
-    std::lock_guard l(mu_);
-    jobs_.push_back({nullptr, nullptr, 0, ++issued_});
-    cv_.notify_all();
-    return issued_;
-  }
-  Result<bool> done(uint64_t t) override {
-    std::lock_guard l(mu_);
-    return completed_ >= t;
-  }
-  Status wait(uint64_t t) override {
-    std::unique_lock l(mu_);
-    // Bounded by the copies queued before `t`, each `delay_` long.
-    cv_.wait(l, [&] { return completed_ >= t; });
-    return Status();
-  }
-
- private:
-  struct Job {
-    void* dst;
-    const void* src;
-    size_t n;
-    uint64_t ticket;
-  };
-  void run() {
-    std::unique_lock l(mu_);
-    for (;;) {
-      cv_.wait(l, [&] { return stop_ || !jobs_.empty(); });
-      if (jobs_.empty()) return;
-      Job j = jobs_.front();
-      jobs_.pop_front();
-      if (j.ticket != 0) {
-        completed_ = j.ticket;
-        cv_.notify_all();
-        continue;
-      }
-      l.unlock();
-      std::this_thread::sleep_for(delay_);
-      if (off_->hit(j.src, j.n) || off_->hit(j.dst, j.n)) off_->touched.fetch_add(1);
-      std::memcpy(j.dst, j.src, j.n);
-      l.lock();
+  void see(const void* dst, const void* src, size_t n) {
+    for (const void* p : {dst, src}) {
+      auto a = reinterpret_cast<uintptr_t>(p);
+      if (a < hi.load() && a + n > lo.load()) touched.fetch_add(1);
     }
   }
-  std::shared_ptr<OffLimits> off_;
-  std::chrono::microseconds delay_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Job> jobs_;
-  uint64_t issued_ = 0, completed_ = 0;
-  bool stop_ = false;
-  std::thread worker_;
 };
 
 struct Side {
@@ -343,8 +267,9 @@ TEST_F(StagedTcp, AConnectionLostMidTransferFailsInBoundedTimeAndFreesItsSlots) 
 // region go before waiting for those copies.
 TEST(StagedTcpFailure, NoStagingCopyReadsASourceDeregisteredAfterItsSendFailed) {
   auto off = std::make_shared<OffLimits>();
-  set_staging_hooks_for_tests(
-      StagingHooks{[off] { return std::make_unique<WatchedCopier>(off, 150ms); }, /*stage_host=*/true});
+  set_staging_hooks_for_tests(StagingHooks{
+      [off] { return make_host_copier(150ms, [off](const void* d, const void* s, size_t n) { off->see(d, s, n); }); },
+      /*stage_host=*/true});
   Options o;
   o.transport = "tcp";
   o.listen = "127.0.0.1:0";

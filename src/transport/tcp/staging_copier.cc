@@ -17,7 +17,7 @@ namespace {
 // the worker has passed every copy queued before it.
 class HostCopier final : public Copier {
  public:
-  explicit HostCopier(std::chrono::microseconds delay) : delay_(delay) {
+  HostCopier(std::chrono::microseconds delay, CopyWatch watch) : delay_(delay), watch_(std::move(watch)) {
     worker_ = platform::start_thread("ferry-hostcopy", [this] { run(); });
   }
   ~HostCopier() override {
@@ -89,12 +89,14 @@ class HostCopier final : public Copier {
       }
       lock.unlock();
       if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
+      if (watch_) watch_(j.dst, j.src, j.n);
       std::memcpy(j.dst, j.src, j.n);
       lock.lock();
     }
   }
 
   const std::chrono::microseconds delay_;
+  const CopyWatch watch_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> queue_;   // guarded by mu_
@@ -109,8 +111,8 @@ StagingHooks hooks;  // guarded by hooks_mu
 
 }  // namespace
 
-std::unique_ptr<Copier> make_host_copier(std::chrono::microseconds delay) {
-  return std::make_unique<HostCopier>(delay);
+std::unique_ptr<Copier> make_host_copier(std::chrono::microseconds delay, CopyWatch watch) {
+  return std::make_unique<HostCopier>(delay, std::move(watch));
 }
 
 StagingHooks staging_hooks() {

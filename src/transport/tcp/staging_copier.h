@@ -55,8 +55,11 @@ std::unique_ptr<Copier> make_cuda_copier(std::shared_ptr<StagingKernels> kernels
 
 // A stand-in that moves host memory with memcpy on its own thread, each copy
 // after `delay`, so copies finish later than they were queued, as DMA does.
-// Allocates ordinary host memory.
-std::unique_ptr<Copier> make_host_copier(std::chrono::microseconds delay = std::chrono::microseconds(0));
+// Allocates ordinary host memory. `watch`, if set, sees each copy as it runs
+// (tests: which memory a late copy touches).
+using CopyWatch = std::function<void(const void* dst, const void* src, size_t n)>;
+std::unique_ptr<Copier> make_host_copier(std::chrono::microseconds delay = std::chrono::microseconds(0),
+                                         CopyWatch watch = {});
 
 // How connections stage: `make` builds their copiers, and `stage_host` makes
 // them stage host memory too (tests: the pipeline with host memory standing
