@@ -11,46 +11,15 @@
 //
 // Needs two GPUs with peer access. Prints medians of 300 repetitions (after
 // 20 untimed), in microseconds.
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <chrono>
 #include <cstdint>
-#include <cstdio>
-#include <vector>
 
-#define CHECK(x)                                                   \
-  do {                                                             \
-    cudaError_t e = (x);                                           \
-    if (e != cudaSuccess) {                                        \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e)); \
-      return 1;                                                    \
-    }                                                              \
-  } while (0)
+#include "floor_common.cuh"
 
 __global__ void copy16(uint4* __restrict__ dst, const uint4* __restrict__ src, size_t n16) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n16;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     dst[i] = src[i];
   }
-}
-
-using Clock = std::chrono::steady_clock;
-
-template <class Post>
-double median_us(Post post, cudaEvent_t done, cudaStream_t stream) {
-  std::vector<double> t;
-  for (int i = 0; i < 320; ++i) {
-    auto t0 = Clock::now();
-    post();
-    cudaEventRecord(done, stream);
-    while (cudaEventQuery(done) == cudaErrorNotReady) {
-      // Polling, as the local transport does: a blocking wait would add a wake-up.
-    }
-    if (i >= 20) t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
 }
 
 int main() {

@@ -18,25 +18,12 @@
 //
 // Checks every copy's bytes once per size (random data), then prints medians
 // of 300 repetitions (after 20 untimed), in microseconds.
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <chrono>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <cuda/atomic>
 #include <random>
-#include <vector>
 
-#define CHECK(x)                                                   \
-  do {                                                             \
-    cudaError_t e = (x);                                           \
-    if (e != cudaSuccess) {                                        \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e)); \
-      return 1;                                                    \
-    }                                                              \
-  } while (0)
+#include "floor_common.cuh"
 
 // The doorbell and the completion word, in mapped pinned host memory.
 struct Mailbox {
@@ -101,13 +88,6 @@ __global__ void resident_copy(Mailbox* box, uint4* __restrict__ dst, const uint4
   }
 }
 
-using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> t) {
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 int main() {
   int n = 0;
   CHECK(cudaGetDeviceCount(&n));
@@ -136,16 +116,7 @@ int main() {
   CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
   std::vector<double> ce;
   for (size_t bytes : sizes) {
-    std::vector<double> t;
-    for (int i = 0; i < 320; ++i) {
-      auto t0 = Clock::now();
-      CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
-      CHECK(cudaEventRecord(ev, stream));
-      while (cudaEventQuery(ev) == cudaErrorNotReady) {
-      }
-      if (i >= 20) t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-    }
-    ce.push_back(median(t));
+    ce.push_back(median_us([&] { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream); }, ev, stream));
   }
 
   Mailbox* box = nullptr;
