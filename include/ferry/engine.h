@@ -88,6 +88,13 @@ class Connection {
   virtual std::optional<std::string> poll_notification() = 0;
 
   // ---- blocking wrappers (post, then wait) -------------------------------
+  // Past `deadline`, a receive, write or read that has not started moving
+  // data is cancelled and kDeadlineExceeded returned; one already moving data
+  // runs to its end (or fails within peer_timeout) and returns its own
+  // result, so these never return while the engine still uses the buffer and
+  // a received message is never dropped. A send returns kDeadlineExceeded at
+  // the deadline; if it could not be cancelled it goes on (send_async gives
+  // a handle to follow it).
   Status send(const void* data, size_t size, Deadline deadline = kNoDeadline);
   Status sendv(std::span<const ConstBuffer> parts, Deadline deadline = kNoDeadline);
   // Returns the message size.

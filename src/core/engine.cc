@@ -68,19 +68,16 @@ struct Engine::Impl {
       std::vector<std::shared_ptr<ConnectionBase>> drop;
       lock.lock();
       // A connection nobody else holds any more is closed here, on this
-      // thread, never on one of its own workers.
-      for (auto it = connections.begin(); it != connections.end();) {
-        if (it->use_count() == 1) {
-          drop.push_back(std::move(*it));
-          it = connections.erase(it);
-        } else {
-          ++it;
-        }
+      // thread, never on one of its own workers. It stays listed until its
+      // close() has returned: a dereg meanwhile must still reach it.
+      for (auto& c : connections) {
+        if (c.use_count() == 1) drop.push_back(c);
       }
       lock.unlock();
       for (auto& c : drop) c->close();
-      drop.clear();
       lock.lock();
+      for (auto& c : drop) connections.erase(std::find(connections.begin(), connections.end(), c));
+      drop.clear();
     }
   }
 };
@@ -240,6 +237,26 @@ Result<std::shared_ptr<Connection>> Engine::accept(Deadline deadline) {
 
 // ---- blocking wrappers ----------------------------------------------------------
 
+namespace {
+
+// recv, write and read return only once the engine is done with the
+// caller's memory. Past the deadline, an operation that can still stop is
+// cancelled (kDeadlineExceeded); one already moving data runs to its end (it
+// ends, or fails within peer_timeout if the peer is lost; none of these waits
+// on the peer application) and its own result is returned: returning earlier
+// would leave bytes landing in a buffer the caller believes free, and a
+// received message unaccounted for. A send past its deadline may wait on
+// the peer application posting a receive, so it returns kDeadlineExceeded
+// and, if it could not stop, goes on (wait on send_async's handle to know).
+Status finish_by(const Transfer& t, Deadline deadline) {
+  Status s = t.wait(deadline);
+  if (t.test()) return t.status();
+  if (t.cancel()) return s;
+  return t.wait(kNoDeadline);
+}
+
+}  // namespace
+
 Status Connection::send(const void* data, size_t size, Deadline deadline) {
   return send_async(data, size).wait(deadline);
 }
@@ -248,25 +265,21 @@ Status Connection::sendv(std::span<const ConstBuffer> parts, Deadline deadline) 
 }
 Result<size_t> Connection::recv(void* data, size_t capacity, Deadline deadline) {
   Transfer t = recv_async(data, capacity);
-  Status s = t.wait(deadline);
-  if (s.code() == Code::kDeadlineExceeded && !t.test() && t.cancel()) return s;
-  FERRY_RETURN_IF_ERROR(s);
+  FERRY_RETURN_IF_ERROR(finish_by(t, deadline));
   return t.bytes();
 }
 Result<size_t> Connection::recvv(std::span<const MutableBuffer> parts, Deadline deadline) {
   Transfer t = recvv_async(parts);
-  Status s = t.wait(deadline);
-  if (s.code() == Code::kDeadlineExceeded && !t.test() && t.cancel()) return s;
-  FERRY_RETURN_IF_ERROR(s);
+  FERRY_RETURN_IF_ERROR(finish_by(t, deadline));
   return t.bytes();
 }
 Status Connection::write(const void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset,
                          std::string_view notification, Deadline deadline) {
-  return write_async(local, size, remote, remote_offset, notification).wait(deadline);
+  return finish_by(write_async(local, size, remote, remote_offset, notification), deadline);
 }
 Status Connection::read(void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset,
                         Deadline deadline) {
-  return read_async(local, size, remote, remote_offset).wait(deadline);
+  return finish_by(read_async(local, size, remote, remote_offset), deadline);
 }
 Status Connection::notify(std::string_view message, Deadline deadline) { return notify_async(message).wait(deadline); }
 

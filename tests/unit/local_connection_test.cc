@@ -155,5 +155,47 @@ TEST(LocalConnection, NoByteLandsInARegionDeregisteredAfterClose) {
   ::munmap(mine, n);
 }
 
+// The same while another thread is closing the connection: the dereg waits
+// for that close to settle instead of returning while the peer still writes.
+TEST(LocalConnection, NoByteLandsInARegionDeregisteredWhileAnotherThreadCloses) {
+  Pair p = connect_local();
+  ASSERT_TRUE(p.ca && p.cb);
+  const size_t n = size_t{512} << 20;
+  auto map = [n] {
+    void* m = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    EXPECT_NE(m, MAP_FAILED);
+    return static_cast<uint8_t*>(m);
+  };
+  uint8_t* theirs = map();
+  uint8_t* mine = map();
+  std::memset(theirs, 0x5a, n);
+  ASSERT_TRUE(p.a->reg(theirs, n).ok());
+  auto region = p.b->reg(mine, n);
+  ASSERT_TRUE(region.ok());
+  auto desc = p.b->export_region(region.value(), 0, 0);
+  ASSERT_TRUE(desc.ok()) << desc.status().to_string();
+  ASSERT_TRUE(p.ca->write(theirs, 8, desc.value(), 0, {}, after(5s)).ok());
+  std::atomic<bool> started{false};
+  Transfer w;
+  std::thread writer([&] {
+    started.store(true);
+    w = p.ca->write_async(theirs, n, desc.value(), 0, {});
+  });
+  while (!started.load()) std::this_thread::yield();
+  std::this_thread::sleep_for(2ms);
+  std::thread closer([&] { p.cb->close(); });
+  std::this_thread::sleep_for(1ms);  // the close is under way
+  ASSERT_TRUE(p.b->dereg(region.value()).ok());
+  std::memset(mine, 0, n);
+  closer.join();
+  writer.join();
+  (void)w.wait(after(30s));
+  size_t changed = 0;
+  for (size_t i = 0; i < n; i += 4096) changed += mine[i] != 0;
+  EXPECT_EQ(changed, 0u) << "pages written after dereg returned";
+  ::munmap(theirs, n);
+  ::munmap(mine, n);
+}
+
 }  // namespace
 }  // namespace ferry

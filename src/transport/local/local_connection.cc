@@ -725,6 +725,7 @@ void LocalConnection::close() {
                 where().c_str());
     }
   }
+  close_settled_.store(true, std::memory_order_release);
   fail(Status(Code::kCancelled, where() + ": connection closed"));
   control_.shutdown();
   stop_.store(true, std::memory_order_release);

@@ -167,6 +167,9 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   Status on_pull_or_push(const wire::FrameHeader& h, std::string_view payload);
   Status on_revoke(const wire::FrameHeader& h, std::string_view payload);
   bool peer_gone() const;
+  // A dereg of `region_id` on a failed connection: waits for a close under
+  // way to settle, and warns if the peer may still be copying.
+  void settle_after_failure(uint64_t region_id);
   // fail() that leaves the control stream open when `shutdown_control` is
   // false: an orderly close shuts it only once copies have ended.
   void fail(const Status& why, bool shutdown_control);
@@ -188,6 +191,8 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   // The peer has stopped copying into this side's memory: it closed in
   // order (its copies ended first), or its process exited.
   std::atomic<bool> peer_quiet_{false};
+  // close() has done what it can to stop both sides' copies.
+  std::atomic<bool> close_settled_{false};
   mutable std::mutex health_mu_;
   Status health_;                          // guarded by health_mu_
   bool channel_broken_ = false;            // progress thread (or its closer) only

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <future>
 #include <optional>
+#include <thread>
 
 #include "core/log.h"
 #include "transport/local/local_connection.h"
@@ -345,33 +346,49 @@ void LocalConnection::region_retired(uint64_t region_id) {
     }
   }
   if (exports.empty() && allocs.empty()) return;
-  if (failed_.load(std::memory_order_acquire)) {
-    // No one left to ask. A peer that closed in order, or exited, copies no
-    // more; one lost otherwise (silent past peer_timeout, garbage) cannot be
-    // asked, and may still be copying if it is alive.
-    if (!peer_quiet_.load(std::memory_order_acquire)) {
-      FERRY_LOG(kWarn, "local",
-                "%s: region %llu was shared with a peer lost without confirming it stopped copying (%s); "
-                "if that process is still alive it may still write into the region",
-                where().c_str(), static_cast<unsigned long long>(region_id), usable().message().c_str());
+  if (!failed_.load(std::memory_order_acquire)) {
+    std::string payload;
+    for (uint64_t v : exports) payload.append(reinterpret_cast<const char*>(&v), 8);
+    for (uint64_t v : allocs) payload.append(reinterpret_cast<const char*>(&v), 8);
+    // The peer copies into our memory itself, so "no byte lands after dereg"
+    // needs its word: it stops using the region, lets its copies finish, and
+    // answers. A peer that never answers is lost within peer_timeout.
+    auto answered = std::make_shared<std::promise<Status>>();
+    FrameHeader h;
+    h.type = FrameType::kLocalRevoke;
+    h.id = next_id();
+    h.a = exports.size();
+    expect(h.id, [answered](const Status& s) { answered->set_value(s); });
+    post(h, {}, payload);
+    auto answer = answered->get_future();
+    if (answer.wait_for(ctx_->options.peer_timeout) != std::future_status::ready) {
+      fail(Status(Code::kPeerLost, where() + ": the peer did not confirm that it stopped using a deregistered region"));
+    } else if (answer.get().ok()) {
+      return;
     }
-    return;
+    // The connection failed before the peer answered (a close on another
+    // thread, say): what the failure settled decides, below.
   }
-  std::string payload;
-  for (uint64_t v : exports) payload.append(reinterpret_cast<const char*>(&v), 8);
-  for (uint64_t v : allocs) payload.append(reinterpret_cast<const char*>(&v), 8);
-  // The peer copies into our memory itself, so "no byte lands after dereg"
-  // needs its word: it stops using the region, lets its copies finish, and
-  // answers. A peer that never answers is lost within peer_timeout.
-  auto answered = std::make_shared<std::promise<void>>();
-  FrameHeader h;
-  h.type = FrameType::kLocalRevoke;
-  h.id = next_id();
-  h.a = exports.size();
-  expect(h.id, [answered](const Status&) { answered->set_value(); });
-  post(h, {}, payload);
-  if (answered->get_future().wait_for(ctx_->options.peer_timeout) != std::future_status::ready) {
-    fail(Status(Code::kPeerLost, where() + ": the peer did not confirm that it stopped using a deregistered region"));
+  settle_after_failure(region_id);
+}
+
+void LocalConnection::settle_after_failure(uint64_t region_id) {
+  if (closed_.load(std::memory_order_acquire)) {
+    // A close under way on another thread waits for the peer to stop
+    // copying; the dereg must not return before that is settled.
+    auto until = Clock::now() + ctx_->options.peer_timeout + std::chrono::seconds(1);
+    while (!close_settled_.load(std::memory_order_acquire) && Clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  // A peer that closed in order, or exited, copies no more; one lost
+  // otherwise (silent past peer_timeout, garbage) cannot be asked, and may
+  // still be copying if it is alive.
+  if (!peer_quiet_.load(std::memory_order_acquire)) {
+    FERRY_LOG(kWarn, "local",
+              "%s: region %llu was shared with a peer lost without confirming it stopped copying (%s); "
+              "if that process is still alive it may still write into the region",
+              where().c_str(), static_cast<unsigned long long>(region_id), usable().message().c_str());
   }
 }
 
