@@ -10,7 +10,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <charconv>
 #include <cstring>
 
@@ -250,7 +252,9 @@ Status send_all(int fd, struct iovec* iov, int iovcnt) {
   while (iovcnt > 0) {
     struct msghdr msg {};
     msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<size_t>(iovcnt);
+    // The kernel takes at most IOV_MAX entries a call (EMSGSIZE beyond):
+    // a vector of more parts goes in several calls.
+    msg.msg_iovlen = static_cast<size_t>(std::min(iovcnt, IOV_MAX));
     ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -269,7 +273,7 @@ Status recv_all(int fd, struct iovec* iov, int iovcnt) {
   while (iovcnt > 0) {
     struct msghdr msg {};
     msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<size_t>(iovcnt);
+    msg.msg_iovlen = static_cast<size_t>(std::min(iovcnt, IOV_MAX));  // as in send_all
     ssize_t n = ::recvmsg(fd, &msg, MSG_WAITALL);
     if (n < 0) {
       if (errno == EINTR) continue;
