@@ -1,6 +1,8 @@
 // ChunkQueue: pull scheduling with a per-path window.
 #include "transport/tcp/chunk_queue.h"
 
+#include <utility>
+
 #include <algorithm>
 #include <bit>
 #include <chrono>
@@ -172,9 +174,9 @@ void ChunkQueue::on_landed(int path, uint64_t landed) {
   }
 }
 
-void ChunkQueue::abort(const std::shared_ptr<OutOp>& op) {
+bool ChunkQueue::abort(const std::shared_ptr<OutOp>& op) {
   std::lock_guard lock(mu_);
-  op->aborted = true;
+  return !std::exchange(op->aborted, true);
 }
 
 bool ChunkQueue::aborted(const OutOp& op) const {

@@ -77,8 +77,9 @@ class ChunkQueue {
   // The peer confirmed `landed` chunks from `path` in all.
   void on_landed(int path, uint64_t landed);
 
-  // Marks `op` aborted: no further chunk of it is handed out.
-  void abort(const std::shared_ptr<OutOp>& op);
+  // Marks `op` aborted: no further chunk of it is handed out. True for the
+  // call that marked it (the op's failure is reported once).
+  bool abort(const std::shared_ptr<OutOp>& op);
   // Whether `op` was aborted (chunks claimed before that must not carry data).
   bool aborted(const OutOp& op) const;
 

@@ -711,7 +711,7 @@ Status TcpConnection::land_data(int fd, int path, const FrameHeader& h) {
       landings_.erase(h.id);
       if (l->reply_op == 0) pending_.erase(h.id);
     }
-    l->state->finish(l->error);
+    l->state->finish_part(l->error);  // as in transmit_chunk: one item of a vector operation
     return drain(fd, h.payload_len);
   }
   if (h.a > l->size || h.payload_len > l->size - h.a) {
@@ -1233,19 +1233,21 @@ Status TcpConnection::transmit_chunk(int fd, TxEntry& e, TxStager* stager) {
     // waiting and the window stays honest.
     if (e.staging) stager->release(e.staged);
     e.access.reset();
-    chunks_.abort(c.op);
+    bool first = chunks_.abort(c.op);
     h.flags |= kFlagAborted;
     h.payload_len = 0;
     h.code = static_cast<uint32_t>(e.abort.code());
     h.aux_len = 0;
     encode_header(h, hb);
     iov.push_back({hb.data(), hb.size()});
-    if (op.state) {
+    if (op.state && first) {
       {
         std::lock_guard lock(mu_);
         pending_.erase(h.type == FrameType::kData ? op.state->id() : h.id);
       }
-      op.state->finish(e.abort);
+      // One item of a vector operation: the others still move their bytes,
+      // and the operation ends when they have.
+      op.state->finish_part(e.abort);
     }
     return platform::send_all(fd, iov.data(), static_cast<int>(iov.size()));
   }
