@@ -66,6 +66,9 @@ struct Options {
   std::string staging_copy = "kernel";
   // Messages and writes up to this size ride inline on the control stream.
   size_t inline_max = 64 * 1024;
+  // The most inline_max may be; a peer's inline message larger than this is
+  // refused as malformed.
+  static constexpr size_t kMaxInline = 1024 * 1024;
   // Shared secret; empty means no authentication.
   std::string auth_token;
   // A heartbeat goes out after this long without other control traffic.

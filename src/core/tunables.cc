@@ -229,7 +229,9 @@ Status validate(const Options& o) {
   if (o.staging_chunk_bytes < 4096 || o.staging_chunk_bytes > (64u << 20)) {
     return bad("staging_chunk_bytes must be in 4 KiB..64 MiB, got " + std::to_string(o.staging_chunk_bytes));
   }
-  if (o.inline_max > (1u << 20)) return bad("inline_max must be at most 1 MiB, got " + std::to_string(o.inline_max));
+  if (o.inline_max > Options::kMaxInline) {
+    return bad("inline_max must be at most 1 MiB, got " + std::to_string(o.inline_max));
+  }
   if (o.staging_copy != "kernel" && o.staging_copy != "engine") {
     return bad("staging_copy must be kernel or engine, got \"" + o.staging_copy + "\"");
   }

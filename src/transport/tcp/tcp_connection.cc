@@ -930,6 +930,13 @@ Status TcpConnection::copy_in(const core::SegmentList& dest, const uint8_t* src,
 
 Status TcpConnection::handle_eager(int fd, const FrameHeader& h) {
   if (h.payload_len != h.a) return Status(Code::kDataLoss, where() + ": eager message size and payload disagree");
+  if (h.a > Options::kMaxInline) {
+    // No engine sends one this large: a header that would make this side
+    // allocate up to the frame limit before a byte of payload arrived.
+    return Status(Code::kDataLoss, where() + ": eager message of " + std::to_string(h.a) +
+                                       " bytes, more than any engine sends inline (" +
+                                       std::to_string(Options::kMaxInline) + ")");
+  }
   PostedRecv recv;
   bool matched = false;
   {
@@ -942,17 +949,23 @@ Status TcpConnection::handle_eager(int fd, const FrameHeader& h) {
   }
   if (matched && recv.dest.total() >= h.a && !stages(recv.dest)) {
     // The common case: straight from the socket into the posted buffer.
-    Status s;
+    Status s, stream;
     {
       core::ChunkAccess access(recv.dest, 0, h.a);
       if (access.ok()) {
         std::vector<struct iovec> iov;
         recv.dest.slice(0, h.a, iov);
-        FERRY_RETURN_IF_ERROR(platform::recv_all(fd, iov.data(), static_cast<int>(iov.size())));
+        stream = platform::recv_all(fd, iov.data(), static_cast<int>(iov.size()));
       } else {
-        FERRY_RETURN_IF_ERROR(drain(fd, h.a));
+        stream = drain(fd, h.a);
         s = Status(Code::kNotFound, "receive buffer was deregistered before the message arrived");
       }
+    }
+    if (!stream.ok()) {
+      // The stream broke mid-message: this receive, taken off posted_, is
+      // no longer where the connection's failure would find it.
+      recv.state->finish(stream.with_context(where()));
+      return stream;
     }
     recv.state->set_bytes(h.a);
     ack(h.id, s);
@@ -960,7 +973,10 @@ Status TcpConnection::handle_eager(int fd, const FrameHeader& h) {
     return Status();
   }
   std::string bytes(h.a, '\0');
-  FERRY_RETURN_IF_ERROR(platform::recv_exact(fd, bytes.data(), bytes.size()));
+  if (Status s = platform::recv_exact(fd, bytes.data(), bytes.size()); !s.ok()) {
+    if (matched) recv.state->finish(s.with_context(where()));  // as above
+    return s;
+  }
   if (matched) {
     complete_recv_now(recv, h.id, h.a, bytes);  // reports the too-small buffer
     return Status();
