@@ -27,6 +27,7 @@ constexpr size_t kFinishedWritesKept = 4096;
 // Frame flags (FrameHeader::flags) of the steady state.
 constexpr uint8_t kFlagAckRequest = 1;  // DATA/WRITE chunk: confirm landing with CHUNK_ACK
 constexpr uint8_t kFlagAborted = 2;     // DATA/WRITE chunk: this op's bytes will not come
+constexpr uint8_t kFlagNoteSkip = 4;    // NOTIFY: the write carrying sequence number e failed
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
@@ -419,10 +420,19 @@ Transfer TcpConnection::writev_async(std::span<const WriteItem> items, std::stri
   // land in any order, so the notification follows once all of them are in place.
   bool trailing_note = items.size() > 1 && !notification.empty();
   auto parent = new_state(static_cast<int>(items.size()) + (trailing_note ? 1 : 0));
+  // The notification's place among this connection's notifications is taken
+  // now (see deliver_note); a write that fails gives it up with a skip.
+  uint64_t seq = notification.empty() ? 0 : next_note_seq();
+  if (seq != 0) {
+    std::weak_ptr<TcpConnection> self = weak_from_this();
+    parent->on_finish([self, seq](const Status& s) {
+      if (auto conn = self.lock(); conn && !s.ok()) conn->skip_note(seq);
+    });
+  }
   if (!trailing_note) {
     for (size_t i = 0; i < items.size(); ++i) {
       post_write(parent, std::move(sources[i]), items[i].remote, items[i].remote_offset,
-                 items.size() == 1 ? std::string(notification) : std::string());
+                 items.size() == 1 ? std::string(notification) : std::string(), items.size() == 1 ? seq : 0);
     }
     return Transfer(parent);
   }
@@ -432,7 +442,7 @@ Transfer TcpConnection::writev_async(std::span<const WriteItem> items, std::stri
   std::string note(notification);
   for (size_t i = 0; i < items.size(); ++i) {
     auto item_state = new_state();
-    item_state->on_finish([parent, left, all_ok, self, note](const Status& s) {
+    item_state->on_finish([parent, left, all_ok, self, note, seq](const Status& s) {
       if (!s.ok()) all_ok->store(false);
       parent->finish_part(s);
       if (left->fetch_sub(1) != 1) return;
@@ -455,17 +465,19 @@ Transfer TcpConnection::writev_async(std::span<const WriteItem> items, std::stri
       Outgoing o;
       o.header.type = FrameType::kNotify;
       o.header.id = op;
+      o.header.e = seq;
       o.aux = note;
       o.header.aux_len = static_cast<uint16_t>(note.size());
       conn->queue_control(std::move(o));
     });
-    post_write(item_state, std::move(sources[i]), items[i].remote, items[i].remote_offset, std::string());
+    post_write(item_state, std::move(sources[i]), items[i].remote, items[i].remote_offset, std::string(), 0);
   }
   return Transfer(parent);
 }
 
 void TcpConnection::post_write(const std::shared_ptr<TransferState>& state, core::SegmentList source,
-                               const RemoteDescriptor& remote, uint64_t offset, std::string notification) {
+                               const RemoteDescriptor& remote, uint64_t offset, std::string notification,
+                               uint64_t note_seq) {
   uint64_t size = source.total();
   uint64_t op;
   {
@@ -485,6 +497,7 @@ void TcpConnection::post_write(const std::shared_ptr<TransferState>& state, core
   h.b = remote.key;
   h.c = offset;
   h.d = size;
+  h.e = note_seq;  // every chunk carries it: any may arrive first
   if (size <= ctx_->options.inline_max) {
     h.payload_len = static_cast<uint32_t>(size);
     h.aux_len = static_cast<uint16_t>(notification.size());
@@ -576,6 +589,7 @@ Transfer TcpConnection::notify_async(std::string_view message) {
   FrameHeader h;
   h.type = FrameType::kNotify;
   h.id = state->id();
+  h.e = next_note_seq();
   h.aux_len = static_cast<uint16_t>(message.size());
   (void)write_control(h, message, nullptr);
   return Transfer(state);
@@ -596,7 +610,36 @@ Result<std::string> TcpConnection::wait_notification(Deadline deadline) {
 
 std::optional<std::string> TcpConnection::poll_notification() { return notes_.poll(); }
 
-void TcpConnection::deliver_notification(std::string note) { notes_.push(std::move(note)); }
+uint64_t TcpConnection::next_note_seq() {
+  std::lock_guard lock(mu_);
+  return next_note_seq_++;
+}
+
+void TcpConnection::skip_note(uint64_t seq) {
+  if (failed_.load(std::memory_order_acquire)) return;
+  Outgoing o;
+  o.header.type = FrameType::kNotify;
+  o.header.flags = kFlagNoteSkip;
+  o.header.e = seq;  // id 0: nothing to confirm
+  queue_control(std::move(o));
+}
+
+void TcpConnection::deliver_note(uint64_t seq, bool skip, std::string note) {
+  if (seq == 0) {
+    if (!skip) notes_.push(std::move(note));
+    return;
+  }
+  // A write's notification is queued when its data has landed, a standalone
+  // one when it arrives: both wait here for the ones posted before them.
+  std::lock_guard lock(note_order_mu_);
+  if (seq < next_note_due_) return;  // already delivered or skipped (a second skip)
+  held_notes_[seq] = skip ? std::nullopt : std::optional<std::string>(std::move(note));
+  for (auto it = held_notes_.begin(); it != held_notes_.end() && it->first == next_note_due_;) {
+    if (it->second) notes_.push(std::move(*it->second));
+    it = held_notes_.erase(it);
+    ++next_note_due_;
+  }
+}
 
 // ---- matching -------------------------------------------------------------
 
@@ -761,6 +804,7 @@ Status TcpConnection::land_write(int fd, int path, const FrameHeader& h, std::st
       if (w.total != fh.d)
         return Status(Code::kDataLoss, where() + ": chunks of write " + std::to_string(op) + " disagree on its size");
       if (!note.empty()) w.notification = std::move(note);
+      if (fh.e != 0) w.note_seq = fh.e;
       if (!landed.ok() && w.error.ok()) w.error = landed;
       if (!w.seen.insert(fh.c).second) return Status();  // a resent chunk that had landed already
       w.received += fh.payload_len;
@@ -779,7 +823,9 @@ Status TcpConnection::land_write(int fd, int path, const FrameHeader& h, std::st
       }
     }
     if (!complete) return Status();
-    if (done.error.ok() && !done.notification.empty()) deliver_notification(std::move(done.notification));
+    if (done.note_seq != 0 || !done.notification.empty()) {
+      deliver_note(done.note_seq, !done.error.ok(), std::move(done.notification));
+    }
     ack(op, done.error);
     return Status();
   };
@@ -1108,8 +1154,8 @@ Status TcpConnection::handle_frame(int fd, int path, const FrameHeader& h, std::
       // Confirm first: an application that closes the moment it sees the
       // note would otherwise send CLOSE ahead of the confirmation, and the
       // sender's notify would fail although the note arrived.
-      ack(h.id, Status());
-      deliver_notification(std::move(aux));
+      if (h.id != 0) ack(h.id, Status());
+      deliver_note(h.e, (h.flags & kFlagNoteSkip) != 0, std::move(aux));
       return Status();
     case FrameType::kChunkAck:
       chunks_.on_landed(static_cast<int>(h.a), h.b);

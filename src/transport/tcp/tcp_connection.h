@@ -33,8 +33,10 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -136,6 +138,7 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
     uint64_t received = 0;
     std::unordered_set<uint64_t> seen;  // export offsets of the chunks landed
     std::string notification;
+    uint64_t note_seq = 0;  // its place among the notifications (0: none)
     Status error;
   };
   // A frame queued for the control-transmit thread.
@@ -154,8 +157,9 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   Transfer post_send(core::SegmentList source);
   Transfer post_recv(core::SegmentList dest);
   Status check_remote(const RemoteDescriptor& r, uint64_t offset, uint64_t size, const char* op) const;
+  // `note_seq`: the notification's sequence number (0: none with this item).
   void post_write(const std::shared_ptr<TransferState>& state, core::SegmentList source, const RemoteDescriptor& remote,
-                  uint64_t offset, std::string notification);
+                  uint64_t offset, std::string notification, uint64_t note_seq);
   void post_read(const std::shared_ptr<TransferState>& state, core::SegmentList dest, const RemoteDescriptor& remote,
                  uint64_t offset);
 
@@ -240,7 +244,12 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   void match_rendezvous(PostedRecv recv, uint64_t op, uint64_t size);
   void finish_landing(uint64_t token, const std::shared_ptr<Landing>& l);
   void complete_recv_now(PostedRecv& recv, uint64_t op, uint64_t size, const std::string& bytes);
-  void deliver_notification(std::string note);
+  // Notifications keep posting order: each takes a sequence number when
+  // posted (a write's with the write); the receiver delivers them in that
+  // order, holding early ones; a write that fails sends a skip for its number.
+  uint64_t next_note_seq();
+  void skip_note(uint64_t seq);
+  void deliver_note(uint64_t seq, bool skip, std::string note);
 
   const std::shared_ptr<core::EngineContext> ctx_;
   const uint64_t id_;
@@ -298,6 +307,10 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   std::unique_ptr<Copier> control_copier_;           // guarded by control_copy_mu_; made on first use
 
   core::NotificationQueue notes_;
+  uint64_t next_note_seq_ = 1;  // guarded by mu_
+  std::mutex note_order_mu_;
+  uint64_t next_note_due_ = 1;                                 // guarded by note_order_mu_
+  std::map<uint64_t, std::optional<std::string>> held_notes_;  // guarded by note_order_mu_: arrived early
 };
 
 }  // namespace ferry::tcp
