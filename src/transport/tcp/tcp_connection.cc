@@ -624,21 +624,26 @@ void TcpConnection::skip_note(uint64_t seq) {
   queue_control(std::move(o));
 }
 
-void TcpConnection::deliver_note(uint64_t seq, bool skip, std::string note) {
+Status TcpConnection::deliver_note(uint64_t seq, bool skip, std::string note) {
   if (seq == 0) {
     if (!skip) notes_.push(std::move(note));
-    return;
+    return Status();
   }
   // A write's notification is queued when its data has landed, a standalone
   // one when it arrives: both wait here for the ones posted before them.
   std::lock_guard lock(note_order_mu_);
-  if (seq < next_note_due_) return;  // already delivered or skipped (a second skip)
+  if (seq < next_note_due_) return Status();  // already delivered or skipped (a second skip)
+  if (held_notes_.size() >= kMaxHeldNotes) {
+    return Status(Code::kDataLoss, where() + ": more than " + std::to_string(kMaxHeldNotes) +
+                                       " notifications wait for number " + std::to_string(next_note_due_));
+  }
   held_notes_[seq] = skip ? std::nullopt : std::optional<std::string>(std::move(note));
   for (auto it = held_notes_.begin(); it != held_notes_.end() && it->first == next_note_due_;) {
     if (it->second) notes_.push(std::move(*it->second));
     it = held_notes_.erase(it);
     ++next_note_due_;
   }
+  return Status();
 }
 
 // ---- matching -------------------------------------------------------------
@@ -824,7 +829,7 @@ Status TcpConnection::land_write(int fd, int path, const FrameHeader& h, std::st
     }
     if (!complete) return Status();
     if (done.note_seq != 0 || !done.notification.empty()) {
-      deliver_note(done.note_seq, !done.error.ok(), std::move(done.notification));
+      FERRY_RETURN_IF_ERROR(deliver_note(done.note_seq, !done.error.ok(), std::move(done.notification)));
     }
     ack(op, done.error);
     return Status();
@@ -1155,8 +1160,7 @@ Status TcpConnection::handle_frame(int fd, int path, const FrameHeader& h, std::
       // note would otherwise send CLOSE ahead of the confirmation, and the
       // sender's notify would fail although the note arrived.
       if (h.id != 0) ack(h.id, Status());
-      deliver_note(h.e, (h.flags & kFlagNoteSkip) != 0, std::move(aux));
-      return Status();
+      return deliver_note(h.e, (h.flags & kFlagNoteSkip) != 0, std::move(aux));
     case FrameType::kChunkAck:
       chunks_.on_landed(static_cast<int>(h.a), h.b);
       return Status();

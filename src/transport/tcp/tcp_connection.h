@@ -249,7 +249,10 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   // order, holding early ones; a write that fails sends a skip for its number.
   uint64_t next_note_seq();
   void skip_note(uint64_t seq);
-  void deliver_note(uint64_t seq, bool skip, std::string note);
+  // kDataLoss if more than kMaxHeldNotes wait for an earlier one (a peer
+  // that numbers them wrongly).
+  Status deliver_note(uint64_t seq, bool skip, std::string note);
+  static constexpr size_t kMaxHeldNotes = 1 << 16;
 
   const std::shared_ptr<core::EngineContext> ctx_;
   const uint64_t id_;
