@@ -115,5 +115,41 @@ TEST(TcpPeerGarbage, AReceiveWhoseInlineMessageBreaksOffFails) {
   EXPECT_FALSE(s.ok());
 }
 
+// A write the sender aborted (its source deregistered) while other chunks of
+// it were still on their way: those chunks are dropped, not landed in an
+// entry for a write that can never complete.
+TEST(TcpPeerGarbage, ChunksOfAnAbortedWriteThatArriveLateAreDropped) {
+  Target t;
+  ASSERT_NO_FATAL_FAILURE(t.open());
+  std::vector<uint8_t> mem(8192, 0);
+  Region r = t.engine->reg(mem.data(), mem.size()).value();
+  auto desc = t.engine->export_region(r, 0, 0).value();
+  wire::FrameHeader h;
+  h.type = wire::FrameType::kWrite;
+  h.id = 7;
+  h.a = desc.export_id;
+  h.b = desc.key;
+  h.d = 8192;
+  h.flags = 2;  // aborted: no payload
+  ASSERT_TRUE(t.peer.frame(h));
+  std::vector<uint8_t> late(4096, 0x77);
+  h.flags = 0;
+  h.c = 4096;
+  h.payload_len = static_cast<uint32_t>(late.size());
+  ASSERT_TRUE(t.peer.frame(h, late.data(), late.size()));
+  // A notification after them shows both frames were read.
+  wire::FrameHeader n;
+  n.type = wire::FrameType::kNotify;
+  n.e = 1;
+  const char text[] = "after";
+  n.aux_len = sizeof text - 1;
+  ASSERT_TRUE(t.peer.frame(n, text, sizeof text - 1));
+  auto note = t.conn->wait_notification(after(5s));
+  ASSERT_TRUE(note.ok()) << note.status().to_string();
+  EXPECT_EQ(note.value(), "after");
+  EXPECT_EQ(mem[4096], 0) << "a chunk of the aborted write landed";
+  EXPECT_TRUE(t.conn->health().ok());
+}
+
 }  // namespace
 }  // namespace ferry

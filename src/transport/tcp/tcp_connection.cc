@@ -788,11 +788,25 @@ Status TcpConnection::land_data(int fd, int path, const FrameHeader& h) {
                          std::move(account));
 }
 
+void TcpConnection::remember_finished_write(uint64_t op) {
+  finished_writes_.insert(op);
+  finished_order_.push_back(op);
+  if (finished_order_.size() > kFinishedWritesKept) {
+    finished_writes_.erase(finished_order_.front());
+    finished_order_.pop_front();
+  }
+}
+
 Status TcpConnection::land_write(int fd, int path, const FrameHeader& h, std::string& aux) {
   uint64_t op = h.id;
   {
     std::lock_guard lock(mu_);
-    if (h.flags & kFlagAborted) incoming_.erase(op);
+    if ((h.flags & kFlagAborted) && finished_writes_.count(op) == 0) {
+      // Over: chunks of it still on other paths are dropped like those of a
+      // finished write, rather than opening an entry that never completes.
+      incoming_.erase(op);
+      remember_finished_write(op);
+    }
     if ((h.flags & kFlagAborted) || finished_writes_.count(op) > 0) return drain(fd, h.payload_len);
   }
   auto span = ctx_->registry.resolve_export(h.a, h.b, h.c, h.payload_len);
@@ -819,12 +833,7 @@ Status TcpConnection::land_write(int fd, int path, const FrameHeader& h, std::st
         complete = true;
         done = std::move(w);
         incoming_.erase(op);
-        finished_writes_.insert(op);
-        finished_order_.push_back(op);
-        if (finished_order_.size() > kFinishedWritesKept) {
-          finished_writes_.erase(finished_order_.front());
-          finished_order_.pop_front();
-        }
+        remember_finished_write(op);
       }
     }
     if (!complete) return Status();

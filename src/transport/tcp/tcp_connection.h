@@ -194,6 +194,8 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   // Frame handlers; `fd` is the stream the frame's payload follows on.
   Status handle_frame(int fd, int path, const wire::FrameHeader& h, std::string& aux);
   Status land_data(int fd, int path, const wire::FrameHeader& h);
+  // Records `op` among the recently finished writes (caller holds mu_).
+  void remember_finished_write(uint64_t op);
   Status land_write(int fd, int path, const wire::FrameHeader& h, std::string& aux);
   // How a frame's bytes are accounted once they are in place (or failed to land).
   using Landed = std::function<Status(const Status& landed)>;
@@ -299,7 +301,7 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   std::unordered_map<uint64_t, IncomingWrite> incoming_;                  // guarded by mu_
   // Writes finished recently, so a chunk resent after a path died is dropped
   // instead of landing again over newer data.
-  std::unordered_set<uint64_t> finished_writes_;  // guarded by mu_
+  std::unordered_set<uint64_t> finished_writes_;  // guarded by mu_ (aborted ones too)
   std::deque<uint64_t> finished_order_;           // guarded by mu_
   std::vector<uint64_t> landed_chunks_;           // per path; only its rx thread
 
