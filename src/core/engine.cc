@@ -76,7 +76,12 @@ struct Engine::Impl {
       lock.unlock();
       for (auto& c : drop) c->close();
       lock.lock();
-      for (auto& c : drop) connections.erase(std::find(connections.begin(), connections.end(), c));
+      for (auto& c : drop) {
+        // The destructor may have taken the list meanwhile.
+        if (auto it = std::find(connections.begin(), connections.end(), c); it != connections.end()) {
+          connections.erase(it);
+        }
+      }
       drop.clear();
     }
   }

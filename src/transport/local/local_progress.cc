@@ -375,9 +375,9 @@ void LocalConnection::region_retired(uint64_t region_id) {
 void LocalConnection::settle_after_failure(uint64_t region_id) {
   if (closed_.load(std::memory_order_acquire)) {
     // A close under way on another thread waits for the peer to stop
-    // copying; the dereg must not return before that is settled.
-    auto until = Clock::now() + ctx_->options.peer_timeout + std::chrono::seconds(1);
-    while (!close_settled_.load(std::memory_order_acquire) && Clock::now() < until) {
+    // copying; the dereg must not return before that is settled (close()
+    // bounds it: its own copies end, and the peer gets peer_timeout).
+    while (!close_settled_.load(std::memory_order_acquire)) {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }

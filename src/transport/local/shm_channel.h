@@ -38,7 +38,8 @@ class ShmChannel {
   int fd() const { return fd_; }
   size_t max_message() const { return ring_bytes_ / 4; }
 
-  // Whether a message of `bytes` can ever be posted (an empty ring holds it).
+  // Whether a message of `bytes` is sure to be postable once the ring drains
+  // (at most half the ring).
   bool fits(size_t bytes) const;
   // Appends one message made of `head` then `body` to the outgoing ring.
   // Returns false without posting when the ring lacks room (the caller

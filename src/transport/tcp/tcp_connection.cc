@@ -633,12 +633,19 @@ Status TcpConnection::deliver_note(uint64_t seq, bool skip, std::string note) {
   // one when it arrives: both wait here for the ones posted before them.
   std::lock_guard lock(note_order_mu_);
   if (seq < next_note_due_) return Status();  // already delivered or skipped (a second skip)
-  if (held_notes_.size() >= kMaxHeldNotes) {
-    return Status(Code::kDataLoss, where() + ": more than " + std::to_string(kMaxHeldNotes) +
-                                       " notifications wait for number " + std::to_string(next_note_due_));
+  if (seq != next_note_due_ && held_note_bytes_ + note.size() + 64 > kMaxHeldNoteBytes) {
+    return Status(Code::kDataLoss, where() + ": more than " + std::to_string(kMaxHeldNoteBytes >> 20) +
+                                       " MiB of notifications wait for number " + std::to_string(next_note_due_));
   }
+  auto held = held_notes_.find(seq);
+  if (held != held_notes_.end()) {
+    if (skip) return Status();  // a skip never replaces a note that arrived
+    held_note_bytes_ -= 64 + (held->second ? held->second->size() : 0);
+  }
+  held_note_bytes_ += 64 + note.size();
   held_notes_[seq] = skip ? std::nullopt : std::optional<std::string>(std::move(note));
   for (auto it = held_notes_.begin(); it != held_notes_.end() && it->first == next_note_due_;) {
+    held_note_bytes_ -= 64 + (it->second ? it->second->size() : 0);
     if (it->second) notes_.push(std::move(*it->second));
     it = held_notes_.erase(it);
     ++next_note_due_;
@@ -1316,13 +1323,15 @@ Status TcpConnection::transmit_chunk(int fd, TxEntry& e, TxStager* stager) {
     encode_header(h, hb);
     iov.push_back({hb.data(), hb.size()});
     if (op.state && first) {
+      bool was_pending;
       {
         std::lock_guard lock(mu_);
-        pending_.erase(h.type == FrameType::kData ? op.state->id() : h.id);
+        was_pending = pending_.erase(h.type == FrameType::kData ? op.state->id() : h.id) > 0;
       }
       // One item of a vector operation: the others still move their bytes,
-      // and the operation ends when they have.
-      op.state->finish_part(e.abort);
+      // and the operation ends when they have. An item the peer already
+      // acknowledged (a resent chunk aborting late) was counted then.
+      if (was_pending) op.state->finish_part(e.abort);
     }
     return platform::send_all(fd, iov.data(), static_cast<int>(iov.size()));
   }

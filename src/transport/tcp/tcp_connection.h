@@ -251,10 +251,10 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   // order, holding early ones; a write that fails sends a skip for its number.
   uint64_t next_note_seq();
   void skip_note(uint64_t seq);
-  // kDataLoss if more than kMaxHeldNotes wait for an earlier one (a peer
-  // that numbers them wrongly).
+  // kDataLoss if more than kMaxHeldNoteBytes of them (64 bytes each on top
+  // of its text) wait for an earlier one: a peer that numbers them wrongly.
   Status deliver_note(uint64_t seq, bool skip, std::string note);
-  static constexpr size_t kMaxHeldNotes = 1 << 16;
+  static constexpr size_t kMaxHeldNoteBytes = size_t{256} << 20;
 
   const std::shared_ptr<core::EngineContext> ctx_;
   const uint64_t id_;
@@ -316,6 +316,7 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   std::mutex note_order_mu_;
   uint64_t next_note_due_ = 1;                                 // guarded by note_order_mu_
   std::map<uint64_t, std::optional<std::string>> held_notes_;  // guarded by note_order_mu_: arrived early
+  size_t held_note_bytes_ = 0;                                 // guarded by note_order_mu_
 };
 
 }  // namespace ferry::tcp
