@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <deque>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "core/engine_context.h"
@@ -65,26 +66,44 @@ struct Engine::Impl {
       auto now = Clock::now();
       for (auto& c : live) c->tick(now);
       live.clear();
-      std::vector<std::shared_ptr<ConnectionBase>> drop;
       lock.lock();
-      // A connection nobody else holds any more is closed here, on this
-      // thread, never on one of its own workers. It stays listed until its
-      // close() has returned: a dereg meanwhile must still reach it.
+      // A connection nobody else holds any more is closed on a thread of its
+      // own, never on one of its workers nor here: an orderly close may wait
+      // up to peer_timeout for an unresponsive peer, and the other
+      // connections' heartbeats must go on meanwhile. It stays listed until
+      // its close() has returned: a dereg meanwhile must still reach it.
+      std::erase_if(closers, [](Closer& k) {
+        if (!k.done->load()) return false;
+        k.thread.join();
+        return true;
+      });
       for (auto& c : connections) {
-        if (c.use_count() == 1) drop.push_back(c);
+        if (c.use_count() != 1 || closing.count(c.get()) > 0) continue;
+        closing.insert(c.get());
+        auto done = std::make_shared<std::atomic<bool>>(false);
+        std::thread t = platform::start_thread("ferry-close", [this, c, done] { close_dropped(c, *done); });
+        closers.push_back(Closer{std::move(t), done});
       }
-      lock.unlock();
-      for (auto& c : drop) c->close();
-      lock.lock();
-      for (auto& c : drop) {
-        // The destructor may have taken the list meanwhile.
-        if (auto it = std::find(connections.begin(), connections.end(), c); it != connections.end()) {
-          connections.erase(it);
-        }
-      }
-      drop.clear();
     }
   }
+
+  // A closer thread's work: close, then unlist.
+  void close_dropped(const std::shared_ptr<ConnectionBase>& conn, std::atomic<bool>& done) {
+    conn->close();
+    std::lock_guard lock(mu);
+    closing.erase(conn.get());
+    // The destructor may have taken the list meanwhile.
+    auto it = std::find(connections.begin(), connections.end(), conn);
+    if (it != connections.end()) connections.erase(it);
+    done.store(true);
+  }
+
+  struct Closer {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Closer> closers;              // guarded by mu (joined by the heartbeat or the destructor)
+  std::set<const ConnectionBase*> closing;  // guarded by mu: a closer runs for these
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -160,6 +179,12 @@ Engine::~Engine() {
   impl_->accept_cv.notify_all();
   if (impl_->heartbeat.joinable()) impl_->heartbeat.join();
   impl_->listener->stop();
+  std::vector<Impl::Closer> closers;
+  {
+    std::lock_guard lock(impl_->mu);
+    closers.swap(impl_->closers);
+  }
+  for (auto& k : closers) k.thread.join();
   for (auto& c : conns) c->close();
 }
 

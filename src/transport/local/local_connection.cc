@@ -2,7 +2,9 @@
 // (the progress thread and the message handlers are in local_progress.cc).
 #include "transport/local/local_connection.h"
 
+#include <cerrno>
 #include <cinttypes>
+#include <csignal>
 #include <cstring>
 
 #include "core/log.h"
@@ -666,8 +668,19 @@ void LocalConnection::peer_exited() {
   while (next_message(msg)) {
     if (!handle(msg).ok()) break;
   }
-  peer_quiet_.store(true, std::memory_order_release);  // a process that is gone copies nothing
+  // A process that is gone copies nothing; one that only hung up may still.
+  if (peer_process_gone()) peer_quiet_.store(true, std::memory_order_release);
   fail(Status(Code::kPeerLost, where() + ": the peer process exited"));
+}
+
+bool LocalConnection::peer_process_gone() const { return ::kill(peer_.pid, 0) != 0 && errno == ESRCH; }
+
+void LocalConnection::send_close() {
+  if (close_sent_.exchange(true)) return;
+  FrameHeader h;
+  h.type = FrameType::kClose;
+  post(h);
+  flush_outbox();
 }
 
 void LocalConnection::fail(const Status& why) { fail(why, true); }
@@ -712,15 +725,23 @@ void LocalConnection::close() {
     // closes the control stream once its copies have ended).
     fail(Status(Code::kCancelled, where() + ": connection closed"), /*shutdown_control=*/false);
     copier_.stop();
-    FrameHeader h;
-    h.type = FrameType::kClose;
-    post(h);
-    flush_outbox();
+    send_close();
+    // The peer answers CLOSE once its own copies have ended (on_close);
+    // the progress thread reads it and sets peer_quiet_. A peer whose
+    // control stream ends without that answer stopped copying only if its
+    // process is gone. Polling: a close waits at most peer_timeout.
     auto until = Clock::now() + ctx_->options.peer_timeout;
-    while (!peer_gone() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::microseconds(200));
-    if (peer_gone()) {
+    auto hung_up = Clock::time_point::max();
+    while (!peer_quiet_.load(std::memory_order_acquire) && Clock::now() < until) {
+      if (hung_up == Clock::time_point::max() && peer_gone()) hung_up = Clock::now();
+      // The answer precedes the hang-up in the ring: give the reader a moment.
+      if (Clock::now() - hung_up > std::chrono::milliseconds(20)) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    if (!peer_quiet_.load(std::memory_order_acquire) && peer_process_gone()) {
       peer_quiet_.store(true, std::memory_order_release);
-    } else {
+    }
+    if (!peer_quiet_.load(std::memory_order_acquire)) {
       FERRY_LOG(kWarn, "local", "%s: the peer did not confirm within peer_timeout that it stopped copying",
                 where().c_str());
     }

@@ -167,6 +167,11 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   Status on_pull_or_push(const wire::FrameHeader& h, std::string_view payload);
   Status on_revoke(const wire::FrameHeader& h, std::string_view payload);
   bool peer_gone() const;
+  // The peer's process has exited (its control stream ending says only that
+  // it hung up).
+  bool peer_process_gone() const;
+  // Posts CLOSE unless this side already did.
+  void send_close();
   // A dereg of `region_id` on a failed connection: waits for a close under
   // way to settle, and warns if the peer may still be copying.
   void settle_after_failure(uint64_t region_id);
@@ -193,6 +198,7 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   std::atomic<bool> peer_quiet_{false};
   // close() has done what it can to stop both sides' copies.
   std::atomic<bool> close_settled_{false};
+  std::atomic<bool> close_sent_{false};  // CLOSE goes once: a close, or the answer to the peer's
   mutable std::mutex health_mu_;
   Status health_;                          // guarded by health_mu_
   bool channel_broken_ = false;            // progress thread (or its closer) only

@@ -148,12 +148,13 @@ Status LocalConnection::handle(const std::string& msg) {
     case FrameType::kHeartbeat:
       return Status();
     case FrameType::kClose:
-      // The peer's own copies ended before it sent this (close()); this
-      // side's end before the control stream closes, which the peer waits
-      // for before its close() returns.
+      // The peer's own copies ended before it sent this (close(), or its
+      // answer to ours); this side's end before it answers, which the
+      // peer's close() waits for.
       peer_quiet_.store(true, std::memory_order_release);
       fail(Status(Code::kPeerLost, where() + ": the peer closed the connection"), /*shutdown_control=*/false);
       copier_.stop();
+      send_close();
       control_.shutdown();
       return Status();
     default:
