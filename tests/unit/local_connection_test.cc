@@ -6,10 +6,12 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include "engine_pair.h"
 #include "ferry/ferry.h"
 
 namespace ferry {
@@ -17,34 +19,13 @@ namespace {
 
 using namespace std::chrono_literals;
 
-struct Pair {
-  std::unique_ptr<Engine> a, b;
-  std::shared_ptr<Connection> ca, cb;
-};
-
-Pair connect_local() {
-  Options o;
-  o.transport = "local";
-  Pair p;
-  p.a = Engine::create(o).value();
-  p.b = Engine::create(o).value();
-  std::thread t([&] {
-    auto c = p.b->accept(after(10s));
-    EXPECT_TRUE(c.ok()) << c.status().to_string();
-    if (c.ok()) p.cb = std::move(c).value();
-  });
-  auto c = p.a->connect(p.b->address(), after(10s));
-  t.join();
-  EXPECT_TRUE(c.ok()) << c.status().to_string();
-  if (c.ok()) p.ca = std::move(c).value();
-  return p;
-}
+EnginePair connect_local() { return connect_pair("local"); }
 
 // A sendv of more parts than one control message can describe fails at once
 // with a message that says why, and the connection goes on working: it used
 // to wait for room in the channel forever, with every later message behind it.
 TEST(LocalConnection, SendvOfMorePartsThanTheChannelCarriesFailsAndTheConnectionGoesOn) {
-  Pair p = connect_local();
+  EnginePair p = connect_local();
   ASSERT_TRUE(p.ca && p.cb);
   ASSERT_EQ(p.ca->transport_name(), "local");
   const size_t parts = 40000, each = 4;
@@ -80,7 +61,7 @@ TEST(LocalConnection, SendvOfMorePartsThanTheChannelCarriesFailsAndTheConnection
 // had just emptied used to wait forever.
 TEST(LocalConnection, OperationsPostedWhileItClosesAllComplete) {
   for (int round = 0; round < 5; ++round) {
-    Pair p = connect_local();
+    EnginePair p = connect_local();
     ASSERT_TRUE(p.ca && p.cb);
     std::vector<uint8_t> buf(1 << 16);
     ASSERT_TRUE(p.b->reg(buf.data(), buf.size()).ok());
@@ -113,53 +94,15 @@ TEST(LocalConnection, OperationsPostedWhileItClosesAllComplete) {
   }
 }
 
-// A peer writing into this side's memory when this side closes: close()
-// returns only once the peer has stopped, so that after dereg not a byte
-// of the region changes. Close used to return at once, and most of a large
-// write landed after dereg.
-TEST(LocalConnection, NoByteLandsInARegionDeregisteredAfterClose) {
-  Pair p = connect_local();
-  ASSERT_TRUE(p.ca && p.cb);
-  const size_t n = size_t{512} << 20;
-  auto map = [n] {
-    void* m = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    EXPECT_NE(m, MAP_FAILED);
-    return static_cast<uint8_t*>(m);
-  };
-  uint8_t* theirs = map();  // A's source
-  uint8_t* mine = map();    // B's region
-  std::memset(theirs, 0x5a, n);
-  ASSERT_TRUE(p.a->reg(theirs, n).ok());
-  auto region = p.b->reg(mine, n);
-  ASSERT_TRUE(region.ok());
-  auto desc = p.b->export_region(region.value(), 0, 0);
-  ASSERT_TRUE(desc.ok()) << desc.status().to_string();
-  ASSERT_TRUE(p.ca->write(theirs, 8, desc.value(), 0, {}, after(5s)).ok());  // the export is open
-  std::atomic<bool> started{false};
-  Transfer w;
-  std::thread writer([&] {
-    started.store(true);
-    w = p.ca->write_async(theirs, n, desc.value(), 0, {});
-  });
-  while (!started.load()) std::this_thread::yield();
-  std::this_thread::sleep_for(2ms);
-  p.cb->close();
-  ASSERT_TRUE(p.b->dereg(region.value()).ok());
-  std::memset(mine, 0, n);  // the application's again
-  writer.join();
-  (void)w.wait(after(30s));  // finished or failed: either way, over
-  size_t changed = 0;
-  for (size_t i = 0; i < n; i += 4096) changed += mine[i] != 0;
-  EXPECT_EQ(changed, 0u) << "pages written after dereg returned";
-  ::munmap(theirs, n);
-  ::munmap(mine, n);
-}
-
-// The same while another thread is closing the connection: the dereg waits
-// for that close to settle instead of returning while the peer still writes.
-TEST(LocalConnection, NoByteLandsInARegionDeregisteredWhileAnotherThreadCloses) {
-  Pair p = connect_local();
-  ASSERT_TRUE(p.ca && p.cb);
+// A peer (a) writes 512 MiB into this side's (b's) host region while b closes
+// the connection and deregisters the region, as `close_then_dereg` orders
+// them; it calls `zero` as soon as the dereg returns. Returns how many of
+// the region's pages changed after that: bytes that landed after dereg.
+using CloseThenDereg = std::function<void(EnginePair&, const Region&, const std::function<void()>& zero)>;
+size_t pages_written_after_dereg(const CloseThenDereg& close_then_dereg) {
+  EnginePair p = connect_local();
+  EXPECT_TRUE(p.ca && p.cb);
+  if (!p.ca || !p.cb) return ~size_t{0};
   const size_t n = size_t{512} << 20;
   auto map = [n] {
     void* m = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
@@ -169,32 +112,51 @@ TEST(LocalConnection, NoByteLandsInARegionDeregisteredWhileAnotherThreadCloses) 
   uint8_t* theirs = map();
   uint8_t* mine = map();
   std::memset(theirs, 0x5a, n);
-  ASSERT_TRUE(p.a->reg(theirs, n).ok());
-  auto region = p.b->reg(mine, n);
-  ASSERT_TRUE(region.ok());
-  auto desc = p.b->export_region(region.value(), 0, 0);
-  ASSERT_TRUE(desc.ok()) << desc.status().to_string();
-  ASSERT_TRUE(p.ca->write(theirs, 8, desc.value(), 0, {}, after(5s)).ok());
+  EXPECT_TRUE(p.a->reg(theirs, n).ok());
+  Region region = p.b->reg(mine, n).value();
+  RemoteDescriptor desc = p.b->export_region(region, 0, 0).value();
+  EXPECT_TRUE(p.ca->write(theirs, 8, desc, 0, {}, after(5s)).ok());  // the export is open
   std::atomic<bool> started{false};
   Transfer w;
   std::thread writer([&] {
     started.store(true);
-    w = p.ca->write_async(theirs, n, desc.value(), 0, {});
+    w = p.ca->write_async(theirs, n, desc, 0, {});
   });
   while (!started.load()) std::this_thread::yield();
   std::this_thread::sleep_for(2ms);
-  std::thread closer([&] { p.cb->close(); });
-  std::this_thread::sleep_for(1ms);  // the close is under way
-  ASSERT_TRUE(p.b->dereg(region.value()).ok());
-  std::memset(mine, 0, n);
-  closer.join();
+  close_then_dereg(p, region, [&] { std::memset(mine, 0, n); });  // the application's again
   writer.join();
-  (void)w.wait(after(30s));
+  (void)w.wait(after(30s));  // finished or failed: either way, over
   size_t changed = 0;
   for (size_t i = 0; i < n; i += 4096) changed += mine[i] != 0;
-  EXPECT_EQ(changed, 0u) << "pages written after dereg returned";
   ::munmap(theirs, n);
   ::munmap(mine, n);
+  return changed;
+}
+
+// close() returns only once the peer has stopped, so that after dereg not a
+// byte of the region changes. Close used to return at once, and most of a
+// large write landed after dereg.
+TEST(LocalConnection, NoByteLandsInARegionDeregisteredAfterClose) {
+  EXPECT_EQ(pages_written_after_dereg([](EnginePair& p, const Region& r, const std::function<void()>& zero) {
+              p.cb->close();
+              EXPECT_TRUE(p.b->dereg(r).ok());
+              zero();
+            }),
+            0u);
+}
+
+// The same while another thread is closing the connection: the dereg waits
+// for that close to settle instead of returning while the peer still writes.
+TEST(LocalConnection, NoByteLandsInARegionDeregisteredWhileAnotherThreadCloses) {
+  EXPECT_EQ(pages_written_after_dereg([](EnginePair& p, const Region& r, const std::function<void()>& zero) {
+              std::thread closer([&] { p.cb->close(); });
+              std::this_thread::sleep_for(1ms);  // the close is under way
+              EXPECT_TRUE(p.b->dereg(r).ok());
+              zero();
+              closer.join();
+            }),
+            0u);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine_pair.h"
 #include "ferry/ferry.h"
 
 namespace ferry {
@@ -20,15 +21,8 @@ using namespace std::chrono_literals;
 class ManyParts : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(ManyParts, SendvAndRecvvOfThousandsOfPartsArriveIntact) {
-  Options o;
-  o.transport = GetParam();
-  auto a = Engine::create(o).value();
-  auto b = Engine::create(o).value();
-  std::shared_ptr<Connection> ca, cb;
-  std::thread t([&] { cb = b->accept(after(10s)).value(); });
-  ca = a->connect(b->address(), after(10s)).value();
-  t.join();
-  ASSERT_EQ(ca->transport_name(), std::string_view(GetParam()));
+  EnginePair p = connect_pair(GetParam());
+  ASSERT_TRUE(p.ca && p.cb);
   std::mt19937_64 rng(17);
   // 2,500 parts of 1..23 bytes (an eager message), then 6,000 parts of
   // 700..1,500 bytes (a rendezvous of ~6 MiB, chunks of hundreds of parts).
@@ -38,8 +32,8 @@ TEST_P(ManyParts, SendvAndRecvvOfThousandsOfPartsArriveIntact) {
     for (auto& n : sizes) total += n = lo + rng() % (hi - lo + 1);
     std::vector<uint8_t> src(total + 2 * count + 5), dst(total + 3 * count + 7, 0);
     for (auto& v : src) v = static_cast<uint8_t>(rng());
-    ASSERT_TRUE(a->reg(src.data(), src.size()).ok());
-    ASSERT_TRUE(b->reg(dst.data(), dst.size()).ok());
+    ASSERT_TRUE(p.a->reg(src.data(), src.size()).ok());
+    ASSERT_TRUE(p.b->reg(dst.data(), dst.size()).ok());
     std::vector<ConstBuffer> out;
     std::vector<MutableBuffer> in;
     std::vector<uint8_t> expect;
@@ -58,8 +52,8 @@ TEST_P(ManyParts, SendvAndRecvvOfThousandsOfPartsArriveIntact) {
       at_dst += n + 3;
       left -= n;
     }
-    Transfer r = cb->recvv_async(in);
-    Status s = ca->sendv(out, after(30s));
+    Transfer r = p.cb->recvv_async(in);
+    Status s = p.ca->sendv(out, after(30s));
     ASSERT_TRUE(s.ok()) << count << " parts: " << s.to_string();
     ASSERT_TRUE(r.wait(after(30s)).ok()) << count << " parts: " << r.status().to_string();
     EXPECT_EQ(r.bytes(), total);
@@ -68,7 +62,7 @@ TEST_P(ManyParts, SendvAndRecvvOfThousandsOfPartsArriveIntact) {
       ASSERT_EQ(0, std::memcmp(dst.data() + off, expect.data() + from, n)) << count << " parts, at " << from;
       from += n;
     }
-    EXPECT_TRUE(ca->health().ok());
+    EXPECT_TRUE(p.ca->health().ok());
   }
 }
 
@@ -76,14 +70,11 @@ TEST_P(ManyParts, SendvAndRecvvOfThousandsOfPartsArriveIntact) {
 // target): the readv finishes with that error only once its other item has
 // landed, not while its bytes still arrive in the caller's buffer.
 TEST(VectorOperations, AReadvWithAFailedItemEndsAfterItsOtherItems) {
-  Options o;
-  o.transport = "tcp";
-  auto x = Engine::create(o).value();
-  auto y = Engine::create(o).value();
-  std::shared_ptr<Connection> xc, yc;
-  std::thread t([&] { yc = y->accept(after(10s)).value(); });
-  xc = x->connect(y->address(), after(10s)).value();
-  t.join();
+  EnginePair p = connect_pair("tcp");
+  ASSERT_TRUE(p.ca && p.cb);
+  auto& x = p.a;  // the reader
+  auto& y = p.b;  // the target
+  auto& xc = p.ca;
   const size_t n = size_t{64} << 20;
   std::vector<uint8_t> src0(n, 0x11), src1(n, 0xab), dst(2 * n, 0);
   Region r0 = y->reg(src0.data(), n).value();

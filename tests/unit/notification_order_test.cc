@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine_pair.h"
 #include "ferry/ferry.h"
 
 namespace ferry {
@@ -19,14 +20,12 @@ using namespace std::chrono_literals;
 class NotificationOrder : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    Options o;
-    o.transport = GetParam();
-    a_ = Engine::create(o).value();
-    b_ = Engine::create(o).value();
-    std::thread t([&] { cb_ = b_->accept(after(10s)).value(); });
-    ca_ = a_->connect(b_->address(), after(10s)).value();
-    t.join();
-    ASSERT_EQ(ca_->transport_name(), std::string_view(GetParam()));
+    EnginePair p = connect_pair(GetParam());
+    ASSERT_TRUE(p.ca && p.cb);
+    a_ = std::move(p.a);
+    b_ = std::move(p.b);
+    ca_ = std::move(p.ca);
+    cb_ = std::move(p.cb);
   }
   std::unique_ptr<Engine> a_, b_;
   std::shared_ptr<Connection> ca_, cb_;

@@ -1,0 +1,42 @@
+// Two engines of this process joined by one connection over a given
+// transport: where the tests of whole operations start.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string_view>
+#include <thread>
+
+#include "ferry/ferry.h"
+
+namespace ferry {
+
+struct EnginePair {
+  std::unique_ptr<Engine> a, b;
+  std::shared_ptr<Connection> ca, cb;  // a's end and b's end
+};
+
+// Connects a to b over `transport` ("tcp" or "local"); on failure the test
+// fails and the ends are null.
+inline EnginePair connect_pair(std::string_view transport) {
+  using namespace std::chrono_literals;
+  Options o;
+  o.transport = std::string(transport);
+  EnginePair p;
+  p.a = Engine::create(o).value();
+  p.b = Engine::create(o).value();
+  std::thread t([&] {
+    auto c = p.b->accept(after(10s));
+    EXPECT_TRUE(c.ok()) << c.status().to_string();
+    if (c.ok()) p.cb = std::move(c).value();
+  });
+  auto c = p.a->connect(p.b->address(), after(10s));
+  t.join();
+  EXPECT_TRUE(c.ok()) << c.status().to_string();
+  if (c.ok()) p.ca = std::move(c).value();
+  if (p.ca) EXPECT_EQ(p.ca->transport_name(), transport);
+  return p;
+}
+
+}  // namespace ferry
