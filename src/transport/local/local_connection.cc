@@ -611,22 +611,6 @@ Transfer LocalConnection::notify_async(std::string_view message) {
   return Transfer(state);
 }
 
-void LocalConnection::deliver_note(uint64_t seq, bool skip, std::string note) {
-  std::lock_guard lock(order_mu_);
-  if (seq < next_note_due_ || held_notes_.count(seq) != 0) return;  // duplicate
-  if (skip) {
-    held_notes_[seq] = std::nullopt;
-  } else {
-    held_notes_[seq] = std::move(note);
-  }
-  // Deliver in the order the peer posted them.
-  for (auto it = held_notes_.begin(); it != held_notes_.end() && it->first == next_note_due_;) {
-    if (it->second) notes_.push(std::move(*it->second));
-    ++next_note_due_;
-    it = held_notes_.erase(it);
-  }
-}
-
 Result<std::string> LocalConnection::wait_notification(Deadline deadline) {
   std::string note;
   switch (notes_.wait(deadline, failed_, note)) {
@@ -674,6 +658,12 @@ void LocalConnection::peer_exited() {
 }
 
 bool LocalConnection::peer_process_gone() const { return ::kill(peer_.pid, 0) != 0 && errno == ESRCH; }
+
+void LocalConnection::stop_copying(const Status& why) {
+  fail(why, /*shutdown_control=*/false);
+  copier_.stop();
+  send_close();
+}
 
 void LocalConnection::send_close() {
   if (close_sent_.exchange(true)) return;
@@ -723,9 +713,7 @@ void LocalConnection::close() {
     // it until the other has stopped: fail what is pending, let this side's
     // own copies end, tell the peer, and wait for it to do the same (it
     // closes the control stream once its copies have ended).
-    fail(Status(Code::kCancelled, where() + ": connection closed"), /*shutdown_control=*/false);
-    copier_.stop();
-    send_close();
+    stop_copying(Status(Code::kCancelled, where() + ": connection closed"));
     // The peer answers CLOSE once its own copies have ended (on_close);
     // the progress thread reads it and sets peer_quiet_. A peer whose
     // control stream ends without that answer stopped copying only if its

@@ -152,7 +152,6 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   void run_item(const std::shared_ptr<TransferState>& state, const Item& item, const ExportInfo& info, bool is_write);
   void with_export(const RemoteDescriptor& r, std::function<void(Result<const ExportInfo*>)> then);
   void send_note(uint64_t op, uint64_t seq, bool skip, std::string_view note);
-  void deliver_note(uint64_t seq, bool skip, std::string note);
 
   // Progress thread.
   void progress_loop();
@@ -172,6 +171,10 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   bool peer_process_gone() const;
   // Posts CLOSE unless this side already did.
   void send_close();
+  // Both ends of an orderly close: fails what is pending (control stream
+  // left open), waits for this side's copies and refuses new ones, then
+  // sends CLOSE, which tells the peer this side copies no more.
+  void stop_copying(const Status& why);
   // A dereg of `region_id` on a failed connection: waits for a close under
   // way to settle, and warns if the peer may still be copying.
   void settle_after_failure(uint64_t region_id);
@@ -225,9 +228,6 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   uint64_t next_note_seq_ = 1;                            // guarded by mu_
 
   core::NotificationQueue notes_;
-  std::mutex order_mu_;                                        // puts notifications back in sequence
-  uint64_t next_note_due_ = 1;                                 // guarded by order_mu_
-  std::map<uint64_t, std::optional<std::string>> held_notes_;  // guarded by order_mu_: arrived early
 };
 
 }  // namespace ferry::local

@@ -141,8 +141,7 @@ Status LocalConnection::handle(const std::string& msg) {
         ack.id = h.id;
         post(ack);
       }
-      deliver_note(h.a, (h.flags & kNoteSkip) != 0, std::string(aux));
-      return Status();
+      return notes_.push_numbered(h.a, (h.flags & kNoteSkip) != 0, std::string(aux)).with_context(where());
     case FrameType::kLocalRevoke:
       return on_revoke(h, payload);
     case FrameType::kHeartbeat:
@@ -152,9 +151,7 @@ Status LocalConnection::handle(const std::string& msg) {
       // answer to ours); this side's end before it answers, which the
       // peer's close() waits for.
       peer_quiet_.store(true, std::memory_order_release);
-      fail(Status(Code::kPeerLost, where() + ": the peer closed the connection"), /*shutdown_control=*/false);
-      copier_.stop();
-      send_close();
+      stop_copying(Status(Code::kPeerLost, where() + ": the peer closed the connection"));
       control_.shutdown();
       return Status();
     default:

@@ -421,7 +421,8 @@ Transfer TcpConnection::writev_async(std::span<const WriteItem> items, std::stri
   bool trailing_note = items.size() > 1 && !notification.empty();
   auto parent = new_state(static_cast<int>(items.size()) + (trailing_note ? 1 : 0));
   // The notification's place among this connection's notifications is taken
-  // now (see deliver_note); a write that fails gives it up with a skip.
+  // now (NotificationQueue::push_numbered); a write that fails gives it up
+  // with a skip.
   uint64_t seq = notification.empty() ? 0 : next_note_seq();
   if (seq != 0) {
     std::weak_ptr<TcpConnection> self = weak_from_this();
@@ -624,35 +625,6 @@ void TcpConnection::skip_note(uint64_t seq) {
   queue_control(std::move(o));
 }
 
-Status TcpConnection::deliver_note(uint64_t seq, bool skip, std::string note) {
-  if (seq == 0) {
-    if (!skip) notes_.push(std::move(note));
-    return Status();
-  }
-  // A write's notification is queued when its data has landed, a standalone
-  // one when it arrives: both wait here for the ones posted before them.
-  std::lock_guard lock(note_order_mu_);
-  if (seq < next_note_due_) return Status();  // already delivered or skipped (a second skip)
-  if (seq != next_note_due_ && held_note_bytes_ + note.size() + 64 > kMaxHeldNoteBytes) {
-    return Status(Code::kDataLoss, where() + ": more than " + std::to_string(kMaxHeldNoteBytes >> 20) +
-                                       " MiB of notifications wait for number " + std::to_string(next_note_due_));
-  }
-  auto held = held_notes_.find(seq);
-  if (held != held_notes_.end()) {
-    if (skip) return Status();  // a skip never replaces a note that arrived
-    held_note_bytes_ -= 64 + (held->second ? held->second->size() : 0);
-  }
-  held_note_bytes_ += 64 + note.size();
-  held_notes_[seq] = skip ? std::nullopt : std::optional<std::string>(std::move(note));
-  for (auto it = held_notes_.begin(); it != held_notes_.end() && it->first == next_note_due_;) {
-    held_note_bytes_ -= 64 + (it->second ? it->second->size() : 0);
-    if (it->second) notes_.push(std::move(*it->second));
-    it = held_notes_.erase(it);
-    ++next_note_due_;
-  }
-  return Status();
-}
-
 // ---- matching -------------------------------------------------------------
 
 void TcpConnection::complete_recv_now(PostedRecv& recv, uint64_t op, uint64_t size, const std::string& bytes) {
@@ -845,7 +817,8 @@ Status TcpConnection::land_write(int fd, int path, const FrameHeader& h, std::st
     }
     if (!complete) return Status();
     if (done.note_seq != 0 || !done.notification.empty()) {
-      FERRY_RETURN_IF_ERROR(deliver_note(done.note_seq, !done.error.ok(), std::move(done.notification)));
+      Status queued = notes_.push_numbered(done.note_seq, !done.error.ok(), std::move(done.notification));
+      FERRY_RETURN_IF_ERROR(queued.with_context(where()));
     }
     ack(op, done.error);
     return Status();
@@ -1176,7 +1149,7 @@ Status TcpConnection::handle_frame(int fd, int path, const FrameHeader& h, std::
       // note would otherwise send CLOSE ahead of the confirmation, and the
       // sender's notify would fail although the note arrived.
       if (h.id != 0) ack(h.id, Status());
-      return deliver_note(h.e, (h.flags & kFlagNoteSkip) != 0, std::move(aux));
+      return notes_.push_numbered(h.e, (h.flags & kFlagNoteSkip) != 0, std::move(aux)).with_context(where());
     case FrameType::kChunkAck:
       chunks_.on_landed(static_cast<int>(h.a), h.b);
       return Status();

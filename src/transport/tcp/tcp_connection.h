@@ -33,7 +33,6 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -247,14 +246,10 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   void finish_landing(uint64_t token, const std::shared_ptr<Landing>& l);
   void complete_recv_now(PostedRecv& recv, uint64_t op, uint64_t size, const std::string& bytes);
   // Notifications keep posting order: each takes a sequence number when
-  // posted (a write's with the write); the receiver delivers them in that
-  // order, holding early ones; a write that fails sends a skip for its number.
+  // posted (a write's with the write); the receiver queues them in that
+  // order (notes_.push_numbered); a write that fails sends a skip for its number.
   uint64_t next_note_seq();
   void skip_note(uint64_t seq);
-  // kDataLoss if more than kMaxHeldNoteBytes of them (64 bytes each on top
-  // of its text) wait for an earlier one: a peer that numbers them wrongly.
-  Status deliver_note(uint64_t seq, bool skip, std::string note);
-  static constexpr size_t kMaxHeldNoteBytes = size_t{256} << 20;
 
   const std::shared_ptr<core::EngineContext> ctx_;
   const uint64_t id_;
@@ -313,10 +308,6 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
 
   core::NotificationQueue notes_;
   uint64_t next_note_seq_ = 1;  // guarded by mu_
-  std::mutex note_order_mu_;
-  uint64_t next_note_due_ = 1;                                 // guarded by note_order_mu_
-  std::map<uint64_t, std::optional<std::string>> held_notes_;  // guarded by note_order_mu_: arrived early
-  size_t held_note_bytes_ = 0;                                 // guarded by note_order_mu_
 };
 
 }  // namespace ferry::tcp
