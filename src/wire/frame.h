@@ -17,7 +17,8 @@
 namespace ferry::wire {
 
 inline constexpr uint32_t kFrameMagic = 0x31595246;  // "FRY1" little-endian
-inline constexpr uint16_t kProtocolVersion = 1;
+// 2: NOTIFY carries a sequence number and may be a skip (flags bit 2).
+inline constexpr uint16_t kProtocolVersion = 2;
 inline constexpr size_t kHeaderSize = 64;
 inline constexpr size_t kMaxAux = 64 * 1024 - 1;
 // No single frame carries more than this; chunks are far smaller.

@@ -77,6 +77,36 @@ struct Target {
   }
 };
 
+// A connector of another protocol version (an engine built before
+// notifications carried sequence numbers) is turned away at the handshake
+// with a reason that names both versions, and no connection is accepted.
+TEST(TcpPeerGarbage, AnotherProtocolVersionIsRefusedAtTheHandshake) {
+  Options o;
+  o.transport = "tcp";
+  o.listen = "127.0.0.1:0";
+  auto engine = Engine::create(o).value();
+  auto hp = platform::parse_host_port(engine->address());
+  ASSERT_TRUE(hp.ok());
+  Deadline d = after(5s);
+  auto c = platform::connect_tcp(hp.value(), d);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  wire::Hello hello;
+  hello.version = wire::kProtocolVersion - 1;
+  hello.engine_id = 0x1234;
+  hello.host_id = "older-peer";
+  ASSERT_TRUE(tcp::write_handshake_frame(c->fd(), wire::encode(hello), d).ok());
+  auto f = tcp::read_handshake_frame(c->fd(), d);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  auto rejected = wire::decode_rejected(f->header, f->aux);
+  ASSERT_TRUE(rejected.ok()) << "expected REJECTED, got frame type " << static_cast<int>(f->header.type);
+  EXPECT_EQ(rejected->code, Code::kUnimplemented);
+  EXPECT_NE(rejected->message.find("version " + std::to_string(wire::kProtocolVersion)), std::string::npos)
+      << rejected->message;
+  EXPECT_NE(rejected->message.find(std::to_string(wire::kProtocolVersion - 1)), std::string::npos)
+      << rejected->message;
+  EXPECT_FALSE(engine->accept(after(200ms)).ok());
+}
+
 // An inline message header larger than any engine sends inline would have
 // the engine allocate up to the frame limit before a byte arrived: refused.
 TEST(TcpPeerGarbage, AnInlineMessageLargerThanAnyEngineSendsFailsTheConnection) {
