@@ -12,8 +12,9 @@
 //
 // Failover: each path remembers the chunks it sent and the peer has not yet
 // confirmed. When a path dies, those chunks go first in line for the paths
-// still alive (the receiver ignores a chunk it already has), so a transfer
-// survives losing any data path but the last.
+// still alive (the receiver lands each chunk once and shuts a path that was
+// still bringing a resent chunk: chunk_arrivals.h), so a transfer survives
+// losing any data path but the last.
 //
 // Thread-safe.
 #pragma once

@@ -29,6 +29,23 @@ constexpr uint8_t kFlagAckRequest = 1;  // DATA/WRITE chunk: confirm landing wit
 constexpr uint8_t kFlagAborted = 2;     // DATA/WRITE chunk: this op's bytes will not come
 constexpr uint8_t kFlagNoteSkip = 4;    // NOTIFY: the write carrying sequence number e failed
 
+// Runs `abandon` when it goes, unless disarmed first: a chunk whose
+// accounting never runs (its path broke off, its stager was dropped) still
+// stops holding its operation. Shared by the copies of one completion.
+class ArrivalGuard {
+ public:
+  explicit ArrivalGuard(std::function<void()> abandon) : abandon_(std::move(abandon)) {}
+  ArrivalGuard(const ArrivalGuard&) = delete;
+  ArrivalGuard& operator=(const ArrivalGuard&) = delete;
+  ~ArrivalGuard() {
+    if (abandon_) abandon_();
+  }
+  void disarm() { abandon_ = nullptr; }
+
+ private:
+  std::function<void()> abandon_;
+};
+
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
@@ -552,6 +569,7 @@ void TcpConnection::post_read(const std::shared_ptr<TransferState>& state, core:
   auto landing = std::make_shared<Landing>();
   landing->state = state;
   landing->size = dest.total();
+  landing->arrivals = ChunkArrivals(landing->size);
   landing->dest = std::move(dest);
   uint64_t op;
   {
@@ -663,6 +681,7 @@ void TcpConnection::match_rendezvous(PostedRecv recv, uint64_t op, uint64_t size
   landing->state = recv.state;
   landing->dest = std::move(recv.dest);
   landing->size = size;
+  landing->arrivals = ChunkArrivals(size);
   landing->reply_op = op;
   uint64_t token;
   {
@@ -747,24 +766,48 @@ Status TcpConnection::land_data(int fd, int path, const FrameHeader& h) {
                                        std::to_string(l->size) + " bytes");
   }
   uint64_t token = h.id, offset = h.a, size = h.payload_len;
-  Landed account = [this, l, token, offset, size](const Status& landed) -> Status {
-    bool complete = false;
+  ChunkArrivals::Begin begin;
+  {
+    std::lock_guard lock(l->mu);
+    begin = l->arrivals.begin(offset, path);
+  }
+  if (!begin.land) return drain(fd, size);  // a resent chunk that had landed already
+  if (begin.stalled_path >= 0) give_up_stalled_path(begin.stalled_path, path, offset);
+  std::weak_ptr<TcpConnection> self = weak_from_this();
+  auto guard = std::make_shared<ArrivalGuard>([self, token, l, offset, path] {
+    if (auto c = self.lock()) c->landing_chunk_abandoned(token, l, offset, path);
+  });
+  Landed account = [this, l, token, offset, size, path, guard](const Status& landed) -> Status {
+    guard->disarm();
+    Result<bool> complete = false;
     {
       std::lock_guard lock(l->mu);
       if (!landed.ok() && l->error.ok()) l->error = landed;
-      if (!l->seen.insert(offset).second) return Status();  // a resent chunk that had landed already
-      l->received += size;
-      if (l->received > l->size) {
-        return Status(Code::kDataLoss, where() + ": more bytes arrived than the message holds");
-      }
-      complete = l->received == l->size;
+      complete = l->arrivals.end(offset, path, size, /*landed=*/true);
     }
-    if (complete) finish_landing(token, l);
+    if (!complete.ok()) return complete.status().with_context(where() + ": message");
+    if (*complete) finish_landing(token, l);
     return Status();
   };
   return receive_payload(fd, path, l->dest, offset, size,
                          "destination memory was deregistered while data arrived (" + where() + ")",
                          std::move(account));
+}
+
+void TcpConnection::landing_chunk_abandoned(uint64_t token, const std::shared_ptr<Landing>& l, uint64_t offset,
+                                            int path) {
+  Result<bool> complete = false;
+  {
+    std::lock_guard lock(l->mu);
+    complete = l->arrivals.end(offset, path, 0, /*landed=*/false);
+  }
+  if (complete.ok() && *complete) finish_landing(token, l);
+}
+
+void TcpConnection::give_up_stalled_path(int stalled, int path, uint64_t offset) {
+  path_failed(stalled, Status(Code::kUnavailable, "the peer resent the chunk at offset " + std::to_string(offset) +
+                                                      " on data path " + std::to_string(path) +
+                                                      " while this path was still bringing it (the peer gave it up)"));
 }
 
 void TcpConnection::remember_finished_write(uint64_t op) {
@@ -774,6 +817,31 @@ void TcpConnection::remember_finished_write(uint64_t op) {
     finished_writes_.erase(finished_order_.front());
     finished_order_.pop_front();
   }
+}
+
+void TcpConnection::write_chunk_abandoned(uint64_t op, uint64_t offset, int path) {
+  IncomingWrite done;
+  {
+    std::lock_guard lock(mu_);
+    if (finished_writes_.count(op) > 0) return;
+    auto it = incoming_.find(op);
+    if (it == incoming_.end()) return;
+    Result<bool> complete = it->second.arrivals.end(offset, path, 0, /*landed=*/false);
+    if (!complete.ok() || !*complete) return;
+    done = std::move(it->second);
+    incoming_.erase(it);
+    remember_finished_write(op);
+  }
+  if (Status s = complete_write(op, done); !s.ok()) fail(s);
+}
+
+Status TcpConnection::complete_write(uint64_t op, IncomingWrite& done) {
+  if (done.note_seq != 0 || !done.notification.empty()) {
+    Status queued = notes_.push_numbered(done.note_seq, !done.error.ok(), std::move(done.notification));
+    FERRY_RETURN_IF_ERROR(queued.with_context(where()));
+  }
+  ack(op, done.error);
+  return Status();
 }
 
 Status TcpConnection::land_write(int fd, int path, const FrameHeader& h, std::string& aux) {
@@ -788,40 +856,45 @@ Status TcpConnection::land_write(int fd, int path, const FrameHeader& h, std::st
     }
     if ((h.flags & kFlagAborted) || finished_writes_.count(op) > 0) return drain(fd, h.payload_len);
   }
+  ChunkArrivals::Begin begin;
+  {
+    std::lock_guard lock(mu_);
+    auto [it, fresh] = incoming_.try_emplace(op);
+    if (fresh) it->second.arrivals = ChunkArrivals(h.d);
+    if (it->second.arrivals.total() != h.d) {
+      return Status(Code::kDataLoss, where() + ": chunks of write " + std::to_string(op) + " disagree on its size");
+    }
+    begin = it->second.arrivals.begin(h.c, path);
+  }
+  if (!begin.land) return drain(fd, h.payload_len);  // a resent chunk that had landed already
+  if (begin.stalled_path >= 0) give_up_stalled_path(begin.stalled_path, path, h.c);
   auto span = ctx_->registry.resolve_export(h.a, h.b, h.c, h.payload_len);
   FrameHeader fh = h;
-  Landed account = [this, fh, note = std::move(aux)](const Status& landed) mutable -> Status {
+  std::weak_ptr<TcpConnection> self = weak_from_this();
+  auto guard = std::make_shared<ArrivalGuard>([self, op, offset = h.c, path] {
+    if (auto c = self.lock()) c->write_chunk_abandoned(op, offset, path);
+  });
+  Landed account = [this, fh, path, guard, note = std::move(aux)](const Status& landed) mutable -> Status {
+    guard->disarm();
     uint64_t op = fh.id;
-    bool complete = false;
     IncomingWrite done;
     {
       std::lock_guard lock(mu_);
-      if (finished_writes_.count(op) > 0) return Status();  // finished while this chunk was copied
-      IncomingWrite& w = incoming_[op];
-      if (w.total == 0) w.total = fh.d;
-      if (w.total != fh.d)
-        return Status(Code::kDataLoss, where() + ": chunks of write " + std::to_string(op) + " disagree on its size");
+      if (finished_writes_.count(op) > 0) return Status();  // aborted while this chunk was copied
+      auto it = incoming_.find(op);
+      if (it == incoming_.end()) return Status();
+      IncomingWrite& w = it->second;
       if (!note.empty()) w.notification = std::move(note);
       if (fh.e != 0) w.note_seq = fh.e;
       if (!landed.ok() && w.error.ok()) w.error = landed;
-      if (!w.seen.insert(fh.c).second) return Status();  // a resent chunk that had landed already
-      w.received += fh.payload_len;
-      if (w.received > w.total)
-        return Status(Code::kDataLoss, where() + ": write " + std::to_string(op) + " overflows its size");
-      if (w.received == w.total) {
-        complete = true;
-        done = std::move(w);
-        incoming_.erase(op);
-        remember_finished_write(op);
-      }
+      Result<bool> complete = w.arrivals.end(fh.c, path, fh.payload_len, /*landed=*/true);
+      if (!complete.ok()) return complete.status().with_context(where() + ": write " + std::to_string(op));
+      if (!*complete) return Status();
+      done = std::move(w);
+      incoming_.erase(it);
+      remember_finished_write(op);
     }
-    if (!complete) return Status();
-    if (done.note_seq != 0 || !done.notification.empty()) {
-      Status queued = notes_.push_numbered(done.note_seq, !done.error.ok(), std::move(done.notification));
-      FERRY_RETURN_IF_ERROR(queued.with_context(where()));
-    }
-    ack(op, done.error);
-    return Status();
+    return complete_write(op, done);
   };
   if (!span.ok()) {
     FERRY_RETURN_IF_ERROR(drain(fd, h.payload_len));

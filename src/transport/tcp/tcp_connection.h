@@ -50,6 +50,7 @@
 #include "ferry/engine.h"
 #include "platform/socket.h"
 #include "transport/connection_base.h"
+#include "transport/tcp/chunk_arrivals.h"
 #include "transport/tcp/chunk_queue.h"
 #include "transport/tcp/staging_pipeline.h"
 #include "wire/frame.h"
@@ -127,15 +128,12 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
     uint64_t size = 0;
     uint64_t reply_op = 0;  // receive: the sender's op to acknowledge; 0 for a read
     std::mutex mu;
-    uint64_t received = 0;              // guarded by mu
-    std::unordered_set<uint64_t> seen;  // guarded by mu: chunk offsets landed (a resent chunk counts once)
-    Status error;                       // guarded by mu
+    ChunkArrivals arrivals;  // guarded by mu
+    Status error;            // guarded by mu
   };
   // A write arriving from the peer, counted until all its bytes landed.
   struct IncomingWrite {
-    uint64_t total = 0;
-    uint64_t received = 0;
-    std::unordered_set<uint64_t> seen;  // export offsets of the chunks landed
+    ChunkArrivals arrivals;  // by export offset
     std::string notification;
     uint64_t note_seq = 0;  // its place among the notifications (0: none)
     Status error;
@@ -196,6 +194,15 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   // Records `op` among the recently finished writes (caller holds mu_).
   void remember_finished_write(uint64_t op);
   Status land_write(int fd, int path, const wire::FrameHeader& h, std::string& aux);
+  // A chunk of a landing or a write that began arriving on `path` and was
+  // never accounted (its path broke off): it no longer holds the operation.
+  void landing_chunk_abandoned(uint64_t token, const std::shared_ptr<Landing>& l, uint64_t offset, int path);
+  void write_chunk_abandoned(uint64_t op, uint64_t offset, int path);
+  // Queues a finished write's notification and acknowledges it.
+  Status complete_write(uint64_t op, IncomingWrite& done);
+  // The peer resent the chunk at `offset` on `path` while `stalled` was still
+  // bringing it: the peer gave `stalled` up, and so does this side.
+  void give_up_stalled_path(int stalled, int path, uint64_t offset);
   // How a frame's bytes are accounted once they are in place (or failed to land).
   using Landed = std::function<Status(const Status& landed)>;
   // Reads [offset, offset+size) of `dest` from `fd` into place — host memory

@@ -1,0 +1,42 @@
+// Landed and arriving chunks of one incoming operation.
+#include "transport/tcp/chunk_arrivals.h"
+
+#include <string>
+
+namespace ferry::tcp {
+
+ChunkArrivals::Begin ChunkArrivals::begin(uint64_t offset, int path) {
+  Begin b;
+  if (completed_ || landed_.count(offset) > 0) {
+    b.land = false;
+    return b;
+  }
+  auto [first, last] = arriving_.equal_range(offset);
+  for (auto it = first; it != last; ++it) {
+    if (it->second != path) b.stalled_path = it->second;
+  }
+  arriving_.emplace(offset, path);
+  return b;
+}
+
+Result<bool> ChunkArrivals::end(uint64_t offset, int path, uint64_t size, bool landed) {
+  auto [first, last] = arriving_.equal_range(offset);
+  for (auto it = first; it != last; ++it) {
+    if (it->second == path) {
+      arriving_.erase(it);
+      break;
+    }
+  }
+  if (landed && landed_.insert(offset).second) {
+    received_ += size;
+    if (received_ > total_) {
+      return Status(Code::kDataLoss,
+                    std::to_string(received_) + " bytes landed for an operation of " + std::to_string(total_));
+    }
+  }
+  if (completed_ || received_ != total_ || !arriving_.empty()) return false;
+  completed_ = true;
+  return true;
+}
+
+}  // namespace ferry::tcp
