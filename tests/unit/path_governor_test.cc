@@ -81,6 +81,38 @@ TEST(PathGovernor, EngagesOnlyWhenWorkersOutnumberCores) {
   EXPECT_FALSE(governor_engages(4, 64));
 }
 
+// An engaged governor starts on the most paths whose workers fit the cores,
+// as a power of two: one on the 2-core lab, 16 of 24 on a 32-core host.
+TEST(PathGovernor, StartsOnThePathsTheCoresRunWithoutCrowding) {
+  EXPECT_EQ(governor_start(4, 2), 1);
+  EXPECT_EQ(governor_start(2, 3), 1);
+  EXPECT_EQ(governor_start(24, 32), 16);
+  EXPECT_EQ(governor_start(17, 32), 16);
+  EXPECT_EQ(governor_start(24, 20), 8);
+  EXPECT_EQ(governor_start(5, 64), 4) << "never more than the paths";
+  // From there it climbs and steps down as from one.
+  auto host = std::make_shared<Host>(Host{link_limited, light});
+  PathGovernor up(
+      true, 24, kSample,
+      [host] {
+        return std::optional<platform::CpuReading>({0.1, 0.1});
+      },
+      16);
+  EXPECT_EQ(up.active(24), 16);
+  drive(up, *host, 10'000, 0.03);
+  EXPECT_EQ(up.kept(), 24) << "quiet cores: climbs to every path";
+  auto cpu_limited = [](int n) { return n <= 1 ? 5.0 : 5.0 - 0.1 * n; };
+  auto busy = std::make_shared<Host>(Host{cpu_limited, saturated});
+  PathGovernor down(
+      true, 24, kSample,
+      [busy] {
+        return std::optional<platform::CpuReading>({0.9, 0.9});
+      },
+      16);
+  drive(down, *busy, 20'000, 0.03);
+  EXPECT_LT(down.kept(), 16) << "saturated cores, fewer paths move more: steps down";
+}
+
 // Rate-limited links on a quiet host: one path, then two, then all four, a
 // CPU reading apart (also in the warm-up); nearly all the time is on all four.
 TEST(PathGovernor, ClimbsToEveryPathWhileTheCoresHaveRoom) {

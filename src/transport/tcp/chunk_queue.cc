@@ -32,10 +32,10 @@ PathGovernor::CpuMeter host_cpu_meter() {
 
 }  // namespace
 
-ChunkQueue::ChunkQueue(uint64_t chunk_bytes, int window, int paths, bool adaptive)
-    : ChunkQueue(
-          chunk_bytes, window, paths,
-          PathGovernor(adaptive, paths, kGovernorSampleNs, adaptive ? host_cpu_meter() : PathGovernor::CpuMeter{})) {}
+ChunkQueue::ChunkQueue(uint64_t chunk_bytes, int window, int paths, bool adaptive, int governor_start)
+    : ChunkQueue(chunk_bytes, window, paths,
+                 PathGovernor(adaptive, paths, kGovernorSampleNs,
+                              adaptive ? host_cpu_meter() : PathGovernor::CpuMeter{}, governor_start)) {}
 
 ChunkQueue::ChunkQueue(uint64_t chunk_bytes, int window, int paths, PathGovernor governor)
     : chunk_bytes_(chunk_bytes),

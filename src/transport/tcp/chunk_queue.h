@@ -59,9 +59,9 @@ struct Chunk {
 
 class ChunkQueue {
  public:
-  // `adaptive`: the governor chooses how many paths carry new chunks;
-  // otherwise every live path does.
-  ChunkQueue(uint64_t chunk_bytes, int window, int paths, bool adaptive = false);
+  // `adaptive`: the governor chooses how many paths carry new chunks,
+  // starting on `governor_start`; otherwise every live path does.
+  ChunkQueue(uint64_t chunk_bytes, int window, int paths, bool adaptive = false, int governor_start = 1);
   // With a governor in a given state (tests).
   ChunkQueue(uint64_t chunk_bytes, int window, int paths, PathGovernor governor);
 

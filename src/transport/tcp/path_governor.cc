@@ -5,12 +5,12 @@
 
 namespace ferry::tcp {
 
-PathGovernor::PathGovernor(bool adaptive, int paths, int64_t sample_ns, CpuMeter cpu)
+PathGovernor::PathGovernor(bool adaptive, int paths, int64_t sample_ns, CpuMeter cpu, int start)
     : adaptive_(adaptive),
       paths_(std::max(1, paths)),
       sample_ns_(sample_ns),
       cpu_(std::move(cpu)),
-      current_(adaptive_ && cpu_ ? 1 : paths_),
+      current_(adaptive_ && cpu_ ? std::clamp(start, 1, paths_) : paths_),
       kept_(current_),
       average_(static_cast<size_t>(paths_) + 1, 0.0),
       reading_every_ns_(sample_ns) {}

@@ -69,7 +69,8 @@ TcpConnection::TcpConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t 
       path_dead_(new std::atomic<bool>[data_.size()]),
       chunks_(ctx_->options.chunk_bytes, ctx_->options.window, static_cast<int>(data_.size()),
               ctx_->options.path_policy == "adaptive" &&
-                  governor_engages(static_cast<int>(data_.size()), platform::usable_cpu_count())),
+                  governor_engages(static_cast<int>(data_.size()), platform::usable_cpu_count()),
+              governor_start(static_cast<int>(data_.size()), platform::usable_cpu_count())),
       landed_chunks_(data_.size(), 0),
       hooks_(staging_hooks()),
       kernels_(ctx_->options.staging_copy == "kernel" ? std::make_shared<StagingKernels>() : nullptr),
