@@ -57,16 +57,21 @@ inline GpuBuffer gpu_alloc(int device, size_t size) {
 
 // Memory from cuMemCreate + cuMemMap in `pieces` separate physical
 // allocations mapped back to back (like PyTorch's expandable segments).
+inline cu::MemAllocationProp vmm_prop(int device) {
+  cu::MemAllocationProp prop{};
+  prop.type = cu::kAllocationPinned;
+  prop.requested_handle_types = cu::kHandleTypePosixFd;
+  prop.location = {cu::kLocationDevice, device};
+  return prop;
+}
+
 inline GpuBuffer gpu_alloc_vmm(int device, size_t piece_size, int pieces) {
   const auto& d = platform::cuda();
   GpuBuffer b;
   b.device = device;
   b.vmm = true;
   if (!platform::use_device(device).ok()) return b;
-  cu::MemAllocationProp prop{};
-  prop.type = cu::kAllocationPinned;
-  prop.requested_handle_types = cu::kHandleTypePosixFd;
-  prop.location = {cu::kLocationDevice, device};
+  cu::MemAllocationProp prop = vmm_prop(device);
   size_t gran = 0;
   if (d.mem_get_allocation_granularity(&gran, &prop, 0) != cu::kSuccess) return b;
   piece_size = (piece_size + gran - 1) / gran * gran;
@@ -85,6 +90,23 @@ inline GpuBuffer gpu_alloc_vmm(int device, size_t piece_size, int pieces) {
   b.size = total;
   b.reserved = total;
   return b;
+}
+
+// Puts new physical memory behind a one-piece gpu_alloc_vmm buffer, at the
+// same address: what an allocator does that frees and allocates again at one
+// base.
+inline bool gpu_vmm_replace(GpuBuffer& b) {
+  const auto& d = platform::cuda();
+  if (!b.vmm || !platform::use_device(b.device).ok()) return false;
+  auto va = reinterpret_cast<cu::DevicePtr>(b.ptr);
+  if (d.mem_unmap(va, b.size) != cu::kSuccess) return false;
+  cu::MemAllocationProp prop = vmm_prop(b.device);
+  cu::MemHandle h = 0;
+  if (d.mem_create(&h, b.size, &prop, 0) != cu::kSuccess) return false;
+  bool mapped = d.mem_map(va, b.size, 0, h, 0) == cu::kSuccess;
+  d.mem_release(h);
+  cu::MemAccessDesc access{{cu::kLocationDevice, b.device}, cu::kAccessReadWrite};
+  return mapped && d.mem_set_access(va, b.size, &access, 1) == cu::kSuccess;
 }
 
 // Copies host bytes to any address (device or host) and back, synchronously.

@@ -3,8 +3,9 @@
 // 1 B to 1 GiB (odd ones, odd offsets, regions inside larger allocations),
 // data verified by the receiving process; memory from CUDA's virtual memory
 // API split over several physical allocations; a region deregistered while
-// the peer holds its handle; and no memory taken on a GPU a process does not
-// use. Exits 77 (skipped) without a GPU, 1 on any failure.
+// the peer holds its handle; memory allocated again at a freed address while
+// a failed connection still holds the old mapping; and no memory taken on a
+// GPU a process does not use. Exits 77 (skipped) without a GPU, 1 on any failure.
 //
 // Usage: ferry_local_gpu_test            (process A, spawns process B)
 //        ferry_local_gpu_test peer ADDR DEVICE   (process B)
@@ -12,12 +13,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <csignal>
-
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ferry/engine.h"
@@ -60,6 +62,7 @@ struct Side {
   uint8_t* host_base = nullptr;  // registered host region start
   RemoteDescriptor peer_gpu, peer_host;
   bool is_a = false;
+  std::string a_address;                                // B: where A listens
   std::vector<uint8_t> ctl = std::vector<uint8_t>(64);  // registered; results and barriers travel through it
 };
 
@@ -110,7 +113,7 @@ void one_case(Side& s, const char* op, bool a_sends, bool src_gpu, bool dst_gpu,
     } else {
       poison(mem(s, dst_gpu), n);
       auto got = s.conn->recv(mem(s, dst_gpu), n + 1, soon());
-      std::string problem = !got.ok() ? got.status().to_string()
+      std::string problem = !got.ok()   ? got.status().to_string()
                             : *got != n ? "size " + std::to_string(*got)
                                         : check(mem(s, dst_gpu), n, seed);
       report(s, true, problem, what);
@@ -129,7 +132,7 @@ void one_case(Side& s, const char* op, bool a_sends, bool src_gpu, bool dst_gpu,
       poison(mem(s, dst_gpu), n);
       sync(s);
       auto got = s.conn->wait_notification(soon());
-      std::string problem = !got.ok() ? got.status().to_string()
+      std::string problem = !got.ok()      ? got.status().to_string()
                             : *got != note ? "notification '" + *got + "'"
                                            : check(mem(s, dst_gpu), n, seed);
       report(s, true, problem, what);
@@ -175,7 +178,8 @@ int run(Side& s, int device) {
     return 1;
   }
   // Exchange exports (A first).
-  std::string mine = s.engine->export_region(*gr).value().serialize() + s.engine->export_region(*hr).value().serialize();
+  std::string mine =
+      s.engine->export_region(*gr).value().serialize() + s.engine->export_region(*hr).value().serialize();
   std::string theirs(mine.size(), '\0');
   std::vector<uint8_t> tmp(mine.size());
   auto swap_descriptors = [&] {
@@ -228,7 +232,8 @@ int run(Side& s, int device) {
       poison(s.gpu_base, a + b + 64);
       MutableBuffer parts[] = {{s.gpu_base, a}, {s.gpu_base + a + 64, b}};
       auto got = s.conn->recvv(parts, soon());
-      std::string problem = !got.ok() ? got.status().to_string() : check(s.gpu_base, a, 901) + check(s.gpu_base + a + 64, b, 902);
+      std::string problem =
+          !got.ok() ? got.status().to_string() : check(s.gpu_base, a, 901) + check(s.gpu_base + a + 64, b, 902);
       report(s, true, problem, "sendv gpu+host -> recvv gpu+gpu");
     }
   }
@@ -303,12 +308,85 @@ int run(Side& s, int device) {
     sync(s);
   }
 
+  // A mapping that a failed connection (not closed yet) still holds must not
+  // stand in for memory the peer allocated again at the same address after
+  // deregistering the old: A writes into B's allocation over both of two
+  // connections, B closes the second, deregisters, puts new memory at the
+  // same address and registers it again; A's next write must land there.
+  {
+    std::shared_ptr<Connection> second;
+    auto c = s.is_a ? s.engine->accept(soon()) : s.engine->connect(s.a_address, soon());
+    if (c.ok()) {
+      second = *c;
+    } else {
+      std::fprintf(stderr, "FAIL second connection: %s\n", c.status().to_string().c_str());
+      return 1;
+    }
+    std::string desc(48, '\0');
+    auto dd = s.engine->reg(desc.data(), desc.size());
+    GpuBuffer v;
+    std::optional<Region> vr;
+    RemoteDescriptor far;
+    auto share = [&] {
+      if (!s.is_a) {
+        auto r = s.engine->reg(v.ptr, v.size);
+        vr.reset();
+        if (r.ok()) vr = *r;
+        if (r.ok()) desc.replace(0, desc.size(), s.engine->export_region(*r).value().serialize());
+        s.conn->send(desc.data(), desc.size(), soon());
+      } else {
+        s.conn->recv(desc.data(), desc.size(), soon());
+        far = parse_or_empty(desc);
+      }
+    };
+    const size_t n = (64u << 10) + 5, at = 3;
+    if (!s.is_a) v = gpu_alloc_vmm(device, 2u << 20, 1);
+    share();
+    if (s.is_a) {
+      fill(s.gpu_base, n, 1201);
+      EXPECT_OK(s.conn->write(s.gpu_base, n, far, at, {}, soon()), "write over the first connection");
+      EXPECT_OK(second->write(s.gpu_base, n, far, at, {}, soon()), "write over the second connection");
+    }
+    sync(s);
+    if (!s.is_a) {
+      second->close();
+    } else {
+      auto until = soon();
+      while (second->health().ok() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+      if (second->health().ok()) {
+        std::fprintf(stderr, "FAIL the second connection did not fail when the peer closed it\n");
+        ++failures;
+      }
+    }
+    sync(s);
+    if (!s.is_a) {
+      if (vr) EXPECT_OK(s.engine->dereg(*vr), "dereg before allocating again");
+      if (!gpu_vmm_replace(v)) {
+        std::fprintf(stderr, "FAIL new memory at the same address\n");
+        ++failures;
+      }
+      poison(v.ptr, v.size);
+    }
+    share();
+    if (s.is_a) {
+      fill(s.gpu_base, n, 1202);
+      EXPECT_OK(s.conn->write(s.gpu_base, n, far, at, {}, soon()), "write into memory allocated again");
+      sync(s);
+      report(s, false, "", "memory allocated again at a freed address holds the write");
+      second->close();
+    } else {
+      sync(s);
+      report(s, true, check(v.ptr + at, n, 1202), "memory allocated again at a freed address holds the write");
+      if (vr) s.engine->dereg(*vr);
+    }
+  }
+
   // The peer's traffic took no memory on this GPU (a context made here by the
   // other process would take hundreds of MiB).
   size_t free_after = free_bytes(device);
   long long taken = static_cast<long long>(free_before) - static_cast<long long>(free_after);
-  std::printf("%s: GPU %d free memory changed by %lld bytes during the peer's transfers\n", s.is_a ? "A" : "B",
-              device, -taken);
+  std::printf("%s: GPU %d free memory changed by %lld bytes during the peer's transfers\n", s.is_a ? "A" : "B", device,
+              -taken);
   if (taken > (64ll << 20)) {
     std::fprintf(stderr, "FAIL %lld bytes taken on GPU %d during the run\n", taken, device);
     ++failures;
@@ -342,6 +420,7 @@ int main(int argc, char** argv) {
   Side s;
   if (argc >= 4 && std::string(argv[1]) == "peer") {
     s.is_a = false;
+    s.a_address = argv[2];
     s.engine = Engine::create(o).value();
     auto c = s.engine->connect(argv[2], soon());
     if (!c.ok()) {

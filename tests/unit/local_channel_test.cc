@@ -146,6 +146,7 @@ TEST(SharedSpan, RoundTripsAndRejectsMalformedLists) {
   gpu.address = 0x7100;
   gpu.length = 0x100;
   gpu.fd = 41;
+  gpu.alloc_id = 0x0102030405060708;
   gpu.pci = {'0', '0', '0', '0', ':', '1', '8', ':', '0', '0', '.', '0'};
   gpu.ipc[5] = 9;
   std::string bytes;
@@ -158,6 +159,7 @@ TEST(SharedSpan, RoundTripsAndRejectsMalformedLists) {
   EXPECT_FALSE(back[0].gpu());
   EXPECT_EQ(back[1].handle_type, HandleType::kPosixFd);
   EXPECT_EQ(back[1].fd, 41);
+  EXPECT_EQ(back[1].alloc_id, gpu.alloc_id);
   EXPECT_EQ(back[1].device, 1);
   EXPECT_EQ(back[1].pci, gpu.pci);
   EXPECT_EQ(back[1].ipc, gpu.ipc);

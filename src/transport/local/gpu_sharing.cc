@@ -99,6 +99,7 @@ Status GpuExports::describe(const core::MemorySpan& span, std::vector<SharedSpan
       FERRY_ASSIGN_OR_RETURN(a, make(at, r.device));
       std::lock_guard lock(mu_);
       auto [it, fresh] = allocs_.emplace(std::make_pair(r.id, a.base), a);
+      if (fresh) it->second.id = next_id_++;
       if (!fresh && a.fd >= 0) ::close(a.fd);  // another thread made it first
       a = it->second;
     }
@@ -111,6 +112,7 @@ Status GpuExports::describe(const core::MemorySpan& span, std::vector<SharedSpan
     s.alloc_base = a.base;
     s.alloc_size = a.size;
     s.fd = a.fd;
+    s.alloc_id = a.id;
     s.pci = a.pci;
     s.ipc = a.ipc;
     out.push_back(s);
@@ -148,7 +150,7 @@ void GpuImports::close(const Mapping& m) {
 
 Result<uint8_t*> GpuImports::map(const void* user, uint64_t peer_engine, pid_t peer_pid, const SharedSpan& span,
                                  int device) {
-  auto key = std::make_tuple(peer_engine, span.alloc_base, device);
+  auto key = std::make_tuple(peer_engine, span.alloc_base, span.alloc_id, device);
   std::lock_guard lock(mu_);
   auto it = maps_.find(key);
   if (it == maps_.end()) {

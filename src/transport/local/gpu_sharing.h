@@ -45,11 +45,13 @@ class GpuExports {
     int fd = -1;
     std::array<char, 64> ipc{};
     std::array<char, 16> pci{};
+    uint64_t id = 0;  // SharedSpan::alloc_id
   };
   Result<Alloc> make(uint64_t address, int device);
 
   std::mutex mu_;
   std::map<std::pair<uint64_t, uint64_t>, Alloc> allocs_;  // guarded by mu_; (region id, base)
+  uint64_t next_id_ = 1;                                   // guarded by mu_
 };
 
 class GpuImports {
@@ -79,7 +81,11 @@ class GpuImports {
 
   std::mutex mu_;
   // (peer engine, owner's allocation base, local device) -> mapping
-  std::map<std::tuple<uint64_t, uint64_t, int>, Mapping> maps_;  // guarded by mu_
+  // Guarded by mu_; by (peer engine, base, alloc_id, device). The id keeps a
+  // mapping that another connection still holds (one that failed and is not
+  // closed yet) from standing in for memory the peer allocated at the same
+  // base after it deregistered the old.
+  std::map<std::tuple<uint64_t, uint64_t, uint64_t, int>, Mapping> maps_;
 };
 
 // The local ordinal of the GPU with PCI address `pci` (as in SharedSpan), or -1.

@@ -19,6 +19,7 @@ void encode_spans(const std::vector<SharedSpan>& spans, std::string& out) {
     wire::put_u64(b + 24, s.alloc_base);
     wire::put_u64(b + 32, s.alloc_size);
     wire::put_u32(b + 40, static_cast<uint32_t>(s.fd));
+    wire::put_u64(b + 44, s.alloc_id);
     std::memcpy(b + 56, s.pci.data(), s.pci.size());
     std::memcpy(b + 72, s.ipc.data(), s.ipc.size());
     out.append(reinterpret_cast<const char*>(b), sizeof(b));
@@ -45,6 +46,7 @@ Result<std::vector<SharedSpan>> decode_spans(std::string_view bytes) {
     s.alloc_base = wire::get_u64(b + 24);
     s.alloc_size = wire::get_u64(b + 32);
     s.fd = static_cast<int32_t>(wire::get_u32(b + 40));
+    s.alloc_id = wire::get_u64(b + 44);
     std::memcpy(s.pci.data(), b + 56, s.pci.size());
     std::memcpy(s.ipc.data(), b + 72, s.ipc.size());
     // Written without sums that could wrap: a peer's numbers are not trusted.

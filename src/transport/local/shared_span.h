@@ -19,20 +19,22 @@
 namespace ferry::local {
 
 enum class HandleType : uint8_t {
-  kNone = 0,    // host memory
-  kLegacy = 1,  // cuIpcGetMemHandle of the containing cudaMalloc allocation
-  kPosixFd = 2, // cuMemExportToShareableHandle; `fd` is the owner's descriptor
+  kNone = 0,     // host memory
+  kLegacy = 1,   // cuIpcGetMemHandle of the containing cudaMalloc allocation
+  kPosixFd = 2,  // cuMemExportToShareableHandle; `fd` is the owner's descriptor
 };
 
 struct SharedSpan {
   MemoryKind kind = MemoryKind::kHost;
   HandleType handle_type = HandleType::kNone;
-  int32_t device = -1;       // the owner's ordinal (for messages)
-  uint64_t address = 0;      // the owner's address of the first byte
+  int32_t device = -1;   // the owner's ordinal (for messages)
+  uint64_t address = 0;  // the owner's address of the first byte
   uint64_t length = 0;
-  uint64_t alloc_base = 0;   // GPU: the owner's address of the containing allocation
+  uint64_t alloc_base = 0;  // GPU: the owner's address of the containing allocation
   uint64_t alloc_size = 0;
-  int32_t fd = -1;           // kPosixFd: descriptor number in the owner process
+  int32_t fd = -1;             // kPosixFd: descriptor number in the owner process
+  uint64_t alloc_id = 0;       // GPU: names this export of the allocation (unique in the owner's engine):
+                               // memory freed and allocated again at the same base gets another
   std::array<char, 16> pci{};  // GPU: "0000:xx:yy.z" of the device, NUL-padded
   std::array<char, 64> ipc{};  // kLegacy: the IPC handle
 
