@@ -64,6 +64,34 @@ TEST(ChunkArrivals, AChunkThatBrokeOffLeavesTheOperationOpenForItsResend) {
   EXPECT_TRUE(a.end(0, 3, 100, true).value());
 }
 
+// The sender aborts while a chunk is still being written: the operation
+// ends only when that chunk does, and nothing lands after the abort.
+TEST(ChunkArrivals, AnAbortWaitsForTheChunksStillArriving) {
+  ChunkArrivals a(300);
+  ASSERT_TRUE(a.begin(0, 0).land);
+  ChunkArrivals::Abort abort = a.abort(200, 1);
+  EXPECT_FALSE(abort.over) << "a chunk is still being written";
+  EXPECT_EQ(abort.stalled_path, -1) << "the chunk being written is another one";
+  EXPECT_TRUE(a.aborted());
+  EXPECT_FALSE(a.begin(100, 1).land) << "nothing lands after the abort";
+  EXPECT_TRUE(a.end(0, 0, 100, true).value());
+  ChunkArrivals idle(300);
+  EXPECT_TRUE(idle.abort(0, 0).over) << "nothing arriving: over at once";
+  EXPECT_FALSE(idle.end(0, 0, 0, false).value());
+}
+
+// The sender moved a chunk off a path that stalled and, the operation being
+// aborted, sent it empty and marked aborted: that path is named, so its late
+// bytes can be stopped.
+TEST(ChunkArrivals, AnAbortedResendNamesThePathStillBringingTheChunk) {
+  ChunkArrivals a(300);
+  ASSERT_TRUE(a.begin(100, 0).land);
+  ChunkArrivals::Abort abort = a.abort(100, 2);
+  EXPECT_EQ(abort.stalled_path, 0);
+  EXPECT_FALSE(abort.over);
+  EXPECT_TRUE(a.end(100, 0, 0, false).value()) << "over once the stalled path broke off";
+}
+
 TEST(ChunkArrivals, MoreBytesThanTheOperationHoldsIsDataLoss) {
   ChunkArrivals a(100);
   ASSERT_TRUE(a.begin(0, 0).land);

@@ -332,5 +332,43 @@ TEST(TcpPeerGarbage, AReadReplyChunkResentOnAnotherPathLandsOnceAndTheStalledPat
   stale_bytes_do_not_land(t, c, mem, 0x5a);
 }
 
+// As above, but the read was aborted by its sender meanwhile: the chunk moved
+// off the stalled path comes back empty and marked aborted. The read fails
+// (it does not wait for the stalled path), and nothing of that path lands
+// after it failed.
+TEST(TcpPeerGarbage, AnAbortedReadWhoseChunkStalledFailsAndTheStalledPathIsShut) {
+  Target t;
+  ASSERT_NO_FATAL_FAILURE(t.open(2));
+  StalledChunk c;
+  std::vector<uint8_t> mem(StalledChunk::kSize, 0);
+  ASSERT_TRUE(t.engine->reg(mem.data(), mem.size()).ok());
+  RemoteDescriptor far;
+  far.engine_id = HandMadePeer::kEngineId;
+  far.export_id = 5;
+  far.key = 6;
+  far.length = StalledChunk::kSize;
+  Transfer read = t.conn->read_async(mem.data(), mem.size(), far, 0);
+  auto req = t.peer.next_control_frame(after(5s));
+  ASSERT_TRUE(req.ok()) << req.status().to_string();
+  ASSERT_EQ(req->type, wire::FrameType::kReadReq);
+  wire::FrameHeader h;
+  h.type = wire::FrameType::kData;
+  h.id = req->id;
+  h.payload_len = static_cast<uint32_t>(StalledChunk::kSize);
+  ASSERT_TRUE(t.peer.frame(h, c.bytes.data(), StalledChunk::kFirst, /*stream=*/0));
+  ASSERT_TRUE(wait_for_bytes(mem.data(), c.bytes, StalledChunk::kFirst, after(5s)))
+      << "the first part never landed";
+  wire::FrameHeader aborted = h;
+  aborted.flags = 2;  // aborted: no payload
+  aborted.code = static_cast<uint32_t>(Code::kNotFound);
+  aborted.payload_len = 0;
+  ASSERT_TRUE(t.peer.frame(aborted, nullptr, 0, /*stream=*/1));
+  Status s = read.wait(after(5s));
+  EXPECT_NE(s.code(), Code::kDeadlineExceeded) << "the read waited for the stalled path";
+  EXPECT_FALSE(s.ok());
+  std::memset(mem.data(), 0x5a, mem.size());
+  stale_bytes_do_not_land(t, c, mem, 0x5a);
+}
+
 }  // namespace
 }  // namespace ferry

@@ -5,16 +5,22 @@
 
 namespace ferry::tcp {
 
+int ChunkArrivals::arriving_elsewhere(uint64_t offset, int path) const {
+  int other = -1;
+  auto [first, last] = arriving_.equal_range(offset);
+  for (auto it = first; it != last; ++it) {
+    if (it->second != path) other = it->second;
+  }
+  return other;
+}
+
 ChunkArrivals::Begin ChunkArrivals::begin(uint64_t offset, int path) {
   Begin b;
-  if (completed_ || landed_.count(offset) > 0) {
+  if (completed_ || aborted_ || landed_.count(offset) > 0) {
     b.land = false;
     return b;
   }
-  auto [first, last] = arriving_.equal_range(offset);
-  for (auto it = first; it != last; ++it) {
-    if (it->second != path) b.stalled_path = it->second;
-  }
+  b.stalled_path = arriving_elsewhere(offset, path);
   arriving_.emplace(offset, path);
   return b;
 }
@@ -34,9 +40,18 @@ Result<bool> ChunkArrivals::end(uint64_t offset, int path, uint64_t size, bool l
                     std::to_string(received_) + " bytes landed for an operation of " + std::to_string(total_));
     }
   }
-  if (completed_ || received_ != total_ || !arriving_.empty()) return false;
+  if (completed_ || (received_ != total_ && !aborted_) || !arriving_.empty()) return false;
   completed_ = true;
   return true;
+}
+
+ChunkArrivals::Abort ChunkArrivals::abort(uint64_t offset, int path) {
+  Abort a;
+  a.stalled_path = arriving_elsewhere(offset, path);
+  aborted_ = true;
+  if (completed_ || !arriving_.empty()) return a;
+  completed_ = a.over = true;
+  return a;
 }
 
 }  // namespace ferry::tcp

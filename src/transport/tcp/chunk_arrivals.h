@@ -10,8 +10,8 @@
 //   - a chunk that arrives while the same chunk is still arriving on another
 //     path names that path as stalled (the caller shuts it, which ends the
 //     bytes from it);
-//   - the operation completes only once every byte landed and no chunk is
-//     still being written into its memory.
+//   - the operation completes (or, aborted by the sender, fails) only once
+//     no chunk is still being written into its memory.
 //
 // Not thread-safe: its owner's mutex guards it.
 #pragma once
@@ -41,15 +41,31 @@ class ChunkArrivals {
   // landed and no chunk is being written any more. kDataLoss if more bytes
   // landed than the operation holds.
   Result<bool> end(uint64_t offset, int path, uint64_t size, bool landed);
+  // The sender aborted the operation; its aborted frame for the chunk at
+  // `offset` came on `path`. No chunk lands from now on. `over`: nothing is
+  // being written into its memory (otherwise the end() of the last chunk
+  // still arriving returns true). `stalled_path` >= 0: that path was still
+  // bringing the chunk at `offset`, which the sender has moved off it.
+  struct Abort {
+    bool over = false;
+    int stalled_path = -1;
+  };
+  Abort abort(uint64_t offset, int path);
+
+  bool aborted() const { return aborted_; }
 
   uint64_t total() const { return total_; }
   uint64_t received() const { return received_; }
   bool complete() const { return completed_; }
 
  private:
+  // A path other than `path` that is bringing the chunk at `offset`, or -1.
+  int arriving_elsewhere(uint64_t offset, int path) const;
+
   uint64_t total_;
   uint64_t received_ = 0;
   bool completed_ = false;
+  bool aborted_ = false;
   std::unordered_set<uint64_t> landed_;    // offsets of chunks that landed
   std::multimap<uint64_t, int> arriving_;  // offset -> path, chunks being written
 };

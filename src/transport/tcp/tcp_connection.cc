@@ -710,9 +710,15 @@ void TcpConnection::finish_landing(uint64_t token, const std::shared_ptr<Landing
     if (l->reply_op == 0) pending_.erase(token);
   }
   Status s;
+  bool aborted;
   {
     std::lock_guard lock(l->mu);
     s = l->error;
+    aborted = l->arrivals.aborted();
+  }
+  if (aborted) {
+    l->state->finish_part(s);  // as in transmit_chunk: one item of a vector operation
+    return;
   }
   if (l->reply_op != 0) {
     l->state->set_bytes(l->size);
@@ -749,16 +755,16 @@ Status TcpConnection::land_data(int fd, int path, const FrameHeader& h) {
     return drain(fd, h.payload_len);
   }
   if (h.flags & kFlagAborted) {
+    ChunkArrivals::Abort abort;
     {
       std::lock_guard lock(l->mu);
       l->error = peer_status(h.code ? h.code : static_cast<uint32_t>(Code::kCancelled), "transfer aborted", where());
+      abort = l->arrivals.abort(h.a, path);
     }
-    {
-      std::lock_guard lock(mu_);
-      landings_.erase(h.id);
-      if (l->reply_op == 0) pending_.erase(h.id);
-    }
-    l->state->finish_part(l->error);  // as in transmit_chunk: one item of a vector operation
+    if (abort.stalled_path >= 0) give_up_stalled_path(abort.stalled_path, path, h.a);
+    // Chunks still being written into the memory end first; the last of
+    // them finishes the operation.
+    if (abort.over) finish_landing(h.id, l);
     return drain(fd, h.payload_len);
   }
   if (h.a > l->size || h.payload_len > l->size - h.a) {
@@ -847,27 +853,34 @@ Status TcpConnection::complete_write(uint64_t op, IncomingWrite& done) {
 
 Status TcpConnection::land_write(int fd, int path, const FrameHeader& h, std::string& aux) {
   uint64_t op = h.id;
+  ChunkArrivals::Begin begin;
+  int stalled = -1;
   {
     std::lock_guard lock(mu_);
     if ((h.flags & kFlagAborted) && finished_writes_.count(op) == 0) {
       // Over: chunks of it still on other paths are dropped like those of a
       // finished write, rather than opening an entry that never completes.
+      // A path still bringing this chunk was given up by the peer: its late
+      // bytes must not land where the peer may write again.
+      if (auto it = incoming_.find(op); it != incoming_.end())
+        stalled = it->second.arrivals.abort(h.c, path).stalled_path;
       incoming_.erase(op);
       remember_finished_write(op);
     }
-    if ((h.flags & kFlagAborted) || finished_writes_.count(op) > 0) return drain(fd, h.payload_len);
-  }
-  ChunkArrivals::Begin begin;
-  {
-    std::lock_guard lock(mu_);
-    auto [it, fresh] = incoming_.try_emplace(op);
-    if (fresh) it->second.arrivals = ChunkArrivals(h.d);
-    if (it->second.arrivals.total() != h.d) {
-      return Status(Code::kDataLoss, where() + ": chunks of write " + std::to_string(op) + " disagree on its size");
+    if ((h.flags & kFlagAborted) || finished_writes_.count(op) > 0) {
+      begin.land = false;
+    } else {
+      auto [it, fresh] = incoming_.try_emplace(op);
+      if (fresh) it->second.arrivals = ChunkArrivals(h.d);
+      if (it->second.arrivals.total() != h.d) {
+        return Status(Code::kDataLoss, where() + ": chunks of write " + std::to_string(op) + " disagree on its size");
+      }
+      begin = it->second.arrivals.begin(h.c, path);
     }
-    begin = it->second.arrivals.begin(h.c, path);
   }
-  if (!begin.land) return drain(fd, h.payload_len);  // a resent chunk that had landed already
+  if (stalled >= 0) give_up_stalled_path(stalled, path, h.c);
+  // Drained outside the lock: a payload that stalls holds up nothing else.
+  if (!begin.land) return drain(fd, h.payload_len);  // over, or a resent chunk that had landed already
   if (begin.stalled_path >= 0) give_up_stalled_path(begin.stalled_path, path, h.c);
   auto span = ctx_->registry.resolve_export(h.a, h.b, h.c, h.payload_len);
   FrameHeader fh = h;
