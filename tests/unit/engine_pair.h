@@ -35,7 +35,9 @@ inline EnginePair connect_pair(std::string_view transport) {
   t.join();
   EXPECT_TRUE(c.ok()) << c.status().to_string();
   if (c.ok()) p.ca = std::move(c).value();
-  if (p.ca) EXPECT_EQ(p.ca->transport_name(), transport);
+  if (p.ca) {
+    EXPECT_EQ(p.ca->transport_name(), transport);
+  }
   return p;
 }
 
