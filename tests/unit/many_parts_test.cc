@@ -91,7 +91,9 @@ TEST(VectorOperations, AReadvWithAFailedItemEndsAfterItsOtherItems) {
   std::this_thread::sleep_for(300ms);
   size_t later = static_cast<size_t>(std::count(dst.begin() + n, dst.end(), 0xab));
   EXPECT_EQ(later, at_end) << "item 1 went on landing after the readv finished (" << s.to_string() << ")";
-  if (s.ok()) EXPECT_EQ(at_end, n);  // the dereg came too late to fail item 0
+  if (s.ok()) {
+    EXPECT_EQ(at_end, n);  // the dereg came too late to fail item 0
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, ManyParts, ::testing::Values("tcp", "local"));
