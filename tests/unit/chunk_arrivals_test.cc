@@ -92,6 +92,29 @@ TEST(ChunkArrivals, AnAbortedResendNamesThePathStillBringingTheChunk) {
   EXPECT_TRUE(a.end(100, 0, 0, false).value()) << "over once the stalled path broke off";
 }
 
+// A resend that is not landed (the chunk landed already, or the operation
+// was aborted) still names the path that was bringing the first copy.
+TEST(ChunkArrivals, AResendThatIsDrainedStillNamesTheStalledPath) {
+  ChunkArrivals a(300);
+  ASSERT_TRUE(a.begin(0, 0).land);
+  ASSERT_FALSE(a.abort(100, 2).over);
+  ChunkArrivals::Begin resend = a.begin(0, 1);
+  EXPECT_FALSE(resend.land);
+  EXPECT_EQ(resend.stalled_path, 0);
+}
+
+// An abort that crosses the last chunk landing leaves the operation complete
+// (the peer failed it on its side; every byte is here all the same).
+TEST(ChunkArrivals, AnAbortAfterCompletionKeepsItComplete) {
+  ChunkArrivals a(100);
+  ASSERT_TRUE(a.begin(0, 0).land);
+  ASSERT_TRUE(a.end(0, 0, 100, true).value());
+  ChunkArrivals::Abort late = a.abort(0, 1);
+  EXPECT_FALSE(late.over) << "it ended before";
+  EXPECT_FALSE(a.aborted());
+  EXPECT_TRUE(a.complete());
+}
+
 TEST(ChunkArrivals, MoreBytesThanTheOperationHoldsIsDataLoss) {
   ChunkArrivals a(100);
   ASSERT_TRUE(a.begin(0, 0).land);

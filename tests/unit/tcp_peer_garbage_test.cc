@@ -5,8 +5,11 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -14,6 +17,7 @@
 #include "ferry/ferry.h"
 #include "platform/socket.h"
 #include "transport/tcp/handshake_io.h"
+#include "transport/tcp/staging_copier.h"
 #include "wire/handshake.h"
 
 namespace ferry {
@@ -332,13 +336,14 @@ TEST(TcpPeerGarbage, AReadReplyChunkResentOnAnotherPathLandsOnceAndTheStalledPat
   stale_bytes_do_not_land(t, c, mem, 0x5a);
 }
 
-// As above, but the read was aborted by its sender meanwhile: the chunk moved
-// off the stalled path comes back empty and marked aborted. The read fails
-// (it does not wait for the stalled path), and nothing of that path lands
-// after it failed.
+// As above, but the read was aborted by its sender meanwhile. The first
+// aborted frame names another chunk: the read waits for the chunk still being
+// written. The chunk moved off the stalled path then comes back empty and
+// marked aborted: the read fails at once, the stalled path is shut, and
+// nothing of it lands after the read failed.
 TEST(TcpPeerGarbage, AnAbortedReadWhoseChunkStalledFailsAndTheStalledPathIsShut) {
   Target t;
-  ASSERT_NO_FATAL_FAILURE(t.open(2));
+  ASSERT_NO_FATAL_FAILURE(t.open(3));
   StalledChunk c;
   std::vector<uint8_t> mem(StalledChunk::kSize, 0);
   ASSERT_TRUE(t.engine->reg(mem.data(), mem.size()).ok());
@@ -356,18 +361,121 @@ TEST(TcpPeerGarbage, AnAbortedReadWhoseChunkStalledFailsAndTheStalledPathIsShut)
   h.id = req->id;
   h.payload_len = static_cast<uint32_t>(StalledChunk::kSize);
   ASSERT_TRUE(t.peer.frame(h, c.bytes.data(), StalledChunk::kFirst, /*stream=*/0));
-  ASSERT_TRUE(wait_for_bytes(mem.data(), c.bytes, StalledChunk::kFirst, after(5s)))
-      << "the first part never landed";
+  ASSERT_TRUE(wait_for_bytes(mem.data(), c.bytes, StalledChunk::kFirst, after(5s))) << "the first part never landed";
   wire::FrameHeader aborted = h;
   aborted.flags = 2;  // aborted: no payload
   aborted.code = static_cast<uint32_t>(Code::kNotFound);
   aborted.payload_len = 0;
+  aborted.a = 64 * 1024;  // another chunk
+  ASSERT_TRUE(t.peer.frame(aborted, nullptr, 0, /*stream=*/2));
+  EXPECT_EQ(read.wait(after(300ms)).code(), Code::kDeadlineExceeded)
+      << "the read ended while a chunk was still being written into it";
+  aborted.a = 0;  // the chunk the stalled path was bringing
   ASSERT_TRUE(t.peer.frame(aborted, nullptr, 0, /*stream=*/1));
   Status s = read.wait(after(5s));
   EXPECT_NE(s.code(), Code::kDeadlineExceeded) << "the read waited for the stalled path";
   EXPECT_FALSE(s.ok());
   std::memset(mem.data(), 0x5a, mem.size());
   stale_bytes_do_not_land(t, c, mem, 0x5a);
+}
+
+// The same for a write into this side's export: the peer aborts it while
+// one of its chunks stalls on a path, then moves that chunk off the path
+// (empty, marked aborted). The path is shut and nothing of it lands in the
+// export after the abort, where the peer may write again.
+TEST(TcpPeerGarbage, AnAbortedWriteWhoseChunkStalledShutsTheStalledPath) {
+  Target t;
+  ASSERT_NO_FATAL_FAILURE(t.open(3));
+  StalledChunk c;
+  std::vector<uint8_t> mem(StalledChunk::kSize, 0);
+  Region r = t.engine->reg(mem.data(), mem.size()).value();
+  auto desc = t.engine->export_region(r, 0, StalledChunk::kSize).value();
+  wire::FrameHeader h;
+  h.type = wire::FrameType::kWrite;
+  h.id = 11;
+  h.a = desc.export_id;
+  h.b = desc.key;
+  h.d = StalledChunk::kSize;
+  h.payload_len = static_cast<uint32_t>(StalledChunk::kSize);
+  ASSERT_TRUE(t.peer.frame(h, c.bytes.data(), StalledChunk::kFirst, /*stream=*/0));
+  ASSERT_TRUE(wait_for_bytes(mem.data(), c.bytes, StalledChunk::kFirst, after(5s))) << "the first part never landed";
+  wire::FrameHeader aborted = h;
+  aborted.flags = 2;
+  aborted.code = static_cast<uint32_t>(Code::kNotFound);
+  aborted.payload_len = 0;
+  aborted.c = 64 * 1024;  // another chunk
+  ASSERT_TRUE(t.peer.frame(aborted, nullptr, 0, /*stream=*/2));
+  aborted.c = 0;  // the chunk the stalled path was bringing
+  ASSERT_TRUE(t.peer.frame(aborted, nullptr, 0, /*stream=*/1));
+  EXPECT_TRUE(t.peer.data_stream_closed(0, after(3s))) << "the stalled path was left open";
+  std::memset(mem.data(), 0x5a, mem.size());
+  stale_bytes_do_not_land(t, c, mem, 0x5a);
+}
+
+// A copy that holds one staged chunk back (host memory standing in for
+// device memory): the first copy into [lo, hi) waits until open() or 10 s.
+struct HeldCopy {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool opened = false;
+  std::atomic<int> entered{0};
+  uintptr_t lo = 0, hi = 0;
+
+  void see(const void* dst) {
+    auto d = reinterpret_cast<uintptr_t>(dst);
+    if (d < lo || d >= hi || entered.fetch_add(1) != 0) return;
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, 10s, [&] { return opened; });
+  }
+  void open() {
+    std::lock_guard lock(mu);
+    opened = true;
+    cv.notify_all();
+  }
+};
+
+// A read whose chunk is resent on a second path while the first copy of it
+// is still being copied into the read's memory (a slow staging copy): the
+// read completes only after that copy ended, never while it could still
+// write into memory the application was told is its own.
+TEST(TcpPeerGarbage, AReadCompletesOnlyWhenNoCopyOfItsChunksIsStillWriting) {
+  auto held = std::make_shared<HeldCopy>();
+  set_staging_hooks_for_tests(tcp::StagingHooks{
+      [held] { return tcp::make_host_copier(0us, [held](const void* d, const void*, size_t) { held->see(d); }); },
+      /*stage_host=*/true});
+  struct Unhook {
+    ~Unhook() { tcp::set_staging_hooks_for_tests({}); }
+  } unhook;
+  Target t;
+  ASSERT_NO_FATAL_FAILURE(t.open(2));
+  StalledChunk c;
+  std::vector<uint8_t> mem(StalledChunk::kSize, 0);
+  held->lo = reinterpret_cast<uintptr_t>(mem.data());
+  held->hi = held->lo + mem.size();
+  ASSERT_TRUE(t.engine->reg(mem.data(), mem.size()).ok());
+  RemoteDescriptor far;
+  far.engine_id = HandMadePeer::kEngineId;
+  far.export_id = 5;
+  far.key = 6;
+  far.length = StalledChunk::kSize;
+  Transfer read = t.conn->read_async(mem.data(), mem.size(), far, 0);
+  auto req = t.peer.next_control_frame(after(5s));
+  ASSERT_TRUE(req.ok()) << req.status().to_string();
+  wire::FrameHeader h;
+  h.type = wire::FrameType::kData;
+  h.id = req->id;
+  h.payload_len = static_cast<uint32_t>(StalledChunk::kSize);
+  ASSERT_TRUE(t.peer.frame(h, c.bytes.data(), c.bytes.size(), /*stream=*/0));
+  auto until = after(5s);
+  while (held->entered.load() == 0 && Clock::now() < until) std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(held->entered.load(), 1) << "the first copy never started";
+  ASSERT_TRUE(t.peer.frame(h, c.bytes.data(), c.bytes.size(), /*stream=*/1));
+  EXPECT_EQ(read.wait(after(500ms)).code(), Code::kDeadlineExceeded)
+      << "the read completed while a copy into its memory was held back";
+  held->open();
+  Status s = read.wait(after(5s));
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(mem, c.bytes);
 }
 
 }  // namespace

@@ -16,11 +16,13 @@ int ChunkArrivals::arriving_elsewhere(uint64_t offset, int path) const {
 
 ChunkArrivals::Begin ChunkArrivals::begin(uint64_t offset, int path) {
   Begin b;
+  // Named even when this copy is not landed: the path bringing the first
+  // copy was given up all the same.
+  b.stalled_path = arriving_elsewhere(offset, path);
   if (completed_ || aborted_ || landed_.count(offset) > 0) {
     b.land = false;
     return b;
   }
-  b.stalled_path = arriving_elsewhere(offset, path);
   arriving_.emplace(offset, path);
   return b;
 }
@@ -48,8 +50,9 @@ Result<bool> ChunkArrivals::end(uint64_t offset, int path, uint64_t size, bool l
 ChunkArrivals::Abort ChunkArrivals::abort(uint64_t offset, int path) {
   Abort a;
   a.stalled_path = arriving_elsewhere(offset, path);
+  if (completed_) return a;  // every byte had landed: it stays complete
   aborted_ = true;
-  if (completed_ || !arriving_.empty()) return a;
+  if (!arriving_.empty()) return a;
   completed_ = a.over = true;
   return a;
 }

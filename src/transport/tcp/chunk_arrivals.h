@@ -27,8 +27,8 @@ namespace ferry::tcp {
 class ChunkArrivals {
  public:
   struct Begin {
-    bool land = true;       // false: the chunk landed already; drain its bytes
-    int stalled_path = -1;  // >= 0: that path was still bringing this chunk
+    bool land = true;       // false: the chunk landed already, or the operation is over; drain its bytes
+    int stalled_path = -1;  // >= 0: that path was still bringing this chunk (whether or not this copy lands)
   };
 
   explicit ChunkArrivals(uint64_t total = 0) : total_(total) {}
@@ -42,10 +42,11 @@ class ChunkArrivals {
   // landed than the operation holds.
   Result<bool> end(uint64_t offset, int path, uint64_t size, bool landed);
   // The sender aborted the operation; its aborted frame for the chunk at
-  // `offset` came on `path`. No chunk lands from now on. `over`: nothing is
-  // being written into its memory (otherwise the end() of the last chunk
-  // still arriving returns true). `stalled_path` >= 0: that path was still
-  // bringing the chunk at `offset`, which the sender has moved off it.
+  // `offset` came on `path`. Unless the operation had completed, no chunk
+  // lands from now on. `over`: it just ended, nothing being written into
+  // its memory (otherwise the end() of the last chunk still arriving
+  // returns true). `stalled_path` >= 0: that path was still bringing the
+  // chunk at `offset`, which the sender has moved off it.
   struct Abort {
     bool over = false;
     int stalled_path = -1;

@@ -1,12 +1,11 @@
 // ChunkQueue: pull scheduling with a per-path window.
 #include "transport/tcp/chunk_queue.h"
 
-#include <utility>
-
 #include <algorithm>
 #include <bit>
 #include <chrono>
 #include <memory>
+#include <utility>
 
 #include "core/log.h"
 #include "platform/cpu_load.h"
@@ -71,11 +70,13 @@ std::optional<Chunk> ChunkQueue::claim_locked(int path) {
   auto p = static_cast<size_t>(path);
   if (!alive_[p] || sent_[p] - landed_[p] >= window_) return std::nullopt;
   Chunk c;
-  // Chunks orphaned by a dead path go first, unless their transfer is over.
+  // Chunks orphaned by a dead path go first, unless their transfer
+  // completed. Those of an aborted transfer still go (empty, marked
+  // aborted): the peer learns which path no longer brings them.
   while (!retry_.empty()) {
     Chunk r = std::move(retry_.front());
     retry_.pop_front();
-    if (r.op->aborted || (r.op->state && r.op->state->done())) continue;
+    if (!r.op->aborted && r.op->state && r.op->state->done()) continue;
     c = std::move(r);
     break;
   }

@@ -758,8 +758,10 @@ Status TcpConnection::land_data(int fd, int path, const FrameHeader& h) {
     ChunkArrivals::Abort abort;
     {
       std::lock_guard lock(l->mu);
-      l->error = peer_status(h.code ? h.code : static_cast<uint32_t>(Code::kCancelled), "transfer aborted", where());
       abort = l->arrivals.abort(h.a, path);
+      if (l->arrivals.aborted()) {
+        l->error = peer_status(h.code ? h.code : static_cast<uint32_t>(Code::kCancelled), "transfer aborted", where());
+      }
     }
     if (abort.stalled_path >= 0) give_up_stalled_path(abort.stalled_path, path, h.a);
     // Chunks still being written into the memory end first; the last of
@@ -778,8 +780,8 @@ Status TcpConnection::land_data(int fd, int path, const FrameHeader& h) {
     std::lock_guard lock(l->mu);
     begin = l->arrivals.begin(offset, path);
   }
-  if (!begin.land) return drain(fd, size);  // a resent chunk that had landed already
   if (begin.stalled_path >= 0) give_up_stalled_path(begin.stalled_path, path, offset);
+  if (!begin.land) return drain(fd, size);  // a resent chunk that had landed already, or aborted
   std::weak_ptr<TcpConnection> self = weak_from_this();
   auto guard = std::make_shared<ArrivalGuard>([self, token, l, offset, path] {
     if (auto c = self.lock()) c->landing_chunk_abandoned(token, l, offset, path);
@@ -843,6 +845,9 @@ void TcpConnection::write_chunk_abandoned(uint64_t op, uint64_t offset, int path
 }
 
 Status TcpConnection::complete_write(uint64_t op, IncomingWrite& done) {
+  // The initiator aborted it: it expects no answer, and sends its
+  // notification's skip itself.
+  if (done.arrivals.aborted()) return Status();
   if (done.note_seq != 0 || !done.notification.empty()) {
     Status queued = notes_.push_numbered(done.note_seq, !done.error.ok(), std::move(done.notification));
     FERRY_RETURN_IF_ERROR(queued.with_context(where()));
@@ -854,21 +859,24 @@ Status TcpConnection::complete_write(uint64_t op, IncomingWrite& done) {
 Status TcpConnection::land_write(int fd, int path, const FrameHeader& h, std::string& aux) {
   uint64_t op = h.id;
   ChunkArrivals::Begin begin;
-  int stalled = -1;
   {
     std::lock_guard lock(mu_);
-    if ((h.flags & kFlagAborted) && finished_writes_.count(op) == 0) {
-      // Over: chunks of it still on other paths are dropped like those of a
-      // finished write, rather than opening an entry that never completes.
-      // A path still bringing this chunk was given up by the peer: its late
-      // bytes must not land where the peer may write again.
-      if (auto it = incoming_.find(op); it != incoming_.end())
-        stalled = it->second.arrivals.abort(h.c, path).stalled_path;
-      incoming_.erase(op);
-      remember_finished_write(op);
-    }
-    if ((h.flags & kFlagAborted) || finished_writes_.count(op) > 0) {
+    if (finished_writes_.count(op) > 0) {
+      begin.land = false;  // finished, or aborted with nothing of it still arriving
+    } else if (h.flags & kFlagAborted) {
+      // Chunks of it still on other paths are dropped from now on. It is
+      // over once none is still being written into the export; a path still
+      // bringing this chunk was given up by the peer (its late bytes must
+      // not land where the peer may write again).
       begin.land = false;
+      auto it = incoming_.find(op);
+      ChunkArrivals::Abort abort =
+          it != incoming_.end() ? it->second.arrivals.abort(h.c, path) : ChunkArrivals::Abort{true, -1};
+      begin.stalled_path = abort.stalled_path;
+      if (abort.over) {
+        if (it != incoming_.end()) incoming_.erase(it);
+        remember_finished_write(op);
+      }
     } else {
       auto [it, fresh] = incoming_.try_emplace(op);
       if (fresh) it->second.arrivals = ChunkArrivals(h.d);
@@ -878,10 +886,9 @@ Status TcpConnection::land_write(int fd, int path, const FrameHeader& h, std::st
       begin = it->second.arrivals.begin(h.c, path);
     }
   }
-  if (stalled >= 0) give_up_stalled_path(stalled, path, h.c);
+  if (begin.stalled_path >= 0) give_up_stalled_path(begin.stalled_path, path, h.c);
   // Drained outside the lock: a payload that stalls holds up nothing else.
   if (!begin.land) return drain(fd, h.payload_len);  // over, or a resent chunk that had landed already
-  if (begin.stalled_path >= 0) give_up_stalled_path(begin.stalled_path, path, h.c);
   auto span = ctx_->registry.resolve_export(h.a, h.b, h.c, h.payload_len);
   FrameHeader fh = h;
   std::weak_ptr<TcpConnection> self = weak_from_this();
@@ -1323,6 +1330,10 @@ void TcpConnection::path_rx_loop(int path) {
 
 void TcpConnection::prepare_chunk(TxEntry& e, std::unique_ptr<TxStager>& stager) {
   const Chunk& c = e.chunk;
+  if (chunks_.aborted(*c.op)) {
+    e.abort = Status(Code::kCancelled, "transfer aborted (" + where() + ")");
+    return;
+  }
   e.access = std::make_shared<core::ChunkAccess>(c.op->source, c.offset, c.size);
   if (!e.access->ok()) {
     e.access.reset();
@@ -1364,8 +1375,8 @@ Status TcpConnection::transmit_chunk(int fd, TxEntry& e, TxStager* stager) {
     h.c = op.remote_base + c.offset;
     if (c.offset == 0) aux = op.first_aux;
   }
-  if (e.abort.ok() && e.staging && chunks_.aborted(op)) {
-    // An earlier chunk of this op was aborted after this one was staged.
+  if (e.abort.ok() && chunks_.aborted(op)) {
+    // An earlier chunk of this op was aborted after this one was claimed.
     e.abort = Status(Code::kCancelled, "transfer aborted (" + where() + ")");
   }
   wire::HeaderBytes hb;
