@@ -95,6 +95,23 @@ void sync(Side& s) {
   }
 }
 
+// B registers [ptr, ptr+size) and sends its export to A, through `desc` (a
+// registered buffer); A returns what it received. `region` keeps B's region.
+RemoteDescriptor share_region(Side& s, std::string& desc, uint8_t* ptr, size_t size, std::optional<Region>& region) {
+  if (!s.is_a) {
+    region.reset();
+    auto r = s.engine->reg(ptr, size);
+    if (r.ok()) {
+      region = *r;
+      desc.replace(0, desc.size(), s.engine->export_region(*r).value().serialize());
+    }
+    s.conn->send(desc.data(), desc.size(), soon());
+    return {};
+  }
+  s.conn->recv(desc.data(), desc.size(), soon());
+  return parse_or_empty(desc);
+}
+
 uint8_t* mem(Side& s, bool gpu) { return (gpu ? s.gpu_base : s.host_base) + kOffset; }
 
 void one_case(Side& s, const char* op, bool a_sends, bool src_gpu, bool dst_gpu, size_t n, uint64_t seed) {
@@ -242,7 +259,6 @@ int run(Side& s, int device) {
   // the piece boundaries and read back.
   {
     GpuBuffer v;
-    RemoteDescriptor far;
     std::string desc(48, '\0');
     auto dd = s.engine->reg(desc.data(), desc.size());
     std::optional<Region> vr;
@@ -252,15 +268,8 @@ int run(Side& s, int device) {
         std::fprintf(stderr, "FAIL cuMemCreate allocation\n");
         ++failures;
       }
-      auto r = s.engine->reg(v.ptr, v.size);
-      if (r.ok()) vr = *r;
-      // Into the registered buffer, not a new string.
-      if (r.ok()) desc.replace(0, desc.size(), s.engine->export_region(*r).value().serialize());
-      s.conn->send(desc.data(), desc.size(), soon());
-    } else {
-      s.conn->recv(desc.data(), desc.size(), soon());
-      far = parse_or_empty(desc);
     }
+    RemoteDescriptor far = share_region(s, desc, v.ptr, v.size, vr);
     size_t n = (5u << 20) + 1, at = (1u << 20) - 1;  // to the very end, across both piece boundaries
     if (s.is_a) {
       fill(s.gpu_base, n, 777);
@@ -284,17 +293,10 @@ int run(Side& s, int device) {
     auto dd = s.engine->reg(desc.data(), desc.size());
     uint8_t* small = s.gpu_base + (512u << 20);
     std::optional<Region> r;
-    if (!s.is_a) {
-      r = s.engine->reg(small, 4096).value();
-      desc.replace(0, desc.size(), s.engine->export_region(*r).value().serialize());
-      s.conn->send(desc.data(), desc.size(), soon());
-    } else {
-      s.conn->recv(desc.data(), desc.size(), soon());
-    }
-    RemoteDescriptor far = parse_or_empty(desc);
+    RemoteDescriptor far = share_region(s, desc, small, 4096, r);
     if (s.is_a) EXPECT_OK(s.conn->write(s.gpu_base, 4096, far, 0, {}, soon()), "write before dereg");
     sync(s);
-    if (!s.is_a) EXPECT_OK(s.engine->dereg(*r), "dereg while the peer holds the handle");
+    if (!s.is_a && r) EXPECT_OK(s.engine->dereg(*r), "dereg while the peer holds the handle");
     sync(s);
     if (s.is_a) {
       Status st = s.conn->write(s.gpu_base, 4096, far, 0, {}, soon());
@@ -327,21 +329,9 @@ int run(Side& s, int device) {
     GpuBuffer v;
     std::optional<Region> vr;
     RemoteDescriptor far;
-    auto share = [&] {
-      if (!s.is_a) {
-        auto r = s.engine->reg(v.ptr, v.size);
-        vr.reset();
-        if (r.ok()) vr = *r;
-        if (r.ok()) desc.replace(0, desc.size(), s.engine->export_region(*r).value().serialize());
-        s.conn->send(desc.data(), desc.size(), soon());
-      } else {
-        s.conn->recv(desc.data(), desc.size(), soon());
-        far = parse_or_empty(desc);
-      }
-    };
     const size_t n = (64u << 10) + 5, at = 3;
     if (!s.is_a) v = gpu_alloc_vmm(device, 2u << 20, 1);
-    share();
+    far = share_region(s, desc, v.ptr, v.size, vr);
     if (s.is_a) {
       fill(s.gpu_base, n, 1201);
       EXPECT_OK(s.conn->write(s.gpu_base, n, far, at, {}, soon()), "write over the first connection");
@@ -367,7 +357,7 @@ int run(Side& s, int device) {
       }
       poison(v.ptr, v.size);
     }
-    share();
+    far = share_region(s, desc, v.ptr, v.size, vr);
     if (s.is_a) {
       fill(s.gpu_base, n, 1202);
       EXPECT_OK(s.conn->write(s.gpu_base, n, far, at, {}, soon()), "write into memory allocated again");

@@ -273,6 +273,66 @@ bool wait_for_bytes(const volatile uint8_t* mem, const std::vector<uint8_t>& wan
   return false;
 }
 
+// A read of StalledChunk::kSize bytes into `mem` (registered here) from the
+// hand-made peer, posted and asked for; `reply` is the header of its DATA.
+void start_read(Target& t, std::vector<uint8_t>& mem, Transfer& read, wire::FrameHeader& reply) {
+  ASSERT_TRUE(t.engine->reg(mem.data(), mem.size()).ok());
+  RemoteDescriptor far;
+  far.engine_id = HandMadePeer::kEngineId;
+  far.export_id = 5;
+  far.key = 6;
+  far.length = StalledChunk::kSize;
+  read = t.conn->read_async(mem.data(), mem.size(), far, 0);
+  auto req = t.peer.next_control_frame(after(5s));
+  ASSERT_TRUE(req.ok()) << req.status().to_string();
+  ASSERT_EQ(req->type, wire::FrameType::kReadReq);
+  reply.type = wire::FrameType::kData;
+  reply.id = req->id;
+  reply.payload_len = static_cast<uint32_t>(StalledChunk::kSize);
+}
+
+// Chunk `h` (after `aux`) on data stream 0, which stalls after its first
+// part; returns once that part is at `lands_at`.
+void stall_on_stream_zero(Target& t, const wire::FrameHeader& h, const std::string& aux, const StalledChunk& c,
+                          const uint8_t* lands_at) {
+  std::vector<uint8_t> first(aux.begin(), aux.end());
+  first.insert(first.end(), c.bytes.begin(), c.bytes.begin() + StalledChunk::kFirst);
+  ASSERT_TRUE(t.peer.frame(h, first.data(), first.size(), /*stream=*/0));
+  ASSERT_TRUE(wait_for_bytes(lands_at, c.bytes, StalledChunk::kFirst, after(5s))) << "the first part never landed";
+}
+
+// A target with `streams` data streams whose read of `c` from the peer has
+// its first part landed through stream 0, which then stalls.
+void start_stalled_read(Target& t, int streams, const StalledChunk& c, std::vector<uint8_t>& mem, Transfer& read,
+                        wire::FrameHeader& reply) {
+  ASSERT_NO_FATAL_FAILURE(t.open(streams));
+  mem.assign(StalledChunk::kSize, 0);
+  ASSERT_NO_FATAL_FAILURE(start_read(t, mem, read, reply));
+  ASSERT_NO_FATAL_FAILURE(stall_on_stream_zero(t, reply, "", c, mem.data()));
+}
+
+// `h` as an aborted frame (no payload) for the chunk at `offset`.
+wire::FrameHeader aborted_frame(wire::FrameHeader h, uint64_t offset) {
+  h.flags = 2;
+  h.code = static_cast<uint32_t>(Code::kNotFound);
+  h.payload_len = 0;
+  h.aux_len = 0;
+  (h.type == wire::FrameType::kData ? h.a : h.c) = offset;
+  return h;
+}
+
+// A write of StalledChunk::kSize bytes into `desc`, as the peer frames it.
+wire::FrameHeader write_frame(uint64_t op, const RemoteDescriptor& desc) {
+  wire::FrameHeader h;
+  h.type = wire::FrameType::kWrite;
+  h.id = op;
+  h.a = desc.export_id;
+  h.b = desc.key;
+  h.d = StalledChunk::kSize;
+  h.payload_len = static_cast<uint32_t>(StalledChunk::kSize);
+  return h;
+}
+
 TEST(TcpPeerGarbage, AWriteChunkResentOnAnotherPathLandsOnceAndTheStalledPathIsShut) {
   Target t;
   ASSERT_NO_FATAL_FAILURE(t.open(2));
@@ -281,20 +341,10 @@ TEST(TcpPeerGarbage, AWriteChunkResentOnAnotherPathLandsOnceAndTheStalledPathIsS
   Region r = t.engine->reg(mem.data(), mem.size()).value();
   auto desc = t.engine->export_region(r, 50, StalledChunk::kSize).value();
   const std::string note = "written";
-  wire::FrameHeader h;
-  h.type = wire::FrameType::kWrite;
-  h.id = 9;
-  h.a = desc.export_id;
-  h.b = desc.key;
-  h.d = StalledChunk::kSize;
+  wire::FrameHeader h = write_frame(9, desc);
   h.e = 1;
   h.aux_len = static_cast<uint16_t>(note.size());
-  h.payload_len = static_cast<uint32_t>(StalledChunk::kSize);
-  std::vector<uint8_t> first(note.begin(), note.end());
-  first.insert(first.end(), c.bytes.begin(), c.bytes.begin() + StalledChunk::kFirst);
-  ASSERT_TRUE(t.peer.frame(h, first.data(), first.size(), /*stream=*/0));
-  ASSERT_TRUE(wait_for_bytes(mem.data() + 50, c.bytes, StalledChunk::kFirst, after(5s)))
-      << "the first part never landed";
+  ASSERT_NO_FATAL_FAILURE(stall_on_stream_zero(t, h, note, c, mem.data() + 50));
   std::vector<uint8_t> whole(note.begin(), note.end());
   whole.insert(whole.end(), c.bytes.begin(), c.bytes.end());
   ASSERT_TRUE(t.peer.frame(h, whole.data(), whole.size(), /*stream=*/1));
@@ -308,26 +358,11 @@ TEST(TcpPeerGarbage, AWriteChunkResentOnAnotherPathLandsOnceAndTheStalledPathIsS
 
 TEST(TcpPeerGarbage, AReadReplyChunkResentOnAnotherPathLandsOnceAndTheStalledPathIsShut) {
   Target t;
-  ASSERT_NO_FATAL_FAILURE(t.open(2));
   StalledChunk c;
-  std::vector<uint8_t> mem(StalledChunk::kSize, 0);
-  ASSERT_TRUE(t.engine->reg(mem.data(), mem.size()).ok());
-  RemoteDescriptor far;
-  far.engine_id = HandMadePeer::kEngineId;
-  far.export_id = 5;
-  far.key = 6;
-  far.length = StalledChunk::kSize;
-  Transfer read = t.conn->read_async(mem.data(), mem.size(), far, 0);
-  auto req = t.peer.next_control_frame(after(5s));
-  ASSERT_TRUE(req.ok()) << req.status().to_string();
-  ASSERT_EQ(req->type, wire::FrameType::kReadReq);
+  std::vector<uint8_t> mem;
+  Transfer read;
   wire::FrameHeader h;
-  h.type = wire::FrameType::kData;
-  h.id = req->id;
-  h.a = 0;
-  h.payload_len = static_cast<uint32_t>(StalledChunk::kSize);
-  ASSERT_TRUE(t.peer.frame(h, c.bytes.data(), StalledChunk::kFirst, /*stream=*/0));
-  ASSERT_TRUE(wait_for_bytes(mem.data(), c.bytes, StalledChunk::kFirst, after(5s))) << "the first part never landed";
+  ASSERT_NO_FATAL_FAILURE(start_stalled_read(t, 2, c, mem, read, h));
   ASSERT_TRUE(t.peer.frame(h, c.bytes.data(), c.bytes.size(), /*stream=*/1));
   Status s = read.wait(after(5s));
   ASSERT_TRUE(s.ok()) << s.to_string();
@@ -343,35 +378,17 @@ TEST(TcpPeerGarbage, AReadReplyChunkResentOnAnotherPathLandsOnceAndTheStalledPat
 // nothing of it lands after the read failed.
 TEST(TcpPeerGarbage, AnAbortedReadWhoseChunkStalledFailsAndTheStalledPathIsShut) {
   Target t;
-  ASSERT_NO_FATAL_FAILURE(t.open(3));
   StalledChunk c;
-  std::vector<uint8_t> mem(StalledChunk::kSize, 0);
-  ASSERT_TRUE(t.engine->reg(mem.data(), mem.size()).ok());
-  RemoteDescriptor far;
-  far.engine_id = HandMadePeer::kEngineId;
-  far.export_id = 5;
-  far.key = 6;
-  far.length = StalledChunk::kSize;
-  Transfer read = t.conn->read_async(mem.data(), mem.size(), far, 0);
-  auto req = t.peer.next_control_frame(after(5s));
-  ASSERT_TRUE(req.ok()) << req.status().to_string();
-  ASSERT_EQ(req->type, wire::FrameType::kReadReq);
+  std::vector<uint8_t> mem;
+  Transfer read;
   wire::FrameHeader h;
-  h.type = wire::FrameType::kData;
-  h.id = req->id;
-  h.payload_len = static_cast<uint32_t>(StalledChunk::kSize);
-  ASSERT_TRUE(t.peer.frame(h, c.bytes.data(), StalledChunk::kFirst, /*stream=*/0));
-  ASSERT_TRUE(wait_for_bytes(mem.data(), c.bytes, StalledChunk::kFirst, after(5s))) << "the first part never landed";
-  wire::FrameHeader aborted = h;
-  aborted.flags = 2;  // aborted: no payload
-  aborted.code = static_cast<uint32_t>(Code::kNotFound);
-  aborted.payload_len = 0;
-  aborted.a = 64 * 1024;  // another chunk
-  ASSERT_TRUE(t.peer.frame(aborted, nullptr, 0, /*stream=*/2));
+  ASSERT_NO_FATAL_FAILURE(start_stalled_read(t, 3, c, mem, read, h));
+  wire::FrameHeader another = aborted_frame(h, 64 * 1024);
+  ASSERT_TRUE(t.peer.frame(another, nullptr, 0, /*stream=*/2));
   EXPECT_EQ(read.wait(after(300ms)).code(), Code::kDeadlineExceeded)
       << "the read ended while a chunk was still being written into it";
-  aborted.a = 0;  // the chunk the stalled path was bringing
-  ASSERT_TRUE(t.peer.frame(aborted, nullptr, 0, /*stream=*/1));
+  wire::FrameHeader moved = aborted_frame(h, 0);  // the chunk the stalled path was bringing
+  ASSERT_TRUE(t.peer.frame(moved, nullptr, 0, /*stream=*/1));
   Status s = read.wait(after(5s));
   EXPECT_NE(s.code(), Code::kDeadlineExceeded) << "the read waited for the stalled path";
   EXPECT_FALSE(s.ok());
@@ -390,23 +407,12 @@ TEST(TcpPeerGarbage, AnAbortedWriteWhoseChunkStalledShutsTheStalledPath) {
   std::vector<uint8_t> mem(StalledChunk::kSize, 0);
   Region r = t.engine->reg(mem.data(), mem.size()).value();
   auto desc = t.engine->export_region(r, 0, StalledChunk::kSize).value();
-  wire::FrameHeader h;
-  h.type = wire::FrameType::kWrite;
-  h.id = 11;
-  h.a = desc.export_id;
-  h.b = desc.key;
-  h.d = StalledChunk::kSize;
-  h.payload_len = static_cast<uint32_t>(StalledChunk::kSize);
-  ASSERT_TRUE(t.peer.frame(h, c.bytes.data(), StalledChunk::kFirst, /*stream=*/0));
-  ASSERT_TRUE(wait_for_bytes(mem.data(), c.bytes, StalledChunk::kFirst, after(5s))) << "the first part never landed";
-  wire::FrameHeader aborted = h;
-  aborted.flags = 2;
-  aborted.code = static_cast<uint32_t>(Code::kNotFound);
-  aborted.payload_len = 0;
-  aborted.c = 64 * 1024;  // another chunk
-  ASSERT_TRUE(t.peer.frame(aborted, nullptr, 0, /*stream=*/2));
-  aborted.c = 0;  // the chunk the stalled path was bringing
-  ASSERT_TRUE(t.peer.frame(aborted, nullptr, 0, /*stream=*/1));
+  wire::FrameHeader h = write_frame(11, desc);
+  ASSERT_NO_FATAL_FAILURE(stall_on_stream_zero(t, h, "", c, mem.data()));
+  wire::FrameHeader another = aborted_frame(h, 64 * 1024);
+  ASSERT_TRUE(t.peer.frame(another, nullptr, 0, /*stream=*/2));
+  wire::FrameHeader moved = aborted_frame(h, 0);  // the chunk the stalled path was bringing
+  ASSERT_TRUE(t.peer.frame(moved, nullptr, 0, /*stream=*/1));
   EXPECT_TRUE(t.peer.data_stream_closed(0, after(3s))) << "the stalled path was left open";
   std::memset(mem.data(), 0x5a, mem.size());
   stale_bytes_do_not_land(t, c, mem, 0x5a);
@@ -452,19 +458,9 @@ TEST(TcpPeerGarbage, AReadCompletesOnlyWhenNoCopyOfItsChunksIsStillWriting) {
   std::vector<uint8_t> mem(StalledChunk::kSize, 0);
   held->lo = reinterpret_cast<uintptr_t>(mem.data());
   held->hi = held->lo + mem.size();
-  ASSERT_TRUE(t.engine->reg(mem.data(), mem.size()).ok());
-  RemoteDescriptor far;
-  far.engine_id = HandMadePeer::kEngineId;
-  far.export_id = 5;
-  far.key = 6;
-  far.length = StalledChunk::kSize;
-  Transfer read = t.conn->read_async(mem.data(), mem.size(), far, 0);
-  auto req = t.peer.next_control_frame(after(5s));
-  ASSERT_TRUE(req.ok()) << req.status().to_string();
+  Transfer read;
   wire::FrameHeader h;
-  h.type = wire::FrameType::kData;
-  h.id = req->id;
-  h.payload_len = static_cast<uint32_t>(StalledChunk::kSize);
+  ASSERT_NO_FATAL_FAILURE(start_read(t, mem, read, h));
   ASSERT_TRUE(t.peer.frame(h, c.bytes.data(), c.bytes.size(), /*stream=*/0));
   auto until = after(5s);
   while (held->entered.load() == 0 && Clock::now() < until) std::this_thread::sleep_for(1ms);
