@@ -474,5 +474,44 @@ TEST(TcpPeerGarbage, AReadCompletesOnlyWhenNoCopyOfItsChunksIsStillWriting) {
   EXPECT_EQ(mem, c.bytes);
 }
 
+// The connection fails while a staging copy is still writing a read's chunk
+// into its memory: the read ends only once that copy ended, so the memory
+// is the application's again when it hears of the failure.
+TEST(TcpPeerGarbage, AReadOnAFailedConnectionEndsOnlyWhenNoCopyIntoItIsRunning) {
+  auto held = std::make_shared<HeldCopy>();
+  set_staging_hooks_for_tests(tcp::StagingHooks{
+      [held] { return tcp::make_host_copier(0us, [held](const void* d, const void*, size_t) { held->see(d); }); },
+      /*stage_host=*/true});
+  struct Unhook {
+    ~Unhook() { tcp::set_staging_hooks_for_tests({}); }
+  } unhook;
+  Target t;
+  ASSERT_NO_FATAL_FAILURE(t.open(1));
+  StalledChunk c;
+  std::vector<uint8_t> mem(StalledChunk::kSize, 0);
+  held->lo = reinterpret_cast<uintptr_t>(mem.data());
+  held->hi = held->lo + mem.size();
+  Transfer read;
+  wire::FrameHeader h;
+  ASSERT_NO_FATAL_FAILURE(start_read(t, mem, read, h));
+  h.payload_len = static_cast<uint32_t>(StalledChunk::kFirst);  // one chunk of two
+  ASSERT_TRUE(t.peer.frame(h, c.bytes.data(), StalledChunk::kFirst, /*stream=*/0));
+  auto until = after(5s);
+  while (held->entered.load() == 0 && Clock::now() < until) std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(held->entered.load(), 1) << "the copy never started";
+  t.peer.ctl.reset();  // the peer goes away
+  t.peer.data.clear();
+  until = after(5s);
+  while (t.conn->health().ok() && Clock::now() < until) std::this_thread::sleep_for(1ms);
+  ASSERT_FALSE(t.conn->health().ok());
+  EXPECT_EQ(read.wait(after(300ms)).code(), Code::kDeadlineExceeded)
+      << "the read ended while a copy into its memory was held back";
+  held->open();
+  Status s = read.wait(after(5s));
+  EXPECT_NE(s.code(), Code::kDeadlineExceeded) << "the read never ended";
+  EXPECT_FALSE(s.ok()) << "half of the read's bytes never came";
+  EXPECT_EQ(std::memcmp(mem.data(), c.bytes.data(), StalledChunk::kFirst), 0) << "the held copy did not complete";
+}
+
 }  // namespace
 }  // namespace ferry

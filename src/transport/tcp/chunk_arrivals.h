@@ -53,7 +53,14 @@ class ChunkArrivals {
   };
   Abort abort(uint64_t offset, int path);
 
+  // The connection failed: no chunk lands from now on, and the end() of the
+  // last chunk still arriving returns true.
+  void stop() {
+    if (!completed_) aborted_ = true;
+  }
+
   bool aborted() const { return aborted_; }
+  bool arriving() const { return !arriving_.empty(); }
 
   uint64_t total() const { return total_; }
   uint64_t received() const { return received_; }

@@ -8,6 +8,7 @@
 #include <cinttypes>
 #include <cstring>
 #include <optional>
+#include <unordered_set>
 
 #include "core/log.h"
 #include "platform/memory_node.h"
@@ -703,6 +704,14 @@ void TcpConnection::match_rendezvous(PostedRecv recv, uint64_t op, uint64_t size
 
 void TcpConnection::finish_landing(uint64_t token, const std::shared_ptr<Landing>& l) {
   {
+    std::lock_guard lock(l->mu);
+    if (l->orphaned) {
+      Status why = l->error;
+      l->state->finish_part(why);  // fail() left it to this, its last chunk
+      return;
+    }
+  }
+  {
     std::lock_guard lock(mu_);
     auto it = landings_.find(token);
     if (it == landings_.end() || it->second != l) return;
@@ -783,9 +792,8 @@ Status TcpConnection::land_data(int fd, int path, const FrameHeader& h) {
   if (begin.stalled_path >= 0) give_up_stalled_path(begin.stalled_path, path, offset);
   if (!begin.land) return drain(fd, size);  // a resent chunk that had landed already, or aborted
   std::weak_ptr<TcpConnection> self = weak_from_this();
-  auto guard = std::make_shared<ArrivalGuard>([self, token, l, offset, path] {
-    if (auto c = self.lock()) c->landing_chunk_abandoned(token, l, offset, path);
-  });
+  auto guard = std::make_shared<ArrivalGuard>(
+      [self, token, l, offset, path] { landing_chunk_abandoned(self.lock().get(), token, l, offset, path); });
   Landed account = [this, l, token, offset, size, path, guard](const Status& landed) -> Status {
     guard->disarm();
     Result<bool> complete = false;
@@ -803,14 +811,23 @@ Status TcpConnection::land_data(int fd, int path, const FrameHeader& h) {
                          std::move(account));
 }
 
-void TcpConnection::landing_chunk_abandoned(uint64_t token, const std::shared_ptr<Landing>& l, uint64_t offset,
-                                            int path) {
+void TcpConnection::landing_chunk_abandoned(TcpConnection* conn, uint64_t token, const std::shared_ptr<Landing>& l,
+                                            uint64_t offset, int path) {
   Result<bool> complete = false;
+  Status orphan_error;
+  bool orphaned;
   {
     std::lock_guard lock(l->mu);
     complete = l->arrivals.end(offset, path, 0, /*landed=*/false);
+    orphaned = l->orphaned;
+    orphan_error = l->error;
   }
-  if (complete.ok() && *complete) finish_landing(token, l);
+  if (!complete.ok() || !*complete) return;
+  if (orphaned) {
+    l->state->finish_part(orphan_error);
+  } else if (conn != nullptr) {
+    conn->finish_landing(token, l);
+  }
 }
 
 void TcpConnection::give_up_stalled_path(int stalled, int path, uint64_t offset) {
@@ -1557,11 +1574,33 @@ void TcpConnection::fail(const Status& reason) {
   out_cv_.notify_all();
   out_drained_cv_.notify_all();
   std::vector<std::shared_ptr<TransferState>> states;
+  std::vector<std::shared_ptr<TransferState>> parts;  // items of operations still draining
   {
     std::lock_guard lock(mu_);
-    for (auto& [op, st] : pending_) states.push_back(st);
+    // A receive or read with chunks still being written into its memory (a
+    // staging copy, a receive breaking off) fails when the last of them
+    // ends, not before: its memory is not the application's until then.
+    std::unordered_set<const TransferState*> draining;
+    for (auto& [tok, l] : landings_) {
+      std::lock_guard ll(l->mu);
+      if (l->arrivals.complete() || !l->arrivals.arriving()) continue;
+      l->arrivals.stop();
+      l->orphaned = true;
+      if (l->error.ok()) l->error = why;
+      draining.insert(l->state.get());
+    }
+    for (auto& [tok, l] : landings_) {
+      if (draining.count(l->state.get()) == 0) {
+        states.push_back(l->state);
+        continue;
+      }
+      std::lock_guard ll(l->mu);
+      if (!l->orphaned) parts.push_back(l->state);  // another item of a vector read
+    }
+    for (auto& [op, st] : pending_) {
+      if (draining.count(st.get()) == 0) states.push_back(st);
+    }
     for (auto& r : posted_) states.push_back(r.state);
-    for (auto& [tok, l] : landings_) states.push_back(l->state);
     pending_.clear();
     awaiting_cts_.clear();
     posted_.clear();
@@ -1572,6 +1611,7 @@ void TcpConnection::fail(const Status& reason) {
   for (auto& op : queued) {
     if (op->state) states.push_back(op->state);
   }
+  for (auto& st : parts) st->finish_part(why);
   for (auto& st : states) st->finish(why);
   notes_.wake();
 }

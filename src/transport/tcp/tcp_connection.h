@@ -130,6 +130,9 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
     std::mutex mu;
     ChunkArrivals arrivals;  // guarded by mu
     Status error;            // guarded by mu
+    // Guarded by mu: the connection failed while chunks were still being
+    // written into `dest`; the last of them finishes the operation.
+    bool orphaned = false;
   };
   // A write arriving from the peer, counted until all its bytes landed.
   struct IncomingWrite {
@@ -196,7 +199,10 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   Status land_write(int fd, int path, const wire::FrameHeader& h, std::string& aux);
   // A chunk of a landing or a write that began arriving on `path` and was
   // never accounted (its path broke off): it no longer holds the operation.
-  void landing_chunk_abandoned(uint64_t token, const std::shared_ptr<Landing>& l, uint64_t offset, int path);
+  // `conn` is null once the connection is being destroyed (the landing is
+  // then orphaned, and finishes without it).
+  static void landing_chunk_abandoned(TcpConnection* conn, uint64_t token, const std::shared_ptr<Landing>& l,
+                                      uint64_t offset, int path);
   void write_chunk_abandoned(uint64_t op, uint64_t offset, int path);
   // Queues a finished write's notification and acknowledges it.
   Status complete_write(uint64_t op, IncomingWrite& done);
