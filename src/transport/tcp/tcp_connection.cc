@@ -703,13 +703,16 @@ void TcpConnection::match_rendezvous(PostedRecv recv, uint64_t op, uint64_t size
 }
 
 void TcpConnection::finish_landing(uint64_t token, const std::shared_ptr<Landing>& l) {
+  bool orphaned;
+  Status orphan_error;
   {
     std::lock_guard lock(l->mu);
-    if (l->orphaned) {
-      Status why = l->error;
-      l->state->finish_part(why);  // fail() left it to this, its last chunk
-      return;
-    }
+    orphaned = l->orphaned;
+    orphan_error = l->error;
+  }
+  if (orphaned) {
+    l->state->finish_part(orphan_error);  // fail() left it to this, its last chunk
+    return;
   }
   {
     std::lock_guard lock(mu_);
