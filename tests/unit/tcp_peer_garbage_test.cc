@@ -440,77 +440,80 @@ struct HeldCopy {
   }
 };
 
+// A target whose staging copies (host memory standing in for device
+// memory) hold back the first copy into `mem`, and a read into `mem` from
+// the hand-made peer, posted and asked for.
+struct HeldCopyRead {
+  std::shared_ptr<HeldCopy> held = std::make_shared<HeldCopy>();
+  StalledChunk c;
+  std::vector<uint8_t> mem = std::vector<uint8_t>(StalledChunk::kSize, 0);  // outlives the engine
+  Target t;
+  Transfer read;
+  wire::FrameHeader h;
+
+  HeldCopyRead() {
+    auto copies = held;
+    tcp::set_staging_hooks_for_tests(tcp::StagingHooks{
+        [copies] {
+          return tcp::make_host_copier(0us, [copies](const void* d, const void*, size_t) { copies->see(d); });
+        },
+        /*stage_host=*/true});
+    held->lo = reinterpret_cast<uintptr_t>(mem.data());
+    held->hi = held->lo + mem.size();
+  }
+  ~HeldCopyRead() { tcp::set_staging_hooks_for_tests({}); }
+
+  void start(int streams) {
+    ASSERT_NO_FATAL_FAILURE(t.open(streams));
+    ASSERT_NO_FATAL_FAILURE(start_read(t, mem, read, h));
+  }
+  // Sends `h` with the first `n` bytes of the chunk on stream 0 and returns
+  // once their copy is being held.
+  void send_held(size_t n) {
+    ASSERT_TRUE(t.peer.frame(h, c.bytes.data(), n, /*stream=*/0));
+    auto until = after(5s);
+    while (held->entered.load() == 0 && Clock::now() < until) std::this_thread::sleep_for(1ms);
+    ASSERT_EQ(held->entered.load(), 1) << "the copy never started";
+  }
+};
+
 // A read whose chunk is resent on a second path while the first copy of it
 // is still being copied into the read's memory (a slow staging copy): the
 // read completes only after that copy ended, never while it could still
 // write into memory the application was told is its own.
 TEST(TcpPeerGarbage, AReadCompletesOnlyWhenNoCopyOfItsChunksIsStillWriting) {
-  auto held = std::make_shared<HeldCopy>();
-  set_staging_hooks_for_tests(tcp::StagingHooks{
-      [held] { return tcp::make_host_copier(0us, [held](const void* d, const void*, size_t) { held->see(d); }); },
-      /*stage_host=*/true});
-  struct Unhook {
-    ~Unhook() { tcp::set_staging_hooks_for_tests({}); }
-  } unhook;
-  Target t;
-  ASSERT_NO_FATAL_FAILURE(t.open(2));
-  StalledChunk c;
-  std::vector<uint8_t> mem(StalledChunk::kSize, 0);
-  held->lo = reinterpret_cast<uintptr_t>(mem.data());
-  held->hi = held->lo + mem.size();
-  Transfer read;
-  wire::FrameHeader h;
-  ASSERT_NO_FATAL_FAILURE(start_read(t, mem, read, h));
-  ASSERT_TRUE(t.peer.frame(h, c.bytes.data(), c.bytes.size(), /*stream=*/0));
-  auto until = after(5s);
-  while (held->entered.load() == 0 && Clock::now() < until) std::this_thread::sleep_for(1ms);
-  ASSERT_EQ(held->entered.load(), 1) << "the first copy never started";
-  ASSERT_TRUE(t.peer.frame(h, c.bytes.data(), c.bytes.size(), /*stream=*/1));
-  EXPECT_EQ(read.wait(after(500ms)).code(), Code::kDeadlineExceeded)
+  HeldCopyRead r;
+  ASSERT_NO_FATAL_FAILURE(r.start(2));
+  ASSERT_NO_FATAL_FAILURE(r.send_held(r.c.bytes.size()));
+  ASSERT_TRUE(r.t.peer.frame(r.h, r.c.bytes.data(), r.c.bytes.size(), /*stream=*/1));
+  EXPECT_EQ(r.read.wait(after(500ms)).code(), Code::kDeadlineExceeded)
       << "the read completed while a copy into its memory was held back";
-  held->open();
-  Status s = read.wait(after(5s));
+  r.held->open();
+  Status s = r.read.wait(after(5s));
   ASSERT_TRUE(s.ok()) << s.to_string();
-  EXPECT_EQ(mem, c.bytes);
+  EXPECT_EQ(r.mem, r.c.bytes);
 }
 
 // The connection fails while a staging copy is still writing a read's chunk
 // into its memory: the read ends only once that copy ended, so the memory
 // is the application's again when it hears of the failure.
 TEST(TcpPeerGarbage, AReadOnAFailedConnectionEndsOnlyWhenNoCopyIntoItIsRunning) {
-  auto held = std::make_shared<HeldCopy>();
-  set_staging_hooks_for_tests(tcp::StagingHooks{
-      [held] { return tcp::make_host_copier(0us, [held](const void* d, const void*, size_t) { held->see(d); }); },
-      /*stage_host=*/true});
-  struct Unhook {
-    ~Unhook() { tcp::set_staging_hooks_for_tests({}); }
-  } unhook;
-  Target t;
-  ASSERT_NO_FATAL_FAILURE(t.open(1));
-  StalledChunk c;
-  std::vector<uint8_t> mem(StalledChunk::kSize, 0);
-  held->lo = reinterpret_cast<uintptr_t>(mem.data());
-  held->hi = held->lo + mem.size();
-  Transfer read;
-  wire::FrameHeader h;
-  ASSERT_NO_FATAL_FAILURE(start_read(t, mem, read, h));
-  h.payload_len = static_cast<uint32_t>(StalledChunk::kFirst);  // one chunk of two
-  ASSERT_TRUE(t.peer.frame(h, c.bytes.data(), StalledChunk::kFirst, /*stream=*/0));
+  HeldCopyRead r;
+  ASSERT_NO_FATAL_FAILURE(r.start(1));
+  r.h.payload_len = static_cast<uint32_t>(StalledChunk::kFirst);  // one chunk of two
+  ASSERT_NO_FATAL_FAILURE(r.send_held(StalledChunk::kFirst));
+  r.t.peer.ctl.reset();  // the peer goes away
+  r.t.peer.data.clear();
   auto until = after(5s);
-  while (held->entered.load() == 0 && Clock::now() < until) std::this_thread::sleep_for(1ms);
-  ASSERT_EQ(held->entered.load(), 1) << "the copy never started";
-  t.peer.ctl.reset();  // the peer goes away
-  t.peer.data.clear();
-  until = after(5s);
-  while (t.conn->health().ok() && Clock::now() < until) std::this_thread::sleep_for(1ms);
-  ASSERT_FALSE(t.conn->health().ok());
-  EXPECT_EQ(read.wait(after(300ms)).code(), Code::kDeadlineExceeded)
+  while (r.t.conn->health().ok() && Clock::now() < until) std::this_thread::sleep_for(1ms);
+  ASSERT_FALSE(r.t.conn->health().ok());
+  EXPECT_EQ(r.read.wait(after(300ms)).code(), Code::kDeadlineExceeded)
       << "the read ended while a copy into its memory was held back";
-  held->open();
-  Status s = read.wait(after(5s));
+  r.held->open();
+  Status s = r.read.wait(after(5s));
   EXPECT_NE(s.code(), Code::kDeadlineExceeded) << "the read never ended";
   EXPECT_FALSE(s.ok()) << "half of the read's bytes never came";
-  EXPECT_EQ(std::memcmp(mem.data(), c.bytes.data(), StalledChunk::kFirst), 0) << "the held copy did not complete";
+  EXPECT_EQ(std::memcmp(r.mem.data(), r.c.bytes.data(), StalledChunk::kFirst), 0) << "the held copy did not complete";
 }
 
 }  // namespace
