@@ -247,10 +247,12 @@ struct StalledChunk {
   }
 };
 
-// After the operation completed and the application refilled `mem` with
-// `mark`: the stalled path's late bytes are sent, the target has shut that
-// path, and `mem` keeps the mark.
-void stale_bytes_do_not_land(Target& t, const StalledChunk& c, std::vector<uint8_t>& mem, uint8_t mark) {
+// After the operation ended: the application takes `mem` back (fills it
+// with a mark), the stalled path's late bytes are sent, the target has shut
+// that path, and `mem` keeps the mark.
+void stale_bytes_do_not_land(Target& t, const StalledChunk& c, std::vector<uint8_t>& mem) {
+  const uint8_t mark = 0x5a;
+  std::memset(mem.data(), mark, mem.size());
   (void)::send(t.peer.data[0].fd(), c.stale_rest.data(), c.stale_rest.size(), MSG_NOSIGNAL);
   EXPECT_TRUE(t.peer.data_stream_closed(0, after(3s))) << "the stalled path was left open";
   // Bytes still in flight on loopback arrive within microseconds; give the
@@ -301,15 +303,21 @@ void stall_on_stream_zero(Target& t, const wire::FrameHeader& h, const std::stri
   ASSERT_TRUE(wait_for_bytes(lands_at, c.bytes, StalledChunk::kFirst, after(5s))) << "the first part never landed";
 }
 
-// A target with `streams` data streams whose read of `c` from the peer has
-// its first part landed through stream 0, which then stalls.
-void start_stalled_read(Target& t, int streams, const StalledChunk& c, std::vector<uint8_t>& mem, Transfer& read,
-                        wire::FrameHeader& reply) {
-  ASSERT_NO_FATAL_FAILURE(t.open(streams));
-  mem.assign(StalledChunk::kSize, 0);
-  ASSERT_NO_FATAL_FAILURE(start_read(t, mem, read, reply));
-  ASSERT_NO_FATAL_FAILURE(stall_on_stream_zero(t, reply, "", c, mem.data()));
-}
+// A target with `streams` data streams whose read from the peer has the
+// first part of its chunk landed through stream 0, which then stalls.
+struct StalledRead {
+  StalledChunk c;
+  std::vector<uint8_t> mem = std::vector<uint8_t>(StalledChunk::kSize, 0);  // outlives the engine
+  Target t;
+  Transfer read;
+  wire::FrameHeader h;
+
+  void start(int streams) {
+    ASSERT_NO_FATAL_FAILURE(t.open(streams));
+    ASSERT_NO_FATAL_FAILURE(start_read(t, mem, read, h));
+    ASSERT_NO_FATAL_FAILURE(stall_on_stream_zero(t, h, "", c, mem.data()));
+  }
+};
 
 // `h` as an aborted frame (no payload) for the chunk at `offset`.
 wire::FrameHeader aborted_frame(wire::FrameHeader h, uint64_t offset) {
@@ -352,23 +360,17 @@ TEST(TcpPeerGarbage, AWriteChunkResentOnAnotherPathLandsOnceAndTheStalledPathIsS
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   EXPECT_EQ(got.value(), note);
   ASSERT_EQ(std::memcmp(mem.data() + 50, c.bytes.data(), c.bytes.size()), 0) << "the resent chunk did not land";
-  std::memset(mem.data(), 0x5a, mem.size());
-  stale_bytes_do_not_land(t, c, mem, 0x5a);
+  stale_bytes_do_not_land(t, c, mem);
 }
 
 TEST(TcpPeerGarbage, AReadReplyChunkResentOnAnotherPathLandsOnceAndTheStalledPathIsShut) {
-  Target t;
-  StalledChunk c;
-  std::vector<uint8_t> mem;
-  Transfer read;
-  wire::FrameHeader h;
-  ASSERT_NO_FATAL_FAILURE(start_stalled_read(t, 2, c, mem, read, h));
-  ASSERT_TRUE(t.peer.frame(h, c.bytes.data(), c.bytes.size(), /*stream=*/1));
-  Status s = read.wait(after(5s));
+  StalledRead r;
+  ASSERT_NO_FATAL_FAILURE(r.start(2));
+  ASSERT_TRUE(r.t.peer.frame(r.h, r.c.bytes.data(), r.c.bytes.size(), /*stream=*/1));
+  Status s = r.read.wait(after(5s));
   ASSERT_TRUE(s.ok()) << s.to_string();
-  ASSERT_EQ(mem, c.bytes) << "the resent chunk did not land";
-  std::memset(mem.data(), 0x5a, mem.size());
-  stale_bytes_do_not_land(t, c, mem, 0x5a);
+  ASSERT_EQ(r.mem, r.c.bytes) << "the resent chunk did not land";
+  stale_bytes_do_not_land(r.t, r.c, r.mem);
 }
 
 // As above, but the read was aborted by its sender meanwhile. The first
@@ -377,23 +379,18 @@ TEST(TcpPeerGarbage, AReadReplyChunkResentOnAnotherPathLandsOnceAndTheStalledPat
 // marked aborted: the read fails at once, the stalled path is shut, and
 // nothing of it lands after the read failed.
 TEST(TcpPeerGarbage, AnAbortedReadWhoseChunkStalledFailsAndTheStalledPathIsShut) {
-  Target t;
-  StalledChunk c;
-  std::vector<uint8_t> mem;
-  Transfer read;
-  wire::FrameHeader h;
-  ASSERT_NO_FATAL_FAILURE(start_stalled_read(t, 3, c, mem, read, h));
-  wire::FrameHeader another = aborted_frame(h, 64 * 1024);
-  ASSERT_TRUE(t.peer.frame(another, nullptr, 0, /*stream=*/2));
-  EXPECT_EQ(read.wait(after(300ms)).code(), Code::kDeadlineExceeded)
+  StalledRead r;
+  ASSERT_NO_FATAL_FAILURE(r.start(3));
+  wire::FrameHeader another = aborted_frame(r.h, 64 * 1024);
+  ASSERT_TRUE(r.t.peer.frame(another, nullptr, 0, /*stream=*/2));
+  EXPECT_EQ(r.read.wait(after(300ms)).code(), Code::kDeadlineExceeded)
       << "the read ended while a chunk was still being written into it";
-  wire::FrameHeader moved = aborted_frame(h, 0);  // the chunk the stalled path was bringing
-  ASSERT_TRUE(t.peer.frame(moved, nullptr, 0, /*stream=*/1));
-  Status s = read.wait(after(5s));
+  wire::FrameHeader moved = aborted_frame(r.h, 0);  // the chunk the stalled path was bringing
+  ASSERT_TRUE(r.t.peer.frame(moved, nullptr, 0, /*stream=*/1));
+  Status s = r.read.wait(after(5s));
   EXPECT_NE(s.code(), Code::kDeadlineExceeded) << "the read waited for the stalled path";
   EXPECT_FALSE(s.ok());
-  std::memset(mem.data(), 0x5a, mem.size());
-  stale_bytes_do_not_land(t, c, mem, 0x5a);
+  stale_bytes_do_not_land(r.t, r.c, r.mem);
 }
 
 // The same for a write into this side's export: the peer aborts it while
@@ -414,8 +411,7 @@ TEST(TcpPeerGarbage, AnAbortedWriteWhoseChunkStalledShutsTheStalledPath) {
   wire::FrameHeader moved = aborted_frame(h, 0);  // the chunk the stalled path was bringing
   ASSERT_TRUE(t.peer.frame(moved, nullptr, 0, /*stream=*/1));
   EXPECT_TRUE(t.peer.data_stream_closed(0, after(3s))) << "the stalled path was left open";
-  std::memset(mem.data(), 0x5a, mem.size());
-  stale_bytes_do_not_land(t, c, mem, 0x5a);
+  stale_bytes_do_not_land(t, c, mem);
 }
 
 // A copy that holds one staged chunk back (host memory standing in for

@@ -41,6 +41,13 @@ class Copier {
   virtual Result<bool> done(uint64_t ticket) = 0;
   // Blocks until the copies of `ticket` finished (device copies always end).
   virtual Status wait(uint64_t ticket) = 0;
+
+  // Blocks until every copy queued so far has ended (before a caller that
+  // gives up lets go of the memory they use).
+  void wait_all() {
+    auto t = fence();
+    if (t.ok()) (void)wait(t.value());
+  }
 };
 
 using CopierFactory = std::function<std::unique_ptr<Copier>()>;

@@ -26,9 +26,7 @@ uint64_t staged_chunk_bytes(uint64_t total, int paths, uint64_t slot_bytes) {
 TxStager::TxStager(std::unique_ptr<Copier> copier, size_t slot_bytes, int depth)
     : copier_(std::move(copier)), ring_(*copier_, slot_bytes, depth) {}
 
-TxStager::~TxStager() {
-  if (last_ticket_ != 0) (void)copier_->wait(last_ticket_);
-}
+TxStager::~TxStager() { drain(); }
 
 Status TxStager::stage(std::span<const Piece> pieces, Staged& out) {
   out = Staged{};
@@ -57,10 +55,7 @@ Status TxStager::stage(std::span<const Piece> pieces, Staged& out) {
     if (!s.ok()) {
       // The pieces before this one are being copied from the source into
       // the slot: both stay untouched until they end.
-      if (at > 0) {
-        auto t = copier_->fence();
-        if (t.ok()) (void)copier_->wait(t.value());
-      }
+      if (at > 0) copier_->wait_all();
       release(out);
       return s;
     }

@@ -703,33 +703,25 @@ void TcpConnection::match_rendezvous(PostedRecv recv, uint64_t op, uint64_t size
 }
 
 void TcpConnection::finish_landing(uint64_t token, const std::shared_ptr<Landing>& l) {
-  bool orphaned;
-  Status orphan_error;
+  Status s;
+  bool orphaned, aborted;
   {
     std::lock_guard lock(l->mu);
+    s = l->error;
     orphaned = l->orphaned;
-    orphan_error = l->error;
+    aborted = l->arrivals.aborted();
   }
-  if (orphaned) {
-    l->state->finish_part(orphan_error);  // fail() left it to this, its last chunk
-    return;
-  }
-  {
+  // An orphan is off the tables already: fail() left its end to this, its
+  // last chunk.
+  if (!orphaned) {
     std::lock_guard lock(mu_);
     auto it = landings_.find(token);
     if (it == landings_.end() || it->second != l) return;
     landings_.erase(it);
     if (l->reply_op == 0) pending_.erase(token);
   }
-  Status s;
-  bool aborted;
-  {
-    std::lock_guard lock(l->mu);
-    s = l->error;
-    aborted = l->arrivals.aborted();
-  }
-  if (aborted) {
-    l->state->finish_part(s);  // as in transmit_chunk: one item of a vector operation
+  if (orphaned || aborted) {
+    l->state->finish_part(s);  // no bytes, no answer; one item of a vector operation
     return;
   }
   if (l->reply_op != 0) {
@@ -817,19 +809,17 @@ Status TcpConnection::land_data(int fd, int path, const FrameHeader& h) {
 void TcpConnection::landing_chunk_abandoned(TcpConnection* conn, uint64_t token, const std::shared_ptr<Landing>& l,
                                             uint64_t offset, int path) {
   Result<bool> complete = false;
-  Status orphan_error;
-  bool orphaned;
+  Status error;
   {
     std::lock_guard lock(l->mu);
     complete = l->arrivals.end(offset, path, 0, /*landed=*/false);
-    orphaned = l->orphaned;
-    orphan_error = l->error;
+    error = l->error;
   }
   if (!complete.ok() || !*complete) return;
-  if (orphaned) {
-    l->state->finish_part(orphan_error);
-  } else if (conn != nullptr) {
+  if (conn != nullptr) {
     conn->finish_landing(token, l);
+  } else {
+    l->state->finish_part(error);  // the connection is going: nothing to answer, nothing to unlist
   }
 }
 
@@ -1058,10 +1048,7 @@ Status TcpConnection::exchange(std::span<const Piece> pieces, uint8_t* buffer, b
     Status s = control_copier_->copy(p.device, to_buffer ? mine : p.data, to_buffer ? p.data : mine, p.size);
     if (!s.ok()) {
       // The pieces queued before this one use the caller's region and buffer.
-      if (copied) {
-        auto t = control_copier_->fence();
-        if (t.ok()) (void)control_copier_->wait(t.value());
-      }
+      if (copied) control_copier_->wait_all();
       return s;
     }
     copied = true;

@@ -199,8 +199,8 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   Status land_write(int fd, int path, const wire::FrameHeader& h, std::string& aux);
   // A chunk of a landing or a write that began arriving on `path` and was
   // never accounted (its path broke off): it no longer holds the operation.
-  // `conn` is null once the connection is being destroyed (the landing is
-  // then orphaned, and finishes without it).
+  // `conn` is null once the connection is being destroyed: the landing then
+  // finishes without it.
   static void landing_chunk_abandoned(TcpConnection* conn, uint64_t token, const std::shared_ptr<Landing>& l,
                                       uint64_t offset, int path);
   void write_chunk_abandoned(uint64_t op, uint64_t offset, int path);
