@@ -105,18 +105,21 @@ void LocalConnection::post(const FrameHeader& h, std::string_view aux, std::stri
     std::lock_guard lock(out_mu_);
     if (outbox_.empty() && channel_.try_post(msg, {})) return;
     outbox_.push_back(std::move(msg));
+    outbox_size_.store(outbox_.size(), std::memory_order_release);
   }
   local_work_.store(true, std::memory_order_release);
   channel_.kick();
 }
 
 bool LocalConnection::flush_outbox() {
+  if (outbox_size_.load(std::memory_order_acquire) == 0) return false;
   std::lock_guard lock(out_mu_);
   bool any = false;
   while (!outbox_.empty() && channel_.try_post(outbox_.front(), {})) {
     outbox_.pop_front();
     any = true;
   }
+  outbox_size_.store(outbox_.size(), std::memory_order_release);
   return any;
 }
 

@@ -76,10 +76,7 @@ void LocalConnection::progress_loop() {
       std::this_thread::yield();
       continue;
     }
-    {
-      std::lock_guard lock(out_mu_);
-      if (!outbox_.empty()) continue;
-    }
+    if (outbox_size_.load(std::memory_order_acquire) != 0) continue;
     channel_.wait(std::chrono::milliseconds(20), local_work_);
     if (peer_gone() && !closed_.load()) peer_exited();
   }
@@ -121,7 +118,8 @@ Status LocalConnection::handle(const std::string& msg) {
         expected_.erase(it);
         pending_sources_.erase(h.id);
       }
-      c(peer_status(h.code, aux, where()));
+      // where() formats a string: only an error needs it.
+      c(h.code == 0 ? Status() : peer_status(h.code, aux, where()));
       return Status();
     }
     case FrameType::kLocalOpen:
