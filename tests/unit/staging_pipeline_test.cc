@@ -43,8 +43,18 @@ class ManualCopier final : public Copier {
     return Status();
   }
   Result<uint64_t> fence() override {
+    if (++fences_ == fail_fence_) return Status(Code::kInternal, "fence refused by the test");
     queued_.push_back({nullptr, nullptr, 0, ++issued_});
     return issued_;
+  }
+  Status sync() override {
+    while (!queued_.empty()) {
+      Job j = queued_.front();
+      queued_.pop_front();
+      if (j.ticket == 0) std::memcpy(j.dst, j.src, j.n);
+    }
+    completed_ = issued_;
+    return Status();
   }
   Result<bool> done(uint64_t t) override { return completed_ >= t; }
   Status wait(uint64_t t) override {
@@ -71,6 +81,8 @@ class ManualCopier final : public Copier {
   }
   // The n-th copy (from 1) fails to queue.
   void fail_copy(int n) { fail_copy_ = n; }
+  // The n-th fence (from 1) fails.
+  void fail_fence(int n) { fail_fence_ = n; }
 
  private:
   struct Job {
@@ -81,7 +93,7 @@ class ManualCopier final : public Copier {
   };
   std::deque<Job> queued_;
   uint64_t issued_ = 0, completed_ = 0;
-  int copies_ = 0, fail_copy_ = 0;
+  int copies_ = 0, fail_copy_ = 0, fences_ = 0, fail_fence_ = 0;
 };
 
 struct SocketPair {
@@ -267,6 +279,47 @@ TEST(TxStager, AFailedPieceWaitsForTheCopiesQueuedBeforeIt) {
   EXPECT_EQ(st.code(), Code::kInternal);
   EXPECT_EQ(copier->unrun(), 0u) << "a copy from the source was still queued when stage() gave up";
   EXPECT_EQ(s.slot, nullptr);
+}
+
+// A chunk whose copies were queued but could not be fenced: nothing would
+// tell when they end, so stage() waits for them before it gives the slot
+// back (the next chunk would be copied into it while they still run).
+TEST(TxStager, AFailedFenceWaitsForTheChunksCopies) {
+  auto owned = std::make_unique<ManualCopier>();
+  ManualCopier* copier = owned.get();
+  copier->fail_fence(1);
+  TxStager tx(std::move(owned), 1 << 16, 1);
+  auto a = random_bytes(4096, 34), b = random_bytes(333, 35);
+  std::vector<Piece> pieces = {{a.data(), a.size(), 0, true}, {b.data(), b.size(), 0, true}};
+  TxStager::Staged s;
+  Status st = tx.stage(pieces, s);
+  EXPECT_EQ(st.code(), Code::kInternal);
+  EXPECT_EQ(copier->unrun(), 0u) << "stage() gave the slot back with unfenced copies into it still queued";
+  EXPECT_EQ(s.slot, nullptr);
+  // The slot serves the next chunk, whose bytes are its own.
+  ASSERT_TRUE(tx.stage(std::vector<Piece>{{b.data(), b.size(), 0, true}}, s).ok());
+  ASSERT_TRUE(tx.wait(s).ok());
+  EXPECT_EQ(std::memcmp(s.iov[0].iov_base, b.data(), b.size()), 0);
+  tx.release(s);
+}
+
+// The receive side's copy out of a slot that could not be fenced ends before
+// the frame gives up (its destination is let go and the slot reused).
+TEST(RxStager, AFailedFenceLandsTheSlotsCopyBeforeGivingUp) {
+  SocketPair sp;
+  auto owned = std::make_unique<ManualCopier>();
+  ManualCopier* copier = owned.get();
+  copier->fail_fence(2);
+  constexpr size_t kSlot = 8 * 1024;
+  RxStager rx(std::move(owned), kSlot, 2);
+  auto sent = random_bytes(3 * kSlot - 5, 36);
+  ASSERT_TRUE(platform::send_all_by(sp.a, sent.data(), sent.size(), Clock::now() + 5s).ok());
+  std::vector<uint8_t> dest(sent.size(), 0);
+  std::vector<Piece> p = {{dest.data(), dest.size(), 0, true}};
+  Status st = rx.receive(sp.b, p, [] { return Status(); });
+  EXPECT_EQ(st.code(), Code::kInternal);
+  EXPECT_EQ(copier->unrun(), 0u) << "the frame gave up with an unfenced copy out of a slot still queued";
+  EXPECT_EQ(std::memcmp(dest.data(), sent.data(), 2 * kSlot), 0) << "the two slots' copies did not land";
 }
 
 // A frame that breaks off after some of its slots were copied on: those

@@ -26,6 +26,7 @@ class NoMemoryCopier final : public Copier {
   Result<uint64_t> fence() override { return uint64_t{1}; }
   Result<bool> done(uint64_t) override { return true; }
   Status wait(uint64_t) override { return Status(); }
+  Status sync() override { return Status(); }
 };
 
 TEST(StagingRing, AllocatesLazilyInTurnAndAtMostDepthSlots) {

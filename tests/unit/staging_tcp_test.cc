@@ -304,5 +304,62 @@ TEST(StagedTcpFailure, NoStagingCopyReadsASourceDeregisteredAfterItsSendFailed) 
   set_staging_hooks_for_tests({});
 }
 
+
+// Copies as the host copier makes them, but no fence can be set (as with a
+// device that cannot record an event).
+class FenceRefusingCopier final : public Copier {
+ public:
+  explicit FenceRefusingCopier(std::unique_ptr<Copier> inner) : inner_(std::move(inner)) {}
+  Result<void*> alloc_host(int device, size_t bytes) override { return inner_->alloc_host(device, bytes); }
+  void free_host(void* p, size_t bytes) override { inner_->free_host(p, bytes); }
+  Status copy(int device, void* dst, const void* src, size_t n) override { return inner_->copy(device, dst, src, n); }
+  Result<uint64_t> fence() override { return Status(Code::kInternal, "fence refused by the test"); }
+  Result<bool> done(uint64_t t) override { return inner_->done(t); }
+  Status wait(uint64_t t) override { return inner_->wait(t); }
+  Status sync() override { return inner_->sync(); }
+
+ private:
+  std::unique_ptr<Copier> inner_;
+};
+
+// A small send travels on the control stream, its bytes copied out of the
+// source by the connection's own copier. When that copy cannot be fenced the
+// send fails, and only once the copy has ended: a region deregistered after
+// the failure is read by no copy.
+TEST(StagedTcpFailure, ASendWhoseCopyCannotBeFencedFailsOnlyOnceTheCopyEnded) {
+  auto off = std::make_shared<OffLimits>();
+  set_staging_hooks_for_tests(StagingHooks{
+      [off] {
+        return std::make_unique<FenceRefusingCopier>(
+            make_host_copier(150ms, [off](const void* d, const void* s, size_t n) { off->see(d, s, n); }));
+      },
+      /*stage_host=*/true});
+  Options o;
+  o.transport = "tcp";
+  o.listen = "127.0.0.1:0";
+  auto x = Engine::create(o).value();
+  auto y = Engine::create(o).value();
+  std::vector<uint8_t> xm(4097);
+  fill(xm.data(), xm.size(), 10);
+  Region xr = x->reg(xm.data(), xm.size()).value();
+  auto xc = x->connect(y->address(), after(10s)).value();
+  auto yc = y->accept(after(10s)).value();
+  Status st = xc->send_async(xm.data() + 3, 1001).wait(after(10s));
+  EXPECT_EQ(st.code(), Code::kInternal) << st.to_string();
+  ASSERT_TRUE(x->dereg(xr).ok());
+  off->lo = reinterpret_cast<uintptr_t>(xm.data());
+  off->hi = reinterpret_cast<uintptr_t>(xm.data()) + xm.size();
+  std::this_thread::sleep_for(500ms);  // longer than the copy's delay
+  EXPECT_EQ(off->touched.load(), 0) << "a copy read the send's region after the send failed and dereg returned";
+  off->lo = off->hi = 0;
+  xc->close();
+  yc->close();
+  xc.reset();
+  yc.reset();
+  x.reset();
+  y.reset();
+  set_staging_hooks_for_tests({});
+}
+
 }  // namespace
 }  // namespace ferry::tcp

@@ -77,30 +77,54 @@ class CudaCopier final : public Copier {
   Result<uint64_t> fence() override {
     const platform::CudaDriver& d = platform::cuda();
     Pending p;
-    p.ticket = ++issued_;
+    p.ticket = issued_ + 1;
+    // A fence that fails part way covers nothing: the events already
+    // recorded go back, and their devices still have unfenced copies.
+    auto undo = [&](const Status& why) {
+      for (auto& [dev, e] : p.events) {
+        devices_[static_cast<size_t>(dev)].idle.push_back(e);
+        devices_[static_cast<size_t>(dev)].dirty = true;
+      }
+      return why;
+    };
     for (size_t dev = 0; dev < devices_.size(); ++dev) {
       PerDevice& pd = devices_[dev];
       if (!pd.dirty) continue;
       platform::DeviceScope scope(static_cast<int>(dev));
-      if (!scope.ok()) return scope.status();
+      if (!scope.ok()) return undo(scope.status());
       Event e = nullptr;
       if (!pd.idle.empty()) {
         e = pd.idle.back();
         pd.idle.pop_back();
       } else {
-        FERRY_RETURN_IF_ERROR(
-            d.check(d.event_create(&e, platform::cu::kEventDisableTiming), "cuEventCreate", Code::kResourceExhausted));
+        Status s =
+            d.check(d.event_create(&e, platform::cu::kEventDisableTiming), "cuEventCreate", Code::kResourceExhausted);
+        if (!s.ok()) return undo(s);
       }
       Status s = d.check(d.event_record(e, pd.stream), "cuEventRecord");
       if (!s.ok()) {
         pd.idle.push_back(e);
-        return s;
+        return undo(s);
       }
       p.events.emplace_back(static_cast<int>(dev), e);
       pd.dirty = false;
     }
     pending_.push_back(std::move(p));
-    return issued_;
+    return ++issued_;
+  }
+
+  Status sync() override {
+    const platform::CudaDriver& d = platform::cuda();
+    Status first;
+    for (size_t dev = 0; dev < devices_.size(); ++dev) {
+      PerDevice& pd = devices_[dev];
+      if (pd.stream == nullptr) continue;
+      platform::DeviceScope scope(static_cast<int>(dev));
+      Status s = scope.ok() ? d.check(d.stream_synchronize(pd.stream), "cuStreamSynchronize") : scope.status();
+      if (s.ok()) pd.dirty = false;
+      if (first.ok()) first = s;
+    }
+    return first;
   }
 
   Result<bool> done(uint64_t ticket) override {

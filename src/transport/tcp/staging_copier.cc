@@ -67,6 +67,8 @@ class HostCopier final : public Copier {
     return Status();
   }
 
+  Status sync() override { return wait(fence().value()); }
+
  private:
   struct Job {
     void* dst;

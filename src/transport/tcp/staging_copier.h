@@ -35,18 +35,24 @@ class Copier {
   // Queues a copy of `n` bytes from `src` to `dst` (either may be device
   // memory of `device`, addressed by unified addressing). Non-blocking.
   virtual Status copy(int device, void* dst, const void* src, size_t n) = 0;
-  // A ticket for every copy queued so far. Non-blocking.
+  // A ticket for every copy queued so far. Non-blocking. A failed fence
+  // covers nothing: the caller sync()s before it lets the copies' memory go.
   virtual Result<uint64_t> fence() = 0;
   // Non-blocking: whether the copies of `ticket` finished.
   virtual Result<bool> done(uint64_t ticket) = 0;
   // Blocks until the copies of `ticket` finished (device copies always end).
   virtual Status wait(uint64_t ticket) = 0;
 
+  // Blocks until every copy queued so far has ended, without a fence (what
+  // is left when fence() failed). An error means the copies can never run
+  // (a broken device context).
+  virtual Status sync() = 0;
+
   // Blocks until every copy queued so far has ended (before a caller that
   // gives up lets go of the memory they use).
   void wait_all() {
     auto t = fence();
-    if (t.ok()) (void)wait(t.value());
+    if (!t.ok() || !wait(t.value()).ok()) (void)sync();
   }
 };
 

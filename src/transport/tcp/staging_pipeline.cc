@@ -65,6 +65,8 @@ Status TxStager::stage(std::span<const Piece> pieces, Staged& out) {
   if (out.slot != nullptr) {
     auto t = copier_->fence();
     if (!t.ok()) {
+      // Unfenced copies into the slot: they end before it can be reused.
+      (void)copier_->sync();
       release(out);
       return t.status();
     }
@@ -114,8 +116,15 @@ Status RxStager::receive(int fd, std::span<const Piece> pieces, Done done) {
       if (!slot.ok()) return abandon(slot.status());
       StagingRing::Slot* s = slot.value();
       Status st = platform::recv_exact(fd, s->data, n);
-      if (st.ok()) st = copier_->copy(p.device, p.data + off, s->data, n);
+      bool queued = false;
+      if (st.ok()) {
+        st = copier_->copy(p.device, p.data + off, s->data, n);
+        queued = st.ok();
+      }
       Result<uint64_t> t = st.ok() ? copier_->fence() : Result<uint64_t>(st);
+      // A copy out of the slot that no fence covers ends before the slot
+      // can be reused.
+      if (!t.ok() && queued) (void)copier_->sync();
       ring_.release(s);
       if (!t.ok()) return abandon(t.status());
       s->ticket = ticket = last_ticket_ = t.value();

@@ -1055,7 +1055,10 @@ Status TcpConnection::exchange(std::span<const Piece> pieces, uint8_t* buffer, b
   }
   if (!copied) return Status();
   auto t = control_copier_->fence();
-  if (!t.ok()) return t.status();
+  if (!t.ok()) {
+    (void)control_copier_->sync();  // the copies use the caller's region and buffer
+    return t.status();
+  }
   return control_copier_->wait(t.value());
 }
 
