@@ -64,10 +64,6 @@ struct Options {
   // the kernel cannot do (addresses or sizes not multiples of 16 bytes) use
   // the engines either way.
   std::string staging_copy = "kernel";
-  // A staged chunk copied by the kernel goes out in segments of at least
-  // this many bytes, each as soon as it is in its slot, instead of once the
-  // whole chunk is (0: whole chunks only).
-  size_t staging_segment_bytes = 0;
   // Messages and writes up to this size ride inline on the control stream.
   size_t inline_max = 64 * 1024;
   // The most inline_max may be; a peer's inline message larger than this is

@@ -149,9 +149,6 @@ const std::vector<Tunable>& tunables() {
       size_tunable("staging_chunk_bytes", "FERRY_STAGING_CHUNK", "bytes",
                    "GPU memory: chunk size of transfers that touch it, and of each pinned staging slot",
                    &Options::staging_chunk_bytes),
-      size_tunable("staging_segment_bytes", "FERRY_STAGING_SEGMENT", "bytes",
-                   "GPU memory: a staged chunk goes out in segments of this size as its copy lands them (0: whole)",
-                   &Options::staging_segment_bytes),
       string_tunable("staging_copy", "FERRY_STAGING_COPY",
                      "GPU memory: what runs staging copies, kernel (a few SMs) or engine (the copy engines)",
                      &Options::staging_copy),
@@ -231,9 +228,6 @@ Status validate(const Options& o) {
   }
   if (o.staging_chunk_bytes < 4096 || o.staging_chunk_bytes > (64u << 20)) {
     return bad("staging_chunk_bytes must be in 4 KiB..64 MiB, got " + std::to_string(o.staging_chunk_bytes));
-  }
-  if (o.staging_segment_bytes != 0 && (o.staging_segment_bytes < 4096 || o.staging_segment_bytes > (64u << 20))) {
-    return bad("staging_segment_bytes must be 0 or in 4 KiB..64 MiB, got " + std::to_string(o.staging_segment_bytes));
   }
   if (o.inline_max > Options::kMaxInline) {
     return bad("inline_max must be at most 1 MiB, got " + std::to_string(o.inline_max));

@@ -26,7 +26,7 @@ const std::vector<std::string> kTunableEnvs = {
     "FERRY_NICS",          "FERRY_PATH_TIMEOUT_MS", "FERRY_TX_BINDINGS",
     "FERRY_RX_BINDINGS",   "FERRY_NIC_POLICY",      "FERRY_STAGING_DEPTH",
     "FERRY_STAGING_CHUNK", "FERRY_PATH_POLICY",     "FERRY_WAIT_SPIN_US",
-    "FERRY_STAGING_COPY",  "FERRY_STAGING_SEGMENT"};
+    "FERRY_STAGING_COPY"};
 
 // Clears every FERRY_* variable ferry reads for the test's lifetime and puts
 // back whatever the process had before, including anything set through it.
@@ -122,7 +122,6 @@ TEST(Options, EveryTunableIsReadFromItsVariable) {
       {"FERRY_PATH_POLICY", {"all", "all"}},
       {"FERRY_WAIT_SPIN_US", {"2000", "2000"}},
       {"FERRY_STAGING_COPY", {"engine", "engine"}},
-      {"FERRY_STAGING_SEGMENT", {"128K", "131072"}},
   };
   ASSERT_EQ(cases.size(), kTunableEnvs.size());
   const auto defaults = values_by_env(Options{});
@@ -236,9 +235,6 @@ TEST(Options, ValidateRejectsOutOfRangeFields) {
   o = Options{};
   o.staging_copy = "dma";
   expect_bad(o, "staging_copy");
-  o = Options{};
-  o.staging_segment_bytes = 100;
-  expect_bad(o, "staging_segment_bytes");
 
   // The edges that are allowed.
   o = Options{};

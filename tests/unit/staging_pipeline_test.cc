@@ -281,40 +281,6 @@ TEST(TxStager, AFailedPieceWaitsForTheCopiesQueuedBeforeIt) {
   EXPECT_EQ(s.slot, nullptr);
 }
 
-// A lone piece is copied in marked segments: each can be sent once it is in
-// the slot, before the whole copy is done.
-TEST(TxStager, SegmentsCanGoOutBeforeTheWholeCopyIsDone) {
-  auto owned = make_host_copier(30ms);
-  Copier* copier = owned.get();
-  TxStager tx(std::move(owned), 1 << 16, 2, /*segment_bytes=*/4096);
-  auto src = random_bytes(3 * 4096 + 100, 37);
-  std::vector<Piece> pieces = {{src.data(), src.size(), 0, true}};
-  TxStager::Staged s;
-  ASSERT_TRUE(tx.stage(pieces, s).ok());
-  ASSERT_EQ(s.segment, 4096u);
-  auto* slot = static_cast<uint8_t*>(s.iov[0].iov_base);
-  ASSERT_TRUE(tx.wait_segment(s, 0).ok());
-  EXPECT_EQ(std::memcmp(slot, src.data(), 4096), 0) << "segment 0 marked before its bytes were in place";
-  EXPECT_FALSE(copier->done(s.ticket).value()) << "the first segment was only seen once the whole copy was done";
-  for (size_t k = 1; k < 4; ++k) {
-    ASSERT_TRUE(tx.wait_segment(s, k).ok());
-    size_t len = std::min<size_t>(4096, src.size() - k * 4096);
-    EXPECT_EQ(std::memcmp(slot + k * 4096, src.data() + k * 4096, len), 0) << "segment " << k;
-  }
-  ASSERT_TRUE(tx.wait(s).ok());
-  tx.release(s);
-  // The slot comes round again: new marks, new bytes.
-  for (int i = 0; i < 2; ++i) {
-    auto next = random_bytes(2 * 4096 + 16, 38 + static_cast<uint64_t>(i));
-    std::vector<Piece> p2 = {{next.data(), next.size(), 0, true}};
-    ASSERT_TRUE(tx.stage(p2, s).ok());
-    for (size_t k = 0; k < 3; ++k) ASSERT_TRUE(tx.wait_segment(s, k).ok());
-    EXPECT_EQ(std::memcmp(s.iov[0].iov_base, next.data(), next.size()), 0);
-    ASSERT_TRUE(tx.wait(s).ok());
-    tx.release(s);
-  }
-}
-
 // A chunk whose copies were queued but could not be fenced: nothing would
 // tell when they end, so stage() waits for them before it gives the slot
 // back (the next chunk would be copied into it while they still run).

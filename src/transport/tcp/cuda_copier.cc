@@ -33,7 +33,6 @@ class CudaCopier final : public Copier {
       if (pd.stream == nullptr) continue;
       platform::DeviceScope scope(static_cast<int>(dev));
       for (Event e : pd.idle) d.event_destroy(e);
-      if (pd.arrivals != 0) d.mem_free(pd.arrivals);
       d.stream_destroy(pd.stream);
     }
   }
@@ -71,38 +70,6 @@ class CudaCopier final : public Copier {
     }
     FERRY_RETURN_IF_ERROR(s);
     devices_[static_cast<size_t>(device)].dirty = true;
-    last_device_ = device;
-    return Status();
-  }
-
-  Status copy_marked(int device, void* dst, const void* src, size_t n, size_t segment, uint64_t* marks,
-                     uint64_t mark) override {
-    const platform::CudaDriver& d = platform::cuda();
-    if (!d.available() || !kernels_ || !StagingKernels::fits(dst, src, n) || device < 0) {
-      return Status(Code::kUnimplemented, "copies in marked segments need the copy kernel");
-    }
-    platform::DeviceScope scope(device);
-    if (!scope.ok()) return scope.status();
-    auto stream = stream_of(device);
-    if (!stream.ok()) return stream.status();
-    PerDevice& pd = devices_[static_cast<size_t>(device)];
-    if (pd.arrivals == 0) {
-      // The kernel's count of blocks done with each segment: zeroed once,
-      // and each launch leaves it zeroed for the next on this stream.
-      constexpr size_t kBytes = StagingKernels::kMaxSegments * sizeof(uint32_t);
-      static const uint32_t kZeros[StagingKernels::kMaxSegments] = {};
-      FERRY_RETURN_IF_ERROR(d.check(d.mem_alloc(&pd.arrivals, kBytes), "cuMemAlloc", Code::kResourceExhausted));
-      Status s = d.check(d.memcpy(pd.arrivals, dptr(kZeros), kBytes), "cuMemcpy");
-      if (!s.ok()) {
-        d.mem_free(pd.arrivals);
-        pd.arrivals = 0;
-        return s;
-      }
-    }
-    FERRY_RETURN_IF_ERROR(kernels_->copy_marked(device, stream.value(), dst, src, n, segment, marks,
-                                                reinterpret_cast<uint32_t*>(static_cast<uintptr_t>(pd.arrivals)),
-                                                mark));
-    pd.dirty = true;
     last_device_ = device;
     return Status();
   }
@@ -193,7 +160,6 @@ class CudaCopier final : public Copier {
     Stream stream = nullptr;
     std::vector<Event> idle;  // recorded events that finished, for reuse
     bool dirty = false;       // copies queued since the last fence
-    DevicePtr arrivals = 0;   // the marked copy kernel's counters (device memory), made on first use
   };
   struct Pending {
     uint64_t ticket = 0;

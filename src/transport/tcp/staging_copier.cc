@@ -1,8 +1,6 @@
 // The host-memory copier and the process's staging hooks.
 #include "transport/tcp/staging_copier.h"
 
-#include <algorithm>
-#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -47,20 +45,6 @@ class HostCopier final : public Copier {
     return Status();
   }
 
-  Status copy_marked(int, void* dst, const void* src, size_t n, size_t segment, uint64_t* marks,
-                     uint64_t mark) override {
-    if (segment == 0 || (n + segment - 1) / segment > kMaxSegments) {
-      return Status(Code::kInvalidArgument, "copy of " + std::to_string(n) + " bytes in segments of " +
-                                                std::to_string(segment));
-    }
-    {
-      std::lock_guard lock(mu_);
-      queue_.push_back(Job{dst, src, n, 0, segment, marks, mark});
-    }
-    cv_.notify_all();
-    return Status();
-  }
-
   Result<uint64_t> fence() override {
     uint64_t t;
     {
@@ -91,9 +75,6 @@ class HostCopier final : public Copier {
     const void* src;
     size_t n;
     uint64_t ticket;  // nonzero: a fence
-    size_t segment = 0;  // nonzero: a marked copy, each segment after `delay_`
-    uint64_t* marks = nullptr;
-    uint64_t mark = 0;
   };
 
   void run() {
@@ -109,18 +90,9 @@ class HostCopier final : public Copier {
         continue;
       }
       lock.unlock();
-      if (j.segment == 0) {
-        if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
-        if (watch_) watch_(j.dst, j.src, j.n);
-        std::memcpy(j.dst, j.src, j.n);
-      }
-      for (size_t at = 0, k = 0; j.segment != 0 && at < j.n; at += j.segment, ++k) {
-        size_t len = std::min(j.segment, j.n - at);
-        if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
-        if (watch_) watch_(static_cast<uint8_t*>(j.dst) + at, static_cast<const uint8_t*>(j.src) + at, len);
-        std::memcpy(static_cast<uint8_t*>(j.dst) + at, static_cast<const uint8_t*>(j.src) + at, len);
-        std::atomic_ref<uint64_t>(j.marks[k]).store(j.mark, std::memory_order_release);
-      }
+      if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
+      if (watch_) watch_(j.dst, j.src, j.n);
+      std::memcpy(j.dst, j.src, j.n);
       lock.lock();
     }
   }

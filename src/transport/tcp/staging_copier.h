@@ -35,17 +35,6 @@ class Copier {
   // Queues a copy of `n` bytes from `src` to `dst` (either may be device
   // memory of `device`, addressed by unified addressing). Non-blocking.
   virtual Status copy(int device, void* dst, const void* src, size_t n) = 0;
-  // Queues the same copy in segments of `segment` bytes (a multiple of 16,
-  // at most kMaxSegments of them), marking each as it lands: once bytes
-  // [0, (k + 1) * segment) of `dst` (host memory) are in place, marks[k]
-  // (host memory) holds `mark`. A fence still covers the whole copy.
-  // kUnimplemented where this copier cannot (the caller uses copy()).
-  static constexpr size_t kMaxSegments = 64;
-  virtual Status copy_marked(int device, void* dst, const void* src, size_t n, size_t segment, uint64_t* marks,
-                             uint64_t mark) {
-    (void)device, (void)dst, (void)src, (void)n, (void)segment, (void)marks, (void)mark;
-    return Status(Code::kUnimplemented, "copies in marked segments");
-  }
   // A ticket for every copy queued so far. Non-blocking. A failed fence
   // covers nothing: the caller sync()s before it lets the copies' memory go.
   virtual Result<uint64_t> fence() = 0;

@@ -19,33 +19,6 @@ namespace {
 //     for (; i < n16; i += step) dst[i] = src[i];
 //   }
 //
-//   // The same copy segment by segment, every block on one segment at a time;
-//   // the last block to finish segment k writes `mark` into marks[k] (host
-//   // memory), after a system-wide fence, so the host that reads it sees the
-//   // segment's bytes. arrivals[k] counts blocks done with segment k; the last
-//   // one sets it back to 0 for the next launch on this stream.
-//   extern "C" __global__ void ferry_stage_copy_marked(uint4* __restrict__ dst, const uint4* __restrict__ src,
-//                                                      unsigned long long n16, unsigned long long seg16,
-//                                                      unsigned long long* marks, unsigned int* arrivals,
-//                                                      unsigned long long mark) {
-//     unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
-//     unsigned int k = 0;
-//     for (unsigned long long lo = 0; lo < n16; lo += seg16, ++k) {
-//       unsigned long long hi = lo + seg16 < n16 ? lo + seg16 : n16;
-//   #pragma unroll 4
-//       for (unsigned long long i = lo + blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < hi;
-//            i += step)
-//         dst[i] = src[i];
-//       __syncthreads();
-//       if (threadIdx.x == 0) __threadfence_system();  // cumulative: the block's writes, seen through the barrier
-//       if (threadIdx.x == 0 && atomicAdd(&arrivals[k], 1u) == gridDim.x - 1) {
-//         arrivals[k] = 0;
-//         __threadfence_system();
-//         *(volatile unsigned long long*)&marks[k] = mark;
-//       }
-//     }
-//   }
-//
 // with the header's .version lowered to 7.0 (it uses nothing newer), so that
 // drivers from CUDA 11 on can load it.
 constexpr char kPtx[] = R"(
@@ -122,125 +95,6 @@ $L__BB0_2:
 $L__BB0_6:
 	ret;
 }
-
-.visible .entry ferry_stage_copy_marked(
-	.param .u64 ferry_stage_copy_marked_param_0,
-	.param .u64 ferry_stage_copy_marked_param_1,
-	.param .u64 ferry_stage_copy_marked_param_2,
-	.param .u64 ferry_stage_copy_marked_param_3,
-	.param .u64 ferry_stage_copy_marked_param_4,
-	.param .u64 ferry_stage_copy_marked_param_5,
-	.param .u64 ferry_stage_copy_marked_param_6
-)
-{
-	.reg .pred 	%p<10>;
-	.reg .b32 	%r<44>;
-	.reg .b64 	%rd<47>;
-
-
-	ld.param.u64 	%rd26, [ferry_stage_copy_marked_param_0];
-	ld.param.u64 	%rd27, [ferry_stage_copy_marked_param_1];
-	ld.param.u64 	%rd28, [ferry_stage_copy_marked_param_2];
-	ld.param.u64 	%rd29, [ferry_stage_copy_marked_param_3];
-	ld.param.u64 	%rd30, [ferry_stage_copy_marked_param_4];
-	ld.param.u64 	%rd31, [ferry_stage_copy_marked_param_5];
-	ld.param.u64 	%rd32, [ferry_stage_copy_marked_param_6];
-	mov.u32 	%r1, %nctaid.x;
-	cvt.u64.u32 	%rd1, %r1;
-	mov.u32 	%r6, %ntid.x;
-	cvt.u64.u32 	%rd2, %r6;
-	mul.wide.u32 	%rd3, %r1, %r6;
-	setp.eq.s64 	%p1, %rd28, 0;
-	@%p1 bra 	$L__BB1_11;
-
-	mov.u32 	%r8, %ctaid.x;
-	cvt.u64.u32 	%rd34, %r8;
-	mul.lo.s64 	%rd35, %rd34, %rd2;
-	mov.u32 	%r2, %tid.x;
-	cvt.u64.u32 	%rd36, %r2;
-	add.s64 	%rd4, %rd35, %rd36;
-	add.s32 	%r3, %r1, -1;
-	mul.lo.s64 	%rd37, %rd1, %rd2;
-	shl.b64 	%rd5, %rd37, 4;
-	cvta.to.global.u64 	%rd6, %rd30;
-	cvta.to.global.u64 	%rd7, %rd27;
-	cvta.to.global.u64 	%rd8, %rd26;
-	mov.u32 	%r43, 0;
-	mov.u64 	%rd45, 0;
-	cvta.to.global.u64 	%rd41, %rd31;
-
-$L__BB1_2:
-	mov.u64 	%rd9, %rd45;
-	add.s64 	%rd45, %rd9, %rd29;
-	min.u64 	%rd11, %rd45, %rd28;
-	add.s64 	%rd46, %rd4, %rd9;
-	setp.ge.u64 	%p2, %rd46, %rd11;
-	@%p2 bra 	$L__BB1_7;
-
-$L__BB1_3:
-	.pragma "nounroll";
-	shl.b64 	%rd38, %rd46, 4;
-	add.s64 	%rd14, %rd7, %rd38;
-	add.s64 	%rd15, %rd8, %rd38;
-	ld.global.nc.v4.u32 	{%r9, %r10, %r11, %r12}, [%rd14];
-	st.global.v4.u32 	[%rd15], {%r9, %r10, %r11, %r12};
-	add.s64 	%rd16, %rd46, %rd3;
-	setp.ge.u64 	%p3, %rd16, %rd11;
-	@%p3 bra 	$L__BB1_7;
-
-	add.s64 	%rd17, %rd14, %rd5;
-	ld.global.nc.v4.u32 	{%r17, %r18, %r19, %r20}, [%rd17];
-	add.s64 	%rd18, %rd15, %rd5;
-	st.global.v4.u32 	[%rd18], {%r17, %r18, %r19, %r20};
-	add.s64 	%rd19, %rd16, %rd3;
-	setp.ge.u64 	%p4, %rd19, %rd11;
-	@%p4 bra 	$L__BB1_7;
-
-	add.s64 	%rd20, %rd17, %rd5;
-	ld.global.nc.v4.u32 	{%r25, %r26, %r27, %r28}, [%rd20];
-	add.s64 	%rd21, %rd18, %rd5;
-	st.global.v4.u32 	[%rd21], {%r25, %r26, %r27, %r28};
-	add.s64 	%rd22, %rd19, %rd3;
-	setp.ge.u64 	%p5, %rd22, %rd11;
-	@%p5 bra 	$L__BB1_7;
-
-	add.s64 	%rd39, %rd20, %rd5;
-	ld.global.nc.v4.u32 	{%r33, %r34, %r35, %r36}, [%rd39];
-	add.s64 	%rd40, %rd21, %rd5;
-	st.global.v4.u32 	[%rd40], {%r33, %r34, %r35, %r36};
-	add.s64 	%rd46, %rd22, %rd3;
-	setp.lt.u64 	%p6, %rd46, %rd11;
-	@%p6 bra 	$L__BB1_3;
-
-$L__BB1_7:
-	setp.ne.s32 	%p7, %r2, 0;
-	bar.sync 	0;
-	@%p7 bra 	$L__BB1_10;
-
-	membar.sys;
-	cvt.u64.u32 	%rd24, %r43;
-	mul.wide.u32 	%rd42, %r43, 4;
-	add.s64 	%rd25, %rd41, %rd42;
-	atom.global.add.u32 	%r41, [%rd25], 1;
-	setp.ne.s32 	%p8, %r41, %r3;
-	@%p8 bra 	$L__BB1_10;
-
-	mov.u32 	%r42, 0;
-	st.global.u32 	[%rd25], %r42;
-	membar.sys;
-	shl.b64 	%rd43, %rd24, 3;
-	add.s64 	%rd44, %rd6, %rd43;
-	st.volatile.global.u64 	[%rd44], %rd32;
-
-$L__BB1_10:
-	setp.lt.u64 	%p9, %rd45, %rd28;
-	add.s32 	%r43, %r43, 1;
-	@%p9 bra 	$L__BB1_2;
-
-$L__BB1_11:
-	ret;
-
-}
 )";
 
 // 512 threads a block, a block per 64 KiB up to 16: a 512 KiB chunk gets 8.
@@ -264,24 +118,21 @@ bool StagingKernels::fits(const void* dst, const void* src, size_t n) {
   return ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | n) & 15) == 0;
 }
 
-const StagingKernels::Loaded* StagingKernels::load(int device) {
+platform::cu::Function StagingKernels::function(int device) {
   Loaded& l = loaded_[static_cast<size_t>(device)];
-  if (l.tried.load(std::memory_order_acquire)) return &l;
+  if (l.tried.load(std::memory_order_acquire)) return l.function;
   std::lock_guard lock(load_mu_);
-  if (l.tried.load(std::memory_order_relaxed)) return &l;
+  if (l.tried.load(std::memory_order_relaxed)) return l.function;
   const platform::CudaDriver& d = platform::cuda();
   Status s = d.check(d.module_load_data(&l.module, kPtx), "cuModuleLoadData");
   if (s.ok()) s = d.check(d.module_get_function(&l.function, l.module, "ferry_stage_copy"), "cuModuleGetFunction");
-  if (s.ok()) {
-    s = d.check(d.module_get_function(&l.marked, l.module, "ferry_stage_copy_marked"), "cuModuleGetFunction");
-  }
   if (!s.ok()) {
     FERRY_LOG(kWarn, "tcp", "staging on GPU %d uses the copy engines: the copy kernel did not load: %s", device,
               s.message().c_str());
-    l.function = l.marked = nullptr;
+    l.function = nullptr;
   }
   l.tried.store(true, std::memory_order_release);
-  return &l;
+  return l.function;
 }
 
 Status StagingKernels::copy(int device, platform::cu::Stream stream, void* dst, const void* src, size_t n) {
@@ -289,31 +140,11 @@ Status StagingKernels::copy(int device, platform::cu::Stream stream, void* dst, 
   if (device < 0 || device >= platform::kMaxDevices) {
     return Status(Code::kInvalidArgument, "staging copy on CUDA device " + std::to_string(device));
   }
-  platform::cu::Function f = load(device)->function;
+  platform::cu::Function f = function(device);
   if (f == nullptr) return Status(Code::kUnimplemented, "no staging copy kernel on GPU " + std::to_string(device));
   unsigned long long n16 = n / 16;
   unsigned blocks = static_cast<unsigned>(std::clamp<size_t>(n / kBytesPerBlock, 1, kMaxBlocks));
   void* params[] = {&dst, &src, &n16};
-  return d.check(d.launch_kernel(f, blocks, 1, 1, kThreads, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
-}
-
-Status StagingKernels::copy_marked(int device, platform::cu::Stream stream, void* dst, const void* src, size_t n,
-                                   size_t segment, uint64_t* marks, uint32_t* arrivals, uint64_t mark) {
-  const platform::CudaDriver& d = platform::cuda();
-  if (device < 0 || device >= platform::kMaxDevices) {
-    return Status(Code::kInvalidArgument, "staging copy on CUDA device " + std::to_string(device));
-  }
-  if (segment == 0 || segment % 16 != 0 || (n + segment - 1) / segment > kMaxSegments) {
-    return Status(Code::kInvalidArgument, "staging copy of " + std::to_string(n) + " bytes in segments of " +
-                                              std::to_string(segment));
-  }
-  platform::cu::Function f = load(device)->marked;
-  if (f == nullptr) return Status(Code::kUnimplemented, "no staging copy kernel on GPU " + std::to_string(device));
-  unsigned long long n16 = n / 16, seg16 = segment / 16, m = mark;
-  // Blocks wait for one another at each segment's end: each copies at least
-  // 32 KiB of a segment, so that its threads keep several stores in flight.
-  unsigned blocks = static_cast<unsigned>(std::clamp<size_t>(segment / (32 * 1024), 1, kMaxBlocks));
-  void* params[] = {&dst, &src, &n16, &seg16, &marks, &arrivals, &m};
   return d.check(d.launch_kernel(f, blocks, 1, 1, kThreads, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
 }
 

@@ -43,25 +43,17 @@ class StagingKernels {
   // engines; the reason is logged once).
   Status copy(int device, platform::cu::Stream stream, void* dst, const void* src, size_t n);
 
-  // The same copy in segments of `segment` bytes (a multiple of 16), at most
-  // kMaxSegments: once segment k's bytes are in place (and visible to the
-  // host), marks[k] (host memory) holds `mark`. `arrivals` is device memory
-  // of kMaxSegments zeroed words, used by no other stream.
-  static constexpr size_t kMaxSegments = 64;
-  Status copy_marked(int device, platform::cu::Stream stream, void* dst, const void* src, size_t n, size_t segment,
-                     uint64_t* marks, uint32_t* arrivals, uint64_t mark);
-
  private:
+  // The kernel of `device`, loaded on its first copy; null where it cannot load.
+  platform::cu::Function function(int device);
+
   struct Loaded {
-    // Set (release) once the load was tried; `module` and the functions are
+    // Set (release) once the load was tried; `module` and `function` are
     // written before and only read after, so copies take no lock.
     std::atomic<bool> tried{false};
     platform::cu::Module module = nullptr;
     platform::cu::Function function = nullptr;
-    platform::cu::Function marked = nullptr;
   };
-  // The kernels of `device`, loaded on its first copy; null where they cannot load.
-  const Loaded* load(int device);
   std::mutex load_mu_;  // serialises loading
   std::array<Loaded, platform::kMaxDevices> loaded_;
 };

@@ -4,8 +4,6 @@
 #include <poll.h>
 
 #include <algorithm>
-#include <atomic>
-#include <thread>
 
 #include "platform/socket.h"
 
@@ -25,8 +23,8 @@ uint64_t staged_chunk_bytes(uint64_t total, int paths, uint64_t slot_bytes) {
 
 // ---- transmit ---------------------------------------------------------------
 
-TxStager::TxStager(std::unique_ptr<Copier> copier, size_t slot_bytes, int depth, size_t segment_bytes)
-    : copier_(std::move(copier)), ring_(*copier_, slot_bytes, depth), segment_bytes_(segment_bytes) {}
+TxStager::TxStager(std::unique_ptr<Copier> copier, size_t slot_bytes, int depth)
+    : copier_(std::move(copier)), ring_(*copier_, slot_bytes, depth) {}
 
 TxStager::~TxStager() { drain(); }
 
@@ -53,19 +51,7 @@ Status TxStager::stage(std::span<const Piece> pieces, Staged& out) {
       continue;
     }
     uint8_t* dst = out.slot->data + at;
-    Status s(Code::kUnimplemented, "");
-    // A lone piece in marked segments: its first bytes can go out while the
-    // rest is still being copied (with 16 paths copying at once, a path's
-    // first 512 KiB copy ended 85-375 us into a 16 MiB transfer).
-    size_t segment = std::max((segment_bytes_ + 15) / 16 * 16, (p.size / Copier::kMaxSegments + 16) / 16 * 16);
-    if (segment_bytes_ > 0 && pieces.size() == 1 && p.size > segment) {
-      s = copier_->copy_marked(p.device, dst, p.data, p.size, segment, out.slot->marks, last_mark_ + 1);
-      if (s.ok()) {
-        out.segment = segment;
-        out.mark = ++last_mark_;
-      }
-    }
-    if (s.code() == Code::kUnimplemented) s = copier_->copy(p.device, dst, p.data, p.size);
+    Status s = copier_->copy(p.device, dst, p.data, p.size);
     if (!s.ok()) {
       // The pieces before this one are being copied from the source into
       // the slot: both stay untouched until they end.
@@ -90,25 +76,6 @@ Status TxStager::stage(std::span<const Piece> pieces, Staged& out) {
 }
 
 Status TxStager::wait(const Staged& s) { return s.ticket == 0 ? Status() : copier_->wait(s.ticket); }
-
-Status TxStager::wait_segment(const Staged& s, size_t k) {
-  std::atomic_ref<uint64_t> mark(s.slot->marks[k]);
-  // Polled: a segment lands within microseconds of the one before it, far
-  // sooner than a sleeping thread wakes; yielding leaves the core to the
-  // path workers when there are more of them than cores. The copy's fence
-  // is asked too, now and then, for an error that would stop the marks.
-  for (unsigned turn = 1; mark.load(std::memory_order_acquire) != s.mark; ++turn) {
-    if (turn % 64 == 0) {
-      auto done = copier_->done(s.ticket);
-      if (!done.ok()) return done.status();
-      if (done.value() && mark.load(std::memory_order_acquire) != s.mark) {
-        return Status(Code::kInternal, "staging: the copy ended without marking segment " + std::to_string(k));
-      }
-    }
-    std::this_thread::yield();
-  }
-  return Status();
-}
 
 void TxStager::drain() {
   if (last_ticket_ != 0) (void)copier_->wait(last_ticket_);

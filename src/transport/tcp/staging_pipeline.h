@@ -64,16 +64,9 @@ class TxStager {
     StagingRing::Slot* slot = nullptr;
     uint64_t ticket = 0;
     std::vector<struct iovec> iov;
-    // Nonzero: the chunk is one staged piece copied in segments of this many
-    // bytes, which may go out one by one (wait_segment) before the whole
-    // copy is done.
-    size_t segment = 0;
-    uint64_t mark = 0;  // the value slot->marks[k] takes once segment k landed
   };
 
-  // `segment_bytes`: chunks of a single staged piece larger than this are
-  // copied in marked segments of at least this size (0: never).
-  TxStager(std::unique_ptr<Copier> copier, size_t slot_bytes, int depth, size_t segment_bytes = 0);
+  TxStager(std::unique_ptr<Copier> copier, size_t slot_bytes, int depth);
   // Waits for the copies it queued, then frees its slots.
   ~TxStager();
 
@@ -83,9 +76,6 @@ class TxStager {
   Status stage(std::span<const Piece> pieces, Staged& out);
   // Blocks until `s`'s copies are done; then its iov may be sent.
   Status wait(const Staged& s);
-  // Blocks until segment `k` of a marked chunk is in its slot; then bytes
-  // [k * segment, (k + 1) * segment) of its iov may be sent.
-  Status wait_segment(const Staged& s, size_t k);
   // Blocks until every copy queued so far has ended (before the regions they
   // read are let go).
   void drain();
@@ -98,9 +88,7 @@ class TxStager {
  private:
   std::unique_ptr<Copier> copier_;
   StagingRing ring_;
-  const size_t segment_bytes_;
   uint64_t last_ticket_ = 0;
-  uint64_t last_mark_ = 0;
 };
 
 class RxStager {

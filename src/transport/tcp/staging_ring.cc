@@ -1,7 +1,6 @@
 // StagingRing: lazy, bounded, counted slots.
 #include "transport/tcp/staging_ring.h"
 
-#include <algorithm>
 #include <atomic>
 
 namespace ferry::tcp {
@@ -15,15 +14,11 @@ std::atomic<size_t> g_slots{0};
 StagingRing::StagingRing(Copier& copier, size_t slot_bytes, int depth)
     : copier_(copier), slot_bytes_(slot_bytes), slots_(static_cast<size_t>(depth < 1 ? 1 : depth)) {}
 
-size_t StagingRing::alloc_bytes(size_t slot_bytes) {
-  return (slot_bytes + 63) / 64 * 64 + Copier::kMaxSegments * sizeof(uint64_t);
-}
-
 StagingRing::~StagingRing() {
   for (Slot& s : slots_) {
     if (s.data == nullptr) continue;
-    copier_.free_host(s.data, alloc_bytes(slot_bytes_));
-    g_bytes.fetch_sub(alloc_bytes(slot_bytes_), std::memory_order_relaxed);
+    copier_.free_host(s.data, slot_bytes_);
+    g_bytes.fetch_sub(slot_bytes_, std::memory_order_relaxed);
     g_slots.fetch_sub(1, std::memory_order_relaxed);
   }
 }
@@ -35,12 +30,10 @@ Result<StagingRing::Slot*> StagingRing::acquire(int device) {
                                        std::to_string(slots_.size()) + " is still in use");
   }
   if (s.data == nullptr) {
-    auto p = copier_.alloc_host(device, alloc_bytes(slot_bytes_));
+    auto p = copier_.alloc_host(device, slot_bytes_);
     if (!p.ok()) return p.status();
     s.data = static_cast<uint8_t*>(p.value());
-    s.marks = reinterpret_cast<uint64_t*>(s.data + (slot_bytes_ + 63) / 64 * 64);
-    std::fill(s.marks, s.marks + Copier::kMaxSegments, 0);
-    g_bytes.fetch_add(alloc_bytes(slot_bytes_), std::memory_order_relaxed);
+    g_bytes.fetch_add(slot_bytes_, std::memory_order_relaxed);
     g_slots.fetch_add(1, std::memory_order_relaxed);
   } else if (s.ticket != 0) {
     FERRY_RETURN_IF_ERROR(copier_.wait(s.ticket));

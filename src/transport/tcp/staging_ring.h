@@ -26,9 +26,8 @@ class StagingRing {
  public:
   struct Slot {
     uint8_t* data = nullptr;
-    uint64_t* marks = nullptr;  // Copier::kMaxSegments words after the slot's bytes, for marked copies
-    uint64_t ticket = 0;        // fences the last copies into or out of the slot (0: none)
-    bool held = false;          // acquired and not yet released
+    uint64_t ticket = 0;  // fences the last copies into or out of the slot (0: none)
+    bool held = false;    // acquired and not yet released
   };
 
   // REQUIRES: `copier` outlives the ring; slot_bytes > 0; depth >= 1.
@@ -47,8 +46,6 @@ class StagingRing {
   void release(Slot* slot);
 
   size_t slot_bytes() const { return slot_bytes_; }
-  // Pinned bytes a slot of `slot_bytes` takes: its data, then its marks.
-  static size_t alloc_bytes(size_t slot_bytes);
   int depth() const { return static_cast<int>(slots_.size()); }
   // Slots allocated so far (<= depth) and slots held now.
   int allocated() const;

@@ -1355,8 +1355,7 @@ void TcpConnection::prepare_chunk(TxEntry& e, std::unique_ptr<TxStager>& stager)
   pieces_of(c.op->source, c.offset, c.size, pieces);
   if (staged_bytes(pieces) == 0) return;
   if (!stager) {
-    stager = std::make_unique<TxStager>(new_copier(), ctx_->options.staging_chunk_bytes, ctx_->options.staging_depth,
-                                        ctx_->options.staging_segment_bytes);
+    stager = std::make_unique<TxStager>(new_copier(), ctx_->options.staging_chunk_bytes, ctx_->options.staging_depth);
   }
   Status s = stager->stage(pieces, e.staged);
   if (!s.ok()) {
@@ -1368,12 +1367,12 @@ void TcpConnection::prepare_chunk(TxEntry& e, std::unique_ptr<TxStager>& stager)
 }
 
 void TcpConnection::await_staging(TxEntry& e, TxStager* stager) {
-  if (!e.staging || !e.abort.ok() || e.staged.segment > 0) return;
+  if (!e.staging || !e.abort.ok()) return;
   Status s = stager->wait(e.staged);
   if (!s.ok()) e.abort = s.with_context("staging GPU memory for " + where());
 }
 
-Status TcpConnection::transmit_chunk(int fd, TxEntry& e, TxStager* stager, const std::function<void()>& copied) {
+Status TcpConnection::transmit_chunk(int fd, TxEntry& e, TxStager* stager) {
   const Chunk& c = e.chunk;
   OutOp& op = *c.op;
   FrameHeader h = op.header;
@@ -1421,7 +1420,6 @@ Status TcpConnection::transmit_chunk(int fd, TxEntry& e, TxStager* stager, const
   encode_header(h, hb);
   iov.push_back({hb.data(), hb.size()});
   if (!aux.empty()) iov.push_back({const_cast<char*>(aux.data()), aux.size()});
-  if (e.staging && e.staged.segment > 0) return transmit_segments(fd, iov, e, stager, copied);
   if (e.staging) {
     iov.insert(iov.end(), e.staged.iov.begin(), e.staged.iov.end());
   } else {
@@ -1429,29 +1427,6 @@ Status TcpConnection::transmit_chunk(int fd, TxEntry& e, TxStager* stager, const
   }
   Status s = platform::send_all(fd, iov.data(), static_cast<int>(iov.size()));
   if (e.staging) stager->release(e.staged);
-  e.access.reset();
-  return s;
-}
-
-Status TcpConnection::transmit_segments(int fd, std::vector<struct iovec>& head, TxEntry& e, TxStager* stager,
-                                        const std::function<void()>& copied) {
-  auto* bytes = static_cast<uint8_t*>(e.staged.iov[0].iov_base);
-  size_t size = e.staged.iov[0].iov_len, step = e.staged.segment;
-  Status s;
-  // The header goes with the first segment. Once one is on the wire the
-  // frame cannot be taken back: a copy that fails now fails the path.
-  for (size_t at = 0, k = 0; s.ok() && at < size; at += step, ++k) {
-    s = stager->wait_segment(e.staged, k);
-    if (!s.ok()) {
-      s = s.with_context("staging GPU memory for " + where());
-      break;
-    }
-    if (at + step >= size) copied();
-    std::vector<struct iovec> iov = k == 0 ? head : std::vector<struct iovec>{};
-    iov.push_back({bytes + at, std::min(step, size - at)});
-    s = platform::send_all(fd, iov.data(), static_cast<int>(iov.size()));
-  }
-  stager->release(e.staged);
   e.access.reset();
   return s;
 }
@@ -1478,19 +1453,13 @@ void TcpConnection::path_tx_loop(int path) {
     // the wire. Claiming ahead earlier would put this path's second copy
     // beside every path's first one, and the device shares its copy
     // bandwidth among all of them: each first chunk would be ready later.
-    // A chunk staged in marked segments goes out as they land, and the
-    // worker claims ahead once the last one has.
-    auto claim_ahead = [&] {
-      while (pipe.back().staging && pipe.size() < depth) {
-        std::optional<Chunk> c = chunks_.try_claim(path);
-        if (!c) break;
-        take(std::move(*c));
-      }
-    };
     await_staging(pipe.front(), stager.get());
-    bool marked = pipe.front().staging && pipe.front().abort.ok() && pipe.front().staged.segment > 0;
-    if (!marked) claim_ahead();
-    Status s = transmit_chunk(fd, pipe.front(), stager.get(), claim_ahead);
+    while (pipe.back().staging && pipe.size() < depth) {
+      std::optional<Chunk> c = chunks_.try_claim(path);
+      if (!c) break;
+      take(std::move(*c));
+    }
+    Status s = transmit_chunk(fd, pipe.front(), stager.get());
     pipe.pop_front();
     if (!s.ok()) {
       path_failed(path, s);

@@ -188,13 +188,8 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   void prepare_chunk(TxEntry& e, std::unique_ptr<TxStager>& stager);
   // Waits for a staged chunk's copies (a failure aborts the chunk).
   void await_staging(TxEntry& e, TxStager* stager);
-  // Sends a chunk (staged: after await_staging, unless it is staged in
-  // marked segments, which go out as they land; `copied` runs once the last
-  // has landed).
-  Status transmit_chunk(int fd, TxEntry& e, TxStager* stager, const std::function<void()>& copied);
-  // Sends a chunk staged in marked segments, each once it has landed.
-  Status transmit_segments(int fd, std::vector<struct iovec>& head, TxEntry& e, TxStager* stager,
-                           const std::function<void()>& copied);
+  // Sends a chunk (staged: after await_staging).
+  Status transmit_chunk(int fd, TxEntry& e, TxStager* stager);
 
   // Frame handlers; `fd` is the stream the frame's payload follows on.
   Status handle_frame(int fd, int path, const wire::FrameHeader& h, std::string& aux);
