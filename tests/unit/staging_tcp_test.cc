@@ -304,7 +304,6 @@ TEST(StagedTcpFailure, NoStagingCopyReadsASourceDeregisteredAfterItsSendFailed) 
   set_staging_hooks_for_tests({});
 }
 
-
 // Copies as the host copier makes them, but no fence can be set (as with a
 // device that cannot record an event).
 class FenceRefusingCopier final : public Copier {
@@ -328,12 +327,12 @@ class FenceRefusingCopier final : public Copier {
 // the failure is read by no copy.
 TEST(StagedTcpFailure, ASendWhoseCopyCannotBeFencedFailsOnlyOnceTheCopyEnded) {
   auto off = std::make_shared<OffLimits>();
-  set_staging_hooks_for_tests(StagingHooks{
-      [off] {
-        return std::make_unique<FenceRefusingCopier>(
-            make_host_copier(150ms, [off](const void* d, const void* s, size_t n) { off->see(d, s, n); }));
-      },
-      /*stage_host=*/true});
+  set_staging_hooks_for_tests(
+      StagingHooks{[off] {
+                     return std::make_unique<FenceRefusingCopier>(
+                         make_host_copier(150ms, [off](const void* d, const void* s, size_t n) { off->see(d, s, n); }));
+                   },
+                   /*stage_host=*/true});
   Options o;
   o.transport = "tcp";
   o.listen = "127.0.0.1:0";
