@@ -158,7 +158,7 @@ nccl_run() {  # name, extra env...
     >"$OUT/nccl_$name.txt" 2>"$OUT/nccl_${name}_1.err" || say "  NCCL $name failed (see $OUT/nccl_${name}_1.err)"
   wait $p0 || true
 }
-if [[ $HAVE_NCCL -eq 1 ]]; then
+if [[ $HAVE_NCCL -eq 1 && $GPUS -ge 2 ]]; then  # NCCL cannot pair two ranks on one GPU
   say "NCCL socket transport, defaults"
   nccl_run default NCCL_DEBUG=WARN
   say "NCCL socket transport, NSOCKS_PERTHREAD=4 SOCKET_NTHREADS=4"

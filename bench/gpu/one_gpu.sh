@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# What a host with a single GPU can check, for when no two-GPU host is at
+# hand. Both processes of every test use GPU 0, so CUDA IPC and the TCP
+# staging pipeline run for real, but nothing crosses NVLink and NCCL cannot
+# pair two ranks on one device: the NVLink and NCCL targets need
+# bench/gpu/local.sh and bench/gpu/tcp_gpu.sh on two GPUs.
+#
+#   PART=local  builds, then the local transport's GPU tests: the two-process
+#               C++ test, the integration suite over the local transport and
+#               the GPU pytest (local, then FERRY_TRANSPORT=tcp);
+#   PART=tcp    bench/gpu/tcp_gpu.sh: the GPU-over-TCP tests (kernel and copy
+#               engine staging) and GPU 0 -> GPU 0 staged over loopback TCP
+#               against host -> host and parallel iperf3 (STREAMS, INFLIGHTS);
+#   PART=sanitize  compute-sanitizer's memcheck and racecheck over the
+#               GPU-over-TCP tests (both processes; the 1 GiB and the killed-
+#               peer cases left out, as they take minutes under the tool) and
+#               memcheck over the local transport's GPU test. The driver's
+#               answers to the engine's pointer probes (cuPointerGetAttribute
+#               on host memory says "invalid value" by design) are not counted;
+#   PART=all    local and tcp (the default; sanitize only when asked).
+#
+# Usage (repository root): [PART=local|tcp|all] bash bench/gpu/one_gpu.sh [OUTDIR]
+# Prints a short table last; logs go to OUTDIR (default build-gpu/one_gpu).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+part=${PART:-all}
+out=${1:-build-gpu/one_gpu}
+mkdir -p "$out"
+start=$(date +%s)
+say() { echo "[one_gpu $(($(date +%s) - start))s] $*" >&2; }
+summary=()
+
+{
+  nvidia-smi --query-gpu=index,name,driver_version,memory.used --format=csv,noheader
+  lscpu | grep -E "^(Model name|CPU\(s\)|Thread|Core|Socket|NUMA node\(s\)|L2|L3)"
+} | tee "$out/host.txt" >&2
+
+if [[ $part == local || $part == all || $part == sanitize ]]; then
+  extra=()
+  # Headers this host may lack travel as Debian packages in .deps.
+  if ! [ -e /usr/include/openssl/hmac.h ] && ls .deps/*.deb >/dev/null 2>&1; then
+    mkdir -p /tmp/deps && for f in .deps/*.deb; do dpkg -x "$f" /tmp/deps; done
+    extra+=(-DOPENSSL_INCLUDE_DIR=/tmp/deps/usr/include
+      -DOPENSSL_CRYPTO_LIBRARY="$(ls /usr/lib/x86_64-linux-gnu/libcrypto.so.3)")
+    cp -r /tmp/deps/usr/include/x86_64-linux-gnu/openssl/* /tmp/deps/usr/include/openssl/ 2>/dev/null
+  fi
+  py=$(command -v python3)
+  say "configure and build (build-gpu)"
+  if ! timeout 150 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$py" \
+      -Dpybind11_DIR="$($py -m pybind11 --cmakedir 2>/dev/null)" "${extra[@]}" >"$out/cmake.log" 2>&1; then
+    tail -30 "$out/cmake.log"; exit 1
+  fi
+  if ! timeout 360 ninja -C build-gpu ferry_cli ferry_local_gpu_test ferry_integration_tests ferry_test_peer \
+      ferry_tcp_gpu_tests ferry_tcp_gpu_peer _ferry >"$out/build.log" 2>&1; then
+    grep -E "error|Error" "$out/build.log" | head -30; exit 1
+  fi
+  say "built"
+  run_test() {  # name, timeout, command...
+    local name=$1 limit=$2 rc
+    shift 2
+    timeout "$limit" "$@" >"$out/$name.log" 2>&1
+    rc=$?
+    say "$name: rc $rc"
+    tail -4 "$out/$name.log" | sed 's/^/  /' >&2
+    summary+=("$(printf '%-28s %s' "$name" "$([[ $rc == 0 ]] && echo passed || echo "FAILED (rc $rc)")")")
+  }
+  if [[ $part == sanitize ]]; then
+    cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+    sanitize() {  # name, timeout, tool, command...
+      local name=$1 limit=$2 tool=$3
+      shift 3
+      run_test "$name" "$limit" "$cs" --tool "$tool" --target-processes all --report-api-errors no \
+        --error-exitcode 9 --print-limit 20 "$@"
+      grep -h "ERROR SUMMARY" "$out/$name.log" | sed 's/^/  /' >&2
+    }
+    sanitize memcheck_tcp_gpu 240 memcheck build-gpu/bin/ferry_tcp_gpu_tests --gtest_filter=-*OneGiB*:*Killed*
+    sanitize racecheck_tcp_gpu 240 racecheck build-gpu/bin/ferry_tcp_gpu_tests --gtest_filter=-*OneGiB*:*Killed*
+    sanitize memcheck_local_gpu 300 memcheck build-gpu/bin/ferry_local_gpu_test
+  fi
+fi
+
+if [[ $part == local || $part == all ]]; then
+  run_test local_gpu_test 300 build-gpu/bin/ferry_local_gpu_test
+  run_test integration_local 200 env FERRY_TRANSPORT=local build-gpu/bin/ferry_integration_tests
+  run_test pytest_gpu_local 200 env PYTHONPATH=build-gpu/python "$py" -m pytest -q -x tests/python/test_gpu.py
+  run_test pytest_gpu_tcp 200 env FERRY_TRANSPORT=tcp PYTHONPATH=build-gpu/python "$py" -m pytest -q -x \
+    tests/python/test_gpu.py
+fi
+
+if [[ $part == tcp || $part == all ]]; then
+  say "bench/gpu/tcp_gpu.sh (STREAMS=${STREAMS:-4 8}, INFLIGHTS=${INFLIGHTS:-1 2})"
+  SWEEP=0 STREAMS="${STREAMS:-4 8}" INFLIGHTS="${INFLIGHTS:-1 2}" timeout 560 bash bench/gpu/tcp_gpu.sh \
+    >"$out/tcp_gpu.txt" 2>"$out/tcp_gpu.err"
+  summary+=("$(printf '%-28s rc %s' tcp_gpu.sh $?)")
+fi
+
+echo
+echo "== one GPU ($(date -u +%F), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(nproc) CPUs)"
+printf '%s\n' "${summary[@]}"
+[[ -s $out/tcp_gpu.txt ]] && sed -n '/=== GPU memory over loopback TCP/,$p' "$out/tcp_gpu.txt"
+exit 0
