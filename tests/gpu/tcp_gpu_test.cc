@@ -12,6 +12,8 @@
 
 #include "gpu/tcp_gpu_util.h"
 #include "integration/peer_process.h"
+#include "transport/tcp/staging_copier.h"
+#include "transport/tcp/staging_kernel.h"
 #include "transport/tcp/staging_ring.h"
 
 namespace ferry::test {
@@ -262,6 +264,61 @@ TEST_F(TcpGpu, PeerKilledMidTransferLeavesNothingStuckOrLeaked) {
   // The engine still serves.
   every_operation(true, true, {(1 << 20) + 1});
   EXPECT_EQ(tcp::staging_bytes_allocated(), 0u);
+}
+
+// The CUDA copier's fences: a wait returns only once the copies before its
+// fence have ended (the bytes read back are the ones copied, not what the
+// memory held before), done() agrees, and earlier tickets are done when a
+// later one is. Copies through the kernel (aligned) and the copy engines
+// (odd sizes and offsets), both directions.
+TEST(CudaCopier, AWaitReturnsOnlyOnceItsCopiesEnded) {
+  if (gpu_count() == 0) GTEST_SKIP() << "no GPU on this host";
+  constexpr size_t kBytes = (64u << 20) + 64;
+  Memory dev(0, kBytes);
+  ASSERT_TRUE(dev.ok());
+  auto copier = tcp::make_cuda_copier(std::make_shared<tcp::StagingKernels>());
+  auto in = copier->alloc_host(0, kBytes), out = copier->alloc_host(0, kBytes);
+  ASSERT_TRUE(in.ok() && out.ok());
+  auto* src = static_cast<uint8_t*>(in.value());
+  auto* dst = static_cast<uint8_t*>(out.value());
+  const std::vector<std::pair<size_t, size_t>> cases = {
+      {64u << 20, 0}, {(16u << 20) + 7, 3}, {4096, 16}, {1, 5}, {(1u << 20) + 16, 48}, {64u << 20, 64}};
+  uint64_t seed = 11, previous = 0;
+  for (auto [n, off] : cases) {
+    SCOPED_TRACE("copy of " + std::to_string(n) + " bytes at offset " + std::to_string(off));
+    fill_random(src + off, n, ++seed);
+    std::memset(dst + off, 0, n);
+    ASSERT_TRUE(copier->copy(0, dev.data() + off, src + off, n).ok());  // host -> device
+    auto up = copier->fence();
+    ASSERT_TRUE(up.ok()) << up.status().to_string();
+    ASSERT_TRUE(copier->copy(0, dst + off, dev.data() + off, n).ok());  // device -> host, behind it
+    auto down = copier->fence();
+    ASSERT_TRUE(down.ok()) << down.status().to_string();
+    EXPECT_GT(up.value(), previous);
+    EXPECT_GT(down.value(), up.value());
+    previous = down.value();
+    ASSERT_TRUE(copier->wait(down.value()).ok());
+    EXPECT_EQ(fnv1a(dst + off, n), fnv1a(src + off, n)) << "the wait returned before its copies ended";
+    auto d = copier->done(up.value());
+    ASSERT_TRUE(d.ok());
+    EXPECT_TRUE(d.value()) << "an earlier ticket is not done once a later one is";
+  }
+  // Many small fences queued at once and only the last waited for: every earlier one is done.
+  std::vector<uint64_t> tickets;
+  for (int i = 0; i < 64; ++i) {
+    ASSERT_TRUE(copier->copy(0, dst + i * 4096, dev.data() + i * 4096, 4096).ok());
+    auto t = copier->fence();
+    ASSERT_TRUE(t.ok());
+    tickets.push_back(t.value());
+  }
+  ASSERT_TRUE(copier->wait(tickets.back()).ok());
+  for (uint64_t t : tickets) {
+    auto d = copier->done(t);
+    ASSERT_TRUE(d.ok());
+    EXPECT_TRUE(d.value());
+  }
+  copier->free_host(src, kBytes);
+  copier->free_host(dst, kBytes);
 }
 
 }  // namespace
