@@ -9,7 +9,10 @@
 #        ferry GPU0 -> GPU1 (staged)        at several stream counts, and at
 #          16 streams once more with the copy engines staging,
 #        ferry host -> host (same paths)    at the same stream counts,
-#          each with one transfer in flight and with more (INFLIGHTS),
+#          each with one transfer in flight and with more (INFLIGHTS), and
+#          at 16 and 64 MiB again with --footprint 1G (host_cold: buffers
+#          that do not stay in the CPU's caches from one transfer to the
+#          next, as GPU memory staged through pinned slots never does),
 #        the same number of raw TCP streams: as many parallel iperf3
 #          processes (the target's anchor; each one stream, 3 s after 1 s of
 #          warm-up), the blaster as iperf3 runs them (each thread one 128 KiB
@@ -114,6 +117,7 @@ PY
 }
 : >"$OUT/ferry.jsonl"
 : >"$OUT/host.jsonl"
+: >"$OUT/host_cold.jsonl"
 for s in $STREAMS; do
   for q in $INFLIGHTS; do
     for part in "${PARTS[@]}"; do
@@ -128,6 +132,13 @@ for s in $STREAMS; do
         --json - 2>>"$OUT/ferry_host_${s}_$q.err" | python3 -c "import json,sys; print(json.dumps(json.load(sys.stdin)))" |
         sed "s/^{/{\"streams\":$s,\"inflight\":$q,/" >>"$OUT/host.jsonl" ||
         say "  ferry host run failed (see $OUT/ferry_host_${s}_$q.err)"
+      [[ $1 == 16M,64M ]] || continue
+      say "ferry host->host, $s streams, $q in flight, $1, footprint 1G"
+      timeout 90 $FERRY bench --local --op send --sizes "$1" --iters "$2" --warmup 3 --streams "$s" --inflight "$q" \
+        --footprint 1G --json - 2>>"$OUT/ferry_host_cold_${s}_$q.err" |
+        python3 -c "import json,sys; print(json.dumps(json.load(sys.stdin)))" |
+        sed "s/^{/{\"streams\":$s,\"inflight\":$q,/" >>"$OUT/host_cold.jsonl" ||
+        say "  ferry host run (footprint 1G) failed (see $OUT/ferry_host_cold_${s}_$q.err)"
     done
   done
   say "raw TCP, $s streams (parallel iperf3 processes; tcp_blast, cached buffers and memory-resident ones)"
@@ -198,14 +209,17 @@ for line in open(os.path.join(out, "ferry.jsonl")):
         gpu[(str(j["inflight"]), str(j["streams"]), j["bytes"])] = j["aggregate_bytes_per_s"] / 1e9
     except (ValueError, KeyError):
         pass
-host = {}
-for line in open(os.path.join(out, "host.jsonl")):
-    try:
-        j = json.loads(line)
-        for r in j["results"]:
-            host[(str(j["inflight"]), str(j["streams"]), r["bytes"])] = r["bytes_per_s"] / 1e9
-    except (ValueError, KeyError):
-        pass
+def load_host(name):
+    rates = {}
+    for line in open(os.path.join(out, name)) if os.path.exists(os.path.join(out, name)) else []:
+        try:
+            j = json.loads(line)
+            for r in j["results"]:
+                rates[(str(j["inflight"]), str(j["streams"]), r["bytes"])] = r["bytes_per_s"] / 1e9
+        except (ValueError, KeyError):
+            pass
+    return rates
+host, host_cold = load_host("host.jsonl"), load_host("host_cold.jsonl")
 blast, blast_mem, iperf = {}, {}, {}
 for s in streams:
     for f in load_lines(os.path.join(out, f"iperf_{s}.txt")):
@@ -244,13 +258,15 @@ print("targets: gpu/nccl_best >= 3.0 (16M..1G); gpu/iperf3 >= 0.7; gpu/host >= 0
 print("iperf3: as many parallel iperf3 processes (the target's anchor); tcp_str: the blaster as iperf3 runs (cached")
 print("buffers); tcp_mem: the blaster over memory-resident buffers (no target)")
 print("inflight: operations in flight (1: each waited for before the next; 2: posted ahead, as NCCL's timing loop enqueues)")
-hdr = f"{'infl':>4} {'streams':>7} {'size':>6} {'gpu':>7} {'host':>7} {'iperf3':>7} {'tcp_str':>7} {'tcp_mem':>7} {'nccl_def':>8} {'nccl_4x4':>8} {'gpu/nccl':>8} {'gpu/ip3':>7} {'gpu/tcp':>7} {'gpu/mem':>7} {'gpu/host':>8}"
+print("host_cold: host->host with --footprint 1G (buffers not in the CPU's caches; no target of its own, shown beside host)")
+hdr = f"{'infl':>4} {'streams':>7} {'size':>6} {'gpu':>7} {'host':>7} {'hostcold':>8} {'iperf3':>7} {'tcp_str':>7} {'tcp_mem':>7} {'nccl_def':>8} {'nccl_4x4':>8} {'gpu/nccl':>8} {'gpu/ip3':>7} {'gpu/tcp':>7} {'gpu/mem':>7} {'gpu/host':>8} {'gpu/cold':>8}"
 print(hdr)
 verdict = {}
 for q in inflights:
     for s in streams:
         for b in sizes:
             g, h, t, tm = gpu.get((q, s, b)), host.get((q, s, b)), blast.get(s), blast_mem.get(s)
+            hc = host_cold.get((q, s, b))
             ip = iperf.get(s)
             n = nccl.get(b, {})
             best = max(n.values()) if n else None
@@ -258,7 +274,7 @@ for q in inflights:
             for k, v in (("nccl", rn), ("iperf3", ri), ("tcp", rt), ("host", rh)):
                 if v is not None: verdict.setdefault((q, k), []).append((v, s, b))
             label = f"{b >> 30}G" if b >= 1 << 30 else f"{b >> 20}M"
-            print(f"{q:>4} {s:>7} {label:>6} {fmt(g):>7} {fmt(h):>7} {fmt(ip):>7} {fmt(t):>7} {fmt(tm):>7} {fmt(n.get('default')):>8} {fmt(n.get('4x4')):>8} {fmt(rn):>8} {fmt(ri):>7} {fmt(rt):>7} {fmt(ratio(g, tm)):>7} {fmt(rh):>8}")
+            print(f"{q:>4} {s:>7} {label:>6} {fmt(g):>7} {fmt(h):>7} {fmt(hc):>8} {fmt(ip):>7} {fmt(t):>7} {fmt(tm):>7} {fmt(n.get('default')):>8} {fmt(n.get('4x4')):>8} {fmt(rn):>8} {fmt(ri):>7} {fmt(rt):>7} {fmt(ratio(g, tm)):>7} {fmt(rh):>8} {fmt(ratio(g, hc)):>8}")
 print()
 for q in inflights:
     for k, target, what in (("nccl", 3.0, "GPU->GPU vs best NCCL socket"),

@@ -140,5 +140,28 @@ TEST(FormatBytes, RoundTripsThroughParseBytes) {
   }
 }
 
+TEST(RotatingOffset, TakesPageAlignedSlotsInTurnAndStaysInside) {
+  // 1 MiB + 1 in 8 MiB: slots of 1 MiB + 4 KiB, seven of them.
+  const uint64_t size = M + 1, stride = M + 4 * K, span = 8 * M;
+  for (uint64_t i = 0; i < 20; ++i) {
+    uint64_t at = rotating_offset(i, size, span);
+    EXPECT_EQ(at, (i % 7) * stride) << "operation " << i;
+    EXPECT_EQ(at % 4096, 0u);
+    EXPECT_LE(at + size, span) << "operation " << i << " runs past the buffer";
+    if (i > 0 && i % 7 != 0) {
+      EXPECT_NE(at, rotating_offset(i - 1, size, span)) << "consecutive operations share memory";
+    }
+  }
+  EXPECT_EQ(rotating_offset(5, 100, 4096), 0u);      // one slot: always the start
+  EXPECT_EQ(rotating_offset(3, 8 * M, 8 * M), 0u);   // the size is the span
+  EXPECT_EQ(rotating_offset(2, 0, 16 * K), 8 * K);   // empty operations still take a page each
+  std::mt19937_64 rng(9);
+  for (int k = 0; k < 2000; ++k) {
+    uint64_t n = rng() % (64 * M) + 1, sp = n + rng() % (G);
+    uint64_t i = rng() % 100000;
+    ASSERT_LE(rotating_offset(i, n, sp) + n, sp) << "size " << n << " span " << sp << " operation " << i;
+  }
+}
+
 }  // namespace
 }  // namespace ferry::cli

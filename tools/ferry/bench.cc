@@ -58,6 +58,7 @@ struct BenchFlags {
   int window = 0;
   bool bidir = false;
   bool verify = false;
+  std::string footprint;
   bool once = false;
   std::string json_out;
   std::string nics;
@@ -115,6 +116,11 @@ std::vector<int> parse_gpu_list(const std::string& s) {
     }
   }
   return out;
+}
+
+// ", footprint 1G" when operations take turns through a footprint.
+std::string footprint_note(const RunConfig& cfg) {
+  return cfg.footprint > 0 ? ", footprint " + format_bytes(cfg.footprint) : "";
 }
 
 std::string side_name(int gpu) { return gpu < 0 ? "host" : "gpu" + std::to_string(gpu); }
@@ -202,10 +208,11 @@ int run_gpus(const BenchFlags& f, const Options& o, RunConfig cfg, const std::st
   std::vector<std::shared_ptr<Connection>> conns;
   for (size_t i = 0; i < n; ++i) conns.push_back(must(engine->connect(peer, after(10s)), "connect to " + peer));
   std::fprintf(
-      stderr, "ferry bench: %s, GPUs %s -> peer GPUs %s over %s, %d streams, staging chunk %s depth %d, %d in flight\n",
+      stderr, "ferry bench: %s, GPUs %s -> peer GPUs %s over %s, %d streams, staging chunk %s depth %d, %d in flight%s\n",
       cfg.op.c_str(), f.gpus.c_str(), f.peer_gpus.empty() ? f.gpus.c_str() : f.peer_gpus.c_str(),
       std::string(conns[0]->transport_name()).c_str(), engine->options().streams,
-      format_bytes(engine->options().staging_chunk_bytes).c_str(), engine->options().staging_depth, cfg.inflight);
+      format_bytes(engine->options().staging_chunk_bytes).c_str(), engine->options().staging_depth, cfg.inflight,
+      footprint_note(cfg).c_str());
   std::barrier sync(static_cast<std::ptrdiff_t>(n));
   std::vector<std::vector<SizeResult>> results(n);
   std::vector<std::thread> threads;
@@ -292,6 +299,7 @@ void write_json(const BenchFlags& f, const RunConfig& cfg, const Options& o, std
   config["chunk_bytes"] = o.chunk_bytes;
   config["window"] = o.window;
   config["inflight"] = cfg.inflight;
+  config["footprint"] = cfg.footprint;
   config["transport"] = transport;
   config["peer"] = f.local ? "local" : f.peer;
   json results = json::array();
@@ -392,6 +400,7 @@ int run_bench(const BenchFlags& f) {
   cfg.inflight = f.inflight;
   cfg.bidir = f.bidir;
   cfg.verify = f.verify;
+  if (!f.footprint.empty()) cfg.footprint = must(parse_bytes(f.footprint), "--footprint");
   if (cfg.iters < 1 || cfg.warmup < 0) {
     std::fprintf(stderr, "ferry bench: --iters must be >= 1 and --warmup >= 0\n");
     return 2;
@@ -422,9 +431,9 @@ int run_bench(const BenchFlags& f) {
   }
   auto engine = must(Engine::create(o), "create engine");
   auto conn = must(engine->connect(peer, after(10s)), "connect to " + peer);
-  std::fprintf(stderr, "ferry bench: %s to %s, %d streams, chunk %s, window %d, %d in flight\n", cfg.op.c_str(),
+  std::fprintf(stderr, "ferry bench: %s to %s, %d streams, chunk %s, window %d, %d in flight%s\n", cfg.op.c_str(),
                peer.c_str(), engine->options().streams, format_bytes(engine->options().chunk_bytes).c_str(),
-               engine->options().window, cfg.inflight);
+               engine->options().window, cfg.inflight, footprint_note(cfg).c_str());
   auto results = run_initiator(*engine, *conn, cfg);
   std::string transport(conn->transport_name());
   conn->close();
@@ -458,6 +467,9 @@ void add_bench_command(CLI::App& app) {
   b->add_option("--window", f->window, "chunks in flight per stream");
   b->add_flag("--bidir", f->bidir, "both sides move data at once");
   b->add_flag("--verify", f->verify, "fill with random bytes and compare checksums end to end");
+  b->add_option("--footprint", f->footprint,
+                "each side's source and destination span at least this much (e.g. 1G) and operations take "
+                "turns through it, so that no operation finds the last one's bytes in the CPU's caches");
   b->add_flag("--once", f->once, "target: serve one initiator, then exit");
   b->add_option("--json", f->json_out, "also write results as JSON to FILE, or - for stdout");
   b->add_option("--nics", f->nics, "NICs to serve and stripe over, e.g. eth1,eth2 (FERRY_NICS)");

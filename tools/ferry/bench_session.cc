@@ -27,7 +27,8 @@ constexpr size_t kControlBytes = 64 * 1024;
 json to_json(const RunConfig& c) {
   return json{{"op", c.op},         {"sizes", c.sizes},       {"iters", c.iters},
               {"warmup", c.warmup}, {"inflight", c.inflight}, {"bidir", c.bidir},
-              {"verify", c.verify}, {"gpu", c.peer_gpu},      {"group", c.group}};
+              {"verify", c.verify}, {"gpu", c.peer_gpu},      {"group", c.group},
+              {"footprint", c.footprint}};
 }
 
 RunConfig from_json(const json& j) {
@@ -41,6 +42,7 @@ RunConfig from_json(const json& j) {
   c.verify = j.at("verify").get<bool>();
   c.peer_gpu = j.value("gpu", -1);
   c.group = j.value("group", 1);
+  c.footprint = j.value("footprint", uint64_t{0});
   return c;
 }
 
@@ -53,19 +55,28 @@ platform::cu::DevicePtr dptr(const void* p) {
 
 // One side's memory: [src | dst | control] in host memory, registered once,
 // page aligned; or, on a GPU, [src | dst] in device memory and the control
-// slice in host memory.
+// slice in host memory. src and dst span the largest size, or the
+// footprint where that is larger (RunConfig::footprint).
 struct Buffers {
   Engine* engine = nullptr;
   uint8_t* base = nullptr;    // host memory
   uint8_t* device = nullptr;  // GPU memory (src, dst) or null
-  size_t max = 0;
+  size_t max = 0;             // bytes of src, and of dst
+  bool rotate = false;        // operations take turns through slots of src and dst
   int gpu = -1;
   Region region, device_region;
   uint8_t* src() const { return device != nullptr ? device : base; }
   uint8_t* dst() const { return src() + max; }
   uint8_t* ctl() const { return device != nullptr ? base : base + 2 * max; }
 
-  Buffers(Engine* e, size_t max_size, int on_gpu = -1) : engine(e), max(std::max<size_t>(max_size, 1)), gpu(on_gpu) {
+  // Where operation `i` of `size` bytes starts in src and in dst (and in the
+  // peer's, which has the same span).
+  size_t at(int i, uint64_t size) const {
+    return rotate ? static_cast<size_t>(rotating_offset(static_cast<uint64_t>(i), size, max)) : 0;
+  }
+
+  Buffers(Engine* e, size_t max_size, int on_gpu = -1, uint64_t footprint = 0)
+      : engine(e), max(std::max<size_t>({max_size, footprint, 1})), rotate(footprint > 0), gpu(on_gpu) {
     size_t total = (gpu >= 0 ? 0 : 2 * max) + kControlBytes;
     total = (total + 4095) & ~size_t{4095};
     base = static_cast<uint8_t*>(std::aligned_alloc(4096, total));
@@ -111,14 +122,15 @@ struct Buffers {
   }
 };
 
-void fill_src(const Buffers& b, size_t n, uint64_t seed) {
+// Random bytes into [at, at+n) of src.
+void fill_src(const Buffers& b, size_t at, size_t n, uint64_t seed) {
   if (b.device == nullptr) {
-    fill_random(b.src(), n, seed);
+    fill_random(b.src() + at, n, seed);
     return;
   }
   std::vector<uint8_t> tmp(n);
   fill_random(tmp.data(), n, seed);
-  b.put(b.src(), tmp.data(), n);
+  b.put(b.src() + at, tmp.data(), n);
 }
 
 uint64_t hash_of(const Buffers& b, const uint8_t* p, size_t n) {
@@ -158,20 +170,22 @@ Descriptors export_buffers(Engine& e, const Buffers& b) {
                      must(e.export_region(r, b.max, b.max), "export dst")};
 }
 
-// Posts one operation of the directional workload of `op` (send, write or
+// Posts operation `i` of the directional workload of `op` (send, write or
 // read) from this side.
-Transfer post(Connection& c, const Buffers& b, const Descriptors& remote, const std::string& op, uint64_t size) {
-  if (op == "send") return c.send_async(b.src(), size);
-  if (op == "write") return c.write_async(b.src(), size, remote.dst, 0, {});
-  return c.read_async(b.dst(), size, remote.src, 0);
+Transfer post(Connection& c, const Buffers& b, const Descriptors& remote, const std::string& op, uint64_t size,
+              int i) {
+  size_t at = b.at(i, size);
+  if (op == "send") return c.send_async(b.src() + at, size);
+  if (op == "write") return c.write_async(b.src() + at, size, remote.dst, at, {});
+  return c.read_async(b.dst() + at, size, remote.src, at);
 }
 
-// Runs `count` operations of the directional workload of `op` from this side
-// (the initiator's forward direction, or the target's reverse one in --bidir),
-// up to `inflight` at a time. Fills `lat_ns` with each operation's
-// posting-to-completion time.
-void drive(Connection& c, const Buffers& b, const Descriptors& remote, const std::string& op, uint64_t size, int count,
-           int inflight, std::vector<int64_t>* lat_ns) {
+// Runs operations `first` to `first + count - 1` of the directional workload
+// of `op` from this side (the initiator's forward direction, or the target's
+// reverse one in --bidir), up to `inflight` at a time. Fills `lat_ns` with
+// each operation's posting-to-completion time.
+void drive(Connection& c, const Buffers& b, const Descriptors& remote, const std::string& op, uint64_t size, int first,
+           int count, int inflight, std::vector<int64_t>* lat_ns) {
   struct Posted {
     Transfer t;
     Clock::time_point at;
@@ -186,11 +200,12 @@ void drive(Connection& c, const Buffers& b, const Descriptors& remote, const std
     }
     posted.pop_front();
   };
-  for (int i = 0; i < count; ++i) {
+  for (int i = first; i < first + count; ++i) {
     if (op == "pingpong") {
+      size_t at = b.at(i, size);
       auto t0 = Clock::now();
-      Status s = c.send(b.src(), size, after(kOpTimeout));
-      if (s.ok()) s = c.recv(b.dst(), size, after(kOpTimeout)).status();
+      Status s = c.send(b.src() + at, size, after(kOpTimeout));
+      if (s.ok()) s = c.recv(b.dst() + at, size, after(kOpTimeout)).status();
       auto t1 = Clock::now();
       must(s, op + " of " + std::to_string(size) + " bytes");
       if (lat_ns != nullptr) lat_ns->push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
@@ -198,7 +213,7 @@ void drive(Connection& c, const Buffers& b, const Descriptors& remote, const std
     }
     if (static_cast<int>(posted.size()) == inflight) finish_oldest();
     auto t0 = Clock::now();
-    posted.push_back(Posted{post(c, b, remote, op, size), t0});
+    posted.push_back(Posted{post(c, b, remote, op, size, i), t0});
   }
   while (!posted.empty()) finish_oldest();
 }
@@ -209,8 +224,9 @@ void serve_passive(Connection& c, const Buffers& b, const std::string& op, uint6
   if (op == "write" || op == "read") return;
   if (op == "pingpong") {
     for (int i = 0; i < count; ++i) {
-      size_t n = must(c.recv(b.dst(), size, after(kOpTimeout)), "pingpong receive");
-      must(c.send(b.dst(), n, after(kOpTimeout)), "pingpong echo");
+      size_t at = b.at(i, size);
+      size_t n = must(c.recv(b.dst() + at, size, after(kOpTimeout)), "pingpong receive");
+      must(c.send(b.dst() + at, n, after(kOpTimeout)), "pingpong echo");
     }
     return;
   }
@@ -220,22 +236,25 @@ void serve_passive(Connection& c, const Buffers& b, const std::string& op, uint6
   std::deque<Transfer> posted;
   int next = 0;
   while (next < count && posted.size() < depth) {
-    posted.push_back(c.recv_async(b.dst(), size));
+    posted.push_back(c.recv_async(b.dst() + b.at(next, size), size));
     ++next;
   }
   while (!posted.empty()) {
     must(posted.front().wait(after(kOpTimeout)), "receive of " + std::to_string(size) + " bytes");
     posted.pop_front();
     if (next < count) {
-      posted.push_back(c.recv_async(b.dst(), size));
+      posted.push_back(c.recv_async(b.dst() + b.at(next, size), size));
       ++next;
     }
   }
 }
 
-std::string checksums(const Buffers& b, uint64_t size) {
+// Checksums of src and dst where the last of `count` operations put its bytes.
+std::string checksums(const Buffers& b, uint64_t size, int count) {
+  size_t at = b.at(count - 1, size);
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%016" PRIx64 " %016" PRIx64, hash_of(b, b.src(), size), hash_of(b, b.dst(), size));
+  std::snprintf(buf, sizeof(buf), "%016" PRIx64 " %016" PRIx64, hash_of(b, b.src() + at, size),
+                hash_of(b, b.dst() + at, size));
   return buf;
 }
 
@@ -257,7 +276,7 @@ RunConfig serve_session(Engine& engine, std::shared_ptr<Connection> conn) {
   Buffers boot(&engine, 1);
   RunConfig cfg = from_json(json::parse(recv_text(*conn, boot)));
   uint64_t max = *std::max_element(cfg.sizes.begin(), cfg.sizes.end());
-  Buffers b(&engine, max, cfg.peer_gpu);
+  Buffers b(&engine, max, cfg.peer_gpu, cfg.footprint);
   send_text(*conn, boot, encode(export_buffers(engine, b)));
   Descriptors remote = decode(recv_text(*conn, boot));
   int count = cfg.warmup + cfg.iters;
@@ -265,15 +284,17 @@ RunConfig serve_session(Engine& engine, std::shared_ptr<Connection> conn) {
     std::string begin = recv_text(*conn, b);
     if (begin != "begin " + std::to_string(size))
       die("protocol", Status(Code::kDataLoss, "expected begin, got " + begin));
-    if (cfg.verify) fill_src(b, size, size * 2 + 1);
+    if (cfg.verify) fill_src(b, b.at(count - 1, size), size, size * 2 + 1);
     send_text(*conn, b, "ready");
     std::thread reverse;
-    if (cfg.bidir) reverse = std::thread([&] { drive(*conn, b, remote, cfg.op, size, count, cfg.inflight, nullptr); });
+    if (cfg.bidir) {
+      reverse = std::thread([&] { drive(*conn, b, remote, cfg.op, size, 0, count, cfg.inflight, nullptr); });
+    }
     serve_passive(*conn, b, cfg.op, size, count, cfg.inflight);
     if (reverse.joinable()) reverse.join();
     std::string end = recv_text(*conn, b);
     if (end != "end") die("protocol", Status(Code::kDataLoss, "expected end, got " + end));
-    send_text(*conn, b, checksums(b, size));
+    send_text(*conn, b, checksums(b, size, count));
   }
   std::string bye = recv_text(*conn, boot);
   (void)bye;
@@ -284,7 +305,7 @@ std::vector<SizeResult> run_initiator(Engine& engine, Connection& conn, const Ru
   Buffers boot(&engine, 1);
   send_text(conn, boot, to_json(cfg).dump());
   uint64_t max = *std::max_element(cfg.sizes.begin(), cfg.sizes.end());
-  Buffers b(&engine, max, cfg.gpu);
+  Buffers b(&engine, max, cfg.gpu, cfg.footprint);
   Descriptors remote = decode(recv_text(conn, boot));
   send_text(conn, boot, encode(export_buffers(engine, b)));
   std::vector<SizeResult> results;
@@ -292,7 +313,7 @@ std::vector<SizeResult> run_initiator(Engine& engine, Connection& conn, const Ru
   size_t n = 0;
   for (uint64_t size : cfg.sizes) {
     ++n;
-    if (cfg.verify) fill_src(b, size, size * 2);
+    if (cfg.verify) fill_src(b, b.at(count - 1, size), size, size * 2);
     send_text(conn, b, "begin " + std::to_string(size));
     std::string ready = recv_text(conn, b);
     if (ready != "ready") die("protocol", Status(Code::kDataLoss, "expected ready, got " + ready));
@@ -300,10 +321,10 @@ std::vector<SizeResult> run_initiator(Engine& engine, Connection& conn, const Ru
     lat.reserve(static_cast<size_t>(count));
     std::thread reverse;
     if (cfg.bidir) reverse = std::thread([&] { serve_passive(conn, b, cfg.op, size, count, cfg.inflight); });
-    drive(conn, b, remote, cfg.op, size, cfg.warmup, cfg.inflight, nullptr);
+    drive(conn, b, remote, cfg.op, size, 0, cfg.warmup, cfg.inflight, nullptr);
     if (cfg.sync) cfg.sync();  // every GPU's session starts its timed phase together
     auto t0 = Clock::now();
-    drive(conn, b, remote, cfg.op, size, cfg.iters, cfg.inflight, &lat);
+    drive(conn, b, remote, cfg.op, size, cfg.warmup, cfg.iters, cfg.inflight, &lat);
     if (reverse.joinable()) reverse.join();
     auto t1 = Clock::now();
     if (cfg.sync) cfg.sync();
@@ -317,7 +338,7 @@ std::vector<SizeResult> run_initiator(Engine& engine, Connection& conn, const Ru
     if (cfg.verify) {
       char their_src[17] = {}, their_dst[17] = {};
       std::sscanf(theirs.c_str(), "%16s %16s", their_src, their_dst);
-      std::string mine = checksums(b, size);
+      std::string mine = checksums(b, size, count);
       std::string my_src = mine.substr(0, 16), my_dst = mine.substr(17);
       bool ok = true;
       if (cfg.op == "read")

@@ -30,6 +30,12 @@ struct RunConfig {
   int peer_gpu = -1;
   // Sessions run at once (`ferry bench --gpus`): the target serves this many.
   int group = 1;
+  // 0: every operation of a size uses the start of each side's buffers.
+  // Otherwise each side's source and destination span at least this many
+  // bytes and operation i uses the i-th size-long slot of them (wrapping),
+  // so that consecutive operations touch different memory: buffers that stay
+  // in the CPU's caches from one operation to the next measure the caches.
+  uint64_t footprint = 0;
   // Called by the initiator just before and just after each size's timed
   // phase, so that concurrent sessions time the same interval (a barrier).
   std::function<void()> sync;

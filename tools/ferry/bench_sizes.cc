@@ -1,6 +1,8 @@
 // Size-list parsing for ferry bench.
 #include "ferry/bench_sizes.h"
 
+#include <algorithm>
+
 #include "core/units.h"
 
 namespace ferry::cli {
@@ -70,6 +72,12 @@ std::string format_bytes(uint64_t n) {
   if (n >= (1ull << 20) && n % (1ull << 20) == 0) return std::to_string(n >> 20) + "M";
   if (n >= (1ull << 10) && n % (1ull << 10) == 0) return std::to_string(n >> 10) + "K";
   return std::to_string(n);
+}
+
+uint64_t rotating_offset(uint64_t i, uint64_t size, uint64_t span) {
+  uint64_t stride = (std::max<uint64_t>(size, 1) + 4095) / 4096 * 4096;
+  uint64_t slots = std::max<uint64_t>(span / stride, 1);
+  return i % slots * stride;
 }
 
 }  // namespace ferry::cli
