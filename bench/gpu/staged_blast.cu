@@ -36,13 +36,13 @@
 using Clock = std::chrono::steady_clock;
 constexpr size_t kChunk = 1 << 20;
 
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                           \
+#define CK(x)                                                                                 \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
       std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::_Exit(1);                                                                   \
-    }                                                                                  \
+      std::_Exit(1);                                                                          \
+    }                                                                                         \
   } while (0)
 
 __global__ void copy16(uint4* __restrict__ dst, const uint4* __restrict__ src, size_t n16) {
@@ -176,8 +176,11 @@ int main(int argc, char** argv) {
   CK(cudaFree(nullptr));
   for (int i = 3; i < argc; ++i) {
     std::string m = argv[i];
-    Mode mode = m == "plain" ? Mode::kPlain : m == "engine" ? Mode::kEngine : m == "kernel" ? Mode::kKernel
-              : m == "apart" ? Mode::kApart : (std::fprintf(stderr, "unknown mode %s\n", argv[i]), std::exit(2), Mode::kPlain);
+    Mode mode = m == "plain"    ? Mode::kPlain
+                : m == "engine" ? Mode::kEngine
+                : m == "kernel" ? Mode::kKernel
+                : m == "apart"  ? Mode::kApart
+                                : (std::fprintf(stderr, "unknown mode %s\n", argv[i]), std::exit(2), Mode::kPlain);
     std::printf("%s %d %.2f\n", argv[i], streams, run(mode, streams, seconds));
     std::fflush(stdout);
   }

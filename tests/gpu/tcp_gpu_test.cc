@@ -281,8 +281,8 @@ TEST(CudaCopier, AWaitReturnsOnlyOnceItsCopiesEnded) {
   ASSERT_TRUE(in.ok() && out.ok());
   auto* src = static_cast<uint8_t*>(in.value());
   auto* dst = static_cast<uint8_t*>(out.value());
-  const std::vector<std::pair<size_t, size_t>> cases = {
-      {64u << 20, 0}, {(16u << 20) + 7, 3}, {4096, 16}, {1, 5}, {(1u << 20) + 16, 48}, {64u << 20, 64}};
+  const std::vector<std::pair<size_t, size_t>> cases = {{64u << 20, 0}, {(16u << 20) + 7, 3},  {4096, 16},
+                                                        {1, 5},         {(1u << 20) + 16, 48}, {64u << 20, 64}};
   uint64_t seed = 11, previous = 0;
   for (auto [n, off] : cases) {
     SCOPED_TRACE("copy of " + std::to_string(n) + " bytes at offset " + std::to_string(off));

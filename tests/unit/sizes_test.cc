@@ -152,9 +152,9 @@ TEST(RotatingOffset, TakesPageAlignedSlotsInTurnAndStaysInside) {
       EXPECT_NE(at, rotating_offset(i - 1, size, span)) << "consecutive operations share memory";
     }
   }
-  EXPECT_EQ(rotating_offset(5, 100, 4096), 0u);      // one slot: always the start
-  EXPECT_EQ(rotating_offset(3, 8 * M, 8 * M), 0u);   // the size is the span
-  EXPECT_EQ(rotating_offset(2, 0, 16 * K), 8 * K);   // empty operations still take a page each
+  EXPECT_EQ(rotating_offset(5, 100, 4096), 0u);     // one slot: always the start
+  EXPECT_EQ(rotating_offset(3, 8 * M, 8 * M), 0u);  // the size is the span
+  EXPECT_EQ(rotating_offset(2, 0, 16 * K), 8 * K);  // empty operations still take a page each
   std::mt19937_64 rng(9);
   for (int k = 0; k < 2000; ++k) {
     uint64_t n = rng() % (64 * M) + 1, sp = n + rng() % (G);

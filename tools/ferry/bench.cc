@@ -208,7 +208,8 @@ int run_gpus(const BenchFlags& f, const Options& o, RunConfig cfg, const std::st
   std::vector<std::shared_ptr<Connection>> conns;
   for (size_t i = 0; i < n; ++i) conns.push_back(must(engine->connect(peer, after(10s)), "connect to " + peer));
   std::fprintf(
-      stderr, "ferry bench: %s, GPUs %s -> peer GPUs %s over %s, %d streams, staging chunk %s depth %d, %d in flight%s\n",
+      stderr,
+      "ferry bench: %s, GPUs %s -> peer GPUs %s over %s, %d streams, staging chunk %s depth %d, %d in flight%s\n",
       cfg.op.c_str(), f.gpus.c_str(), f.peer_gpus.empty() ? f.gpus.c_str() : f.peer_gpus.c_str(),
       std::string(conns[0]->transport_name()).c_str(), engine->options().streams,
       format_bytes(engine->options().staging_chunk_bytes).c_str(), engine->options().staging_depth, cfg.inflight,

@@ -25,10 +25,9 @@ constexpr auto kOpTimeout = 120s;
 constexpr size_t kControlBytes = 64 * 1024;
 
 json to_json(const RunConfig& c) {
-  return json{{"op", c.op},         {"sizes", c.sizes},       {"iters", c.iters},
-              {"warmup", c.warmup}, {"inflight", c.inflight}, {"bidir", c.bidir},
-              {"verify", c.verify}, {"gpu", c.peer_gpu},      {"group", c.group},
-              {"footprint", c.footprint}};
+  return json{
+      {"op", c.op},       {"sizes", c.sizes},   {"iters", c.iters},  {"warmup", c.warmup}, {"inflight", c.inflight},
+      {"bidir", c.bidir}, {"verify", c.verify}, {"gpu", c.peer_gpu}, {"group", c.group},   {"footprint", c.footprint}};
 }
 
 RunConfig from_json(const json& j) {
@@ -172,8 +171,7 @@ Descriptors export_buffers(Engine& e, const Buffers& b) {
 
 // Posts operation `i` of the directional workload of `op` (send, write or
 // read) from this side.
-Transfer post(Connection& c, const Buffers& b, const Descriptors& remote, const std::string& op, uint64_t size,
-              int i) {
+Transfer post(Connection& c, const Buffers& b, const Descriptors& remote, const std::string& op, uint64_t size, int i) {
   size_t at = b.at(i, size);
   if (op == "send") return c.send_async(b.src() + at, size);
   if (op == "write") return c.write_async(b.src() + at, size, remote.dst, at, {});
