@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU memory over TCP on a two-GPU host, in one run (under 8 minutes):
+# GPU memory over TCP on a two-GPU host, in one run (about 8 minutes before
+# the hostcold runs were added; STREAMS=... splits it over several calls):
 #   1. builds ferry, its GPU tests and two anchors (a parallel-TCP-streams
 #      blaster, and an NCCL send/recv timer); finds iperf3 (on PATH, or
 #      unpacked from the Debian packages in .deps);
@@ -10,7 +11,7 @@
 #          16 streams once more with the copy engines staging,
 #        ferry host -> host (same paths)    at the same stream counts,
 #          each with one transfer in flight and with more (INFLIGHTS), and
-#          at 16 and 64 MiB again with --footprint 1G (host_cold: buffers
+#          at 16 and 64 MiB again with --footprint 1G (hostcold: buffers
 #          that do not stay in the CPU's caches from one transfer to the
 #          next, as GPU memory staged through pinned slots never does),
 #        the same number of raw TCP streams: as many parallel iperf3
@@ -258,7 +259,7 @@ print("targets: gpu/nccl_best >= 3.0 (16M..1G); gpu/iperf3 >= 0.7; gpu/host >= 0
 print("iperf3: as many parallel iperf3 processes (the target's anchor); tcp_str: the blaster as iperf3 runs (cached")
 print("buffers); tcp_mem: the blaster over memory-resident buffers (no target)")
 print("inflight: operations in flight (1: each waited for before the next; 2: posted ahead, as NCCL's timing loop enqueues)")
-print("host_cold: host->host with --footprint 1G (buffers not in the CPU's caches; no target of its own, shown beside host)")
+print("hostcold: host->host with --footprint 1G (buffers not in the CPU's caches; no target of its own, shown beside host)")
 hdr = f"{'infl':>4} {'streams':>7} {'size':>6} {'gpu':>7} {'host':>7} {'hostcold':>8} {'iperf3':>7} {'tcp_str':>7} {'tcp_mem':>7} {'nccl_def':>8} {'nccl_4x4':>8} {'gpu/nccl':>8} {'gpu/ip3':>7} {'gpu/tcp':>7} {'gpu/mem':>7} {'gpu/host':>8} {'gpu/cold':>8}"
 print(hdr)
 verdict = {}
