@@ -7,17 +7,7 @@
 # the JSON must report it, and a bad value must fail with a message.
 set -uo pipefail
 ferry=$1
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-run() {  # name, args...
-  local name=$1
-  shift
-  timeout 60 "$ferry" bench --local "$@" --verify --json "$work/$name.json" >"$work/$name.out" 2>"$work/$name.err" ||
-    { cat "$work/$name.out" "$work/$name.err" >&2; fail "$name exited $?"; }
-  cat "$work/$name.out"
-}
+source "$(dirname "$0")/bench_cli_lib.sh"
 check() {  # name, footprint, rows
   python3 - "$work/$1.json" "$2" "$3" <<'PY' || fail "$1: results not as expected"
 import json, sys
@@ -30,15 +20,15 @@ for r in rows:
 PY
 }
 
-run send --op send --sizes 1,4097,3M --iters 9 --warmup 2 --inflight 3 --footprint 16M
+run send --op send --sizes 1,4097,3M --iters 9 --warmup 2 --inflight 3 --footprint 16M --verify
 check send $((16 << 20)) 3
-run write --op write --bidir --sizes 65537,2M --iters 5 --warmup 1 --inflight 2 --footprint 12M
+run write --op write --bidir --sizes 65537,2M --iters 5 --warmup 1 --inflight 2 --footprint 12M --verify
 check write $((12 << 20)) 2
-run read --op read --sizes 12345,1M --iters 6 --warmup 2 --footprint 8M
+run read --op read --sizes 12345,1M --iters 6 --warmup 2 --footprint 8M --verify
 check read $((8 << 20)) 2
-run pingpong --op pingpong --sizes 7,70000 --iters 5 --warmup 1 --footprint 1M
+run pingpong --op pingpong --sizes 7,70000 --iters 5 --warmup 1 --footprint 1M --verify
 check pingpong $((1 << 20)) 2
-run small --op send --sizes 3M --iters 3 --warmup 1 --footprint 4K
+run small --op send --sizes 3M --iters 3 --warmup 1 --footprint 4K --verify
 check small 4096 1
 grep -q "footprint 16M" "$work/send.err" || fail "the run's header does not name the footprint"
 

@@ -7,17 +7,7 @@
 # flight and out-of-range values must fail with a message.
 set -uo pipefail
 ferry=$1
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-run() {  # name, args...
-  local name=$1
-  shift
-  timeout 60 "$ferry" bench --local "$@" --json "$work/$name.json" >"$work/$name.out" 2>"$work/$name.err" ||
-    { cat "$work/$name.out" "$work/$name.err" >&2; fail "$name exited $?"; }
-  cat "$work/$name.out"
-}
+source "$(dirname "$0")/bench_cli_lib.sh"
 check() {  # name, inflight, rows, transport
   python3 - "$work/$1.json" "$2" "$3" "$4" <<'PY' || fail "$1: results not as expected"
 import json, sys
