@@ -93,6 +93,25 @@ struct Options {
   // "tcp" (always TCP) or "local" (refuse peers on other hosts).
   std::string transport = "auto";
   LogLevel log_level = LogLevel::kWarn;
+
+  // ---- limits on what a peer can make the engine hold (docs/security.md) ----
+  // Connections (accepted, dialed or waiting in the accept queue) the engine
+  // holds at once; one more is refused with kResourceExhausted.
+  int max_connections = 256;
+  // Handshakes in progress at once; a connection past it is closed unread.
+  int max_handshakes = 16;
+  // Connections one peer address may hold at once.
+  int max_connections_per_peer = 64;
+  // Data streams the engine holds over all its connections (each costs two
+  // threads); a handshake that would pass it is refused.
+  int max_streams = 512;
+  // Bytes a connection may hold on behalf of its peer (messages nobody has
+  // posted a receive for, notifications not yet polled, replies the peer does
+  // not read); past it the connection fails with kResourceExhausted.
+  size_t connection_memory_bytes = 256u << 20;
+  // Same-host peers of another uid may use the local transport (by default
+  // they are refused: the local transport trusts the kernel's same-uid rules).
+  bool local_other_uids = false;
 };
 
 // One tunable as `ferry config` shows it.

@@ -173,6 +173,27 @@ const std::vector<Tunable>& tunables() {
                    "SO_SNDBUF/SO_RCVBUF per stream; 0 keeps kernel autotuning", &Options::socket_buffer_bytes),
       string_tunable("transport", "FERRY_TRANSPORT", "auto (local for same-host peers), tcp, or local",
                      &Options::transport),
+      size_tunable("max_connections", "FERRY_MAX_CONNECTIONS", "count",
+                   "connections the engine holds at once (accepted, dialed, queued); more are refused",
+                   &Options::max_connections),
+      size_tunable("max_handshakes", "FERRY_MAX_HANDSHAKES", "count",
+                   "handshakes in progress at once; connections past it are closed unread", &Options::max_handshakes),
+      size_tunable("max_connections_per_peer", "FERRY_MAX_CONNECTIONS_PER_PEER", "count",
+                   "connections one peer address may hold at once", &Options::max_connections_per_peer),
+      size_tunable("max_streams", "FERRY_MAX_STREAMS", "count",
+                   "data streams over all connections (two threads each); a handshake past it is refused",
+                   &Options::max_streams),
+      size_tunable("connection_memory_bytes", "FERRY_CONNECTION_MEMORY", "bytes",
+                   "bytes a connection may hold for its peer (unreceived messages, unpolled notes, unread replies)",
+                   &Options::connection_memory_bytes),
+      Tunable{"local_other_uids", "FERRY_LOCAL_OTHER_UIDS", "",
+              "1: same-host peers of another uid may use the local transport (default 0: refused)",
+              [](const Options& o) { return std::string(o.local_other_uids ? "1" : "0"); },
+              [](Options& o, std::string_view v) -> Status {
+                if (v != "0" && v != "1") return bad_value("FERRY_LOCAL_OTHER_UIDS", v, "expected 0 or 1");
+                o.local_other_uids = v == "1";
+                return Status();
+              }},
       Tunable{"log_level", "FERRY_LOG", "", "error, warn, info, debug or trace",
               [](const Options& o) { return std::string(level_name(o.log_level)); },
               [](Options& o, std::string_view v) -> Status {
@@ -247,6 +268,13 @@ Status validate(const Options& o) {
   if (o.peer_timeout <= o.heartbeat_interval) {
     return bad("peer_timeout (" + std::to_string(o.peer_timeout.count()) + " ms) must exceed heartbeat_interval (" +
                std::to_string(o.heartbeat_interval.count()) + " ms)");
+  }
+  if (o.max_connections < 1) return bad("max_connections must be at least 1");
+  if (o.max_handshakes < 1) return bad("max_handshakes must be at least 1");
+  if (o.max_connections_per_peer < 1) return bad("max_connections_per_peer must be at least 1");
+  if (o.max_streams < 1) return bad("max_streams must be at least 1");
+  if (o.connection_memory_bytes < (1u << 20)) {
+    return bad("connection_memory_bytes must be at least 1 MiB, got " + std::to_string(o.connection_memory_bytes));
   }
   if (o.listen.find(':') == std::string::npos) return bad("listen must be host:port, got \"" + o.listen + "\"");
   return Status();
