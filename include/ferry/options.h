@@ -112,6 +112,12 @@ struct Options {
   // Same-host peers of another uid may use the local transport (by default
   // they are refused: the local transport trusts the kernel's same-uid rules).
   bool local_other_uids = false;
+  // Two engines of this one process may use the local transport between
+  // them. By default a peer that the kernel says is this process is refused
+  // (an engine never becomes its own peer); with it set, such a peer can
+  // only be another engine sharing this address space, since the channel
+  // passes between the two ends inside it.
+  bool local_same_process = false;
 };
 
 // One tunable as `ferry config` shows it.

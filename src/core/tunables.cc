@@ -119,6 +119,20 @@ Tunable string_tunable(const char* name, const char* env, const char* doc, std::
                  }};
 }
 
+// 0 or 1.
+Tunable flag_tunable(const char* name, const char* env, const char* doc, bool Options::*field) {
+  return Tunable{name,
+                 env,
+                 "",
+                 doc,
+                 [field](const Options& o) { return std::string(o.*field ? "1" : "0"); },
+                 [field, env](Options& o, std::string_view v) -> Status {
+                   if (v != "0" && v != "1") return bad_value(env, v, "expected 0 or 1");
+                   o.*field = v == "1";
+                   return Status();
+                 }};
+}
+
 const std::vector<Tunable>& tunables() {
   static const std::vector<Tunable> table = {
       string_tunable("listen", "FERRY_LISTEN", "host:port to listen on (port 0 picks one)", &Options::listen),
@@ -186,14 +200,12 @@ const std::vector<Tunable>& tunables() {
       size_tunable("connection_memory_bytes", "FERRY_CONNECTION_MEMORY", "bytes",
                    "bytes a connection may hold for its peer (unreceived messages, unpolled notes, unread replies)",
                    &Options::connection_memory_bytes),
-      Tunable{"local_other_uids", "FERRY_LOCAL_OTHER_UIDS", "",
-              "1: same-host peers of another uid may use the local transport (default 0: refused)",
-              [](const Options& o) { return std::string(o.local_other_uids ? "1" : "0"); },
-              [](Options& o, std::string_view v) -> Status {
-                if (v != "0" && v != "1") return bad_value("FERRY_LOCAL_OTHER_UIDS", v, "expected 0 or 1");
-                o.local_other_uids = v == "1";
-                return Status();
-              }},
+      flag_tunable("local_other_uids", "FERRY_LOCAL_OTHER_UIDS",
+                   "1: same-host peers of another uid may use the local transport (default 0: refused)",
+                   &Options::local_other_uids),
+      flag_tunable("local_same_process", "FERRY_LOCAL_SAME_PROCESS",
+                   "1: two engines of one process may use the local transport between them (default 0: refused)",
+                   &Options::local_same_process),
       Tunable{"log_level", "FERRY_LOG", "", "error, warn, info, debug or trace",
               [](const Options& o) { return std::string(level_name(o.log_level)); },
               [](Options& o, std::string_view v) -> Status {

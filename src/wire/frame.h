@@ -18,7 +18,9 @@ namespace ferry::wire {
 
 inline constexpr uint32_t kFrameMagic = 0x31595246;  // "FRY1" little-endian
 // 2: NOTIFY carries a sequence number and may be a skip (flags bit 2).
-inline constexpr uint16_t kProtocolVersion = 2;
+// 3: LOCAL_SETUP names a Unix rendezvous and a ticket instead of a pid and a
+//    descriptor number (the kernel, not the peer, says who the peer is).
+inline constexpr uint16_t kProtocolVersion = 3;
 inline constexpr size_t kHeaderSize = 64;
 inline constexpr size_t kMaxAux = 64 * 1024 - 1;
 // No single frame carries more than this; chunks are far smaller.
@@ -46,7 +48,7 @@ enum class FrameType : uint8_t {
   kData = 20,   // id=token, a=offset in the message; payload
   kWrite = 21,  // id=op, a=export id, b=key, c=offset in export, d=op total, aux=notification
   // Local transport (same host; shared-memory channel, see docs/protocol.md).
-  kLocalSetup = 30,   // connector -> acceptor on the control stream: a=pid, b=channel fd, c=nonce
+  kLocalSetup = 30,   // connector -> acceptor on the control stream: a,b=ticket, c=nonce, aux=rendezvous name
   kLocalReady = 31,   // acceptor -> connector: a=pid
   kLocalRts = 32,     // id=op, a=size; payload = the sender's spans
   kLocalCts = 33,     // id=op (sender's), a=token at the receiver; payload = the receiver's spans

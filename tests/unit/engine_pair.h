@@ -23,6 +23,7 @@ inline EnginePair connect_pair(std::string_view transport) {
   using namespace std::chrono_literals;
   Options o;
   o.transport = std::string(transport);
+  o.local_same_process = true;  // both engines live in this test's process
   EnginePair p;
   p.a = Engine::create(o).value();
   p.b = Engine::create(o).value();

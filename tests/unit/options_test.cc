@@ -26,7 +26,9 @@ const std::vector<std::string> kTunableEnvs = {
     "FERRY_NICS",          "FERRY_PATH_TIMEOUT_MS", "FERRY_TX_BINDINGS",
     "FERRY_RX_BINDINGS",   "FERRY_NIC_POLICY",      "FERRY_STAGING_DEPTH",
     "FERRY_STAGING_CHUNK", "FERRY_PATH_POLICY",     "FERRY_WAIT_SPIN_US",
-    "FERRY_STAGING_COPY"};
+    "FERRY_STAGING_COPY",  "FERRY_MAX_CONNECTIONS", "FERRY_MAX_HANDSHAKES",
+    "FERRY_MAX_CONNECTIONS_PER_PEER", "FERRY_MAX_STREAMS", "FERRY_CONNECTION_MEMORY",
+    "FERRY_LOCAL_OTHER_UIDS", "FERRY_LOCAL_SAME_PROCESS"};
 
 // Clears every FERRY_* variable ferry reads for the test's lifetime and puts
 // back whatever the process had before, including anything set through it.
@@ -122,6 +124,13 @@ TEST(Options, EveryTunableIsReadFromItsVariable) {
       {"FERRY_PATH_POLICY", {"all", "all"}},
       {"FERRY_WAIT_SPIN_US", {"2000", "2000"}},
       {"FERRY_STAGING_COPY", {"engine", "engine"}},
+      {"FERRY_MAX_CONNECTIONS", {"17", "17"}},
+      {"FERRY_MAX_HANDSHAKES", {"3", "3"}},
+      {"FERRY_MAX_CONNECTIONS_PER_PEER", {"5", "5"}},
+      {"FERRY_MAX_STREAMS", {"40", "40"}},
+      {"FERRY_CONNECTION_MEMORY", {"8M", "8388608"}},
+      {"FERRY_LOCAL_OTHER_UIDS", {"1", "1"}},
+      {"FERRY_LOCAL_SAME_PROCESS", {"1", "1"}},
   };
   ASSERT_EQ(cases.size(), kTunableEnvs.size());
   const auto defaults = values_by_env(Options{});
@@ -216,6 +225,21 @@ TEST(Options, ValidateRejectsOutOfRangeFields) {
   o = Options{};
   o.window = 0;
   expect_bad(o, "window");
+  o = Options{};
+  o.max_connections = 0;
+  expect_bad(o, "max_connections");
+  o = Options{};
+  o.max_handshakes = 0;
+  expect_bad(o, "max_handshakes");
+  o = Options{};
+  o.max_connections_per_peer = 0;
+  expect_bad(o, "max_connections_per_peer");
+  o = Options{};
+  o.max_streams = 0;
+  expect_bad(o, "max_streams");
+  o = Options{};
+  o.connection_memory_bytes = 4096;
+  expect_bad(o, "connection_memory_bytes");
   o = Options{};
   o.peer_timeout = o.heartbeat_interval;
   expect_bad(o, "peer_timeout");

@@ -150,7 +150,7 @@ void GpuImports::close(const Mapping& m) {
 
 Result<uint8_t*> GpuImports::map(const void* user, uint64_t peer_engine, pid_t peer_pid, const SharedSpan& span,
                                  int device) {
-  auto key = std::make_tuple(peer_engine, span.alloc_base, span.alloc_id, device);
+  auto key = std::make_tuple(peer_pid, peer_engine, span.alloc_base, span.alloc_id, device);
   std::lock_guard lock(mu_);
   auto it = maps_.find(key);
   if (it == maps_.end()) {
@@ -208,10 +208,11 @@ Result<uint8_t*> GpuImports::map(const void* user, uint64_t peer_engine, pid_t p
   return reinterpret_cast<uint8_t*>(m.local + at);
 }
 
-void GpuImports::forget(const void* user, uint64_t peer_engine, uint64_t alloc_base) {
+void GpuImports::forget(const void* user, uint64_t peer_engine, pid_t peer_pid, uint64_t alloc_base) {
   std::lock_guard lock(mu_);
   for (auto it = maps_.begin(); it != maps_.end();) {
-    if (std::get<0>(it->first) == peer_engine && (alloc_base == 0 || std::get<1>(it->first) == alloc_base)) {
+    if (std::get<0>(it->first) == peer_pid && std::get<1>(it->first) == peer_engine &&
+        (alloc_base == 0 || std::get<2>(it->first) == alloc_base)) {
       it->second.users.erase(user);
       if (it->second.users.empty()) {
         close(it->second);

@@ -59,15 +59,16 @@ class GpuImports {
   ~GpuImports();
   // The local address of `span`'s first byte, opening its allocation in the
   // context of local device `device` if not yet open, for `user` (each
-  // connection's copier; a mapping is shared, since an allocation opens once
-  // per process). The caller has made that context current. kUnavailable /
+  // connection's copier; a mapping is shared by the connections to one peer
+  // process, since an allocation opens once per process). `peer_pid` is the
+  // pid the kernel vouched for. The caller has made that context current. kUnavailable /
   // kPermissionDenied with the reason; kDataLoss if the span runs past the
   // allocation as it was opened.
   Result<uint8_t*> map(const void* user, uint64_t peer_engine, pid_t peer_pid, const SharedSpan& span, int device);
   // `user` stops using the peer's allocation at `alloc_base` (0: all of the
   // peer's); a mapping closes when its last user stops. The caller
   // guarantees none of its copies uses them any more.
-  void forget(const void* user, uint64_t peer_engine, uint64_t alloc_base);
+  void forget(const void* user, uint64_t peer_engine, pid_t peer_pid, uint64_t alloc_base);
 
  private:
   struct Mapping {
@@ -80,12 +81,14 @@ class GpuImports {
   void close(const Mapping& m);
 
   std::mutex mu_;
-  // (peer engine, owner's allocation base, local device) -> mapping
-  // Guarded by mu_; by (peer engine, base, alloc_id, device). The id keeps a
+  // Guarded by mu_; by (peer pid, peer engine, base, alloc_id, device). The
+  // pid is the kernel's word (peer_proof.h), the engine id the peer's: a
+  // peer that names another engine's id still finds only mappings opened
+  // for its own process, never another peer's memory. The id keeps a
   // mapping that another connection still holds (one that failed and is not
   // closed yet) from standing in for memory the peer allocated at the same
   // base after it deregistered the old.
-  std::map<std::tuple<uint64_t, uint64_t, uint64_t, int>, Mapping> maps_;
+  std::map<std::tuple<pid_t, uint64_t, uint64_t, uint64_t, int>, Mapping> maps_;
 };
 
 // The local ordinal of the GPU with PCI address `pci` (as in SharedSpan), or -1.

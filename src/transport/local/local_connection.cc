@@ -104,8 +104,17 @@ void LocalConnection::post(const FrameHeader& h, std::string_view aux, std::stri
   {
     std::lock_guard lock(out_mu_);
     if (outbox_.empty() && channel_.try_post(msg, {})) return;
-    outbox_.push_back(std::move(msg));
-    outbox_size_.store(outbox_.size(), std::memory_order_release);
+    // A peer that stops reading its ring while it keeps asking would grow
+    // the outbox without end: past the budget the message is dropped and
+    // the progress thread fails the connection (fail() cannot run here:
+    // callers may hold mu_).
+    if (outbox_bytes_ + msg.size() > ctx_->options.connection_memory_bytes) {
+      outbox_over_budget_.store(true, std::memory_order_release);
+    } else {
+      outbox_bytes_ += msg.size();
+      outbox_.push_back(std::move(msg));
+      outbox_size_.store(outbox_.size(), std::memory_order_release);
+    }
   }
   local_work_.store(true, std::memory_order_release);
   channel_.kick();
@@ -116,6 +125,7 @@ bool LocalConnection::flush_outbox() {
   std::lock_guard lock(out_mu_);
   bool any = false;
   while (!outbox_.empty() && channel_.try_post(outbox_.front(), {})) {
+    outbox_bytes_ -= outbox_.front().size();
     outbox_.pop_front();
     any = true;
   }
@@ -268,6 +278,7 @@ Transfer LocalConnection::post_recv(core::SegmentList dest) {
     }
     msg = std::move(unexpected_.front());
     unexpected_.pop_front();
+    unexpected_bytes_ -= held_cost(msg);
   }
   match(std::move(recv), std::move(msg));
   return handle;
@@ -686,7 +697,12 @@ void LocalConnection::fail(const Status& why, bool shutdown_control) {
     health_ = why;
     failed_.store(true, std::memory_order_release);
   }
-  if (why.code() != Code::kCancelled) FERRY_LOG(kWarn, "local", "%s", why.to_string().c_str());
+  // The peer's orderly close ends the connection as planned: not a warning.
+  if (closed_by_peer_.load(std::memory_order_acquire)) {
+    FERRY_LOG(kInfo, "local", "%s", why.to_string().c_str());
+  } else if (why.code() != Code::kCancelled) {
+    FERRY_LOG(kWarn, "local", "%s", why.to_string().c_str());
+  }
   std::unordered_map<uint64_t, Completion> expected;
   std::deque<PostedRecv> posted;
   std::map<std::pair<uint64_t, uint64_t>, std::vector<std::function<void(Result<const ExportInfo*>)>>> opening;
@@ -696,6 +712,7 @@ void LocalConnection::fail(const Status& why, bool shutdown_control) {
     posted.swap(posted_);
     opening.swap(opening_);
     unexpected_.clear();
+    unexpected_bytes_ = 0;
     pending_sources_.clear();
   }
   for (auto& [id, c] : expected) c(why);

@@ -141,8 +141,11 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   Transfer post_send(core::SegmentList source);
   Transfer post_recv(core::SegmentList dest);
   void match(PostedRecv recv, Unexpected msg);
-  // A message arrived: matches the oldest posted receive, or waits for one.
-  void arrive(Unexpected msg);
+  // A message arrived: matches the oldest posted receive, or waits for one
+  // (kResourceExhausted if waiting would pass connection_memory_bytes).
+  Status arrive(Unexpected msg);
+  // What an unmatched message costs against the budget.
+  static size_t held_cost(const Unexpected& msg);
   // Copies an eager message into a receive buffer of any memory kind.
   Status copy_into(const core::SegmentList& dest, const std::string& bytes);
   // Checks and resolves write or read items (`op` names them in errors).
@@ -202,6 +205,10 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   // close() has done what it can to stop both sides' copies.
   std::atomic<bool> close_settled_{false};
   std::atomic<bool> close_sent_{false};  // CLOSE goes once: a close, or the answer to the peer's
+  std::atomic<bool> closed_by_peer_{false};  // the peer's CLOSE arrived: its end is orderly
+  // post() found the outbox past connection_memory_bytes; the progress
+  // thread fails the connection.
+  std::atomic<bool> outbox_over_budget_{false};
   mutable std::mutex health_mu_;
   Status health_;                          // guarded by health_mu_
   bool channel_broken_ = false;            // progress thread (or its closer) only
@@ -210,6 +217,7 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
 
   std::mutex out_mu_;
   std::deque<std::string> outbox_;  // guarded by out_mu_: encoded messages not yet in the ring
+  size_t outbox_bytes_ = 0;         // guarded by out_mu_
   // outbox_.size(), read without out_mu_ by the progress thread on every
   // turn. Taking the lock there made an application thread's post wait for
   // it and then wake it (two-GPU host: an RTS took 1.75 us to post, 0.7 now).
@@ -223,6 +231,7 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   std::unordered_map<uint64_t, Completion> expected_;                // guarded by mu_: by local op id
   std::deque<PostedRecv> posted_;                                    // guarded by mu_
   std::deque<Unexpected> unexpected_;                                // guarded by mu_
+  size_t unexpected_bytes_ = 0;                                      // guarded by mu_: held_cost() of unexpected_
   std::unordered_map<uint64_t, core::SegmentList> pending_sources_;  // guarded by mu_: sends awaiting CTS
   std::map<std::pair<uint64_t, uint64_t>, ExportInfo> exports_;      // guarded by mu_: (export id, key) of the peer
   std::map<std::pair<uint64_t, uint64_t>, std::vector<std::function<void(Result<const ExportInfo*>)>>>

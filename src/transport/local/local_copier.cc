@@ -361,7 +361,7 @@ void LocalCopier::stop() {
 
 void LocalCopier::forget(uint64_t alloc_base) {
   drain();
-  imports_.forget(this, peer_engine_, alloc_base);
+  imports_.forget(this, peer_engine_, peer_pid_, alloc_base);
 }
 
 }  // namespace ferry::local

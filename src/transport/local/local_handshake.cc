@@ -3,8 +3,10 @@
 
 #include <unistd.h>
 
+#include <cstring>
+
 #include "platform/crypto.h"
-#include "transport/local/cross_memory.h"
+#include "transport/local/peer_proof.h"
 #include "transport/local/local_connection.h"
 #include "transport/tcp/handshake_io.h"
 
@@ -15,6 +17,20 @@ namespace {
 constexpr size_t kRingBytes = 4u << 20;
 
 wire::EncodedFrame rejected(Code code, const std::string& why) { return wire::encode(wire::Rejected{code, why}); }
+
+// The ticket rides in LOCAL_SETUP's a and b.
+void put_ticket(const Ticket& t, wire::FrameHeader& h) {
+  std::memcpy(&h.a, t.data(), 8);
+  std::memcpy(&h.b, t.data() + 8, 8);
+}
+PeerPolicy policy_of(const Options& o) { return PeerPolicy{o.local_other_uids, o.local_same_process}; }
+
+Ticket get_ticket(const wire::FrameHeader& h) {
+  Ticket t;
+  std::memcpy(t.data(), &h.a, 8);
+  std::memcpy(t.data() + 8, &h.b, 8);
+  return t;
+}
 }  // namespace
 
 Result<std::shared_ptr<ConnectionBase>> connect_local(const std::shared_ptr<core::EngineContext>& ctx, uint64_t id,
@@ -22,21 +38,30 @@ Result<std::shared_ptr<ConnectionBase>> connect_local(const std::shared_ptr<core
                                                       Deadline deadline) {
   uint64_t nonce = platform::random_u64();
   FERRY_ASSIGN_OR_RETURN(ShmChannel channel, ShmChannel::create(kRingBytes, nonce));
+  FERRY_ASSIGN_OR_RETURN(RendezvousListener rendezvous, RendezvousListener::open());
   wire::EncodedFrame setup;
   setup.header.type = wire::FrameType::kLocalSetup;
-  setup.header.a = static_cast<uint64_t>(::getpid());
-  setup.header.b = static_cast<uint64_t>(channel.fd());
+  put_ticket(rendezvous.ticket(), setup.header);
   setup.header.c = nonce;
+  setup.aux = rendezvous.name();
+  setup.header.aux_len = static_cast<uint16_t>(setup.aux.size());
   FERRY_RETURN_IF_ERROR(tcp::write_handshake_frame(control.fd(), setup, deadline));
+  Result<PeerCredentials> proven =
+      rendezvous.hand_over(channel.fd(), control.fd(), policy_of(ctx->options), deadline);
+  if (!proven.ok() && proven.status().code() != Code::kCancelled) return proven.status();
   FERRY_ASSIGN_OR_RETURN(tcp::RawFrame reply, tcp::read_handshake_frame(control.fd(), deadline));
   if (reply.header.type == wire::FrameType::kRejected) {
     FERRY_ASSIGN_OR_RETURN(wire::Rejected r, wire::decode_rejected(reply.header, reply.aux));
     return Status(r.code, "the peer could not attach the local channel: " + r.message);
   }
-  if (reply.header.type != wire::FrameType::kLocalReady || reply.header.a == 0) {
-    return Status(Code::kDataLoss, "expected LOCAL_READY, got " + std::string(wire::frame_type_name(reply.header.type)));
+  if (!proven.ok()) return proven.status();
+  // The peer's word on its pid must agree with the kernel's; only the
+  // kernel's is used.
+  if (reply.header.type != wire::FrameType::kLocalReady || reply.header.a != static_cast<uint64_t>(proven->pid)) {
+    return Status(Code::kDataLoss, "expected LOCAL_READY from process " + std::to_string(proven->pid) + ", got " +
+                                       std::string(wire::frame_type_name(reply.header.type)));
   }
-  LocalPeer peer{peer_engine, static_cast<pid_t>(reply.header.a), platform::peer_name(control.fd())};
+  LocalPeer peer{peer_engine, proven->pid, platform::peer_name(control.fd())};
   auto conn = std::make_shared<LocalConnection>(ctx, id, std::move(peer), std::move(control), std::move(channel));
   conn->start();
   return std::shared_ptr<ConnectionBase>(std::move(conn));
@@ -47,25 +72,24 @@ Result<std::shared_ptr<ConnectionBase>> accept_local(const std::shared_ptr<core:
                                                      Deadline deadline) {
   int fd = control.fd();
   FERRY_ASSIGN_OR_RETURN(tcp::RawFrame setup, tcp::read_handshake_frame(fd, deadline));
-  if (setup.header.type != wire::FrameType::kLocalSetup || setup.header.a == 0 || setup.header.a > INT32_MAX ||
-      setup.header.b > INT32_MAX) {
-    std::string why = "expected LOCAL_SETUP, got " + std::string(wire::frame_type_name(setup.header.type));
-    (void)tcp::write_handshake_frame(fd, rejected(Code::kDataLoss, why), deadline);
-    return Status(Code::kDataLoss, why);
+  auto refuse = [&](const Status& why) {
+    (void)tcp::write_handshake_frame(fd, rejected(why.code(), why.message()), deadline);
+    return why;
+  };
+  if (setup.header.type != wire::FrameType::kLocalSetup) {
+    return refuse(Status(Code::kDataLoss,
+                         "expected LOCAL_SETUP, got " + std::string(wire::frame_type_name(setup.header.type))));
   }
-  auto pid = static_cast<pid_t>(setup.header.a);
-  auto channel_fd = fetch_peer_fd(pid, static_cast<int>(setup.header.b));
-  Result<ShmChannel> channel = channel_fd.ok() ? ShmChannel::attach(*channel_fd, setup.header.c)
-                                               : Result<ShmChannel>(channel_fd.status());
-  if (!channel.ok()) {
-    (void)tcp::write_handshake_frame(fd, rejected(channel.status().code(), channel.status().message()), deadline);
-    return channel.status();
-  }
+  Result<ReceivedChannel> received =
+      fetch_channel(setup.aux, get_ticket(setup.header), policy_of(ctx->options), deadline);
+  if (!received.ok()) return refuse(received.status());
+  Result<ShmChannel> channel = ShmChannel::attach(received->fd, setup.header.c);
+  if (!channel.ok()) return refuse(channel.status());
   wire::EncodedFrame ready;
   ready.header.type = wire::FrameType::kLocalReady;
   ready.header.a = static_cast<uint64_t>(::getpid());
   FERRY_RETURN_IF_ERROR(tcp::write_handshake_frame(fd, ready, deadline));
-  LocalPeer peer{peer_engine, pid, platform::peer_name(fd)};
+  LocalPeer peer{peer_engine, received->peer.pid, platform::peer_name(fd)};
   auto conn = std::make_shared<LocalConnection>(ctx, id, std::move(peer), std::move(control), std::move(channel).value());
   conn->start();
   return std::shared_ptr<ConnectionBase>(std::move(conn));

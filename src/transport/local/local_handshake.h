@@ -1,8 +1,9 @@
 // The last steps of a handshake between two engines on one host, after
 // authentication on the control stream: the connector creates the shared
-// channel and names it (its pid and descriptor number); the acceptor fetches
-// the descriptor with pidfd_getfd, which also proves that each process may
-// reach the other's memory, and answers with its pid.
+// channel; the two processes prove who they are through the kernel and the
+// connector passes the channel's descriptor (peer_proof.h); the acceptor
+// maps it and answers LOCAL_READY. Each side's LocalPeer carries the pid the
+// kernel gave, never one the peer named.
 #pragma once
 
 #include <memory>
@@ -14,7 +15,8 @@
 namespace ferry::local {
 
 // Connector side. kPermissionDenied / kUnavailable when the peer cannot
-// attach (another pid namespace, no permission): the caller may fall back to TCP.
+// attach or is refused (another uid, another network namespace, this very
+// process): the caller may fall back to TCP.
 Result<std::shared_ptr<ConnectionBase>> connect_local(const std::shared_ptr<core::EngineContext>& ctx, uint64_t id,
                                                       uint64_t peer_engine, platform::Socket control,
                                                       Deadline deadline);

@@ -50,6 +50,11 @@ void LocalConnection::progress_loop() {
   while (!stop_.load(std::memory_order_acquire)) {
     local_work_.store(false, std::memory_order_release);
     bool did = flush_outbox();
+    if (outbox_over_budget_.load(std::memory_order_acquire)) {
+      fail(Status(Code::kResourceExhausted,
+                  where() + ": the peer left more control messages unread in its channel than connection_memory_bytes (" +
+                      std::to_string(ctx_->options.connection_memory_bytes) + ") holds"));
+    }
     while (next_message(msg)) {
       did = true;
       Status s = handle(msg);
@@ -100,8 +105,7 @@ Status LocalConnection::handle(const std::string& msg) {
       u.size = h.a;
       u.eager = true;
       u.bytes.assign(payload);
-      arrive(std::move(u));
-      return Status();
+      return arrive(std::move(u));
     }
     case FrameType::kLocalRts:
       return on_rts(h, payload);
@@ -130,6 +134,11 @@ Status LocalConnection::handle(const std::string& msg) {
     case FrameType::kLocalPush:
       return on_pull_or_push(h, payload);
     case FrameType::kLocalNote:
+      if (aux.size() > Connection::kMaxNotification) {
+        return Status(Code::kDataLoss, where() + ": a notification of " + std::to_string(aux.size()) +
+                                           " bytes, past the limit of " +
+                                           std::to_string(Connection::kMaxNotification));
+      }
       // Confirm first: an application that closes the moment it sees the
       // note would otherwise send CLOSE ahead of the confirmation, and the
       // sender's notify would fail although the note arrived.
@@ -149,6 +158,7 @@ Status LocalConnection::handle(const std::string& msg) {
       // answer to ours); this side's end before it answers, which the
       // peer's close() waits for.
       peer_quiet_.store(true, std::memory_order_release);
+      closed_by_peer_.store(true, std::memory_order_release);
       stop_copying(Status(Code::kPeerLost, where() + ": the peer closed the connection"));
       control_.shutdown();
       return Status();
@@ -158,19 +168,34 @@ Status LocalConnection::handle(const std::string& msg) {
   }
 }
 
-void LocalConnection::arrive(Unexpected msg) {
+size_t LocalConnection::held_cost(const Unexpected& msg) {
+  return sizeof(Unexpected) + msg.bytes.size() + msg.source.size() * sizeof(SharedSpan);
+}
+
+Status LocalConnection::arrive(Unexpected msg) {
   PostedRecv recv;
   {
     std::lock_guard lock(mu_);
     if (posted_.empty()) {
+      // What no receive has claimed is held for the peer: within the budget.
+      size_t cost = held_cost(msg);
+      size_t budget = ctx_->options.connection_memory_bytes;
+      if (unexpected_bytes_ + cost > budget) {
+        return Status(Code::kResourceExhausted,
+                      where() + ": the peer sent " + std::to_string(unexpected_bytes_ + cost) +
+                          " bytes of messages no receive was posted for, past connection_memory_bytes (" +
+                          std::to_string(budget) + ")");
+      }
+      unexpected_bytes_ += cost;
       unexpected_.push_back(std::move(msg));
-      return;
+      return Status();
     }
     recv = std::move(posted_.front());
     posted_.pop_front();
   }
   recv.state->set_canceller(nullptr);
   match(std::move(recv), std::move(msg));
+  return Status();
 }
 
 Status LocalConnection::on_rts(const FrameHeader& h, std::string_view payload) {
@@ -182,8 +207,7 @@ Status LocalConnection::on_rts(const FrameHeader& h, std::string_view payload) {
   u.op = h.id;
   u.size = h.a;
   u.source = std::move(spans);
-  arrive(std::move(u));
-  return Status();
+  return arrive(std::move(u));
 }
 
 Status LocalConnection::on_cts(const FrameHeader& h, std::string_view payload) {

@@ -1,8 +1,10 @@
 // Shared-memory message rings with futex wake-ups.
 #include "transport/local/shm_channel.h"
 
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -15,6 +17,9 @@ namespace ferry::local {
 namespace {
 constexpr uint64_t kMagic = 0x314d485359524546ull;  // "FERYSHM1"
 constexpr uint32_t kWrap = 0xffffffffu;             // "continue at the ring's start"
+// A peer that could shrink or grow the file under our mapping could make
+// every later access fault (SIGBUS): both are sealed before it is shared.
+constexpr int kRequiredSeals = F_SEAL_SHRINK | F_SEAL_GROW;
 
 long futex(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* timeout) {
   return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, val, timeout, nullptr, 0);
@@ -49,6 +54,9 @@ ShmChannel& ShmChannel::operator=(ShmChannel&& o) noexcept {
     ring_bytes_ = o.ring_bytes_;
     map_bytes_ = o.map_bytes_;
     base_ = o.base_;
+    head_ = o.head_;
+    tail_.store(o.tail_.load());
+    broken_.store(o.broken_.load());
     o.fd_ = -1;
     o.base_ = nullptr;
   }
@@ -69,12 +77,15 @@ uint8_t* ShmChannel::data(int i) const { return base_ + align8(sizeof(Layout)) +
 
 Result<ShmChannel> ShmChannel::create(size_t ring_bytes, uint64_t nonce) {
   ShmChannel c;
-  c.fd_ = static_cast<int>(::syscall(SYS_memfd_create, "ferry-local", 0u));
+  c.fd_ = static_cast<int>(::syscall(SYS_memfd_create, "ferry-local", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (c.fd_ < 0) return Status(Code::kResourceExhausted, std::string("memfd_create: ") + std::strerror(errno));
   c.ring_bytes_ = ring_bytes;
   c.map_bytes_ = align8(sizeof(Layout)) + 2 * ring_bytes;
   if (::ftruncate(c.fd_, static_cast<off_t>(c.map_bytes_)) != 0) {
     return Status(Code::kResourceExhausted, std::string("ftruncate of the local channel: ") + std::strerror(errno));
+  }
+  if (::fcntl(c.fd_, F_ADD_SEALS, kRequiredSeals | F_SEAL_SEAL) != 0) {
+    return Status(Code::kUnavailable, std::string("sealing the local channel: ") + std::strerror(errno));
   }
   void* p = ::mmap(nullptr, c.map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, c.fd_, 0);
   if (p == MAP_FAILED) return Status(Code::kResourceExhausted, std::string("mmap: ") + std::strerror(errno));
@@ -90,13 +101,25 @@ Result<ShmChannel> ShmChannel::create(size_t ring_bytes, uint64_t nonce) {
 Result<ShmChannel> ShmChannel::attach(int fd, uint64_t nonce) {
   ShmChannel c;
   c.fd_ = fd;
+  // The file is the peer's: only one whose size can no longer change, and is
+  // exactly what the header announces, is mapped.
+  int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & kRequiredSeals) != kRequiredSeals) {
+    return Status(Code::kPermissionDenied,
+                  "local channel: the peer's shared segment is not sealed against shrinking and growing");
+  }
   Layout head{};
   if (::pread(fd, &head, sizeof(head), 0) != static_cast<ssize_t>(sizeof(head)) || head.magic != kMagic ||
-      head.nonce != nonce || head.ring_bytes < 4096 || head.ring_bytes > (1u << 30)) {
+      head.nonce != nonce || head.ring_bytes < 4096 || head.ring_bytes > (1u << 30) || head.ring_bytes % 8 != 0) {
     return Status(Code::kDataLoss, "local channel: the shared segment is not the one the peer announced");
   }
   c.ring_bytes_ = head.ring_bytes;
   c.map_bytes_ = align8(sizeof(Layout)) + 2 * c.ring_bytes_;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != c.map_bytes_) {
+    return Status(Code::kDataLoss, "local channel: the shared segment is " + std::to_string(st.st_size) +
+                                       " bytes, its header announces " + std::to_string(c.map_bytes_));
+  }
   void* p = ::mmap(nullptr, c.map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return Status(Code::kResourceExhausted, std::string("mmap: ") + std::strerror(errno));
   c.base_ = static_cast<uint8_t*>(p);
@@ -114,8 +137,15 @@ bool ShmChannel::try_post(std::string_view head, std::string_view body) {
   uint8_t* d = data(side_);
   size_t len = head.size() + body.size();
   size_t need = align8(4 + len);
-  uint64_t h = r.head.load(std::memory_order_relaxed);
+  // Our head is ours (head_); the shared copy is only published. The tail
+  // is the peer's: one that claims more than was published, or less than a
+  // ring behind, is garbage and leaves the ring unused from here on.
+  uint64_t h = head_;
   uint64_t t = r.tail.load(std::memory_order_acquire);
+  if (broken_.load(std::memory_order_relaxed) || t > h || h - t > ring_bytes_) {
+    broken_.store(true, std::memory_order_relaxed);
+    return false;
+  }
   size_t at = h % ring_bytes_;
   size_t to_end = ring_bytes_ - at;
   size_t total = need <= to_end ? need : to_end + need;  // a message never straddles the end
@@ -130,7 +160,8 @@ bool ShmChannel::try_post(std::string_view head, std::string_view body) {
   std::memcpy(d + at, &n, 4);
   std::memcpy(d + at + 4, head.data(), head.size());
   if (!body.empty()) std::memcpy(d + at + 4 + head.size(), body.data(), body.size());
-  r.head.store(h + need, std::memory_order_release);
+  head_ = h + need;
+  r.head.store(head_, std::memory_order_release);
   wake(r);
   return true;
 }
@@ -145,15 +176,16 @@ void ShmChannel::wake(Ring& r) {
 }
 
 bool ShmChannel::readable() const {
-  const Ring& r = ring(1 - side_);
-  return r.head.load(std::memory_order_acquire) != r.tail.load(std::memory_order_relaxed);
+  return ring(1 - side_).head.load(std::memory_order_acquire) != tail_.load(std::memory_order_relaxed);
 }
 
 Result<bool> ShmChannel::receive(std::string& out) {
   Ring& r = ring(1 - side_);
   uint8_t* d = data(1 - side_);
-  uint64_t t = r.tail.load(std::memory_order_relaxed);
+  // Our tail is ours (tail_); the head is the peer's, checked before use.
+  uint64_t t = tail_.load(std::memory_order_relaxed);
   uint64_t h = r.head.load(std::memory_order_acquire);
+  if (broken_.load(std::memory_order_relaxed)) return Status(Code::kDataLoss, "local control ring: the peer published a tail that cannot be right");
   if (t == h) return false;
   // The ring is shared with the peer: a length it wrote is checked against
   // what it published and against the ring's end before a byte is read.
@@ -161,7 +193,7 @@ Result<bool> ShmChannel::receive(std::string& out) {
     return Status(Code::kDataLoss, std::string("local control ring: ") + what + " at offset " +
                                        std::to_string(t % ring_bytes_) + " (the peer wrote garbage)");
   };
-  if (h - t > ring_bytes_) return garbage("more bytes published than the ring holds");
+  if (h < t || h - t > ring_bytes_) return garbage("a head behind what was read, or more bytes than the ring holds");
   size_t at = t % ring_bytes_;
   uint32_t n = 0;
   std::memcpy(&n, d + at, 4);
@@ -174,6 +206,7 @@ Result<bool> ShmChannel::receive(std::string& out) {
   }
   if (n > ring_bytes_ - at - 4 || align8(4 + size_t{n}) > h - t) return garbage("a message length past the ring");
   out.assign(reinterpret_cast<const char*>(d + at + 4), n);
+  tail_.store(t + align8(4 + n), std::memory_order_relaxed);
   r.tail.store(t + align8(4 + n), std::memory_order_release);
   return true;
 }
