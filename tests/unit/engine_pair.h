@@ -17,11 +17,10 @@ struct EnginePair {
   std::shared_ptr<Connection> ca, cb;  // a's end and b's end
 };
 
-// Connects a to b over `transport` ("tcp" or "local"); on failure the test
-// fails and the ends are null.
-inline EnginePair connect_pair(std::string_view transport) {
+// Connects a to b over `transport` ("tcp" or "local"), both engines made
+// with `o`; on failure the test fails and the ends are null.
+inline EnginePair connect_pair(std::string_view transport, Options o = {}) {
   using namespace std::chrono_literals;
-  Options o;
   o.transport = std::string(transport);
   o.local_same_process = true;  // both engines live in this test's process
   EnginePair p;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <ctime>
 
@@ -71,6 +72,10 @@ void ShmChannel::release() {
   base_ = nullptr;
   fd_ = -1;
 }
+
+size_t ShmChannel::head_offset(int i) { return offsetof(Layout, rings) + i * sizeof(Ring) + offsetof(Ring, head); }
+size_t ShmChannel::tail_offset(int i) { return offsetof(Layout, rings) + i * sizeof(Ring) + offsetof(Ring, tail); }
+size_t ShmChannel::data_offset(int i) const { return static_cast<size_t>(data(i) - base_); }
 
 ShmChannel::Ring& ShmChannel::ring(int i) const { return reinterpret_cast<Layout*>(base_)->rings[i]; }
 uint8_t* ShmChannel::data(int i) const { return base_ + align8(sizeof(Layout)) + static_cast<size_t>(i) * ring_bytes_; }

@@ -58,6 +58,12 @@ class ShmChannel {
   // Wakes this side's own consumer (used when local work appears).
   void kick();
 
+  // Where ring `i`'s shared head and tail, and its bytes, lie in the file:
+  // what a peer can write, for tests that play a hostile one.
+  static size_t head_offset(int i);
+  static size_t tail_offset(int i);
+  size_t data_offset(int i) const;
+
   // Liveness: each side bumps its own counter; the other side reads it.
   void beat();
   uint64_t peer_beats() const;

@@ -1,0 +1,381 @@
+// The local transport against a hostile peer on the same host: what it can
+// write into the shared channel, the file it hands over, and who it claims
+// to be. Each test plays the peer by hand and checks the engine's side
+// neither trusts nor crashes on what it is given.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine_pair.h"
+#include "ferry/ferry.h"
+#include "transport/local/peer_proof.h"
+#include "transport/local/shm_channel.h"
+
+namespace ferry::local {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr size_t kRing = 4096;
+
+// The peer's own view of the channel: a writable mapping of the whole file.
+struct PeerMapping {
+  explicit PeerMapping(int fd) {
+    struct stat st {};
+    EXPECT_EQ(::fstat(fd, &st), 0);
+    bytes = static_cast<size_t>(st.st_size);
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    EXPECT_NE(p, MAP_FAILED);
+    base = static_cast<uint8_t*>(p);
+  }
+  ~PeerMapping() { ::munmap(base, bytes); }
+  void put_u64(size_t at, uint64_t v) { std::memcpy(base + at, &v, 8); }
+  uint8_t* base = nullptr;
+  size_t bytes = 0;
+};
+
+ShmChannel attach_copy(const ShmChannel& c, uint64_t nonce) {
+  auto p = ShmChannel::attach(::dup(c.fd()), nonce);
+  EXPECT_TRUE(p.ok()) << p.status().to_string();
+  return std::move(p).value();
+}
+
+// A copy of a genuine channel's bytes in a new memfd of `size` bytes, sealed
+// with `seals` (0: none): what a peer may hand over instead of a channel.
+int forged_file(const ShmChannel& genuine, size_t size, int seals) {
+  int fd = static_cast<int>(::syscall(SYS_memfd_create, "forged", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(::ftruncate(fd, static_cast<off_t>(size)), 0);
+  std::vector<uint8_t> head(512);
+  EXPECT_EQ(::pread(genuine.fd(), head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
+  EXPECT_EQ(::pwrite(fd, head.data(), std::min(head.size(), size), 0), static_cast<ssize_t>(std::min(head.size(), size)));
+  if (seals != 0) EXPECT_EQ(::fcntl(fd, F_ADD_SEALS, seals), 0);
+  return fd;
+}
+
+// The producer's head is its own: a peer that rewrites the shared copy so
+// that a wrap marker would land at the ring's last two bytes (and two bytes
+// past it, into the other ring) moves no write; the next message goes where
+// the real head is and arrives intact.
+TEST(LocalTrust, AForgedProducerHeadMovesNoWrite) {
+  auto a = ShmChannel::create(kRing, 5).value();
+  ShmChannel b = attach_copy(a, 5);
+  ASSERT_TRUE(a.try_post("first!!!", ""));
+  std::string got;
+  ASSERT_TRUE(b.receive(got).value());
+  PeerMapping peer(a.fd());
+  uint8_t* other_ring = peer.base + a.data_offset(1);
+  std::memset(other_ring, 0xab, 8);
+  peer.put_u64(ShmChannel::head_offset(0), 2 * kRing - 2);
+  ASSERT_TRUE(a.try_post("hello", ""));
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(other_ring[i], 0xab) << "byte " << i << " of the other ring was written";
+  ASSERT_TRUE(b.receive(got).value());
+  EXPECT_EQ(got, "hello");
+}
+
+// A consumer tail ahead of what was published (or a whole ring behind) is
+// garbage, not room: nothing is posted over unread messages, and the
+// channel reports the peer broken.
+TEST(LocalTrust, AForgedConsumerTailIsGarbageNotRoom) {
+  for (uint64_t forged : {uint64_t{1} << 40, uint64_t{kRing} * 3}) {
+    auto a = ShmChannel::create(kRing, 6).value();
+    ShmChannel b = attach_copy(a, 6);
+    PeerMapping peer(a.fd());
+    ASSERT_TRUE(a.try_post("unread", ""));
+    peer.put_u64(ShmChannel::tail_offset(0), forged);
+    EXPECT_FALSE(a.try_post(std::string(3000, 'x'), "")) << "tail " << forged;
+    std::string got;
+    Result<bool> r = a.receive(got);
+    ASSERT_FALSE(r.ok()) << "tail " << forged;
+    EXPECT_EQ(r.status().code(), Code::kDataLoss);
+  }
+}
+
+// The consumer's tail is its own too: a peer that rewinds the shared copy
+// cannot make a message be read twice.
+TEST(LocalTrust, ARewoundConsumerTailReadsNothingTwice) {
+  auto a = ShmChannel::create(kRing, 7).value();
+  ShmChannel b = attach_copy(a, 7);
+  ASSERT_TRUE(a.try_post("once", ""));
+  std::string got;
+  ASSERT_TRUE(b.receive(got).value());
+  PeerMapping peer(a.fd());
+  peer.put_u64(ShmChannel::tail_offset(0), 0);
+  Result<bool> again = b.receive(got);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again.value());
+}
+
+// The file a peer hands over must be sealed against resizing and exactly the
+// size its header announces; otherwise the peer could shrink it under the
+// mapping and every later access would kill the engine with SIGBUS.
+TEST(LocalTrust, OnlyASealedFileOfTheAnnouncedSizeIsMapped) {
+  auto genuine = ShmChannel::create(kRing, 8).value();
+  struct stat st {};
+  ASSERT_EQ(::fstat(genuine.fd(), &st), 0);
+  size_t size = static_cast<size_t>(st.st_size);
+  const int seals = F_SEAL_SHRINK | F_SEAL_GROW;
+
+  auto unsealed = ShmChannel::attach(forged_file(genuine, size, 0), 8);
+  ASSERT_FALSE(unsealed.ok());
+  EXPECT_EQ(unsealed.status().code(), Code::kPermissionDenied) << unsealed.status().to_string();
+  EXPECT_NE(unsealed.status().message().find("sealed"), std::string::npos);
+
+  auto shrink_only = ShmChannel::attach(forged_file(genuine, size, F_SEAL_GROW), 8);
+  EXPECT_FALSE(shrink_only.ok());
+
+  auto short_file = ShmChannel::attach(forged_file(genuine, size / 2, seals), 8);
+  ASSERT_FALSE(short_file.ok());
+  EXPECT_EQ(short_file.status().code(), Code::kDataLoss) << short_file.status().to_string();
+  EXPECT_NE(short_file.status().message().find("announces"), std::string::npos);
+
+  auto long_file = ShmChannel::attach(forged_file(genuine, size + 4096, seals), 8);
+  EXPECT_FALSE(long_file.ok());
+
+  auto right = ShmChannel::attach(forged_file(genuine, size, seals), 8);
+  EXPECT_TRUE(right.ok()) << right.status().to_string();
+
+  // The channel this side makes cannot be shrunk by the peer that gets it.
+  EXPECT_NE(::ftruncate(genuine.fd(), 0), 0);
+  EXPECT_EQ(errno, EPERM);
+}
+
+// The rendezvous of this very process: the kernel says the peer is this
+// process, and each end refuses it (an engine never becomes its own peer)
+// unless two engines of one process were allowed.
+TEST(LocalTrust, APeerThatIsThisProcessIsRefusedByEitherEnd) {
+  auto channel = ShmChannel::create(kRing, 9).value();
+  const PeerPolicy strict{false, false}, lenient{false, true};
+  struct Case {
+    PeerPolicy owner, fetcher;
+  };
+  for (const Case& c : {Case{lenient, strict}, Case{strict, lenient}, Case{lenient, lenient}}) {
+    auto listener = RendezvousListener::open();
+    ASSERT_TRUE(listener.ok()) << listener.status().to_string();
+    int control[2];
+    ASSERT_EQ(::pipe(control), 0);
+    Result<PeerCredentials> handed = Status();
+    std::thread owner([&] { handed = listener->hand_over(channel.fd(), control[0], c.owner, after(5s)); });
+    Result<ReceivedChannel> got = fetch_channel(listener->name(), listener->ticket(), c.fetcher, after(5s));
+    // A fetcher that refused never presents the ticket; the owner would
+    // wait for the deadline, so the control stream "answers" instead.
+    if (!got.ok()) ::close(control[1]);
+    owner.join();
+    ::close(control[0]);
+    if (got.ok()) ::close(control[1]);
+    if (!c.fetcher.same_process) {
+      ASSERT_FALSE(got.ok());
+      EXPECT_EQ(got.status().code(), Code::kPermissionDenied);
+      EXPECT_NE(got.status().message().find("this very process"), std::string::npos) << got.status().to_string();
+      EXPECT_FALSE(handed.ok());
+    } else if (!c.owner.same_process) {
+      ASSERT_FALSE(handed.ok());
+      EXPECT_EQ(handed.status().code(), Code::kPermissionDenied) << handed.status().to_string();
+      EXPECT_FALSE(got.ok()) << "the owner refused, yet a descriptor arrived";
+    } else {
+      ASSERT_TRUE(got.ok()) << got.status().to_string();
+      ASSERT_TRUE(handed.ok()) << handed.status().to_string();
+      EXPECT_EQ(handed->pid, ::getpid());
+      EXPECT_EQ(got->peer.pid, ::getpid());
+      struct stat mine {}, theirs {};
+      ASSERT_EQ(::fstat(channel.fd(), &mine), 0);
+      ASSERT_EQ(::fstat(got->fd, &theirs), 0);
+      EXPECT_EQ(mine.st_ino, theirs.st_ino);
+      ::close(got->fd);
+    }
+  }
+  EXPECT_EQ(check_peer({::getpid(), ::geteuid()}, {}).code(), Code::kPermissionDenied);
+  EXPECT_EQ(check_peer({::getpid() + 1, ::geteuid() + 1}, {}).code(), Code::kPermissionDenied);
+  EXPECT_TRUE(check_peer({::getpid() + 1, ::geteuid() + 1}, {true, false}).ok());
+  EXPECT_TRUE(check_peer({::getpid() + 1, ::geteuid()}, {}).ok());
+}
+
+// An unprivileged local user (uid 65534) that connects to an engine of
+// another uid gets no local channel: asked for the local transport it is
+// refused with a reason that names both uids, and under "auto" it ends up on
+// TCP. The peer runs as its own process: this binary, re-executed as that
+// user, running only the test below.
+TEST(LocalTrust, AnotherUidGetsNoLocalChannel) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to start a peer as another uid";
+  Options o;
+  o.transport = "auto";
+  auto engine = Engine::create(o).value();
+  std::string exe(4096, '\0');
+  ssize_t n = ::readlink("/proc/self/exe", exe.data(), exe.size());
+  ASSERT_GT(n, 0);
+  exe.resize(static_cast<size_t>(n));
+  std::string target = "FERRY_TEST_TARGET=" + engine->address();
+  pid_t child = ::fork();
+  if (child == 0) {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) _exit(90);
+    const char* argv[] = {exe.c_str(), "--gtest_filter=LocalTrustPeer.ConnectsAsAnotherUid", nullptr};
+    const char* envp[] = {target.c_str(), nullptr};
+    ::execve(exe.c_str(), const_cast<char* const*>(argv), const_cast<char* const*>(envp));
+    _exit(91);
+  }
+  ASSERT_GT(child, 0);
+  // The peer's connections: one refused on the local transport, one on TCP.
+  auto accepted = engine->accept(after(20s));
+  int status = 0;
+  auto until = Clock::now() + 30s;
+  while (::waitpid(child, &status, WNOHANG) == 0 && Clock::now() < until) std::this_thread::sleep_for(10ms);
+  if (Clock::now() >= until) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+    FAIL() << "the peer did not finish in time";
+  }
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the peer's expectations failed (90/91: it could not start)";
+  ASSERT_TRUE(accepted.ok()) << accepted.status().to_string();
+  EXPECT_EQ((*accepted)->transport_name(), "tcp");
+}
+
+// The peer side of the test above; skipped unless that test started it.
+TEST(LocalTrustPeer, ConnectsAsAnotherUid) {
+  const char* target = std::getenv("FERRY_TEST_TARGET");
+  if (target == nullptr) GTEST_SKIP() << "runs only as the peer of LocalTrust.AnotherUidGetsNoLocalChannel";
+  ASSERT_NE(::geteuid(), 0u);
+  Options local;
+  local.transport = "local";
+  auto engine = Engine::create(local).value();
+  auto refused = engine->connect(target, after(10s));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Code::kPermissionDenied) << refused.status().to_string();
+  EXPECT_NE(refused.status().message().find("uid 65534"), std::string::npos) << refused.status().to_string();
+  Options automatic;
+  automatic.transport = "auto";
+  auto e2 = Engine::create(automatic).value();
+  auto tcp = e2->connect(target, after(10s));
+  ASSERT_TRUE(tcp.ok()) << tcp.status().to_string();
+  EXPECT_EQ((*tcp)->transport_name(), "tcp");
+  EXPECT_TRUE((*tcp)->notify("over tcp", after(5s)).ok());
+}
+
+// Anyone can read a rendezvous name in /proc/net/unix and connect; without
+// the ticket it gets no descriptor, and the real peer still does.
+TEST(LocalTrust, AProberWithoutTheTicketGetsNoChannel) {
+  auto channel = ShmChannel::create(kRing, 10).value();
+  PeerPolicy policy{false, true};
+  auto listener = RendezvousListener::open();
+  ASSERT_TRUE(listener.ok());
+  int control[2];
+  ASSERT_EQ(::pipe(control), 0);
+  Result<PeerCredentials> handed = Status();
+  std::thread owner([&] { handed = listener->hand_over(channel.fd(), control[0], policy, after(10s)); });
+
+  int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path + 1, listener->name().data(), listener->name().size());
+  auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + listener->name().size());
+  ASSERT_EQ(::connect(probe, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  Ticket wrong = listener->ticket();
+  wrong[3] ^= 1;
+  ASSERT_EQ(::send(probe, wrong.data(), wrong.size(), MSG_NOSIGNAL), static_cast<ssize_t>(wrong.size()));
+  // The owner drops the prober: end of stream, and no descriptor with it.
+  char byte;
+  alignas(cmsghdr) char cm[CMSG_SPACE(sizeof(int))] = {};
+  iovec iov{&byte, 1};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = cm;
+  msg.msg_controllen = sizeof(cm);
+  timeval tv{5, 0};
+  ::setsockopt(probe, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  EXPECT_EQ(::recvmsg(probe, &msg, 0), 0);
+  EXPECT_EQ(msg.msg_controllen, 0u);
+  ::close(probe);
+
+  Result<ReceivedChannel> got = fetch_channel(listener->name(), listener->ticket(), policy, after(5s));
+  owner.join();
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_TRUE(handed.ok()) << handed.status().to_string();
+  ::close(got->fd);
+  ::close(control[0]);
+  ::close(control[1]);
+}
+
+// A LOCAL_SETUP names only a rendezvous of the form this engine makes, so a
+// peer cannot point the engine at another program's abstract socket.
+TEST(LocalTrust, OnlyRendezvousNamesOfTheEnginesFormAreDialed) {
+  EXPECT_TRUE(valid_rendezvous_name("ferry-local-0123456789abcdef0123456789abcdef"));
+  for (const char* bad : {"", "ferry-local-", "ferry-local-0123456789abcdef0123456789abcdeF",
+                          "ferry-local-0123456789abcdef0123456789abcde", "/tmp/.X11-unix/X0",
+                          "ferry-local-0123456789abcdef0123456789abcdef0"}) {
+    EXPECT_FALSE(valid_rendezvous_name(bad)) << bad;
+    auto r = fetch_channel(bad, Ticket{}, {}, after(1s));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), Code::kDataLoss) << bad;
+  }
+}
+
+// Two engines of one process: refused on the local transport by default
+// (auto falls back to TCP, local says why), carried with the opt-in.
+TEST(LocalTrust, TwoEnginesOfOneProcessNeedTheOptIn) {
+  for (std::string transport : {"auto", "local"}) {
+    Options o;
+    o.transport = transport;
+    auto a = Engine::create(o).value();
+    auto b = Engine::create(o).value();
+    std::thread t([&] { (void)b->accept(after(transport == "auto" ? 5s : 1s)); });
+    auto c = a->connect(b->address(), after(5s));
+    t.join();
+    if (transport == "auto") {
+      ASSERT_TRUE(c.ok()) << c.status().to_string();
+      EXPECT_EQ((*c)->transport_name(), "tcp");
+    } else {
+      ASSERT_FALSE(c.ok());
+      EXPECT_EQ(c.status().code(), Code::kPermissionDenied) << c.status().to_string();
+      EXPECT_NE(c.status().message().find("this very process"), std::string::npos) << c.status().to_string();
+    }
+  }
+  EnginePair p = connect_pair("local");
+  ASSERT_TRUE(p.ca && p.cb);
+  EXPECT_EQ(p.ca->transport_name(), "local");
+}
+
+// A peer that sends message after message nobody receives grows what the
+// engine holds only up to connection_memory_bytes: past it the connection
+// fails with kResourceExhausted, saying why, and what arrived before the
+// budget ran out is intact.
+TEST(LocalTrust, UnreceivedMessagesPastTheBudgetFailTheConnection) {
+  Options o;
+  o.connection_memory_bytes = 1u << 20;
+  EnginePair p = connect_pair("local", o);
+  ASSERT_TRUE(p.ca && p.cb);
+  const size_t each = 32 * 1024 + 3;
+  std::vector<uint8_t> src(each), dst(each);
+  for (size_t i = 0; i < each; ++i) src[i] = static_cast<uint8_t>(i * 131 + 7);
+  ASSERT_TRUE(p.a->reg(src.data(), src.size()).ok());
+  ASSERT_TRUE(p.b->reg(dst.data(), dst.size()).ok());
+  std::vector<Transfer> sends;
+  for (int i = 0; i < 20; ++i) sends.push_back(p.ca->send_async(src.data(), each));
+  ASSERT_TRUE(p.cb->recv(dst.data(), dst.size(), after(5s)).ok());
+  EXPECT_EQ(src, dst);
+  for (int i = 0; i < 40; ++i) sends.push_back(p.ca->send_async(src.data(), each));
+  auto until = Clock::now() + 10s;
+  while (p.cb->health().ok() && Clock::now() < until) std::this_thread::sleep_for(5ms);
+  Status h = p.cb->health();
+  ASSERT_FALSE(h.ok()) << "60 unreceived messages of 32 KiB and a 1 MiB budget, yet the connection holds them all";
+  EXPECT_EQ(h.code(), Code::kResourceExhausted) << h.to_string();
+  EXPECT_NE(h.message().find("connection_memory_bytes"), std::string::npos) << h.to_string();
+  for (auto& t : sends) (void)t.wait(after(10s));
+}
+
+}  // namespace
+}  // namespace ferry::local
