@@ -57,8 +57,9 @@ Status Registry::remove(uint64_t region_id) {
         break;
       }
     }
-    for (auto e = exports_.begin(); e != exports_.end();) {
-      e = e->second.region == entry ? exports_.erase(e) : std::next(e);
+    if (auto owned = exports_by_region_.find(region_id); owned != exports_by_region_.end()) {
+      for (uint64_t export_id : owned->second) exports_.erase(export_id);
+      exports_by_region_.erase(owned);
     }
   }
   // Outside the table lock: wait for bytes moving in the region right now.
@@ -93,6 +94,7 @@ Result<RemoteDescriptor> Registry::export_slice(uint64_t engine_id, uint64_t reg
   d.kind = r.kind;
   d.device = r.device;
   exports_.emplace(d.export_id, ExportEntry{d.key, it->second, offset, length});
+  exports_by_region_[region_id].push_back(d.export_id);
   return d;
 }
 

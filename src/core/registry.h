@@ -13,6 +13,7 @@
 #include <memory>
 #include <shared_mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "ferry/memory.h"
 #include "ferry/status.h"
@@ -84,6 +85,10 @@ class Registry {
   size_t max_length_ = 0;                              // guarded by mu_; bounds the backward scan
   uint64_t next_region_id_ = 1;                        // guarded by mu_
   uint64_t next_export_id_ = 1;                        // guarded by mu_
+
+  // Export ids of each region that has any, so that a dereg costs the
+  // region's own exports rather than the whole table. Guarded by mu_.
+  std::unordered_map<uint64_t, std::vector<uint64_t>> exports_by_region_;
 };
 
 }  // namespace ferry::core
