@@ -86,6 +86,13 @@ class Options:
     auth_token: str
     socket_buffer_bytes: int
     transport: str
+    max_connections: int
+    max_handshakes: int
+    max_connections_per_peer: int
+    max_streams: int
+    connection_memory_bytes: int
+    local_other_uids: bool
+    local_same_process: bool
     # Durations in seconds; setters also take datetime.timedelta.
     heartbeat_interval: float
     peer_timeout: float

@@ -61,6 +61,9 @@ CONNECT_TIMEOUT_ENV = "FERRY_P2P_CONNECT_TIMEOUT"
 DEFAULT_CONNECT_TIMEOUT = 30.0
 HELLO_TIMEOUT = 10.0
 HELLO_PREFIX = b"ferry.p2p/1 gpu="
+# A GPU index has at most this many digits (its port must stay below 65536);
+# a longer one in a peer's hello is refused before int() has to read it.
+MAX_GPU_INDEX_DIGITS = 5
 MAX_STREAMS = 16
 
 
@@ -254,14 +257,15 @@ class Endpoint:
                 log.warning("p2p accept: dropping connection from %s: no hello (%s)", conn.peer_address, e)
                 conn.close()
                 continue
-            if not hello.startswith(HELLO_PREFIX) or not hello[len(HELLO_PREFIX):].isdigit():
+            index = hello[len(HELLO_PREFIX):]
+            if not hello.startswith(HELLO_PREFIX) or not index.isdigit() or len(index) > MAX_GPU_INDEX_DIGITS:
                 log.warning("p2p accept: dropping connection from %s: not a ferry.p2p endpoint (first note %r)",
                             conn.peer_address, hello[:64])
                 conn.close()
                 continue
             with self._lock:
                 self._conns[conn.id] = conn
-            return True, _host_of(conn.peer_address), int(hello[len(HELLO_PREFIX):]), conn.id
+            return True, _host_of(conn.peer_address), int(index), conn.id
 
     def connection(self, conn_id: int) -> ferry.Connection:
         """The ferry.Connection behind `conn_id`, for the full API (write/read, notifications)."""

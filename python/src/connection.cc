@@ -351,7 +351,7 @@ void bind_connection(pyb::module_& m) {
   c.def_property_readonly(
       "peer_engine_id", [](PyConnection& c) { return c.conn->peer_engine_id(); }, "The peer engine's id.");
   c.def_property_readonly(
-      "peer_address", [](PyConnection& c) { return c.conn->peer_address(); },
+      "peer_address", [](PyConnection& c) { return text_to_python(c.conn->peer_address()); },
       "'ip:port' of the peer's end of the control stream.");
   c.def_property_readonly(
       "transport_name", [](PyConnection& c) { return std::string(c.conn->transport_name()); }, "'tcp' or 'local'.");
@@ -365,8 +365,8 @@ void bind_connection(pyb::module_& m) {
     conn->close();
   });
   c.def("__repr__", [](PyConnection& c) {
-    return "<ferry.Connection id=" + std::to_string(c.conn->id()) + " peer=" + c.conn->peer_address() + " " +
-           c.conn->health().to_string() + ">";
+    return text_to_python("<ferry.Connection id=" + std::to_string(c.conn->id()) + " peer=" + c.conn->peer_address() +
+                          " " + c.conn->health().to_string() + ">");
   });
 }
 

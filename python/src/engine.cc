@@ -96,7 +96,22 @@ void bind_options(pyb::module_& m) {
       .def_readwrite("auth_token", &Options::auth_token, "Shared secret; empty means no authentication.")
       .def_readwrite("socket_buffer_bytes", &Options::socket_buffer_bytes,
                      "Kernel socket buffer per stream in bytes; 0 keeps the kernel's autotuning.")
-      .def_readwrite("transport", &Options::transport, "'auto' or 'tcp'.");
+      .def_readwrite("transport", &Options::transport, "'auto' or 'tcp'.")
+      .def_readwrite("max_connections", &Options::max_connections,
+                     "Connections the engine holds at once (accepted, dialed or queued); one more is refused.")
+      .def_readwrite("max_handshakes", &Options::max_handshakes,
+                     "Handshakes in progress at once; a connection past it is closed unread.")
+      .def_readwrite("max_connections_per_peer", &Options::max_connections_per_peer,
+                     "Connections one peer address may hold at once.")
+      .def_readwrite("max_streams", &Options::max_streams,
+                     "Data streams over all connections (each costs two threads); a handshake past it is refused.")
+      .def_readwrite("connection_memory_bytes", &Options::connection_memory_bytes,
+                     "Bytes a connection may hold for its peer (unreceived messages, unpolled notifications, unread "
+                     "replies); past it the connection fails with ResourceExhausted.")
+      .def_readwrite("local_other_uids", &Options::local_other_uids,
+                     "Same-host peers of another uid may use the local transport (refused by default).")
+      .def_readwrite("local_same_process", &Options::local_same_process,
+                     "Two engines of this one process may use the local transport between them.");
   duration_property<&Options::heartbeat_interval>(o, "heartbeat_interval",
                                                   "Seconds without control traffic before a heartbeat goes out.");
   duration_property<&Options::peer_timeout>(o, "peer_timeout",

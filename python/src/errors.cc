@@ -53,13 +53,20 @@ std::string upper(std::string_view s) {
 
 }  // namespace
 
+pyb::str text_to_python(std::string_view text) {
+  PyObject* s = PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "backslashreplace");
+  if (s == nullptr) throw pyb::error_already_set();
+  return pyb::reinterpret_steal<pyb::str>(s);
+}
+
 pyb::object exception_for(const Status& s) {
   auto index = static_cast<size_t>(s.code());
   PyObject* cls = index < g_by_code.size() && g_by_code[index] != nullptr ? g_by_code[index] : g_base;
   pyb::object type = pyb::reinterpret_borrow<pyb::object>(cls);
-  pyb::object exc = type(pyb::str(s.message()));
+  pyb::str message = text_to_python(s.message());
+  pyb::object exc = type(message);
   exc.attr("code") = pyb::cast(s.code());
-  exc.attr("message") = pyb::str(s.message());
+  exc.attr("message") = message;
   return exc;
 }
 
@@ -77,16 +84,20 @@ void bind_errors(pyb::module_& m) {
       .def(pyb::init<>())
       .def(pyb::init<Code, std::string>(), pyb::arg("code"), pyb::arg("message"))
       .def_property_readonly("code", &Status::code)
-      .def_property_readonly("message", &Status::message)
+      .def_property_readonly(
+          "message", [](const Status& s) { return text_to_python(s.message()); },
+          "What failed and where; bytes that are not UTF-8 appear as \\xNN.")
       .def("ok", &Status::ok, "True for the OK status.")
-      .def("to_string", &Status::to_string, "'peer_lost: connection 3 to ...' or 'ok'.")
+      .def(
+          "to_string", [](const Status& s) { return text_to_python(s.to_string()); },
+          "'peer_lost: connection 3 to ...' or 'ok'.")
       .def(
           "exception", [](const Status& s) -> pyb::object { return s.ok() ? pyb::none() : exception_for(s); },
           "The matching FerryError subclass instance (not raised), or None when OK.")
       .def(
           "raise_if_error", [](const Status& s) { throw_if_error(s); }, "Raises the matching FerryError unless OK.")
       .def("__eq__", [](const Status& a, const Status& b) { return a == b; })
-      .def("__repr__", [](const Status& s) { return "<ferry.Status " + s.to_string() + ">"; });
+      .def("__repr__", [](const Status& s) { return text_to_python("<ferry.Status " + s.to_string() + ">"); });
 
   g_base = PyErr_NewExceptionWithDoc("ferry.FerryError",
                                      "Base class of every error a ferry operation reports. Attributes: code "

@@ -138,8 +138,8 @@ void bind_transfer(pyb::module_& m) {
            "Stops an operation that has not started moving data (an unmatched receive): it fails with Cancelled "
            "and True is returned. Otherwise False; the operation runs to its end.")
       .def("__repr__", [](PyTransfer& t) {
-        return "<ferry.Transfer id=" + std::to_string(t.id()) + (t.test() ? " " + t.status().to_string() : " running") +
-               ">";
+        return text_to_python("<ferry.Transfer id=" + std::to_string(t.id()) +
+                              (t.test() ? " " + t.status().to_string() : " running") + ">");
       });
   m.def("_graveyard_size", &graveyard_size, "Dropped transfers still running whose buffers are kept alive.");
 }
