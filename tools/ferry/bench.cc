@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string_view>
+#include <system_error>
 #include <thread>
 
 #include "ferry/bench_alternate.h"
@@ -75,6 +76,8 @@ struct BenchFlags {
   // --alternate-nics: NIC sets measured against each other, burst by burst.
   std::string alternate_nics;
   int rounds = 30;
+  // Host memory the buffers may take at once (a target: all its sessions).
+  std::string max_memory;
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -125,35 +128,80 @@ std::string footprint_note(const RunConfig& cfg) {
 
 std::string side_name(int gpu) { return gpu < 0 ? "host" : "gpu" + std::to_string(gpu); }
 
+// Sessions a target runs at once; an initiator past them is turned away.
+constexpr size_t kMaxSessions = 64;
+
 // Serves sessions, each on its own thread (a --gpus initiator opens one
-// connection per GPU at once). With --once, exits after the first group of
-// sessions ended.
+// connection per GPU at once). A failed session (refused, cut short, broken
+// protocol) is logged and its connection closed; the target goes on serving.
+// With --once, exits after the first group of sessions ended: 0 when they all
+// succeeded, 1 otherwise.
 int run_target(const BenchFlags& f, const Options& options) {
   Options o = options;
   o.listen = f.listen;
+  uint64_t max_memory = f.max_memory.empty() ? 0 : must(parse_bytes(f.max_memory), "--max-memory");
   auto engine = must(Engine::create(o), "create engine");
+  MemoryBudget budget(max_memory);
   std::printf("ferry bench target listening on %s\n", engine->address().c_str());
   std::fflush(stdout);
-  std::atomic<int> ended{0}, group{0};
-  std::vector<std::thread> sessions;
+  struct Session {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::atomic<int> ended{0}, group{0}, failed{0};
+  std::vector<Session> sessions;
+  auto reap = [&sessions] {
+    for (auto it = sessions.begin(); it != sessions.end();) {
+      if (!it->done->load()) {
+        ++it;
+        continue;
+      }
+      it->thread.join();
+      it = sessions.erase(it);
+    }
+  };
   for (;;) {
+    reap();
     if (f.once && group.load() > 0 && ended.load() >= group.load()) break;
     auto conn = engine->accept(after(100ms));
     if (!conn.ok()) {
       if (conn.status().code() == Code::kDeadlineExceeded) continue;
       die("accept", conn.status());
     }
-    sessions.emplace_back([&engine, &ended, &group, c = conn.value()] {
-      RunConfig cfg = serve_session(*engine, c);
+    std::shared_ptr<Connection> c = conn.value();
+    std::string from = printable(c->peer_address());
+    if (sessions.size() >= kMaxSessions) {
+      std::fprintf(stderr, "ferry bench: session from %s refused: %zu sessions running, the most this target serves\n",
+                   from.c_str(), sessions.size());
       c->close();
+      continue;
+    }
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    auto serve = [&engine, &budget, &ended, &group, &failed, c, done, from] {
+      Result<RunConfig> cfg = serve_session(*engine, c, budget);
+      c->close();
+      if (!cfg.ok()) {
+        std::fprintf(stderr, "ferry bench: session from %s failed: %s\n", from.c_str(),
+                     printable(cfg.status().to_string()).c_str());
+        failed.fetch_add(1);
+      }
+      int want = cfg.ok() ? cfg->group : 1;
       int g = group.load();
-      while (g < cfg.group && !group.compare_exchange_weak(g, cfg.group)) {
+      while (g < want && !group.compare_exchange_weak(g, want)) {
       }
       ended.fetch_add(1);
-    });
+      done->store(true);
+    };
+    try {
+      sessions.push_back(Session{std::thread(serve), done});
+    } catch (const std::system_error& e) {
+      std::fprintf(stderr, "ferry bench: session from %s refused: cannot start its thread: %s\n", from.c_str(),
+                   e.what());
+      c->close();
+    }
   }
-  for (auto& t : sessions) t.join();
-  return 0;
+  for (auto& s : sessions) s.thread.join();
+  return failed.load() > 0 ? 1 : 0;
 }
 
 // Starts this binary as the target of --local; returns its pid and address.
@@ -169,6 +217,10 @@ pid_t spawn_local_target(const BenchFlags& f, std::string& address) {
   if (!f.chunk.empty()) {
     args.push_back("--chunk");
     args.push_back(f.chunk);
+  }
+  if (!f.max_memory.empty()) {
+    args.push_back("--max-memory");
+    args.push_back(f.max_memory);
   }
   if (f.window > 0) {
     args.push_back("--window");
@@ -410,6 +462,12 @@ int run_bench(const BenchFlags& f) {
     std::fprintf(stderr, "ferry bench: --op pingpong waits for each echo: --inflight must be 1\n");
     return 2;
   }
+  if (Status v = validate(cfg); !v.ok()) {
+    std::fprintf(stderr, "ferry bench: %s\n", v.message().c_str());
+    return 2;
+  }
+  cfg.budget =
+      std::make_shared<MemoryBudget>(f.max_memory.empty() ? 0 : must(parse_bytes(f.max_memory), "--max-memory"));
   std::vector<std::string> nic_sets;
   if (!f.alternate_nics.empty()) nic_sets = must(parse_nic_sets(f.alternate_nics), "--alternate-nics");
   std::string peer = f.peer;
@@ -472,6 +530,9 @@ void add_bench_command(CLI::App& app) {
                 "each side's source and destination span at least this much (e.g. 1G) and operations take "
                 "turns through it, so that no operation finds the last one's bytes in the CPU's caches");
   b->add_flag("--once", f->once, "target: serve one initiator, then exit");
+  b->add_option("--max-memory", f->max_memory,
+                "host memory the buffers may take at once, e.g. 8G (a target: all its sessions together); a "
+                "session asking for more is refused (default: half the memory available at start)");
   b->add_option("--json", f->json_out, "also write results as JSON to FILE, or - for stdout");
   b->add_option("--nics", f->nics, "NICs to serve and stripe over, e.g. eth1,eth2 (FERRY_NICS)");
   b->add_option("--gpus", f->gpus,

@@ -1,6 +1,8 @@
 // Benchmark sessions: what initiator and target do over the ferry connection.
 #include "ferry/bench_session.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -8,7 +10,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <fstream>
+#include <iterator>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <system_error>
 #include <thread>
 
 #include "core/pattern.h"
@@ -22,7 +29,45 @@ using json = nlohmann::json;
 using namespace std::chrono_literals;
 
 constexpr auto kOpTimeout = 120s;
+// How long a target waits for an initiator to take the reason of a refusal.
+constexpr auto kReplyTimeout = 5s;
 constexpr size_t kControlBytes = 64 * 1024;
+constexpr uint64_t kNoLimit = std::numeric_limits<uint64_t>::max();
+
+uint64_t add_sat(uint64_t a, uint64_t b) { return a > kNoLimit - b ? kNoLimit : a + b; }
+uint64_t mul_sat(uint64_t a, uint64_t b) { return b != 0 && a > kNoLimit / b ? kNoLimit : a * b; }
+uint64_t page_up(uint64_t n) { return n > kNoLimit - 4095 ? kNoLimit : (n + 4095) & ~uint64_t{4095}; }
+
+// "11.4 GiB": a limit or a request, readable whatever its size.
+std::string human_bytes(uint64_t n) {
+  static const char* const kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = static_cast<double>(n);
+  size_t u = 0;
+  while (v >= 1024 && u + 1 < std::size(kUnits)) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  if (u == 0) {
+    std::snprintf(buf, sizeof(buf), "%" PRIu64 " bytes", n);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.1f %s", v, kUnits[u]);
+  }
+  return buf;
+}
+
+// Bytes the kernel says it can hand out without swapping; 0 when unknown.
+uint64_t available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return mul_sat(kib, 1024);
+  }
+  long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? mul_sat(static_cast<uint64_t>(pages), static_cast<uint64_t>(page)) : 0;
+}
 
 json to_json(const RunConfig& c) {
   return json{
@@ -30,19 +75,48 @@ json to_json(const RunConfig& c) {
       {"bidir", c.bidir}, {"verify", c.verify}, {"gpu", c.peer_gpu}, {"group", c.group},   {"footprint", c.footprint}};
 }
 
-RunConfig from_json(const json& j) {
-  RunConfig c;
-  c.op = j.at("op").get<std::string>();
-  c.sizes = j.at("sizes").get<std::vector<uint64_t>>();
-  c.iters = j.at("iters").get<int>();
-  c.warmup = j.at("warmup").get<int>();
-  c.inflight = j.value("inflight", 1);
-  c.bidir = j.at("bidir").get<bool>();
-  c.verify = j.at("verify").get<bool>();
-  c.peer_gpu = j.value("gpu", -1);
-  c.group = j.value("group", 1);
-  c.footprint = j.value("footprint", uint64_t{0});
-  return c;
+Status bad_config(const std::string& what) { return Status(Code::kInvalidArgument, "session configuration: " + what); }
+
+// An integer field of `j` in [lo, hi]; `fallback` where it is optional and absent.
+Status get_int(const json& j, const char* name, int64_t lo, int64_t hi, std::optional<int64_t> fallback, int& out) {
+  auto it = j.find(name);
+  if (it == j.end()) {
+    if (!fallback) return bad_config(std::string(name) + " is missing");
+    out = static_cast<int>(*fallback);
+    return Status();
+  }
+  std::string range = "; it must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  int64_t v = 0;
+  if (it->is_number_unsigned()) {
+    uint64_t u = it->get<uint64_t>();
+    if (u > static_cast<uint64_t>(hi)) return bad_config(std::string(name) + " is " + std::to_string(u) + range);
+    v = static_cast<int64_t>(u);
+  } else if (it->is_number_integer()) {
+    v = it->get<int64_t>();
+  } else {
+    return bad_config(std::string(name) + " must be an integer");
+  }
+  if (v < lo || v > hi) return bad_config(std::string(name) + " is " + std::to_string(v) + range);
+  out = static_cast<int>(v);
+  return Status();
+}
+
+// A byte count: a JSON integer from 0 to 2^64 - 1.
+Status get_bytes(const json& v, const std::string& name, uint64_t& out) {
+  if (v.is_number_unsigned()) {
+    out = v.get<uint64_t>();
+    return Status();
+  }
+  if (v.is_number_integer()) return bad_config(name + " is negative");
+  return bad_config(name + " must be a whole number of bytes below 2^64");
+}
+
+Status get_bool(const json& j, const char* name, bool& out) {
+  auto it = j.find(name);
+  if (it == j.end()) return bad_config(std::string(name) + " is missing");
+  if (!it->is_boolean()) return bad_config(std::string(name) + " must be true or false");
+  out = it->get<bool>();
+  return Status();
 }
 
 using core::fill_random;
@@ -55,7 +129,8 @@ platform::cu::DevicePtr dptr(const void* p) {
 // One side's memory: [src | dst | control] in host memory, registered once,
 // page aligned; or, on a GPU, [src | dst] in device memory and the control
 // slice in host memory. src and dst span the largest size, or the
-// footprint where that is larger (RunConfig::footprint).
+// footprint where that is larger (RunConfig::footprint). Whoever allocates
+// it has checked the size against a MemoryBudget (host_bytes).
 struct Buffers {
   Engine* engine = nullptr;
   uint8_t* base = nullptr;    // host memory
@@ -64,6 +139,7 @@ struct Buffers {
   bool rotate = false;        // operations take turns through slots of src and dst
   int gpu = -1;
   Region region, device_region;
+  bool registered = false, device_registered = false;
   uint8_t* src() const { return device != nullptr ? device : base; }
   uint8_t* dst() const { return src() + max; }
   uint8_t* ctl() const { return device != nullptr ? base : base + 2 * max; }
@@ -74,81 +150,103 @@ struct Buffers {
     return rotate ? static_cast<size_t>(rotating_offset(static_cast<uint64_t>(i), size, max)) : 0;
   }
 
-  Buffers(Engine* e, size_t max_size, int on_gpu = -1, uint64_t footprint = 0)
-      : engine(e), max(std::max<size_t>({max_size, footprint, 1})), rotate(footprint > 0), gpu(on_gpu) {
-    size_t total = (gpu >= 0 ? 0 : 2 * max) + kControlBytes;
-    total = (total + 4095) & ~size_t{4095};
+  explicit Buffers(Engine* e) : engine(e) {}
+  Buffers(const Buffers&) = delete;
+  Buffers& operator=(const Buffers&) = delete;
+
+  // Allocates and registers the memory; on failure, what was made is undone
+  // by the destructor.
+  Status allocate(uint64_t max_size, int on_gpu = -1, uint64_t footprint = 0) {
+    max = std::max<uint64_t>({max_size, footprint, 1});
+    rotate = footprint > 0;
+    gpu = on_gpu;
+    size_t total = page_up((gpu >= 0 ? 0 : 2 * max) + kControlBytes);
     base = static_cast<uint8_t*>(std::aligned_alloc(4096, total));
-    if (base == nullptr) die("allocate", Status(Code::kResourceExhausted, std::to_string(total) + " bytes"));
-    std::memset(base, 0, total);
-    region = must(engine->reg(base, total), "register buffers");
-    if (gpu >= 0) {
-      const platform::CudaDriver& d = platform::cuda();
-      must(platform::use_device(gpu), "use GPU " + std::to_string(gpu));
-      platform::cu::DevicePtr p = 0;
-      must(d.check(d.mem_alloc(&p, 2 * max), "cuMemAlloc", Code::kResourceExhausted),
-           "allocate " + std::to_string(2 * max) + " bytes on GPU " + std::to_string(gpu));
-      device = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(p));
-      device_region = must(engine->reg(device, 2 * max), "register GPU buffers");
+    if (base == nullptr) {
+      return Status(Code::kResourceExhausted, "cannot allocate " + human_bytes(total) + " of host memory");
     }
+    std::memset(base, 0, total);
+    FERRY_ASSIGN_OR_RETURN(region, engine->reg(base, total));
+    registered = true;
+    if (gpu < 0) return Status();
+    const platform::CudaDriver& d = platform::cuda();
+    FERRY_RETURN_IF_ERROR(platform::use_device(gpu).with_context("GPU " + std::to_string(gpu)));
+    platform::cu::DevicePtr p = 0;
+    FERRY_RETURN_IF_ERROR(d.check(d.mem_alloc(&p, 2 * max), "cuMemAlloc", Code::kResourceExhausted)
+                              .with_context(human_bytes(2 * max) + " on GPU " + std::to_string(gpu)));
+    device = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(p));
+    FERRY_ASSIGN_OR_RETURN(device_region, engine->reg(device, 2 * max));
+    device_registered = true;
+    return Status();
   }
   ~Buffers() {
-    (void)engine->dereg(region);
+    // dereg returns once no bytes land in the memory any more; only then is it freed.
+    if (registered) (void)engine->dereg(region);
     std::free(base);
     if (device != nullptr) {
-      (void)engine->dereg(device_region);
+      if (device_registered) (void)engine->dereg(device_region);
       (void)platform::use_device(gpu);
       platform::cuda().mem_free(dptr(device));
     }
   }
 
   // Host bytes into / out of [p, p+n) of src or dst, wherever they live.
-  void put(uint8_t* p, const uint8_t* from, size_t n) const {
+  Status put(uint8_t* p, const uint8_t* from, size_t n) const {
     if (device == nullptr) {
       std::memcpy(p, from, n);
-      return;
+      return Status();
     }
-    (void)platform::use_device(gpu);
-    must(platform::cuda().check(platform::cuda().memcpy(dptr(p), dptr(from), n), "cuMemcpy"), "copy to the GPU");
+    FERRY_RETURN_IF_ERROR(platform::use_device(gpu));
+    return platform::cuda().check(platform::cuda().memcpy(dptr(p), dptr(from), n), "cuMemcpy to the GPU");
   }
-  void get(const uint8_t* p, uint8_t* to, size_t n) const {
+  Status get(const uint8_t* p, uint8_t* to, size_t n) const {
     if (device == nullptr) {
       std::memcpy(to, p, n);
-      return;
+      return Status();
     }
-    (void)platform::use_device(gpu);
-    must(platform::cuda().check(platform::cuda().memcpy(dptr(to), dptr(p), n), "cuMemcpy"), "copy from the GPU");
+    FERRY_RETURN_IF_ERROR(platform::use_device(gpu));
+    return platform::cuda().check(platform::cuda().memcpy(dptr(to), dptr(p), n), "cuMemcpy from the GPU");
   }
 };
 
 // Random bytes into [at, at+n) of src.
-void fill_src(const Buffers& b, size_t at, size_t n, uint64_t seed) {
+Status fill_src(const Buffers& b, size_t at, size_t n, uint64_t seed) {
   if (b.device == nullptr) {
     fill_random(b.src() + at, n, seed);
-    return;
+    return Status();
   }
   std::vector<uint8_t> tmp(n);
   fill_random(tmp.data(), n, seed);
-  b.put(b.src() + at, tmp.data(), n);
+  return b.put(b.src() + at, tmp.data(), n);
 }
 
-uint64_t hash_of(const Buffers& b, const uint8_t* p, size_t n) {
+Result<uint64_t> hash_of(const Buffers& b, const uint8_t* p, size_t n) {
   if (b.device == nullptr) return fnv1a(p, n);
   std::vector<uint8_t> tmp(n);
-  b.get(p, tmp.data(), n);
+  FERRY_RETURN_IF_ERROR(b.get(p, tmp.data(), n));
   return fnv1a(tmp.data(), n);
 }
 
 // Control messages travel through the control slice, as ferry messages.
-void send_text(Connection& c, const Buffers& b, const std::string& text) {
-  if (text.size() > kControlBytes) die("control message", Status(Code::kInternal, "too large"));
+Status send_text(Connection& c, const Buffers& b, const std::string& text, Clock::duration timeout = kOpTimeout) {
+  if (text.size() > kControlBytes) {
+    return Status(Code::kInvalidArgument,
+                  "control message of " + std::to_string(text.size()) + " bytes exceeds " + human_bytes(kControlBytes));
+  }
   std::memcpy(b.ctl(), text.data(), text.size());
-  must(c.send(b.ctl(), text.size(), after(kOpTimeout)), "send control message");
+  return c.send(b.ctl(), text.size(), after(timeout)).with_context("send control message");
 }
 
-std::string recv_text(Connection& c, const Buffers& b) {
-  size_t n = must(c.recv(b.ctl(), kControlBytes, after(kOpTimeout)), "receive control message");
-  return std::string(reinterpret_cast<const char*>(b.ctl()), n);
+Result<std::string> recv_text(Connection& c, const Buffers& b) {
+  auto n = c.recv(b.ctl(), kControlBytes, after(kOpTimeout));
+  if (!n.ok()) return n.status().with_context("receive control message");
+  return std::string(reinterpret_cast<const char*>(b.ctl()), *n);
+}
+
+// "expected begin 4096, got 11 other bytes": what a peer sent is not quoted.
+Status unexpected(const std::string& want, const std::string& got) {
+  return Status(Code::kDataLoss,
+                "protocol: expected \"" + want + "\", got " + std::to_string(got.size()) + " other bytes");
 }
 
 struct Descriptors {
@@ -156,17 +254,28 @@ struct Descriptors {
 };
 
 std::string encode(const Descriptors& d) { return d.src.serialize() + d.dst.serialize(); }
-Descriptors decode(const std::string& s) {
-  if (s.size() != 96) die("descriptors", Status(Code::kDataLoss, "expected 96 bytes"));
-  return Descriptors{must(RemoteDescriptor::parse(s.substr(0, 48)), "parse descriptor"),
-                     must(RemoteDescriptor::parse(s.substr(48)), "parse descriptor")};
+
+// The peer's descriptors, which must cover `span` bytes each.
+Result<Descriptors> decode(const std::string& s, uint64_t span) {
+  if (s.size() != 96) {
+    return Status(Code::kDataLoss, "descriptors: expected 96 bytes, got " + std::to_string(s.size()));
+  }
+  FERRY_ASSIGN_OR_RETURN(RemoteDescriptor src, RemoteDescriptor::parse(s.substr(0, 48)));
+  FERRY_ASSIGN_OR_RETURN(RemoteDescriptor dst, RemoteDescriptor::parse(s.substr(48)));
+  if (src.length < span || dst.length < span) {
+    return Status(Code::kDataLoss, "descriptors: the peer exported " +
+                                       std::to_string(std::min(src.length, dst.length)) +
+                                       " bytes where the session needs " + std::to_string(span));
+  }
+  return Descriptors{src, dst};
 }
 
-Descriptors export_buffers(Engine& e, const Buffers& b) {
+Result<Descriptors> export_buffers(Engine& e, const Buffers& b) {
   // src and dst live in the GPU region when the buffers are on a GPU.
   const Region& r = b.device != nullptr ? b.device_region : b.region;
-  return Descriptors{must(e.export_region(r, 0, b.max), "export src"),
-                     must(e.export_region(r, b.max, b.max), "export dst")};
+  FERRY_ASSIGN_OR_RETURN(RemoteDescriptor src, e.export_region(r, 0, b.max));
+  FERRY_ASSIGN_OR_RETURN(RemoteDescriptor dst, e.export_region(r, b.max, b.max));
+  return Descriptors{src, dst};
 }
 
 // Posts operation `i` of the directional workload of `op` (send, write or
@@ -181,22 +290,24 @@ Transfer post(Connection& c, const Buffers& b, const Descriptors& remote, const 
 // Runs operations `first` to `first + count - 1` of the directional workload
 // of `op` from this side (the initiator's forward direction, or the target's
 // reverse one in --bidir), up to `inflight` at a time. Fills `lat_ns` with
-// each operation's posting-to-completion time.
-void drive(Connection& c, const Buffers& b, const Descriptors& remote, const std::string& op, uint64_t size, int first,
-           int count, int inflight, std::vector<int64_t>* lat_ns) {
+// each operation's posting-to-completion time. Stops at the first failure.
+Status drive(Connection& c, const Buffers& b, const Descriptors& remote, const std::string& op, uint64_t size,
+             int first, int count, int inflight, std::vector<int64_t>* lat_ns) {
   struct Posted {
     Transfer t;
     Clock::time_point at;
   };
   std::deque<Posted> posted;
-  auto finish_oldest = [&] {
+  std::string what = op + " of " + std::to_string(size) + " bytes";
+  auto finish_oldest = [&]() -> Status {
     Status s = posted.front().t.wait(after(kOpTimeout));
     auto done = Clock::now();
-    must(s, op + " of " + std::to_string(size) + " bytes");
+    FERRY_RETURN_IF_ERROR(s.with_context(what));
     if (lat_ns != nullptr) {
       lat_ns->push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(done - posted.front().at).count());
     }
     posted.pop_front();
+    return Status();
   };
   for (int i = first; i < first + count; ++i) {
     if (op == "pingpong") {
@@ -205,28 +316,30 @@ void drive(Connection& c, const Buffers& b, const Descriptors& remote, const std
       Status s = c.send(b.src() + at, size, after(kOpTimeout));
       if (s.ok()) s = c.recv(b.dst() + at, size, after(kOpTimeout)).status();
       auto t1 = Clock::now();
-      must(s, op + " of " + std::to_string(size) + " bytes");
+      FERRY_RETURN_IF_ERROR(s.with_context(what));
       if (lat_ns != nullptr) lat_ns->push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
       continue;
     }
-    if (static_cast<int>(posted.size()) == inflight) finish_oldest();
+    if (static_cast<int>(posted.size()) == inflight) FERRY_RETURN_IF_ERROR(finish_oldest());
     auto t0 = Clock::now();
     posted.push_back(Posted{post(c, b, remote, op, size, i), t0});
   }
-  while (!posted.empty()) finish_oldest();
+  while (!posted.empty()) FERRY_RETURN_IF_ERROR(finish_oldest());
+  return Status();
 }
 
 // The passive half of `op` for `count` operations: receives for send, echoes
-// for pingpong, nothing for one-sided ops.
-void serve_passive(Connection& c, const Buffers& b, const std::string& op, uint64_t size, int count, int inflight) {
-  if (op == "write" || op == "read") return;
+// for pingpong, nothing for one-sided ops. Stops at the first failure.
+Status serve_passive(Connection& c, const Buffers& b, const std::string& op, uint64_t size, int count, int inflight) {
+  if (op == "write" || op == "read") return Status();
   if (op == "pingpong") {
     for (int i = 0; i < count; ++i) {
       size_t at = b.at(i, size);
-      size_t n = must(c.recv(b.dst() + at, size, after(kOpTimeout)), "pingpong receive");
-      must(c.send(b.dst() + at, n, after(kOpTimeout)), "pingpong echo");
+      auto n = c.recv(b.dst() + at, size, after(kOpTimeout));
+      if (!n.ok()) return n.status().with_context("pingpong receive");
+      FERRY_RETURN_IF_ERROR(c.send(b.dst() + at, *n, after(kOpTimeout)).with_context("pingpong echo"));
     }
-    return;
+    return Status();
   }
   // One receive more than the sender keeps in flight, so the next message
   // always finds one posted.
@@ -238,22 +351,36 @@ void serve_passive(Connection& c, const Buffers& b, const std::string& op, uint6
     ++next;
   }
   while (!posted.empty()) {
-    must(posted.front().wait(after(kOpTimeout)), "receive of " + std::to_string(size) + " bytes");
+    FERRY_RETURN_IF_ERROR(
+        posted.front().wait(after(kOpTimeout)).with_context("receive of " + std::to_string(size) + " bytes"));
     posted.pop_front();
     if (next < count) {
       posted.push_back(c.recv_async(b.dst() + b.at(next, size), size));
       ++next;
     }
   }
+  return Status();
+}
+
+// Runs `fn` on `t`; a thread the system cannot start is a status, not an abort.
+template <typename Fn>
+Status start(std::thread& t, Fn&& fn) {
+  try {
+    t = std::thread(std::forward<Fn>(fn));
+  } catch (const std::system_error& e) {
+    return Status(Code::kResourceExhausted, std::string("cannot start a thread: ") + e.what());
+  }
+  return Status();
 }
 
 // Checksums of src and dst where the last of `count` operations put its bytes.
-std::string checksums(const Buffers& b, uint64_t size, int count) {
+Result<std::string> checksums(const Buffers& b, uint64_t size, int count) {
   size_t at = b.at(count - 1, size);
+  FERRY_ASSIGN_OR_RETURN(uint64_t src, hash_of(b, b.src() + at, size));
+  FERRY_ASSIGN_OR_RETURN(uint64_t dst, hash_of(b, b.dst() + at, size));
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%016" PRIx64 " %016" PRIx64, hash_of(b, b.src() + at, size),
-                hash_of(b, b.dst() + at, size));
-  return buf;
+  std::snprintf(buf, sizeof(buf), "%016" PRIx64 " %016" PRIx64, src, dst);
+  return std::string(buf);
 }
 
 double percentile(std::vector<int64_t> v, double q) {
@@ -263,72 +390,239 @@ double percentile(std::vector<int64_t> v, double q) {
   return static_cast<double>(v[std::min(idx, v.size() - 1)]) / 1000.0;
 }
 
+// Bytes taken from a MemoryBudget for as long as this lives.
+class Reservation {
+ public:
+  Reservation(MemoryBudget& budget, uint64_t bytes) : budget_(budget), bytes_(bytes) {}
+  ~Reservation() { budget_.release(bytes_); }
+  Reservation(const Reservation&) = delete;
+  Reservation& operator=(const Reservation&) = delete;
+
+ private:
+  MemoryBudget& budget_;
+  uint64_t bytes_;
+};
+
+// One size of an admitted session, target side.
+Status serve_size(Connection& c, const Buffers& b, const RunConfig& cfg, const Descriptors& remote, uint64_t size) {
+  int count = cfg.warmup + cfg.iters;
+  FERRY_ASSIGN_OR_RETURN(std::string begin, recv_text(c, b));
+  std::string want = "begin " + std::to_string(size);
+  if (begin != want) return unexpected(want, begin);
+  if (cfg.verify) FERRY_RETURN_IF_ERROR(fill_src(b, b.at(count - 1, size), size, size * 2 + 1));
+  FERRY_RETURN_IF_ERROR(send_text(c, b, "ready"));
+  Status reverse_status;
+  std::thread reverse;
+  if (cfg.bidir) {
+    FERRY_RETURN_IF_ERROR(
+        start(reverse, [&] { reverse_status = drive(c, b, remote, cfg.op, size, 0, count, cfg.inflight, nullptr); }));
+  }
+  Status passive = serve_passive(c, b, cfg.op, size, count, cfg.inflight);
+  // Closing fails the reverse direction's operations too, so that the join
+  // does not wait out their timeouts.
+  if (!passive.ok()) c.close();
+  if (reverse.joinable()) reverse.join();
+  FERRY_RETURN_IF_ERROR(passive);
+  FERRY_RETURN_IF_ERROR(reverse_status.with_context("reverse direction"));
+  FERRY_ASSIGN_OR_RETURN(std::string end, recv_text(c, b));
+  if (end != "end") return unexpected("end", end);
+  FERRY_ASSIGN_OR_RETURN(std::string sums, checksums(b, size, count));
+  return send_text(c, b, sums);
+}
+
+// An admitted session, target side, from the descriptors on.
+Status serve_admitted(Engine& engine, Connection& c, const Buffers& boot, const RunConfig& cfg) {
+  uint64_t max = *std::max_element(cfg.sizes.begin(), cfg.sizes.end());
+  Buffers b(&engine);
+  Status s = b.allocate(max, cfg.peer_gpu, cfg.footprint);
+  Result<Descriptors> mine = s.ok() ? export_buffers(engine, b) : Result<Descriptors>(s);
+  if (!mine.ok()) {
+    (void)send_text(c, boot, "error: " + mine.status().to_string(), kReplyTimeout);
+    return mine.status();
+  }
+  s = send_text(c, boot, encode(*mine));
+  Result<std::string> theirs = s.ok() ? recv_text(c, boot) : Result<std::string>(s);
+  Result<Descriptors> remote = theirs.ok() ? decode(*theirs, b.max) : Result<Descriptors>(theirs.status());
+  s = remote.status();
+  for (size_t i = 0; s.ok() && i < cfg.sizes.size(); ++i) s = serve_size(c, b, cfg, *remote, cfg.sizes[i]);
+  if (s.ok()) {
+    auto bye = recv_text(c, boot);
+    s = bye.status();
+  }
+  // Operations still pending fail now, before `b` goes away.
+  if (!s.ok()) c.close();
+  return s;
+}
+
 }  // namespace
 
+MemoryBudget::MemoryBudget(uint64_t limit) : limit_(limit != 0 ? limit : available_memory() / 2) {}
+
+Status MemoryBudget::reserve(uint64_t bytes, std::string_view what) {
+  std::lock_guard lock(mu_);
+  if (bytes > limit_ || used_ > limit_ - bytes) {
+    return Status(Code::kResourceExhausted,
+                  std::string(what) + " need " + human_bytes(bytes) + " (" + std::to_string(bytes) +
+                      " bytes) of host memory; at most " + human_bytes(limit_) + " may be held at once (" +
+                      human_bytes(used_) + " in use; --max-memory, by default half the memory available at start)");
+  }
+  used_ += bytes;
+  return Status();
+}
+
+void MemoryBudget::release(uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  used_ -= std::min(bytes, used_);
+}
+
+Status validate(const RunConfig& c) {
+  if (c.op != "send" && c.op != "write" && c.op != "read" && c.op != "pingpong") {
+    return Status(Code::kInvalidArgument, "op must be send, write, read or pingpong");
+  }
+  if (c.sizes.empty()) return Status(Code::kInvalidArgument, "sizes: the list is empty");
+  for (uint64_t size : c.sizes) {
+    if (size == 0) return Status(Code::kInvalidArgument, "sizes: 0 bytes; every size is 1 byte or more");
+  }
+  auto in = [](int v, int lo, int hi) { return v >= lo && v <= hi; };
+  auto range = [](const char* name, int v, int lo, int hi) {
+    return Status(Code::kInvalidArgument, std::string(name) + " is " + std::to_string(v) + "; it must be in [" +
+                                              std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  };
+  if (!in(c.iters, 1, kMaxIters)) return range("iters", c.iters, 1, kMaxIters);
+  if (!in(c.warmup, 0, kMaxIters)) return range("warmup", c.warmup, 0, kMaxIters);
+  if (!in(c.inflight, 1, kMaxInflight)) return range("inflight", c.inflight, 1, kMaxInflight);
+  if (c.op == "pingpong" && c.inflight != 1) {
+    return Status(Code::kInvalidArgument, "op pingpong waits for each echo: inflight must be 1");
+  }
+  if (!in(c.gpu, -1, kMaxGpu)) return range("gpu", c.gpu, -1, kMaxGpu);
+  if (!in(c.peer_gpu, -1, kMaxGpu)) return range("peer gpu", c.peer_gpu, -1, kMaxGpu);
+  if (!in(c.group, 1, kMaxGroup)) return range("group", c.group, 1, kMaxGroup);
+  return Status();
+}
+
+Result<RunConfig> parse_config(std::string_view text) {
+  const json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return bad_config("not valid JSON");
+  if (!j.is_object()) return bad_config("not a JSON object");
+  RunConfig c;
+  auto op = j.find("op");
+  if (op == j.end() || !op->is_string()) return bad_config("op must be a string");
+  c.op = op->get<std::string>();
+  auto sizes = j.find("sizes");
+  if (sizes == j.end() || !sizes->is_array()) return bad_config("sizes must be a list of byte counts");
+  for (size_t i = 0; i < sizes->size(); ++i) {
+    uint64_t n = 0;
+    FERRY_RETURN_IF_ERROR(get_bytes((*sizes)[i], "sizes[" + std::to_string(i) + "]", n));
+    c.sizes.push_back(n);
+  }
+  FERRY_RETURN_IF_ERROR(get_int(j, "iters", 1, kMaxIters, std::nullopt, c.iters));
+  FERRY_RETURN_IF_ERROR(get_int(j, "warmup", 0, kMaxIters, std::nullopt, c.warmup));
+  FERRY_RETURN_IF_ERROR(get_int(j, "inflight", 1, kMaxInflight, 1, c.inflight));
+  FERRY_RETURN_IF_ERROR(get_bool(j, "bidir", c.bidir));
+  FERRY_RETURN_IF_ERROR(get_bool(j, "verify", c.verify));
+  FERRY_RETURN_IF_ERROR(get_int(j, "gpu", -1, kMaxGpu, -1, c.peer_gpu));
+  FERRY_RETURN_IF_ERROR(get_int(j, "group", 1, kMaxGroup, 1, c.group));
+  if (auto f = j.find("footprint"); f != j.end()) FERRY_RETURN_IF_ERROR(get_bytes(*f, "footprint", c.footprint));
+  Status v = validate(c);
+  if (!v.ok()) return bad_config(v.message());
+  return c;
+}
+
+uint64_t host_bytes(const RunConfig& cfg, int gpu) {
+  uint64_t max = 1;
+  for (uint64_t size : cfg.sizes) max = std::max(max, size);
+  max = std::max(max, cfg.footprint);
+  uint64_t boot = page_up(2 + kControlBytes);
+  // On a GPU, --verify stages one size at a time through host memory.
+  uint64_t main = gpu >= 0 ? add_sat(page_up(kControlBytes), cfg.verify ? max : 0)
+                           : page_up(add_sat(mul_sat(2, max), kControlBytes));
+  return add_sat(boot, main);
+}
+
+std::string printable(std::string_view text) {
+  std::string out;
+  for (char ch : text) {
+    auto u = static_cast<unsigned char>(ch);
+    if (u >= 0x20 && u < 0x7f) {
+      out += ch;
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", u);
+      out += buf;
+    }
+  }
+  return out;
+}
+
 [[noreturn]] void die(const std::string& what, const Status& s) {
-  std::fprintf(stderr, "ferry bench: %s: %s\n", what.c_str(), s.to_string().c_str());
+  std::fprintf(stderr, "ferry bench: %s: %s\n", what.c_str(), printable(s.to_string()).c_str());
   std::exit(1);
 }
 
-RunConfig serve_session(Engine& engine, std::shared_ptr<Connection> conn) {
-  Buffers boot(&engine, 1);
-  RunConfig cfg = from_json(json::parse(recv_text(*conn, boot)));
-  uint64_t max = *std::max_element(cfg.sizes.begin(), cfg.sizes.end());
-  Buffers b(&engine, max, cfg.peer_gpu, cfg.footprint);
-  send_text(*conn, boot, encode(export_buffers(engine, b)));
-  Descriptors remote = decode(recv_text(*conn, boot));
-  int count = cfg.warmup + cfg.iters;
-  for (uint64_t size : cfg.sizes) {
-    std::string begin = recv_text(*conn, b);
-    if (begin != "begin " + std::to_string(size))
-      die("protocol", Status(Code::kDataLoss, "expected begin, got " + begin));
-    if (cfg.verify) fill_src(b, b.at(count - 1, size), size, size * 2 + 1);
-    send_text(*conn, b, "ready");
-    std::thread reverse;
-    if (cfg.bidir) {
-      reverse = std::thread([&] { drive(*conn, b, remote, cfg.op, size, 0, count, cfg.inflight, nullptr); });
-    }
-    serve_passive(*conn, b, cfg.op, size, count, cfg.inflight);
-    if (reverse.joinable()) reverse.join();
-    std::string end = recv_text(*conn, b);
-    if (end != "end") die("protocol", Status(Code::kDataLoss, "expected end, got " + end));
-    send_text(*conn, b, checksums(b, size, count));
+Result<RunConfig> serve_session(Engine& engine, std::shared_ptr<Connection> conn, MemoryBudget& budget) {
+  Buffers boot(&engine);
+  FERRY_RETURN_IF_ERROR(boot.allocate(1));
+  FERRY_ASSIGN_OR_RETURN(std::string text, recv_text(*conn, boot));
+  Result<RunConfig> cfg = parse_config(text);
+  uint64_t need = cfg.ok() ? host_bytes(*cfg, cfg->peer_gpu) : 0;
+  Status admitted = cfg.ok() ? budget.reserve(need, "the session's buffers") : cfg.status();
+  if (!admitted.ok()) {
+    // An honest initiator prints the reason; one that never takes it costs kReplyTimeout.
+    (void)send_text(*conn, boot, "error: " + admitted.to_string(), kReplyTimeout);
+    return admitted;
   }
-  std::string bye = recv_text(*conn, boot);
-  (void)bye;
+  Reservation held(budget, need);
+  FERRY_RETURN_IF_ERROR(serve_admitted(engine, *conn, boot, *cfg));
   return cfg;
 }
 
 std::vector<SizeResult> run_initiator(Engine& engine, Connection& conn, const RunConfig& cfg) {
-  Buffers boot(&engine, 1);
-  send_text(conn, boot, to_json(cfg).dump());
+  must(validate(cfg), "configuration");
+  std::shared_ptr<MemoryBudget> budget = cfg.budget != nullptr ? cfg.budget : std::make_shared<MemoryBudget>();
+  uint64_t need = host_bytes(cfg, cfg.gpu);
+  must(budget->reserve(need, "this side's buffers"), "buffers");
+  Reservation held(*budget, need);
+  Buffers boot(&engine);
+  must(boot.allocate(1), "control buffer");
+  must(send_text(conn, boot, to_json(cfg).dump()), "configuration");
+  std::string reply = must(recv_text(conn, boot), "the target's descriptors");
+  if (reply.rfind("error: ", 0) == 0) {
+    std::fprintf(stderr, "ferry bench: the target refused the session: %s\n", printable(reply.substr(7)).c_str());
+    std::exit(1);
+  }
   uint64_t max = *std::max_element(cfg.sizes.begin(), cfg.sizes.end());
-  Buffers b(&engine, max, cfg.gpu, cfg.footprint);
-  Descriptors remote = decode(recv_text(conn, boot));
-  send_text(conn, boot, encode(export_buffers(engine, b)));
+  Buffers b(&engine);
+  must(b.allocate(max, cfg.gpu, cfg.footprint), "buffers");
+  Descriptors remote = must(decode(reply, b.max), "the target's descriptors");
+  must(send_text(conn, boot, encode(must(export_buffers(engine, b), "export buffers"))), "descriptors");
   std::vector<SizeResult> results;
   int count = cfg.warmup + cfg.iters;
   size_t n = 0;
   for (uint64_t size : cfg.sizes) {
     ++n;
-    if (cfg.verify) fill_src(b, b.at(count - 1, size), size, size * 2);
-    send_text(conn, b, "begin " + std::to_string(size));
-    std::string ready = recv_text(conn, b);
-    if (ready != "ready") die("protocol", Status(Code::kDataLoss, "expected ready, got " + ready));
+    if (cfg.verify) must(fill_src(b, b.at(count - 1, size), size, size * 2), "fill the source");
+    must(send_text(conn, b, "begin " + std::to_string(size)), "begin");
+    std::string ready = must(recv_text(conn, b), "ready");
+    if (ready != "ready") die("ready", unexpected("ready", ready));
     std::vector<int64_t> lat;
     lat.reserve(static_cast<size_t>(count));
+    Status reverse_status;
     std::thread reverse;
-    if (cfg.bidir) reverse = std::thread([&] { serve_passive(conn, b, cfg.op, size, count, cfg.inflight); });
-    drive(conn, b, remote, cfg.op, size, 0, cfg.warmup, cfg.inflight, nullptr);
+    if (cfg.bidir) {
+      must(start(reverse, [&] { reverse_status = serve_passive(conn, b, cfg.op, size, count, cfg.inflight); }),
+           "reverse direction");
+    }
+    must(drive(conn, b, remote, cfg.op, size, 0, cfg.warmup, cfg.inflight, nullptr), "warmup");
     if (cfg.sync) cfg.sync();  // every GPU's session starts its timed phase together
     auto t0 = Clock::now();
-    drive(conn, b, remote, cfg.op, size, cfg.warmup, cfg.iters, cfg.inflight, &lat);
+    must(drive(conn, b, remote, cfg.op, size, cfg.warmup, cfg.iters, cfg.inflight, &lat), "timed phase");
     if (reverse.joinable()) reverse.join();
+    must(reverse_status, "reverse direction");
     auto t1 = Clock::now();
     if (cfg.sync) cfg.sync();
     double secs = std::chrono::duration<double>(t1 - t0).count();
-    send_text(conn, b, "end");
-    std::string theirs = recv_text(conn, b);
+    must(send_text(conn, b, "end"), "end");
+    std::string theirs = must(recv_text(conn, b), "the target's checksums");
     SizeResult r{size, cfg.iters, 0, percentile(lat, 0.5), percentile(lat, 0.99), "", t0, t1};
     double moved = static_cast<double>(size) * cfg.iters * (cfg.bidir ? 2 : 1);
     if (cfg.op == "pingpong") moved *= 2;
@@ -336,7 +630,7 @@ std::vector<SizeResult> run_initiator(Engine& engine, Connection& conn, const Ru
     if (cfg.verify) {
       char their_src[17] = {}, their_dst[17] = {};
       std::sscanf(theirs.c_str(), "%16s %16s", their_src, their_dst);
-      std::string mine = checksums(b, size, count);
+      std::string mine = must(checksums(b, size, count), "checksums");
       std::string my_src = mine.substr(0, 16), my_dst = mine.substr(17);
       bool ok = true;
       if (cfg.op == "read")
@@ -352,9 +646,8 @@ std::vector<SizeResult> run_initiator(Engine& engine, Connection& conn, const Ru
                  r.verified.c_str());
     results.push_back(r);
   }
-  send_text(conn, boot, "bye");
+  must(send_text(conn, boot, "bye"), "bye");
   return results;
 }
 
-// Starts this binary as the target of --local; returns its pid and address.
 }  // namespace ferry::cli

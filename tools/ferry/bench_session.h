@@ -7,12 +7,36 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ferry/ferry.h"
 
 namespace ferry::cli {
+
+// Host memory that benchmark buffers may take at once: a target's sessions
+// share one, so that no initiator (honest or not) can make the target
+// allocate more than the host can give. Thread-safe.
+class MemoryBudget {
+ public:
+  // `limit` bytes in all; 0 picks half of the memory available now
+  // (MemAvailable), or half of physical memory where that is unknown.
+  explicit MemoryBudget(uint64_t limit = 0);
+  uint64_t limit() const { return limit_; }
+
+  // Takes `bytes` for `what` ("the session's buffers"): kResourceExhausted,
+  // naming the limit and what is in use, when they do not fit. Never blocks.
+  Status reserve(uint64_t bytes, std::string_view what);
+  // Gives back bytes taken by reserve.
+  void release(uint64_t bytes);
+
+ private:
+  uint64_t limit_;
+  std::mutex mu_;
+  uint64_t used_ = 0;  // guarded by mu_
+};
 
 struct RunConfig {
   std::string op;  // send, write, read, pingpong
@@ -39,7 +63,29 @@ struct RunConfig {
   // Called by the initiator just before and just after each size's timed
   // phase, so that concurrent sessions time the same interval (a barrier).
   std::function<void()> sync;
+  // Initiator: where its buffers' host memory is counted (null: a budget of
+  // its own with the default limit). Not sent to the target.
+  std::shared_ptr<MemoryBudget> budget;
 };
+
+// Limits on what one session may ask for; a target refuses more.
+inline constexpr int kMaxIters = 1'000'000'000;  // iters and warmup each, so that their sum fits an int
+inline constexpr int kMaxInflight = 64;
+inline constexpr int kMaxGroup = 1024;  // sessions of one --gpus run
+inline constexpr int kMaxGpu = 1023;
+
+// Whether `cfg` is a session a target can serve (sizes, counts, op, GPU
+// ordinals); kInvalidArgument says which field is wrong and why. Memory is
+// checked apart, against a MemoryBudget (host_bytes).
+Status validate(const RunConfig& cfg);
+
+// The configuration an initiator sent (JSON), checked field by field for
+// type and range; kInvalidArgument names the first bad field. Never throws.
+Result<RunConfig> parse_config(std::string_view text);
+
+// Host memory the buffers of `cfg` take on the side whose GPU is `gpu` (-1:
+// host memory), saturating at UINT64_MAX.
+uint64_t host_bytes(const RunConfig& cfg, int gpu);
 
 struct SizeResult {
   uint64_t bytes;
@@ -51,12 +97,21 @@ struct SizeResult {
 };
 
 // Target side: serves one initiator's session on `conn` and returns its
-// configuration. Exits the process with a message on any error.
-RunConfig serve_session(Engine& engine, std::shared_ptr<Connection> conn);
+// configuration. Blocks until the session ends. Everything the initiator
+// sends is checked: a configuration that fails validate(), or buffers that
+// do not fit `budget`, is answered with "error: <status>" and refused. Any
+// failure (refused, peer gone, protocol broken, a timeout of kOpTimeout on
+// one step) returns its status; the caller closes `conn`. Never exits.
+Result<RunConfig> serve_session(Engine& engine, std::shared_ptr<Connection> conn, MemoryBudget& budget);
 
 // Initiator side: runs `cfg` against the target on `conn`, printing progress
-// on stderr. Exits the process with a message on any error.
+// on stderr. Exits the process with a message on any error, the target's
+// refusal included.
 std::vector<SizeResult> run_initiator(Engine& engine, Connection& conn, const RunConfig& cfg);
+
+// `text` with control characters and bytes past ASCII written as \xNN, for a
+// log line that may quote what a peer sent.
+std::string printable(std::string_view text);
 
 // Prints "ferry bench: WHAT: STATUS" and exits 1.
 [[noreturn]] void die(const std::string& what, const Status& s);

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# A `ferry bench --listen` target against hostile initiators, on loopback:
+#   bench_hostile_cli_test.sh FERRY_BINARY HOSTILE_INITIATOR_BINARY
+# Sessions that hang up at once, send bad JSON, wrong types, empty or absurd
+# sizes (1 TiB), bad iteration counts, an unknown op, bad descriptors, a wrong
+# begin, or vanish mid-transfer must each be refused or dropped with a line on
+# the target's stderr; the target must stay up, and an honest verified run
+# against it must still pass. Every wait is bounded by `timeout`.
+set -uo pipefail
+ferry=$1
+hostile=$2
+source "$(dirname "$0")/bench_cli_lib.sh"
+
+FERRY_TRANSPORT=tcp "$ferry" bench --listen 127.0.0.1:0 >"$work/target.out" 2>"$work/target.err" &
+target=$!
+trap 'kill $target 2>/dev/null; wait $target 2>/dev/null; rm -rf "$work"' EXIT
+addr=
+for _ in $(seq 100); do
+  addr=$(sed -n 's/^ferry bench target listening on //p' "$work/target.out" 2>/dev/null)
+  [ -n "$addr" ] && break
+  kill -0 $target 2>/dev/null || break
+  sleep 0.1
+done
+[ -n "$addr" ] || { cat "$work/target.err" >&2; fail "the target did not report its address"; }
+
+alive() {  # what was just done
+  kill -0 $target 2>/dev/null || { cat "$work/target.err" >&2; fail "the target died after: $1"; }
+}
+attacks=0
+attack() {  # description, hostile initiator args...
+  local what=$1
+  shift
+  attacks=$((attacks + 1))
+  FERRY_TRANSPORT=tcp timeout 30 "$hostile" "$addr" "$@" >>"$work/hostile.out" 2>&1 ||
+    { cat "$work/hostile.out" "$work/target.err" >&2; fail "$what: the target did not refuse it cleanly"; }
+  alive "$what"
+}
+
+# A raw TCP client that is not ferry at all, then a ferry peer that hangs up at once.
+timeout 5 bash -c "exec 3<>/dev/tcp/${addr%:*}/${addr##*:}; printf 'GET / HTTP/1.0\r\n\r\n' >&3" 2>/dev/null
+alive "a non-ferry client"
+attack "hang up after the handshake" close
+
+ok='"op":"send","iters":2,"warmup":0,"bidir":false,"verify":false'
+attack "bad JSON" config '{"op": "send", "sizes": [4096'
+attack "deeply nested JSON" config "$(printf '[%.0s' $(seq 60000))"
+attack "not an object" config '[1, 2, 3]'
+attack "no sizes" config "{$ok}"
+attack "empty sizes" config "{$ok,\"sizes\":[]}"
+attack "a 1 TiB size" config "{$ok,\"sizes\":[1099511627776]}"
+attack "a size past 64 bits" config "{$ok,\"sizes\":[1e30]}"
+attack "a zero size" config "{$ok,\"sizes\":[0]}"
+attack "a negative size" config "{$ok,\"sizes\":[-4096]}"
+attack "sizes of the wrong type" config "{$ok,\"sizes\":\"4K\"}"
+attack "a 1 TiB footprint" config "{$ok,\"sizes\":[4096],\"footprint\":1099511627776}"
+attack "unknown op" config '{"op":"rm -rf","sizes":[4096],"iters":2,"warmup":0,"bidir":false,"verify":false}'
+attack "zero iterations" config '{"op":"send","sizes":[4096],"iters":0,"warmup":0,"bidir":false,"verify":false}'
+attack "negative iterations" config '{"op":"send","sizes":[4096],"iters":-5,"warmup":0,"bidir":false,"verify":false}'
+attack "iterations past int" config '{"op":"send","sizes":[4096],"iters":4294967297,"warmup":0,"bidir":false,"verify":false}'
+attack "negative warmup" config '{"op":"send","sizes":[4096],"iters":2,"warmup":-1,"bidir":false,"verify":false}'
+attack "inflight 0" config "{$ok,\"sizes\":[4096],\"inflight\":0}"
+attack "inflight 1000000" config "{$ok,\"sizes\":[4096],\"inflight\":1000000}"
+attack "pingpong in flight" config '{"op":"pingpong","sizes":[64],"iters":2,"warmup":0,"bidir":false,"verify":false,"inflight":4}'
+attack "a bad GPU" config "{$ok,\"sizes\":[4096],\"gpu\":-7}"
+attack "a GPU this host lacks" config "{$ok,\"sizes\":[4096],\"gpu\":99}"
+attack "a huge group" config "{$ok,\"sizes\":[4096],\"group\":2000000000}"
+attack "bad descriptors" descriptors
+attack "a wrong begin" begin
+attack "vanishing mid-transfer" vanish
+
+grep -q "need 2.0 TiB (2199023390720 bytes) of host memory; at most" "$work/target.err" ||
+  { cat "$work/target.err" >&2; fail "the 1 TiB refusal does not say the limit"; }
+# The target logs each failed session once its thread is done with it.
+for _ in $(seq 150); do
+  fails=$(grep -c "session from .* failed" "$work/target.err")
+  [ "$fails" -ge $attacks ] && break
+  sleep 0.2
+done
+[ "$fails" -eq $attacks ] || { cat "$work/target.err" >&2; fail "expected a line per failed session ($attacks), got $fails"; }
+
+# An honest initiator is still served, bytes verified, on every op.
+for op in send write read; do
+  FERRY_TRANSPORT=tcp timeout 60 "$ferry" bench --peer "$addr" --op $op --sizes 1,65537,1M --iters 3 --warmup 1 \
+    --verify --json "$work/$op.json" >"$work/$op.out" 2>"$work/$op.err" ||
+    { cat "$work/$op.out" "$work/$op.err" "$work/target.err" >&2; fail "honest $op run after the attacks failed"; }
+  grep -c '"verified": true' "$work/$op.json" | grep -qx 3 || { cat "$work/$op.json" >&2; fail "$op: not verified"; }
+done
+alive "the honest runs"
+
+# An honest initiator asking for too much: refused by its own side, or (with
+# a limit of its own that allows it) by the target, which says why.
+FERRY_TRANSPORT=tcp timeout 30 "$ferry" bench --peer "$addr" --sizes 4K --footprint 1000G --iters 1 \
+  >"$work/big.out" 2>&1 && fail "a 1000 GiB footprint was accepted"
+grep -q "this side's buffers need .*at most" "$work/big.out" || { cat "$work/big.out" >&2; fail "no local limit"; }
+FERRY_TRANSPORT=tcp timeout 30 "$ferry" bench --peer "$addr" --sizes 4K --footprint 1000G --iters 1 \
+  --max-memory 4000G >"$work/big.out" 2>&1 && fail "a 1000 GiB footprint was accepted by the target"
+grep -q "the target refused the session: .*session's buffers need .*at most" "$work/big.out" ||
+  { cat "$work/big.out" >&2; fail "the initiator does not say the target's limit"; }
+alive "oversized honest requests"
+echo "PASS"
