@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <unordered_map>
@@ -297,14 +298,21 @@ class PyEngine {
       Result<std::shared_ptr<Connection>> result = Status(Code::kInternal, "connect did not run");
     };
     auto call = std::make_shared<Call>();
-    std::thread([e, peer, deadline, call] {
-      pthread_setname_np(pthread_self(), "ferry-py-connect");
-      auto r = e->connect(peer, deadline);
-      std::lock_guard lock(call->mu);
-      call->result = std::move(r);
-      call->done = true;
-      call->cv.notify_all();
-    }).detach();
+    std::thread helper;
+    try {
+      helper = std::thread([e, peer, deadline, call] {
+        pthread_setname_np(pthread_self(), "ferry-py-connect");
+        auto r = e->connect(peer, deadline);
+        std::lock_guard lock(call->mu);
+        call->result = std::move(r);
+        call->done = true;
+        call->cv.notify_all();
+      });
+    } catch (const std::system_error& err) {
+      // Out of threads: a ferry error like the engine's own, not a RuntimeError.
+      throw StatusError(Status(Code::kResourceExhausted, std::string("connect: cannot start a thread: ") + err.what()));
+    }
+    helper.detach();
     // The helper honours `deadline` itself; wait for its answer.
     wait_in_slices(kNoDeadline, [&](Deadline d) {
       std::unique_lock lock(call->mu);
