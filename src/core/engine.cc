@@ -24,6 +24,69 @@
 
 namespace ferry {
 
+// ---- admission --------------------------------------------------------------------
+
+namespace core {
+
+struct Admission::State {
+  std::mutex mu;
+  int connections = 0;                 // guarded by mu
+  int streams = 0;                     // guarded by mu
+  std::map<std::string, int> by_peer;  // guarded by mu
+};
+
+Admission::Admission() : state_(std::make_shared<State>()) {}
+
+Admission::Ticket::Ticket(std::shared_ptr<State> state, std::string peer, int streams)
+    : state_(std::move(state)), peer_(std::move(peer)), streams_(streams) {}
+
+void Admission::Ticket::release() {
+  std::call_once(released_, [this] {
+    std::lock_guard lock(state_->mu);
+    --state_->connections;
+    state_->streams -= streams_;
+    if (--state_->by_peer[peer_] <= 0) state_->by_peer.erase(peer_);
+  });
+}
+
+Result<std::unique_ptr<Admission::Ticket>> Admission::admit(const Options& o, const std::string& peer_host,
+                                                            int streams) {
+  std::lock_guard lock(state_->mu);
+  State& n = *state_;
+  auto refuse = [&](const std::string& why) { return Status(Code::kResourceExhausted, why); };
+  if (n.connections >= o.max_connections) {
+    return refuse("the engine holds " + std::to_string(n.connections) + " connections, its max_connections (" +
+                  std::to_string(o.max_connections) + ")");
+  }
+  auto peer = state_->by_peer.find(peer_host);
+  int from_peer = peer == state_->by_peer.end() ? 0 : peer->second;
+  if (from_peer >= o.max_connections_per_peer) {
+    return refuse("the engine holds " + std::to_string(from_peer) + " connections from " + peer_host +
+                  ", its max_connections_per_peer (" + std::to_string(o.max_connections_per_peer) + ")");
+  }
+  if (streams > o.max_streams - n.streams) {
+    return refuse(std::to_string(streams) + " data streams asked for while the engine holds " +
+                  std::to_string(n.streams) + " of its max_streams (" + std::to_string(o.max_streams) + ")");
+  }
+  ++n.connections;
+  n.streams += streams;
+  ++state_->by_peer[peer_host];
+  return std::make_unique<Ticket>(state_, peer_host, streams);
+}
+
+std::string host_of(const std::string& address) {
+  if (!address.empty() && address.front() == '[') {
+    size_t end = address.find(']');
+    return end == std::string::npos ? address : address.substr(1, end - 1);
+  }
+  size_t colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+}  // namespace core
+
+// ---- the engine -------------------------------------------------------------------
+
 struct Engine::Impl {
   std::shared_ptr<core::EngineContext> ctx;
   std::unique_ptr<tcp::TcpListener> listener;
@@ -32,10 +95,14 @@ struct Engine::Impl {
   std::mutex mu;
   std::condition_variable accept_cv;
   std::condition_variable heartbeat_cv;
+  // Bounded by max_connections: each holds an admission ticket while it lives.
   std::deque<std::shared_ptr<ConnectionBase>> accepted;      // guarded by mu
   std::vector<std::shared_ptr<ConnectionBase>> connections;  // guarded by mu
-  uint64_t next_connection_id = 1;                               // guarded by mu
-  bool stopping = false;                                         // guarded by mu
+  // Tickets of the connections that do not hold their own (the local
+  // transport's), given back when the engine lets the connection go.
+  std::map<const ConnectionBase*, std::unique_ptr<core::Admission::Ticket>> tickets;  // guarded by mu
+  uint64_t next_connection_id = 1;                                                    // guarded by mu
+  bool stopping = false;                                                              // guarded by mu
   std::thread heartbeat;
 
   uint64_t next_id() {
@@ -43,13 +110,26 @@ struct Engine::Impl {
     return next_connection_id++;
   }
 
-  void adopt(const std::shared_ptr<ConnectionBase>& c) {
-    std::lock_guard lock(mu);
-    if (stopping) {
-      c->close();
-      return;
+  // Lists `c` (and keeps `ticket` while it is listed). False, with `c`
+  // closed, once the engine is stopping.
+  bool adopt(const std::shared_ptr<ConnectionBase>& c, std::unique_ptr<core::Admission::Ticket> ticket) {
+    {
+      std::lock_guard lock(mu);
+      if (!stopping) {
+        connections.push_back(c);
+        if (ticket) tickets[c.get()] = std::move(ticket);
+        return true;
+      }
     }
-    connections.push_back(c);
+    c->close();
+    return false;
+  }
+
+  // Connections that failed before the application accepted them leave the
+  // queue, and what they received with them: none can carry a transfer.
+  // The heartbeat then closes them, as nobody holds them any more.
+  void prune_accepted_locked() {
+    std::erase_if(accepted, [](const std::shared_ptr<ConnectionBase>& c) { return !c->health().ok(); });
   }
 
   void heartbeat_loop() {
@@ -67,6 +147,7 @@ struct Engine::Impl {
       for (auto& c : live) c->tick(now);
       live.clear();
       lock.lock();
+      prune_accepted_locked();
       // A connection nobody else holds any more is closed on a thread of its
       // own, never on one of its workers nor here: an orderly close may wait
       // up to peer_timeout for an unresponsive peer, and the other
@@ -79,10 +160,11 @@ struct Engine::Impl {
       });
       for (auto& c : connections) {
         if (c.use_count() != 1 || closing.count(c.get()) > 0) continue;
-        closing.insert(c.get());
         auto done = std::make_shared<std::atomic<bool>>(false);
-        std::thread t = platform::start_thread("ferry-close", [this, c, done] { close_dropped(c, *done); });
-        closers.push_back(Closer{std::move(t), done});
+        auto t = platform::try_start_thread("ferry-close", [this, c, done] { close_dropped(c, *done); });
+        if (!t.ok()) break;  // out of threads: the next tick tries again
+        closing.insert(c.get());
+        closers.push_back(Closer{std::move(t).value(), done});
       }
     }
   }
@@ -95,6 +177,7 @@ struct Engine::Impl {
     // The destructor may have taken the list meanwhile.
     auto it = std::find(connections.begin(), connections.end(), conn);
     if (it != connections.end()) connections.erase(it);
+    tickets.erase(conn.get());
     done.store(true);
   }
 
@@ -120,6 +203,18 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
     impl->ctx->nics = std::move(nics).value();
     // Serving named NICs means accepting on each of them.
     if (at.host == "127.0.0.1") at.host = "0.0.0.0";
+    // Peers are told every NIC's address; a listener on one other address
+    // would refuse them on the rest.
+    if (at.host != "0.0.0.0" && !at.host.empty() && at.host != "::") {
+      for (const auto& n : impl->ctx->nics) {
+        if (n.address != at.host) {
+          return Status(Code::kInvalidArgument,
+                        "engine: listen names host " + at.host + ", but nics \"" + opts.nics + "\" serves " + n.name +
+                            " at " + n.address + ", where nothing would accept: with nics, listen on 0.0.0.0:" +
+                            std::to_string(at.port) + " (or name only the NIC whose address it is)");
+        }
+      }
+    }
   }
   impl->ctx->options = opts;
   {
@@ -141,11 +236,12 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
   Impl* raw = impl.get();
   auto listener = tcp::TcpListener::bind(
       impl->ctx, at,
-      [raw](std::shared_ptr<ConnectionBase> c) {
-        raw->adopt(c);
+      [raw](std::shared_ptr<ConnectionBase> c, std::unique_ptr<core::Admission::Ticket> ticket) {
+        if (!raw->adopt(c, std::move(ticket))) return;
         {
           std::lock_guard lock(raw->mu);
           if (raw->stopping) return;
+          raw->prune_accepted_locked();
           raw->accepted.push_back(std::move(c));
         }
         raw->accept_cv.notify_all();
@@ -161,18 +257,25 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
     for (const auto& n : impl->ctx->nics) impl->ctx->addresses.push_back(n.address + ":" + port);
   }
   impl->address = impl->ctx->addresses.front();
-  impl->listener->run();
-  impl->heartbeat = platform::start_thread("ferry-heartbeat", [raw] { raw->heartbeat_loop(); });
+  FERRY_RETURN_IF_ERROR(impl->listener->run().with_context("engine"));
+  auto heartbeat = platform::try_start_thread("ferry-heartbeat", [raw] { raw->heartbeat_loop(); });
+  if (!heartbeat.ok()) {
+    impl->listener->stop();
+    return heartbeat.status().with_context("engine");
+  }
+  impl->heartbeat = std::move(heartbeat).value();
   FERRY_LOG(kInfo, "engine", "engine %016" PRIx64 " listening on %s", impl->ctx->engine_id, impl->address.c_str());
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
 Engine::~Engine() {
   std::vector<std::shared_ptr<ConnectionBase>> conns;
+  std::map<const ConnectionBase*, std::unique_ptr<core::Admission::Ticket>> tickets;
   {
     std::lock_guard lock(impl_->mu);
     impl_->stopping = true;
     conns.swap(impl_->connections);
+    tickets.swap(impl_->tickets);
     impl_->accepted.clear();
   }
   impl_->heartbeat_cv.notify_all();
@@ -235,15 +338,18 @@ Result<std::shared_ptr<Connection>> Engine::connect(std::string_view peer, Deadl
     FERRY_ASSIGN_OR_RETURN(platform::HostPort hp, platform::parse_host_port(a));
     auto c = tcp::dial(impl_->ctx, hp, deadline, impl_->next_id());
     if (!c.ok() && impl_->ctx->options.transport == "auto" &&
-        (c.status().code() == Code::kPermissionDenied || c.status().message().find("local transport") != std::string::npos)) {
+        (c.status().code() == Code::kPermissionDenied ||
+         c.status().message().find("local transport") != std::string::npos)) {
       // Same host but the processes cannot reach each other's memory
       // (another pid namespace, no permission): TCP still works.
       FERRY_LOG(kInfo, "engine", "%s; using TCP", c.status().to_string().c_str());
       c = tcp::dial(impl_->ctx, hp, deadline, impl_->next_id(), false);
     }
     if (c.ok()) {
-      impl_->adopt(c.value());
-      return std::shared_ptr<Connection>(std::move(c).value());
+      std::shared_ptr<ConnectionBase> conn = c->connection;
+      if (!impl_->adopt(conn, std::move(c->ticket)))
+        return Status(Code::kCancelled, "connect: the engine is shutting down");
+      return std::shared_ptr<Connection>(std::move(conn));
     }
     last = c.status();
     if (last.code() == Code::kUnauthenticated || last.code() == Code::kDeadlineExceeded) break;
@@ -253,7 +359,10 @@ Result<std::shared_ptr<Connection>> Engine::connect(std::string_view peer, Deadl
 
 Result<std::shared_ptr<Connection>> Engine::accept(Deadline deadline) {
   std::unique_lock lock(impl_->mu);
-  auto ready = [&] { return impl_->stopping || !impl_->accepted.empty(); };
+  auto ready = [&] {
+    impl_->prune_accepted_locked();
+    return impl_->stopping || !impl_->accepted.empty();
+  };
   if (deadline == kNoDeadline) {
     impl_->accept_cv.wait(lock, ready);
   } else if (!impl_->accept_cv.wait_until(lock, deadline, ready)) {

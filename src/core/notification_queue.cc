@@ -1,9 +1,20 @@
 // NotificationQueue.
 #include "core/notification_queue.h"
 
+#include "ferry/engine.h"
+
 namespace ferry::core {
 
-void NotificationQueue::push(std::string note) {
+NotificationQueue::NotificationQueue(ByteBudget* budget) : budget_(budget != nullptr ? budget : &own_) {}
+
+Status NotificationQueue::check_size(std::string_view note, const char* op) {
+  if (note.size() <= Connection::kMaxNotification) return Status();
+  return Status(Code::kInvalidArgument, std::string(op) + ": notification of " + std::to_string(note.size()) +
+                                            " bytes exceeds the limit of " +
+                                            std::to_string(Connection::kMaxNotification));
+}
+
+void NotificationQueue::push_locked(std::string note) {
   {
     std::lock_guard lock(mu_);
     notes_.push_back(std::move(note));
@@ -11,27 +22,51 @@ void NotificationQueue::push(std::string note) {
   cv_.notify_all();
 }
 
-Status NotificationQueue::push_numbered(uint64_t seq, bool skip, std::string note) {
-  if (seq == 0) {
-    if (!skip) push(std::move(note));
-    return Status();
+std::string NotificationQueue::pop_locked() {
+  std::string n = std::move(notes_.front());
+  notes_.pop_front();
+  budget_->give(kNoteOverhead + n.size());
+  return n;
+}
+
+Status NotificationQueue::push_numbered(uint64_t seq, bool skip, std::string note,
+                                        const std::function<void()>& accepted) {
+  if (note.size() > Connection::kMaxNotification) {
+    return Status(Code::kDataLoss, "notification of " + std::to_string(note.size()) + " bytes, past the limit of " +
+                                       std::to_string(Connection::kMaxNotification) + " that every sender keeps");
   }
   std::lock_guard lock(order_mu_);
-  if (seq < next_due_) return Status();  // already delivered or skipped
-  if (seq != next_due_ && held_bytes_ + note.size() + 64 > kMaxHeldBytes) {
-    return Status(Code::kDataLoss, "more than " + std::to_string(kMaxHeldBytes >> 20) +
-                                       " MiB of notifications wait for number " + std::to_string(next_due_));
+  if (seq != 0 && seq < next_due_) {  // already delivered or skipped
+    if (accepted) accepted();
+    return Status();
   }
-  auto held = held_.find(seq);
-  if (held != held_.end()) {
-    if (skip) return Status();
-    held_bytes_ -= 64 + (held->second ? held->second->size() : 0);
+  auto held = seq == 0 ? held_.end() : held_.find(seq);
+  if (held != held_.end() && skip) {  // a skip never replaces what arrived, nor a skip
+    if (accepted) accepted();
+    return Status();
   }
-  held_bytes_ += 64 + note.size();
+  // A skip of the number due holds nothing; one that waits holds its entry.
+  size_t cost = (skip && (seq == 0 || seq == next_due_)) ? 0 : kNoteOverhead + (skip ? 0 : note.size());
+  if (!budget_->take(cost)) {
+    return Status(Code::kResourceExhausted, "notifications not yet taken by the application (or waiting for number " +
+                                                std::to_string(next_due_) + ") would hold more than " +
+                                                std::to_string(budget_->limit()) + " bytes (connection_memory_bytes)");
+  }
+  if (accepted) accepted();
+  if (seq == 0) {
+    if (!skip) push_locked(std::move(note));
+    return Status();
+  }
+  if (held != held_.end()) {  // a second copy of a number: the latest wins
+    budget_->give(kNoteOverhead + (held->second ? held->second->size() : 0));
+  }
   held_[seq] = skip ? std::nullopt : std::optional<std::string>(std::move(note));
   for (auto it = held_.begin(); it != held_.end() && it->first == next_due_;) {
-    held_bytes_ -= 64 + (it->second ? it->second->size() : 0);
-    if (it->second) push(std::move(*it->second));
+    if (it->second) {
+      push_locked(std::move(*it->second));  // its bytes stay taken until the application takes it
+    } else {
+      budget_->give(cost == 0 && it->first == seq ? 0 : kNoteOverhead);
+    }
     it = held_.erase(it);
     ++next_due_;
   }
@@ -54,17 +89,14 @@ NotificationQueue::Wait NotificationQueue::wait(Deadline deadline, const std::at
     return Wait::kDeadline;
   }
   if (notes_.empty()) return Wait::kStopped;
-  out = std::move(notes_.front());
-  notes_.pop_front();
+  out = pop_locked();
   return Wait::kNote;
 }
 
 std::optional<std::string> NotificationQueue::poll() {
   std::lock_guard lock(mu_);
   if (notes_.empty()) return std::nullopt;
-  std::string n = std::move(notes_.front());
-  notes_.pop_front();
-  return n;
+  return pop_locked();
 }
 
 }  // namespace ferry::core

@@ -1,6 +1,11 @@
 // NotificationQueue: the notifications a connection delivered to the
 // application, in order, and the waits on them. Shared by every transport.
 //
+// A peer decides what arrives here and the application when it is taken
+// out, so every byte held (queued, or waiting for an earlier number) counts
+// against a ByteBudget: the connection's, shared with what else it holds on
+// its peer's behalf, or the queue's own of kMaxHeldBytes.
+//
 // Thread-safe.
 #pragma once
 
@@ -8,30 +13,70 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "ferry/status.h"
 #include "ferry/transfer.h"
 
 namespace ferry::core {
 
+// Bytes held on a peer's behalf, against one limit. Thread-safe (lock-free).
+class ByteBudget {
+ public:
+  explicit ByteBudget(size_t limit) : limit_(limit) {}
+
+  // Takes `n` bytes; false, taking nothing, if that would pass the limit.
+  bool take(size_t n) {
+    size_t held = held_.load(std::memory_order_relaxed);
+    do {
+      if (n > limit_ || held > limit_ - n) return false;
+    } while (!held_.compare_exchange_weak(held, held + n, std::memory_order_relaxed));
+    return true;
+  }
+  // Gives back `n` bytes taken before.
+  void give(size_t n) { held_.fetch_sub(n, std::memory_order_relaxed); }
+
+  size_t held() const { return held_.load(std::memory_order_relaxed); }
+  size_t limit() const { return limit_; }
+
+ private:
+  const size_t limit_;
+  std::atomic<size_t> held_{0};
+};
+
 class NotificationQueue {
  public:
   enum class Wait { kNote, kStopped, kDeadline };
 
-  // Queues `note` and wakes a waiter.
-  void push(std::string note);
+  // Counts what it holds against `budget` (not owned; must outlive the
+  // queue), or against a budget of its own of kMaxHeldBytes when null.
+  explicit NotificationQueue(ByteBudget* budget = nullptr);
+
   // Queues notifications numbered by their sender (from 1) in number order:
   // one that arrives early waits for those before it, and `skip` gives a
   // number up (the write that carried it failed); a skip never replaces a
   // note that arrived, a second one is ignored. 0: not numbered, queued at
-  // once. kDataLoss if more than kMaxHeldBytes (64 bytes each on top of the
-  // text) would wait for an earlier number: a sender numbering them wrongly.
-  Status push_numbered(uint64_t seq, bool skip, std::string note);
+  // once. `accepted`, if given, runs once the note is taken and before any
+  // waiter can see it (a confirmation to the sender must not trail the
+  // application's reaction to the note). Errors, nothing queued:
+  //   kDataLoss          the note is longer than Connection::kMaxNotification:
+  //                      no sender may send it;
+  //   kResourceExhausted the budget would be passed (each note counts
+  //                      kNoteOverhead bytes on top of its text).
+  Status push_numbered(uint64_t seq, bool skip, std::string note, const std::function<void()>& accepted = {});
   static constexpr size_t kMaxHeldBytes = size_t{256} << 20;
+  static constexpr size_t kNoteOverhead = 64;
+
+  // kInvalidArgument when `note` is longer than Connection::kMaxNotification;
+  // `op` names the operation ("notify", "write") in the message. What every
+  // transport checks before it sends a notification.
+  static Status check_size(std::string_view note, const char* op);
+
   // Wakes every waiter; call after setting the `stopped` flag they watch.
   void wake();
   // Blocks until a note is queued (kNote, moved into `out`), `stopped` is set
@@ -41,6 +86,12 @@ class NotificationQueue {
   std::optional<std::string> poll();
 
  private:
+  void push_locked(std::string note);  // caller holds order_mu_
+  std::string pop_locked();            // caller holds mu_; notes_ is not empty
+
+  ByteBudget own_{kMaxHeldBytes};
+  ByteBudget* const budget_;
+
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::string> notes_;  // guarded by mu_
@@ -48,7 +99,6 @@ class NotificationQueue {
   std::mutex order_mu_;                                  // taken before mu_
   uint64_t next_due_ = 1;                                // guarded by order_mu_
   std::map<uint64_t, std::optional<std::string>> held_;  // guarded by order_mu_: arrived early
-  size_t held_bytes_ = 0;                                // guarded by order_mu_
 };
 
 }  // namespace ferry::core

@@ -5,14 +5,46 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <memory>
+#include <mutex>
+#include <system_error>
 
 namespace ferry::platform {
+namespace {
+
+std::mutex fault_mu;
+std::function<bool(std::string_view)> start_fault;  // guarded by fault_mu
+
+}  // namespace
 
 std::thread start_thread(std::string name, std::function<void()> fn) {
   return std::thread([name = std::move(name), fn = std::move(fn)]() {
     ::pthread_setname_np(::pthread_self(), name.substr(0, 15).c_str());
     fn();
   });
+}
+
+Result<std::thread> try_start_thread(std::string name, std::function<void()> fn) {
+  auto refused = [&](const std::string& why) {
+    return Status(Code::kResourceExhausted, "could not start thread " + name + ": " + why +
+                                                " (the process or its user is out of threads or memory)");
+  };
+  {
+    std::lock_guard lock(fault_mu);
+    if (start_fault && start_fault(name)) return refused("Resource temporarily unavailable (injected)");
+  }
+  try {
+    return start_thread(name, std::move(fn));
+  } catch (const std::system_error& e) {
+    return refused(e.code().message());
+  } catch (const std::bad_alloc&) {
+    return refused("out of memory");
+  }
+}
+
+void set_thread_start_fault(std::function<bool(std::string_view name)> fault) {
+  std::lock_guard lock(fault_mu);
+  start_fault = std::move(fault);
 }
 
 CpuList pin_current_thread(const CpuList& cpus) {

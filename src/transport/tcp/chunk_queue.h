@@ -45,6 +45,7 @@ struct OutOp {
   std::shared_ptr<TransferState> state;  // null for read replies
   uint64_t paths = 0;                    // bit p: path p may carry it; 0: any path
   uint64_t chunk_bytes = 0;              // chunk size of this op (GPU memory: the staging slot); 0: the queue's
+  std::shared_ptr<void> hold;            // read replies: what it holds of its connection's budget, until it goes
   // Claim cursor and abort flag: guarded by the queue's lock.
   uint64_t next = 0;
   bool aborted = false;

@@ -2,6 +2,7 @@
 #include "transport/tcp/dialer.h"
 
 #include <cinttypes>
+#include <system_error>
 
 #include "core/log.h"
 #include "platform/crypto.h"
@@ -12,9 +13,8 @@
 
 namespace ferry::tcp {
 
-Result<std::shared_ptr<ConnectionBase>> dial(const std::shared_ptr<core::EngineContext>& ctx,
-                                             const platform::HostPort& to, Deadline deadline, uint64_t connection_id,
-                                             bool allow_local) {
+Result<Dialed> dial(const std::shared_ptr<core::EngineContext>& ctx, const platform::HostPort& to, Deadline deadline,
+                    uint64_t connection_id, bool allow_local) {
   const Options& o = ctx->options;
   std::string where = to.host + ":" + std::to_string(to.port);
   auto context = [&](const Status& s) { return s.with_context("connect to " + where); };
@@ -61,6 +61,8 @@ Result<std::shared_ptr<ConnectionBase>> dial(const std::shared_ptr<core::EngineC
     if (!plan.ok()) return context(plan.status().with_context("peer's advertised addresses"));
     ends = std::move(plan).value();
   }
+  auto ticket = ctx->admission.admit(o, core::host_of(platform::peer_name(fd)), static_cast<int>(ends.size()));
+  if (!ticket.ok()) return context(ticket.status());
   wire::Auth auth;
   auth.streams = static_cast<uint32_t>(ends.size());
   if (welcome->auth_required) {
@@ -95,11 +97,17 @@ Result<std::shared_ptr<ConnectionBase>> dial(const std::shared_ptr<core::EngineC
   }
 
   if (local) {
-    auto conn = local::connect_local(ctx, connection_id, welcome->engine_id, std::move(control), deadline);
+    Result<std::shared_ptr<ConnectionBase>> conn = Status(Code::kInternal, "no connection");
+    try {
+      conn = local::connect_local(ctx, connection_id, welcome->engine_id, std::move(control), deadline);
+    } catch (const std::system_error& e) {
+      // A thread that could not start must not end the process.
+      conn = Status(Code::kResourceExhausted, e.what());
+    }
     if (!conn.ok()) return context(conn.status().with_context("local transport"));
     FERRY_LOG(kInfo, "local", "connected to %s on this host (peer connection %" PRIu64 ")", where.c_str(),
               accepted->connection_id);
-    return conn;
+    return Dialed{std::move(conn).value(), std::move(ticket).value()};
   }
   std::vector<platform::Socket> data;
   std::vector<PathInfo> paths;
@@ -135,10 +143,13 @@ Result<std::shared_ptr<ConnectionBase>> dial(const std::shared_ptr<core::EngineC
 
   PeerInfo peer{welcome->engine_id, welcome->host_id, platform::peer_name(fd)};
   auto conn = std::make_shared<TcpConnection>(ctx, connection_id, std::move(peer), std::move(control), std::move(data),
-                                              std::move(paths));
-  conn->start();
+                                              std::move(paths), std::move(ticket).value());
+  if (Status started = conn->start(); !started.ok()) {
+    conn->close();
+    return context(started);
+  }
   FERRY_LOG(kInfo, "tcp", "connected to %s (peer connection %" PRIu64 ")", where.c_str(), accepted->connection_id);
-  return std::shared_ptr<ConnectionBase>(std::move(conn));
+  return Dialed{std::move(conn), nullptr};
 }
 
 }  // namespace ferry::tcp

@@ -3,7 +3,9 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <system_error>
 
 #include "core/log.h"
 #include "platform/crypto.h"
@@ -13,6 +15,13 @@
 #include "wire/handshake.h"
 
 namespace ferry::tcp {
+namespace {
+
+// How long a new stream waits for a handshake to end when max_handshakes are
+// in progress, before it is closed unread.
+constexpr auto kHandshakeWait = std::chrono::milliseconds(200);
+
+}  // namespace
 
 Result<std::unique_ptr<TcpListener>> TcpListener::bind(std::shared_ptr<core::EngineContext> ctx,
                                                        const platform::HostPort& at, OnConnection on_connection,
@@ -23,8 +32,9 @@ Result<std::unique_ptr<TcpListener>> TcpListener::bind(std::shared_ptr<core::Eng
       new TcpListener(std::move(ctx), std::move(s), port, std::move(on_connection), std::move(next_id)));
 }
 
-void TcpListener::run() {
-  accept_thread_ = platform::start_thread("ferry-accept", [this] { accept_loop(); });
+Status TcpListener::run() {
+  FERRY_ASSIGN_OR_RETURN(accept_thread_, platform::try_start_thread("ferry-accept", [this] { accept_loop(); }));
+  return Status();
 }
 
 TcpListener::TcpListener(std::shared_ptr<core::EngineContext> ctx, platform::Socket listen, uint16_t port,
@@ -71,6 +81,19 @@ void TcpListener::reap_locked() {
   }
 }
 
+void TcpListener::uncount_locked(Handshake& h) {
+  if (!h.counted) return;
+  h.counted = false;
+  --counted_;
+  cv_.notify_all();
+}
+
+void TcpListener::uncount(uint64_t handshake_id) {
+  std::lock_guard lock(mu_);
+  auto it = handshakes_.find(handshake_id);
+  if (it != handshakes_.end()) uncount_locked(it->second);
+}
+
 void TcpListener::accept_loop() {
   for (;;) {
     int fd = ::accept4(listen_.fd(), nullptr, nullptr, SOCK_CLOEXEC);
@@ -90,15 +113,39 @@ void TcpListener::accept_loop() {
       return;
     }
     platform::Socket s(fd);
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     if (stopping_) return;
     reap_locked();
+    // An honest connector opens its data streams in a burst, each read in
+    // microseconds: a moment's wait lets them through. Streams that hold
+    // every handshake for longer are silent or slow; the new one is closed
+    // unread rather than given a thread.
+    const int most = std::max(1, ctx_->options.max_handshakes);
+    if (!cv_.wait_for(lock, kHandshakeWait, [&] { return stopping_ || counted_ < most; })) {
+      auto now = Clock::now();
+      if (now - busy_logged_ > std::chrono::seconds(1)) {
+        busy_logged_ = now;
+        FERRY_LOG(kWarn, "tcp", "%d handshakes in progress (max_handshakes): closing incoming streams unread",
+                  counted_);
+      }
+      continue;  // `s` closes
+    }
+    if (stopping_) return;
     uint64_t id = next_handshake_++;
     Handshake& h = handshakes_[id];
     h.fd = fd;
-    h.thread = platform::start_thread(
+    ++counted_;
+    auto started = platform::try_start_thread(
         "ferry-hs-" + std::to_string(id),
         [this, id, sock = std::make_shared<platform::Socket>(std::move(s))]() mutable { serve(id, std::move(*sock)); });
+    if (!started.ok()) {
+      // The stream closes with the dropped function that owned it.
+      FERRY_LOG(kWarn, "tcp", "closed an incoming stream: %s", started.status().to_string().c_str());
+      uncount_locked(h);
+      handshakes_.erase(id);
+      continue;
+    }
+    h.thread = std::move(started).value();
   }
 }
 
@@ -116,7 +163,7 @@ void TcpListener::serve(uint64_t handshake_id, platform::Socket s) {
     } else if (hello->role == wire::StreamRole::kData) {
       st = attach_data(s, *hello);
     } else {
-      st = serve_control(s, *hello, deadline);
+      st = serve_control(handshake_id, s, *hello, deadline);
     }
   }
   if (!st.ok()) FERRY_LOG(kWarn, "tcp", "dropped incoming stream from %s: %s", from.c_str(), st.to_string().c_str());
@@ -125,6 +172,7 @@ void TcpListener::serve(uint64_t handshake_id, platform::Socket s) {
   if (it != handshakes_.end()) {
     it->second.done = true;
     it->second.fd = -1;
+    uncount_locked(it->second);
   }
   // `s` (if still owned) closes here, after fd was withdrawn from stop()'s reach.
   s.reset();
@@ -148,7 +196,8 @@ Status TcpListener::attach_data(platform::Socket& s, const wire::Hello& hello) {
   return Status();
 }
 
-Status TcpListener::serve_control(platform::Socket& s, const wire::Hello& hello, Deadline deadline) {
+Status TcpListener::serve_control(uint64_t handshake_id, platform::Socket& s, const wire::Hello& hello,
+                                  Deadline deadline) {
   const Options& o = ctx_->options;
   int fd = s.fd();
   auto reject = [&](Code code, const std::string& why) {
@@ -191,13 +240,23 @@ Status TcpListener::serve_control(platform::Socket& s, const wire::Hello& hello,
     accepted.has_proof = true;
     accepted.proof = platform::hmac_sha256(o.auth_token, wire::server_proof_input(hello.nonce, welcome.nonce));
   }
+  auto ticket =
+      ctx_->admission.admit(o, core::host_of(platform::peer_name(fd)), local ? 0 : static_cast<int>(auth.streams));
+  if (!ticket.ok()) return reject(ticket.status().code(), ticket.status().message());
   if (local) {
     accepted.cookie = platform::random_u64();
     accepted.connection_id = next_id_();
     FERRY_RETURN_IF_ERROR(write_handshake_frame(fd, wire::encode(accepted), deadline));
-    FERRY_ASSIGN_OR_RETURN(auto conn,
-                           local::accept_local(ctx_, accepted.connection_id, hello.engine_id, std::move(s), deadline));
-    on_connection_(std::move(conn));
+    uncount(handshake_id);
+    Result<std::shared_ptr<ConnectionBase>> conn = Status(Code::kInternal, "local transport: no connection");
+    try {
+      conn = local::accept_local(ctx_, accepted.connection_id, hello.engine_id, std::move(s), deadline);
+    } catch (const std::system_error& e) {
+      // A thread that could not start must not end the process.
+      conn = Status(Code::kResourceExhausted, std::string("local transport: ") + e.what());
+    }
+    if (!conn.ok()) return conn.status();
+    on_connection_(std::move(conn).value(), std::move(ticket).value());
     return Status();
   }
   auto pending = std::make_shared<Pending>();
@@ -211,6 +270,8 @@ Status TcpListener::serve_control(platform::Socket& s, const wire::Hello& hello,
     pending_[accepted.cookie] = pending;
   }
   Status st = write_handshake_frame(fd, wire::encode(accepted), deadline);
+  // Admitted: from here on it holds one of the engine's connections, not a handshake.
+  uncount(handshake_id);
   bool all = false;
   if (st.ok()) {
     std::unique_lock lock(mu_);
@@ -223,9 +284,6 @@ Status TcpListener::serve_control(platform::Socket& s, const wire::Hello& hello,
   }
   if (!st.ok()) return st;
   if (!all) return reject(Code::kDeadlineExceeded, "data streams did not attach within the handshake timeout");
-  wire::EncodedFrame ready;
-  ready.header.type = wire::FrameType::kReady;
-  FERRY_RETURN_IF_ERROR(write_handshake_frame(fd, ready, deadline));
 
   PeerInfo peer{hello.engine_id, hello.host_id, platform::peer_name(fd)};
   std::vector<PathInfo> paths;
@@ -238,9 +296,21 @@ Status TcpListener::serve_control(platform::Socket& s, const wire::Hello& hello,
     paths.push_back(PathInfo{nic, (nic.empty() ? "" : nic + " ") + ip + " <- " + platform::peer_name(d.fd())});
   }
   auto conn = std::make_shared<TcpConnection>(ctx_, accepted.connection_id, std::move(peer), std::move(s),
-                                              std::move(pending->data), std::move(paths));
-  conn->start();
-  on_connection_(std::move(conn));
+                                              std::move(pending->data), std::move(paths), std::move(ticket).value());
+  // Its threads start before READY, so a connection this side cannot staff
+  // is refused with the reason instead of dropped after the peer began.
+  if (Status started = conn->start(); !started.ok()) {
+    Status refused = reject(started.code(), started.message());
+    conn->close();
+    return refused;
+  }
+  wire::EncodedFrame ready;
+  ready.header.type = wire::FrameType::kReady;
+  if (Status sent = write_handshake_frame(fd, ready, deadline); !sent.ok()) {
+    conn->close();
+    return sent;
+  }
+  on_connection_(std::move(conn), nullptr);
   return Status();
 }
 

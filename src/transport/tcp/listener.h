@@ -2,6 +2,12 @@
 // side of the handshake, one short-lived thread per incoming stream, so that a
 // peer that sends garbage or stalls mid-handshake delays nobody else.
 //
+// What a peer can make it hold is bounded: at most Options::max_handshakes
+// streams are read at once before their peer has proven itself and been
+// admitted (a stream past them waits a moment for one to end, then is closed
+// unread); an admitted control stream waits for its data streams holding a
+// connection of the engine's Admission instead.
+//
 // Thread-safe. Threads: ferry-accept (the accept loop), ferry-hs-<n> (one per
 // stream being handshaken; each bounded by Options::handshake_timeout).
 #pragma once
@@ -23,7 +29,9 @@ namespace ferry::tcp {
 
 class TcpListener {
  public:
-  using OnConnection = std::function<void(std::shared_ptr<ConnectionBase>)>;
+  // Hands over an admitted connection, with the admission ticket when the
+  // connection does not hold its own (the local transport's).
+  using OnConnection = std::function<void(std::shared_ptr<ConnectionBase>, std::unique_ptr<core::Admission::Ticket>)>;
   using NextId = std::function<uint64_t()>;
 
   // Listens on `at` (accepting nothing until run()). kUnavailable if it cannot listen.
@@ -32,8 +40,8 @@ class TcpListener {
                                                    NextId next_id);
   ~TcpListener();
 
-  // Starts accepting peers.
-  void run();
+  // Starts accepting peers. kResourceExhausted if its thread cannot start.
+  Status run();
 
   uint16_t port() const { return port_; }
   // Stops accepting, aborts handshakes in progress and joins every thread.
@@ -49,15 +57,19 @@ class TcpListener {
     std::thread thread;
     int fd = -1;
     bool done = false;
+    bool counted = true;  // counts against max_handshakes: its peer was not admitted yet
   };
 
   TcpListener(std::shared_ptr<core::EngineContext> ctx, platform::Socket listen, uint16_t port,
               OnConnection on_connection, NextId next_id);
   void accept_loop();
   void serve(uint64_t handshake_id, platform::Socket s);
-  Status serve_control(platform::Socket& s, const wire::Hello& hello, Deadline deadline);
+  Status serve_control(uint64_t handshake_id, platform::Socket& s, const wire::Hello& hello, Deadline deadline);
   Status attach_data(platform::Socket& s, const wire::Hello& hello);
   void reap_locked();
+  // The handshake no longer counts against max_handshakes.
+  void uncount(uint64_t handshake_id);
+  void uncount_locked(Handshake& h);
 
   const std::shared_ptr<core::EngineContext> ctx_;
   platform::Socket listen_;
@@ -71,6 +83,8 @@ class TcpListener {
   bool stopping_ = false;                                 // guarded by mu_
   uint64_t next_handshake_ = 1;                           // guarded by mu_
   std::map<uint64_t, Handshake> handshakes_;              // guarded by mu_
+  int counted_ = 0;                                       // guarded by mu_: handshakes with `counted`
+  Clock::time_point busy_logged_{};                       // guarded by mu_: last warning of a stream closed unread
   std::map<uint64_t, std::shared_ptr<Pending>> pending_;  // guarded by mu_, by cookie
 };
 

@@ -25,6 +25,13 @@ using wire::FrameType;
 // How many finished writes a connection remembers to drop late resent chunks.
 constexpr size_t kFinishedWritesKept = 4096;
 
+// What the budget (connection_memory_bytes) counts for each thing held on
+// the peer's behalf, on top of its bytes: the bookkeeping around it.
+constexpr size_t kUnexpectedBytes = 128;  // a message no receive was posted for
+constexpr size_t kReplyBytes = 256;       // a reply waiting to go out (a queued frame, a read's reply op)
+constexpr size_t kWriteBytes = 256;       // an incoming write
+constexpr size_t kArrivalBytes = 64;      // one chunk of an incoming operation, landed or landing
+
 // Frame flags (FrameHeader::flags) of the steady state.
 constexpr uint8_t kFlagAckRequest = 1;  // DATA/WRITE chunk: confirm landing with CHUNK_ACK
 constexpr uint8_t kFlagAborted = 2;     // DATA/WRITE chunk: this op's bytes will not come
@@ -59,8 +66,24 @@ Status peer_status(uint32_t code, const std::string& message, const std::string&
 
 }  // namespace
 
+bool TcpConnection::Held::take_reply(size_t n) {
+  if (!budget.take(n)) return false;
+  replies.fetch_add(n, std::memory_order_relaxed);
+  return true;
+}
+
+void TcpConnection::Held::give_reply(size_t n) {
+  budget.give(n);
+  size_t before = replies.fetch_sub(n, std::memory_order_relaxed);
+  if (before > reply_cap && before - n <= reply_cap) {
+    std::lock_guard lock(mu);
+    room.notify_all();
+  }
+}
+
 TcpConnection::TcpConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t id, PeerInfo peer,
-                             platform::Socket control, std::vector<platform::Socket> data, std::vector<PathInfo> paths)
+                             platform::Socket control, std::vector<platform::Socket> data, std::vector<PathInfo> paths,
+                             std::unique_ptr<core::Admission::Ticket> ticket)
     : ctx_(std::move(ctx)),
       id_(id),
       peer_(std::move(peer)),
@@ -75,7 +98,10 @@ TcpConnection::TcpConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t 
       landed_chunks_(data_.size(), 0),
       hooks_(staging_hooks()),
       kernels_(ctx_->options.staging_copy == "kernel" ? std::make_shared<StagingKernels>() : nullptr),
-      rx_stage_(data_.size()) {
+      rx_stage_(data_.size()),
+      held_(std::make_shared<Held>(ctx_->options.connection_memory_bytes)),
+      notes_(&held_->budget) {
+  ticket_ = std::move(ticket);
   for (size_t p = 0; p < data_.size(); ++p) {
     path_dead_[p] = false;
     auto node = p < paths_.size() ? ctx_->nic_nodes.find(paths_[p].nic) : ctx_->nic_nodes.end();
@@ -87,25 +113,97 @@ TcpConnection::TcpConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t 
 
 TcpConnection::~TcpConnection() { close(); }
 
-void TcpConnection::start() {
+Status TcpConnection::start() {
   std::string base = "ferry-c" + std::to_string(id_);
-  threads_.push_back(platform::start_thread(base + "-ctl-rx", [this] { control_rx_loop(); }));
-  threads_.push_back(platform::start_thread(base + "-ctl-tx", [this] { control_tx_loop(); }));
-  for (int p = 0; p < static_cast<int>(data_.size()); ++p) {
+  auto launch = [this](std::string name, std::function<void()> fn) -> Status {
+    workers_.fetch_add(1, std::memory_order_relaxed);
+    auto t = platform::try_start_thread(std::move(name), [this, fn = std::move(fn)] {
+      fn();
+      worker_done();
+    });
+    if (!t.ok()) {
+      workers_.fetch_sub(1, std::memory_order_relaxed);
+      return t.status().with_context(where());
+    }
+    threads_.push_back(std::move(t).value());
+    return Status();
+  };
+  Status st = launch(base + "-ctl-rx", [this] { control_rx_loop(); });
+  if (st.ok()) st = launch(base + "-ctl-tx", [this] { control_tx_loop(); });
+  for (int p = 0; st.ok() && p < static_cast<int>(data_.size()); ++p) {
     std::string pb = base + "-p" + std::to_string(p);
-    threads_.push_back(platform::start_thread(pb + "-tx", [this, p, pb] {
+    st = launch(pb + "-tx", [this, p, pb] {
       pin_worker(p, "tx", pb + "-tx");
       path_tx_loop(p);
-    }));
-    threads_.push_back(platform::start_thread(pb + "-rx", [this, p, pb] {
-      pin_worker(p, "rx", pb + "-rx");
-      path_rx_loop(p);
-    }));
+    });
+    if (st.ok()) {
+      st = launch(pb + "-rx", [this, p, pb] {
+        pin_worker(p, "rx", pb + "-rx");
+        path_rx_loop(p);
+      });
+    }
+  }
+  worker_done();
+  if (!st.ok()) {
+    FERRY_LOG(kWarn, "tcp", "%s", st.to_string().c_str());
+    return st;
   }
   FERRY_LOG(kInfo, "tcp", "%s up with %zu data streams", where().c_str(), data_.size());
   for (size_t p = 0; p < paths_.size(); ++p) {
     FERRY_LOG(kDebug, "tcp", "%s path %zu: %s", where().c_str(), p, paths_[p].name.c_str());
   }
+  return Status();
+}
+
+void TcpConnection::worker_done() {
+  // The control reader ends only with the connection, so the last one out
+  // finds it failed unless a start failed; then close() releases.
+  if (workers_.fetch_sub(1, std::memory_order_acq_rel) == 1 && failed_.load(std::memory_order_acquire)) {
+    release_sockets();
+  }
+}
+
+void TcpConnection::release_sockets() {
+  {
+    // An application thread may be writing a frame (fail() has shut the
+    // stream down, so it returns soon); never the other order: fail() takes
+    // sockets_mu_ to wake it.
+    std::lock_guard write_lock(control_write_mu_);
+    std::lock_guard lock(sockets_mu_);
+    if (sockets_closed_) return;
+    sockets_closed_ = true;
+    control_.reset();
+    for (auto& d : data_) d.reset();
+  }
+  if (ticket_) ticket_->release();
+}
+
+Status TcpConnection::exhausted(const std::string& what) const {
+  return Status(Code::kResourceExhausted, where() + ": " + what + " would hold more than connection_memory_bytes (" +
+                                              std::to_string(held_->budget.limit()) + " bytes) on the peer's behalf");
+}
+
+Status TcpConnection::fail_with(const Status& why) {
+  fail(why);
+  return why;
+}
+
+Status TcpConnection::await_reply_room() {
+  if (held_->replies.load(std::memory_order_relaxed) <= held_->reply_cap) return Status();
+  std::unique_lock lock(held_->mu);
+  auto room = [&] {
+    return failed_.load(std::memory_order_acquire) ||
+           held_->replies.load(std::memory_order_relaxed) <= held_->reply_cap;
+  };
+  if (held_->room.wait_for(lock, ctx_->options.peer_timeout, room)) {
+    last_rx_ns_.store(now_ns(), std::memory_order_relaxed);  // the pause was ours, not the peer's silence
+    return Status();
+  }
+  return Status(Code::kResourceExhausted,
+                where() + ": replies the peer does not read: " + std::to_string(held_->replies.load()) +
+                    " bytes of them stayed queued past their cap (a quarter of connection_memory_bytes, " +
+                    std::to_string(held_->reply_cap) + " bytes) for peer_timeout (" +
+                    std::to_string(ctx_->options.peer_timeout.count()) + " ms)");
 }
 
 void TcpConnection::pin_worker(int path, const char* role, const std::string& thread) {
@@ -204,7 +302,10 @@ Status TcpConnection::write_control(const FrameHeader& h, std::string_view aux, 
   Status s;
   {
     std::lock_guard lock(control_write_mu_);
-    s = platform::send_all(control_.fd(), iov.data(), static_cast<int>(iov.size()));
+    // Once the connection failed its descriptor may be closed (and its number reused).
+    s = failed_.load(std::memory_order_acquire)
+            ? Status(Code::kPeerLost, "the connection failed")
+            : platform::send_all(control_.fd(), iov.data(), static_cast<int>(iov.size()));
   }
   if (!s.ok()) {
     Status lost(Code::kPeerLost, where() + ": control stream: " + s.message());
@@ -241,10 +342,24 @@ void TcpConnection::queue_control(Outgoing out) {
       }
     }
   }
+  // Queued, it is held on the peer's behalf until the peer reads.
+  size_t bytes = kReplyBytes + out.aux.size();
+  if (!held_->take_reply(bytes)) {
+    fail(exhausted("replies the peer does not read"));
+    return;
+  }
+  out.charged = bytes;
+  bool queued = false;
   {
     std::lock_guard lock(out_mu_);
-    if (out_stopped_) return;
-    out_.push_back(std::move(out));
+    if (!out_stopped_) {
+      out_.push_back(std::move(out));
+      queued = true;
+    }
+  }
+  if (!queued) {
+    held_->give_reply(bytes);
+    return;
   }
   out_cv_.notify_one();
 }
@@ -274,6 +389,7 @@ void TcpConnection::control_tx_loop() {
     const core::SegmentList* payload = o.payload_op ? &o.payload_op->source : nullptr;
     if (payload != nullptr) o.header.payload_len = static_cast<uint32_t>(payload->total());
     Status s = write_control(o.header, o.aux, payload);
+    held_->give_reply(std::exchange(o.charged, 0));
     if (!s.ok() && s.code() != Code::kPeerLost && o.payload_op) {
       // The memory of a read reply vanished (or could not be staged): tell the reader instead.
       FrameHeader h = o.header;
@@ -388,6 +504,7 @@ Transfer TcpConnection::post_recv(core::SegmentList dest) {
     u = std::move(unexpected_.front());
     unexpected_.pop_front();
   }
+  held_->budget.give(kUnexpectedBytes + u.bytes.size());
   if (u.rendezvous) {
     match_rendezvous(std::move(recv), u.op, u.size);
   } else {
@@ -420,11 +537,7 @@ Transfer TcpConnection::write_async(const void* local, size_t size, const Remote
 Transfer TcpConnection::writev_async(std::span<const WriteItem> items, std::string_view notification) {
   if (Status u = usable(); !u.ok()) return failed(u);
   if (items.empty()) return failed(Status(Code::kInvalidArgument, "writev: no items"));
-  if (notification.size() > kMaxNotification) {
-    return failed(Status(Code::kInvalidArgument, "write: notification of " + std::to_string(notification.size()) +
-                                                     " bytes exceeds the limit of " +
-                                                     std::to_string(kMaxNotification)));
-  }
+  if (Status c = core::NotificationQueue::check_size(notification, "write"); !c.ok()) return failed(c);
   std::vector<core::SegmentList> sources(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
     Status c = check_remote(items[i].remote, items[i].remote_offset, items[i].size, "write");
@@ -596,11 +709,7 @@ void TcpConnection::post_read(const std::shared_ptr<TransferState>& state, core:
 
 Transfer TcpConnection::notify_async(std::string_view message) {
   if (Status u = usable(); !u.ok()) return failed(u);
-  if (message.size() > kMaxNotification) {
-    return failed(Status(Code::kInvalidArgument, "notify: message of " + std::to_string(message.size()) +
-                                                     " bytes exceeds the limit of " +
-                                                     std::to_string(kMaxNotification)));
-  }
+  if (Status c = core::NotificationQueue::check_size(message, "notify"); !c.ok()) return failed(c);
   auto state = new_state();
   {
     std::lock_guard lock(mu_);
@@ -710,6 +819,7 @@ void TcpConnection::finish_landing(uint64_t token, const std::shared_ptr<Landing
     s = l->error;
     orphaned = l->orphaned;
     aborted = l->arrivals.aborted();
+    held_->budget.give(std::exchange(l->charged, 0));
   }
   // An orphan is off the tables already: fail() left its end to this, its
   // last chunk.
@@ -778,12 +888,23 @@ Status TcpConnection::land_data(int fd, int path, const FrameHeader& h) {
                                        std::to_string(h.payload_len) + ") lies outside its message of " +
                                        std::to_string(l->size) + " bytes");
   }
+  if (h.payload_len == 0 && l->size != 0) {
+    // Only an empty message travels as an empty chunk; empty ones at every
+    // offset would each be remembered.
+    return Status(Code::kDataLoss, where() + ": empty data chunk at offset " + std::to_string(h.a) +
+                                       " of a message of " + std::to_string(l->size) + " bytes");
+  }
   uint64_t token = h.id, offset = h.a, size = h.payload_len;
   ChunkArrivals::Begin begin;
+  bool over = false;
   {
     std::lock_guard lock(l->mu);
     begin = l->arrivals.begin(offset, path);
+    // The peer chooses how small the chunks are: each one's record counts.
+    if (begin.land && !(over = !held_->budget.take(kArrivalBytes))) l->charged += kArrivalBytes;
+    if (over) (void)l->arrivals.end(offset, path, 0, /*landed=*/false);
   }
+  if (over) return fail_with(exhausted("chunks of operations still arriving"));
   if (begin.stalled_path >= 0) give_up_stalled_path(begin.stalled_path, path, offset);
   if (!begin.land) return drain(fd, size);  // a resent chunk that had landed already, or aborted
   std::weak_ptr<TcpConnection> self = weak_from_this();
@@ -851,6 +972,7 @@ void TcpConnection::write_chunk_abandoned(uint64_t op, uint64_t offset, int path
     incoming_.erase(it);
     remember_finished_write(op);
   }
+  held_->budget.give(done.charged);
   if (Status s = complete_write(op, done); !s.ok()) fail(s);
 }
 
@@ -860,7 +982,7 @@ Status TcpConnection::complete_write(uint64_t op, IncomingWrite& done) {
   if (done.arrivals.aborted()) return Status();
   if (done.note_seq != 0 || !done.notification.empty()) {
     Status queued = notes_.push_numbered(done.note_seq, !done.error.ok(), std::move(done.notification));
-    FERRY_RETURN_IF_ERROR(queued.with_context(where()));
+    if (!queued.ok()) return fail_with(queued.with_context(where()));
   }
   ack(op, done.error);
   return Status();
@@ -868,12 +990,29 @@ Status TcpConnection::complete_write(uint64_t op, IncomingWrite& done) {
 
 Status TcpConnection::land_write(int fd, int path, const FrameHeader& h, std::string& aux) {
   uint64_t op = h.id;
+  const bool aborted = (h.flags & kFlagAborted) != 0;
+  if (aux.size() > kMaxNotification) {
+    return Status(Code::kDataLoss, where() + ": write " + std::to_string(op) + " carries a notification of " +
+                                       std::to_string(aux.size()) + " bytes, past the limit of " +
+                                       std::to_string(kMaxNotification) + " that every sender keeps");
+  }
+  if (!aborted && h.payload_len == 0 && h.d != 0) {
+    // Only an empty write travels as an empty chunk; empty ones at every
+    // offset would each be remembered.
+    return Status(Code::kDataLoss,
+                  where() + ": empty chunk of write " + std::to_string(op) + " of " + std::to_string(h.d) + " bytes");
+  }
+  // The key and the bounds are checked before any state is kept for a write.
+  Result<core::MemorySpan> span = Status(Code::kCancelled, "aborted");
+  if (!aborted) span = ctx_->registry.resolve_export(h.a, h.b, h.c, h.payload_len);
   ChunkArrivals::Begin begin;
+  Status refused;  // a write refused at its first chunk: answered now, and nothing of it kept
+  bool over = false;
   {
     std::lock_guard lock(mu_);
     if (finished_writes_.count(op) > 0) {
       begin.land = false;  // finished, or aborted with nothing of it still arriving
-    } else if (h.flags & kFlagAborted) {
+    } else if (aborted) {
       // Chunks of it still on other paths are dropped from now on. It is
       // over once none is still being written into the export; a path still
       // bringing this chunk was given up by the peer (its late bytes must
@@ -884,22 +1023,54 @@ Status TcpConnection::land_write(int fd, int path, const FrameHeader& h, std::st
           it != incoming_.end() ? it->second.arrivals.abort(h.c, path) : ChunkArrivals::Abort{true, -1};
       begin.stalled_path = abort.stalled_path;
       if (abort.over) {
-        if (it != incoming_.end()) incoming_.erase(it);
+        if (it != incoming_.end()) {
+          held_->budget.give(it->second.charged);
+          incoming_.erase(it);
+        }
         remember_finished_write(op);
       }
     } else {
-      auto [it, fresh] = incoming_.try_emplace(op);
-      if (fresh) it->second.arrivals = ChunkArrivals(h.d);
-      if (it->second.arrivals.total() != h.d) {
-        return Status(Code::kDataLoss, where() + ": chunks of write " + std::to_string(op) + " disagree on its size");
+      auto it = incoming_.find(op);
+      if (it == incoming_.end()) {
+        refused = span.status();
+        if (refused.ok()) refused = ctx_->registry.resolve_export(h.a, h.b, 0, h.d).status();  // its whole size fits
+        if (refused.ok() && !(over = !held_->budget.take(kWriteBytes))) {
+          it = incoming_.try_emplace(op).first;
+          it->second.arrivals = ChunkArrivals(h.d);
+          it->second.charged = kWriteBytes;
+        } else if (!refused.ok()) {
+          begin.land = false;
+          remember_finished_write(op);  // its other chunks are dropped
+        }
       }
-      begin = it->second.arrivals.begin(h.c, path);
+      if (it != incoming_.end()) {
+        IncomingWrite& w = it->second;
+        if (w.arrivals.total() != h.d) {
+          return Status(Code::kDataLoss, where() + ": chunks of write " + std::to_string(op) + " disagree on its size");
+        }
+        begin = w.arrivals.begin(h.c, path);
+        // The peer chooses how small the chunks are: each one's record counts.
+        if (begin.land && !(over = !held_->budget.take(kArrivalBytes + aux.size()))) {
+          w.charged += kArrivalBytes + aux.size();
+        }
+        if (over) (void)w.arrivals.end(h.c, path, 0, /*landed=*/false);
+      }
     }
   }
+  if (over) return fail_with(exhausted("writes still arriving"));
   if (begin.stalled_path >= 0) give_up_stalled_path(begin.stalled_path, path, h.c);
   // Drained outside the lock: a payload that stalls holds up nothing else.
+  if (!refused.ok()) {
+    FERRY_RETURN_IF_ERROR(drain(fd, h.payload_len));
+    // As for a write that failed: its notification's number is given up, and the initiator told.
+    if (h.e != 0) {
+      Status skipped = notes_.push_numbered(h.e, /*skip=*/true, {});
+      if (!skipped.ok()) return fail_with(skipped.with_context(where()));
+    }
+    ack(op, refused);
+    return Status();
+  }
   if (!begin.land) return drain(fd, h.payload_len);  // over, or a resent chunk that had landed already
-  auto span = ctx_->registry.resolve_export(h.a, h.b, h.c, h.payload_len);
   FrameHeader fh = h;
   std::weak_ptr<TcpConnection> self = weak_from_this();
   auto guard = std::make_shared<ArrivalGuard>([self, op, offset = h.c, path] {
@@ -925,6 +1096,7 @@ Status TcpConnection::land_write(int fd, int path, const FrameHeader& h, std::st
       incoming_.erase(it);
       remember_finished_write(op);
     }
+    held_->budget.give(done.charged);
     return complete_write(op, done);
   };
   if (!span.ok()) {
@@ -1082,7 +1254,7 @@ Status TcpConnection::handle_eager(int fd, const FrameHeader& h) {
                                        std::to_string(Options::kMaxInline) + ")");
   }
   PostedRecv recv;
-  bool matched = false;
+  bool matched = false, over = false;
   {
     std::lock_guard lock(mu_);
     if (!posted_.empty()) {
@@ -1132,25 +1304,34 @@ Status TcpConnection::handle_eager(int fd, const FrameHeader& h) {
       recv = std::move(posted_.front());
       posted_.pop_front();
       matched = true;
-    } else {
+    } else if (held_->budget.take(kUnexpectedBytes + bytes.size())) {
       unexpected_.push_back(Unexpected{h.id, h.a, false, std::move(bytes)});
+    } else {
+      over = true;
     }
   }
+  if (over) return fail_with(exhausted("messages no receive was posted for"));
   if (matched) complete_recv_now(recv, h.id, h.a, bytes);
   return Status();
 }
 
 Status TcpConnection::handle_rts(const FrameHeader& h) {
   PostedRecv recv;
+  bool over = false;
   {
     std::lock_guard lock(mu_);
     if (posted_.empty()) {
-      unexpected_.push_back(Unexpected{h.id, h.a, true, {}});
-      return Status();
+      if (held_->budget.take(kUnexpectedBytes)) {
+        unexpected_.push_back(Unexpected{h.id, h.a, true, {}});
+        return Status();
+      }
+      over = true;
+    } else {
+      recv = std::move(posted_.front());
+      posted_.pop_front();
     }
-    recv = std::move(posted_.front());
-    posted_.pop_front();
   }
+  if (over) return fail_with(exhausted("messages no receive was posted for"));
   match_rendezvous(std::move(recv), h.id, h.a);
   return Status();
 }
@@ -1174,18 +1355,30 @@ Status TcpConnection::handle_cts(const FrameHeader& h) {
 
 Status TcpConnection::handle_ack(const FrameHeader& h, std::string& aux) {
   std::shared_ptr<TransferState> state;
-  std::shared_ptr<Landing> landing;
   {
     std::lock_guard lock(mu_);
     auto it = pending_.find(h.id);
     if (it == pending_.end()) return Status();  // already failed or finished locally
+    if (auto l = landings_.find(h.id); l != landings_.end()) {
+      // A read: its DATA answers it, and completes it once every byte is in
+      // place. An ACK may only refuse it, before any of its bytes came.
+      Landing& read = *l->second;
+      std::lock_guard ll(read.mu);
+      if (h.code == 0) {
+        return Status(Code::kDataLoss, where() + ": the peer acknowledged read " + std::to_string(h.id) +
+                                           " as done; a read is answered by its data");
+      }
+      if (read.arrivals.received() > 0 || read.arrivals.arriving()) {
+        return Status(Code::kDataLoss,
+                      where() + ": the peer refused read " + std::to_string(h.id) + " after its data began to land");
+      }
+      read.arrivals.stop();  // a chunk that comes after all the same is dropped
+      held_->budget.give(std::exchange(read.charged, 0));
+      landings_.erase(l);
+    }
     state = std::move(it->second);
     pending_.erase(it);
     awaiting_cts_.erase(h.id);
-    if (auto l = landings_.find(h.id); l != landings_.end()) {
-      landing = l->second;
-      landings_.erase(l);
-    }
   }
   state->finish_part(peer_status(h.code, aux, where()));
   return Status();
@@ -1207,8 +1400,10 @@ Status TcpConnection::handle_read_req(const FrameHeader& h) {
     Outgoing o;
     o.header = out->header;
     o.payload_op = std::move(out);
-    queue_control(std::move(o));
+    queue_control(std::move(o));  // counted there
   } else {
+    if (!held_->take_reply(kReplyBytes)) return fail_with(exhausted("replies the peer does not read"));
+    out->hold = std::make_shared<ReplyHold>(held_, kReplyBytes);
     chunks_.push(std::move(out));
   }
   return Status();
@@ -1252,8 +1447,12 @@ Status TcpConnection::handle_frame(int fd, int path, const FrameHeader& h, std::
       // Confirm first: an application that closes the moment it sees the
       // note would otherwise send CLOSE ahead of the confirmation, and the
       // sender's notify would fail although the note arrived.
-      if (h.id != 0) ack(h.id, Status());
-      return notes_.push_numbered(h.e, (h.flags & kFlagNoteSkip) != 0, std::move(aux)).with_context(where());
+      {
+        Status queued = notes_.push_numbered(h.e, (h.flags & kFlagNoteSkip) != 0, std::move(aux), [&] {
+          if (h.id != 0) ack(h.id, Status());
+        });
+        return queued.ok() ? queued : fail_with(queued.with_context(where()));
+      }
     case FrameType::kChunkAck:
       chunks_.on_landed(static_cast<int>(h.a), h.b);
       return Status();
@@ -1267,6 +1466,10 @@ void TcpConnection::control_rx_loop() {
   int fd = control_.fd();
   std::string aux;
   for (;;) {
+    if (Status room = await_reply_room(); !room.ok()) {
+      fail(room);
+      return;
+    }
     wire::HeaderBytes hb;
     Status s = platform::recv_exact(fd, hb.data(), hb.size());
     if (!s.ok()) {
@@ -1295,6 +1498,10 @@ void TcpConnection::path_rx_loop(int path) {
   std::string aux;
   Status s;
   for (;;) {
+    if (s = await_reply_room(); !s.ok()) {
+      fail(s);
+      break;
+    }
     if (stager) {
       s = stager->before_read(fd);
       if (!s.ok()) {
@@ -1482,7 +1689,10 @@ void TcpConnection::tick(Clock::time_point now) {
   int64_t t = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
   int64_t silent = t - last_rx_ns_.load(std::memory_order_relaxed);
   const Options& o = ctx_->options;
-  if (silent > std::chrono::duration_cast<std::chrono::nanoseconds>(o.peer_timeout).count()) {
+  // While replies the peer does not read are over their cap, this side
+  // stopped reading, and a reader ends it (await_reply_room) if they stay so.
+  bool paused = held_->replies.load(std::memory_order_relaxed) > held_->reply_cap;
+  if (!paused && silent > std::chrono::duration_cast<std::chrono::nanoseconds>(o.peer_timeout).count()) {
     fail(Status(Code::kPeerLost, where() + ": no traffic from the peer for " + std::to_string(silent / 1000000) +
                                      " ms (peer_timeout " + std::to_string(o.peer_timeout.count()) +
                                      " ms): stopped, partitioned or overloaded"));
@@ -1509,7 +1719,10 @@ void TcpConnection::tick(Clock::time_point now) {
 void TcpConnection::path_failed(int path, const Status& why) {
   if (failed_.load(std::memory_order_acquire)) return;
   if (path_dead_[static_cast<size_t>(path)].exchange(true)) return;
-  data_[static_cast<size_t>(path)].shutdown();  // wakes the path's other worker
+  {
+    std::lock_guard lock(sockets_mu_);
+    if (!sockets_closed_) data_[static_cast<size_t>(path)].shutdown();  // wakes the path's other worker
+  }
   int live = chunks_.fail_path(path);
   const std::string& name = static_cast<size_t>(path) < paths_.size() ? paths_[static_cast<size_t>(path)].name : "";
   // An orderly close of a data stream means the peer is closing or exiting
@@ -1556,16 +1769,28 @@ void TcpConnection::fail(const Status& reason) {
     FERRY_LOG(kWarn, "tcp", "%s", why.to_string().c_str());
   }
   // Shutting the sockets down first wakes every thread blocked on them.
-  control_.shutdown();
-  for (auto& d : data_) d.shutdown();
+  {
+    std::lock_guard lock(sockets_mu_);
+    if (!sockets_closed_) {
+      control_.shutdown();
+      for (auto& d : data_) d.shutdown();
+    }
+  }
   std::vector<std::shared_ptr<OutOp>> queued = chunks_.stop();
+  std::deque<Outgoing> unsent;
   {
     std::lock_guard lock(out_mu_);
     out_stopped_ = true;
-    out_.clear();
+    unsent.swap(out_);
   }
+  for (Outgoing& o : unsent) held_->give_reply(o.charged);
+  unsent.clear();
   out_cv_.notify_all();
   out_drained_cv_.notify_all();
+  {
+    std::lock_guard lock(held_->mu);  // a reader paused for reply room wakes to its end
+    held_->room.notify_all();
+  }
   std::vector<std::shared_ptr<TransferState>> states;
   std::vector<std::shared_ptr<TransferState>> parts;  // items of operations still draining
   {
@@ -1621,7 +1846,7 @@ void TcpConnection::close() {
                                [&] { return out_stopped_ || (out_.empty() && !out_writing_); });
     }
     std::unique_lock lock(control_write_mu_, std::chrono::milliseconds(100));
-    if (lock.owns_lock()) {
+    if (lock.owns_lock() && !failed_.load()) {  // failed: the stream may be closed already
       wire::FrameHeader h;
       h.type = FrameType::kClose;
       wire::HeaderBytes hb;
@@ -1631,9 +1856,15 @@ void TcpConnection::close() {
     }
   }
   fail(Status(Code::kCancelled, where() + ": closed locally"));
+  bool joined_all = true;
   for (auto& t : threads_) {
-    if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
+    if (t.joinable() && t.get_id() != std::this_thread::get_id()) {
+      t.join();
+    } else if (t.joinable()) {
+      joined_all = false;  // closed from one of its own workers, which releases on its way out
+    }
   }
+  if (joined_all) release_sockets();
 }
 
 }  // namespace ferry::tcp

@@ -24,8 +24,18 @@
 //
 // Failure: the first error on any stream, a CLOSE from the peer, or heartbeat
 // silence calls fail(): every socket is shut down (which wakes every blocked
-// thread), and every pending transfer finishes with the reason. close() and
-// the destructor join the threads.
+// thread), and every pending transfer finishes with the reason. The last
+// worker to end closes the sockets and gives the connection's admission back
+// (a failed connection the application still holds keeps neither threads nor
+// descriptors). close() and the destructor join the threads.
+//
+// What the peer makes it hold: messages nobody posted a receive for,
+// notifications not yet taken, replies the peer does not read and state of
+// incoming chunks count against Options::connection_memory_bytes; past it
+// the connection fails with kResourceExhausted. While the replies alone pass
+// a quarter of it (the peer is not reading), the reader threads stop reading
+// more requests; if the peer reads nothing for peer_timeout, the connection
+// fails.
 #pragma once
 
 #include <atomic>
@@ -71,12 +81,17 @@ struct PathInfo {
 
 class TcpConnection final : public ConnectionBase, public std::enable_shared_from_this<TcpConnection> {
  public:
+  // `ticket`: the connection's admission, given back once it no longer holds
+  // threads or descriptors (may be null).
   TcpConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t id, PeerInfo peer, platform::Socket control,
-                std::vector<platform::Socket> data, std::vector<PathInfo> paths);
+                std::vector<platform::Socket> data, std::vector<PathInfo> paths,
+                std::unique_ptr<core::Admission::Ticket> ticket = nullptr);
   ~TcpConnection() override;
 
   // Starts the worker threads. Called once, right after construction.
-  void start();
+  // kResourceExhausted, naming the thread, if one could not start; the
+  // caller then close()s the connection, which ends those that did.
+  Status start();
 
   Transfer send_async(const void* data, size_t size) override;
   Transfer sendv_async(std::span<const ConstBuffer> parts) override;
@@ -108,6 +123,9 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   // Data paths still carrying traffic.
   int live_paths() const { return chunks_.live_paths(); }
 
+  // Bytes held on the peer's behalf (counted against connection_memory_bytes).
+  size_t held_bytes() const { return held_->budget.held(); }
+
  private:
   // A receive waiting for its message.
   struct PostedRecv {
@@ -123,6 +141,7 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   };
   // Where DATA frames for a token land (a matched receive, or a read).
   struct Landing {
+    size_t charged = 0;  // guarded by mu: budget its arriving chunks hold
     std::shared_ptr<TransferState> state;
     core::SegmentList dest;
     uint64_t size = 0;
@@ -140,15 +159,57 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
     std::string notification;
     uint64_t note_seq = 0;  // its place among the notifications (0: none)
     Status error;
+    size_t charged = 0;  // budget it holds
   };
   // A frame queued for the control-transmit thread.
   struct Outgoing {
     wire::FrameHeader header;
     std::string aux;
     std::shared_ptr<OutOp> payload_op;  // payload = all of this op's source bytes
+    size_t charged = 0;                 // budget it holds while queued
+  };
+  // What the connection holds on its peer's behalf, and the part of it held
+  // by replies waiting to go out. Shared with the read replies in the chunk
+  // queue, which give their part back when they go. Thread-safe.
+  struct Held {
+    explicit Held(size_t limit) : budget(limit), reply_cap(limit / 4) {}
+    bool take_reply(size_t n);
+    void give_reply(size_t n);
+    core::ByteBudget budget;
+    const size_t reply_cap;
+    std::atomic<size_t> replies{0};
+    std::mutex mu;                 // orders a paused reader's check before a wake-up
+    std::condition_variable room;  // replies fell to reply_cap, or the connection failed
+  };
+  // One read reply's part of Held, given back when the reply goes.
+  class ReplyHold {
+   public:
+    ReplyHold(std::shared_ptr<Held> held, size_t bytes) : held_(std::move(held)), bytes_(bytes) {}
+    ReplyHold(const ReplyHold&) = delete;
+    ReplyHold& operator=(const ReplyHold&) = delete;
+    ~ReplyHold() { held_->give_reply(bytes_); }
+
+   private:
+    const std::shared_ptr<Held> held_;
+    const size_t bytes_;
   };
 
   std::string where() const;  // "connection 3 to 1.2.3.4:5 (engine 9f..)"
+  // kResourceExhausted: `what` would pass connection_memory_bytes.
+  Status exhausted(const std::string& what) const;
+  // Fails the connection with `why` and returns it (for a reader whose loop
+  // would take any other error for its stream's end). Never under mu_.
+  Status fail_with(const Status& why);
+  // Blocks a reader while the replies queued for the peer are over their cap
+  // (reading more requests would only queue more); kResourceExhausted once
+  // they stayed over it for peer_timeout.
+  Status await_reply_room();
+  // A worker thread (or start()) is done with the sockets; the last one,
+  // once the connection failed, closes them.
+  void worker_done();
+  // Closes every socket and gives the admission back; idempotent. Only when
+  // no worker is left to use the sockets.
+  void release_sockets();
   Transfer failed(const Status& s);
   std::shared_ptr<TransferState> new_state(int parts = 1);
   Status usable() const;
@@ -275,6 +336,13 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   ChunkQueue chunks_;
 
   std::vector<std::thread> threads_;
+  // Workers that may still use the sockets, plus start() until it returns.
+  std::atomic<int> workers_{1};
+  // Serialises shutting sockets down with closing them: a descriptor number
+  // closed here may be reused at once by anything else in the process.
+  std::mutex sockets_mu_;
+  bool sockets_closed_ = false;  // guarded by sockets_mu_ (and control_write_mu_ for the control stream)
+  std::unique_ptr<core::Admission::Ticket> ticket_;
   std::atomic<bool> failed_{false};
   std::atomic<bool> closed_{false};
   std::atomic<bool> closed_by_peer_{false};  // an orderly CLOSE arrived: not worth a warning
@@ -319,8 +387,9 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   std::mutex control_copy_mu_;                       // serialises the control copier
   std::unique_ptr<Copier> control_copier_;           // guarded by control_copy_mu_; made on first use
 
-  core::NotificationQueue notes_;
-  uint64_t next_note_seq_ = 1;  // guarded by mu_
+  const std::shared_ptr<Held> held_;
+  core::NotificationQueue notes_;  // counts against held_->budget
+  uint64_t next_note_seq_ = 1;     // guarded by mu_
 };
 
 }  // namespace ferry::tcp

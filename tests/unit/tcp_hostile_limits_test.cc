@@ -1,0 +1,235 @@
+// What a hostile peer can make a TCP engine hold: connections, handshakes,
+// data streams (two threads each) and descriptors are capped, a thread that
+// cannot start fails one connection instead of the process, and a connection
+// that failed gives its descriptors back.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+
+#include "hostile_peer.h"
+#include "platform/thread.h"
+
+namespace ferry::hostile {
+namespace {
+
+Status dial(const std::string& address, int streams, Peer& p) { return p.dial(address, streams); }
+
+// Each new peer is refused, with `code` and a message naming `limit`, while
+// the ones before hold what it would need.
+void expect_refused(const std::string& address, int streams, Code code, const std::string& limit) {
+  Peer p;
+  Status s = p.dial(address, streams);
+  EXPECT_EQ(s.code(), code) << s.to_string();
+  EXPECT_NE(s.message().find(limit), std::string::npos) << s.to_string();
+}
+
+TEST(TcpHostileLimits, AskingForMoreStreamsThanTheEngineHoldsIsRefused) {
+  Options o = Target::options();
+  o.max_streams = 4;
+  auto engine = Engine::create(o).value();
+  expect_refused(engine->address(), 5, Code::kResourceExhausted, "max_streams");
+  Peer three;
+  ASSERT_TRUE(dial(engine->address(), 3, three).ok());
+  expect_refused(engine->address(), 2, Code::kResourceExhausted, "max_streams");
+  Peer one;
+  ASSERT_TRUE(dial(engine->address(), 1, one).ok());
+  // A connection that ends gives its streams back.
+  three.hang_up();
+  EXPECT_TRUE(eventually([&] { return Peer().dial(engine->address(), 3).ok(); }, after(5s)));
+}
+
+TEST(TcpHostileLimits, ConnectionsPastMaxConnectionsAreRefusedUntilOneEnds) {
+  Options o = Target::options();
+  o.max_connections = 2;
+  auto engine = Engine::create(o).value();
+  Peer a, b;
+  ASSERT_TRUE(dial(engine->address(), 1, a).ok());
+  ASSERT_TRUE(dial(engine->address(), 1, b).ok());
+  // Neither was accepted by the application: waiting in the accept queue counts.
+  expect_refused(engine->address(), 1, Code::kResourceExhausted, "max_connections");
+  a.hang_up();
+  EXPECT_TRUE(eventually([&] { return Peer().dial(engine->address(), 1).ok(); }, after(5s)));
+  // The connection that failed while queued is not handed to the application.
+  auto first = engine->accept(after(2s));
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  EXPECT_TRUE((*first)->health().ok()) << (*first)->health().to_string();
+}
+
+TEST(TcpHostileLimits, ConnectionsFromOnePeerAddressAreCapped) {
+  Options o = Target::options();
+  o.max_connections_per_peer = 2;
+  auto engine = Engine::create(o).value();
+  Peer a, b;
+  ASSERT_TRUE(dial(engine->address(), 1, a).ok());
+  ASSERT_TRUE(dial(engine->address(), 1, b).ok());
+  expect_refused(engine->address(), 1, Code::kResourceExhausted, "max_connections_per_peer");
+  b.hang_up();
+  EXPECT_TRUE(eventually([&] { return Peer().dial(engine->address(), 1).ok(); }, after(5s)));
+}
+
+// Streams that connect and say nothing hold a handshake each until
+// handshake_timeout; past max_handshakes of them, a new stream is closed
+// without a byte read or written, and the engine serves peers again once
+// the silent ones are gone.
+TEST(TcpHostileLimits, StreamsPastMaxHandshakesAreClosedUnread) {
+  Options o = Target::options();
+  o.max_handshakes = 2;
+  o.handshake_timeout = 30s;
+  auto engine = Engine::create(o).value();
+  auto hp = platform::parse_host_port(engine->address()).value();
+  std::vector<platform::Socket> silent;
+  for (int i = 0; i < 2; ++i) silent.push_back(platform::connect_tcp(hp, after(5s)).value());
+  auto late = platform::connect_tcp(hp, after(5s)).value();
+  wire::Hello hello;
+  hello.engine_id = Peer::kEngineId;
+  hello.host_id = "hostile-peer";
+  (void)tcp::write_handshake_frame(late.fd(), wire::encode(hello), after(5s));
+  auto answer = tcp::read_handshake_frame(late.fd(), after(5s));
+  EXPECT_FALSE(answer.ok()) << "a stream past max_handshakes was answered (frame type "
+                            << static_cast<int>(answer.ok() ? answer->header.type : wire::FrameType{}) << ")";
+  EXPECT_NE(answer.status().code(), Code::kDeadlineExceeded) << "a stream past max_handshakes was left open";
+  silent.clear();
+  EXPECT_TRUE(eventually([&] { return Peer().dial(engine->address(), 1).ok(); }, after(5s)));
+}
+
+// A thread of a connection that cannot start (the process or user is out of
+// threads) fails that connection, with a status that says so, on whichever
+// side it happens; the process goes on and the next connection works.
+TEST(TcpHostileLimits, AThreadThatCannotStartFailsOneConnectionNotTheProcess) {
+  Options o = Target::options();
+  o.streams = 2;
+  auto target = Engine::create(o).value();
+  auto dialer = Engine::create(o).value();
+  for (const char* which : {"-p1-rx", "ferry-hs-", "-ctl-tx"}) {
+    SCOPED_TRACE(which);
+    platform::set_thread_start_fault([which](std::string_view name) { return name.find(which) != name.npos; });
+    auto c = dialer->connect(target->address(), after(5s));
+    platform::set_thread_start_fault(nullptr);
+    ASSERT_FALSE(c.ok());
+    if (std::string_view(which) != "ferry-hs-") {
+      EXPECT_EQ(c.status().code(), Code::kResourceExhausted) << c.status().to_string();
+      EXPECT_NE(c.status().message().find("thread"), std::string::npos) << c.status().to_string();
+    }
+    auto again = dialer->connect(target->address(), after(5s));
+    ASSERT_TRUE(again.ok()) << again.status().to_string();
+    (*again)->close();
+  }
+}
+
+// ---- in a process of its own, under lowered limits ------------------------------------
+
+// An engine in a forked child under `limit`, for as long as the test needs
+// it; the child reports whether it ended in order.
+class LimitedEngine {
+ public:
+  // `as_nobody`: the child also drops to uid 65534 (RLIMIT_NPROC binds no
+  // root process).
+  LimitedEngine(int resource, rlim_t limit, bool as_nobody, Options o) {
+    int addr[2], done[2];
+    if (::pipe2(addr, O_CLOEXEC) != 0 || ::pipe2(done, O_CLOEXEC) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close(addr[0]);
+      ::close(done[1]);
+      rlimit r{limit, limit};
+      if (::setrlimit(resource, &r) != 0) ::_exit(3);
+      if (as_nobody && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(4);
+      {
+        auto e = Engine::create(o);
+        if (!e.ok()) ::_exit(5);
+        std::string a = (*e)->address() + "\n";
+        if (::write(addr[1], a.data(), a.size()) != static_cast<ssize_t>(a.size())) ::_exit(6);
+        char c;
+        (void)::read(done[0], &c, 1);  // until the test is done (or gone)
+      }
+      ::_exit(0);
+    }
+    ::close(addr[1]);
+    ::close(done[0]);
+    done_ = done[1];
+    char c;
+    while (::read(addr[0], &c, 1) == 1 && c != '\n') address_ += c;
+    ::close(addr[0]);
+  }
+
+  ~LimitedEngine() {
+    if (pid_ > 0 && !reaped_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (done_ >= 0) ::close(done_);
+  }
+
+  const std::string& address() const { return address_; }
+
+  // Tells the child to end and returns its wait status (-1: it did not end
+  // within 10 s and was killed).
+  int finish() {
+    ::close(done_);
+    done_ = -1;
+    int status = 0;
+    auto until = after(10s);
+    while (Clock::now() < until) {
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        reaped_ = true;
+        return status;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    return -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int done_ = -1;
+  bool reaped_ = false;
+  std::string address_;
+};
+
+// Connections of 8 streams (18 threads each) against an engine whose user
+// may run 40 threads: the ones the engine cannot staff are refused, it does
+// not abort, and once they are gone a modest peer connects.
+TEST(TcpHostileLimits, RunningOutOfThreadsDoesNotKillTheEngine) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run the engine as another user under RLIMIT_NPROC";
+  Options o = Target::options();
+  o.handshake_timeout = 1s;  // streams whose handshake thread could not start are not waited for long
+  LimitedEngine child(RLIMIT_NPROC, 40, /*as_nobody=*/true, o);
+  ASSERT_FALSE(child.address().empty()) << "the engine did not start";
+  {
+    std::vector<Peer> greedy(6);
+    int refused = 0;
+    for (Peer& p : greedy) refused += !p.dial(child.address(), 8, after(2s)).ok();
+    EXPECT_GT(refused, 0);
+  }
+  EXPECT_TRUE(eventually([&] { return Peer().dial(child.address(), 1).ok(); }, after(5s)))
+      << "no peer is served after the greedy ones left";
+  int status = child.finish();
+  EXPECT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the engine's process ended with wait status " << status;
+}
+
+// Peers that connect and hang up, again and again, against an engine whose
+// application accepts nobody and which may hold 64 descriptors: each dead
+// connection gives its descriptors back, so an honest peer still connects.
+TEST(TcpHostileLimits, ConnectionsThatHangUpGiveTheirDescriptorsBack) {
+  LimitedEngine child(RLIMIT_NOFILE, 64, /*as_nobody=*/false, Target::options());
+  ASSERT_FALSE(child.address().empty()) << "the engine did not start";
+  for (int i = 0; i < 60; ++i) {
+    Peer p;
+    (void)p.dial(child.address(), 2, after(2s));
+    p.hang_up();
+  }
+  EXPECT_TRUE(eventually([&] { return Peer().dial(child.address(), 1, after(1s)).ok(); }, after(5s)))
+      << "an honest peer could not connect after others hung up";
+  int status = child.finish();
+  EXPECT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the engine's process ended with wait status " << status;
+}
+
+}  // namespace
+}  // namespace ferry::hostile

@@ -1,0 +1,183 @@
+// What a hostile peer can make a TCP connection hold in memory: messages
+// nobody posted a receive for, notifications nobody polls, replies it never
+// reads and writes it never finishes all count toward connection_memory_bytes;
+// past it the connection fails with kResourceExhausted, and the engine goes
+// on serving other peers.
+#include "hostile_peer.h"
+
+namespace ferry::hostile {
+namespace {
+
+constexpr size_t kBudget = 1 << 20;
+// What the floods below would make an engine without the budget hold.
+constexpr size_t kFlood = 48u << 20;
+
+Options budget_options() {
+  Options o = Target::options();
+  o.connection_memory_bytes = kBudget;
+  return o;
+}
+
+// `frame` (header and what follows it) sent over and over until `bytes` went
+// out or the engine stopped reading.
+void flood(Peer& p, const std::string& frame, size_t bytes) {
+  std::string batch;
+  while (batch.size() < (256u << 10)) batch += frame;
+  for (size_t sent = 0; sent < bytes; sent += batch.size()) {
+    if (!p.send_unless_stalled(batch)) return;
+  }
+}
+
+std::string encoded(const wire::FrameHeader& h, const std::string& after = {}) {
+  wire::HeaderBytes hb;
+  wire::encode_header(h, hb);
+  return std::string(reinterpret_cast<const char*>(hb.data()), hb.size()) + after;
+}
+
+void expect_exhausted(Target& t, const std::string& what) {
+  Status s = t.failure(after(5s));
+  EXPECT_EQ(s.code(), Code::kResourceExhausted) << s.to_string();
+  EXPECT_NE(s.message().find(what), std::string::npos) << s.to_string();
+  EXPECT_NE(s.message().find("connection_memory_bytes"), std::string::npos) << s.to_string();
+}
+
+void expect_bounded_growth(size_t before) {
+  size_t now = resident_bytes();
+  EXPECT_LT(now, before + kFlood / 3) << "resident memory grew by " << ((now - before) >> 20) << " MiB";
+}
+
+TEST(TcpHostileMemory, MessagesNobodyReceivesPastTheBudgetFailTheConnection) {
+  Target t;
+  ASSERT_NO_FATAL_FAILURE(t.open(budget_options()));
+  size_t before = resident_bytes();
+  wire::FrameHeader h;
+  h.type = wire::FrameType::kEager;
+  h.a = h.payload_len = 60000;
+  flood(t.peer, encoded(h, std::string(60000, 'm')), kFlood);
+  expect_exhausted(t, "messages");
+  expect_bounded_growth(before);
+  still_serves_others(*t.engine);
+}
+
+TEST(TcpHostileMemory, NotificationsNobodyPollsPastTheBudgetFailTheConnection) {
+  Target t;
+  ASSERT_NO_FATAL_FAILURE(t.open(budget_options()));
+  size_t before = resident_bytes();
+  wire::FrameHeader h;
+  h.type = wire::FrameType::kNotify;  // id 0 and sequence 0: no confirmation, no order
+  h.aux_len = 60000;
+  flood(t.peer, encoded(h, std::string(60000, 'n')), kFlood);
+  expect_exhausted(t, "notifications");
+  expect_bounded_growth(before);
+  still_serves_others(*t.engine);
+}
+
+// Numbered notifications that wait for a number that never comes.
+TEST(TcpHostileMemory, NotificationsHeldForAMissingNumberCountTowardTheBudget) {
+  Target t;
+  ASSERT_NO_FATAL_FAILURE(t.open(budget_options()));
+  std::string text(60000, 'h');
+  for (uint64_t seq = 2; seq < 100 && t.conn->health().ok(); ++seq) {
+    wire::FrameHeader h;
+    h.type = wire::FrameType::kNotify;
+    h.e = seq;
+    h.aux_len = static_cast<uint16_t>(text.size());
+    if (!t.peer.send_unless_stalled(encoded(h, text))) break;
+  }
+  expect_exhausted(t, "notifications");
+}
+
+// Read requests whose replies the peer never reads: the engine stops reading
+// the control stream once the replies queued for the peer pass their cap,
+// and fails the connection if the peer still reads nothing.
+void read_flood(uint64_t size) {
+  Options o = budget_options();
+  o.peer_timeout = 1s;
+  Target t;
+  ASSERT_NO_FATAL_FAILURE(t.open(o));
+  std::vector<uint8_t> mem(size, 7);
+  Region r = t.engine->reg(mem.data(), mem.size()).value();
+  RemoteDescriptor d = t.engine->export_region(r, 0, mem.size()).value();
+  size_t before = resident_bytes();
+  std::string batch;
+  for (uint64_t op = 1; batch.size() < (256u << 10); ++op) {
+    wire::FrameHeader h;
+    h.type = wire::FrameType::kReadReq;
+    h.id = op;
+    h.a = d.export_id;
+    h.b = d.key;
+    h.d = size;
+    batch += encoded(h);
+  }
+  bool stalled = false;
+  for (size_t sent = 0; sent < kFlood; sent += batch.size()) {
+    if (!t.peer.send_unless_stalled(batch)) {
+      stalled = true;
+      break;
+    }
+  }
+  EXPECT_TRUE(stalled) << "the engine read " << (kFlood >> 20) << " MiB of requests whose replies went unread";
+  expect_exhausted(t, "replies");
+  expect_bounded_growth(before);
+  still_serves_others(*t.engine);
+}
+
+TEST(TcpHostileMemory, InlineReadRepliesThePeerNeverReadsAreBounded) { read_flood(4096); }
+
+TEST(TcpHostileMemory, BulkReadRepliesThePeerNeverReadsAreBounded) { read_flood(1 << 20); }
+
+// Writes that begin and never finish: each is state the engine keeps until
+// its last byte arrives.
+TEST(TcpHostileMemory, WritesThatNeverFinishCountTowardTheBudget) {
+  Target t;
+  ASSERT_NO_FATAL_FAILURE(t.open(budget_options()));
+  std::vector<uint8_t> mem(1 << 20, 0);
+  Region r = t.engine->reg(mem.data(), mem.size()).value();
+  RemoteDescriptor d = t.engine->export_region(r, 0, mem.size()).value();
+  size_t before = resident_bytes();
+  uint64_t op = 1;
+  for (int batches = 0; batches < 64 && t.conn->health().ok(); ++batches) {
+    std::string batch;
+    while (batch.size() < (256u << 10)) {
+      wire::FrameHeader h;
+      h.type = wire::FrameType::kWrite;
+      h.id = op++;
+      h.a = d.export_id;
+      h.b = d.key;
+      h.d = mem.size();  // one byte of it comes, ever
+      h.payload_len = 1;
+      batch += encoded(h, "w");
+    }
+    if (!t.peer.send_unless_stalled(batch)) break;
+  }
+  expect_exhausted(t, "writes");
+  expect_bounded_growth(before);
+}
+
+// A write whose key is wrong is answered at once and leaves no state behind,
+// whatever size it claims.
+TEST(TcpHostileMemory, AWriteWithAWrongKeyIsRefusedAtOnce) {
+  Target t;
+  ASSERT_NO_FATAL_FAILURE(t.open());
+  std::vector<uint8_t> mem(4096, 0);
+  Region r = t.engine->reg(mem.data(), mem.size()).value();
+  RemoteDescriptor d = t.engine->export_region(r, 0, mem.size()).value();
+  wire::FrameHeader h;
+  h.type = wire::FrameType::kWrite;
+  h.id = 11;
+  h.a = d.export_id;
+  h.b = d.key ^ 1;
+  h.d = 1ull << 40;
+  h.payload_len = 16;
+  ASSERT_TRUE(t.peer.frame(h, std::string(16, 'x').data(), 16));
+  auto ack = t.peer.next_control_frame(after(3s));
+  ASSERT_TRUE(ack.ok()) << "the write was not answered: " << ack.status().to_string();
+  EXPECT_EQ(ack->type, wire::FrameType::kAck);
+  EXPECT_EQ(ack->id, 11u);
+  EXPECT_EQ(ack->code, static_cast<uint32_t>(Code::kPermissionDenied));
+  EXPECT_EQ(mem, std::vector<uint8_t>(4096, 0));
+  EXPECT_TRUE(t.conn->health().ok()) << t.conn->health().to_string();
+}
+
+}  // namespace
+}  // namespace ferry::hostile
