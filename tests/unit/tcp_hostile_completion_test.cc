@@ -99,6 +99,60 @@ TEST(TcpHostileCompletion, AnErrorAckBeforeAnyChunkFailsTheReadAndLaterChunksAre
   EXPECT_TRUE(r.t.conn->health().ok()) << r.t.conn->health().to_string();
 }
 
+// The peer acknowledges a bulk send right after clearing it, and a bulk write
+// right after its first chunk, while most of their bytes were never sent:
+// neither completes (the engine would still be reading memory the
+// application believes free), the ACK is a protocol error.
+constexpr size_t kBulk = 64u << 20;  // far more than a window of chunks and the socket buffers
+
+void expect_early_ack_refused(Target& t, Transfer& op, uint64_t id) {
+  wire::FrameHeader ack;
+  ack.type = wire::FrameType::kAck;
+  ack.id = id;
+  ASSERT_TRUE(t.peer.frame(ack));
+  Status s = op.wait(after(5s));
+  EXPECT_FALSE(s.ok()) << "an operation completed with most of its bytes unsent";
+  EXPECT_NE(s.code(), Code::kDeadlineExceeded) << s.to_string();
+  EXPECT_EQ(t.failure(after(5s)).code(), Code::kDataLoss) << t.conn->health().to_string();
+}
+
+TEST(TcpHostileCompletion, AnAckForASendStillBeingSentDoesNotCompleteIt) {
+  Target t;
+  ASSERT_NO_FATAL_FAILURE(t.open());
+  std::vector<uint8_t> mem(kBulk, 1);
+  ASSERT_TRUE(t.engine->reg(mem.data(), mem.size()).ok());
+  Transfer send = t.conn->send_async(mem.data(), mem.size());
+  auto rts = t.peer.next_control_frame(after(5s));
+  ASSERT_TRUE(rts.ok()) << rts.status().to_string();
+  ASSERT_EQ(rts->type, wire::FrameType::kRts);
+  wire::FrameHeader cts;
+  cts.type = wire::FrameType::kCts;
+  cts.id = rts->id;
+  cts.a = 77;
+  ASSERT_TRUE(t.peer.frame(cts));
+  ASSERT_NO_FATAL_FAILURE(expect_early_ack_refused(t, send, rts->id));
+}
+
+TEST(TcpHostileCompletion, AnAckForAWriteStillBeingSentDoesNotCompleteIt) {
+  Target t;
+  ASSERT_NO_FATAL_FAILURE(t.open());
+  std::vector<uint8_t> mem(kBulk, 1);
+  ASSERT_TRUE(t.engine->reg(mem.data(), mem.size()).ok());
+  RemoteDescriptor far;
+  far.engine_id = Peer::kEngineId;
+  far.export_id = 5;
+  far.key = 6;
+  far.length = kBulk;
+  Transfer write = t.conn->write_async(mem.data(), mem.size(), far, 0);
+  // The first chunk's header on the data stream names the op.
+  wire::HeaderBytes hb;
+  ASSERT_TRUE(platform::recv_exact(t.peer.data[0].fd(), hb.data(), hb.size()).ok());
+  auto first = wire::decode_header(hb.data(), hb.size());
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  ASSERT_EQ(first->type, wire::FrameType::kWrite);
+  ASSERT_NO_FATAL_FAILURE(expect_early_ack_refused(t, write, first->id));
+}
+
 // ---- notification size ----------------------------------------------------------
 
 const std::string kTooLong(Connection::kMaxNotification + 1, 'x');

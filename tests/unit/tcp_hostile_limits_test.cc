@@ -127,18 +127,20 @@ TEST(TcpHostileLimits, AThreadThatCannotStartFailsOneConnectionNotTheProcess) {
 // it; the child reports whether it ended in order.
 class LimitedEngine {
  public:
-  // `as_nobody`: the child also drops to uid 65534 (RLIMIT_NPROC binds no
-  // root process).
-  LimitedEngine(int resource, rlim_t limit, bool as_nobody, Options o) {
+  // `as_other_user`: the child also drops to a uid of its own, that nothing
+  // else on the host runs as (RLIMIT_NPROC binds no root process, and
+  // counts every process of the user).
+  LimitedEngine(int resource, rlim_t limit, bool as_other_user, Options o) {
     int addr[2], done[2];
     if (::pipe2(addr, O_CLOEXEC) != 0 || ::pipe2(done, O_CLOEXEC) != 0) return;
+    const uid_t uid = 61000 + static_cast<uid_t>(::getpid() % 4000);
     pid_ = ::fork();
     if (pid_ == 0) {
       ::close(addr[0]);
       ::close(done[1]);
       rlimit r{limit, limit};
       if (::setrlimit(resource, &r) != 0) ::_exit(3);
-      if (as_nobody && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(4);
+      if (as_other_user && (::setgid(uid) != 0 || ::setuid(uid) != 0)) ::_exit(4);
       {
         auto e = Engine::create(o);
         if (!e.ok()) ::_exit(5);
@@ -198,7 +200,7 @@ TEST(TcpHostileLimits, RunningOutOfThreadsDoesNotKillTheEngine) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to run the engine as another user under RLIMIT_NPROC";
   Options o = Target::options();
   o.handshake_timeout = 1s;  // streams whose handshake thread could not start are not waited for long
-  LimitedEngine child(RLIMIT_NPROC, 40, /*as_nobody=*/true, o);
+  LimitedEngine child(RLIMIT_NPROC, 40, /*as_other_user=*/true, o);
   ASSERT_FALSE(child.address().empty()) << "the engine did not start";
   {
     std::vector<Peer> greedy(6);
@@ -217,7 +219,7 @@ TEST(TcpHostileLimits, RunningOutOfThreadsDoesNotKillTheEngine) {
 // application accepts nobody and which may hold 64 descriptors: each dead
 // connection gives its descriptors back, so an honest peer still connects.
 TEST(TcpHostileLimits, ConnectionsThatHangUpGiveTheirDescriptorsBack) {
-  LimitedEngine child(RLIMIT_NOFILE, 64, /*as_nobody=*/false, Target::options());
+  LimitedEngine child(RLIMIT_NOFILE, 64, /*as_other_user=*/false, Target::options());
   ASSERT_FALSE(child.address().empty()) << "the engine did not start";
   for (int i = 0; i < 60; ++i) {
     Peer p;

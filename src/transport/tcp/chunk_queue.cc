@@ -185,6 +185,11 @@ bool ChunkQueue::aborted(const OutOp& op) const {
   return op.aborted;
 }
 
+bool ChunkQueue::claimed_all(const OutOp& op) const {
+  std::lock_guard lock(mu_);
+  return op.next >= op.source.total();
+}
+
 int ChunkQueue::fail_path(int path) {
   int live = 0;
   {

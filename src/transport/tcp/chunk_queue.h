@@ -84,6 +84,9 @@ class ChunkQueue {
   bool abort(const std::shared_ptr<OutOp>& op);
   // Whether `op` was aborted (chunks claimed before that must not carry data).
   bool aborted(const OutOp& op) const;
+  // Whether every chunk of `op` was handed to a path (the peer may have all
+  // of it only then).
+  bool claimed_all(const OutOp& op) const;
 
   // Which paths are still alive (for choosing paths of new transfers).
   std::vector<bool> alive() const;

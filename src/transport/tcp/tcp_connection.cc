@@ -652,6 +652,10 @@ void TcpConnection::post_write(const std::shared_ptr<TransferState>& state, core
   out->state = state;
   out->paths = paths_for(out->source);
   out->chunk_bytes = chunk_for(out->source, out->paths);
+  {
+    std::lock_guard lock(mu_);
+    sending_[op] = out;
+  }
   if (!chunks_.push(std::move(out))) state->finish_part(usable());
 }
 
@@ -1346,6 +1350,7 @@ Status TcpConnection::handle_cts(const FrameHeader& h) {
     }
     out = std::move(it->second);
     awaiting_cts_.erase(it);
+    sending_[h.id] = out;
   }
   out->header.type = FrameType::kData;
   out->header.id = h.a;
@@ -1355,10 +1360,20 @@ Status TcpConnection::handle_cts(const FrameHeader& h) {
 
 Status TcpConnection::handle_ack(const FrameHeader& h, std::string& aux) {
   std::shared_ptr<TransferState> state;
+  std::shared_ptr<OutOp> refused;  // a bulk op the peer refused: the rest of it need not go
   {
     std::lock_guard lock(mu_);
     auto it = pending_.find(h.id);
     if (it == pending_.end()) return Status();  // already failed or finished locally
+    if (auto o = sending_.find(h.id); o != sending_.end()) {
+      std::shared_ptr<OutOp> op = o->second.lock();
+      if (op && h.code == 0 && !chunks_.claimed_all(*op)) {
+        return Status(Code::kDataLoss, where() + ": the peer acknowledged operation " + std::to_string(h.id) +
+                                           " before all of it was sent");
+      }
+      if (h.code != 0) refused = std::move(op);
+      sending_.erase(o);
+    }
     if (auto l = landings_.find(h.id); l != landings_.end()) {
       // A read: its DATA answers it, and completes it once every byte is in
       // place. An ACK may only refuse it, before any of its bytes came.
@@ -1380,6 +1395,7 @@ Status TcpConnection::handle_ack(const FrameHeader& h, std::string& aux) {
     pending_.erase(it);
     awaiting_cts_.erase(h.id);
   }
+  if (refused) chunks_.abort(refused);  // its later chunks go out empty, marked aborted
   state->finish_part(peer_status(h.code, aux, where()));
   return Status();
 }
@@ -1614,7 +1630,9 @@ Status TcpConnection::transmit_chunk(int fd, TxEntry& e, TxStager* stager) {
       bool was_pending;
       {
         std::lock_guard lock(mu_);
-        was_pending = pending_.erase(h.type == FrameType::kData ? op.state->id() : h.id) > 0;
+        uint64_t id = h.type == FrameType::kData ? op.state->id() : h.id;
+        was_pending = pending_.erase(id) > 0;
+        sending_.erase(id);
       }
       // One item of a vector operation: the others still move their bytes,
       // and the operation ends when they have. An item the peer already
@@ -1821,6 +1839,7 @@ void TcpConnection::fail(const Status& reason) {
     for (auto& r : posted_) states.push_back(r.state);
     pending_.clear();
     awaiting_cts_.clear();
+    sending_.clear();
     posted_.clear();
     landings_.clear();
     incoming_.clear();

@@ -371,10 +371,13 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   uint64_t next_op_ = 1;                                                  // guarded by mu_
   std::unordered_map<uint64_t, std::shared_ptr<TransferState>> pending_;  // guarded by mu_: awaiting ACK
   std::unordered_map<uint64_t, std::shared_ptr<OutOp>> awaiting_cts_;     // guarded by mu_
-  std::deque<PostedRecv> posted_;                                         // guarded by mu_
-  std::deque<Unexpected> unexpected_;                                     // guarded by mu_
-  std::unordered_map<uint64_t, std::shared_ptr<Landing>> landings_;       // guarded by mu_
-  std::unordered_map<uint64_t, IncomingWrite> incoming_;                  // guarded by mu_
+  // Bulk sends (after CTS) and writes on their way, by op: an ACK that
+  // claims bytes this side has not sent yet is a protocol violation.
+  std::unordered_map<uint64_t, std::weak_ptr<OutOp>> sending_;       // guarded by mu_
+  std::deque<PostedRecv> posted_;                                    // guarded by mu_
+  std::deque<Unexpected> unexpected_;                                // guarded by mu_
+  std::unordered_map<uint64_t, std::shared_ptr<Landing>> landings_;  // guarded by mu_
+  std::unordered_map<uint64_t, IncomingWrite> incoming_;             // guarded by mu_
   // Writes finished recently, so a chunk resent after a path died is dropped
   // instead of landing again over newer data.
   std::unordered_set<uint64_t> finished_writes_;  // guarded by mu_ (aborted ones too)
