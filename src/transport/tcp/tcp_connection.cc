@@ -95,13 +95,13 @@ TcpConnection::TcpConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t 
               ctx_->options.path_policy == "adaptive" &&
                   governor_engages(static_cast<int>(data_.size()), platform::usable_cpu_count()),
               governor_start(static_cast<int>(data_.size()), platform::usable_cpu_count())),
+      ticket_(std::move(ticket)),
       landed_chunks_(data_.size(), 0),
       hooks_(staging_hooks()),
       kernels_(ctx_->options.staging_copy == "kernel" ? std::make_shared<StagingKernels>() : nullptr),
       rx_stage_(data_.size()),
       held_(std::make_shared<Held>(ctx_->options.connection_memory_bytes)),
       notes_(&held_->budget) {
-  ticket_ = std::move(ticket);
   for (size_t p = 0; p < data_.size(); ++p) {
     path_dead_[p] = false;
     auto node = p < paths_.size() ? ctx_->nic_nodes.find(paths_[p].nic) : ctx_->nic_nodes.end();
@@ -1460,9 +1460,10 @@ Status TcpConnection::handle_frame(int fd, int path, const FrameHeader& h, std::
     case FrameType::kReadReq:
       return handle_read_req(h);
     case FrameType::kNotify:
-      // Confirm first: an application that closes the moment it sees the
-      // note would otherwise send CLOSE ahead of the confirmation, and the
-      // sender's notify would fail although the note arrived.
+      // Confirmed once taken, before the application can see it: one that
+      // closes the moment it sees the note would otherwise send CLOSE ahead
+      // of the confirmation, and the sender's notify would fail although
+      // the note arrived.
       {
         Status queued = notes_.push_numbered(h.e, (h.flags & kFlagNoteSkip) != 0, std::move(aux), [&] {
           if (h.id != 0) ack(h.id, Status());

@@ -123,9 +123,6 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   // Data paths still carrying traffic.
   int live_paths() const { return chunks_.live_paths(); }
 
-  // Bytes held on the peer's behalf (counted against connection_memory_bytes).
-  size_t held_bytes() const { return held_->budget.held(); }
-
  private:
   // A receive waiting for its message.
   struct PostedRecv {
@@ -141,7 +138,6 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   };
   // Where DATA frames for a token land (a matched receive, or a read).
   struct Landing {
-    size_t charged = 0;  // guarded by mu: budget its arriving chunks hold
     std::shared_ptr<TransferState> state;
     core::SegmentList dest;
     uint64_t size = 0;
@@ -152,6 +148,7 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
     // Guarded by mu: the connection failed while chunks were still being
     // written into `dest`; the last of them finishes the operation.
     bool orphaned = false;
+    size_t charged = 0;  // guarded by mu: budget its chunks' records hold
   };
   // A write arriving from the peer, counted until all its bytes landed.
   struct IncomingWrite {
