@@ -172,7 +172,8 @@ class LimitedEngine {
   // Tells the child to end and returns its wait status (-1: it did not end
   // within 10 s and was killed).
   int finish() {
-    ::close(done_);
+    if (pid_ <= 0) return -1;
+    if (done_ >= 0) ::close(done_);
     done_ = -1;
     int status = 0;
     auto until = after(10s);
@@ -201,7 +202,11 @@ TEST(TcpHostileLimits, RunningOutOfThreadsDoesNotKillTheEngine) {
   Options o = Target::options();
   o.handshake_timeout = 1s;  // streams whose handshake thread could not start are not waited for long
   LimitedEngine child(RLIMIT_NPROC, 40, /*as_other_user=*/true, o);
-  ASSERT_FALSE(child.address().empty()) << "the engine did not start";
+  if (child.address().empty()) {
+    int status = child.finish();
+    if (status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 4) GTEST_SKIP() << "cannot change uid here";
+    FAIL() << "the engine did not start (wait status " << status << ")";
+  }
   {
     std::vector<Peer> greedy(6);
     int refused = 0;
