@@ -70,13 +70,17 @@ attack "vanishing mid-transfer" vanish
 
 grep -q "need 2.0 TiB (2199023390720 bytes) of host memory; at most" "$work/target.err" ||
   { cat "$work/target.err" >&2; fail "the 1 TiB refusal does not say the limit"; }
-# The target logs each failed session once its thread is done with it.
+# The target logs each failed session once its thread is done with it. The
+# peer that hangs up at once may be gone before the target accepts it: the
+# engine then drops it unaccepted, and no session (nor line) comes of it.
 for _ in $(seq 150); do
   fails=$(grep -c "session from .* failed" "$work/target.err")
   [ "$fails" -ge $attacks ] && break
+  [ "$fails" -ge $((attacks - 1)) ] && { sleep 1; fails=$(grep -c "session from .* failed" "$work/target.err"); break; }
   sleep 0.2
 done
-[ "$fails" -eq $attacks ] || { cat "$work/target.err" >&2; fail "expected a line per failed session ($attacks), got $fails"; }
+[ "$fails" -eq $attacks ] || [ "$fails" -eq $((attacks - 1)) ] ||
+  { cat "$work/target.err" >&2; fail "expected a line per failed session ($attacks, or one less), got $fails"; }
 
 # An honest initiator is still served, bytes verified, on every op.
 for op in send write read; do

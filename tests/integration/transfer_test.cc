@@ -247,7 +247,9 @@ TEST(Transfer, ManyInFlightInBothDirections) {
 // Two engines in this process, each writing to the other while sending
 // notifications both ways.
 TEST(Transfer, BothSidesWriteAndNotifyAtOnce) {
-  LocalSide a(16 << 20), b(16 << 20);
+  Options o;
+  o.local_same_process = true;  // the local transport between engines of one process is an opt-in
+  LocalSide a(16 << 20, o), b(16 << 20, o);
   auto ab = a.engine->connect(b.engine->address(), after(10s));
   ASSERT_TRUE(ab.ok()) << ab.status().to_string();
   auto ba = b.engine->accept(after(10s));

@@ -38,15 +38,17 @@ LocalConnection::LocalConnection(std::shared_ptr<core::EngineContext> ctx, uint6
       peer_(std::move(peer)),
       control_(std::move(control)),
       channel_(std::move(channel)),
-      copier_(*ctx_->gpu_imports, peer_.engine_id, peer_.pid) {
+      copier_(*ctx_->gpu_imports, peer_.engine_id, peer_.pid),
+      budget_(ctx_->options.connection_memory_bytes) {
   last_peer_beat_at_ = Clock::now();
 }
 
 LocalConnection::~LocalConnection() { close(); }
 
-void LocalConnection::start() {
+Status LocalConnection::start() {
   std::string name = "ferry-c" + std::to_string(id_) + "-local";
-  progress_ = platform::start_thread(name, [this] { progress_loop(); });
+  FERRY_ASSIGN_OR_RETURN(progress_, platform::try_start_thread(name, [this] { progress_loop(); }));
+  return Status();
 }
 
 std::string LocalConnection::where() const {
@@ -108,10 +110,9 @@ void LocalConnection::post(const FrameHeader& h, std::string_view aux, std::stri
     // the outbox without end: past the budget the message is dropped and
     // the progress thread fails the connection (fail() cannot run here:
     // callers may hold mu_).
-    if (outbox_bytes_ + msg.size() > ctx_->options.connection_memory_bytes) {
+    if (!budget_.take(msg.size())) {
       outbox_over_budget_.store(true, std::memory_order_release);
     } else {
-      outbox_bytes_ += msg.size();
       outbox_.push_back(std::move(msg));
       outbox_size_.store(outbox_.size(), std::memory_order_release);
     }
@@ -125,7 +126,7 @@ bool LocalConnection::flush_outbox() {
   std::lock_guard lock(out_mu_);
   bool any = false;
   while (!outbox_.empty() && channel_.try_post(outbox_.front(), {})) {
-    outbox_bytes_ -= outbox_.front().size();
+    budget_.give(outbox_.front().size());
     outbox_.pop_front();
     any = true;
   }
@@ -278,7 +279,7 @@ Transfer LocalConnection::post_recv(core::SegmentList dest) {
     }
     msg = std::move(unexpected_.front());
     unexpected_.pop_front();
-    unexpected_bytes_ -= held_cost(msg);
+    budget_.give(held_cost(msg));
   }
   match(std::move(recv), std::move(msg));
   return handle;
@@ -446,10 +447,7 @@ Transfer LocalConnection::write_async(const void* local, size_t size, const Remo
 Transfer LocalConnection::writev_async(std::span<const WriteItem> items, std::string_view notification) {
   if (Status u = usable(); !u.ok()) return failed(u);
   if (items.empty()) return failed(Status(Code::kInvalidArgument, "writev: no items"));
-  if (notification.size() > kMaxNotification) {
-    return failed(Status(Code::kInvalidArgument, "write: notification of " + std::to_string(notification.size()) +
-                                                     " bytes exceeds " + std::to_string(kMaxNotification)));
-  }
+  if (Status n = core::NotificationQueue::check_size(notification, "write"); !n.ok()) return failed(n);
   auto resolved = resolve_items(items, "write");
   if (!resolved.ok()) return failed(resolved.status());
   uint64_t seq = 0;
@@ -610,10 +608,7 @@ void LocalConnection::send_note(uint64_t op, uint64_t seq, bool skip, std::strin
 
 Transfer LocalConnection::notify_async(std::string_view message) {
   if (Status u = usable(); !u.ok()) return failed(u);
-  if (message.size() > kMaxNotification) {
-    return failed(Status(Code::kInvalidArgument, "notify: message of " + std::to_string(message.size()) +
-                                                     " bytes exceeds " + std::to_string(kMaxNotification)));
-  }
+  if (Status n = core::NotificationQueue::check_size(message, "notify"); !n.ok()) return failed(n);
   auto state = new_state();
   uint64_t seq;
   {
@@ -711,8 +706,8 @@ void LocalConnection::fail(const Status& why, bool shutdown_control) {
     expected.swap(expected_);
     posted.swap(posted_);
     opening.swap(opening_);
+    for (const Unexpected& u : unexpected_) budget_.give(held_cost(u));
     unexpected_.clear();
-    unexpected_bytes_ = 0;
     pending_sources_.clear();
   }
   for (auto& [id, c] : expected) c(why);

@@ -67,7 +67,9 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   LocalConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t id, LocalPeer peer, platform::Socket control,
                   ShmChannel channel);
   ~LocalConnection() override;
-  void start();
+  // Starts the progress thread; kResourceExhausted if the kernel refuses it
+  // (the connection is then unusable and is dropped).
+  Status start();
 
   Transfer send_async(const void* data, size_t size) override;
   Transfer sendv_async(std::span<const ConstBuffer> parts) override;
@@ -217,7 +219,6 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
 
   std::mutex out_mu_;
   std::deque<std::string> outbox_;  // guarded by out_mu_: encoded messages not yet in the ring
-  size_t outbox_bytes_ = 0;         // guarded by out_mu_
   // outbox_.size(), read without out_mu_ by the progress thread on every
   // turn. Taking the lock there made an application thread's post wait for
   // it and then wake it (two-GPU host: an RTS took 1.75 us to post, 0.7 now).
@@ -231,7 +232,6 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   std::unordered_map<uint64_t, Completion> expected_;                // guarded by mu_: by local op id
   std::deque<PostedRecv> posted_;                                    // guarded by mu_
   std::deque<Unexpected> unexpected_;                                // guarded by mu_
-  size_t unexpected_bytes_ = 0;                                      // guarded by mu_: held_cost() of unexpected_
   std::unordered_map<uint64_t, core::SegmentList> pending_sources_;  // guarded by mu_: sends awaiting CTS
   std::map<std::pair<uint64_t, uint64_t>, ExportInfo> exports_;      // guarded by mu_: (export id, key) of the peer
   std::map<std::pair<uint64_t, uint64_t>, std::vector<std::function<void(Result<const ExportInfo*>)>>>
@@ -240,7 +240,11 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   std::map<uint64_t, uint64_t> shared_exports_;           // guarded by mu_: export id -> region
   uint64_t next_note_seq_ = 1;                            // guarded by mu_
 
-  core::NotificationQueue notes_;
+  // What the peer can make this side hold (unmatched messages, control
+  // messages it does not read, notifications not yet polled), against
+  // Options::connection_memory_bytes.
+  core::ByteBudget budget_;
+  core::NotificationQueue notes_{&budget_};
 };
 
 }  // namespace ferry::local

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <thread>
 
+#include "platform/thread.h"
 #include "transport/local/cross_memory.h"
 
 namespace ferry::local {
@@ -291,10 +292,17 @@ Status LocalCopier::cross_copy(const std::vector<iovec>& near, const std::vector
   cut(far, f);
   std::vector<Status> results(kCrossThreads);
   std::vector<std::thread> helpers;
+  std::vector<size_t> inline_parts{0};
   for (size_t i = 1; i < kCrossThreads; ++i) {
-    helpers.emplace_back([&, i] { results[i] = run(n[i], f[i]); });
+    // Out of threads: this thread copies that part itself, more slowly.
+    auto t = platform::try_start_thread("ferry-xcopy", [&, i] { results[i] = run(n[i], f[i]); });
+    if (t.ok()) {
+      helpers.push_back(std::move(t).value());
+    } else {
+      inline_parts.push_back(i);
+    }
   }
-  results[0] = run(n[0], f[0]);
+  for (size_t i : inline_parts) results[i] = run(n[i], f[i]);
   for (auto& t : helpers) t.join();
   for (const Status& s : results) FERRY_RETURN_IF_ERROR(s);
   return Status();

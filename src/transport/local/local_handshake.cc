@@ -63,7 +63,7 @@ Result<std::shared_ptr<ConnectionBase>> connect_local(const std::shared_ptr<core
   }
   LocalPeer peer{peer_engine, proven->pid, platform::peer_name(control.fd())};
   auto conn = std::make_shared<LocalConnection>(ctx, id, std::move(peer), std::move(control), std::move(channel));
-  conn->start();
+  FERRY_RETURN_IF_ERROR(conn->start());
   return std::shared_ptr<ConnectionBase>(std::move(conn));
 }
 
@@ -91,7 +91,7 @@ Result<std::shared_ptr<ConnectionBase>> accept_local(const std::shared_ptr<core:
   FERRY_RETURN_IF_ERROR(tcp::write_handshake_frame(fd, ready, deadline));
   LocalPeer peer{peer_engine, received->peer.pid, platform::peer_name(fd)};
   auto conn = std::make_shared<LocalConnection>(ctx, id, std::move(peer), std::move(control), std::move(channel).value());
-  conn->start();
+  FERRY_RETURN_IF_ERROR(conn->start());
   return std::shared_ptr<ConnectionBase>(std::move(conn));
 }
 

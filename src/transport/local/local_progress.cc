@@ -134,11 +134,6 @@ Status LocalConnection::handle(const std::string& msg) {
     case FrameType::kLocalPush:
       return on_pull_or_push(h, payload);
     case FrameType::kLocalNote:
-      if (aux.size() > Connection::kMaxNotification) {
-        return Status(Code::kDataLoss, where() + ": a notification of " + std::to_string(aux.size()) +
-                                           " bytes, past the limit of " +
-                                           std::to_string(Connection::kMaxNotification));
-      }
       // Confirm first: an application that closes the moment it sees the
       // note would otherwise send CLOSE ahead of the confirmation, and the
       // sender's notify would fail although the note arrived.
@@ -178,15 +173,11 @@ Status LocalConnection::arrive(Unexpected msg) {
     std::lock_guard lock(mu_);
     if (posted_.empty()) {
       // What no receive has claimed is held for the peer: within the budget.
-      size_t cost = held_cost(msg);
-      size_t budget = ctx_->options.connection_memory_bytes;
-      if (unexpected_bytes_ + cost > budget) {
+      if (!budget_.take(held_cost(msg))) {
         return Status(Code::kResourceExhausted,
-                      where() + ": the peer sent " + std::to_string(unexpected_bytes_ + cost) +
-                          " bytes of messages no receive was posted for, past connection_memory_bytes (" +
-                          std::to_string(budget) + ")");
+                      where() + ": the peer sent more messages no receive was posted for than connection_memory_bytes (" +
+                          std::to_string(budget_.limit()) + ") holds with what else it holds");
       }
-      unexpected_bytes_ += cost;
       unexpected_.push_back(std::move(msg));
       return Status();
     }

@@ -97,13 +97,7 @@ Result<Dialed> dial(const std::shared_ptr<core::EngineContext>& ctx, const platf
   }
 
   if (local) {
-    Result<std::shared_ptr<ConnectionBase>> conn = Status(Code::kInternal, "no connection");
-    try {
-      conn = local::connect_local(ctx, connection_id, welcome->engine_id, std::move(control), deadline);
-    } catch (const std::system_error& e) {
-      // A thread that could not start must not end the process.
-      conn = Status(Code::kResourceExhausted, e.what());
-    }
+    auto conn = local::connect_local(ctx, connection_id, welcome->engine_id, std::move(control), deadline);
     if (!conn.ok()) return context(conn.status().with_context("local transport"));
     FERRY_LOG(kInfo, "local", "connected to %s on this host (peer connection %" PRIu64 ")", where.c_str(),
               accepted->connection_id);

@@ -248,13 +248,7 @@ Status TcpListener::serve_control(uint64_t handshake_id, platform::Socket& s, co
     accepted.connection_id = next_id_();
     FERRY_RETURN_IF_ERROR(write_handshake_frame(fd, wire::encode(accepted), deadline));
     uncount(handshake_id);
-    Result<std::shared_ptr<ConnectionBase>> conn = Status(Code::kInternal, "local transport: no connection");
-    try {
-      conn = local::accept_local(ctx_, accepted.connection_id, hello.engine_id, std::move(s), deadline);
-    } catch (const std::system_error& e) {
-      // A thread that could not start must not end the process.
-      conn = Status(Code::kResourceExhausted, std::string("local transport: ") + e.what());
-    }
+    auto conn = local::accept_local(ctx_, accepted.connection_id, hello.engine_id, std::move(s), deadline);
     if (!conn.ok()) return conn.status();
     on_connection_(std::move(conn).value(), std::move(ticket).value());
     return Status();
