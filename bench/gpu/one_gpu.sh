@@ -6,7 +6,8 @@
 # bench/gpu/local.sh and bench/gpu/tcp_gpu.sh on two GPUs.
 #
 #   PART=local  builds, then the local transport's GPU tests: the two-process
-#               C++ test, the integration suite over the local transport and
+#               C++ test, the impersonation test (a peer naming another
+#               peer's engine id), the integration suite over the local transport and
 #               the GPU pytest (local, then FERRY_TRANSPORT=tcp);
 #   PART=tcp    bench/gpu/tcp_gpu.sh: the GPU-over-TCP tests (kernel and copy
 #               engine staging) and GPU 0 -> GPU 0 staged over loopback TCP
@@ -51,8 +52,8 @@ if [[ $part == local || $part == all || $part == sanitize ]]; then
       -Dpybind11_DIR="$($py -m pybind11 --cmakedir 2>/dev/null)" "${extra[@]}" >"$out/cmake.log" 2>&1; then
     tail -30 "$out/cmake.log"; exit 1
   fi
-  if ! timeout 360 ninja -C build-gpu ferry_cli ferry_local_gpu_test ferry_integration_tests ferry_test_peer \
-      ferry_tcp_gpu_tests ferry_tcp_gpu_peer _ferry >"$out/build.log" 2>&1; then
+  if ! timeout 360 ninja -C build-gpu ferry_cli ferry_local_gpu_test ferry_local_gpu_impersonation_test \
+      ferry_integration_tests ferry_test_peer ferry_tcp_gpu_tests ferry_tcp_gpu_peer _ferry >"$out/build.log" 2>&1; then
     grep -E "error|Error" "$out/build.log" | head -30; exit 1
   fi
   say "built"
@@ -82,6 +83,7 @@ fi
 
 if [[ $part == local || $part == all ]]; then
   run_test local_gpu_test 300 build-gpu/bin/ferry_local_gpu_test
+  run_test local_gpu_impersonation 120 build-gpu/bin/ferry_local_gpu_impersonation_test
   run_test integration_local 200 env FERRY_TRANSPORT=local build-gpu/bin/ferry_integration_tests
   run_test pytest_gpu_local 200 env PYTHONPATH=build-gpu/python "$py" -m pytest -q -x tests/python/test_gpu.py
   run_test pytest_gpu_tcp 200 env FERRY_TRANSPORT=tcp PYTHONPATH=build-gpu/python "$py" -m pytest -q -x \
