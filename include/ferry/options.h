@@ -25,7 +25,10 @@ struct Options {
   // ("eth1,eth2"). Empty: only the `listen` address. When set, the engine
   // listens on every address (0.0.0.0 unless `listen` names a host other than
   // 127.0.0.1), advertises each NIC's address to peers, and opens data
-  // streams on each pair of NICs that can reach each other.
+  // streams on each pair of NICs that can reach each other. `listen` must
+  // then name 127.0.0.1, a wildcard (0.0.0.0, ::) or the NICs' one shared
+  // address: Engine::create refuses a host it would not listen on for every
+  // NIC it advertises.
   std::string nics;
   // CPUs for each NIC's transmit and receive workers, in NCCL's format
   // ("eth1:8-21,112-125;eth2:..."). Empty: NCCL_GPUDIRECTTCPX_TX/RX_BINDINGS
