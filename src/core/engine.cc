@@ -24,67 +24,6 @@
 
 namespace ferry {
 
-// ---- admission --------------------------------------------------------------------
-
-namespace core {
-
-struct Admission::State {
-  std::mutex mu;
-  int connections = 0;                 // guarded by mu
-  int streams = 0;                     // guarded by mu
-  std::map<std::string, int> by_peer;  // guarded by mu
-};
-
-Admission::Admission() : state_(std::make_shared<State>()) {}
-
-Admission::Ticket::Ticket(std::shared_ptr<State> state, std::string peer, int streams)
-    : state_(std::move(state)), peer_(std::move(peer)), streams_(streams) {}
-
-void Admission::Ticket::release() {
-  std::call_once(released_, [this] {
-    std::lock_guard lock(state_->mu);
-    --state_->connections;
-    state_->streams -= streams_;
-    if (--state_->by_peer[peer_] <= 0) state_->by_peer.erase(peer_);
-  });
-}
-
-Result<std::unique_ptr<Admission::Ticket>> Admission::admit(const Options& o, const std::string& peer_host,
-                                                            int streams) {
-  std::lock_guard lock(state_->mu);
-  State& n = *state_;
-  auto refuse = [&](const std::string& why) { return Status(Code::kResourceExhausted, why); };
-  if (n.connections >= o.max_connections) {
-    return refuse("the engine holds " + std::to_string(n.connections) + " connections, its max_connections (" +
-                  std::to_string(o.max_connections) + ")");
-  }
-  auto peer = state_->by_peer.find(peer_host);
-  int from_peer = peer == state_->by_peer.end() ? 0 : peer->second;
-  if (from_peer >= o.max_connections_per_peer) {
-    return refuse("the engine holds " + std::to_string(from_peer) + " connections from " + peer_host +
-                  ", its max_connections_per_peer (" + std::to_string(o.max_connections_per_peer) + ")");
-  }
-  if (streams > o.max_streams - n.streams) {
-    return refuse(std::to_string(streams) + " data streams asked for while the engine holds " +
-                  std::to_string(n.streams) + " of its max_streams (" + std::to_string(o.max_streams) + ")");
-  }
-  ++n.connections;
-  n.streams += streams;
-  ++state_->by_peer[peer_host];
-  return std::make_unique<Ticket>(state_, peer_host, streams);
-}
-
-std::string host_of(const std::string& address) {
-  if (!address.empty() && address.front() == '[') {
-    size_t end = address.find(']');
-    return end == std::string::npos ? address : address.substr(1, end - 1);
-  }
-  size_t colon = address.rfind(':');
-  return colon == std::string::npos ? address : address.substr(0, colon);
-}
-
-}  // namespace core
-
 // ---- the engine -------------------------------------------------------------------
 
 struct Engine::Impl {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/admission.h"
 #include "core/registry.h"
 #include "core/worker_cpus.h"
 #include "ferry/options.h"
@@ -22,46 +23,6 @@ class GpuImports;
 }  // namespace ferry::local
 
 namespace ferry::core {
-
-// Admission: the connections an engine holds (accepted, dialed or waiting in
-// the accept queue), per peer address, and their data streams (two threads
-// each), against Options::max_connections, max_connections_per_peer and
-// max_streams. Thread-safe.
-class Admission {
-  struct State;
-
- public:
-  // One connection's share. Given back by release() (once no thread or
-  // descriptor of the connection is left) or at destruction, whichever
-  // comes first. Thread-safe.
-  class Ticket {
-   public:
-    Ticket(std::shared_ptr<State> state, std::string peer, int streams);
-    ~Ticket() { release(); }
-    Ticket(const Ticket&) = delete;
-    Ticket& operator=(const Ticket&) = delete;
-    void release();
-
-   private:
-    const std::shared_ptr<State> state_;
-    const std::string peer_;
-    const int streams_;
-    std::once_flag released_;
-  };
-
-  Admission();
-
-  // Admits one more connection from `peer_host` (an IP address) with
-  // `streams` data streams (0: the local transport). kResourceExhausted
-  // names the limit it would pass and its value. Never blocks.
-  Result<std::unique_ptr<Ticket>> admit(const Options& options, const std::string& peer_host, int streams);
-
- private:
-  const std::shared_ptr<State> state_;
-};
-
-// The host part of "ip:port" or "[v6]:port".
-std::string host_of(const std::string& address);
 
 struct EngineContext {
   Options options;
