@@ -65,7 +65,8 @@ inline cu::MemAllocationProp vmm_prop(int device) {
   return prop;
 }
 
-inline GpuBuffer gpu_alloc_vmm(int device, size_t piece_size, int pieces) {
+// `hint`: the address to reserve at, if it is free (0: anywhere).
+inline GpuBuffer gpu_alloc_vmm(int device, size_t piece_size, int pieces, uint64_t hint = 0) {
   const auto& d = platform::cuda();
   GpuBuffer b;
   b.device = device;
@@ -77,7 +78,7 @@ inline GpuBuffer gpu_alloc_vmm(int device, size_t piece_size, int pieces) {
   piece_size = (piece_size + gran - 1) / gran * gran;
   size_t total = piece_size * static_cast<size_t>(pieces);
   cu::DevicePtr va = 0;
-  if (d.mem_address_reserve(&va, total, 0, 0, 0) != cu::kSuccess) return b;
+  if (d.mem_address_reserve(&va, total, 0, hint, 0) != cu::kSuccess) return b;
   for (int i = 0; i < pieces; ++i) {
     cu::MemHandle h = 0;
     if (d.mem_create(&h, piece_size, &prop, 0) != cu::kSuccess) return b;

@@ -57,31 +57,6 @@ int fail(const std::string& what) {
   return 1;
 }
 
-// One-piece virtual-memory allocation, at `hint` if the address is free.
-GpuBuffer gpu_alloc_at(int device, size_t size, uint64_t hint) {
-  const auto& d = platform::cuda();
-  GpuBuffer b;
-  b.device = device;
-  b.vmm = true;
-  if (!platform::use_device(device).ok()) return b;
-  cu::MemAllocationProp prop = vmm_prop(device);
-  size_t gran = 0;
-  if (d.mem_get_allocation_granularity(&gran, &prop, 0) != cu::kSuccess) return b;
-  size = (size + gran - 1) / gran * gran;
-  cu::DevicePtr va = 0;
-  if (d.mem_address_reserve(&va, size, 0, hint, 0) != cu::kSuccess) return b;
-  cu::MemHandle h = 0;
-  if (d.mem_create(&h, size, &prop, 0) != cu::kSuccess) return b;
-  if (d.mem_map(va, size, 0, h, 0) != cu::kSuccess) return b;
-  d.mem_release(h);
-  cu::MemAccessDesc access{{cu::kLocationDevice, device}, cu::kAccessReadWrite};
-  if (d.mem_set_access(va, size, &access, 1) != cu::kSuccess) return b;
-  b.ptr = reinterpret_cast<uint8_t*>(va);
-  b.size = size;
-  b.reserved = size;
-  return b;
-}
-
 // The peers run without address-space randomisation, so that the same
 // steps give the same addresses in both and the impostor can take, in its
 // own process, the address of the owner's allocation (an attacker may learn
@@ -119,7 +94,7 @@ int owner(const std::string& address) {
   Options o;
   o.transport = "local";
   auto engine = Engine::create(o).value();
-  GpuBuffer gpu = gpu_alloc_at(0, kBytes, 0);
+  GpuBuffer gpu = gpu_alloc_vmm(0, kBytes, 1);
   if (gpu.ptr == nullptr || !fill(gpu.ptr, kBytes, kSecret)) return fail("owner: GPU memory");
   auto region = engine->reg(gpu.ptr, kBytes);
   if (!region.ok()) return fail("owner: reg: " + region.status().to_string());
@@ -165,7 +140,7 @@ int impostor(const std::string& address, uint64_t owner_id, uint64_t owner_base)
       t.join();
     }
   } join{done, beats};
-  GpuBuffer gpu = gpu_alloc_at(0, kBytes, owner_base);
+  GpuBuffer gpu = gpu_alloc_vmm(0, kBytes, 1, owner_base);
   if (gpu.ptr == nullptr || !fill(gpu.ptr, kBytes, kImpostor)) return fail("impostor: GPU memory");
   if (reinterpret_cast<uint64_t>(gpu.ptr) != owner_base) {
     std::fprintf(stderr, "impostor: memory landed at %p, not at the owner's 0x%" PRIx64 "\n",
