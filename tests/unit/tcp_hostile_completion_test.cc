@@ -153,6 +153,90 @@ TEST(TcpHostileCompletion, AnAckForAWriteStillBeingSentDoesNotCompleteIt) {
   ASSERT_NO_FATAL_FAILURE(expect_early_ack_refused(t, write, first->id));
 }
 
+// The whole operation is one chunk, far larger than the socket buffers, and
+// the peer reads none of it: every chunk was handed to a path, but the path
+// is still writing that chunk from the application's memory when the peer
+// acknowledges the operation on its first bytes. The operation must not
+// complete while the path still reads that memory; it completes once the
+// peer read the chunk and the path is done with it.
+Options one_chunk() {
+  Options o = Target::options();
+  o.chunk_bytes = kBulk;
+  return o;
+}
+
+void expect_ack_held_until_sent(Target& t, Transfer& op, uint64_t id, const wire::FrameHeader& first) {
+  wire::FrameHeader ack;
+  ack.type = wire::FrameType::kAck;
+  ack.id = id;
+  ASSERT_TRUE(t.peer.frame(ack));
+  Status early = op.wait(after(300ms));
+  EXPECT_EQ(early.code(), Code::kDeadlineExceeded)
+      << "the operation completed while a path was still sending its memory: " << early.to_string();
+  EXPECT_TRUE(t.conn->health().ok()) << t.conn->health().to_string();
+  // The peer reads the chunk: the path finishes with the memory.
+  std::vector<uint8_t> sink(1 << 20);
+  size_t left = first.aux_len + first.payload_len;
+  const Deadline deadline = after(10s);
+  while (left > 0 && Clock::now() < deadline) {
+    pollfd p{t.peer.data[0].fd(), POLLIN, 0};
+    if (::poll(&p, 1, 10) <= 0) continue;
+    ssize_t n = ::recv(p.fd, sink.data(), std::min(sink.size(), left), MSG_DONTWAIT);
+    if (n > 0) left -= static_cast<size_t>(n);
+    if (n == 0) break;
+  }
+  ASSERT_EQ(left, 0u) << "the chunk was not sent in full";
+  Status s = op.wait(after(5s));
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  EXPECT_TRUE(t.conn->health().ok()) << t.conn->health().to_string();
+}
+
+// The first chunk's header on data stream 0.
+wire::FrameHeader first_chunk(Target& t) {
+  wire::HeaderBytes hb;
+  EXPECT_TRUE(platform::recv_exact(t.peer.data[0].fd(), hb.data(), hb.size()).ok());
+  auto h = wire::decode_header(hb.data(), hb.size());
+  EXPECT_TRUE(h.ok()) << h.status().to_string();
+  return h.ok() ? *h : wire::FrameHeader{};
+}
+
+TEST(TcpHostileCompletion, AnAckForASendWhoseLastChunkIsStillBeingSentWaitsForIt) {
+  std::vector<uint8_t> mem(kBulk, 1);  // outlives the engine
+  Target t;
+  ASSERT_NO_FATAL_FAILURE(t.open(one_chunk()));
+  ASSERT_TRUE(t.engine->reg(mem.data(), mem.size()).ok());
+  Transfer send = t.conn->send_async(mem.data(), mem.size());
+  auto rts = t.peer.next_control_frame(after(5s));
+  ASSERT_TRUE(rts.ok()) << rts.status().to_string();
+  ASSERT_EQ(rts->type, wire::FrameType::kRts);
+  wire::FrameHeader cts;
+  cts.type = wire::FrameType::kCts;
+  cts.id = rts->id;
+  cts.a = 77;
+  ASSERT_TRUE(t.peer.frame(cts));
+  wire::FrameHeader first = first_chunk(t);
+  ASSERT_EQ(first.type, wire::FrameType::kData);
+  ASSERT_EQ(first.payload_len, kBulk);
+  ASSERT_NO_FATAL_FAILURE(expect_ack_held_until_sent(t, send, rts->id, first));
+}
+
+TEST(TcpHostileCompletion, AnAckForAWriteWhoseLastChunkIsStillBeingSentWaitsForIt) {
+  std::vector<uint8_t> mem(kBulk, 1);  // outlives the engine
+  Target t;
+  ASSERT_NO_FATAL_FAILURE(t.open(one_chunk()));
+  ASSERT_TRUE(t.engine->reg(mem.data(), mem.size()).ok());
+  RemoteDescriptor far;
+  far.engine_id = Peer::kEngineId;
+  far.export_id = 5;
+  far.key = 6;
+  far.length = kBulk;
+  Transfer write = t.conn->write_async(mem.data(), mem.size(), far, 0);
+  wire::FrameHeader first = first_chunk(t);
+  ASSERT_EQ(first.type, wire::FrameType::kWrite);
+  ASSERT_EQ(first.payload_len, kBulk);
+  ASSERT_NO_FATAL_FAILURE(expect_ack_held_until_sent(t, write, first.id, first));
+}
+
 // ---- notification size ----------------------------------------------------------
 
 const std::string kTooLong(Connection::kMaxNotification + 1, 'x');

@@ -14,6 +14,15 @@ namespace ferry::tcp {
 
 namespace {
 
+// Counts one more chunk of `op` on a path, unless the peer acknowledged it.
+bool take_unacknowledged(OutOp& op) {
+  uint64_t w = op.on_paths.load(std::memory_order_acquire);
+  do {
+    if ((w & OutOp::kAcked) != 0) return false;
+  } while (!op.on_paths.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel, std::memory_order_acquire));
+  return true;
+}
+
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -76,7 +85,9 @@ std::optional<Chunk> ChunkQueue::claim_locked(int path) {
   while (!retry_.empty()) {
     Chunk r = std::move(retry_.front());
     retry_.pop_front();
-    if (!r.op->aborted && r.op->state && r.op->state->done()) continue;
+    // An aborted chunk goes empty: it reads no memory and is not counted.
+    r.counted = !r.op->aborted;
+    if (r.counted && ((r.op->state && r.op->state->done()) || !take_unacknowledged(*r.op))) continue;
     c = std::move(r);
     break;
   }
@@ -103,6 +114,10 @@ std::optional<Chunk> ChunkQueue::claim_locked(int path) {
     c.offset = op->next;
     c.size = std::min(op->chunk_bytes != 0 ? op->chunk_bytes : chunk_bytes_, total - op->next);
     op->next += c.size;
+    // Unacknowledged: an ACK before every chunk was claimed is refused, and
+    // an aborted op hands out no more.
+    op->on_paths.fetch_add(1, std::memory_order_acq_rel);
+    c.counted = true;
     // A zero-byte operation still travels as one (empty) chunk.
     if (op->next >= total) queue_.erase(it);
   }
@@ -188,6 +203,16 @@ bool ChunkQueue::aborted(const OutOp& op) const {
 bool ChunkQueue::claimed_all(const OutOp& op) const {
   std::lock_guard lock(mu_);
   return op.next >= op.source.total();
+}
+
+bool ChunkQueue::acknowledge(OutOp& op, Status answer) {
+  op.answer = std::move(answer);
+  return (op.on_paths.fetch_or(OutOp::kAcked, std::memory_order_acq_rel) & ~OutOp::kAcked) == 0;
+}
+
+bool ChunkQueue::release(const Chunk& c) {
+  if (!c.counted) return false;
+  return c.op->on_paths.fetch_sub(1, std::memory_order_acq_rel) == (OutOp::kAcked | 1);
 }
 
 int ChunkQueue::fail_path(int path) {

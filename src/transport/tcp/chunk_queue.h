@@ -19,6 +19,7 @@
 // Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -30,6 +31,7 @@
 
 #include "core/segments.h"
 #include "core/transfer_state.h"
+#include "ferry/status.h"
 #include "transport/tcp/path_governor.h"
 #include "wire/frame.h"
 
@@ -49,6 +51,12 @@ struct OutOp {
   // Claim cursor and abort flag: guarded by the queue's lock.
   uint64_t next = 0;
   bool aborted = false;
+  // Chunks of it that paths claimed and are not done with (they may still
+  // read `source`), plus kAcked once the peer's ACK came: the operation
+  // completes when both hold (ChunkQueue::acknowledge and release).
+  std::atomic<uint64_t> on_paths{0};
+  Status answer;  // the peer's ACK; written before kAcked is set
+  static constexpr uint64_t kAcked = uint64_t{1} << 63;
 };
 
 struct Chunk {
@@ -56,6 +64,7 @@ struct Chunk {
   uint64_t offset = 0;
   uint64_t size = 0;
   bool ack_request = false;  // ask the peer to confirm landing after this chunk
+  bool counted = false;      // counts in op->on_paths until its path releases it
 };
 
 class ChunkQueue {
@@ -87,6 +96,23 @@ class ChunkQueue {
   // Whether every chunk of `op` was handed to a path (the peer may have all
   // of it only then).
   bool claimed_all(const OutOp& op) const;
+
+  // The peer acknowledged `op` with `answer` (once per op; see
+  // acknowledged()). True when no path still holds a chunk of it, so it may
+  // complete now; otherwise the release() of its last chunk says so, and a
+  // chunk of it that a dead path left behind is not sent again (the peer
+  // has it). An honest peer acknowledges only once every byte landed, but
+  // the path that sent the last ones, or one resending a chunk that landed
+  // elsewhere, may still be in its send call; the application's memory is
+  // its own again only once that call ended.
+  static bool acknowledge(OutOp& op, Status answer);
+  static bool acknowledged(const OutOp& op) {
+    return (op.on_paths.load(std::memory_order_acquire) & OutOp::kAcked) != 0;
+  }
+  // The claiming path is done with `c` (sent, failed or never sent): it no
+  // longer reads the op's memory. True for the release that completes an
+  // acknowledged op: the caller finishes it with op.answer.
+  static bool release(const Chunk& c);
 
   // Which paths are still alive (for choosing paths of new transfers).
   std::vector<bool> alive() const;

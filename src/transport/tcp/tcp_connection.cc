@@ -1360,18 +1360,24 @@ Status TcpConnection::handle_cts(const FrameHeader& h) {
 
 Status TcpConnection::handle_ack(const FrameHeader& h, std::string& aux) {
   std::shared_ptr<TransferState> state;
-  std::shared_ptr<OutOp> refused;  // a bulk op the peer refused: the rest of it need not go
+  Status answer = peer_status(h.code, aux, where());
   {
     std::lock_guard lock(mu_);
     auto it = pending_.find(h.id);
     if (it == pending_.end()) return Status();  // already failed or finished locally
     if (auto o = sending_.find(h.id); o != sending_.end()) {
       std::shared_ptr<OutOp> op = o->second.lock();
-      if (op && h.code == 0 && !chunks_.claimed_all(*op)) {
-        return Status(Code::kDataLoss, where() + ": the peer acknowledged operation " + std::to_string(h.id) +
-                                           " before all of it was sent");
+      if (op) {
+        if (h.code == 0 && !chunks_.claimed_all(*op)) {
+          return Status(Code::kDataLoss, where() + ": the peer acknowledged operation " + std::to_string(h.id) +
+                                             " before all of it was sent");
+        }
+        if (ChunkQueue::acknowledged(*op)) return Status();  // repeated: the first one stands
+        // Refused: the rest of it goes out empty, marked aborted.
+        if (h.code != 0) chunks_.abort(op);
+        // A path still sending a chunk of it finishes it (finish_acknowledged).
+        if (!ChunkQueue::acknowledge(*op, answer)) return Status();
       }
-      if (h.code != 0) refused = std::move(op);
       sending_.erase(o);
     }
     if (auto l = landings_.find(h.id); l != landings_.end()) {
@@ -1395,9 +1401,19 @@ Status TcpConnection::handle_ack(const FrameHeader& h, std::string& aux) {
     pending_.erase(it);
     awaiting_cts_.erase(h.id);
   }
-  if (refused) chunks_.abort(refused);  // its later chunks go out empty, marked aborted
-  state->finish_part(peer_status(h.code, aux, where()));
+  state->finish_part(answer);
   return Status();
+}
+
+void TcpConnection::finish_acknowledged(const OutOp& op) {
+  uint64_t id = op.header.type == FrameType::kData ? op.state->id() : op.header.id;
+  bool was_pending;
+  {
+    std::lock_guard lock(mu_);
+    sending_.erase(id);
+    was_pending = pending_.erase(id) > 0;
+  }
+  if (was_pending) op.state->finish_part(op.answer);  // else fail() finished it
 }
 
 Status TcpConnection::handle_read_req(const FrameHeader& h) {
@@ -1686,6 +1702,7 @@ void TcpConnection::path_tx_loop(int path) {
       take(std::move(*c));
     }
     Status s = transmit_chunk(fd, pipe.front(), stager.get());
+    if (ChunkQueue::release(pipe.front().chunk)) finish_acknowledged(*pipe.front().chunk.op);
     pipe.pop_front();
     if (!s.ok()) {
       path_failed(path, s);
@@ -1697,6 +1714,10 @@ void TcpConnection::path_tx_loop(int path) {
   // open (dereg waits for it), and the copies read that region and write
   // the slots.
   if (stager) stager->drain();
+  for (TxEntry& e : pipe) {
+    e.access.reset();
+    if (ChunkQueue::release(e.chunk)) finish_acknowledged(*e.chunk.op);
+  }
   pipe.clear();
   stager.reset();
 }

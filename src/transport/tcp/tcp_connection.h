@@ -303,6 +303,8 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   Status handle_rts(const wire::FrameHeader& h);
   Status handle_cts(const wire::FrameHeader& h);
   Status handle_ack(const wire::FrameHeader& h, std::string& aux);
+  // A path released the last chunk of `op`, whose ACK was held for it.
+  void finish_acknowledged(const OutOp& op);
   Status handle_read_req(const wire::FrameHeader& h);
   Status handle_notify(const wire::FrameHeader& h, std::string& aux);
   Status drain(int fd, uint64_t n);
@@ -369,7 +371,9 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   std::unordered_map<uint64_t, std::shared_ptr<TransferState>> pending_;  // guarded by mu_: awaiting ACK
   std::unordered_map<uint64_t, std::shared_ptr<OutOp>> awaiting_cts_;     // guarded by mu_
   // Bulk sends (after CTS) and writes on their way, by op: an ACK that
-  // claims bytes this side has not sent yet is a protocol violation.
+  // claims bytes this side has not sent yet is a protocol violation, and one
+  // that comes while a path still sends a chunk of it completes the op only
+  // once that path is done (ChunkQueue::acknowledge).
   std::unordered_map<uint64_t, std::weak_ptr<OutOp>> sending_;       // guarded by mu_
   std::deque<PostedRecv> posted_;                                    // guarded by mu_
   std::deque<Unexpected> unexpected_;                                // guarded by mu_
