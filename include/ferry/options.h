@@ -101,7 +101,10 @@ struct Options {
   // Connections (accepted, dialed or waiting in the accept queue) the engine
   // holds at once; one more is refused with kResourceExhausted.
   int max_connections = 256;
-  // Handshakes in progress at once; a connection past it is closed unread.
+  // Handshakes in progress at once (streams read before their peer is
+  // admitted); one peer address may hold at most half of them, rounded up
+  // (at least 1). A stream past either cap waits briefly for a handshake to
+  // end, then is closed unread.
   int max_handshakes = 16;
   // Connections one peer address may hold at once.
   int max_connections_per_peer = 64;

@@ -33,11 +33,11 @@ struct Peer {
   platform::Socket ctl;
   std::vector<platform::Socket> data;
 
-  // The handshake with `streams` data streams; a REJECTED answer comes back
-  // as its code and message.
-  Status dial(const std::string& address, int streams, Deadline d = after(5s)) {
+  // The handshake with `streams` data streams, every stream leaving from
+  // `source_ip` when given; a REJECTED answer comes back as its code and message.
+  Status dial(const std::string& address, int streams, Deadline d = after(5s), std::string_view source_ip = {}) {
     FERRY_ASSIGN_OR_RETURN(platform::HostPort hp, platform::parse_host_port(address));
-    FERRY_ASSIGN_OR_RETURN(ctl, platform::connect_tcp(hp, d));
+    FERRY_ASSIGN_OR_RETURN(ctl, platform::connect_tcp(hp, d, source_ip));
     wire::Hello hello;
     hello.engine_id = kEngineId;
     hello.host_id = "hostile-peer";
@@ -51,7 +51,7 @@ struct Peer {
     FERRY_RETURN_IF_ERROR(rejected(f));
     FERRY_ASSIGN_OR_RETURN(wire::Accepted accepted, wire::decode_accepted(f.header, f.aux));
     for (int i = 0; i < streams; ++i) {
-      FERRY_ASSIGN_OR_RETURN(platform::Socket s, platform::connect_tcp(hp, d));
+      FERRY_ASSIGN_OR_RETURN(platform::Socket s, platform::connect_tcp(hp, d, source_ip));
       data.push_back(std::move(s));
       wire::Hello stream;
       stream.role = wire::StreamRole::kData;

@@ -97,6 +97,41 @@ TEST(TcpHostileLimits, StreamsPastMaxHandshakesAreClosedUnread) {
   EXPECT_TRUE(eventually([&] { return Peer().dial(engine->address(), 1).ok(); }, after(5s)));
 }
 
+// One address opens far more silent streams than max_handshakes: it gets at
+// most half of the handshakes, the rest of its streams are closed unread
+// without holding up anyone else's, and a peer at another address (loopback
+// answers every 127/8 address) completes its handshake at once. Once the
+// silent streams are gone, the first address is served again, a connection
+// of more data streams than its share included (they wait their turn).
+TEST(TcpHostileLimits, OnePeerAddressHoldsAtMostHalfOfTheHandshakes) {
+  Options o = Target::options();
+  o.max_handshakes = 4;
+  o.handshake_timeout = 30s;
+  auto engine = Engine::create(o).value();
+  auto hp = platform::parse_host_port(engine->address()).value();
+  std::vector<platform::Socket> silent;
+  for (int i = 0; i < 24; ++i) silent.push_back(platform::connect_tcp(hp, after(5s), "127.0.0.1").value());
+  Peer other;
+  auto start = Clock::now();
+  Status s = other.dial(engine->address(), 2, after(2s), "127.0.0.2");
+  EXPECT_TRUE(s.ok()) << "a peer at another address was locked out: " << s.to_string();
+  EXPECT_LT(Clock::now() - start, 1s) << "the streams of one address held up another's handshake";
+  auto closed = [&] {
+    int n = 0;
+    for (const platform::Socket& q : silent) {
+      char c;
+      ssize_t r = ::recv(q.fd(), &c, 1, MSG_DONTWAIT);
+      n += r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+    }
+    return n;
+  };
+  EXPECT_TRUE(eventually([&] { return closed() >= 22; }, after(5s)))
+      << "more than half of max_handshakes held by one address (" << closed() << " of 24 closed)";
+  silent.clear();
+  EXPECT_TRUE(eventually([&] { return Peer().dial(engine->address(), 8, after(1s), "127.0.0.1").ok(); }, after(5s)))
+      << "the first address is not served after its silent streams closed";
+}
+
 // A thread of a connection that cannot start (the process or user is out of
 // threads) fails that connection, with a status that says so, on whichever
 // side it happens; the process goes on and the next connection works.

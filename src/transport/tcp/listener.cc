@@ -1,7 +1,11 @@
 // The acceptor's side of the handshake.
 #include "transport/tcp/listener.h"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -17,9 +21,17 @@
 namespace ferry::tcp {
 namespace {
 
-// How long a new stream waits for a handshake to end when max_handshakes are
-// in progress, before it is closed unread.
+// How long a stream past max_handshakes (or its address's share of them)
+// waits for a handshake to end, before it is closed unread.
 constexpr auto kHandshakeWait = std::chrono::milliseconds(200);
+// Streams parked at once: per address, enough for an honest connector's
+// burst of data streams (at most 64); in all, a bound on the descriptors
+// they hold.
+constexpr size_t kParkedPerHost = 64;
+constexpr size_t kParkedMost = 128;
+// Streams accepted per wake-up of the accept loop, before parked ones are
+// looked at again.
+constexpr int kAcceptBatch = 64;
 
 }  // namespace
 
@@ -28,8 +40,14 @@ Result<std::unique_ptr<TcpListener>> TcpListener::bind(std::shared_ptr<core::Eng
                                                        NextId next_id) {
   FERRY_ASSIGN_OR_RETURN(platform::Socket s, platform::listen_tcp(at));
   FERRY_ASSIGN_OR_RETURN(uint16_t port, platform::local_port(s));
-  return std::unique_ptr<TcpListener>(
-      new TcpListener(std::move(ctx), std::move(s), port, std::move(on_connection), std::move(next_id)));
+  int flags = ::fcntl(s.fd(), F_GETFL);
+  if (flags < 0 || ::fcntl(s.fd(), F_SETFL, flags | O_NONBLOCK) != 0) {
+    return Status(Code::kInternal, "listening socket: fcntl: " + std::system_category().message(errno));
+  }
+  platform::Socket wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake.valid()) return Status(Code::kResourceExhausted, "eventfd: " + std::system_category().message(errno));
+  return std::unique_ptr<TcpListener>(new TcpListener(std::move(ctx), std::move(s), std::move(wake), port,
+                                                      std::move(on_connection), std::move(next_id)));
 }
 
 Status TcpListener::run() {
@@ -37,10 +55,11 @@ Status TcpListener::run() {
   return Status();
 }
 
-TcpListener::TcpListener(std::shared_ptr<core::EngineContext> ctx, platform::Socket listen, uint16_t port,
-                         OnConnection on_connection, NextId next_id)
+TcpListener::TcpListener(std::shared_ptr<core::EngineContext> ctx, platform::Socket listen, platform::Socket wake,
+                         uint16_t port, OnConnection on_connection, NextId next_id)
     : ctx_(std::move(ctx)),
       listen_(std::move(listen)),
+      wake_(std::move(wake)),
       port_(port),
       on_connection_(std::move(on_connection)),
       next_id_(std::move(next_id)) {}
@@ -59,15 +78,24 @@ void TcpListener::stop() {
   }
   cv_.notify_all();
   listen_.shutdown();
+  wake();
   if (accept_thread_.joinable()) accept_thread_.join();
+  std::deque<Parked> parked;
   {
     std::lock_guard lock(mu_);
     running.swap(handshakes_);
+    parked.swap(parked_);
   }
   for (auto& [id, h] : running) {
     if (h.thread.joinable()) h.thread.join();
   }
   pending_.clear();
+}
+
+void TcpListener::wake() {
+  uint64_t one = 1;
+  ssize_t ignored = ::write(wake_.fd(), &one, sizeof one);  // full: a wake-up is pending anyway
+  (void)ignored;
 }
 
 void TcpListener::reap_locked() {
@@ -85,7 +113,10 @@ void TcpListener::uncount_locked(Handshake& h) {
   if (!h.counted) return;
   h.counted = false;
   --counted_;
-  cv_.notify_all();
+  if (auto it = counted_by_host_.find(h.host); it != counted_by_host_.end() && --it->second <= 0) {
+    counted_by_host_.erase(it);
+  }
+  if (!parked_.empty()) wake();
 }
 
 void TcpListener::uncount(uint64_t handshake_id) {
@@ -94,58 +125,123 @@ void TcpListener::uncount(uint64_t handshake_id) {
   if (it != handshakes_.end()) uncount_locked(it->second);
 }
 
-void TcpListener::accept_loop() {
-  for (;;) {
-    int fd = ::accept4(listen_.fd(), nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      int err = errno;
-      std::unique_lock lock(mu_);
-      if (stopping_) return;
-      errno = err;
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        FERRY_LOG(kWarn, "tcp", "accept: out of resources (errno %d); retrying", errno);
-        // Sleeping here (not spinning) gives descriptors a chance to be freed.
-        cv_.wait_for(lock, std::chrono::milliseconds(50));
-        continue;
-      }
-      FERRY_LOG(kError, "tcp", "accept failed (errno %d); the engine no longer accepts peers", errno);
-      return;
-    }
-    platform::Socket s(fd);
-    std::unique_lock lock(mu_);
-    if (stopping_) return;
-    reap_locked();
-    // An honest connector opens its data streams in a burst, each read in
-    // microseconds: a moment's wait lets them through. Streams that hold
-    // every handshake for longer are silent or slow; the new one is closed
-    // unread rather than given a thread.
-    const int most = std::max(1, ctx_->options.max_handshakes);
-    if (!cv_.wait_for(lock, kHandshakeWait, [&] { return stopping_ || counted_ < most; })) {
-      auto now = Clock::now();
-      if (now - busy_logged_ > std::chrono::seconds(1)) {
-        busy_logged_ = now;
-        FERRY_LOG(kWarn, "tcp", "%d handshakes in progress (max_handshakes): closing incoming streams unread",
-                  counted_);
-      }
-      continue;  // `s` closes
-    }
-    if (stopping_) return;
-    uint64_t id = next_handshake_++;
-    Handshake& h = handshakes_[id];
-    h.fd = fd;
-    ++counted_;
-    auto started = platform::try_start_thread(
-        "ferry-hs-" + std::to_string(id),
-        [this, id, sock = std::make_shared<platform::Socket>(std::move(s))]() mutable { serve(id, std::move(*sock)); });
-    if (!started.ok()) {
-      // The stream closes with the dropped function that owned it.
-      FERRY_LOG(kWarn, "tcp", "closed an incoming stream: %s", started.status().to_string().c_str());
-      uncount_locked(h);
-      handshakes_.erase(id);
+bool TcpListener::fits_locked(const std::string& host) const {
+  const int most = std::max(1, ctx_->options.max_handshakes);
+  if (counted_ >= most) return false;
+  auto it = counted_by_host_.find(host);
+  return it == counted_by_host_.end() || it->second < (most + 1) / 2;
+}
+
+void TcpListener::start_handshake_locked(platform::Socket s, std::string host) {
+  uint64_t id = next_handshake_++;
+  Handshake& h = handshakes_[id];
+  h.fd = s.fd();
+  h.host = std::move(host);
+  ++counted_;
+  ++counted_by_host_[h.host];
+  auto started = platform::try_start_thread(
+      "ferry-hs-" + std::to_string(id),
+      [this, id, sock = std::make_shared<platform::Socket>(std::move(s))]() mutable { serve(id, std::move(*sock)); });
+  if (!started.ok()) {
+    // The stream closes with the dropped function that owned it.
+    FERRY_LOG(kWarn, "tcp", "closed an incoming stream: %s", started.status().to_string().c_str());
+    uncount_locked(h);
+    handshakes_.erase(id);
+    return;
+  }
+  h.thread = std::move(started).value();
+}
+
+void TcpListener::closed_unread_locked(const std::string& host) {
+  auto now = Clock::now();
+  if (now - busy_logged_ < std::chrono::seconds(1)) return;
+  busy_logged_ = now;
+  auto it = counted_by_host_.find(host);
+  FERRY_LOG(kWarn, "tcp",
+            "%d handshakes in progress, %d of them from %s (max_handshakes, half of it per address): closing incoming "
+            "streams unread",
+            counted_, it == counted_by_host_.end() ? 0 : it->second, host.c_str());
+}
+
+void TcpListener::start_parked_locked() {
+  auto now = Clock::now();
+  for (auto it = parked_.begin(); it != parked_.end();) {
+    if (fits_locked(it->host)) {
+      start_handshake_locked(std::move(it->stream), std::move(it->host));
+    } else if (now - it->since >= kHandshakeWait) {
+      closed_unread_locked(it->host);
+    } else {
+      ++it;
       continue;
     }
-    h.thread = std::move(started).value();
+    it = parked_.erase(it);  // an expired stream closes here
+  }
+}
+
+void TcpListener::place_locked(platform::Socket s) {
+  std::string host = core::host_of(platform::peer_name(s.fd()));
+  // The parked streams that fit were started just before: one that is still
+  // parked does not fit, nor does a new stream of its address.
+  if (fits_locked(host)) {
+    start_handshake_locked(std::move(s), std::move(host));
+    return;
+  }
+  size_t mine = 0;
+  for (const Parked& p : parked_) mine += p.host == host;
+  if (mine < kParkedPerHost && parked_.size() < kParkedMost) {
+    parked_.push_back(Parked{std::move(s), std::move(host), Clock::now()});
+    return;
+  }
+  closed_unread_locked(host);  // `s` closes
+}
+
+void TcpListener::accept_loop() {
+  std::vector<platform::Socket> fresh;
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    reap_locked();
+    start_parked_locked();
+    int timeout = -1;  // ms
+    if (!parked_.empty()) {
+      auto left = parked_.front().since + kHandshakeWait - Clock::now();
+      timeout = static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
+      timeout = std::max(timeout, 0);
+    }
+    lock.unlock();
+    pollfd p[2] = {{listen_.fd(), POLLIN, 0}, {wake_.fd(), POLLIN, 0}};
+    int ready = ::poll(p, 2, timeout);
+    if ((p[1].revents & POLLIN) != 0) {
+      uint64_t count;
+      ssize_t ignored = ::read(wake_.fd(), &count, sizeof count);
+      (void)ignored;
+    }
+    int err = 0;
+    if (ready > 0 && p[0].revents != 0) {
+      for (int i = 0; i < kAcceptBatch; ++i) {
+        int fd = ::accept4(listen_.fd(), nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd >= 0) {
+          fresh.emplace_back(fd);
+        } else if (errno != EINTR && errno != ECONNABORTED) {
+          if (errno != EAGAIN && errno != EWOULDBLOCK) err = errno;
+          break;
+        }
+      }
+    }
+    lock.lock();
+    if (stopping_) return;  // `fresh` closes
+    // Handshakes that ended meanwhile go to the streams parked before these.
+    reap_locked();
+    start_parked_locked();
+    for (platform::Socket& s : fresh) place_locked(std::move(s));
+    fresh.clear();
+    if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+      FERRY_LOG(kWarn, "tcp", "accept: out of resources (errno %d); retrying", err);
+      // Sleeping here (not spinning) gives descriptors a chance to be freed.
+      cv_.wait_for(lock, std::chrono::milliseconds(50));
+    } else if (err != 0) {
+      FERRY_LOG(kError, "tcp", "accept failed (errno %d); the engine no longer accepts peers", err);
+      return;
+    }
   }
 }
 

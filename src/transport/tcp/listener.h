@@ -4,19 +4,25 @@
 //
 // What a peer can make it hold is bounded: at most Options::max_handshakes
 // streams are read at once before their peer has proven itself and been
-// admitted (a stream past them waits a moment for one to end, then is closed
-// unread); an admitted control stream waits for its data streams holding a
-// connection of the engine's Admission instead.
+// admitted, and at most half of them (rounded up) from one peer address, so
+// one address cannot lock others out. A stream past either cap is parked, a
+// descriptor and no thread, for a moment (kHandshakeWait) until a handshake
+// ends, then closed unread; the accept loop never waits for it, so streams
+// one address floods in do not hold up another's. An admitted control stream
+// waits for its data streams holding a connection of the engine's Admission
+// instead.
 //
 // Thread-safe. Threads: ferry-accept (the accept loop), ferry-hs-<n> (one per
 // stream being handshaken; each bounded by Options::handshake_timeout).
 #pragma once
 
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -56,13 +62,32 @@ class TcpListener {
   struct Handshake {
     std::thread thread;
     int fd = -1;
+    std::string host;  // the peer's address
     bool done = false;
     bool counted = true;  // counts against max_handshakes: its peer was not admitted yet
   };
+  // A stream accepted past a cap, waiting for a handshake to end.
+  struct Parked {
+    platform::Socket stream;
+    std::string host;
+    Clock::time_point since;
+  };
 
-  TcpListener(std::shared_ptr<core::EngineContext> ctx, platform::Socket listen, uint16_t port,
-              OnConnection on_connection, NextId next_id);
+  TcpListener(std::shared_ptr<core::EngineContext> ctx, platform::Socket listen, platform::Socket wake,
+              uint16_t port, OnConnection on_connection, NextId next_id);
   void accept_loop();
+  // A new stream: handshaken now if both caps allow it, else parked, else
+  // (too many parked) closed unread.
+  void place_locked(platform::Socket s);
+  // Starts the parked streams the caps now allow (oldest first) and closes
+  // those parked for kHandshakeWait.
+  void start_parked_locked();
+  bool fits_locked(const std::string& host) const;
+  void start_handshake_locked(platform::Socket s, std::string host);
+  // Logs (at most once a second) that a stream of `host` was closed unread.
+  void closed_unread_locked(const std::string& host);
+  // Wakes the accept loop from its poll.
+  void wake();
   void serve(uint64_t handshake_id, platform::Socket s);
   Status serve_control(uint64_t handshake_id, platform::Socket& s, const wire::Hello& hello, Deadline deadline);
   Status attach_data(platform::Socket& s, const wire::Hello& hello);
@@ -72,7 +97,8 @@ class TcpListener {
   void uncount_locked(Handshake& h);
 
   const std::shared_ptr<core::EngineContext> ctx_;
-  platform::Socket listen_;
+  platform::Socket listen_;  // non-blocking
+  platform::Socket wake_;    // an eventfd the accept loop polls besides listen_
   const uint16_t port_;
   const OnConnection on_connection_;
   const NextId next_id_;
@@ -84,6 +110,8 @@ class TcpListener {
   uint64_t next_handshake_ = 1;                           // guarded by mu_
   std::map<uint64_t, Handshake> handshakes_;              // guarded by mu_
   int counted_ = 0;                                       // guarded by mu_: handshakes with `counted`
+  std::map<std::string, int> counted_by_host_;            // guarded by mu_: the same, per peer address
+  std::deque<Parked> parked_;                             // guarded by mu_: oldest first
   Clock::time_point busy_logged_{};                       // guarded by mu_: last warning of a stream closed unread
   std::map<uint64_t, std::shared_ptr<Pending>> pending_;  // guarded by mu_, by cookie
 };
