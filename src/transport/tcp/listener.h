@@ -73,8 +73,8 @@ class TcpListener {
     Clock::time_point since;
   };
 
-  TcpListener(std::shared_ptr<core::EngineContext> ctx, platform::Socket listen, platform::Socket wake,
-              uint16_t port, OnConnection on_connection, NextId next_id);
+  TcpListener(std::shared_ptr<core::EngineContext> ctx, platform::Socket listen, platform::Socket wake, uint16_t port,
+              OnConnection on_connection, NextId next_id);
   void accept_loop();
   // A new stream: handshaken now if both caps allow it, else parked, else
   // (too many parked) closed unread.
