@@ -16,6 +16,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -214,10 +215,26 @@ TEST(LocalTrust, AnotherUidGetsNoLocalChannel) {
   Options o;
   o.transport = "auto";
   auto engine = Engine::create(o).value();
-  std::string exe(4096, '\0');
-  ssize_t n = ::readlink("/proc/self/exe", exe.data(), exe.size());
-  ASSERT_GT(n, 0);
-  exe.resize(static_cast<size_t>(n));
+  // The build tree may be closed to other users: the peer runs from a copy
+  // that uid 65534 can read and execute.
+  char dir[] = "/tmp/ferry-uid-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  ASSERT_EQ(::chmod(dir, 0755), 0);
+  std::string exe = std::string(dir) + "/peer";
+  {
+    std::ifstream in("/proc/self/exe", std::ios::binary);
+    std::ofstream out(exe, std::ios::binary);
+    out << in.rdbuf();
+    ASSERT_TRUE(out.good());
+  }
+  ASSERT_EQ(::chmod(exe.c_str(), 0755), 0);
+  struct Cleanup {
+    std::string exe, dir;
+    ~Cleanup() {
+      ::unlink(exe.c_str());
+      ::rmdir(dir.c_str());
+    }
+  } cleanup{exe, dir};
   std::string target = "FERRY_TEST_TARGET=" + engine->address();
   pid_t child = ::fork();
   if (child == 0) {
