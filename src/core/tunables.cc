@@ -191,7 +191,9 @@ const std::vector<Tunable>& tunables() {
                    "connections the engine holds at once (accepted, dialed, queued); more are refused",
                    &Options::max_connections),
       size_tunable("max_handshakes", "FERRY_MAX_HANDSHAKES", "count",
-                   "handshakes in progress at once (one peer address: half); a stream past it waits 200 ms, then is closed unread", &Options::max_handshakes),
+                   "handshakes in progress at once (one peer address: half); a stream past it waits 200 ms, then is "
+                   "closed unread",
+                   &Options::max_handshakes),
       size_tunable("max_connections_per_peer", "FERRY_MAX_CONNECTIONS_PER_PEER", "count",
                    "connections one peer address may hold at once", &Options::max_connections_per_peer),
       size_tunable("max_streams", "FERRY_MAX_STREAMS", "count",

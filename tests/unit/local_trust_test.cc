@@ -63,7 +63,8 @@ int forged_file(const ShmChannel& genuine, size_t size, int seals) {
   EXPECT_EQ(::ftruncate(fd, static_cast<off_t>(size)), 0);
   std::vector<uint8_t> head(512);
   EXPECT_EQ(::pread(genuine.fd(), head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
-  EXPECT_EQ(::pwrite(fd, head.data(), std::min(head.size(), size), 0), static_cast<ssize_t>(std::min(head.size(), size)));
+  EXPECT_EQ(::pwrite(fd, head.data(), std::min(head.size(), size), 0),
+            static_cast<ssize_t>(std::min(head.size(), size)));
   if (seals != 0) EXPECT_EQ(::fcntl(fd, F_ADD_SEALS, seals), 0);
   return fd;
 }
@@ -192,7 +193,8 @@ TEST(LocalTrust, APeerThatIsThisProcessIsRefusedByEitherEnd) {
       ASSERT_TRUE(handed.ok()) << handed.status().to_string();
       EXPECT_EQ(handed->pid, ::getpid());
       EXPECT_EQ(got->peer.pid, ::getpid());
-      struct stat mine {}, theirs {};
+      struct stat mine {
+      }, theirs{};
       ASSERT_EQ(::fstat(channel.fd(), &mine), 0);
       ASSERT_EQ(::fstat(got->fd, &theirs), 0);
       EXPECT_EQ(mine.st_ino, theirs.st_ino);

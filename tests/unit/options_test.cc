@@ -18,17 +18,35 @@ namespace {
 
 using namespace std::chrono_literals;
 
-const std::vector<std::string> kTunableEnvs = {
-    "FERRY_LISTEN",        "FERRY_STREAMS",         "FERRY_CHUNK",
-    "FERRY_WINDOW",        "FERRY_INLINE_MAX",      "FERRY_AUTH_TOKEN",
-    "FERRY_HEARTBEAT_MS",  "FERRY_PEER_TIMEOUT_MS", "FERRY_HANDSHAKE_TIMEOUT_MS",
-    "FERRY_SOCKET_BUFFER", "FERRY_TRANSPORT",       "FERRY_LOG",
-    "FERRY_NICS",          "FERRY_PATH_TIMEOUT_MS", "FERRY_TX_BINDINGS",
-    "FERRY_RX_BINDINGS",   "FERRY_NIC_POLICY",      "FERRY_STAGING_DEPTH",
-    "FERRY_STAGING_CHUNK", "FERRY_PATH_POLICY",     "FERRY_WAIT_SPIN_US",
-    "FERRY_STAGING_COPY",  "FERRY_MAX_CONNECTIONS", "FERRY_MAX_HANDSHAKES",
-    "FERRY_MAX_CONNECTIONS_PER_PEER", "FERRY_MAX_STREAMS", "FERRY_CONNECTION_MEMORY",
-    "FERRY_LOCAL_OTHER_UIDS", "FERRY_LOCAL_SAME_PROCESS"};
+const std::vector<std::string> kTunableEnvs = {"FERRY_LISTEN",
+                                               "FERRY_STREAMS",
+                                               "FERRY_CHUNK",
+                                               "FERRY_WINDOW",
+                                               "FERRY_INLINE_MAX",
+                                               "FERRY_AUTH_TOKEN",
+                                               "FERRY_HEARTBEAT_MS",
+                                               "FERRY_PEER_TIMEOUT_MS",
+                                               "FERRY_HANDSHAKE_TIMEOUT_MS",
+                                               "FERRY_SOCKET_BUFFER",
+                                               "FERRY_TRANSPORT",
+                                               "FERRY_LOG",
+                                               "FERRY_NICS",
+                                               "FERRY_PATH_TIMEOUT_MS",
+                                               "FERRY_TX_BINDINGS",
+                                               "FERRY_RX_BINDINGS",
+                                               "FERRY_NIC_POLICY",
+                                               "FERRY_STAGING_DEPTH",
+                                               "FERRY_STAGING_CHUNK",
+                                               "FERRY_PATH_POLICY",
+                                               "FERRY_WAIT_SPIN_US",
+                                               "FERRY_STAGING_COPY",
+                                               "FERRY_MAX_CONNECTIONS",
+                                               "FERRY_MAX_HANDSHAKES",
+                                               "FERRY_MAX_CONNECTIONS_PER_PEER",
+                                               "FERRY_MAX_STREAMS",
+                                               "FERRY_CONNECTION_MEMORY",
+                                               "FERRY_LOCAL_OTHER_UIDS",
+                                               "FERRY_LOCAL_SAME_PROCESS"};
 
 // Clears every FERRY_* variable ferry reads for the test's lifetime and puts
 // back whatever the process had before, including anything set through it.

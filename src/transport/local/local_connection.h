@@ -206,7 +206,7 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   std::atomic<bool> peer_quiet_{false};
   // close() has done what it can to stop both sides' copies.
   std::atomic<bool> close_settled_{false};
-  std::atomic<bool> close_sent_{false};  // CLOSE goes once: a close, or the answer to the peer's
+  std::atomic<bool> close_sent_{false};      // CLOSE goes once: a close, or the answer to the peer's
   std::atomic<bool> closed_by_peer_{false};  // the peer's CLOSE arrived: its end is orderly
   // post() found the outbox past connection_memory_bytes; the progress
   // thread fails the connection.

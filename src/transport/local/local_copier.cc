@@ -85,7 +85,8 @@ Result<cu::Stream> LocalCopier::stream_for(int device) {
   if (it != streams_.end()) return it->second;
   const auto& d = platform::cuda();
   cu::Stream s = nullptr;
-  FERRY_RETURN_IF_ERROR(d.check(d.stream_create(&s, cu::kStreamNonBlocking), "cuStreamCreate", Code::kResourceExhausted));
+  FERRY_RETURN_IF_ERROR(
+      d.check(d.stream_create(&s, cu::kStreamNonBlocking), "cuStreamCreate", Code::kResourceExhausted));
   streams_[device] = s;
   return s;
 }
@@ -99,7 +100,8 @@ Result<cu::Event> LocalCopier::take_event(int device) {
   }
   const auto& d = platform::cuda();
   cu::Event e = nullptr;
-  FERRY_RETURN_IF_ERROR(d.check(d.event_create(&e, cu::kEventDisableTiming), "cuEventCreate", Code::kResourceExhausted));
+  FERRY_RETURN_IF_ERROR(
+      d.check(d.event_create(&e, cu::kEventDisableTiming), "cuEventCreate", Code::kResourceExhausted));
   return e;
 }
 

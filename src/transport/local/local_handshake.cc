@@ -6,8 +6,8 @@
 #include <cstring>
 
 #include "platform/crypto.h"
-#include "transport/local/peer_proof.h"
 #include "transport/local/local_connection.h"
+#include "transport/local/peer_proof.h"
 #include "transport/tcp/handshake_io.h"
 
 namespace ferry::local {
@@ -46,8 +46,7 @@ Result<std::shared_ptr<ConnectionBase>> connect_local(const std::shared_ptr<core
   setup.aux = rendezvous.name();
   setup.header.aux_len = static_cast<uint16_t>(setup.aux.size());
   FERRY_RETURN_IF_ERROR(tcp::write_handshake_frame(control.fd(), setup, deadline));
-  Result<PeerCredentials> proven =
-      rendezvous.hand_over(channel.fd(), control.fd(), policy_of(ctx->options), deadline);
+  Result<PeerCredentials> proven = rendezvous.hand_over(channel.fd(), control.fd(), policy_of(ctx->options), deadline);
   if (!proven.ok() && proven.status().code() != Code::kCancelled) return proven.status();
   FERRY_ASSIGN_OR_RETURN(tcp::RawFrame reply, tcp::read_handshake_frame(control.fd(), deadline));
   if (reply.header.type == wire::FrameType::kRejected) {
@@ -77,8 +76,8 @@ Result<std::shared_ptr<ConnectionBase>> accept_local(const std::shared_ptr<core:
     return why;
   };
   if (setup.header.type != wire::FrameType::kLocalSetup) {
-    return refuse(Status(Code::kDataLoss,
-                         "expected LOCAL_SETUP, got " + std::string(wire::frame_type_name(setup.header.type))));
+    return refuse(
+        Status(Code::kDataLoss, "expected LOCAL_SETUP, got " + std::string(wire::frame_type_name(setup.header.type))));
   }
   Result<ReceivedChannel> received =
       fetch_channel(setup.aux, get_ticket(setup.header), policy_of(ctx->options), deadline);
@@ -90,7 +89,8 @@ Result<std::shared_ptr<ConnectionBase>> accept_local(const std::shared_ptr<core:
   ready.header.a = static_cast<uint64_t>(::getpid());
   FERRY_RETURN_IF_ERROR(tcp::write_handshake_frame(fd, ready, deadline));
   LocalPeer peer{peer_engine, received->peer.pid, platform::peer_name(fd)};
-  auto conn = std::make_shared<LocalConnection>(ctx, id, std::move(peer), std::move(control), std::move(channel).value());
+  auto conn =
+      std::make_shared<LocalConnection>(ctx, id, std::move(peer), std::move(control), std::move(channel).value());
   FERRY_RETURN_IF_ERROR(conn->start());
   return std::shared_ptr<ConnectionBase>(std::move(conn));
 }

@@ -23,7 +23,6 @@ Result<std::shared_ptr<ConnectionBase>> connect_local(const std::shared_ptr<core
 
 // Acceptor side, after ACCEPTED was written.
 Result<std::shared_ptr<ConnectionBase>> accept_local(const std::shared_ptr<core::EngineContext>& ctx, uint64_t id,
-                                                     uint64_t peer_engine, platform::Socket control,
-                                                     Deadline deadline);
+                                                     uint64_t peer_engine, platform::Socket control, Deadline deadline);
 
 }  // namespace ferry::local

@@ -52,7 +52,8 @@ void LocalConnection::progress_loop() {
     bool did = flush_outbox();
     if (outbox_over_budget_.load(std::memory_order_acquire)) {
       fail(Status(Code::kResourceExhausted,
-                  where() + ": the peer left more control messages unread in its channel than connection_memory_bytes (" +
+                  where() +
+                      ": the peer left more control messages unread in its channel than connection_memory_bytes (" +
                       std::to_string(ctx_->options.connection_memory_bytes) + ") holds"));
     }
     while (next_message(msg)) {
@@ -175,7 +176,8 @@ Status LocalConnection::arrive(Unexpected msg) {
       // What no receive has claimed is held for the peer: within the budget.
       if (!budget_.take(held_cost(msg))) {
         return Status(Code::kResourceExhausted,
-                      where() + ": the peer sent more messages no receive was posted for than connection_memory_bytes (" +
+                      where() +
+                          ": the peer sent more messages no receive was posted for than connection_memory_bytes (" +
                           std::to_string(budget_.limit()) + ") holds with what else it holds");
       }
       unexpected_.push_back(std::move(msg));

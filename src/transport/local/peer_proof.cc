@@ -143,7 +143,8 @@ Result<RendezvousListener> RendezvousListener::open() {
   return r;
 }
 
-Result<PeerCredentials> RendezvousListener::hand_over(int fd, int control_fd, const PeerPolicy& policy, Deadline deadline) {
+Result<PeerCredentials> RendezvousListener::hand_over(int fd, int control_fd, const PeerPolicy& policy,
+                                                      Deadline deadline) {
   for (;;) {
     pollfd p[2] = {{listener_.fd(), POLLIN, 0}, {control_fd, POLLIN, 0}};
     int n = ::poll(p, 2, poll_ms(deadline));

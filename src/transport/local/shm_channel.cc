@@ -190,7 +190,8 @@ Result<bool> ShmChannel::receive(std::string& out) {
   // Our tail is ours (tail_); the head is the peer's, checked before use.
   uint64_t t = tail_.load(std::memory_order_relaxed);
   uint64_t h = r.head.load(std::memory_order_acquire);
-  if (broken_.load(std::memory_order_relaxed)) return Status(Code::kDataLoss, "local control ring: the peer published a tail that cannot be right");
+  if (broken_.load(std::memory_order_relaxed))
+    return Status(Code::kDataLoss, "local control ring: the peer published a tail that cannot be right");
   if (t == h) return false;
   // The ring is shared with the peer: a length it wrote is checked against
   // what it published and against the ring's end before a byte is read.

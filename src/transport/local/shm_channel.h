@@ -84,8 +84,8 @@ class ShmChannel {
   std::mutex post_mu_;  // producers of this process
   // The shared page is the peer's to write: each side keeps its own index
   // here, publishes it there, and only checks what it reads there.
-  uint64_t head_ = 0;               // guarded by post_mu_: bytes this side published
-  std::atomic<uint64_t> tail_{0};   // the consumer thread's: bytes this side consumed (readable() reads it)
+  uint64_t head_ = 0;                // guarded by post_mu_: bytes this side published
+  std::atomic<uint64_t> tail_{0};    // the consumer thread's: bytes this side consumed (readable() reads it)
   std::atomic<bool> broken_{false};  // the peer's tail was garbage: set by a producer, reported by receive()
 };
 
