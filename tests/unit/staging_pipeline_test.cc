@@ -164,8 +164,9 @@ TEST(StagingKernels, FitOnlyWhereAddressesAndSizeAreMultiplesOf16) {
 }
 
 TEST(TxStager, RefusesMoreThanASlotAndMoreThanDepthChunks) {
-  TxStager tx(std::make_unique<ManualCopier>(), 4096, 2);
+  // Outlives the stager: its destructor drains copies that read it.
   auto dev = random_bytes(8192, 4);
+  TxStager tx(std::make_unique<ManualCopier>(), 4096, 2);
   std::vector<Piece> big = {{dev.data(), 4097, 0, true}};
   TxStager::Staged s;
   EXPECT_EQ(tx.stage(big, s).code(), Code::kInternal);

@@ -42,6 +42,12 @@ void expect_exhausted(Target& t, const std::string& what) {
 }
 
 void expect_bounded_growth(size_t before) {
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer keeps freed memory in quarantine: resident memory says
+  // nothing about what the engine holds. The budget's failure still shows.
+  (void)before;
+  return;
+#endif
   size_t now = resident_bytes();
   EXPECT_LT(now, before + kFlood / 3) << "resident memory grew by " << ((now - before) >> 20) << " MiB";
 }
