@@ -9,6 +9,7 @@ packages=(
   libssl-dev                       # HMAC-SHA256 for the handshake (libcrypto)
   libcli11-dev nlohmann-json3-dev  # the ferry CLI
   libgtest-dev                     # tests
+  clang libclang-rt-dev            # fuzzing: libFuzzer and the sanitizers (scripts/fuzz.sh)
   iperf3 sockperf                  # anchors the benchmarks compare against
   iproute2 procps                  # ip/tc for network labs, ps/pgrep for scripts
   python3-dev pybind11-dev         # the Python module

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer harnesses of tests/fuzz (clang, ASan and UBSan, in
+# build-fuzz/) and runs each for SECONDS (default 60), one after another, on
+# a copy of its seed corpus in tests/fuzz/corpus/<harness>. Prints one line
+# per harness (executions, corpus files/KiB, result) and exits non-zero if any
+# harness crashed, leaked, ran out of memory or hung on an input; what made
+# it fail is kept under build-fuzz/artifacts/<harness>/, its log under
+# build-fuzz/logs/.
+#
+#   scripts/fuzz.sh [SECONDS] [HARNESS...]   e.g. scripts/fuzz.sh 600 fuzz_frame_header
+#   scripts/fuzz.sh --record                 rewrites the seed corpora from real traffic
+#
+# Needs what scripts/setup.sh installs (clang, libclang-rt-dev, cmake, ninja).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build=build-fuzz
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+cmake -S tests/fuzz -B "$build" "${generator[@]}" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" -j "$(nproc)" >/dev/null
+
+if [ "${1:-}" = "--record" ]; then
+  rm -rf "$build/seeds"
+  "$build/bin/ferry_fuzz_record_seeds" "$build/seeds"
+  for d in "$build"/seeds/*/; do
+    name=$(basename "$d")
+    # Regression inputs stay; the recorded seeds are replaced.
+    mkdir -p "tests/fuzz/corpus/$name"
+    rm -f "tests/fuzz/corpus/$name"/seed-*
+    cp "$d"/seed-* "tests/fuzz/corpus/$name/"
+  done
+  exit 0
+fi
+
+seconds=${1:-60}
+shift || true
+if [ $# -gt 0 ]; then
+  harnesses=("$@")
+else
+  harnesses=()
+  for f in tests/fuzz/fuzz_*.cc; do harnesses+=("$(basename "$f" .cc)"); done
+fi
+
+# Stateful harnesses set up a connection per input and may wait on it for
+# seconds when an input stalls it; a decoder never takes long.
+timeout_for() {
+  case "$1" in
+    fuzz_tcp_connection | fuzz_local_connection | fuzz_sysfs_tree) echo 60 ;;
+    *) echo 10 ;;
+  esac
+}
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+failed=0
+printf '%-24s %12s %10s  %s\n' harness executions 'corpus' result
+for h in "${harnesses[@]}"; do
+  corpus="$build/corpus/$h"
+  artifacts="$build/artifacts/$h"
+  log="$build/logs/$h.log"
+  rm -rf "$corpus" "$artifacts"
+  mkdir -p "$corpus" "$artifacts" "$(dirname "$log")"
+  [ -d "tests/fuzz/corpus/$h" ] && cp -r "tests/fuzz/corpus/$h/." "$corpus/"
+  set +e
+  "$build/bin/$h" "$corpus" -max_total_time="$seconds" -timeout="$(timeout_for "$h")" -rss_limit_mb=4096 \
+    -artifact_prefix="$artifacts/" -print_final_stats=1 >"$log" 2>&1
+  rc=$?
+  set -e
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  [ -n "$execs" ] || execs=$(grep -oE '^#[0-9]+' "$log" | tail -1 | tr -d '#')
+  files=$(find "$corpus" -type f | wc -l)
+  kib=$(find "$corpus" -type f -printf '%s\n' | awk '{s += $1} END {printf "%d", (s + 1023) / 1024}')
+  found=$(find "$artifacts" -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | head -1)
+  if [ $rc -eq 0 ] && [ -z "$found" ]; then
+    result=ok
+  else
+    failed=1
+    kind=$(basename "${found:-failed-rc$rc}" | cut -d- -f1)
+    result="$kind ($([ -n "$found" ] && echo "$found" || echo "exit $rc, see $log"))"
+  fi
+  printf '%-24s %12s %10s  %s\n' "$h" "${execs:-0}" "$files/${kib}K" "$result"
+done
+exit $failed

@@ -1,0 +1,135 @@
+// Feeds a peer's notifications to the queue that orders them: every
+// transport hands it a notification's text, its sequence number and the skip
+// flag exactly as the peer sent them (TCP NOTIFY and WRITE, the local
+// transport's LOCAL_NOTE), and the application takes them out in between.
+// The queue must deliver in number order with nothing invented, lost or
+// repeated, refuse what would pass its budget without holding any of it,
+// and count against the budget exactly what it holds: the text and a fixed
+// overhead of every note queued or waiting for an earlier number, and the
+// overhead of every skip waiting for one.
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "core/notification_queue.h"
+#include "ferry/engine.h"
+
+namespace {
+
+using ferry::Code;
+using ferry::core::ByteBudget;
+using ferry::core::NotificationQueue;
+
+void require(bool ok) {
+  if (!ok) std::abort();
+}
+
+// What the contract says the queue holds.
+struct Model {
+  uint64_t next = 1;
+  std::map<uint64_t, std::optional<std::string>> waiting;
+  std::deque<std::string> queued;
+
+  size_t held() const {
+    size_t n = 0;
+    for (const std::string& q : queued) n += NotificationQueue::kNoteOverhead + q.size();
+    for (const auto& [seq, note] : waiting) n += NotificationQueue::kNoteOverhead + (note ? note->size() : 0);
+    return n;
+  }
+  // The bytes a push takes before anything it replaces is given back.
+  size_t cost(uint64_t seq, bool skip, const std::string& note) const {
+    if (skip && (seq == 0 || seq == next)) return 0;
+    return NotificationQueue::kNoteOverhead + (skip ? 0 : note.size());
+  }
+  void push(uint64_t seq, bool skip, std::string note) {
+    if (seq == 0) {
+      if (!skip) queued.push_back(std::move(note));
+      return;
+    }
+    waiting[seq] = skip ? std::nullopt : std::optional<std::string>(std::move(note));
+    for (auto it = waiting.begin(); it != waiting.end() && it->first == next; it = waiting.erase(it), ++next) {
+      if (it->second) queued.push_back(std::move(*it->second));
+    }
+  }
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  FuzzedDataProvider in(data, size);
+  // A small budget, so that running out is common.
+  ByteBudget budget(in.ConsumeIntegralInRange<size_t>(0, 1 << 16));
+  NotificationQueue queue(&budget);
+  Model model;
+  std::atomic<bool> stopped{false};
+  while (in.remaining_bytes() > 0) {
+    switch (in.ConsumeIntegralInRange<int>(0, 3)) {
+      case 0:
+      case 1: {
+        uint64_t seq;
+        switch (in.ConsumeIntegralInRange<int>(0, 3)) {
+          case 0:
+            seq = 0;
+            break;
+          case 1:
+            seq = model.next + in.ConsumeIntegralInRange<uint64_t>(0, 8);
+            break;
+          case 2:
+            seq = model.next - std::min<uint64_t>(model.next - 1, in.ConsumeIntegralInRange<uint64_t>(0, 8));
+            break;
+          default:
+            seq = in.ConsumeIntegral<uint64_t>();
+        }
+        bool skip = in.ConsumeBool();
+        // Now and then one near the size limit, or past it.
+        std::string note =
+            in.ConsumeIntegralInRange<int>(0, 7) == 0
+                ? std::string(ferry::Connection::kMaxNotification - 2 + in.ConsumeIntegralInRange<size_t>(0, 4), 'n')
+                : in.ConsumeRandomLengthString(256);
+        int accepted = 0;
+        size_t before = budget.held();
+        ferry::Status s = queue.push_numbered(seq, skip, note, [&] { ++accepted; });
+        require(accepted <= 1);
+        if (note.size() > ferry::Connection::kMaxNotification) {
+          require(s.code() == Code::kDataLoss && accepted == 0);
+        } else if (seq != 0 && (seq < model.next || (skip && model.waiting.count(seq) != 0))) {
+          require(s.ok() && accepted == 1);  // late, or a skip of what already arrived: nothing changes
+        } else if (before + model.cost(seq, skip, note) > budget.limit() && model.cost(seq, skip, note) != 0) {
+          require(s.code() == Code::kResourceExhausted && accepted == 0);
+        } else {
+          require(s.ok() && accepted == 1);
+          model.push(seq, skip, std::move(note));
+        }
+        break;
+      }
+      case 2: {
+        auto got = queue.poll();
+        require(got.has_value() == !model.queued.empty());
+        if (got) {
+          require(*got == model.queued.front());
+          model.queued.pop_front();
+        }
+        break;
+      }
+      case 3: {
+        std::string out;
+        auto w = queue.wait(ferry::Clock::now(), stopped, out);
+        if (w == NotificationQueue::Wait::kNote) {
+          require(!model.queued.empty() && out == model.queued.front());
+          model.queued.pop_front();
+        } else {
+          require(model.queued.empty());
+        }
+        break;
+      }
+    }
+    require(budget.held() == model.held());
+  }
+  return 0;
+}
