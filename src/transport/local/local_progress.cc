@@ -287,6 +287,7 @@ Status LocalConnection::on_open(const FrameHeader& h) {
 Status LocalConnection::on_export(const FrameHeader& h, std::string_view aux, std::string_view payload) {
   auto key = std::make_pair(h.a, h.b);
   Result<const ExportInfo*> result = Status();
+  Status malformed;
   std::vector<std::function<void(Result<const ExportInfo*>)>> waiters;
   {
     std::lock_guard lock(mu_);
@@ -296,15 +297,18 @@ Status LocalConnection::on_export(const FrameHeader& h, std::string_view aux, st
     opening_.erase(w);
     if (h.code != 0) {
       result = peer_status(h.code, aux, where());
+    } else if (auto spans = decode_spans(payload); !spans.ok()) {
+      // The waiters are no longer where fail() finds them: they hear it here.
+      malformed = spans.status();
+      result = malformed;
     } else {
-      FERRY_ASSIGN_OR_RETURN(std::vector<SharedSpan> spans, decode_spans(payload));
-      ExportInfo info{h.b, h.c, std::move(spans)};
+      ExportInfo info{h.b, h.c, std::move(spans).value()};
       result = &(exports_[key] = std::move(info));
     }
   }
   std::shared_lock gate(revoke_mu_);
   for (auto& w : waiters) w(result);
-  return Status();
+  return malformed;
 }
 
 Status LocalConnection::on_pull_or_push(const FrameHeader& h, std::string_view payload) {
