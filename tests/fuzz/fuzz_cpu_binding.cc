@@ -4,16 +4,20 @@
 // lists from sysfs and from files a user edits. What a parser accepts must
 // be well-formed (sorted, no duplicates, ids in range, NIC names of the
 // allowed characters), and format then parse must give it back unchanged.
-// A binding string that parses is also checked against a small host.
+// Binding strings are also checked against a small host, and resolved into
+// the CPUs of the engine's workers there, every one of which must exist.
 #include <cctype>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "core/worker_cpus.h"
 #include "platform/binding_plan.h"
 #include "platform/cpu_binding.h"
+#include "platform/interfaces.h"
 
 namespace {
 
@@ -72,9 +76,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     require(again.ok() && *again == *b);
     (void)check_bindings(*b, small_host(), "fuzz");
   }
-  // NaturalLess must be a strict weak order on any two names.
   size_t half = size / 2;
   std::string_view x = text.substr(0, half), y = text.substr(half);
+  // As the engine pins its workers: the two halves as TX and RX bindings.
+  ferry::Options o;
+  o.tx_bindings = std::string(x);
+  o.rx_bindings = std::string(y);
+  std::vector<Interface> nics(2);
+  nics[0].name = "eth1";
+  nics[1].name = "eth2";
+  if (auto w = ferry::core::resolve_worker_cpus(o, nics, small_host()); w.ok()) {
+    for (const NicBindings* b : {&w->tx, &w->rx}) {
+      for (const auto& [nic, cpus] : *b) {
+        for (int c : cpus) require(small_host().find_cpu(c) != nullptr);
+      }
+    }
+  }
+  // NaturalLess must be a strict weak order on any two names.
   NaturalLess less;
   require(!less(x, x) && !(less(x, y) && less(y, x)));
   return 0;

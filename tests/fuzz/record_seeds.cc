@@ -500,6 +500,13 @@ void record_decoders() {
     seed("fuzz_bench_sizes", s);
   }
 
+  // Each tunable at its default, as `ferry config` prints it (the harness
+  // reads a value from the front and the variable's number from the end).
+  std::vector<TunableInfo> tunables = describe_tunables(target_options("tcp"));
+  for (size_t i = 0; i < tunables.size(); i += 3) {
+    seed("fuzz_environment", tunables[i].value + "\\\n" + static_cast<char>(i));
+  }
+
   // The fixture trees as they are, one with each policy override, and the
   // VM with the GPU host's interrupts and CPU list.
   std::string vm = fixtures + "/vm";
