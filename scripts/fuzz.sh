@@ -7,8 +7,10 @@
 # it fail is kept under build-fuzz/artifacts/<harness>/, its log under
 # build-fuzz/logs/.
 #
-#   scripts/fuzz.sh [SECONDS] [HARNESS...]   e.g. scripts/fuzz.sh 600 fuzz_frame_header
-#   scripts/fuzz.sh --record                 rewrites the seed corpora from real traffic
+#   scripts/fuzz.sh [--runs N] [SECONDS] [HARNESS...]
+#       e.g. scripts/fuzz.sh 600 fuzz_frame_header; with --runs a harness
+#       also stops after N executions
+#   scripts/fuzz.sh --record    rewrites the seed corpora from real traffic
 #
 # Needs what scripts/setup.sh installs (clang, libclang-rt-dev, cmake, ninja).
 set -euo pipefail
@@ -33,6 +35,11 @@ if [ "${1:-}" = "--record" ]; then
   exit 0
 fi
 
+runs=()
+if [ "${1:-}" = "--runs" ]; then
+  runs=(-runs="$2")
+  shift 2
+fi
 seconds=${1:-60}
 shift || true
 if [ $# -gt 0 ]; then
@@ -64,7 +71,7 @@ for h in "${harnesses[@]}"; do
   mkdir -p "$corpus" "$artifacts" "$(dirname "$log")"
   [ -d "tests/fuzz/corpus/$h" ] && cp -r "tests/fuzz/corpus/$h/." "$corpus/"
   set +e
-  "$build/bin/$h" "$corpus" -max_total_time="$seconds" -timeout="$(timeout_for "$h")" -rss_limit_mb=4096 \
+  "$build/bin/$h" "$corpus" "${runs[@]}" -max_total_time="$seconds" -timeout="$(timeout_for "$h")" -rss_limit_mb=4096 \
     -artifact_prefix="$artifacts/" -print_final_stats=1 >"$log" 2>&1
   rc=$?
   set -e
