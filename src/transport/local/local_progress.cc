@@ -414,7 +414,8 @@ Status LocalConnection::on_revoke(const FrameHeader& h, std::string_view payload
     return Status(Code::kDataLoss, where() + ": malformed revoke message");
   }
   std::vector<uint64_t> values(payload.size() / 8);
-  std::memcpy(values.data(), payload.data(), payload.size());
+  // memcpy takes no null pointer, not even for 0 bytes (an empty revoke).
+  if (!values.empty()) std::memcpy(values.data(), payload.data(), payload.size());
   {
     // Exclusive: no application thread is between finding an export and
     // starting its copy (run_item holds the shared side).
