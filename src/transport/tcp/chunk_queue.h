@@ -109,6 +109,10 @@ class ChunkQueue {
   static bool acknowledged(const OutOp& op) {
     return (op.on_paths.load(std::memory_order_acquire) & OutOp::kAcked) != 0;
   }
+  // Whether a path still holds a chunk of `op` (and may read its memory).
+  static bool on_a_path(const OutOp& op) {
+    return (op.on_paths.load(std::memory_order_acquire) & ~OutOp::kAcked) != 0;
+  }
   // The claiming path is done with `c` (sent, failed or never sent): it no
   // longer reads the op's memory. True for the release that completes an
   // acknowledged op: the caller finishes it with op.answer.

@@ -1383,7 +1383,9 @@ Status TcpConnection::handle_ack(const FrameHeader& h, std::string& aux) {
     if (auto l = landings_.find(h.id); l != landings_.end()) {
       // A read: its DATA answers it, and completes it once every byte is in
       // place. An ACK may only refuse it, before any of its bytes came.
-      Landing& read = *l->second;
+      // (Held here: erasing it below must not free the mutex locked next.)
+      std::shared_ptr<Landing> landing = l->second;
+      Landing& read = *landing;
       std::lock_guard ll(read.mu);
       if (h.code == 0) {
         return Status(Code::kDataLoss, where() + ": the peer acknowledged read " + std::to_string(h.id) +
@@ -1413,7 +1415,12 @@ void TcpConnection::finish_acknowledged(const OutOp& op) {
     sending_.erase(id);
     was_pending = pending_.erase(id) > 0;
   }
-  if (was_pending) op.state->finish_part(op.answer);  // else fail() finished it
+  if (!was_pending) return;  // fail() finished it
+  // The peer may have answered while the chunk was on its way; once the
+  // connection failed, whether the chunk got out is not known.
+  Status answer = op.answer;
+  if (answer.ok() && failed_.load(std::memory_order_acquire)) answer = health();
+  op.state->finish_part(answer);
 }
 
 Status TcpConnection::handle_read_req(const FrameHeader& h) {
@@ -1833,12 +1840,12 @@ void TcpConnection::fail(const Status& reason) {
   }
   std::vector<std::shared_ptr<TransferState>> states;
   std::vector<std::shared_ptr<TransferState>> parts;  // items of operations still draining
+  std::unordered_set<const TransferState*> draining;   // operations that end later
   {
     std::lock_guard lock(mu_);
     // A receive or read with chunks still being written into its memory (a
     // staging copy, a receive breaking off) fails when the last of them
     // ends, not before: its memory is not the application's until then.
-    std::unordered_set<const TransferState*> draining;
     for (auto& [tok, l] : landings_) {
       std::lock_guard ll(l->mu);
       if (l->arrivals.complete() || !l->arrivals.arriving()) continue;
@@ -1855,8 +1862,28 @@ void TcpConnection::fail(const Status& reason) {
       std::lock_guard ll(l->mu);
       if (!l->orphaned) parts.push_back(l->state);  // another item of a vector read
     }
+    // Likewise a send or write with a chunk still held by a path worker (a
+    // staging copy or sendmsg may still read its memory): it fails when the
+    // worker lets go of it (finish_acknowledged), with this failure unless
+    // the peer had answered it already.
+    std::unordered_map<uint64_t, std::shared_ptr<TransferState>> held_by_paths;
+    std::unordered_set<const TransferState*> sends_draining;
+    for (auto& [id, weak] : sending_) {
+      std::shared_ptr<OutOp> op = weak.lock();
+      if (!op || !op->state) continue;
+      bool held = ChunkQueue::acknowledged(*op) ? ChunkQueue::on_a_path(*op) : !ChunkQueue::acknowledge(*op, why);
+      auto p = pending_.find(id);
+      if (!held || p == pending_.end()) continue;
+      held_by_paths.insert(*p);
+      sends_draining.insert(p->second.get());
+      draining.insert(p->second.get());
+    }
     for (auto& [op, st] : pending_) {
-      if (draining.count(st.get()) == 0) states.push_back(st);
+      if (draining.count(st.get()) == 0) {
+        states.push_back(st);
+      } else if (sends_draining.count(st.get()) != 0 && held_by_paths.count(op) == 0) {
+        parts.push_back(st);  // another item of a vector write, held by no path
+      }
     }
     for (auto& r : posted_) states.push_back(r.state);
     pending_.clear();
@@ -1866,9 +1893,10 @@ void TcpConnection::fail(const Status& reason) {
     landings_.clear();
     incoming_.clear();
     unexpected_.clear();
+    pending_ = std::move(held_by_paths);
   }
   for (auto& op : queued) {
-    if (op->state) states.push_back(op->state);
+    if (op->state && draining.count(op->state.get()) == 0) states.push_back(op->state);
   }
   for (auto& st : parts) st->finish_part(why);
   for (auto& st : states) st->finish(why);
@@ -1886,7 +1914,11 @@ void TcpConnection::close() {
       out_drained_cv_.wait_for(lock, std::chrono::milliseconds(100),
                                [&] { return out_stopped_ || (out_.empty() && !out_writing_); });
     }
-    std::unique_lock lock(control_write_mu_, std::chrono::milliseconds(100));
+    // A writer may be mid-frame: try for up to 100 ms, once a millisecond.
+    // (Not a timed mutex: ThreadSanitizer does not follow the clock-based lock
+    // behind std::timed_mutex and reports each of its unlocks as an error.)
+    std::unique_lock lock(control_write_mu_, std::defer_lock);
+    for (int i = 0; i < 100 && !lock.try_lock(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     if (lock.owns_lock() && !failed_.load()) {  // failed: the stream may be closed already
       wire::FrameHeader h;
       h.type = FrameType::kClose;

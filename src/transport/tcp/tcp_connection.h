@@ -356,7 +356,7 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   std::atomic<int64_t> last_rx_ns_{0};
   std::atomic<int64_t> last_tx_ns_{0};
 
-  std::timed_mutex control_write_mu_;  // serialises frames on the control stream
+  std::mutex control_write_mu_;  // serialises frames on the control stream
 
   std::mutex out_mu_;
   std::condition_variable out_cv_;

@@ -1,0 +1,26 @@
+// Whether this test binary runs under ThreadSanitizer, for the few tests
+// whose subject is something it reports by design (scripts/sanitize.sh).
+#pragma once
+
+namespace ferry::sanitizer_build {
+
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool kThread = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+inline constexpr bool kThread = true;
+#else
+inline constexpr bool kThread = false;
+#endif
+#else
+inline constexpr bool kThread = false;
+#endif
+
+// Why a test of one chunk landing twice (a peer resending it on a second
+// path while the first copy is still arriving) does not run under it: both
+// copies write the same bytes of the application's memory from two threads,
+// on purpose, and nothing orders them.
+inline constexpr const char* kTwoPathsLandOneChunk =
+    "two paths land the same chunk at once by design; ThreadSanitizer reports exactly that";
+
+}  // namespace ferry::sanitizer_build
