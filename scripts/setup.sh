@@ -8,6 +8,8 @@ packages=(
   cmake ninja-build g++            # build
   libssl-dev                       # HMAC-SHA256 for the handshake (libcrypto)
   libcli11-dev nlohmann-json3-dev  # the ferry CLI
+  libhiredis-dev libcurl4-openssl-dev  # the directory's clients: Redis (hiredis), etcd's JSON gateway (libcurl)
+  redis-server etcd-server etcd-client # directory tests start real servers (etcdctl for poking at one by hand)
   libgtest-dev                     # tests
   clang libclang-rt-dev            # fuzzing: libFuzzer and the sanitizers (scripts/fuzz.sh)
   iperf3 sockperf                  # anchors the benchmarks compare against

@@ -37,6 +37,7 @@
 #include <string>
 #include <string_view>
 
+#include "ferry/directory.h"
 #include "ferry/memory.h"
 #include "ferry/options.h"
 #include "ferry/status.h"
@@ -160,10 +161,30 @@ class Engine {
   // kNotFound if not registered, kOutOfRange if the slice leaves the region.
   Result<RemoteDescriptor> export_region(const Region& region, uint64_t offset = 0, uint64_t length = 0);
 
+  // ---- the directory (Options::directory, docs/directory.md) --------------
+  // The name this engine publishes ("" without a directory).
+  std::string name() const;
+  // This start's incarnation in the directory: higher than any earlier
+  // start's under the same name (0 without a directory).
+  uint64_t incarnation() const;
+  // The directory client, for watches; nullptr without a directory. Owned
+  // by the engine.
+  Directory* directory() const;
+  // directory()->lookup(name) and ->list(); kInvalidArgument without a
+  // directory. Block at most until `deadline`.
+  Result<DirectoryEntry> lookup(std::string_view name, Deadline deadline);
+  Result<DirectoryListing> list(Deadline deadline);
+
   // ---- connections -----------------------------------------------------
-  // Connects to `peer` ("host:port" or a metadata() blob) by `deadline`.
-  // kUnavailable if nobody answers, kUnauthenticated if the shared secret
-  // differs, kDeadlineExceeded if the deadline passes first.
+  // Connects to `peer` by `deadline`: "host:port", a metadata() blob, or the
+  // name of an engine in the directory (no ':' in it). kUnavailable if
+  // nobody answers, kUnauthenticated if the shared secret differs,
+  // kDeadlineExceeded if the deadline passes first; for a name also
+  // kNotFound (no such entry), kUnavailable (the directory cannot be reached,
+  // or the engine answering at the entry's address is not the one it names)
+  // and kDataLoss (a malformed entry). A connection made by name fails with
+  // kPeerLost as soon as the directory shows the name restarted (a newer
+  // incarnation), even while the old engine is silent rather than gone.
   Result<std::shared_ptr<Connection>> connect(std::string_view peer, Deadline deadline);
   // Waits for the next peer that connected to this engine (kDeadlineExceeded).
   Result<std::shared_ptr<Connection>> accept(Deadline deadline);

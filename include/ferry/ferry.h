@@ -1,6 +1,7 @@
 // The ferry C++ API in one include.
 #pragma once
 
+#include "ferry/directory.h"
 #include "ferry/engine.h"
 #include "ferry/memory.h"
 #include "ferry/options.h"

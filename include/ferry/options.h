@@ -97,6 +97,19 @@ struct Options {
   std::string transport = "auto";
   LogLevel log_level = LogLevel::kWarn;
 
+  // ---- the directory: engines find each other by name (docs/directory.md) ----
+  // "redis://[user:password@]host:port[/namespace]" or
+  // "etcd://host:port[,host:port...][/namespace]"; empty: no directory (peers
+  // connect by host:port or metadata blob). With one, the engine publishes
+  // itself under `name` while it lives, and connect("NAME") resolves names.
+  std::string directory;
+  // The name this engine publishes; empty: "<hostname>-<pid>". 1 to 128
+  // bytes of [A-Za-z0-9._-].
+  std::string name;
+  // An engine's entry lives this long unless refreshed (every third of it);
+  // an engine that dies vanishes within it. etcd rounds up to whole seconds.
+  std::chrono::milliseconds directory_ttl{5000};
+
   // ---- limits on what a peer can make the engine hold (docs/security.md) ----
   // Connections (accepted, dialed or waiting in the accept queue) the engine
   // holds at once; one more is refused with kResourceExhausted.

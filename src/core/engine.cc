@@ -2,6 +2,8 @@
 // heartbeat thread (ferry-heartbeat) that keeps every connection honest.
 #include "ferry/engine.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cinttypes>
 #include <condition_variable>
@@ -13,6 +15,8 @@
 
 #include "core/engine_context.h"
 #include "core/log.h"
+#include "directory/publisher.h"
+#include "directory/url.h"
 #include "platform/crypto.h"
 #include "platform/memory_kind.h"
 #include "platform/socket.h"
@@ -43,6 +47,10 @@ struct Engine::Impl {
   uint64_t next_connection_id = 1;                                                    // guarded by mu
   bool stopping = false;                                                              // guarded by mu
   std::thread heartbeat;
+  // With Options::directory: the client for lookups, and the thread that
+  // keeps this engine's entry alive (deleted first on shutdown).
+  std::unique_ptr<Directory> directory;
+  std::unique_ptr<directory::Publisher> publisher;
 
   uint64_t next_id() {
     std::lock_guard lock(mu);
@@ -130,6 +138,48 @@ struct Engine::Impl {
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
+namespace {
+
+// "<hostname>-<pid>", with anything a name may not hold replaced by '-'.
+std::string default_name() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') std::snprintf(host, sizeof(host), "ferry");
+  std::string name = host;
+  for (char& c : name) {
+    if (!Directory::valid_name(std::string_view(&c, 1))) c = '-';
+  }
+  std::string pid = "-" + std::to_string(::getpid());
+  if (name.size() + pid.size() > 128) name.resize(128 - pid.size());
+  return name + pid;
+}
+
+// Opens the directory client and publishes this engine (Options::directory).
+Status start_directory(Engine::Impl& impl) {
+  Options& o = impl.ctx->options;
+  FERRY_ASSIGN_OR_RETURN(directory::DirectoryUrl url, directory::parse_directory_url(o.directory));
+  FERRY_ASSIGN_OR_RETURN(impl.directory, Directory::open(o.directory));
+  if (o.name.empty()) o.name = default_name();
+  DirectoryEntry self;
+  self.name = o.name;
+  self.engine_id = impl.ctx->engine_id;
+  self.host_id = impl.ctx->host_id;
+  self.addresses = impl.ctx->addresses;
+  self.pid = ::getpid();
+  self.started_unix_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  // The first publish gets a moment, so that peers find the name as soon as
+  // create returns; a directory that is down only delays it.
+  auto first_try = std::min<Clock::duration>(o.directory_ttl, std::chrono::seconds(2));
+  FERRY_ASSIGN_OR_RETURN(impl.publisher,
+                         directory::Publisher::start(url, std::move(self), o.directory_ttl, after(first_try)));
+  FERRY_LOG(kInfo, "directory", "published \"%s\" in %s (incarnation %" PRIu64 ", ttl %lld ms)", o.name.c_str(),
+            url.redacted.c_str(), impl.publisher->self().incarnation, static_cast<long long>(o.directory_ttl.count()));
+  return Status();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Engine>> Engine::create(Options options) {
   FERRY_ASSIGN_OR_RETURN(Options opts, apply_environment(std::move(options)));
   if (std::getenv("FERRY_LOG") != nullptr || opts.log_level != LogLevel::kWarn) log::set_level(opts.log_level);
@@ -197,8 +247,16 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
   }
   impl->address = impl->ctx->addresses.front();
   FERRY_RETURN_IF_ERROR(impl->listener->run().with_context("engine"));
+  if (!opts.directory.empty()) {
+    Status s = start_directory(*impl);
+    if (!s.ok()) {
+      impl->listener->stop();
+      return s.with_context("engine");
+    }
+  }
   auto heartbeat = platform::try_start_thread("ferry-heartbeat", [raw] { raw->heartbeat_loop(); });
   if (!heartbeat.ok()) {
+    impl->publisher.reset();
     impl->listener->stop();
     return heartbeat.status().with_context("engine");
   }
@@ -208,6 +266,9 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
 }
 
 Engine::~Engine() {
+  // Out of the directory first: nobody should resolve the name to an engine
+  // that is going away.
+  impl_->publisher.reset();
   std::vector<std::shared_ptr<ConnectionBase>> conns;
   std::map<const ConnectionBase*, std::unique_ptr<core::Admission::Ticket>> tickets;
   {
@@ -264,11 +325,42 @@ Result<RemoteDescriptor> Engine::export_region(const Region& region, uint64_t of
   return impl_->ctx->registry.export_slice(impl_->ctx->engine_id, region.id, offset, length);
 }
 
+std::string Engine::name() const { return impl_->publisher ? impl_->ctx->options.name : std::string(); }
+uint64_t Engine::incarnation() const { return impl_->publisher ? impl_->publisher->self().incarnation : 0; }
+Directory* Engine::directory() const { return impl_->directory.get(); }
+
+namespace {
+Status no_directory(std::string_view what) {
+  return Status(Code::kInvalidArgument, std::string(what) +
+                                            ": this engine has no directory (set Options::directory or "
+                                            "FERRY_DIRECTORY to redis://... or etcd://...)");
+}
+}  // namespace
+
+Result<DirectoryEntry> Engine::lookup(std::string_view name, Deadline deadline) {
+  if (!impl_->directory) return no_directory("lookup \"" + std::string(name) + "\"");
+  return impl_->directory->lookup(name, deadline);
+}
+
+Result<DirectoryListing> Engine::list(Deadline deadline) {
+  if (!impl_->directory) return no_directory("list");
+  return impl_->directory->list(deadline);
+}
+
 Result<std::shared_ptr<Connection>> Engine::connect(std::string_view peer, Deadline deadline) {
   std::vector<std::string> addresses;
+  std::optional<DirectoryEntry> entry;  // set when `peer` is a name
   if (wire::looks_like_metadata(peer)) {
     FERRY_ASSIGN_OR_RETURN(wire::EngineMetadata m, wire::decode_metadata(peer));
     addresses = m.addresses;
+  } else if (peer.find(':') == std::string_view::npos && Directory::valid_name(peer)) {
+    if (!impl_->directory) {
+      return no_directory("connect: \"" + std::string(peer) + "\" is a name, not host:port, and");
+    }
+    auto e = impl_->directory->lookup(peer, deadline);
+    if (!e.ok()) return e.status().with_context("connect \"" + std::string(peer) + "\"");
+    entry = std::move(e).value();
+    addresses = entry->addresses;
   } else {
     addresses.emplace_back(peer);
   }
@@ -288,11 +380,25 @@ Result<std::shared_ptr<Connection>> Engine::connect(std::string_view peer, Deadl
       std::shared_ptr<ConnectionBase> conn = c->connection;
       if (!impl_->adopt(conn, std::move(c->ticket)))
         return Status(Code::kCancelled, "connect: the engine is shutting down");
+      if (entry.has_value() && conn->peer_engine_id() != entry->engine_id) {
+        // The address outlived the engine the entry names (a restart, a
+        // reused port): whoever answered is not who the name means.
+        char want[17], got[17];
+        std::snprintf(want, sizeof(want), "%016" PRIx64, entry->engine_id);
+        std::snprintf(got, sizeof(got), "%016" PRIx64, conn->peer_engine_id());
+        conn->close();
+        last = Status(Code::kUnavailable, "connect \"" + entry->name + "\": the directory names engine " + want +
+                                              " (incarnation " + std::to_string(entry->incarnation) + ") at " + a +
+                                              ", but engine " + got + " answered there: the entry is stale");
+        continue;
+      }
+      if (entry.has_value() && impl_->publisher) impl_->publisher->watch_peer(*entry, conn);
       return std::shared_ptr<Connection>(std::move(conn));
     }
     last = c.status();
     if (last.code() == Code::kUnauthenticated || last.code() == Code::kDeadlineExceeded) break;
   }
+  if (entry.has_value()) return last.with_context("connect \"" + entry->name + "\"");
   return last;
 }
 

@@ -12,6 +12,8 @@
 
 #include "core/log.h"
 #include "core/units.h"
+#include "directory/url.h"
+#include "ferry/directory.h"
 #include "ferry/options.h"
 
 namespace ferry {
@@ -208,6 +210,19 @@ const std::vector<Tunable>& tunables() {
       flag_tunable("local_same_process", "FERRY_LOCAL_SAME_PROCESS",
                    "1: two engines of one process may use the local transport between them (default 0: refused)",
                    &Options::local_same_process),
+      Tunable{"directory", "FERRY_DIRECTORY", "",
+              "redis://[user:pass@]host:port[/ns] or etcd://host:port[,...][/ns]: publish this engine and resolve "
+              "names there (empty: none)",
+              [](const Options& o) { return directory::redact_directory_url(o.directory); },
+              [](Options& o, std::string_view v) -> Status {
+                o.directory = std::string(v);
+                return Status();
+              }},
+      string_tunable("name", "FERRY_NAME", "the name this engine publishes in the directory (empty: hostname-pid)",
+                     &Options::name),
+      ms_tunable("directory_ttl", "FERRY_DIRECTORY_TTL_MS",
+                 "a directory entry not refreshed this long expires (refreshed every third of it)",
+                 &Options::directory_ttl),
       Tunable{"log_level", "FERRY_LOG", "", "error, warn, info, debug or trace",
               [](const Options& o) { return std::string(level_name(o.log_level)); },
               [](Options& o, std::string_view v) -> Status {
@@ -289,6 +304,16 @@ Status validate(const Options& o) {
   if (o.max_streams < 1) return bad("max_streams must be at least 1");
   if (o.connection_memory_bytes < (1u << 20)) {
     return bad("connection_memory_bytes must be at least 1 MiB, got " + std::to_string(o.connection_memory_bytes));
+  }
+  if (!o.directory.empty()) {
+    auto u = directory::parse_directory_url(o.directory);
+    if (!u.ok()) return bad(u.status().message());
+  }
+  if (!o.name.empty() && !Directory::valid_name(o.name)) {
+    return bad("name must be 1-128 bytes of [A-Za-z0-9._-], got \"" + o.name + "\"");
+  }
+  if (o.directory_ttl < std::chrono::milliseconds(300) || o.directory_ttl > std::chrono::hours(1)) {
+    return bad("directory_ttl must be in 300 ms..1 h, got " + std::to_string(o.directory_ttl.count()) + " ms");
   }
   if (o.listen.find(':') == std::string::npos) return bad("listen must be host:port, got \"" + o.listen + "\"");
   return Status();

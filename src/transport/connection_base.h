@@ -15,6 +15,10 @@ class ConnectionBase : public Connection {
   // about it. Returns once the peer can no longer touch it (at most
   // peer_timeout). Default: nothing was shared.
   virtual void region_retired(uint64_t region_id) {}
+  // Fails the connection with `why` (first call wins): every pending
+  // transfer ends with it. Any thread. The directory uses it when the
+  // peer's name moved on to a newer incarnation.
+  virtual void fail(const Status& why) = 0;
 };
 
 }  // namespace ferry

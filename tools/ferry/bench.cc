@@ -49,6 +49,7 @@ struct BenchFlags {
   bool local = false;
   std::string listen;
   std::string peer;
+  std::string directory;  // --directory (else FERRY_DIRECTORY): names for --listen and --peer
   std::string op = "send";
   std::string sizes = "4K:64M:x4";
   int iters = 20;
@@ -138,11 +139,26 @@ constexpr size_t kMaxSessions = 64;
 // succeeded, 1 otherwise.
 int run_target(const BenchFlags& f, const Options& options) {
   Options o = options;
-  o.listen = f.listen;
+  // A name (no ':') is published in the directory; the engine listens where
+  // FERRY_LISTEN says (default 127.0.0.1:0).
+  if (f.listen.find(':') == std::string::npos && Directory::valid_name(f.listen)) {
+    o.name = f.listen;
+  } else {
+    o.listen = f.listen;
+  }
   uint64_t max_memory = f.max_memory.empty() ? 0 : must(parse_bytes(f.max_memory), "--max-memory");
   auto engine = must(Engine::create(o), "create engine");
   MemoryBudget budget(max_memory);
+  if (!o.name.empty() && engine->directory() == nullptr) {
+    std::fprintf(stderr, "ferry bench: --listen %s is a name: give --directory URL (or FERRY_DIRECTORY)\n",
+                 o.name.c_str());
+    return 2;
+  }
   std::printf("ferry bench target listening on %s\n", engine->address().c_str());
+  if (engine->directory() != nullptr) {
+    std::printf("ferry bench target published as \"%s\" in %s (incarnation %" PRIu64 ")\n", engine->name().c_str(),
+                engine->directory()->url().c_str(), engine->incarnation());
+  }
   std::fflush(stdout);
   struct Session {
     std::thread thread;
@@ -443,6 +459,7 @@ int run_bench(const BenchFlags& f) {
   if (!f.chunk.empty()) o.chunk_bytes = must(parse_bytes(f.chunk), "--chunk");
   if (f.window > 0) o.window = f.window;
   if (!f.nics.empty()) o.nics = f.nics;
+  if (!f.directory.empty()) o.directory = f.directory;
   if (!f.listen.empty()) return run_target(f, o);
 
   RunConfig cfg;
@@ -509,8 +526,12 @@ void add_bench_command(CLI::App& app) {
   auto f = std::make_shared<BenchFlags>();
   CLI::App* b = app.add_subcommand("bench", "measure transfers between two engines");
   b->add_flag("--local", f->local, "start a target and an initiator on this host (the main job)");
-  b->add_option("--listen", f->listen, "run as target, listening on ADDR (host:port)");
-  b->add_option("--peer", f->peer, "run as initiator against the target at ADDR");
+  b->add_option("--listen", f->listen,
+                "run as target, listening on ADDR (host:port), or published in the directory as NAME");
+  b->add_option("--peer", f->peer, "run as initiator against the target at ADDR (host:port or a directory NAME)");
+  b->add_option("--directory", f->directory,
+                "redis://host:port[/ns] or etcd://host:port[/ns]: where --listen NAME publishes and --peer NAME "
+                "resolves (default: FERRY_DIRECTORY)");
   b->add_option("--op", f->op, "send, write, read or pingpong")
       ->check(CLI::IsMember({"send", "write", "read", "pingpong"}));
   b->add_option("--sizes", f->sizes, "sizes: list and ranges, e.g. 4K,1M or 1K:256M:x4")->capture_default_str();

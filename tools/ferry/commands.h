@@ -12,5 +12,6 @@ void add_config_command(CLI::App& app);
 void add_tune_command(CLI::App& app);
 void add_diag_command(CLI::App& app);
 void add_profile_command(CLI::App& app);
+void add_dir_command(CLI::App& app);
 
 }  // namespace ferry::cli

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   ferry::cli::add_tune_command(app);
   ferry::cli::add_diag_command(app);
   ferry::cli::add_profile_command(app);
+  ferry::cli::add_dir_command(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

@@ -92,7 +92,7 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   void tick(Clock::time_point now) override;
   void region_retired(uint64_t region_id) override;
 
-  void fail(const Status& why);
+  void fail(const Status& why) override;
 
  private:
   using Completion = std::function<void(const Status&)>;

@@ -118,7 +118,7 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   void tick(Clock::time_point now) override;
 
   // Fails the connection with `why` (first call wins). Any thread.
-  void fail(const Status& why);
+  void fail(const Status& why) override;
 
   // Data paths still carrying traffic.
   int live_paths() const { return chunks_.live_paths(); }

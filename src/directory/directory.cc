@@ -1,0 +1,165 @@
+// Directory, DirectoryEntry and DirectoryWatch: the public client.
+#include "ferry/directory.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "directory/backend.h"
+#include "directory/directory_impl.h"
+#include "directory/entry.h"
+#include "wire/metadata.h"
+
+namespace ferry {
+
+std::string DirectoryEntry::metadata() const {
+  wire::EngineMetadata m;
+  m.engine_id = engine_id;
+  m.host_id = host_id;
+  m.addresses = addresses;
+  return wire::encode_metadata(m);
+}
+
+std::string DirectoryEntry::to_string() const {
+  char id[17];
+  std::snprintf(id, sizeof(id), "%016" PRIx64, engine_id);
+  std::string out =
+      name + " incarnation " + std::to_string(incarnation) + " engine " + id + " pid " + std::to_string(pid) + " at ";
+  for (size_t i = 0; i < addresses.size(); ++i) out += (i ? "," : "") + addresses[i];
+  return out;
+}
+
+std::string_view event_kind_name(DirectoryEvent::Kind kind) {
+  switch (kind) {
+    case DirectoryEvent::Kind::kAppeared:
+      return "appeared";
+    case DirectoryEvent::Kind::kVanished:
+      return "vanished";
+    case DirectoryEvent::Kind::kReplaced:
+      return "replaced";
+  }
+  return "?";
+}
+
+bool Directory::valid_name(std::string_view name) {
+  if (name.empty() || name.size() > 128) return false;
+  for (char c : name) {
+    bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// ---- Impl --------------------------------------------------------------------
+
+Status Directory::Impl::lock(std::unique_lock<std::timed_mutex>& lock, Deadline deadline) const {
+  if (lock.try_lock_until(deadline)) return Status();
+  return Status(Code::kUnavailable,
+                "directory " + url.redacted + ": another call held the connection past this call's deadline");
+}
+
+Result<DirectoryEntry> Directory::Impl::lookup(std::string_view name, Deadline deadline) {
+  if (!Directory::valid_name(name)) {
+    return Status(Code::kInvalidArgument, "directory: \"" + directory::printable(name, 200) +
+                                              "\" is not a name (1-128 bytes of [A-Za-z0-9._-])");
+  }
+  std::string key = directory::entry_key(url.ns, name);
+  std::unique_lock<std::timed_mutex> guard(mu, std::defer_lock);
+  FERRY_RETURN_IF_ERROR(lock(guard, deadline));
+  FERRY_ASSIGN_OR_RETURN(auto value, backend->get(key, Directory::kMaxEntryBytes, deadline));
+  guard.unlock();
+  if (!value.has_value()) {
+    return Status(Code::kNotFound, "directory " + url.redacted + ": no engine named \"" + std::string(name) +
+                                       "\" (no entry " + key + ")");
+  }
+  return directory::decode_entry(key, *value, name);
+}
+
+Result<DirectoryListing> Directory::Impl::list(Deadline deadline) {
+  std::string prefix = directory::entries_prefix(url.ns);
+  std::unique_lock<std::timed_mutex> guard(mu, std::defer_lock);
+  FERRY_RETURN_IF_ERROR(lock(guard, deadline));
+  FERRY_ASSIGN_OR_RETURN(auto kvs, backend->list(prefix, Directory::kMaxEntries, Directory::kMaxEntryBytes, deadline));
+  guard.unlock();
+  DirectoryListing out;
+  for (auto& [key, value] : kvs) {
+    std::string_view name = std::string_view(key).substr(prefix.size());
+    auto e = directory::decode_entry(key, value, name);
+    if (e.ok()) {
+      out.entries.push_back(std::move(e).value());
+    } else {
+      out.malformed.push_back(e.status());
+    }
+  }
+  std::sort(out.entries.begin(), out.entries.end(),
+            [](const DirectoryEntry& a, const DirectoryEntry& b) { return a.name < b.name; });
+  return out;
+}
+
+// ---- Directory -----------------------------------------------------------------
+
+Directory::Directory(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Directory::~Directory() = default;
+
+Result<std::unique_ptr<Directory>> Directory::open(std::string_view url) {
+  FERRY_ASSIGN_OR_RETURN(directory::DirectoryUrl u, directory::parse_directory_url(url));
+  auto impl = std::make_shared<Impl>();
+  impl->backend = directory::make_backend(u);
+  impl->url = std::move(u);
+  return std::make_unique<Directory>(std::move(impl));
+}
+
+std::string Directory::url() const { return impl_->url.redacted; }
+std::string Directory::ns() const { return impl_->url.ns; }
+Result<DirectoryEntry> Directory::lookup(std::string_view name, Deadline deadline) {
+  return impl_->lookup(name, deadline);
+}
+Result<DirectoryListing> Directory::list(Deadline deadline) { return impl_->list(deadline); }
+std::unique_ptr<DirectoryWatch> Directory::watch() { return std::make_unique<DirectoryWatch>(impl_); }
+
+// ---- DirectoryWatch --------------------------------------------------------------
+
+DirectoryWatch::DirectoryWatch(std::shared_ptr<Directory::Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::vector<DirectoryEvent>> DirectoryWatch::poll(Deadline deadline) {
+  FERRY_ASSIGN_OR_RETURN(DirectoryListing now, impl_->list(deadline));
+  std::vector<DirectoryEvent> events;
+  // Both lists are sorted by name: one merge finds every change.
+  size_t i = 0, j = 0;
+  const auto& before = last_;
+  const auto& after = now.entries;
+  while (i < before.size() || j < after.size()) {
+    if (j == after.size() || (i < before.size() && before[i].name < after[j].name)) {
+      events.push_back({DirectoryEvent::Kind::kVanished, before[i++]});
+    } else if (i == before.size() || after[j].name < before[i].name) {
+      events.push_back({DirectoryEvent::Kind::kAppeared, after[j++]});
+    } else {
+      if (before[i].engine_id != after[j].engine_id || before[i].incarnation != after[j].incarnation) {
+        events.push_back({DirectoryEvent::Kind::kReplaced, after[j]});
+      }
+      ++i;
+      ++j;
+    }
+  }
+  last_ = std::move(now.entries);
+  primed_ = true;
+  return events;
+}
+
+Result<std::vector<DirectoryEvent>> DirectoryWatch::next(Deadline deadline, std::chrono::milliseconds interval) {
+  if (interval < std::chrono::milliseconds(10)) interval = std::chrono::milliseconds(10);
+  for (;;) {
+    auto r = poll(deadline);
+    if (r.ok() && !r->empty()) return r;
+    if (!r.ok() && r.status().code() != Code::kUnavailable) return r;
+    auto wake = Clock::now() + interval;
+    if (wake >= deadline) return std::vector<DirectoryEvent>();
+    std::this_thread::sleep_until(wake);
+  }
+}
+
+}  // namespace ferry

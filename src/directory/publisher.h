@@ -1,0 +1,85 @@
+// Publisher: keeps an engine's entry in the directory while the engine lives,
+// and tells connections made by name when their peer's name moved on to a
+// newer incarnation.
+//
+// One thread (ferry-directory) does both, with a backend of its own (so a
+// lookup that waits on the directory never delays a refresh):
+//   * every ttl/3 it refreshes the entry (Redis PEXPIRE, etcd lease
+//     keep-alive) if it still holds this engine's value; an entry that is gone
+//     (expired while the directory was down, or a directory that lost its
+//     data) is published again; one that names a newer incarnation means
+//     another engine took the name: this one logs it and stops publishing.
+//     Failures retry with backoff (100 ms doubling to 2 s) and log once.
+//   * every min(ttl/3, 500 ms), while connections made by name live, it reads
+//     their names' entries; an entry naming another engine with a higher
+//     incarnation fails the connection to the old one with kPeerLost.
+// The destructor stops the thread and deletes the entry if it is still this
+// engine's (at most 1 s).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "directory/backend.h"
+#include "ferry/directory.h"
+#include "transport/connection_base.h"
+
+namespace ferry::directory {
+
+class Publisher {
+ public:
+  // Publishes `self` (its incarnation is chosen here: above the one the
+  // directory holds for the name, if any) within `first_try` and starts the
+  // thread. A directory that cannot be reached now is not an error: the
+  // thread keeps trying. kResourceExhausted if the thread cannot start.
+  static Result<std::unique_ptr<Publisher>> start(const DirectoryUrl& url, DirectoryEntry self,
+                                                  std::chrono::milliseconds ttl, Deadline first_try);
+  ~Publisher();
+
+  // This engine's entry as published (or to be). Thread-safe.
+  DirectoryEntry self() const;
+
+  // Fails `conn` with kPeerLost once `name` names an engine other than
+  // `peer` with a higher incarnation. Thread-safe.
+  void watch_peer(const DirectoryEntry& peer, const std::shared_ptr<ConnectionBase>& conn);
+
+ private:
+  Publisher(const DirectoryUrl& url, DirectoryEntry self, std::chrono::milliseconds ttl);
+  void loop();
+  // One publishing step; returns when to take the next one.
+  Clock::duration publish_step();
+  void check_peers();
+  Status publish_now(Deadline deadline);
+
+  struct Watched {
+    DirectoryEntry peer;
+    std::weak_ptr<ConnectionBase> conn;
+  };
+
+  DirectoryUrl url_;
+  std::string key_;
+  DirectoryEntry self_;  // the incarnation may rise before the first publish: read under mu_
+  std::string value_;
+  std::chrono::milliseconds ttl_;
+  std::unique_ptr<Backend> backend_;  // only the thread (and start/destructor, when it is not running) use it
+
+  // Publishing state (the thread's).
+  bool published_ = false;
+  bool ever_published_ = false;
+  bool displaced_ = false;
+  bool failing_ = false;
+  Clock::duration backoff_{};
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;         // guarded by mu_
+  std::vector<Watched> watched_;  // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace ferry::directory

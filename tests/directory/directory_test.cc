@@ -1,0 +1,444 @@
+// The directory against real servers: redis-server and etcd from Debian,
+// started here on loopback with random ports and temporary data directories
+// (each case skips, saying why, when its server is not installed). Every
+// case runs on both. Data is random and checked end to end; every wait has
+// a deadline; TTLs are short (1 s) so the suite stays quick.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cinttypes>
+#include <cstdio>
+#include <random>
+#include <thread>
+
+#include "core/pattern.h"
+#include "directory/backend.h"
+#include "directory/entry.h"
+#include "directory/processes.h"
+#include "ferry/ferry.h"
+#include "platform/crypto.h"
+#include "platform/thread.h"
+
+using namespace std::chrono_literals;
+
+namespace ferry {
+namespace {
+
+using test::Child;
+using test::DirectoryServer;
+using Kind = DirectoryServer::Kind;
+
+constexpr auto kTtl = 1000ms;
+
+std::string unique(const std::string& base) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "-%08x", static_cast<unsigned>(platform::random_u64()));
+  return base + buf;
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+class DirectoryServers : public ::testing::TestWithParam<Kind> {
+ protected:
+  void SetUp() override {
+    std::string prog = DirectoryServer::program(GetParam());
+    if (prog.empty()) {
+      GTEST_SKIP() << (GetParam() == Kind::kRedis ? "redis-server" : "etcd")
+                   << " is not installed (Debian: redis-server, etcd-server; scripts/setup.sh installs them)";
+    }
+    server_ = std::make_unique<DirectoryServer>(GetParam());
+    ASSERT_TRUE(server_->start()) << "the directory server did not answer within 15 s";
+    ns_ = unique("ns");
+  }
+
+  std::string url() const { return server_->url(ns_); }
+
+  Options options(const std::string& name) const {
+    Options o;
+    o.directory = url();
+    o.name = name;
+    o.directory_ttl = kTtl;
+    o.transport = "tcp";
+    return o;
+  }
+
+  std::unique_ptr<Engine> engine(const std::string& name, Options o) {
+    auto e = Engine::create(std::move(o));
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return e.ok() ? std::move(e).value() : nullptr;
+  }
+  std::unique_ptr<Engine> engine(const std::string& name) { return engine(name, options(name)); }
+
+  // Polls lookup(name) until `pred` holds for its result or `within` passes.
+  template <typename Pred>
+  bool eventually(Directory& dir, const std::string& name, std::chrono::milliseconds within, Pred pred) {
+    auto deadline = Clock::now() + within;
+    while (Clock::now() < deadline) {
+      if (pred(dir.lookup(name, after(500ms)))) return true;
+      std::this_thread::sleep_for(20ms);
+    }
+    return false;
+  }
+
+  // A peer process publishing `name`; its READY line gives engine id and incarnation.
+  struct Peer {
+    Child child;
+    uint64_t engine_id = 0;
+    uint64_t incarnation = 0;
+  };
+  Peer spawn_peer(const std::string& name) {
+    Peer p;
+    p.child = Child({FERRY_DIRECTORY_PEER, url(), name, std::to_string(kTtl.count())}, true);
+    unsigned long long id = 0, inc = 0;
+    EXPECT_EQ(std::sscanf(p.child.line().c_str(), "READY %llx %llu", &id, &inc), 2) << p.child.line();
+    p.engine_id = id;
+    p.incarnation = inc;
+    return p;
+  }
+
+  std::unique_ptr<DirectoryServer> server_;
+  std::string ns_;
+};
+
+// Sends `n` random bytes over `c` to an echo peer and checks what comes back.
+void echo_verified(Connection& c, Engine& e, size_t n, uint64_t seed) {
+  std::vector<uint8_t> out(n), in(n + 7);
+  core::fill_random(out.data(), n, seed);
+  auto r1 = e.reg(out.data(), out.size());
+  auto r2 = e.reg(in.data(), in.size());
+  ASSERT_TRUE(r1.ok() && r2.ok());
+  ASSERT_TRUE(c.send(out.data(), n, after(20s)).ok());
+  auto got = c.recv(in.data(), in.size(), after(20s));
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(got.value(), n);
+  EXPECT_EQ(core::fnv1a(in.data(), n), core::fnv1a(out.data(), n));
+  (void)e.dereg(r1.value());
+  (void)e.dereg(r2.value());
+}
+
+TEST_P(DirectoryServers, PublishLookupListAndWatch) {
+  auto a = engine("alpha");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->name(), "alpha");
+  EXPECT_GT(a->incarnation(), 0u);
+  auto e = a->lookup("alpha", after(2s));
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  EXPECT_EQ(e->engine_id, a->id());
+  EXPECT_EQ(e->incarnation, a->incarnation());
+  EXPECT_EQ(e->addresses, std::vector<std::string>{a->address()});
+  EXPECT_EQ(e->pid, ::getpid());
+  EXPECT_FALSE(e->host_id.empty());
+  // The blob an entry stands for is the engine's own.
+  EXPECT_EQ(e->metadata(), a->metadata());
+
+  auto nobody = a->lookup("nobody", after(2s));
+  EXPECT_EQ(nobody.status().code(), Code::kNotFound) << nobody.status().to_string();
+
+  auto watch = a->directory()->watch();
+  auto first = watch->poll(after(2s));
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(first->size(), 1u);
+  EXPECT_EQ((*first)[0].kind, DirectoryEvent::Kind::kAppeared);
+
+  auto b = engine("beta");
+  ASSERT_NE(b, nullptr);
+  auto ev = watch->next(after(5s), 20ms);
+  ASSERT_TRUE(ev.ok());
+  ASSERT_EQ(ev->size(), 1u);
+  EXPECT_EQ((*ev)[0].kind, DirectoryEvent::Kind::kAppeared);
+  EXPECT_EQ((*ev)[0].entry.name, "beta");
+  EXPECT_EQ((*ev)[0].entry.engine_id, b->id());
+
+  auto listing = a->list(after(2s));
+  ASSERT_TRUE(listing.ok());
+  ASSERT_EQ(listing->entries.size(), 2u);
+  EXPECT_EQ(listing->entries[0].name, "alpha");
+  EXPECT_EQ(listing->entries[1].name, "beta");
+  EXPECT_TRUE(listing->malformed.empty());
+
+  // A clean shutdown deletes the entry at once, not after the TTL.
+  auto t0 = Clock::now();
+  b.reset();
+  ev = watch->next(after(5s), 20ms);
+  double vanished = seconds_since(t0);
+  ASSERT_TRUE(ev.ok());
+  ASSERT_EQ(ev->size(), 1u);
+  EXPECT_EQ((*ev)[0].kind, DirectoryEvent::Kind::kVanished);
+  EXPECT_EQ((*ev)[0].entry.name, "beta");
+  EXPECT_LT(vanished, 0.5 * kTtl.count() / 1000.0 + 0.2);
+  // A listing long after: the entry stays published while its engine lives.
+  std::this_thread::sleep_for(kTtl * 2);
+  EXPECT_TRUE(a->lookup("alpha", after(2s)).ok());
+}
+
+TEST_P(DirectoryServers, ConnectByNameMovesVerifiedBytes) {
+  auto server = engine("decode-3");
+  auto client = engine("prefill-0");
+  ASSERT_TRUE(server && client);
+  std::thread echo([&] {
+    auto c = server->accept(after(10s));
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    std::vector<uint8_t> buf(9 << 20);
+    auto r = server->reg(buf.data(), buf.size());
+    for (int i = 0; i < 3; ++i) {
+      auto n = c.value()->recv(buf.data(), buf.size(), after(20s));
+      ASSERT_TRUE(n.ok()) << n.status().to_string();
+      ASSERT_TRUE(c.value()->send(buf.data(), n.value(), after(20s)).ok());
+    }
+    (void)server->dereg(r.value());
+  });
+  auto c = client->connect("decode-3", after(5s));
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c.value()->peer_engine_id(), server->id());
+  echo_verified(*c.value(), *client, 1, 1);
+  echo_verified(*c.value(), *client, 65537, 2);
+  echo_verified(*c.value(), *client, (8 << 20) + 13, 3);
+  echo.join();
+  // host:port and the blob still work beside names.
+  EXPECT_TRUE(client->connect(server->address(), after(5s)).ok());
+  EXPECT_EQ(client->connect("no-such-engine", after(2s)).status().code(), Code::kNotFound);
+}
+
+TEST_P(DirectoryServers, AKilledEngineVanishesWithinTheTtlAndItsPeerSeesPeerLost) {
+  auto client = engine("watcher");
+  ASSERT_NE(client, nullptr);
+  Peer victim = spawn_peer("victim");
+  ASSERT_NE(victim.engine_id, 0u);
+  auto c = client->connect("victim", after(5s));
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  echo_verified(*c.value(), *client, 1 << 20, 7);
+  std::vector<uint8_t> buf(4096);
+  auto r = client->reg(buf.data(), buf.size());
+  Transfer pending = c.value()->recv_async(buf.data(), buf.size());
+
+  auto t0 = Clock::now();
+  victim.child.kill_now();  // SIGKILL: no goodbye, no delete
+  Status s = pending.wait(after(10s));
+  EXPECT_EQ(s.code(), Code::kPeerLost) << s.to_string();
+  double lost = seconds_since(t0);
+  bool gone = eventually(*client->directory(), "victim", kTtl + 1500ms,
+                         [](const Result<DirectoryEntry>& e) { return e.status().code() == Code::kNotFound; });
+  double vanished = seconds_since(t0);
+  EXPECT_TRUE(gone);
+  EXPECT_LT(vanished, kTtl.count() / 1000.0 + 1.0) << "TTL " << kTtl.count() << " ms";
+  std::printf("[ measured ] %s: peer_lost after %.3f s, entry gone %.3f s after SIGKILL (ttl %.1f s)\n",
+              GetParam() == Kind::kRedis ? "redis" : "etcd", lost, vanished, kTtl.count() / 1000.0);
+  (void)client->dereg(r.value());
+}
+
+TEST_P(DirectoryServers, ARestartUnderTheSameNameEndsTheOldConnectionAndIsReachedByName) {
+  Options o = options("client");
+  o.peer_timeout = 60s;  // only the directory can tell in time
+  auto client = engine("client", o);
+  ASSERT_NE(client, nullptr);
+  Peer old_peer = spawn_peer("svc");
+  auto c = client->connect("svc", after(5s));
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  echo_verified(*c.value(), *client, 300000, 11);
+  std::vector<uint8_t> buf(4096);
+  auto r = client->reg(buf.data(), buf.size());
+  Transfer pending = c.value()->recv_async(buf.data(), buf.size());
+
+  // Frozen, not dead: its sockets stay open and heartbeats would take a
+  // minute to notice. The new incarnation's entry is what must end it.
+  old_peer.child.signal(SIGSTOP);
+  auto t0 = Clock::now();
+  Peer new_peer = spawn_peer("svc");
+  ASSERT_NE(new_peer.engine_id, old_peer.engine_id);
+  EXPECT_GT(new_peer.incarnation, old_peer.incarnation);
+  Status s = pending.wait(after(10s));
+  double lost = seconds_since(t0);
+  EXPECT_EQ(s.code(), Code::kPeerLost) << s.to_string();
+  EXPECT_NE(s.message().find("restarted"), std::string::npos) << s.to_string();
+  EXPECT_LT(lost, 3.0);
+  EXPECT_EQ(c.value()->health().code(), Code::kPeerLost);
+  std::printf("[ measured ] %s: connection to the old incarnation failed %.3f s after the new one started\n",
+              GetParam() == Kind::kRedis ? "redis" : "etcd", lost);
+
+  auto c2 = client->connect("svc", after(5s));
+  ASSERT_TRUE(c2.ok()) << c2.status().to_string();
+  EXPECT_EQ(c2.value()->peer_engine_id(), new_peer.engine_id);
+  echo_verified(*c2.value(), *client, (2 << 20) + 5, 12);
+  (void)client->dereg(r.value());
+  old_peer.child.kill_now();
+}
+
+TEST_P(DirectoryServers, TwoLiveEnginesUnderOneNameTheNewerKeepsIt) {
+  auto first = engine("dup");
+  ASSERT_NE(first, nullptr);
+  auto second = engine("dup");
+  ASSERT_NE(second, nullptr);
+  EXPECT_GT(second->incarnation(), first->incarnation());
+  // The older one must not take the name back on its next refreshes.
+  std::this_thread::sleep_for(kTtl);
+  auto e = second->lookup("dup", after(2s));
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  EXPECT_EQ(e->engine_id, second->id());
+  // Nor delete it when it shuts down.
+  first.reset();
+  e = second->lookup("dup", after(2s));
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  EXPECT_EQ(e->engine_id, second->id());
+}
+
+TEST_P(DirectoryServers, ADirectoryThatGoesDownAndComesBack) {
+  auto server = engine("srv");
+  auto client = engine("cli");
+  ASSERT_TRUE(server && client);
+  std::atomic<bool> served{false};
+  std::thread echo([&] {
+    auto c = server->accept(after(10s));
+    ASSERT_TRUE(c.ok());
+    std::vector<uint8_t> buf(33 << 20);
+    auto r = server->reg(buf.data(), buf.size());
+    for (int i = 0; i < 2; ++i) {
+      auto n = c.value()->recv(buf.data(), buf.size(), after(30s));
+      ASSERT_TRUE(n.ok()) << n.status().to_string();
+      ASSERT_TRUE(c.value()->send(buf.data(), n.value(), after(30s)).ok());
+    }
+    (void)server->dereg(r.value());
+    served = true;
+  });
+  auto c = client->connect("srv", after(5s));
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  echo_verified(*c.value(), *client, 4096, 21);
+
+  server_->kill();
+  // Connections made keep working, a large transfer included.
+  echo_verified(*c.value(), *client, (32 << 20) + 3, 22);
+  echo.join();
+  EXPECT_TRUE(served);
+  // Lookups fail with kUnavailable within their deadline.
+  auto t0 = Clock::now();
+  auto e = client->lookup("srv", after(300ms));
+  EXPECT_EQ(e.status().code(), Code::kUnavailable) << e.status().to_string();
+  EXPECT_LT(seconds_since(t0), 0.45);
+  t0 = Clock::now();
+  auto c2 = client->connect("srv", after(300ms));
+  EXPECT_EQ(c2.status().code(), Code::kUnavailable) << c2.status().to_string();
+  EXPECT_LT(seconds_since(t0), 0.45);
+
+  // Back, and empty: both engines publish themselves again.
+  ASSERT_TRUE(server_->start(/*wipe=*/true));
+  t0 = Clock::now();
+  for (const char* name : {"srv", "cli"}) {
+    EXPECT_TRUE(eventually(*client->directory(), name, 8s, [](const Result<DirectoryEntry>& r) { return r.ok(); }))
+        << name << " did not come back";
+  }
+  std::printf("[ measured ] %s: entries back %.3f s after the directory restarted empty\n",
+              GetParam() == Kind::kRedis ? "redis" : "etcd", seconds_since(t0));
+  auto c3 = client->connect("srv", after(5s));
+  EXPECT_TRUE(c3.ok()) << c3.status().to_string();
+}
+
+TEST_P(DirectoryServers, ADirectoryThatHangsDoesNotHangTheEngine) {
+  auto a = engine("hang");
+  ASSERT_NE(a, nullptr);
+  server_->stop_signal(SIGSTOP);
+  auto t0 = Clock::now();
+  auto e = a->lookup("hang", after(300ms));
+  EXPECT_EQ(e.status().code(), Code::kUnavailable) << e.status().to_string();
+  EXPECT_LT(seconds_since(t0), 0.45);
+  // Nor its shutdown (the delete is bounded).
+  t0 = Clock::now();
+  a.reset();
+  EXPECT_LT(seconds_since(t0), 3.5);
+  server_->stop_signal(SIGCONT);
+}
+
+TEST_P(DirectoryServers, MalformedEntriesAreClearErrors) {
+  auto dirr = Directory::open(url());
+  ASSERT_TRUE(dirr.ok());
+  auto& dir = *dirr.value();
+  auto u = directory::parse_directory_url(url()).value();
+  auto raw = directory::make_backend(u);
+  auto key = [&](const std::string& n) { return directory::entry_key(u.ns, n); };
+  DirectoryEntry good;
+  good.name = "good";
+  good.engine_id = 0x1234;
+  good.incarnation = 5;
+  good.host_id = "h";
+  good.addresses = {"127.0.0.1:9"};
+  ASSERT_TRUE(raw->put(key("good"), directory::encode_entry(good), after(2s)).ok());
+  DirectoryEntry other = good;
+  other.name = "someone-else";
+  std::string nested(3000, '[');
+  std::vector<std::pair<std::string, std::string>> bad = {
+      {"notjson", "hello"},
+      {"empty", ""},
+      {"huge", std::string(20000, ' ') + "{}"},
+      {"nested", nested},
+      {"array", "[1,2]"},
+      {"badutf8", std::string("{\"ferry\":1,\"name\":\"badutf8\",\"host\":\"\xff\xfe\"}")},
+      {"wrongname", directory::encode_entry(other)},
+      {"badaddr", R"({"ferry":1,"name":"badaddr","engine":"0000000000001234","incarnation":1,"host":"h",)"
+                  R"("addresses":["nohost"],"pid":1,"started_unix_ms":1})"},
+      {"badengine", R"({"ferry":1,"name":"badengine","engine":"xyz","incarnation":1,"host":"h",)"
+                    R"("addresses":["127.0.0.1:9"],"pid":1,"started_unix_ms":1})"},
+      {"version2", R"({"ferry":2})"},
+  };
+  for (auto& [n, v] : bad) ASSERT_TRUE(raw->put(key(n), v, after(2s)).ok()) << n;
+  for (auto& [n, v] : bad) {
+    auto e = dir.lookup(n, after(2s));
+    EXPECT_EQ(e.status().code(), Code::kDataLoss) << n << ": " << e.status().to_string();
+    EXPECT_NE(e.status().message().find(key(n)), std::string::npos) << e.status().to_string();
+  }
+  auto listing = dir.list(after(2s));
+  ASSERT_TRUE(listing.ok()) << listing.status().to_string();
+  ASSERT_EQ(listing->entries.size(), 1u);
+  EXPECT_EQ(listing->entries[0].name, "good");
+  EXPECT_EQ(listing->malformed.size(), bad.size());
+  // connect() by a malformed name is the same error, not a dial.
+  auto a = engine("a");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->connect("notjson", after(2s)).status().code(), Code::kDataLoss);
+  // A name that is not one is refused before the directory is asked.
+  EXPECT_EQ(dir.lookup("a/b", after(2s)).status().code(), Code::kInvalidArgument);
+}
+
+TEST_P(DirectoryServers, AThousandEntriesListInUnderASecond) {
+  auto u = directory::parse_directory_url(url()).value();
+  auto raw = directory::make_backend(u);
+  std::vector<std::string> names;
+  for (int i = 0; i < 1000; ++i) {
+    DirectoryEntry e;
+    e.name = "worker-" + std::to_string(i);
+    e.engine_id = platform::random_u64();
+    e.incarnation = 1 + i;
+    e.host_id = "host-" + std::to_string(i % 16) + "/0123456789abcdef";
+    e.addresses = {"10.0." + std::to_string(i / 250) + "." + std::to_string(i % 250) + ":7000",
+                   "10.1." + std::to_string(i / 250) + "." + std::to_string(i % 250) + ":7000"};
+    e.pid = 1000 + i;
+    e.started_unix_ms = 1700000000000;
+    ASSERT_TRUE(raw->put_with_ttl(directory::entry_key(u.ns, e.name), directory::encode_entry(e), 60s, after(5s)).ok());
+  }
+  auto dir = Directory::open(url()).value();
+  auto t0 = Clock::now();
+  auto listing = dir->list(after(5s));
+  double took = seconds_since(t0);
+  ASSERT_TRUE(listing.ok()) << listing.status().to_string();
+  EXPECT_EQ(listing->entries.size(), 1000u);
+  EXPECT_TRUE(listing->malformed.empty());
+  EXPECT_LT(took, 1.0);
+  std::printf("[ measured ] %s: 1000 entries listed in %.3f s\n", GetParam() == Kind::kRedis ? "redis" : "etcd", took);
+}
+
+TEST_P(DirectoryServers, AKeepAliveThreadThatCannotStartFailsCreationNotTheProcess) {
+  platform::set_thread_start_fault([](std::string_view name) { return name == "ferry-directory"; });
+  auto e = Engine::create(options("nothread"));
+  platform::set_thread_start_fault(nullptr);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), Code::kResourceExhausted) << e.status().to_string();
+  EXPECT_NE(e.status().message().find("ferry-directory"), std::string::npos) << e.status().to_string();
+  // And it left no entry behind.
+  auto dir = Directory::open(url()).value();
+  EXPECT_EQ(dir->lookup("nothread", after(2s)).status().code(), Code::kNotFound);
+}
+
+INSTANTIATE_TEST_SUITE_P(Servers, DirectoryServers, ::testing::Values(Kind::kRedis, Kind::kEtcd),
+                         [](const ::testing::TestParamInfo<Kind>& i) {
+                           return std::string(i.param == Kind::kRedis ? "redis" : "etcd");
+                         });
+
+}  // namespace
+}  // namespace ferry

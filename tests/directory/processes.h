@@ -1,0 +1,205 @@
+// Child processes for the directory tests: a directory server (redis-server
+// or etcd) on loopback with a random port and a temporary data directory,
+// and the engine peer process. Every wait has a deadline.
+#pragma once
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "directory/backend.h"
+#include "directory/url.h"
+
+extern char** environ;
+
+namespace ferry::test {
+
+// A program run with `args`; its first line of stdout is read when
+// `read_line` (the rest, and stderr, go to `log`, if given).
+class Child {
+ public:
+  Child() = default;
+  Child(const std::vector<std::string>& args, bool read_line, const std::string& log = "",
+        std::chrono::milliseconds ready_within = std::chrono::seconds(20)) {
+    int fds[2] = {-1, -1};
+    if (read_line && ::pipe2(fds, O_CLOEXEC) != 0) return;
+    std::vector<std::string> a = args;
+    std::vector<char*> argv;
+    for (auto& s : a) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    if (!log.empty()) {
+      posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (!read_line) posix_spawn_file_actions_adddup2(&fa, 2, 1);
+    }
+    if (read_line) posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (read_line) ::close(fds[1]);
+    if (rc != 0) {
+      pid_ = -1;
+      if (read_line) ::close(fds[0]);
+      return;
+    }
+    if (!read_line) return;
+    auto deadline = std::chrono::steady_clock::now() + ready_within;
+    char c;
+    while (std::chrono::steady_clock::now() < deadline) {
+      struct pollfd p = {fds[0], POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      if (::read(fds[0], &c, 1) != 1 || c == '\n') break;
+      line_ += c;
+    }
+    ::close(fds[0]);
+  }
+  Child(Child&& o) noexcept : pid_(o.pid_), line_(std::move(o.line_)) { o.pid_ = -1; }
+  Child& operator=(Child&& o) noexcept {
+    if (this != &o) {
+      kill_now();
+      pid_ = o.pid_;
+      line_ = std::move(o.line_);
+      o.pid_ = -1;
+    }
+    return *this;
+  }
+  ~Child() { kill_now(); }
+
+  pid_t pid() const { return pid_; }
+  bool running() const { return pid_ > 0; }
+  const std::string& line() const { return line_; }
+  void signal(int sig) const {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
+  void kill_now() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::string line_;
+};
+
+inline uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+inline std::string find_program(const char* name) {
+  for (const char* dir : {"/usr/bin/", "/usr/sbin/", "/usr/local/bin/"}) {
+    std::string p = std::string(dir) + name;
+    if (::access(p.c_str(), X_OK) == 0) return p;
+  }
+  return {};
+}
+
+// A directory server of one kind on 127.0.0.1, in a temporary directory.
+class DirectoryServer {
+ public:
+  enum class Kind { kRedis, kEtcd };
+
+  // The program's path, or "" when it is not installed.
+  static std::string program(Kind kind) { return find_program(kind == Kind::kRedis ? "redis-server" : "etcd"); }
+
+  explicit DirectoryServer(Kind kind) : kind_(kind) {
+    char tmpl[] = "/tmp/ferry-dir-test-XXXXXX";
+    dir_ = ::mkdtemp(tmpl) != nullptr ? tmpl : "/tmp";
+    port_ = free_port();
+    peer_port_ = free_port();
+  }
+  ~DirectoryServer() {
+    child_.kill_now();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  Kind kind() const { return kind_; }
+  uint16_t port() const { return port_; }
+  // The URL engines use, with namespace `ns`.
+  std::string url(const std::string& ns = "t") const {
+    return std::string(kind_ == Kind::kRedis ? "redis" : "etcd") + "://127.0.0.1:" + std::to_string(port_) + "/" + ns;
+  }
+
+  // Starts it (again, on the same port; `wipe`: with its data gone) and waits
+  // until it answers (false after `within`).
+  bool start(bool wipe = false, std::chrono::milliseconds within = std::chrono::seconds(15)) {
+    std::error_code ec;
+    if (wipe) std::filesystem::remove_all(dir_ + "/data", ec);
+    std::filesystem::create_directories(dir_ + "/data", ec);
+    std::string prog = program(kind_);
+    std::vector<std::string> args;
+    if (kind_ == Kind::kRedis) {
+      args = {
+          prog, "--port", std::to_string(port_), "--bind",           "127.0.0.1", "--save",      "",  "--appendonly",
+          "no", "--dir",  dir_ + "/data",        "--protected-mode", "no",        "--daemonize", "no"};
+    } else {
+      std::string client = "http://127.0.0.1:" + std::to_string(port_);
+      std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
+      // Short election timings: etcd's shortest lease is 1.5 election timeouts.
+      args = {prog,
+              "--name",
+              "t",
+              "--data-dir",
+              dir_ + "/data",
+              "--listen-client-urls",
+              client,
+              "--advertise-client-urls",
+              client,
+              "--listen-peer-urls",
+              peer,
+              "--initial-advertise-peer-urls",
+              peer,
+              "--initial-cluster",
+              "t=" + peer,
+              "--heartbeat-interval",
+              "10",
+              "--election-timeout",
+              "100"};
+    }
+    child_ = Child(args, false, dir_ + "/server.log");
+    if (!child_.running()) return false;
+    auto url = directory::parse_directory_url(this->url());
+    auto backend = directory::make_backend(url.value());
+    auto deadline = std::chrono::steady_clock::now() + within;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto r = backend->get("t/ping", 1024, std::chrono::steady_clock::now() + std::chrono::milliseconds(500));
+      if (r.ok()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+  void kill() { child_.kill_now(); }
+  void stop_signal(int sig) { child_.signal(sig); }
+
+ private:
+  Kind kind_;
+  std::string dir_;
+  uint16_t port_ = 0, peer_port_ = 0;
+  Child child_;
+};
+
+}  // namespace ferry::test
