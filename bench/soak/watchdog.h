@@ -1,0 +1,60 @@
+// The in-process watchdog: every call of a soak process that may block is
+// armed with its deadline; a call still running `margin` past its deadline
+// is reported as a HANG (once) and counted. The supervisor fails the run on
+// any HANG line.
+//
+// Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "ferry/transfer.h"
+#include "soak/report_line.h"
+
+namespace ferry::soak {
+
+class Watchdog {
+ public:
+  Watchdog(Counters& counters, std::chrono::milliseconds margin);
+  ~Watchdog();
+
+  uint64_t arm(std::string what, Deadline deadline);
+  void disarm(uint64_t token);
+  std::chrono::milliseconds margin() const { return margin_; }
+
+ private:
+  struct Entry {
+    std::string what;
+    Deadline deadline;
+    bool reported = false;
+  };
+  Counters& counters_;
+  const std::chrono::milliseconds margin_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  uint64_t next_ = 1;
+  std::map<uint64_t, Entry> entries_;
+  std::thread thread_;
+};
+
+// Arms on construction, disarms on destruction.
+class Armed {
+ public:
+  Armed(Watchdog& w, std::string what, Deadline deadline) : w_(w), token_(w.arm(std::move(what), deadline)) {}
+  ~Armed() { w_.disarm(token_); }
+  Armed(const Armed&) = delete;
+  Armed& operator=(const Armed&) = delete;
+
+ private:
+  Watchdog& w_;
+  uint64_t token_;
+};
+
+}  // namespace ferry::soak
