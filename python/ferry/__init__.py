@@ -28,6 +28,13 @@ PermissionError, ConnectionError, NotImplementedError) where one fits.
 Every blocking call takes `timeout` in seconds (None: no deadline), releases
 the GIL, and raises KeyboardInterrupt on Ctrl-C.
 
+Engines find each other by name through Redis or etcd:
+
+    engine = ferry.Engine(directory="redis://10.0.0.1:6379/prod", name="prefill-0")
+    conn = engine.connect("decode-3", timeout=5)      # resolved through the directory
+    engine.directory.list()                           # [DirectoryEntry, ...]
+    ferry.Directory("etcd://10.0.0.1:2379").watch().next(timeout=60)
+
 `ferry.p2p` is a facade with the Endpoint API of UCCL's P2P engine.
 """
 
@@ -41,6 +48,10 @@ from ._ferry import (
     Connection,
     DataLoss,
     DeadlineExceeded,
+    Directory,
+    DirectoryEntry,
+    DirectoryEvent,
+    DirectoryWatch,
     FerryError,
     InternalError,
     InvalidArgument,
@@ -68,7 +79,8 @@ from ._ferry import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "BufferTooSmall", "Cancelled", "Code", "Connection", "DataLoss", "DeadlineExceeded", "Engine",
+    "BufferTooSmall", "Cancelled", "Code", "Connection", "DataLoss", "DeadlineExceeded", "Directory",
+    "DirectoryEntry", "DirectoryEvent", "DirectoryWatch", "Engine",
     "FerryError", "InternalError", "InvalidArgument", "LogLevel", "MemoryKind", "NotRegistered",
     "Options", "OutOfRange", "PeerLost", "PermissionDenied", "Region", "RemoteDescriptor",
     "ResourceExhausted", "Status", "Transfer", "Unauthenticated", "Unavailable", "Unimplemented",
@@ -104,3 +116,11 @@ class Engine(_ferry.Engine):
 
     def __init__(self, options: Optional[Options] = None, **fields: Any) -> None:
         super().__init__(make_options(options, **fields))
+
+    def lookup(self, name: str, timeout: Optional[float] = 5.0) -> DirectoryEntry:
+        """The directory entry of `name` (engine.directory.lookup)."""
+        return self.directory.lookup(name, timeout)
+
+    def list(self, timeout: Optional[float] = 5.0) -> "list[DirectoryEntry]":
+        """Every engine in this engine's directory (engine.directory.list)."""
+        return self.directory.list(timeout)

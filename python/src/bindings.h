@@ -8,6 +8,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <functional>
 #include <memory>
 
 #include "ferry/engine.h"
@@ -23,7 +24,17 @@ struct PyConnection {
   pyb::object engine;
 };
 
+// The Python-side Directory: a client of its own (`own`), or an engine's,
+// found through `engine` on every call (so the engine may close meanwhile).
+struct PyDirectory {
+  std::shared_ptr<Directory> own;
+  std::function<std::shared_ptr<Engine>()> engine;
+  // The directory to use now; throws StatusError (closed engine, none).
+  std::shared_ptr<Directory> resolve() const;
+};
+
 void bind_engine(pyb::module_& m);
+void bind_directory(pyb::module_& m);
 void bind_connection(pyb::module_& m);
 
 }  // namespace ferry::py

@@ -112,7 +112,11 @@ void bind_options(pyb::module_& m) {
       .def_readwrite("local_other_uids", &Options::local_other_uids,
                      "Same-host peers of another uid may use the local transport (refused by default).")
       .def_readwrite("local_same_process", &Options::local_same_process,
-                     "Two engines of this one process may use the local transport between them.");
+                     "Two engines of this one process may use the local transport between them.")
+      .def_readwrite("directory", &Options::directory,
+                     "'redis://[user:pass@]host:port[/ns]' or 'etcd://host:port[,...][/ns]': publish this engine "
+                     "there under `name` and resolve names in connect(); empty: no directory.")
+      .def_readwrite("name", &Options::name, "The name published in the directory; empty: hostname-pid.");
   duration_property<&Options::heartbeat_interval>(o, "heartbeat_interval",
                                                   "Seconds without control traffic before a heartbeat goes out.");
   duration_property<&Options::peer_timeout>(o, "peer_timeout",
@@ -120,6 +124,10 @@ void bind_options(pyb::module_& m) {
   duration_property<&Options::path_timeout>(
       o, "path_timeout", "Seconds a data stream may leave sent bytes unacknowledged before it is declared dead.");
   duration_property<&Options::handshake_timeout>(o, "handshake_timeout", "Seconds a connection handshake may take.");
+  duration_property<&Options::directory_ttl>(
+      o, "directory_ttl",
+      "Seconds a directory entry lives unless refreshed (every third of it); a dead engine "
+      "vanishes within it.");
   duration_property<&Options::wait_spin>(o, "wait_spin",
                                          "Seconds Transfer.wait polls before it sleeps; 0 lets the transport choose.");
   o.def_property(
@@ -131,6 +139,7 @@ void bind_options(pyb::module_& m) {
     for (const TunableInfo& t : describe_tunables(x)) {
       std::string v = t.value;
       if (t.name == "auth_token") v = x.auth_token.empty() ? "''" : "'***'";
+      if (t.name == "directory" || t.name == "name") v = "'" + v + "'";
       if (t.unit == "ms") {  // Python speaks seconds
         char buf[32];
         std::snprintf(buf, sizeof(buf), "%g", std::strtod(t.value.c_str(), nullptr) / 1000.0);
@@ -401,6 +410,20 @@ void bind_engine(pyb::module_& m) {
           "options", [](const PyEngine& e) { return e.get()->options(); },
           "A copy of the options in force (after the environment).")
       .def_property_readonly("closed", &PyEngine::closed)
+      .def_property_readonly(
+          "name", [](const PyEngine& e) { return e.get()->name(); },
+          "The name this engine publishes in its directory ('' without one).")
+      .def_property_readonly(
+          "incarnation", [](const PyEngine& e) { return e.get()->incarnation(); },
+          "This start's incarnation in the directory (0 without one).")
+      .def_property_readonly(
+          "directory",
+          [](pyb::object self) {
+            PyDirectory d;
+            d.engine = [self] { return self.cast<const PyEngine&>().get(); };
+            return d;
+          },
+          "The engine's ferry.Directory (lookup, list, watch); raises InvalidArgument on use without one.")
       .def("reg", &PyEngine::reg, pyb::arg("data"), pyb::arg("size") = pyb::none(),
            "Registers memory: a buffer, NumPy array or tensor (size defaults to all of it), or an address (int) "
            "with `size`. Detects host, pinned host or CUDA memory. Registering the same range again returns the "
@@ -421,9 +444,10 @@ void bind_engine(pyb::module_& m) {
             return self.cast<PyEngine&>().connect(self, p, timeout);
           },
           pyb::arg("peer"), pyb::arg("timeout") = pyb::none(),
-          "Connects to `peer` ('host:port' or another engine's metadata bytes), waiting at most `timeout` "
-          "seconds (None: no deadline). Raises Unavailable if nobody answers, Unauthenticated if the shared "
-          "secret differs, DeadlineExceeded.")
+          "Connects to `peer` ('host:port', another engine's metadata bytes, or a name in the engine's "
+          "directory), waiting at most `timeout` seconds (None: no deadline). Raises Unavailable if nobody "
+          "answers, Unauthenticated if the shared secret differs, DeadlineExceeded; for a name also "
+          "NotRegistered (no such name) and DataLoss (a malformed entry).")
       .def(
           "accept",
           [](pyb::object self, std::optional<double> timeout) { return self.cast<PyEngine&>().accept(self, timeout); },

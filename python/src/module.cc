@@ -12,5 +12,6 @@ PYBIND11_MODULE(_ferry, m) {
   ferry::py::bind_errors(m);
   ferry::py::bind_transfer(m);
   ferry::py::bind_engine(m);
+  ferry::py::bind_directory(m);
   ferry::py::bind_connection(m);
 }
