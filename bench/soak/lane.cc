@@ -55,7 +55,7 @@ void Roster::remove(LaneRegions* r) {
   lanes_.erase(std::remove(lanes_.begin(), lanes_.end(), r), lanes_.end());
 }
 
-std::string Roster::strike(Engine& engine, std::mt19937_64& rng) {
+std::string Roster::strike(Engine& engine, Watchdog& watchdog, std::mt19937_64& rng) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::pair<LaneRegions*, bool>> candidates;  // (lane, inbox?)
   for (LaneRegions* r : lanes_) {
@@ -68,6 +68,7 @@ std::string Roster::strike(Engine& engine, std::mt19937_64& rng) {
   bool& live = inbox ? r->inbox_live : r->local_live;
   if (!live) return "";
   r->struck = true;
+  Armed armed(watchdog, "dereg of a region in use", after(10s));
   Status s = engine.dereg(inbox ? r->inbox : r->local);
   live = false;
   return std::string("deregistered the ") + (inbox ? "inbox" : "local buffer") + " of a lane during " + r->op + ": " +
@@ -86,6 +87,7 @@ class LaneRun {
     // its memory can be deregistered and given to the next lane.
     close();
     std::lock_guard<std::mutex> lock(regions_.mu);
+    Armed armed(*ctx_.watchdog, "dereg of a lane's memory", after(10s));
     if (regions_.local_live) (void)ctx_.engine->dereg(regions_.local);
     if (regions_.inbox_live) (void)ctx_.engine->dereg(regions_.inbox);
     regions_.local_live = regions_.inbox_live = false;

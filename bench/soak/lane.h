@@ -49,7 +49,7 @@ class Roster {
   void remove(LaneRegions* r);
   // Deregisters one region that an operation is using now. Returns what it
   // did, or an empty string when no lane was busy.
-  std::string strike(Engine& engine, std::mt19937_64& rng);
+  std::string strike(Engine& engine, Watchdog& watchdog, std::mt19937_64& rng);
 
  private:
   std::mutex mu_;

@@ -105,7 +105,7 @@ class Peer {
       if (cmd == "DEREG") {
         std::string done;
         for (int i = 0; i < 40 && done.empty(); ++i) {
-          done = roster_.strike(*engine_, rng);
+          done = roster_.strike(*engine_, watchdog_, rng);
           if (done.empty()) std::this_thread::sleep_for(50ms);
         }
         counters_.add(done.empty() ? "dereg_idle" : "dereg_done");

@@ -37,11 +37,16 @@ std::string mib(uint64_t kib) {
 
 }  // namespace
 
+uint64_t Report::late_failures() const {
+  return at(survivor, "fail.deadline_exceeded") + at(others, "fail.deadline_exceeded");
+}
+
 uint64_t Report::failed_ops() const { return sum_prefix(survivor, "fail.") + sum_prefix(others, "fail."); }
 
 bool Report::passed() const {
-  bool ok = corruptions == 0 && hangs == 0 && violations == 0 && crashes == 0 && probes_failed == 0 && final_probe_ok &&
-            leaked_fds == 0 && leaked_threads == 0 && drift.ok && never_injected.empty() && at(survivor, "ops_ok") > 0;
+  bool ok = late_failures() == 0 && corruptions == 0 && hangs == 0 && violations == 0 && crashes == 0 &&
+            probes_failed == 0 && final_probe_ok && leaked_fds == 0 && leaked_threads == 0 && drift.ok &&
+            never_injected.empty() && at(survivor, "ops_ok") > 0;
   if (strict && failed_ops() > 0) ok = false;
   return ok;
 }
@@ -89,6 +94,8 @@ std::string Report::table() const {
   row("peer restarts", std::to_string(restarts));
   row("probes (new connections)", std::to_string(probes_ok) + " ok, " + std::to_string(probes_failed) +
                                       " failed; final " + (final_probe_ok ? "ok" : "FAILED"));
+  row("ran into their deadline",
+      std::to_string(late_failures()) + " (a fault must surface as its cause within peer_timeout, not as a deadline)");
   row("corruptions", std::to_string(corruptions));
   row("hangs", std::to_string(hangs));
   row("contract violations", std::to_string(violations));
@@ -122,6 +129,7 @@ std::string Report::json() const {
   j["faults"] = faults;
   j["faults_skipped"] = skipped;
   j["faults_never_injected"] = never_injected;
+  j["deadline_failures"] = late_failures();
   j["corruptions"] = corruptions;
   j["hangs"] = hangs;
   j["violations"] = violations;

@@ -31,6 +31,10 @@ struct Report {
   std::vector<std::string> problems, garbage;
 
   uint64_t failed_ops() const;
+  // Operations that failed with deadline_exceeded: every fault the soak
+  // injects must surface as its cause (peer_lost, not_found, ...) well
+  // within an operation's deadline (20 s and more; peer_timeout is 2 s).
+  uint64_t late_failures() const;
   bool passed() const;
   std::string table() const;
   std::string json() const;

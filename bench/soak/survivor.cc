@@ -115,7 +115,7 @@ class Survivor {
         // to catch one in the middle of one.
         std::string done;
         for (int i = 0; i < 40 && done.empty(); ++i) {
-          done = roster_.strike(*engine_, rng);
+          done = roster_.strike(*engine_, *ctx_.watchdog, rng);
           if (done.empty()) std::this_thread::sleep_for(50ms);
         }
         counters_.add(done.empty() ? "dereg_idle" : "dereg_done");
@@ -127,7 +127,11 @@ class Survivor {
   void accept_loop() {
     name_this_thread("soak-accept");
     while (!stopping_) {
-      auto c = engine_->accept(after(500ms));
+      Result<std::shared_ptr<Connection>> c = Status(Code::kDeadlineExceeded, "");
+      {
+        Armed armed(*ctx_.watchdog, "survivor: accept()", after(500ms));
+        c = engine_->accept(after(500ms));
+      }
       join_sessions(false);
       if (!c.ok()) {
         if (c.status().code() != Code::kDeadlineExceeded)
