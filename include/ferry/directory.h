@@ -135,7 +135,8 @@ class DirectoryWatch {
   Result<std::vector<DirectoryEvent>> poll(Deadline deadline);
   // Polls every `interval` until something changed (returns it) or
   // `deadline` passed (returns an empty vector). Errors as poll, except that
-  // kUnavailable is retried until the deadline.
+  // kUnavailable is retried until the deadline, and returned only if no poll
+  // of this call reached the directory.
   Result<std::vector<DirectoryEvent>> next(Deadline deadline,
                                            std::chrono::milliseconds interval = std::chrono::milliseconds(200));
 

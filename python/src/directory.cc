@@ -83,7 +83,9 @@ void bind_directory(pyb::module_& m) {
           [](PyWatch& w, std::optional<double> timeout, double interval) {
             Deadline end = deadline_in(timeout);
             auto step = std::chrono::milliseconds(static_cast<int64_t>(std::max(interval, 0.01) * 1000));
-            // In slices, so that Ctrl-C is seen.
+            // In slices, so that Ctrl-C is seen; an unreachable directory is
+            // retried until `timeout`, like DirectoryWatch::next.
+            Status unreachable;
             for (;;) {
               Deadline slice = std::min(end, after(std::chrono::milliseconds(500)));
               Result<std::vector<DirectoryEvent>> r = Status();
@@ -91,7 +93,14 @@ void bind_directory(pyb::module_& m) {
                 pyb::gil_scoped_release nogil;
                 r = w.watch->next(slice, step);
               }
-              if (!r.ok() || !r->empty() || Clock::now() >= end) return value_or_throw(std::move(r));
+              bool down = !r.ok() && r.status().code() == Code::kUnavailable;
+              if (down) unreachable = r.status();
+              if (r.ok() && !r->empty()) return std::move(r).value();
+              if (!r.ok() && !down) return value_or_throw(std::move(r));
+              if (Clock::now() >= end) {
+                if (down) throw StatusError(unreachable);
+                return std::vector<DirectoryEvent>();
+              }
               if (PyErr_CheckSignals() != 0) throw pyb::error_already_set();
             }
           },

@@ -168,6 +168,17 @@ Status start_directory(Engine::Impl& impl) {
   self.started_unix_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
           .count();
+  auto loopback = [](std::string_view host) {
+    return host.rfind("127.", 0) == 0 || host.rfind("[::1]", 0) == 0 || host == "::1" || host == "localhost";
+  };
+  bool remote_directory = std::any_of(url.endpoints.begin(), url.endpoints.end(),
+                                      [&](const platform::HostPort& e) { return !loopback(e.host); });
+  if (remote_directory && std::all_of(self.addresses.begin(), self.addresses.end(), loopback)) {
+    FERRY_LOG(kWarn, "directory",
+              "publishing \"%s\" in %s with only loopback addresses (%s): engines on other hosts cannot reach "
+              "them; set listen (FERRY_LISTEN) to this host's address or name its NICs (FERRY_NICS)",
+              o.name.c_str(), url.redacted.c_str(), self.addresses.front().c_str());
+  }
   // The first publish gets a moment, so that peers find the name as soon as
   // create returns; a directory that is down only delays it.
   auto first_try = std::min<Clock::duration>(o.directory_ttl, std::chrono::seconds(2));

@@ -152,12 +152,23 @@ Result<std::vector<DirectoryEvent>> DirectoryWatch::poll(Deadline deadline) {
 
 Result<std::vector<DirectoryEvent>> DirectoryWatch::next(Deadline deadline, std::chrono::milliseconds interval) {
   if (interval < std::chrono::milliseconds(10)) interval = std::chrono::milliseconds(10);
+  Status unreachable;  // the last failure, reported if no poll of this call got through
+  bool listed = false;
   for (;;) {
     auto r = poll(deadline);
-    if (r.ok() && !r->empty()) return r;
-    if (!r.ok() && r.status().code() != Code::kUnavailable) return r;
+    if (r.ok()) {
+      listed = true;
+      if (!r->empty()) return r;
+    } else if (r.status().code() != Code::kUnavailable) {
+      return r;
+    } else {
+      unreachable = r.status();
+    }
     auto wake = Clock::now() + interval;
-    if (wake >= deadline) return std::vector<DirectoryEvent>();
+    if (wake >= deadline) {
+      if (!listed && !unreachable.ok()) return unreachable;
+      return std::vector<DirectoryEvent>();
+    }
     std::this_thread::sleep_until(wake);
   }
 }

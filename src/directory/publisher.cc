@@ -66,7 +66,7 @@ Publisher::~Publisher() {
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   if (published_ && !displaced_) {
-    Status s = backend_->remove_if(key_, value_, after(std::chrono::seconds(1)));
+    Status s = backend_->remove_if(key_, value_, after(std::chrono::milliseconds(500)));
     if (!s.ok()) {
       FERRY_LOG(kInfo, "directory", "could not delete \"%s\" on shutdown (%s); it expires within %lld ms",
                 self_.name.c_str(), s.to_string().c_str(), static_cast<long long>(ttl_.count()));
@@ -117,8 +117,9 @@ Status Publisher::publish_now(Deadline deadline) {
 
 Clock::duration Publisher::publish_step() {
   auto period = std::max<Clock::duration>(ttl_ / 3, std::chrono::milliseconds(50));
+  // Bounded so that a directory that hangs delays shutdown by at most this.
   Deadline deadline =
-      Clock::now() + std::clamp<Clock::duration>(period, std::chrono::milliseconds(100), std::chrono::seconds(2));
+      Clock::now() + std::clamp<Clock::duration>(period, std::chrono::milliseconds(100), std::chrono::seconds(1));
   Status s;
   if (!published_) {
     s = publish_now(deadline);

@@ -238,8 +238,16 @@ class RedisBackend final : public Backend {
   }
 
   Result<std::unique_ptr<Reply>> command(const std::vector<std::string>& args, size_t max_reply, Deadline deadline) {
+    bool reused = sock_.valid();
     FERRY_RETURN_IF_ERROR(connect(deadline));
-    return raw_command(args, max_reply, deadline);
+    auto r = raw_command(args, max_reply, deadline);
+    // A kept connection the server closed meanwhile (it restarted, or timed
+    // idle clients out) fails before any byte of the reply: dial again once.
+    if (!r.ok() && reused && closed_before_reply_) {
+      FERRY_RETURN_IF_ERROR(connect(deadline));
+      r = raw_command(args, max_reply, deadline);
+    }
+    return r;
   }
 
   Result<std::unique_ptr<Reply>> raw_command(const std::vector<std::string>& args, size_t max_reply,
@@ -253,6 +261,7 @@ class RedisBackend final : public Backend {
     char* out = nullptr;
     int n = redisFormatCommandArgv(&out, static_cast<int>(argv.size()), argv.data(), argl.data());
     if (n < 0 || out == nullptr) return fail(Code::kResourceExhausted, "cannot format a command");
+    closed_before_reply_ = false;
     std::string request(out, static_cast<size_t>(n));
     std::free(out);
     size_t sent = 0;
@@ -267,6 +276,7 @@ class RedisBackend final : public Backend {
         FERRY_RETURN_IF_ERROR(wait_fd(POLLOUT, deadline, args[0]));
         continue;
       }
+      closed_before_reply_ = errno == EPIPE || errno == ECONNRESET;
       return fail(Code::kUnavailable, "send: " + std::string(std::strerror(errno)));
     }
     t_max_elements = max_reply / 4 + 1;  // every element takes at least 4 bytes
@@ -300,7 +310,10 @@ class RedisBackend final : public Backend {
         }
         continue;
       }
-      if (k == 0) return fail(Code::kUnavailable, "the server closed the connection");
+      if (k == 0 || errno == ECONNRESET) {
+        closed_before_reply_ = received == 0;
+        return fail(Code::kUnavailable, "the server closed the connection");
+      }
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         FERRY_RETURN_IF_ERROR(wait_fd(POLLIN, deadline, args[0]));
@@ -324,6 +337,7 @@ class RedisBackend final : public Backend {
   DirectoryUrl url_;
   platform::Socket sock_;
   redisReader* reader_ = nullptr;
+  bool closed_before_reply_ = false;  // the last command found the connection closed
 };
 
 }  // namespace

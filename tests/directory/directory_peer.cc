@@ -1,7 +1,7 @@
 // ferry_directory_peer: an engine that publishes itself in a directory and
 // echoes every message of every connection, one connection at a time.
 //
-//   ferry_directory_peer URL NAME TTL_MS
+//   ferry_directory_peer URL NAME TTL_MS [TRANSPORT]
 //
 // Prints "READY <engine id, 16 hex digits> <incarnation>" once published,
 // then serves until killed.
@@ -16,15 +16,15 @@
 using namespace std::chrono_literals;
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: ferry_directory_peer URL NAME TTL_MS\n");
+  if (argc != 4 && argc != 5) {
+    std::fprintf(stderr, "usage: ferry_directory_peer URL NAME TTL_MS [TRANSPORT]\n");
     return 2;
   }
   ferry::Options o;
   o.directory = argv[1];
   o.name = argv[2];
   o.directory_ttl = std::chrono::milliseconds(std::atoll(argv[3]));
-  o.transport = "tcp";
+  o.transport = argc == 5 ? argv[4] : "tcp";
   auto engine = ferry::Engine::create(o);
   if (!engine.ok()) {
     std::fprintf(stderr, "directory_peer: %s\n", engine.status().to_string().c_str());

@@ -92,18 +92,21 @@ int run_watch(const DirFlags& f) {
   for (;;) {
     Deadline slice = std::min(end, after(2s));
     auto ev = w->next(slice, std::chrono::milliseconds(f.interval_ms));
+    if (!ev.ok() && ev.status().code() == Code::kUnavailable) {
+      // Keep watching: the directory may come back.
+      if (!reported_down) {
+        std::fprintf(stderr, "ferry dir watch: %s (still watching)\n", ev.status().to_string().c_str());
+      }
+      reported_down = true;
+      if (Clock::now() >= end) return 1;
+      continue;
+    }
     if (!ev.ok()) {
       std::fprintf(stderr, "ferry dir watch: %s\n", ev.status().to_string().c_str());
       return 1;
     }
-    // next() retries an unreachable directory until its deadline: say so once.
-    auto probe = ev->empty() ? dir->list(after(1s)).status() : Status();
-    if (!probe.ok() && !reported_down) {
-      std::fprintf(stderr, "ferry dir watch: %s (still watching)\n", probe.to_string().c_str());
-      reported_down = true;
-    } else if (probe.ok()) {
-      reported_down = false;
-    }
+    if (reported_down) std::fprintf(stderr, "ferry dir watch: the directory answers again\n");
+    reported_down = false;
     for (const auto& e : *ev) {
       if (f.json) {
         nlohmann::json j = to_json(e.entry);
