@@ -136,7 +136,8 @@ class DirectoryWatch {
   // Polls every `interval` until something changed (returns it) or
   // `deadline` passed (returns an empty vector). Errors as poll, except that
   // kUnavailable is retried until the deadline, and returned only if no poll
-  // of this call reached the directory.
+  // of this call reached the directory. After the first, a poll starts only
+  // with at least 200 ms left before `deadline`.
   Result<std::vector<DirectoryEvent>> next(Deadline deadline,
                                            std::chrono::milliseconds interval = std::chrono::milliseconds(200));
 

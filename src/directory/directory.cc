@@ -123,6 +123,10 @@ std::unique_ptr<DirectoryWatch> Directory::watch() { return std::make_unique<Dir
 
 // ---- DirectoryWatch --------------------------------------------------------------
 
+namespace {
+constexpr auto kMinPollTime = std::chrono::milliseconds(200);
+}  // namespace
+
 DirectoryWatch::DirectoryWatch(std::shared_ptr<Directory::Impl> impl) : impl_(std::move(impl)) {}
 
 Result<std::vector<DirectoryEvent>> DirectoryWatch::poll(Deadline deadline) {
@@ -164,8 +168,10 @@ Result<std::vector<DirectoryEvent>> DirectoryWatch::next(Deadline deadline, std:
     } else {
       unreachable = r.status();
     }
+    // A poll starts only with time left to answer, so that one begun just
+    // before the deadline does not read as an unreachable directory.
     auto wake = Clock::now() + interval;
-    if (wake >= deadline) {
+    if (wake + kMinPollTime >= deadline) {
       if (!listed && !unreachable.ok()) return unreachable;
       return std::vector<DirectoryEvent>();
     }

@@ -89,15 +89,17 @@ int run_watch(const DirFlags& f) {
                      ? after(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(f.for_s)))
                      : kNoDeadline;
   bool reported_down = false;
+  int failed_slices = 0;
   for (;;) {
     Deadline slice = std::min(end, after(2s));
     auto ev = w->next(slice, std::chrono::milliseconds(f.interval_ms));
     if (!ev.ok() && ev.status().code() == Code::kUnavailable) {
-      // Keep watching: the directory may come back.
-      if (!reported_down) {
+      // Keep watching: the directory may come back. Said once, after two
+      // slices in a row found it unreachable.
+      if (!reported_down && ++failed_slices >= 2) {
         std::fprintf(stderr, "ferry dir watch: %s (still watching)\n", ev.status().to_string().c_str());
       }
-      reported_down = true;
+      if (failed_slices >= 2) reported_down = true;
       if (Clock::now() >= end) return 1;
       continue;
     }
@@ -107,6 +109,7 @@ int run_watch(const DirFlags& f) {
     }
     if (reported_down) std::fprintf(stderr, "ferry dir watch: the directory answers again\n");
     reported_down = false;
+    failed_slices = 0;
     for (const auto& e : *ev) {
       if (f.json) {
         nlohmann::json j = to_json(e.entry);
