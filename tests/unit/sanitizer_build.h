@@ -23,4 +23,12 @@ inline constexpr bool kThread = false;
 inline constexpr const char* kTwoPathsLandOneChunk =
     "two paths land the same chunk at once by design; ThreadSanitizer reports exactly that";
 
+// Why a test that looks at an export's memory after a peer's write to it
+// broke off does not run under it: a one-sided write has no completion on
+// the exporting side, so the test's access is ordered after the engine's
+// last write only by the stalled path's socket closing, which the sanitizer
+// does not see.
+inline constexpr const char* kExportWrittenBySocketOrder =
+    "only a socket's closing orders the test's look at the export after the peer's write; ThreadSanitizer cannot see it";
+
 }  // namespace ferry::sanitizer_build
