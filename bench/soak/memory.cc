@@ -28,6 +28,8 @@ Status copy(void* dst, const void* src, size_t n, int device) {
 }
 }  // namespace
 
+bool platform_cuda_loaded() { return platform::cuda().available(); }
+
 int gpu_count() {
   const auto& d = platform::cuda();
   int n = 0;

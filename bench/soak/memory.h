@@ -51,5 +51,7 @@ class SoakMemory {
 Status gpu_usable(int device);
 // The number of GPUs the driver sees (0 without a driver).
 int gpu_count();
+// Whether the CUDA driver loaded and initialised.
+bool platform_cuda_loaded();
 
 }  // namespace ferry::soak

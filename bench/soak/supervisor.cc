@@ -137,7 +137,13 @@ class Supervisor {
       }
     }
     if (a_.gpu) {
-      FERRY_RETURN_IF_ERROR(gpu_usable(0));
+      // Checked here without making a context (the children make their own).
+      if (gpu_count() == 0) {
+        return Status(Code::kUnimplemented,
+                      "--gpu needs the CUDA driver (libcuda.so.1) and a GPU; the driver " +
+                          std::string(platform_cuda_loaded() ? "sees no GPU" : "could not be loaded or initialised") +
+                          " on this host");
+      }
       gpu_server_ = 0;
       gpu_client_ = gpu_count() >= 2 ? 1 : 0;  // two GPUs: the survivor's and the peers' differ
     }
@@ -486,7 +492,7 @@ class Supervisor {
       if (sample_process(pid, &s)) {
         std::lock_guard<std::mutex> lock(mu_);
         samples_.push_back(s);
-        samples_log_ << s.t << "," << s.rss_kib << "," << s.threads << "," << s.fds << "\n";
+        samples_log_ << s.t << "," << s.rss_kib << "," << s.threads << "," << s.fds << std::endl;
       }
       std::this_thread::sleep_for(1s);
     }
