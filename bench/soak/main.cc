@@ -86,7 +86,13 @@ int main(int argc, char** argv) {
   g->add_option("--seed", gb.seed);
   g->add_option("--handshake-timeout-ms", gb_hs_ms);
 
+  uint64_t plans = 20000;
+  auto* c = app.add_subcommand("selfcheck", "check the operation plans and the pattern (no engine)");
+  c->add_option("--plans", plans, "plans to check at each largest size");
+
   CLI11_PARSE(app, argc, argv);
+
+  if (*c) return selfcheck_main(plans);
 
   if (*r) {
     if (minutes > 0) run.seconds = minutes * 60;

@@ -177,7 +177,8 @@ OpPlan make_plan(uint64_t lane_seed, uint64_t index, uint64_t max) {
       // local buffer: the first half holds what it sends, the second what it
       // receives.
       uint64_t half = room / 2;
-      uint64_t n1 = pick_size(r, half - kSlack), n2 = pick_size(r, half - kSlack);
+      uint64_t each = std::max<uint64_t>(1, max / 2);  // <= half of the room, less its share of the slack
+      uint64_t n1 = pick_size(r, each), n2 = pick_size(r, each);
       int k1 = static_cast<int>(uniform(r, 1, 4)), k2 = static_cast<int>(uniform(r, 1, 4));
       p.main = message(r, n1, k1, k2, 0, 0, half, half, room - half);
       p.back = message(r, n2, k2, k1, 0, 0, half, half, room - half);

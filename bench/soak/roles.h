@@ -5,6 +5,7 @@
 //   survivor  the engine that must survive: serves lanes, holds and floods
 //   peer      lanes against the survivor (also: probe, hold, memflood)
 //   garbage   hostile bytes and half handshakes at the listening port
+//   selfcheck the plans' and the pattern's own invariants
 #pragma once
 
 #include <chrono>
@@ -59,5 +60,7 @@ struct GarbageArgs {
 int survivor_main(const SurvivorArgs& a);
 int peer_main(const PeerArgs& a);
 int garbage_main(const GarbageArgs& a);
+// The plans' and the pattern's invariants, without an engine (selfcheck.cc).
+int selfcheck_main(uint64_t plans);
 
 }  // namespace ferry::soak

@@ -8,6 +8,9 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 fail() { echo "soak selftest: $*" >&2; exit 1; }
 
+# 0. The plans never overlap pieces one end uses at once; the pattern finds any flipped byte.
+"$bin" selfcheck || fail "selfcheck"
+
 # 1. One flipped byte in the survivor: corruptions 1, exit 1.
 "$bin" run --seconds 12 --transport tcp --faults none --probe-every 1000 --max-bytes 4194304 --corrupt-one \
   --out "$out/corrupt" >"$out/corrupt.txt" 2>&1
