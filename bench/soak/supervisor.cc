@@ -385,7 +385,9 @@ class Supervisor {
       }
       std::string kind = deck.back();
       deck.pop_back();
-      inject(kind);
+      // A kind with no target now (every peer dead or stopped) goes back to
+      // the bottom of the deck, so that a short run still injects every kind.
+      if (!inject(kind)) deck.insert(deck.begin(), kind);
     }
   }
 
@@ -399,17 +401,18 @@ class Supervisor {
     return live[std::uniform_int_distribution<size_t>(0, live.size() - 1)(rng_)];
   }
 
-  void inject(const std::string& kind) {
+  // False when the fault found no target.
+  bool inject(const std::string& kind) {
     std::unique_lock<std::mutex> lock(mu_);
     if (kind == "kill") {
       auto p = live_peer();
-      if (!p) return log("fault kill: no live peer, later");
+      if (!p) return log("fault kill: no live peer, later"), false;
       p->killed_by_us = true;
       p->child->signal(SIGKILL);
       count_fault("kill", "SIGKILL " + p->name());
     } else if (kind == "stop") {
       auto p = live_peer();
-      if (!p) return log("fault stop: no live peer, later");
+      if (!p) return log("fault stop: no live peer, later"), false;
       auto d = a_.engine.peer_timeout + std::chrono::milliseconds(static_cast<int64_t>(uniform(1000, 2000)));
       p->stopped = true;
       p->child->signal(SIGSTOP);
@@ -449,6 +452,7 @@ class Supervisor {
       count_fault("exhaust", memory ? "flood one connection past connection_memory_bytes"
                                     : "open max_connections_per_peer + 4 connections from one address");
     }
+    return true;
   }
 
   // REQUIRES: mu_ held.
