@@ -130,6 +130,15 @@ class EtcdBackend final : public Backend {
     FERRY_ASSIGN_OR_RETURN(json g, call("/v3/lease/grant", json{{"TTL", seconds}}, kSmallReply, deadline));
     int64_t lease = 0;
     if (!get_int(g, "ID", lease) || lease == 0) return malformed("lease grant without an ID");
+    int64_t granted = 0;
+    if (get_int(g, "TTL", granted) && granted > seconds && !noted_longer_ttl_) {
+      // etcd's shortest lease is 1.5 election timeouts (2 s by default).
+      noted_longer_ttl_ = true;
+      FERRY_LOG(kInfo, "directory",
+                "%s granted a %lld s lease for a %lld ms TTL (its shortest); a dead engine vanishes within %lld s",
+                url_.redacted.c_str(), static_cast<long long>(granted), static_cast<long long>(ttl.count()),
+                static_cast<long long>(granted));
+    }
     json put = {{"key", base64_encode(key)}, {"value", base64_encode(value)}, {"lease", std::to_string(lease)}};
     auto p = call("/v3/kv/put", put, kSmallReply, deadline);
     if (!p.ok()) {
@@ -302,7 +311,8 @@ class EtcdBackend final : public Backend {
 
   DirectoryUrl url_;
   CURL* curl_ = nullptr;
-  size_t current_ = 0;                     // the endpoint that answered last
+  size_t current_ = 0;  // the endpoint that answered last
+  bool noted_longer_ttl_ = false;
   std::map<std::string, int64_t> leases_;  // key -> the lease it was put with
 };
 

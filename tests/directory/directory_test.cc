@@ -367,11 +367,11 @@ TEST_P(DirectoryServers, ADirectoryThatGoesDownAndComesBack) {
   auto t0 = Clock::now();
   auto e = client->lookup("srv", after(300ms));
   EXPECT_EQ(e.status().code(), Code::kUnavailable) << e.status().to_string();
-  EXPECT_LT(seconds_since(t0), 0.45);
+  EXPECT_LT(seconds_since(t0), 0.7);  // a 0.3 s deadline, with room for a busy host
   t0 = Clock::now();
   auto c2 = client->connect("srv", after(300ms));
   EXPECT_EQ(c2.status().code(), Code::kUnavailable) << c2.status().to_string();
-  EXPECT_LT(seconds_since(t0), 0.45);
+  EXPECT_LT(seconds_since(t0), 0.7);  // a 0.3 s deadline, with room for a busy host
 
   // Down for longer than a refresh period: the publishers fail, back off
   // and keep trying.
@@ -398,12 +398,16 @@ TEST_P(DirectoryServers, ADirectoryThatHangsDoesNotHangTheEngine) {
   server_->stop_signal(SIGSTOP);
   auto t0 = Clock::now();
   auto e = a->lookup("hang", after(300ms));
+  double looked = seconds_since(t0);
   EXPECT_EQ(e.status().code(), Code::kUnavailable) << e.status().to_string();
-  EXPECT_LT(seconds_since(t0), 0.45);
+  EXPECT_LT(looked, 0.7);  // a 0.3 s deadline, with room for a busy host
   // Nor its shutdown (the refresh under way and the delete are bounded).
   t0 = Clock::now();
   a.reset();
-  EXPECT_LT(seconds_since(t0), 2.0);
+  double shut = seconds_since(t0);
+  EXPECT_LT(shut, 2.0);
+  std::printf("[ measured ] %s hung: lookup with a 0.3 s deadline returned after %.3f s; engine shut down in %.3f s\n",
+              GetParam() == Kind::kRedis ? "redis" : "etcd", looked, shut);
   server_->stop_signal(SIGCONT);
 }
 
