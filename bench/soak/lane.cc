@@ -237,7 +237,7 @@ class LaneRun {
       case OpKind::kSend:
       case OpKind::kSendv:
       case OpKind::kSmallRecv: {
-        Status s = me_init ? send(p.main, p.vector, d) : recv(p, p.main, p.vector, d);
+        Status s = me_init ? send(p, p.main, p.vector, d) : recv(p, p.main, p.vector, d);
         if (p.kind != OpKind::kSmallRecv) return s;
         if (s.code() == Code::kBufferTooSmall) return Status();
         if (s.ok()) {
@@ -279,10 +279,19 @@ class LaneRun {
     return Status();
   }
 
-  Status send(const Movement& m, bool vector, Deadline d) {
+  // One operation in three of the single-buffer forms goes through the
+  // blocking wrappers (send, recv, write, read, notify) instead of a
+  // Transfer handle: both forms are API, both must keep their deadlines.
+  static bool blocking(const OpPlan& p) { return p.index % 3 == 0; }
+
+  Status send(const OpPlan& p, const Movement& m, bool vector, Deadline d) {
     FERRY_RETURN_IF_ERROR(fill(*mem_.local, m.from, m.seed));
     Transfer t;
     if (!vector && m.from.size() == 1) {
+      if (blocking(p)) {
+        Armed a(*ctx_.watchdog, tag_ + " blocking send of " + std::to_string(m.bytes) + " B", d);
+        return conn_.send(mem_.local->data() + m.from[0].offset, m.from[0].size, d);
+      }
       t = conn_.send_async(mem_.local->data() + m.from[0].offset, m.from[0].size);
     } else {
       std::vector<ConstBuffer> b;
@@ -294,6 +303,16 @@ class LaneRun {
 
   Status recv(const OpPlan& p, const Movement& m, bool vector, Deadline d) {
     Transfer t;
+    if (!vector && m.to.size() == 1 && blocking(p)) {
+      Result<size_t> n = Status();
+      {
+        Armed a(*ctx_.watchdog, tag_ + " blocking recv for " + describe(p), d);
+        n = conn_.recv(mem_.local->data() + m.to[0].offset, m.to[0].size, d);
+      }
+      if (!n.ok()) return n.status();
+      if (p.kind == OpKind::kSmallRecv) return Status();
+      return check_message(p, m, n.value());
+    }
     if (!vector && m.to.size() == 1) {
       t = conn_.recv_async(mem_.local->data() + m.to[0].offset, m.to[0].size);
     } else {
@@ -342,9 +361,14 @@ class LaneRun {
     FERRY_RETURN_IF_ERROR(fill(*mem_.local, m.from, m.seed));
     std::string note = note_for(p);
     Transfer t;
-    if (!p.vector) {
+    std::string_view with_note = p.kind == OpKind::kWrite ? std::string_view(note) : std::string_view();
+    if (!p.vector && blocking(p)) {
+      Armed a(*ctx_.watchdog, tag_ + " blocking " + describe(p), d);
+      FERRY_RETURN_IF_ERROR(conn_.write(mem_.local->data() + m.from[0].offset, m.from[0].size, peer_inbox_,
+                                        m.to[0].offset, with_note, d));
+    } else if (!p.vector) {
       t = conn_.write_async(mem_.local->data() + m.from[0].offset, m.from[0].size, peer_inbox_, m.to[0].offset,
-                            p.kind == OpKind::kWrite ? std::string_view(note) : std::string_view());
+                            with_note);
     } else {
       std::vector<WriteItem> items;
       for (size_t i = 0; i < m.from.size(); ++i) {
@@ -352,8 +376,13 @@ class LaneRun {
       }
       t = conn_.writev_async(items, note);
     }
-    FERRY_RETURN_IF_ERROR(wait(t, d, describe(p)));
-    if (p.kind == OpKind::kWriteNotify) FERRY_RETURN_IF_ERROR(wait(conn_.notify_async(note), d, "notify"));
+    if (t.state() != nullptr) FERRY_RETURN_IF_ERROR(wait(t, d, describe(p)));
+    if (p.kind == OpKind::kWriteNotify && blocking(p)) {
+      Armed a(*ctx_.watchdog, tag_ + " blocking notify", d);
+      FERRY_RETURN_IF_ERROR(conn_.notify(note, d));
+    } else if (p.kind == OpKind::kWriteNotify) {
+      FERRY_RETURN_IF_ERROR(wait(conn_.notify_async(note), d, "notify"));
+    }
     // The target checks its inbox, then says so: only then may the next
     // write land there.
     auto ack = recv_text(d);
@@ -385,7 +414,11 @@ class LaneRun {
   Status read(const OpPlan& p, Deadline d) {
     const Movement& m = p.main;
     Transfer t;
-    if (!p.vector) {
+    if (!p.vector && blocking(p)) {
+      Armed a(*ctx_.watchdog, tag_ + " blocking " + describe(p), d);
+      FERRY_RETURN_IF_ERROR(
+          conn_.read(mem_.local->data() + m.from[0].offset, m.from[0].size, peer_source_, m.to[0].offset, d));
+    } else if (!p.vector) {
       t = conn_.read_async(mem_.local->data() + m.from[0].offset, m.from[0].size, peer_source_, m.to[0].offset);
     } else {
       std::vector<ReadItem> items;
@@ -394,7 +427,7 @@ class LaneRun {
       }
       t = conn_.readv_async(items);
     }
-    FERRY_RETURN_IF_ERROR(wait(t, d, describe(p)));
+    if (t.state() != nullptr) FERRY_RETURN_IF_ERROR(wait(t, d, describe(p)));
     for (size_t i = 0; i < m.from.size(); ++i) {
       FERRY_RETURN_IF_ERROR(check(p, *mem_.local, m.from[i].offset, m.from[i].size, peer_source_seed_, m.to[i].offset));
     }
