@@ -496,7 +496,15 @@ uint64_t run_lane_as_peer(const EndContext& ctx, Connection& conn, LaneMemory me
     ctx.counters->add("violation");
     return 0;
   }
-  return lane.run(max_ops);
+  uint64_t done = lane.run(max_ops);
+  // A lane of a fixed length ends with a goodbye that the survivor takes
+  // only once its own last operation is over: the peer's last operation may
+  // be the passive end of the survivor's read, which closing now would cut.
+  if (max_ops > 0 && done == max_ops) {
+    Status s = lane.send_text("SOAK1 bye", after(20s));
+    if (!s.ok()) ctx.counters->add("fail." + std::string(code_name(s.code())));
+  }
+  return done;
 }
 
 uint64_t run_lane_as_survivor(const EndContext& ctx, Connection& conn, LaneMemory mem, const std::string& header,
@@ -519,7 +527,17 @@ uint64_t run_lane_as_survivor(const EndContext& ctx, Connection& conn, LaneMemor
     ctx.counters->add("fail." + std::string(code_name(s.code())));
     return 0;
   }
-  return lane.run(lane.ops_);
+  uint64_t done = lane.run(lane.ops_);
+  if (lane.ops_ > 0 && done == lane.ops_) {
+    auto bye = lane.recv_text(after(20s));
+    if (!bye.ok()) {
+      ctx.counters->add("fail." + std::string(code_name(bye.status().code())));
+    } else if (bye.value() != "SOAK1 bye") {
+      ctx.counters->add("violation");
+      emit("VIOLATION a lane's goodbye was \"" + bye.value().substr(0, 80) + "\"");
+    }
+  }
+  return done;
 }
 
 }  // namespace ferry::soak
