@@ -210,6 +210,9 @@ Result<std::string> base64_decode(std::string_view in) {
     int d = pad >= 1 ? 0 : val(in[i + 3]);
     if (a < 0 || b < 0 || c < 0 || d < 0) return bad();
     uint32_t v = (uint32_t(a) << 18) | (uint32_t(b) << 12) | (uint32_t(c) << 6) | uint32_t(d);
+    // Bits past the last byte must be zero: one text per byte string, so
+    // that no two keys or values a peer writes stand for the same bytes.
+    if ((pad == 2 && (v & 0xffff) != 0) || (pad == 1 && (v & 0xff) != 0)) return bad();
     out += static_cast<char>(v >> 16);
     if (pad < 2) out += static_cast<char>((v >> 8) & 0xff);
     if (pad < 1) out += static_cast<char>(v & 0xff);

@@ -85,10 +85,11 @@ bool valid_namespace(std::string_view ns) {
 std::string redact_directory_url(std::string_view url) {
   Split s;
   if (!split(url, s) || s.userinfo.empty()) return std::string(url);
+  // user:password@ keeps the user; password@ (Redis's classic form) is all
+  // password.
   size_t colon = s.userinfo.find(':');
-  if (colon == std::string_view::npos) return std::string(url);
-  std::string out =
-      std::string(s.scheme) + "://" + std::string(s.userinfo.substr(0, colon)) + ":***@" + std::string(s.hosts);
+  std::string user = colon == std::string_view::npos ? "" : std::string(s.userinfo.substr(0, colon)) + ":";
+  std::string out = std::string(s.scheme) + "://" + user + "***@" + std::string(s.hosts);
   if (s.has_path) out += "/" + std::string(s.path);
   return out;
 }

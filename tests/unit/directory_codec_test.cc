@@ -39,6 +39,14 @@ TEST(DirectoryUrl, ParsesBothSchemesAndHidesThePassword) {
   EXPECT_EQ(e->ns, "ferry");
   EXPECT_EQ(redact_directory_url("redis://:pw@h:1"), "redis://:***@h:1");
   EXPECT_EQ(redact_directory_url("etcd://h:1/x"), "etcd://h:1/x");
+  // Redis's classic form, password@host, is all password.
+  auto classic = parse_directory_url("redis://s3cret@10.0.0.1:6379/prod");
+  ASSERT_TRUE(classic.ok()) << classic.status().to_string();
+  EXPECT_EQ(classic->password, "s3cret");
+  EXPECT_EQ(classic->redacted, "redis://***@10.0.0.1:6379/prod");
+  auto refused = parse_directory_url("etcd://s3cret@10.0.0.1:2379");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message().find("s3cret"), std::string::npos) << refused.status().message();
 }
 
 TEST(DirectoryUrl, RefusesWhatIsNotOne) {
@@ -132,6 +140,11 @@ TEST(DirectoryBase64, StrictBothWays) {
     EXPECT_EQ(d.value(), s);
   }
   for (const char* bad : {"a", "ab=", "a===", "ab!d", "=abc"}) EXPECT_FALSE(base64_decode(bad).ok()) << bad;
+  // One text per byte string: bits past the last byte must be zero ("ZQ=="
+  // is "e"; "ZR==" and "ZmF=" would decode to "e" and "fa" too).
+  EXPECT_EQ(base64_decode("ZQ==").value(), "e");
+  EXPECT_EQ(base64_decode("ZmE=").value(), "fa");
+  for (const char* stray : {"ZR==", "ZmF="}) EXPECT_FALSE(base64_decode(stray).ok()) << stray;
 }
 
 // A TCP server on 127.0.0.1 that answers every connection with `reply`
