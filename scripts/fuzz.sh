@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses of tests/fuzz (clang, ASan and UBSan, in
-# build-fuzz/) and runs each for SECONDS (default 60), one after another, on
-# a copy of its seed corpus in tests/fuzz/corpus/<harness>. Prints one line
-# per harness (executions, corpus files/KiB, result) and exits non-zero if any
-# harness crashed, leaked, ran out of memory or hung on an input; what made
-# it fail is kept under build-fuzz/artifacts/<harness>/, its log under
-# build-fuzz/logs/.
+# build-fuzz/) and runs each for SECONDS (default 60), one after another or
+# --jobs N at once, on a copy of its seed corpus in
+# tests/fuzz/corpus/<harness>. Prints one line per harness (executions,
+# corpus files/KiB, result) and exits non-zero if any harness crashed,
+# leaked, ran out of memory or hung on an input; what made it fail is kept
+# under build-fuzz/artifacts/<harness>/, its log under build-fuzz/logs/.
 #
-#   scripts/fuzz.sh [--runs N] [SECONDS] [HARNESS...]
+#   scripts/fuzz.sh [--runs N] [--jobs N] [SECONDS] [HARNESS...]
 #       e.g. scripts/fuzz.sh 600 fuzz_frame_header; with --runs a harness
-#       also stops after N executions
+#       also stops after N executions; --jobs N runs N harnesses at once
 #   scripts/fuzz.sh --record    rewrites the seed corpora from real traffic
 #
 # Needs what scripts/setup.sh installs (clang, libclang-rt-dev, cmake, ninja).
@@ -36,10 +36,14 @@ if [ "${1:-}" = "--record" ]; then
 fi
 
 runs=()
-if [ "${1:-}" = "--runs" ]; then
-  runs=(-runs="$2")
-  shift 2
-fi
+jobs=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --runs) runs=(-runs="$2"); shift 2 ;;
+    --jobs) jobs=$2; shift 2 ;;
+    *) break ;;
+  esac
+done
 seconds=${1:-60}
 shift || true
 if [ $# -gt 0 ]; then
@@ -61,20 +65,17 @@ timeout_for() {
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
-failed=0
-printf '%-24s %12s %10s  %s\n' harness executions 'corpus' result
-for h in "${harnesses[@]}"; do
-  corpus="$build/corpus/$h"
-  artifacts="$build/artifacts/$h"
-  log="$build/logs/$h.log"
+# Runs harness $1 and writes its line of the table to $build/results/$1.
+run_one() {
+  local h=$1
+  local corpus="$build/corpus/$h" artifacts="$build/artifacts/$h" log="$build/logs/$h.log"
   rm -rf "$corpus" "$artifacts"
   mkdir -p "$corpus" "$artifacts" "$(dirname "$log")"
   [ -d "tests/fuzz/corpus/$h" ] && cp -r "tests/fuzz/corpus/$h/." "$corpus/"
-  set +e
+  local rc=0
   "$build/bin/$h" "$corpus" "${runs[@]}" -max_total_time="$seconds" -timeout="$(timeout_for "$h")" -rss_limit_mb=4096 \
-    -artifact_prefix="$artifacts/" -print_final_stats=1 >"$log" 2>&1
-  rc=$?
-  set -e
+    -artifact_prefix="$artifacts/" -print_final_stats=1 >"$log" 2>&1 || rc=$?
+  local execs files kib found result kind
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   [ -n "$execs" ] || execs=$(grep -oE '^#[0-9]+' "$log" | tail -1 | tr -d '#')
   files=$(find "$corpus" -type f | wc -l)
@@ -83,10 +84,35 @@ for h in "${harnesses[@]}"; do
   if [ $rc -eq 0 ] && [ -z "$found" ]; then
     result=ok
   else
-    failed=1
     kind=$(basename "${found:-failed-rc$rc}" | cut -d- -f1)
     result="$kind ($([ -n "$found" ] && echo "$found" || echo "exit $rc, see $log"))"
   fi
-  printf '%-24s %12s %10s  %s\n' "$h" "${execs:-0}" "$files/${kib}K" "$result"
+  printf '%-24s %12s %10s  %s\n' "$h" "${execs:-0}" "$files/${kib}K" "$result" >"$build/results/$h"
+}
+
+# --jobs N runs N harnesses at once (each is one process on one core).
+rm -rf "$build/results"
+mkdir -p "$build/results"
+running=0
+for h in "${harnesses[@]}"; do
+  if [ "$running" -ge "$jobs" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  run_one "$h" &
+  running=$((running + 1))
+done
+wait || true
+
+failed=0
+printf '%-24s %12s %10s  %s\n' harness executions 'corpus' result
+for h in "${harnesses[@]}"; do
+  if [ -s "$build/results/$h" ]; then
+    cat "$build/results/$h"
+    grep -qE ' ok$' "$build/results/$h" || failed=1
+  else
+    printf '%-24s %12s %10s  %s\n' "$h" 0 - "no result (see $build/logs/$h.log)"
+    failed=1
+  fi
 done
 exit $failed

@@ -1,7 +1,49 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs every test. CI calls this.
-set -euo pipefail
+# Sets up, builds and runs every test; CI calls this. Stages:
+#   suites     the unit, integration, CLI, Python and network-lab tests, and a
+#              two-minute soak with faults on both transports (ctest)
+#   address    the unit, integration and Python suites under AddressSanitizer
+#              and UndefinedBehaviorSanitizer (scripts/sanitize.sh)
+#   thread     the unit and integration suites under ThreadSanitizer
+#   fuzz       every libFuzzer harness for 60 s, two at a time (scripts/fuzz.sh)
+# Every stage runs even when an earlier one failed; the run fails if any did.
+#
+#   scripts/test.sh                   every stage
+#   scripts/test.sh --quick [ARGS]    the suites only; ARGS go to ctest
+set -uo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
-scripts/build.sh
-ctest --test-dir build --output-on-failure --timeout 300 "$@"
+
+quick=0
+if [ "${1:-}" = "--quick" ]; then
+  quick=1
+  shift
+fi
+
+scripts/setup.sh || exit 1
+scripts/build.sh || exit 1
+
+results=()
+failed=0
+stage() {
+  local name=$1
+  shift
+  local start=$SECONDS
+  echo "== $name: $*"
+  if "$@"; then
+    results+=("$(printf '%-8s %5d s  ok' "$name" $((SECONDS - start)))")
+  else
+    results+=("$(printf '%-8s %5d s  FAILED' "$name" $((SECONDS - start)))")
+    failed=1
+  fi
+}
+
+stage suites ctest --test-dir build --output-on-failure --timeout 300 "$@"
+if [ "$quick" -eq 0 ]; then
+  stage address scripts/sanitize.sh address
+  stage thread scripts/sanitize.sh thread
+  stage fuzz scripts/fuzz.sh --jobs 2 60
+fi
+
+echo "== summary"
+printf '%s\n' "${results[@]}"
+exit $failed
