@@ -164,7 +164,13 @@ void bind_directory(pyb::module_& m) {
       .def(
           "watch", [](const PyDirectory& d) { return PyWatch{d.resolve()->watch()}; },
           "A DirectoryWatch reporting names that appear, vanish or are replaced (a restart).")
-      .def("__repr__", [](const PyDirectory& d) { return "<ferry.Directory " + d.resolve()->url() + ">"; });
+      .def("__repr__", [](const PyDirectory& d) {
+        try {
+          return "<ferry.Directory " + d.resolve()->url() + ">";
+        } catch (const StatusError& e) {  // a closed engine, or none: repr() must not raise
+          return "<ferry.Directory unavailable: " + e.status().to_string() + ">";
+        }
+      });
 }
 
 }  // namespace ferry::py

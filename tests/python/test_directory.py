@@ -93,6 +93,7 @@ def test_options_and_environment_names():
             e.connect("decode-3", timeout=1)
         with pytest.raises(ferry.InvalidArgument):
             e.directory.list()
+        assert "unavailable" in repr(e.directory)  # repr() never raises
 
 
 def test_publish_connect_by_name_list_and_watch(directory_url):

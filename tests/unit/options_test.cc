@@ -46,7 +46,10 @@ const std::vector<std::string> kTunableEnvs = {"FERRY_LISTEN",
                                                "FERRY_MAX_STREAMS",
                                                "FERRY_CONNECTION_MEMORY",
                                                "FERRY_LOCAL_OTHER_UIDS",
-                                               "FERRY_LOCAL_SAME_PROCESS"};
+                                               "FERRY_LOCAL_SAME_PROCESS",
+                                               "FERRY_DIRECTORY",
+                                               "FERRY_NAME",
+                                               "FERRY_DIRECTORY_TTL_MS"};
 
 // Clears every FERRY_* variable ferry reads for the test's lifetime and puts
 // back whatever the process had before, including anything set through it.
@@ -148,6 +151,9 @@ TEST(Options, EveryTunableIsReadFromItsVariable) {
       {"FERRY_MAX_STREAMS", {"40", "40"}},
       {"FERRY_CONNECTION_MEMORY", {"8M", "8388608"}},
       {"FERRY_LOCAL_OTHER_UIDS", {"1", "1"}},
+      {"FERRY_DIRECTORY", {"redis://pw@10.0.0.1:6379/prod", "redis://***@10.0.0.1:6379/prod"}},
+      {"FERRY_NAME", {"decode-3", "decode-3"}},
+      {"FERRY_DIRECTORY_TTL_MS", {"1500", "1500"}},
       {"FERRY_LOCAL_SAME_PROCESS", {"1", "1"}},
   };
   ASSERT_EQ(cases.size(), kTunableEnvs.size());
