@@ -71,8 +71,16 @@ std::string Roster::strike(Engine& engine, Watchdog& watchdog, std::mt19937_64& 
   Armed armed(watchdog, "dereg of a region in use", after(10s));
   Status s = engine.dereg(inbox ? r->inbox : r->local);
   live = false;
+  std::string canary;
+  if (s.ok() && (inbox || r->local_receives_only)) {
+    SoakMemory* m = inbox ? r->inbox_mem : r->local_mem;
+    if (m->fill(0, m->size(), LaneRegions::kCanarySeed, 0).ok()) {
+      (inbox ? r->inbox_canary : r->local_canary) = true;
+      canary = "; canary laid";
+    }
+  }
   return std::string("deregistered the ") + (inbox ? "inbox" : "local buffer") + " of a lane during " + r->op + ": " +
-         s.to_string();
+         s.to_string() + canary;
 }
 
 namespace {
@@ -87,10 +95,24 @@ class LaneRun {
     // its memory can be deregistered and given to the next lane.
     close();
     std::lock_guard<std::mutex> lock(regions_.mu);
+    check_canary(regions_.local_canary, *mem_.local, "local buffer");
+    check_canary(regions_.inbox_canary, *mem_.inbox, "inbox");
     Armed armed(*ctx_.watchdog, "dereg of a lane's memory", after(10s));
     if (regions_.local_live) (void)ctx_.engine->dereg(regions_.local);
     if (regions_.inbox_live) (void)ctx_.engine->dereg(regions_.inbox);
     regions_.local_live = regions_.inbox_live = false;
+  }
+
+  // REQUIRES: regions_.mu held.
+  void check_canary(bool laid, SoakMemory& m, const char* which) {
+    if (!laid) return;
+    auto bad = m.check(0, m.size(), LaneRegions::kCanarySeed, 0);
+    ctx_.counters->add("canary_checked");
+    if (bad.ok() && bad.value() != kNoMismatch) {
+      ctx_.counters->add("violation");
+      emit("VIOLATION " + tag_ + ": byte " + std::to_string(bad.value()) + " of the " + which +
+           " changed after dereg() of it returned (during " + regions_.op + ")");
+    }
   }
 
   void close() {
@@ -111,6 +133,8 @@ class LaneRun {
       regions_.local = l.value();
       regions_.inbox = in.value();
       regions_.local_live = regions_.inbox_live = true;
+      regions_.local_mem = mem_.local;
+      regions_.inbox_mem = mem_.inbox;
     }
     auto d = ctx_.engine->export_region(in.value());
     if (!d.ok()) return d.status().with_context("export inbox");
@@ -204,6 +228,10 @@ class LaneRun {
       bool one_sided_target =
           !me_init && (p.kind == OpKind::kWrite || p.kind == OpKind::kWriteNotify || p.kind == OpKind::kWritev);
       bool read_target = !me_init && (p.kind == OpKind::kRead || p.kind == OpKind::kReadv);
+      bool receives_only =
+          (!me_init && (p.kind == OpKind::kSend || p.kind == OpKind::kSendv || p.kind == OpKind::kSmallRecv)) ||
+          (me_init && (p.kind == OpKind::kRead || p.kind == OpKind::kReadv));
+      regions_.local_receives_only = receives_only;
       regions_.local_in_use = !one_sided_target && !read_target;
       regions_.inbox_in_use = one_sided_target;
       ctx_.counters->add("ops");
@@ -341,6 +369,14 @@ class LaneRun {
   }
 
   Status check(const OpPlan& p, SoakMemory& mem, uint64_t offset, uint64_t n, uint64_t seed, uint64_t start) {
+    // Held while checking, so that the dereg fault cannot lay its canary
+    // under the check. A region deregistered under this operation holds the
+    // canary now, not the operation's bytes; it is checked when the lane ends.
+    std::lock_guard<std::mutex> lock(regions_.mu);
+    if ((&mem == mem_.local && regions_.local_canary) || (&mem == mem_.inbox && regions_.inbox_canary)) {
+      ctx_.counters->add("unchecked_after_dereg");
+      return Status();
+    }
     if (n > 0 && ctx_.debug->corrupt_one.exchange(false)) {
       FERRY_RETURN_IF_ERROR(mem.flip(offset + n / 2));
       emit("DEBUG corrupt-one: flipped a byte before checking " + describe(p));

@@ -40,6 +40,16 @@ struct LaneRegions {
   std::atomic<bool> local_in_use{false}, inbox_in_use{false};
   std::atomic<bool> struck{false};
   std::string op;  // guarded by mu
+  // The local buffer only receives in the operation running now (a receive,
+  // or a read this end initiated): nothing of this end reads it.
+  std::atomic<bool> local_receives_only{false};
+  // After a dereg of a region that only receives, the soak fills it with a
+  // canary (guarded by mu); when the lane is over, a byte that differs
+  // landed after dereg returned, which the API rules out.
+  SoakMemory* local_mem = nullptr;
+  SoakMemory* inbox_mem = nullptr;
+  bool local_canary = false, inbox_canary = false;
+  static constexpr uint64_t kCanarySeed = 0xca9a41;
 };
 
 // Every lane of the process; the dereg fault picks one that is busy.

@@ -82,8 +82,11 @@ std::string Report::table() const {
   row("faults injected", f.empty() ? "none" : f);
   uint64_t hit = at(survivor, "dereg_done") + at(others, "dereg_done");
   uint64_t idle = at(survivor, "dereg_idle") + at(others, "dereg_idle");
-  if (hit + idle > 0)
-    row("  dereg", std::to_string(hit) + " caught a transfer, " + std::to_string(idle) + " found none");
+  if (hit + idle > 0) {
+    row("  dereg", std::to_string(hit) + " caught a transfer, " + std::to_string(idle) + " found none; " +
+                       std::to_string(at(survivor, "canary_checked") + at(others, "canary_checked")) +
+                       " receiving regions found untouched after dereg returned");
+  }
   if (at(survivor, "limit.memory_enforced") + at(survivor, "limit.memory_other") + at(survivor, "holds") > 0) {
     row("  exhaust", "memory floods refused " + std::to_string(at(survivor, "limit.memory_enforced")) +
                          " (ended otherwise " + std::to_string(at(survivor, "limit.memory_other")) +
