@@ -51,5 +51,8 @@ class Backend {
 std::unique_ptr<Backend> make_backend(const DirectoryUrl& url);
 std::unique_ptr<Backend> make_redis_backend(const DirectoryUrl& url);
 std::unique_ptr<Backend> make_etcd_backend(const DirectoryUrl& url);
+// For a server whose client library this build lacks: every call fails with
+// kUnimplemented naming `server` and the `library` to build with.
+std::unique_ptr<Backend> make_missing_backend(const std::string& server, const std::string& library);
 
 }  // namespace ferry::directory

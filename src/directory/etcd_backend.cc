@@ -7,6 +7,9 @@
 // parsing, and keys and values must be strict base64. Ranges are read in
 // pages of kPage keys. No redirects, no proxies from the environment, only
 // http://.
+#include "directory/backend.h"
+
+#if FERRY_HAVE_CURL
 #include <curl/curl.h>
 
 #include <map>
@@ -14,7 +17,6 @@
 #include <nlohmann/json.hpp>
 
 #include "core/log.h"
-#include "directory/backend.h"
 #include "directory/entry.h"
 
 namespace ferry::directory {
@@ -321,3 +323,13 @@ class EtcdBackend final : public Backend {
 std::unique_ptr<Backend> make_etcd_backend(const DirectoryUrl& url) { return std::make_unique<EtcdBackend>(url); }
 
 }  // namespace ferry::directory
+
+#else  // built without libcurl
+
+namespace ferry::directory {
+std::unique_ptr<Backend> make_etcd_backend(const DirectoryUrl&) {
+  return make_missing_backend("etcd", "libcurl (libcurl4-openssl-dev)");
+}
+}  // namespace ferry::directory
+
+#endif

@@ -7,6 +7,9 @@
 // cap could carry is refused before hiredis allocates it (our reply
 // functions, not hiredis's defaults, build the reply). Nesting is hiredis's
 // own limit (7 levels).
+#include "directory/backend.h"
+
+#if FERRY_HAVE_HIREDIS
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
 #include <poll.h>
@@ -16,7 +19,6 @@
 #include <cstring>
 #include <set>
 
-#include "directory/backend.h"
 #include "directory/entry.h"
 #include "platform/socket.h"
 
@@ -344,9 +346,14 @@ class RedisBackend final : public Backend {
 
 std::unique_ptr<Backend> make_redis_backend(const DirectoryUrl& url) { return std::make_unique<RedisBackend>(url); }
 
-std::unique_ptr<Backend> make_backend(const DirectoryUrl& url) {
-  if (url.scheme == DirectoryUrl::Scheme::kRedis) return make_redis_backend(url);
-  return make_etcd_backend(url);
-}
-
 }  // namespace ferry::directory
+
+#else  // built without hiredis
+
+namespace ferry::directory {
+std::unique_ptr<Backend> make_redis_backend(const DirectoryUrl&) {
+  return make_missing_backend("Redis", "hiredis (libhiredis-dev)");
+}
+}  // namespace ferry::directory
+
+#endif
