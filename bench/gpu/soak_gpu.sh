@@ -103,7 +103,7 @@ else
   done
   row tcp "$out/soak-tcp.json" "${rcs[0]}"
   row local "$out/soak-local.json" "${rcs[1]}"
-  tail -40 "$out/soak-tcp.log" "$out/soak-local.log" >&2
+  tail -n 40 "$out/soak-tcp.log" "$out/soak-local.log" >&2
 fi
 
 echo "== soak_gpu ($part), $(head -1 "$out/host.txt" | cut -d, -f2 | xargs) x$(wc -l <"$out/host.txt")"
