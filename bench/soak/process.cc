@@ -140,6 +140,7 @@ int run_command(const std::vector<std::string>& argv, const std::string& log_pat
       ::waitpid(pid.value(), &st, 0);
       return -1;
     }
+    // `ip` ends within milliseconds; polling at 20 ms keeps the timeout simple.
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }

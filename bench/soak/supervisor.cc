@@ -75,6 +75,8 @@ class Supervisor {
       std::thread prober([this] { probe_loop(); });
       const Deadline end = t0_ + std::chrono::milliseconds(static_cast<int64_t>(a_.seconds * 1000));
       say("running for " + std::to_string(static_cast<int>(a_.seconds)) + " s");
+      // Polled: the run ends at `end`, when the survivor dies or on Ctrl-C,
+      // whichever comes first; 200 ms late is of no consequence.
       while (Clock::now() < end && !survivor_gone() && !g_interrupted) std::this_thread::sleep_for(200ms);
       stop_faults_ = true;
       cv_.notify_all();
@@ -321,6 +323,8 @@ class Supervisor {
         }
         cv_.notify_all();
       }
+      // waitpid(WNOHANG) on every child ten times a second: a child's exit
+      // is seen within 100 ms without a SIGCHLD handler.
       std::this_thread::sleep_for(100ms);
     }
   }
@@ -549,6 +553,7 @@ class Supervisor {
     // Connections close on threads of their own: give them a moment, then
     // anything above the baseline is a leak.
     Sample s;
+    // Polled: /proc has no way to wait for a count to drop.
     for (Deadline d = after(15s); Clock::now() < d; std::this_thread::sleep_for(250ms)) {
       if (!sample_process(survivor_pid(), &s)) break;
       if (s.fds <= baseline_.fds && s.threads <= baseline_.threads) break;

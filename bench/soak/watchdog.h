@@ -1,10 +1,13 @@
 // The in-process watchdog: every call of a soak process that may block is
 // armed with its deadline; a call still running `margin` past its deadline
 // is reported as a HANG (once) and counted. The supervisor fails the run on
-// any HANG line.
+// any HANG line. Time the host withheld the CPU is not counted as lateness
+// (watchdog.cc says how it is measured).
 //
 // Thread-safe.
 #pragma once
+
+#include <sys/types.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -33,6 +36,9 @@ class Watchdog {
     std::string what;
     Deadline deadline;
     bool reported = false;
+    pid_t tid = 0;                      // the thread that armed it
+    uint64_t runnable_at_arm = 0;       // its runnable-but-waiting ns then
+    Clock::duration withheld_at_arm{};  // withheld_ then
   };
   Counters& counters_;
   const std::chrono::milliseconds margin_;
@@ -41,6 +47,9 @@ class Watchdog {
   bool stop_ = false;
   uint64_t next_ = 1;
   std::map<uint64_t, Entry> entries_;
+  // How late this watchdog's own wakeups came, summed: CPU the host
+  // withheld from this process.
+  Clock::duration withheld_{};
   std::thread thread_;
 };
 
