@@ -47,6 +47,7 @@ struct Proc {
   std::unique_ptr<Child> child;
   std::map<std::string, uint64_t> tick;
   Clock::time_point last_line = Clock::now();
+  Clock::duration withheld_at_line{};  // the supervisor's withheld_ then
   bool killed_by_us = false, stopped = false, ready = false, bye = false, exited = false;
   int exit_status = 0;
   std::string name() const { return role + (role == "peer" ? std::to_string(index) : ""); }
@@ -259,6 +260,7 @@ class Supervisor {
   void on_line(Proc& p, const std::string& line) {
     std::lock_guard<std::mutex> lock(mu_);
     p.last_line = Clock::now();
+    p.withheld_at_line = withheld_;
     if (line.rfind("TICK ", 0) == 0) {
       std::istringstream in(line.substr(5));
       std::string kv;
@@ -293,10 +295,13 @@ class Supervisor {
   // ---- monitor -----------------------------------------------------------
   void monitor_loop() {
     name_this_thread("soak-monitor");
+    auto last = Clock::now();
     while (!stop_monitor_) {
       {
         std::lock_guard<std::mutex> lock(mu_);
         auto now = Clock::now();
+        if (now - last > 150ms) withheld_ += now - last - 100ms;
+        last = now;
         for (auto& p : procs_) {
           int st = 0;
           if (p->exited || !p->child || !p->child->poll_exit(&st)) continue;
@@ -315,10 +320,13 @@ class Supervisor {
         // unless it is stopped on purpose.
         for (auto& p : procs_) {
           if (p->exited || p->stopped || !p->child) continue;
-          if (now - p->last_line > 15s) {
+          // Time the host withheld the CPU from this supervisor (its own
+          // wakeups came late) is not the child's silence.
+          if (now - p->last_line - (withheld_ - p->withheld_at_line) > 15s) {
             ++hangs_;
             problem(p->name() + " printed nothing for 15 s (not stopped by the soak): hung");
             p->last_line = now;
+            p->withheld_at_line = withheld_;
           }
         }
         cv_.notify_all();
@@ -430,6 +438,7 @@ class Supervisor {
       p->child->signal(SIGCONT);
       p->stopped = false;
       p->last_line = Clock::now();
+      p->withheld_at_line = withheld_;
       log("SIGCONT " + p->name());
     } else if (kind == "link") {
       auto d = std::chrono::milliseconds(static_cast<int64_t>(uniform(500, a_.engine.peer_timeout.count() + 2000)));
@@ -663,6 +672,8 @@ class Supervisor {
   std::shared_ptr<Proc> survivor_;
   std::vector<std::shared_ptr<Proc>> peers_;
   std::map<size_t, Clock::time_point> restart_at_;
+  // How late the monitor's wakeups came, summed: CPU the host withheld.
+  Clock::duration withheld_{};
   std::string address_;
   std::map<std::string, uint64_t> faults_;
   uint64_t corrupt_ = 0, hangs_ = 0, violations_ = 0, crashes_ = 0, restarts_ = 0;
