@@ -441,6 +441,12 @@ class Supervisor {
       p->withheld_at_line = withheld_;
       log("SIGCONT " + p->name());
     } else if (kind == "link") {
+      // A garbage process judges the survivor by how soon it closes its
+      // streams; with the link down, the survivor's FIN cannot reach it.
+      // So the link goes down only once no garbage process is running.
+      cv_.wait_for(lock, 15s, [this] {
+        return std::none_of(procs_.begin(), procs_.end(), [](auto& p) { return p->role == "garbage" && !p->exited; });
+      });
       auto d = std::chrono::milliseconds(static_cast<int64_t>(uniform(500, a_.engine.peer_timeout.count() + 2000)));
       count_fault("link", a_.link_dev + " down for " + std::to_string(d.count()) + " ms");
       lock.unlock();
