@@ -56,7 +56,7 @@ bool Directory::valid_name(std::string_view name) {
 
 // ---- Impl --------------------------------------------------------------------
 
-Status Directory::Impl::lock(std::unique_lock<std::timed_mutex>& lock, Deadline deadline) const {
+Status Directory::Impl::lock(std::unique_lock<platform::DeadlineMutex>& lock, Deadline deadline) const {
   if (lock.try_lock_until(deadline)) return Status();
   return Status(Code::kUnavailable,
                 "directory " + url.redacted + ": another call held the connection past this call's deadline");
@@ -68,7 +68,7 @@ Result<DirectoryEntry> Directory::Impl::lookup(std::string_view name, Deadline d
                                               "\" is not a name (1-128 bytes of [A-Za-z0-9._-])");
   }
   std::string key = directory::entry_key(url.ns, name);
-  std::unique_lock<std::timed_mutex> guard(mu, std::defer_lock);
+  std::unique_lock<platform::DeadlineMutex> guard(mu, std::defer_lock);
   FERRY_RETURN_IF_ERROR(lock(guard, deadline));
   FERRY_ASSIGN_OR_RETURN(auto value, backend->get(key, Directory::kMaxEntryBytes, deadline));
   guard.unlock();
@@ -81,7 +81,7 @@ Result<DirectoryEntry> Directory::Impl::lookup(std::string_view name, Deadline d
 
 Result<DirectoryListing> Directory::Impl::list(Deadline deadline) {
   std::string prefix = directory::entries_prefix(url.ns);
-  std::unique_lock<std::timed_mutex> guard(mu, std::defer_lock);
+  std::unique_lock<platform::DeadlineMutex> guard(mu, std::defer_lock);
   FERRY_RETURN_IF_ERROR(lock(guard, deadline));
   FERRY_ASSIGN_OR_RETURN(auto kvs, backend->list(prefix, Directory::kMaxEntries, Directory::kMaxEntryBytes, deadline));
   guard.unlock();

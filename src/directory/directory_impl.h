@@ -8,16 +8,17 @@
 #include "directory/backend.h"
 #include "directory/url.h"
 #include "ferry/directory.h"
+#include "platform/deadline_mutex.h"
 
 namespace ferry {
 
 struct Directory::Impl {
   directory::DirectoryUrl url;
-  std::timed_mutex mu;
+  platform::DeadlineMutex mu;
   std::unique_ptr<directory::Backend> backend;  // guarded by mu
 
   // Takes `mu` by `deadline` (kUnavailable otherwise).
-  Status lock(std::unique_lock<std::timed_mutex>& lock, Deadline deadline) const;
+  Status lock(std::unique_lock<platform::DeadlineMutex>& lock, Deadline deadline) const;
   Result<DirectoryEntry> lookup(std::string_view name, Deadline deadline);
   Result<DirectoryListing> list(Deadline deadline);
 };
