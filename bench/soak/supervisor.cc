@@ -74,8 +74,8 @@ class Supervisor {
       }
       std::thread faults([this] { fault_loop(); });
       std::thread prober([this] { probe_loop(); });
-      const Deadline end = t0_ + std::chrono::milliseconds(static_cast<int64_t>(a_.seconds * 1000));
       const auto began = Clock::now();
+      const Deadline end = began + std::chrono::milliseconds(static_cast<int64_t>(a_.seconds * 1000));
       say("running for " + std::to_string(static_cast<int>(a_.seconds)) + " s");
       // Polled: the run ends at `end`, when the survivor dies or on Ctrl-C,
       // whichever comes first; 200 ms late is of no consequence.
