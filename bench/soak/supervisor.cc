@@ -48,7 +48,7 @@ struct Proc {
   std::map<std::string, uint64_t> tick;
   Clock::time_point last_line = Clock::now();
   Clock::duration withheld_at_line{};  // the supervisor's withheld_ then
-  bool killed_by_us = false, stopped = false, ready = false, bye = false, exited = false;
+  bool killed_by_us = false, stopped = false, ready = false, bye = false, exited = false, ending_seen = false;
   int exit_status = 0;
   std::string name() const { return role + (role == "peer" ? std::to_string(index) : ""); }
 };
@@ -279,6 +279,8 @@ class Supervisor {
     if (line.rfind("READY addr=", 0) == 0) {
       address_ = line.substr(11, line.find(' ', 11) - 11);
       p.ready = true;
+    } else if (line == "ENDING ok") {
+      p.ending_seen = true;
     } else if (line == "BYE") {
       p.bye = true;
     } else if (line.rfind("CORRUPT", 0) == 0) {
@@ -539,8 +541,13 @@ class Supervisor {
     final_probe_ok_ = probe("final probe");
     ending_ = true;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      // The survivor must know before any peer leaves, or it counts the
+      // peers' goodbyes as failures: wait for it to say so.
+      std::unique_lock<std::mutex> lock(mu_);
       survivor_->child->command("ENDING");
+      if (!cv_.wait_for(lock, 20s, [this] { return survivor_->ending_seen || survivor_->exited; })) {
+        problem("the survivor did not acknowledge ENDING within 20 s");
+      }
     }
     std::vector<std::shared_ptr<Proc>> others;
     {

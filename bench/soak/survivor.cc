@@ -109,7 +109,10 @@ class Survivor {
       std::string cmd(line);
       while (!cmd.empty() && (cmd.back() == '\n' || cmd.back() == '\r')) cmd.pop_back();
       if (cmd == "QUIT") return;
-      if (cmd == "ENDING") ending_ = true;
+      if (cmd == "ENDING") {
+        ending_ = true;
+        emit("ENDING ok");
+      }
       if (cmd == "DEREG") {
         // A lane between two operations holds nothing: try for up to 2 s
         // to catch one in the middle of one.
