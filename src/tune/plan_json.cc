@@ -150,6 +150,13 @@ Result<TunePlan> plan_from_json(std::string_view text, std::string_view what) {
     std::string at = w + ": nics[" + std::to_string(k) + "]";
     FERRY_ASSIGN_OR_RETURN(std::string name, json_string((*nics)[k], "name", at));
     FERRY_ASSIGN_OR_RETURN(int64_t node, json_int((*nics)[k], "node", at));
+    // Every NIC the plan lists has its bindings, once (the writer relies on it).
+    if (plan.bindings.tx.count(name) == 0 || plan.bindings.rx.count(name) == 0) {
+      return Status(Code::kInvalidArgument, at + ": NIC \"" + name + "\" has no entry in tx_bindings and rx_bindings");
+    }
+    if (plan.bindings.nic_node.count(name) != 0) {
+      return Status(Code::kInvalidArgument, at + ": NIC \"" + name + "\" is listed twice");
+    }
     plan.bindings.nic_order.push_back(name);
     plan.bindings.nic_node[name] = static_cast<int>(node);
   }
