@@ -276,15 +276,21 @@ bool wait_for_bytes(const volatile uint8_t* mem, const std::vector<uint8_t>& wan
   return false;
 }
 
-// A read of StalledChunk::kSize bytes into `mem` (registered here) from the
-// hand-made peer, posted and asked for; `reply` is the header of its DATA.
-void start_read(Target& t, std::vector<uint8_t>& mem, Transfer& read, wire::FrameHeader& reply) {
-  ASSERT_TRUE(t.engine->reg(mem.data(), mem.size()).ok());
+// The hand-made peer's (made-up) export of StalledChunk::kSize bytes.
+RemoteDescriptor peer_export() {
   RemoteDescriptor far;
   far.engine_id = HandMadePeer::kEngineId;
   far.export_id = 5;
   far.key = 6;
   far.length = StalledChunk::kSize;
+  return far;
+}
+
+// A read of StalledChunk::kSize bytes into `mem` (registered here) from the
+// hand-made peer, posted and asked for; `reply` is the header of its DATA.
+void start_read(Target& t, std::vector<uint8_t>& mem, Transfer& read, wire::FrameHeader& reply) {
+  ASSERT_TRUE(t.engine->reg(mem.data(), mem.size()).ok());
+  RemoteDescriptor far = peer_export();
   read = t.conn->read_async(mem.data(), mem.size(), far, 0);
   auto req = t.peer.next_control_frame(after(5s));
   ASSERT_TRUE(req.ok()) << req.status().to_string();
@@ -536,11 +542,7 @@ TEST(TcpPeerGarbage, AWriteOnAFailedConnectionEndsOnlyWhenNoCopyFromItIsRunning)
   Target t;
   ASSERT_NO_FATAL_FAILURE(t.open(1));
   ASSERT_TRUE(t.engine->reg(mem.data(), mem.size()).ok());
-  RemoteDescriptor far;
-  far.engine_id = HandMadePeer::kEngineId;
-  far.export_id = 5;
-  far.key = 6;
-  far.length = StalledChunk::kSize;
+  RemoteDescriptor far = peer_export();
   Transfer write = t.conn->write_async(mem.data(), mem.size(), far, 0);
   auto until = after(5s);
   while (held->entered.load() == 0 && Clock::now() < until) std::this_thread::sleep_for(1ms);
