@@ -73,19 +73,24 @@ if [[ $part == memcheck ]]; then
   cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
   for t in tcp local; do
     say "memcheck: $seconds s on $t"
+    # Each process's report goes to its own file (%p: its pid): the survivor's
+    # and the peers' standard output is the soak's control channel, where a
+    # summary printed at exit was lost.
+    mkdir -p "$out/memcheck-$t"
     timeout $((seconds * 4 + 120)) "$cs" --tool memcheck --target-processes all --report-api-errors no \
-      --error-exitcode 9 --print-limit 20 \
+      --error-exitcode 9 --print-limit 20 --log-file "$out/memcheck-$t/memcheck-%p.txt" \
       build-gpu/bin/ferry_soak run --seconds "$seconds" --gpu --transport "$t" --json "$out/memcheck-$t.json" \
       --out "$out/memcheck-$t" >"$out/memcheck-$t.log" 2>&1
     rc=$?
-    # Each process's own report is in its log: the supervisor's, and the
-    # survivor's and every peer's under the run's directory.
-    logs=("$out/memcheck-$t.log" "$out/memcheck-$t"/*.log)
-    errors=$(cat "${logs[@]}" | grep -cE "^========= (Invalid|Program hit|Uninitialized|Leaked|Malloc|Cuda API failed)")
-    checked=$(cat "${logs[@]}" | grep -c "ERROR SUMMARY")
-    say "memcheck $t: rc $rc, $errors memcheck errors in $checked processes' summaries"
-    grep -hE "^=========" "${logs[@]}" | grep -v "ERROR SUMMARY: 0 errors\|COMPUTE-SANITIZER" | head -20 >&2
-    row "$t" "$out/memcheck-$t.json" "$rc (memcheck: $errors errors, $checked process summaries)"
+    reports=("$out/memcheck-$t"/memcheck-*.txt)
+    errors=$(cat "${reports[@]}" | grep -cE "^========= (Invalid|Program hit|Uninitialized|Leaked|Malloc|Cuda API failed)")
+    checked=$(grep -l "ERROR SUMMARY" "${reports[@]}" | wc -l)
+    # The survivor holds the engine under test: its summary must be there.
+    spid=$(grep -o "survivor: READY addr=[^ ]* pid=[0-9]*" "$out/memcheck-$t/events.log" | head -1 | sed 's/.*pid=//')
+    survivor=$(grep -h "ERROR SUMMARY" "$out/memcheck-$t/memcheck-$spid.txt" 2>/dev/null || echo "no summary")
+    say "memcheck $t: rc $rc, $errors errors in ${#reports[@]} processes' reports, $checked with a summary; survivor (pid $spid): $survivor"
+    grep -hE "^=========" "${reports[@]}" | grep -v "ERROR SUMMARY: 0 errors\|COMPUTE-SANITIZER" | head -20 >&2
+    row "$t" "$out/memcheck-$t.json" "$rc (memcheck: $errors errors; $checked of ${#reports[@]} processes summarised; survivor: ${survivor#========= })"
   done
 else
   minutes=${1:-9}

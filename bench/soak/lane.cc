@@ -55,7 +55,7 @@ void Roster::remove(LaneRegions* r) {
   lanes_.erase(std::remove(lanes_.begin(), lanes_.end(), r), lanes_.end());
 }
 
-std::string Roster::strike(Engine& engine, Watchdog& watchdog, std::mt19937_64& rng) {
+std::string Roster::strike(Engine& engine, Watchdog& watchdog, std::mt19937_64& rng, std::chrono::milliseconds pause) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::pair<LaneRegions*, bool>> candidates;  // (lane, inbox?)
   for (LaneRegions* r : lanes_) {
@@ -64,9 +64,12 @@ std::string Roster::strike(Engine& engine, Watchdog& watchdog, std::mt19937_64& 
   }
   if (candidates.empty()) return "";
   auto [r, inbox] = candidates[std::uniform_int_distribution<size_t>(0, candidates.size() - 1)(rng)];
+  if (pause.count() > 0) std::this_thread::sleep_for(pause);
   std::lock_guard<std::mutex> lane_lock(r->mu);
   bool& live = inbox ? r->inbox_live : r->local_live;
-  if (!live) return "";
+  // The operation seen busy may have ended since: the lane may be filling
+  // its memory for the next one, where a canary would be overwritten.
+  if (!live || !(inbox ? r->inbox_in_use : r->local_in_use)) return "";
   r->struck = true;
   Armed armed(watchdog, "dereg of a region in use", after(10s));
   Status s = engine.dereg(inbox ? r->inbox : r->local);
@@ -220,10 +223,6 @@ class LaneRun {
     for (uint64_t i = 0; max_ops == 0 || i < max_ops; ++i) {
       if (ctx_.stopping->load()) break;
       OpPlan p = make_plan(seed_, i, max_);
-      {
-        std::lock_guard<std::mutex> lock(regions_.mu);
-        regions_.op = describe(p);
-      }
       bool me_init = p.survivor_initiates == ctx_.is_survivor;
       bool one_sided_target =
           !me_init && (p.kind == OpKind::kWrite || p.kind == OpKind::kWriteNotify || p.kind == OpKind::kWritev);
@@ -231,13 +230,24 @@ class LaneRun {
       bool receives_only =
           (!me_init && (p.kind == OpKind::kSend || p.kind == OpKind::kSendv || p.kind == OpKind::kSmallRecv)) ||
           (me_init && (p.kind == OpKind::kRead || p.kind == OpKind::kReadv));
-      regions_.local_receives_only = receives_only;
-      regions_.local_in_use = !one_sided_target && !read_target;
-      regions_.inbox_in_use = one_sided_target;
+      {
+        // One step with the strike's check: a region deregistered between two
+        // operations (after the last one's check of `struck`) is seen here,
+        // before this operation fills or reads it.
+        std::lock_guard<std::mutex> lock(regions_.mu);
+        if (regions_.struck) break;
+        regions_.op = describe(p);
+        regions_.local_receives_only = receives_only;
+        regions_.local_in_use = !one_sided_target && !read_target;
+        regions_.inbox_in_use = one_sided_target;
+      }
       ctx_.counters->add("ops");
       ctx_.counters->add("op." + std::string(op_kind_name(p.kind)));
       Status s = run_op(p, me_init);
-      regions_.local_in_use = regions_.inbox_in_use = false;
+      {
+        std::lock_guard<std::mutex> lock(regions_.mu);
+        regions_.local_in_use = regions_.inbox_in_use = false;
+      }
       if (!s.ok()) {
         // Once the run is ending, the other end may leave between two
         // operations: those failures are not the engine's.

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -36,7 +37,8 @@ struct LaneRegions {
   std::mutex mu;
   Region local, inbox;
   bool local_live = false, inbox_live = false;
-  // What the operation running now touches (set by the lane thread).
+  // What the operation running now touches (set by the lane thread, under
+  // mu, so a strike that holds mu sees one operation's state whole).
   std::atomic<bool> local_in_use{false}, inbox_in_use{false};
   std::atomic<bool> struck{false};
   std::string op;  // guarded by mu
@@ -57,9 +59,11 @@ class Roster {
  public:
   void add(LaneRegions* r);
   void remove(LaneRegions* r);
-  // Deregisters one region that an operation is using now. Returns what it
+  // Deregisters one region that an operation is using now, `pause` after
+  // choosing it (selfcheck: the operation ends meanwhile). Returns what it
   // did, or an empty string when no lane was busy.
-  std::string strike(Engine& engine, Watchdog& watchdog, std::mt19937_64& rng);
+  std::string strike(Engine& engine, Watchdog& watchdog, std::mt19937_64& rng,
+                     std::chrono::milliseconds pause = std::chrono::milliseconds(0));
 
  private:
   std::mutex mu_;

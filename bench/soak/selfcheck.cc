@@ -1,13 +1,18 @@
-// `ferry_soak selfcheck`: the soak's own arithmetic, checked without an
-// engine. Plans must keep every piece inside its buffer, never let two pieces
-// one end uses at once overlap (or a correct transfer would look corrupted,
-// and a corrupting one could hide), and cover each message exactly; the
-// pattern must detect a single flipped byte at any offset.
+// `ferry_soak selfcheck`: the soak's own arithmetic and its dereg fault,
+// checked without a peer. Plans must keep every piece inside its buffer,
+// never let two pieces one end uses at once overlap (or a correct transfer
+// would look corrupted, and a corrupting one could hide), and cover each
+// message exactly; the pattern must detect a single flipped byte at any
+// offset; the dereg fault must not strike an operation that ended after the
+// fault chose it (the lane may be filling that memory for its next
+// operation, over the canary: a false VIOLATION).
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "soak/lane.h"
 #include "soak/pattern.h"
 #include "soak/plan.h"
 
@@ -85,6 +90,42 @@ std::string check_plan(const OpPlan& p, uint64_t max) {
   return "unknown kind";
 }
 
+// A lane's operation ends while the fault, having chosen it, pauses: the
+// strike must find nothing to do and leave the region registered.
+std::string check_late_strike() {
+  auto engine = Engine::create(Options{});
+  if (!engine.ok()) return "engine: " + engine.status().to_string();
+  auto mem = SoakMemory::create(4096, -1);
+  if (!mem.ok()) return "memory: " + mem.status().to_string();
+  auto region = engine.value()->reg(mem.value()->data(), mem.value()->size());
+  if (!region.ok()) return "reg: " + region.status().to_string();
+  Counters counters;
+  Watchdog watchdog(counters, std::chrono::milliseconds(5000));
+  Roster roster;
+  LaneRegions lane;
+  lane.local = region.value();
+  lane.local_live = true;
+  lane.local_mem = mem.value().get();
+  lane.local_in_use = true;
+  lane.local_receives_only = true;
+  roster.add(&lane);
+  std::mt19937_64 rng(1);
+  std::string struck;
+  std::thread fault([&] { struck = roster.strike(*engine.value(), watchdog, rng, std::chrono::milliseconds(300)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  {
+    std::lock_guard<std::mutex> lock(lane.mu);  // as the lane does when its operation ends
+    lane.local_in_use = false;
+  }
+  fault.join();
+  roster.remove(&lane);
+  if (!struck.empty()) return "struck an operation that had ended: " + struck;
+  if (lane.struck || lane.local_canary || !lane.local_live) return "the lane was marked struck";
+  Status s = engine.value()->dereg(region.value());
+  if (!s.ok()) return "the region was deregistered by the strike: " + s.to_string();
+  return "";
+}
+
 }  // namespace
 
 int selfcheck_main(uint64_t plans) {
@@ -126,7 +167,10 @@ int selfcheck_main(uint64_t plans) {
       }
     }
   }
-  std::printf("selfcheck: %llu plans at each of 4 maxima and the pattern: ok\n",
+  if (std::string e = check_late_strike(); !e.empty()) {
+    return std::fprintf(stderr, "selfcheck: dereg fault: %s\n", e.c_str()), 1;
+  }
+  std::printf("selfcheck: %llu plans at each of 4 maxima, the pattern and the dereg fault's timing: ok\n",
               static_cast<unsigned long long>(plans));
   return 0;
 }
