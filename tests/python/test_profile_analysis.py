@@ -157,3 +157,37 @@ def test_yaml_reader_matches_what_ferry_writes():
     meta = parse_yaml(open(os.path.join(RUN, "metadata_rank_1.yml")).read())
     assert meta["topology"]["gpu1"]["gpu0"] == "NV18 (peer access)"
     assert meta["plan"]["gpus"] == ["0", "1"]
+
+
+def test_weak_links_are_pairs_below_the_others_median_at_large_sizes():
+    import pandas as pd
+    from ferry.analysis.profile import weak_links
+
+    rows = []
+    mib = 1 << 20
+    for src in range(4):
+        for dst in range(4):
+            if src == dst:
+                continue
+            for size in (64 * mib, 256 * mib, 1024 * mib):
+                gbps = 390.0 + src - dst  # alike pairs, a little apart
+                if (src, dst) == (2, 1) and size == 1024 * mib:
+                    gbps *= 0.93  # weak at 1 GiB only
+                if (src, dst) == (0, 3):
+                    gbps *= 0.96  # 4 % below: within tolerance
+                if (src, dst) == (3, 0) and size == 64 * mib:
+                    gbps *= 0.5  # slow, but below 256 MiB
+                rows.append({"src": src, "dst": dst, "size": size, "gbps": gbps})
+    found = weak_links(pd.DataFrame(rows))
+    assert [(w.src, w.dst, w.size) for w in found] == [(2, 1, 1024 * mib)]
+    assert 0.92 < found[0].ratio < 0.94
+    # Two pairs: each is measured against the other.
+    two = pd.DataFrame([{"src": 0, "dst": 1, "size": 256 * mib, "gbps": 100.0},
+                        {"src": 1, "dst": 0, "size": 256 * mib, "gbps": 80.0}])
+    assert [(w.src, w.dst) for w in weak_links(two)] == [(1, 0)]
+
+
+def test_summary_names_weak_links(analysed):
+    out, _ = analysed
+    summary = (out / "summary.md").read_text()
+    assert "Weak links (a pair more than 5% below the median of the other pairs at a size of 256M or more): none." in summary

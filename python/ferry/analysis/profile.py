@@ -13,8 +13,9 @@ RUN_DIR/analysis):
   * temperatures.png        NVML temperature, power and SM clock over the run
   * merged_trace.json       every rank's trace on one timeline (below)
   * summary.md              per pair: asymptotic bandwidth, latency floor,
-                            sizes reaching 50% and 90% of the asymptote; the
-                            reference ratio (ce); drift; what the run ran on
+                            sizes reaching 50% and 90% of the asymptote; weak
+                            links; the reference ratio (ce); drift; what the
+                            run ran on
 
 An operation's time is its receiver's device time (CUDA events around the
 receive, or around the copy when one process drives both GPUs): an operation
@@ -25,6 +26,10 @@ Definitions, per directed pair:
   * latency floor: the lowest median time over all sizes;
   * size at X%: the smallest size whose median GB/s is at least X% of the
     asymptote.
+
+A weak link: a pair more than 5% below the median of the other pairs at the
+same size, at some size of 256 MiB or more (on a node whose pairs should be
+alike, a link that trained down, a GPU that throttles, a slow switch port).
 
 Timeline alignment (seed 003): host events carry CLOCK_MONOTONIC, which every
 process of a host shares; device events carry the GPU's own timer
@@ -50,6 +55,8 @@ LOG_COLUMNS = ["config_id", "src", "dst", "size", "repetition", "start_ns", "end
 DRIFT_COLUMNS = ["rank", "gpu", "phase", "host_ref_ns", "gpu_ref_ns", "ppm", "residual_ns", "samples", "span_s"]
 CV_TARGET = 0.05
 CV_FROM_SIZE = 1 << 20
+WEAK_FROM_SIZE = 256 << 20
+WEAK_TOLERANCE = 0.05
 
 
 @dataclass
@@ -66,10 +73,24 @@ class PairSummary:
 
 
 @dataclass
+class WeakLink:
+    src: int
+    dst: int
+    size: int
+    gbps: float
+    others_median_gbps: float  # median of the other pairs at this size
+
+    @property
+    def ratio(self) -> float:
+        return self.gbps / self.others_median_gbps
+
+
+@dataclass
 class RunReport:
     summary: str
     out_dir: str
     pairs: list[PairSummary] = field(default_factory=list)
+    weak_links: list[WeakLink] = field(default_factory=list)
     images: list[str] = field(default_factory=list)
     merged_trace: str = ""
     reference_ratios: dict = field(default_factory=dict)  # (src, dst, size) -> ce / reference
@@ -127,6 +148,21 @@ def pair_summaries(stats) -> list[PairSummary]:
                                int(fastest["size"]), first_at(0.5), first_at(0.9),
                                float(large["cv"].max()) if len(large) else 0.0))
     return out
+
+
+def weak_links(stats, from_size: int = WEAK_FROM_SIZE, tolerance: float = WEAK_TOLERANCE) -> list[WeakLink]:
+    """Pairs more than `tolerance` below the median of the other pairs at a size >= from_size."""
+    import numpy as np
+    out = []
+    for size, g in stats[stats["size"] >= from_size].groupby("size"):
+        if len(g) < 2:
+            continue
+        gbps = g["gbps"].to_numpy()
+        for i, row in enumerate(g.itertuples()):
+            others = float(np.median(np.delete(gbps, i)))
+            if others > 0 and row.gbps < (1 - tolerance) * others:
+                out.append(WeakLink(int(row.src), int(row.dst), int(size), float(row.gbps), others))
+    return sorted(out, key=lambda w: (w.src, w.dst, w.size))
 
 
 class ClockMap:
@@ -309,7 +345,7 @@ def analyze_run(run_dir: str, out_dir: str | None = None) -> RunReport:
     ops = operation_times(log)
     stats = config_stats(ops)
     pairs = pair_summaries(stats)
-    report = RunReport(summary="", out_dir=out_dir, pairs=pairs)
+    report = RunReport(summary="", out_dir=out_dir, pairs=pairs, weak_links=weak_links(stats))
     _plots(stats, temps, out_dir, report.images)
     report.merged_trace = os.path.join(out_dir, "merged_trace.json")
     offsets = merge_traces(run_dir, clock_maps(drift), report.merged_trace)
@@ -342,6 +378,15 @@ def analyze_run(run_dir: str, out_dir: str | None = None) -> RunReport:
         lines.append(f"| {p.src} -> {p.dst} | {p.asymptote_gbps:.1f} ({format_bytes(p.asymptote_size)}) | "
                      f"{p.latency_floor_us:.2f} ({format_bytes(p.latency_floor_size)}) | {_size(p.size_50)} | "
                      f"{_size(p.size_90)} | {100 * p.max_cv_large:.2f}% |")
+
+    lines += ["", f"Weak links (a pair more than {100 * WEAK_TOLERANCE:.0f}% below the median of the other pairs at "
+              f"a size of {format_bytes(WEAK_FROM_SIZE)} or more): "
+              + ("none." if not report.weak_links else f"{len(report.weak_links)}."), ""]
+    if report.weak_links:
+        lines += ["| pair | size | GB/s | others' median GB/s | ratio |", "|---|---|---|---|---|"]
+        for w in report.weak_links:
+            lines.append(f"| {w.src} -> {w.dst} | {format_bytes(w.size)} | {w.gbps:.1f} | "
+                         f"{w.others_median_gbps:.1f} | {w.ratio:.3f} |")
 
     if ref is not None and len(ref):
         ref = ref.copy()
