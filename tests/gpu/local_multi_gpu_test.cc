@@ -1,17 +1,20 @@
-// One engine serves every GPU of its process: process A drives two GPUs and
-// talks, over one connection, to process B driving two GPUs (GPUs 0,1 and
-// 2,3 on a host of four or more; both processes on GPUs 0 and 1 on a host of
-// two). Every pair of A's and B's GPUs moves random bytes both ways by
-// send/recv, by write with a notification and by read, at odd sizes and
-// offsets, first one pair at a time and then all pairs at once; the
-// receiving process verifies every byte. Exits 77 (skipped) with fewer than
-// two GPUs, 1 on any failure.
+// One engine serves every GPU of its process: process A drives half of the
+// host's GPUs (up to four) and talks, over one connection, to process B
+// driving the other half (GPUs 0-3 and 4-7 on a host of eight, 0,1 and 2,3 on
+// four; both processes on GPUs 0 and 1 on a host of two). Every pair of A's
+// and B's GPUs moves random bytes both ways by send/recv, by write with a
+// notification and by read, at odd sizes and offsets, first one pair at a
+// time and then all pairs at once; the receiving process verifies every
+// byte. The transport is the local one, or FERRY_TRANSPORT's (tcp: the same
+// over loopback, staged through host memory). Exits 77 (skipped) with fewer
+// than two GPUs, 1 on any failure.
 //
-// Usage: ferry_local_multi_gpu_test                      (process A)
-//        ferry_local_multi_gpu_test peer ADDR DEV0 DEV1  (process B)
+// Usage: ferry_local_multi_gpu_test                         (process A)
+//        ferry_local_multi_gpu_test peer ADDR DEV0 DEV1...  (process B)
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -201,8 +204,9 @@ int run(Process& p) {
     }
     p.peer_exports.push_back(*desc);
   }
-  if (p.conn->transport_name() != "local") {
-    fail(p, "the connection uses " + std::string(p.conn->transport_name()) + ", not the local transport");
+  if (p.conn->transport_name() != p.engine->options().transport) {
+    fail(p, "the connection uses the " + std::string(p.conn->transport_name()) + " transport, not " +
+                p.engine->options().transport);
     return 1;
   }
   // FERRY_TEST_PAIRS="10,01" limits the pairs (A's index, B's index) to try.
@@ -241,11 +245,12 @@ int main(int argc, char** argv) {
     return 77;
   }
   Options o;
-  o.transport = "local";
+  const char* transport = std::getenv("FERRY_TRANSPORT");
+  o.transport = transport != nullptr && *transport != '\0' ? transport : "local";
   Process p;
   p.engine = Engine::create(o).value();
   if (argc >= 5 && std::string(argv[1]) == "peer") {
-    p.devices = {std::atoi(argv[3]), std::atoi(argv[4])};
+    for (int i = 3; i < argc; ++i) p.devices.push_back(std::atoi(argv[i]));
     auto c = p.engine->connect(argv[2], soon());
     if (!c.ok()) {
       std::fprintf(stderr, "FAIL B connect: %s\n", c.status().to_string().c_str());
@@ -255,12 +260,20 @@ int main(int argc, char** argv) {
     return run(p);
   }
   p.is_a = true;
-  p.devices = {0, 1};
-  std::vector<int> peer = gpus >= 4 ? std::vector<int>{2, 3} : std::vector<int>{0, 1};
+  const int half = gpus >= 4 ? std::min(gpus / 2, 4) : 2;
+  std::vector<int> peer;
+  for (int i = 0; i < half; ++i) {
+    p.devices.push_back(i);
+    peer.push_back(gpus >= 4 ? half + i : i);
+  }
+  std::vector<std::string> args = {argv[0], "peer", p.engine->address()};
+  for (int d : peer) args.push_back(std::to_string(d));
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
   pid_t child = ::fork();
   if (child == 0) {
-    std::string addr = p.engine->address(), d0 = std::to_string(peer[0]), d1 = std::to_string(peer[1]);
-    ::execl("/proc/self/exe", argv[0], "peer", addr.c_str(), d0.c_str(), d1.c_str(), static_cast<char*>(nullptr));
+    ::execv("/proc/self/exe", cargs.data());
     _exit(127);
   }
   auto c = p.engine->accept(soon());
@@ -277,8 +290,8 @@ int main(int argc, char** argv) {
   ::waitpid(child, &status, 0);
   bool child_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("local multi-GPU test: A on GPUs %s <-> B on GPUs %s, one engine each: %s (process B %s), %.1f s\n",
-              list(p.devices).c_str(), list(peer).c_str(), rc == 0 ? "passed" : "FAILED",
+  std::printf("multi-GPU test (%s): A on GPUs %s <-> B on GPUs %s, one engine each: %s (process B %s), %.1f s\n",
+              o.transport.c_str(), list(p.devices).c_str(), list(peer).c_str(), rc == 0 ? "passed" : "FAILED",
               child_ok ? "passed" : "FAILED", secs);
   return rc == 0 && child_ok ? 0 : 1;
 }

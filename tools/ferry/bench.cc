@@ -25,12 +25,14 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <string_view>
 #include <system_error>
 #include <thread>
 
 #include "ferry/bench_alternate.h"
+#include "ferry/bench_gate.h"
 #include "ferry/bench_pairs.h"
 #include "ferry/bench_session.h"
 #include "ferry/bench_sizes.h"
@@ -68,6 +70,7 @@ struct BenchFlags {
   // same index (or of --peer-gpus at the same position).
   std::string gpus;
   std::string peer_gpus;
+  std::string gate;  // --gate DIR:N: timed phases start with N other bench processes' (with --gpus)
   // --sweep: one run per combination of these, rows appended to a CSV.
   std::string sweep_csv;
   std::string sweep_chunk = "64K,256K,512K,1M,4M";
@@ -271,6 +274,8 @@ int run_gpus(const BenchFlags& f, const Options& o, RunConfig cfg, const std::st
     std::fprintf(stderr, "ferry bench: --gpus takes a list like 0-7 or 0,2; --peer-gpus one of the same length\n");
     return 2;
   }
+  std::optional<FileGate> gate;
+  if (!f.gate.empty()) gate = must(FileGate::parse(f.gate), "--gate");
   auto engine = must(Engine::create(o), "create engine");
   size_t n = gpus.size();
   std::vector<std::shared_ptr<Connection>> conns;
@@ -282,7 +287,11 @@ int run_gpus(const BenchFlags& f, const Options& o, RunConfig cfg, const std::st
       std::string(conns[0]->transport_name()).c_str(), engine->options().streams,
       format_bytes(engine->options().staging_chunk_bytes).c_str(), engine->options().staging_depth, cfg.inflight,
       footprint_note(cfg).c_str());
-  std::barrier sync(static_cast<std::ptrdiff_t>(n));
+  // The last session to arrive also waits for the other processes of --gate.
+  auto pass_gate = [&gate]() noexcept {
+    if (gate) must(gate->pass(after(120s)), "--gate");
+  };
+  std::barrier sync(static_cast<std::ptrdiff_t>(n), pass_gate);
   std::vector<std::vector<SizeResult>> results(n);
   std::vector<std::thread> threads;
   for (size_t i = 0; i < n; ++i) {
@@ -315,7 +324,13 @@ int run_gpus(const BenchFlags& f, const Options& o, RunConfig cfg, const std::st
         ok = ok && r.verified != "FAILED";
       }
       double secs = std::chrono::duration<double>(last - first).count();
+      auto ns = [](Clock::time_point t) {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+      };
       std::printf("%s\n", json{{"bytes", cfg.sizes[s]},
+                               {"iters", cfg.iters},
+                               {"start_ns", ns(first)},  // the host's monotonic clock, shared by its processes
+                               {"end_ns", ns(last)},
                                {"aggregate_bytes_per_s", secs > 0 ? bytes / secs : 0.0},
                                {"per_gpu_bytes_per_s", per},
                                {"per_gpu_p50_us", p50},
@@ -562,6 +577,9 @@ void add_bench_command(CLI::App& app) {
   b->add_option("--peer-gpus", f->peer_gpus,
                 "the peer's GPUs, position by position (default: same as --gpus); in either list, host stands for "
                 "host memory on that side");
+  b->add_option("--gate", f->gate,
+                "with --gpus: DIR:N, each size's timed phase starts and ends together in the N bench processes "
+                "given the same DIR (an empty directory; N counts this one)");
   b->add_option("--sweep", f->sweep_csv, "run every combination of the --sweep-* lists, write CSV rows to FILE");
   b->add_option("--sweep-chunk", f->sweep_chunk, "chunk sizes to sweep")->capture_default_str();
   b->add_option("--sweep-window", f->sweep_window, "windows to sweep")->capture_default_str();
