@@ -8,6 +8,8 @@
 #
 # Usage: bench/gpu/profile.sh [OUT_DIR]   (default: $OUT, else ./profile-out)
 # Env:   FERRY_PROFILE_ARGS  extra flags for every full run
+#        PROFILE_GPUS        the GPUs to profile (default 0,1; "all": every GPU
+#                            of the host, every directed pair)
 #        TESTS=0             skip building and running the tests
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -75,14 +77,21 @@ declare -A wall
 for backend in ce nccl ferry; do
   log "full $backend run"
   t0=$(date +%s.%N)
+  gpus=${PROFILE_GPUS:-0,1}
+  gpu_args=(--gpus "$gpus")
+  [ "$gpus" = all ] && gpu_args=()
   # shellcheck disable=SC2086
-  timeout 300 "$ferry" profile --backend $backend --gpus 0,1 --out $runs/$backend $extra >$runs/$backend.table 2>$runs/$backend.log
+  timeout 600 "$ferry" profile --backend $backend "${gpu_args[@]}" --out $runs/$backend $extra >$runs/$backend.table 2>$runs/$backend.log
   rc=$?
   wall[$backend]=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
   grep -v "ETA" $runs/$backend.log | tail -12
   echo "exit $rc, wall ${wall[$backend]} s"
   PYTHONPATH=$shim python3 -m ferry.analysis $runs/$backend >/dev/null 2>$runs/$backend.analysis.log ||
     cat $runs/$backend.analysis.log
+  cp $runs/$backend/analysis/pair_matrix.png "$out/pair_matrix-$backend.png" 2>/dev/null
+  awk -v b="$backend" '/^Weak links/ {on = 1; print b ": " $0; next}
+    on && /^\|/ {print b ": " $0; next}
+    on && !/^$/ {exit}' $runs/$backend/analysis/summary.md 2>/dev/null
   cp $runs/$backend.table $runs/$backend.log $runs/$backend/ 2>/dev/null
   tar -C $runs -czf "$out/profile-$backend.tar.gz" $backend
 done

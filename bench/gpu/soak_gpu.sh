@@ -26,21 +26,10 @@ say() { echo "[soak_gpu $(($(date +%s) - start))s] $*" >&2; }
 nvidia-smi --query-gpu=index,name,driver_version,memory.used --format=csv,noheader | tee "$out/host.txt" >&2
 [ "$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)" -ge 2 ] || { echo "soak_gpu: needs two GPUs" >&2; exit 77; }
 
-# Headers this host may lack travel as Debian packages in .deps.
-extra=()
-if ! [ -e /usr/include/openssl/hmac.h ] && ls .deps/libssl-dev*.deb >/dev/null 2>&1; then
-  mkdir -p /tmp/deps && dpkg -x .deps/libssl-dev*.deb /tmp/deps
-  cp -r /tmp/deps/usr/include/x86_64-linux-gnu/openssl/* /tmp/deps/usr/include/openssl/ 2>/dev/null
-  extra+=(-DOPENSSL_INCLUDE_DIR=/tmp/deps/usr/include
-    -DOPENSSL_CRYPTO_LIBRARY="$(ls /usr/lib/x86_64-linux-gnu/libcrypto.so.3)")
-fi
 say "configure and build (build-gpu)"
-py=$(command -v python3)
-if ! timeout 150 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$py" \
-    -Dpybind11_DIR="$($py -m pybind11 --cmakedir 2>/dev/null)" "${extra[@]}" >"$out/cmake.log" 2>&1; then
-  tail -30 "$out/cmake.log"
-  exit 1
-fi
+# shellcheck source=bench/gpu/configure.sh
+source bench/gpu/configure.sh
+gpu_configure "$out/cmake.log" || exit 1
 if ! timeout 300 ninja -C build-gpu ferry_soak >"$out/build.log" 2>&1; then
   grep -E "error|Error" "$out/build.log" | head -30
   exit 1

@@ -5,7 +5,8 @@
 // and B's GPUs moves random bytes both ways by send/recv, by write with a
 // notification and by read, at odd sizes and offsets, first one pair at a
 // time and then all pairs at once; the receiving process verifies every
-// byte. The transport is the local one, or FERRY_TRANSPORT's (tcp: the same
+// byte; neither process may hold a context (or memory) on a GPU it does not
+// use. The transport is the local one, or FERRY_TRANSPORT's (tcp: the same
 // over loopback, staged through host memory). Exits 77 (skipped) with fewer
 // than two GPUs, 1 on any failure.
 //
@@ -226,6 +227,21 @@ int run(Process& p) {
     }
   }
   all_pairs_at_once(p, 1000);
+  // Nothing of this process may live on the other side's GPUs: no context
+  // there, so no memory either (a context is what any allocation needs).
+  if (gpu_count() >= 4) {
+    const auto& d = platform::cuda();
+    for (int g = 0; g < gpu_count(); ++g) {
+      if (std::find(p.devices.begin(), p.devices.end(), g) != p.devices.end()) continue;
+      unsigned flags = 0;
+      int active = 0;
+      if (d.primary_ctx_get_state(g, &flags, &active) != cu::kSuccess) {
+        fail(p, "cannot ask for GPU " + std::to_string(g) + "'s context");
+      } else if (active != 0) {
+        fail(p, "the engine made a context on GPU " + std::to_string(g) + ", which this process does not use");
+      }
+    }
+  }
   barrier(p);
   return p.failures == 0 ? 0 : 1;
 }
