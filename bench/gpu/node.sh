@@ -56,6 +56,12 @@ fi
 ferry=build-gpu/bin/ferry
 say "built"
 table=()
+: >"$out/table.txt"
+# A row of the closing table, also kept in OUTDIR/table.txt as it comes.
+row() {
+  table+=("$1")
+  echo "$1" >>"$out/table.txt"
+}
 
 # Samples which processes hold memory on which GPU until its file is removed.
 watch_gpus() {  # LOG STOPFILE
@@ -120,7 +126,7 @@ for t in local tcp; do
   tail -3 "$out/multi-$t.log" >&2
   grep FAIL "$out/multi-$t.log" | head -10 >&2
   gpus_verdict=$(check_gpus "$log" "$a_pid=$a_gpus" "$b_pid=$b_gpus")
-  table+=("multi-GPU test, $t: $(tail -1 "$out/multi-$t.log" | cut -c1-160) (rc $rc); nvidia-smi: $gpus_verdict")
+  row "multi-GPU test, $t: $(tail -1 "$out/multi-$t.log" | cut -c1-160) (rc $rc); nvidia-smi: $gpus_verdict"
 done
 
 # 2. Copy engines pair by pair, then every GPU writing to the next at once.
@@ -192,8 +198,8 @@ for size, got in sorted(rows.items()):
 EOF
 )
 echo "$ring" >&2
-while IFS= read -r line; do table+=("ring of $n, local, write: $line"); done <<<"$ring"
-table+=("ring of $n: exit $ring_rc; nvidia-smi: $ring_gpus")
+while IFS= read -r line; do row "ring of $n, local, write: $line"; done <<<"$ring"
+row "ring of $n: exit $ring_rc; nvidia-smi: $ring_gpus"
 
 # 3. One engine per side driving half of the GPUs, against the same pairs one at a time.
 for t in local tcp; do
@@ -226,7 +232,7 @@ for size, r in sorted(together.items()):
 print("; ".join(cells) if cells else "no results")
 EOF
 )
-  table+=("halves over $t ($a_gpus -> $b_gpus, write): $line")
+  row "halves over $t ($a_gpus -> $b_gpus, write): $line"
 done
 
 echo "== node ($part), $(head -1 "$out/gpus.txt" | cut -d, -f2 | xargs) x$n, $(($(date +%s) - start)) s"
