@@ -5,9 +5,10 @@
 # local transport moves them GPU to GPU through CUDA IPC.
 #
 #   PART=memcheck  builds, then SECONDS (default 60) of soak on each transport
-#                  with every process under compute-sanitizer's memcheck (the
-#                  driver's answers to the engine's pointer probes, "invalid
-#                  value" on host memory by design, are not counted)
+#                  with every process under compute-sanitizer's memcheck, in
+#                  one report (the driver's answers to the engine's pointer
+#                  probes, "invalid value" on host memory by design, are not
+#                  counted)
 #   PART=soak      builds, then MINUTES (default 9) of soak on both
 #                  transports at once
 #
@@ -62,24 +63,20 @@ if [[ $part == memcheck ]]; then
   cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
   for t in tcp local; do
     say "memcheck: $seconds s on $t"
-    # Each process's report goes to its own file (%p: its pid): the survivor's
-    # and the peers' standard output is the soak's control channel, where a
-    # summary printed at exit was lost.
-    mkdir -p "$out/memcheck-$t"
+    # One report for the whole tree of processes: the survivor and the peers
+    # (every restart too) run under the sanitizer and report to this one
+    # front end, which prints one summary at the end. Their standard output
+    # is the soak's control channel, so the report goes to a file.
     timeout $((seconds * 4 + 120)) "$cs" --tool memcheck --target-processes all --report-api-errors no \
-      --error-exitcode 9 --print-limit 20 --log-file "$out/memcheck-$t/memcheck-%p.txt" \
+      --error-exitcode 9 --print-limit 20 --log-file "$out/memcheck-$t.report" \
       build-gpu/bin/ferry_soak run --seconds "$seconds" --gpu --transport "$t" --json "$out/memcheck-$t.json" \
       --out "$out/memcheck-$t" >"$out/memcheck-$t.log" 2>&1
     rc=$?
-    reports=("$out/memcheck-$t"/memcheck-*.txt)
-    errors=$(cat "${reports[@]}" | grep -cE "^========= (Invalid|Program hit|Uninitialized|Leaked|Malloc|Cuda API failed)")
-    checked=$(grep -l "ERROR SUMMARY" "${reports[@]}" | wc -l)
-    # The survivor holds the engine under test: its summary must be there.
-    spid=$(grep -o "survivor: READY addr=[^ ]* pid=[0-9]*" "$out/memcheck-$t/events.log" | head -1 | sed 's/.*pid=//')
-    survivor=$(grep -h "ERROR SUMMARY" "$out/memcheck-$t/memcheck-$spid.txt" 2>/dev/null || echo "no summary")
-    say "memcheck $t: rc $rc, $errors errors in ${#reports[@]} processes' reports, $checked with a summary; survivor (pid $spid): $survivor"
-    grep -hE "^=========" "${reports[@]}" | grep -v "ERROR SUMMARY: 0 errors\|COMPUTE-SANITIZER" | head -20 >&2
-    row "$t" "$out/memcheck-$t.json" "$rc (memcheck: $errors errors; $checked of ${#reports[@]} processes summarised; survivor: ${survivor#========= })"
+    errors=$(grep -cE "^========= (Invalid|Program hit|Uninitialized|Leaked|Malloc|Cuda API failed)" "$out/memcheck-$t.report")
+    summary=$(grep -h "ERROR SUMMARY" "$out/memcheck-$t.report" || echo "no summary")
+    say "memcheck $t: rc $rc, $errors errors listed; ${summary#========= }"
+    grep -E "^=========" "$out/memcheck-$t.report" | grep -v "ERROR SUMMARY: 0 errors\|COMPUTE-SANITIZER" | head -20 >&2
+    row "$t" "$out/memcheck-$t.json" "$rc (memcheck: $errors errors listed, ${summary#========= })"
   done
 else
   minutes=${1:-9}
