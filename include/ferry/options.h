@@ -156,6 +156,11 @@ Result<Options> apply_environment(Options base);
 // Checks ranges (streams >= 1, chunk >= 4 KiB, ...). kInvalidArgument names the field.
 Status validate(const Options& options);
 
+// FERRY_* variables set in this process's environment that ferry does not
+// read (a typo such as FERRY_STREAMZ), sorted. FERRY_TEST_* are the test
+// suites' own and not listed.
+std::vector<std::string> unknown_environment();
+
 // The registry of tunables, with their values in `options`.
 std::vector<TunableInfo> describe_tunables(const Options& options);
 

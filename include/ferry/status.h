@@ -66,7 +66,14 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
+// Prints "ferry: value() of a failed Result: <status>" to stderr and aborts:
+// what value() does on an error, so the status is never lost.
+[[noreturn]] void abort_on_failed_value(const Status& status);
+
 // Either a T or a non-OK Status; never holds an OK status without a value.
+// value() (and -> and *) on an error is a bug in the caller: it prints the
+// status and aborts rather than throw. Check ok() first, or use
+// FERRY_ASSIGN_OR_RETURN.
 template <typename T>
 class [[nodiscard]] Result {
  public:
@@ -81,15 +88,28 @@ class [[nodiscard]] Result {
   // The error, or OK when a value is held.
   Status status() const { return ok() ? Status() : std::get<Status>(v_); }
 
-  // REQUIRES: ok().
-  T& value() & { return std::get<T>(v_); }
-  const T& value() const& { return std::get<T>(v_); }
-  T&& value() && { return std::get<T>(std::move(v_)); }
+  // REQUIRES: ok(); otherwise prints the status and aborts.
+  T& value() & {
+    check_value();
+    return *std::get_if<T>(&v_);
+  }
+  const T& value() const& {
+    check_value();
+    return *std::get_if<T>(&v_);
+  }
+  T&& value() && {
+    check_value();
+    return std::move(*std::get_if<T>(&v_));
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
 
  private:
+  void check_value() const {
+    if (!ok()) abort_on_failed_value(*std::get_if<Status>(&v_));
+  }
+
   std::variant<T, Status> v_;
 };
 

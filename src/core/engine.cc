@@ -194,6 +194,10 @@ Status start_directory(Engine::Impl& impl) {
 Result<std::unique_ptr<Engine>> Engine::create(Options options) {
   FERRY_ASSIGN_OR_RETURN(Options opts, apply_environment(std::move(options)));
   if (std::getenv("FERRY_LOG") != nullptr || opts.log_level != LogLevel::kWarn) log::set_level(opts.log_level);
+  for (const std::string& name : unknown_environment()) {
+    FERRY_LOG(kWarn, "options", "%s is set but is no ferry variable: ignored (`ferry config` lists them)",
+              name.c_str());
+  }
   FERRY_ASSIGN_OR_RETURN(platform::HostPort at, platform::parse_host_port(opts.listen));
   auto impl = std::make_unique<Impl>();
   impl->ctx = std::make_shared<core::EngineContext>();

@@ -1,5 +1,8 @@
-// Status helpers: code names and formatting.
+// Status helpers: code names, formatting, and value() of a failed Result.
 #include "ferry/status.h"
+
+#include <cstdio>
+#include <cstdlib>
 
 namespace ferry {
 
@@ -53,6 +56,12 @@ Status Status::with_context(std::string_view context) const {
   m += ": ";
   m += message_;
   return Status(code_, std::move(m));
+}
+
+void abort_on_failed_value(const Status& status) {
+  std::fprintf(stderr, "ferry: value() of a failed Result: %s\n", status.to_string().c_str());
+  std::fflush(stderr);
+  std::abort();
 }
 
 }  // namespace ferry

@@ -3,6 +3,7 @@
 // `ferry config` all read this table.
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <fstream>
@@ -264,6 +265,25 @@ Result<Options> apply_environment(Options base) {
   }
   FERRY_RETURN_IF_ERROR(validate(base));
   return base;
+}
+
+std::vector<std::string> unknown_environment() {
+  // Variables ferry reads outside the tunables' table.
+  static const char* const kOthers[] = {"FERRY_AUTH_TOKEN_FILE", "FERRY_NCCL_LIBRARY", "FERRY_P2P_BASE_PORT",
+                                        "FERRY_P2P_CONNECT_TIMEOUT"};
+  std::vector<std::string> unknown;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string_view entry(*e);
+    if (entry.rfind("FERRY_", 0) != 0) continue;
+    std::string name(entry.substr(0, entry.find('=')));
+    // FERRY_TEST_*: the test suites' own switches.
+    if (name.rfind("FERRY_TEST_", 0) == 0) continue;
+    bool known = std::any_of(std::begin(kOthers), std::end(kOthers), [&](const char* o) { return name == o; });
+    for (const Tunable& t : tunables()) known = known || name == t.env;
+    if (!known) unknown.push_back(name);
+  }
+  std::sort(unknown.begin(), unknown.end());
+  return unknown;
 }
 
 Status validate(const Options& o) {

@@ -65,7 +65,9 @@ int forged_file(const ShmChannel& genuine, size_t size, int seals) {
   EXPECT_EQ(::pread(genuine.fd(), head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
   EXPECT_EQ(::pwrite(fd, head.data(), std::min(head.size(), size), 0),
             static_cast<ssize_t>(std::min(head.size(), size)));
-  if (seals != 0) EXPECT_EQ(::fcntl(fd, F_ADD_SEALS, seals), 0);
+  if (seals != 0) {
+    EXPECT_EQ(::fcntl(fd, F_ADD_SEALS, seals), 0);
+  }
   return fd;
 }
 

@@ -368,5 +368,23 @@ TEST(Options, DescribeTunablesListsEveryVariableOnce) {
   }
 }
 
+// A FERRY_* variable that ferry does not read (a typo) is named, so that
+// `ferry config` and the engine's log can say so; real ones, the variables
+// read outside the tunables and the test suites' FERRY_TEST_* are not.
+TEST(Options, UnknownFerryVariablesAreListed) {
+  EnvGuard env;
+  ::setenv("FERRY_STREAMZ", "4", 1);
+  ::setenv("FERRY_ZZZ_TYPO", "", 1);
+  env.set("FERRY_STREAMS", "4");
+  env.set("FERRY_AUTH_TOKEN_FILE", "/nonexistent");
+  ::setenv("FERRY_TEST_SOMETHING", "1", 1);
+  std::vector<std::string> unknown = unknown_environment();
+  ::unsetenv("FERRY_STREAMZ");
+  ::unsetenv("FERRY_ZZZ_TYPO");
+  ::unsetenv("FERRY_TEST_SOMETHING");
+  EXPECT_EQ(unknown, (std::vector<std::string>{"FERRY_STREAMZ", "FERRY_ZZZ_TYPO"}));
+  EXPECT_TRUE(unknown_environment().empty());
+}
+
 }  // namespace
 }  // namespace ferry

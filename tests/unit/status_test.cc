@@ -344,5 +344,19 @@ TEST(TransferState, BytesAndTransferHandle) {
   EXPECT_FALSE(empty.cancel());
 }
 
+// value() of a failed Result prints the status, so a program that skipped
+// ok() still says why it stopped (it used to end in bad_variant_access).
+TEST(ResultDeathTest, ValueOfAnErrorPrintsTheStatusAndAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  Result<int> failed(Status(Code::kNotFound, "buffer at 0x1000 is not registered"));
+  EXPECT_DEATH((void)failed.value(),
+               "ferry: value\\(\\) of a failed Result: not_found: buffer at 0x1000 is not registered");
+  EXPECT_DEATH((void)*failed, "not_found");
+  Result<std::string> moved(Status(Code::kPeerLost, "peer 10.0.0.2:7000 went silent"));
+  EXPECT_DEATH((void)std::move(moved).value(), "peer_lost: peer 10.0.0.2:7000 went silent");
+  const Result<int> ok(7);
+  EXPECT_EQ(ok.value(), 7);
+}
+
 }  // namespace
 }  // namespace ferry

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <barrier>
+#include <cerrno>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -267,6 +268,52 @@ pid_t spawn_local_target(const BenchFlags& f, std::string& address) {
 }
 
 // One session per GPU, all at once; per-GPU and aggregate bandwidth per size.
+int usage_error(const std::string& what) {
+  std::fprintf(stderr, "ferry bench: %s\nRun 'ferry bench --help' for its flags.\n", what.c_str());
+  return 2;
+}
+
+// The settings that shape a transfer over the named transport (TCP's streams,
+// chunks and window mean nothing to the same-host transport).
+std::string transport_note(const std::string& transport, const Options& o) {
+  if (transport != "tcp") return "";
+  return " (" + std::to_string(o.streams) + " streams, chunk " + format_bytes(o.chunk_bytes) + ", window " +
+         std::to_string(o.window) + ")";
+}
+
+// SIGINT while it lives: the first sets flag(), the second ends the process
+// as Ctrl-C does. A signal handler can only reach a static.
+class InterruptLatch {
+ public:
+  InterruptLatch() {
+    fired_.store(false);
+    struct sigaction sa {};
+    sa.sa_handler = &InterruptLatch::on_signal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, &old_);
+  }
+  ~InterruptLatch() { ::sigaction(SIGINT, &old_, nullptr); }
+  InterruptLatch(const InterruptLatch&) = delete;
+  InterruptLatch& operator=(const InterruptLatch&) = delete;
+
+  const std::atomic<bool>* flag() const { return &fired_; }
+  bool fired() const { return fired_.load(); }
+
+ private:
+  static void on_signal(int) {
+    if (fired_.exchange(true)) {
+      ::signal(SIGINT, SIG_DFL);
+      ::raise(SIGINT);
+      return;
+    }
+    static const char kNote[] = "\nferry bench: interrupted: finishing this size (Ctrl-C again to quit now)\n";
+    (void)!::write(2, kNote, sizeof(kNote) - 1);
+  }
+
+  static inline std::atomic<bool> fired_{false};
+  struct sigaction old_ {};
+};
+
 int run_gpus(const BenchFlags& f, const Options& o, RunConfig cfg, const std::string& peer) {
   std::vector<int> gpus = parse_gpu_list(f.gpus);
   std::vector<int> peers = f.peer_gpus.empty() ? gpus : parse_gpu_list(f.peer_gpus);
@@ -280,13 +327,14 @@ int run_gpus(const BenchFlags& f, const Options& o, RunConfig cfg, const std::st
   size_t n = gpus.size();
   std::vector<std::shared_ptr<Connection>> conns;
   for (size_t i = 0; i < n; ++i) conns.push_back(must(engine->connect(peer, after(10s)), "connect to " + peer));
-  std::fprintf(
-      stderr,
-      "ferry bench: %s, GPUs %s -> peer GPUs %s over %s, %d streams, staging chunk %s depth %d, %d in flight%s\n",
-      cfg.op.c_str(), f.gpus.c_str(), f.peer_gpus.empty() ? f.gpus.c_str() : f.peer_gpus.c_str(),
-      std::string(conns[0]->transport_name()).c_str(), engine->options().streams,
-      format_bytes(engine->options().staging_chunk_bytes).c_str(), engine->options().staging_depth, cfg.inflight,
-      footprint_note(cfg).c_str());
+  std::string transport(conns[0]->transport_name());
+  std::string staging = transport == "tcp" ? ", staging chunk " + format_bytes(engine->options().staging_chunk_bytes) +
+                                                 " depth " + std::to_string(engine->options().staging_depth)
+                                           : "";
+  std::fprintf(stderr, "ferry bench: %s, GPUs %s -> peer GPUs %s over the %s transport%s%s, %d in flight%s\n",
+               cfg.op.c_str(), f.gpus.c_str(), f.peer_gpus.empty() ? f.gpus.c_str() : f.peer_gpus.c_str(),
+               transport.c_str(), transport_note(transport, engine->options()).c_str(), staging.c_str(), cfg.inflight,
+               footprint_note(cfg).c_str());
   // The last session to arrive also waits for the other processes of --gate.
   auto pass_gate = [&gate]() noexcept {
     if (gate) must(gate->pass(after(120s)), "--gate");
@@ -471,10 +519,21 @@ int run_bench(const BenchFlags& f) {
   }
   Options o;
   if (f.streams > 0) o.streams = f.streams;
-  if (!f.chunk.empty()) o.chunk_bytes = must(parse_bytes(f.chunk), "--chunk");
+  if (!f.chunk.empty()) {
+    auto chunk = parse_bytes(f.chunk);
+    if (!chunk.ok()) return usage_error("--chunk: " + chunk.status().message());
+    o.chunk_bytes = chunk.value();
+  }
   if (f.window > 0) o.window = f.window;
   if (!f.nics.empty()) o.nics = f.nics;
   if (!f.directory.empty()) o.directory = f.directory;
+  // Every flag is checked before anything runs, the output file too.
+  if (Status v = validate(o); !v.ok()) return usage_error(v.message());
+  if (!f.json_out.empty() && f.json_out != "-") {
+    std::FILE* out = std::fopen(f.json_out.c_str(), "a");
+    if (out == nullptr) return usage_error("--json " + f.json_out + ": cannot be written: " + std::strerror(errno));
+    std::fclose(out);
+  }
   if (!f.listen.empty()) return run_target(f, o);
 
   RunConfig cfg;
@@ -522,15 +581,23 @@ int run_bench(const BenchFlags& f) {
   }
   auto engine = must(Engine::create(o), "create engine");
   auto conn = must(engine->connect(peer, after(10s)), "connect to " + peer);
-  std::fprintf(stderr, "ferry bench: %s to %s, %d streams, chunk %s, window %d, %d in flight%s\n", cfg.op.c_str(),
-               peer.c_str(), engine->options().streams, format_bytes(engine->options().chunk_bytes).c_str(),
-               engine->options().window, cfg.inflight, footprint_note(cfg).c_str());
-  auto results = run_initiator(*engine, *conn, cfg);
   std::string transport(conn->transport_name());
+  std::fprintf(stderr, "ferry bench: %s to %s over the %s transport%s, %d in flight%s\n", cfg.op.c_str(), peer.c_str(),
+               transport.c_str(), transport_note(transport, engine->options()).c_str(), cfg.inflight,
+               footprint_note(cfg).c_str());
+  // Ctrl-C: the size being measured finishes, then what was measured is
+  // printed (and written) as usual; a second Ctrl-C quits at once.
+  InterruptLatch interrupt;
+  cfg.stop = interrupt.flag();
+  auto results = run_initiator(*engine, *conn, cfg);
   conn->close();
   stop_child(child);
   if (f.json_out != "-") print_table(cfg, results);
   if (!f.json_out.empty()) write_json(f, cfg, engine->options(), transport, results);
+  if (interrupt.fired()) {
+    std::fprintf(stderr, "ferry bench: interrupted after %zu of %zu sizes\n", results.size(), cfg.sizes.size());
+    return 130;
+  }
   bool bad = std::any_of(results.begin(), results.end(), [](const SizeResult& r) { return r.verified == "FAILED"; });
   return bad ? 3 : 0;
 }
@@ -557,9 +624,10 @@ void add_bench_command(CLI::App& app) {
                 "timing loop that enqueues its iterations on a stream, like nccl-tests)")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  b->add_option("--streams", f->streams, "data streams per connection (default: FERRY_STREAMS or 2)");
-  b->add_option("--chunk", f->chunk, "chunk size, e.g. 512K");
-  b->add_option("--window", f->window, "chunks in flight per stream");
+  b->add_option("--streams", f->streams, "TCP: data streams per connection (default: FERRY_STREAMS or 2)")
+      ->check(CLI::Range(1, 64));
+  b->add_option("--chunk", f->chunk, "TCP: chunk size, e.g. 512K");
+  b->add_option("--window", f->window, "TCP: chunks in flight per stream")->check(CLI::Range(1, 4096));
   b->add_flag("--bidir", f->bidir, "both sides move data at once");
   b->add_flag("--verify", f->verify, "fill with random bytes and compare checksums end to end");
   b->add_option("--footprint", f->footprint,

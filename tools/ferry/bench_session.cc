@@ -599,6 +599,7 @@ std::vector<SizeResult> run_initiator(Engine& engine, Connection& conn, const Ru
   int count = cfg.warmup + cfg.iters;
   size_t n = 0;
   for (uint64_t size : cfg.sizes) {
+    if (cfg.stop != nullptr && cfg.stop->load()) break;
     ++n;
     if (cfg.verify) must(fill_src(b, b.at(count - 1, size), size, size * 2), "fill the source");
     must(send_text(conn, b, "begin " + std::to_string(size)), "begin");

@@ -4,6 +4,7 @@
 // and sweeps.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -66,6 +67,9 @@ struct RunConfig {
   // Initiator: where its buffers' host memory is counted (null: a budget of
   // its own with the default limit). Not sent to the target.
   std::shared_ptr<MemoryBudget> budget;
+  // Initiator: once set (Ctrl-C), no further size starts; the sizes measured
+  // so far are returned. Not sent to the target.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // Limits on what one session may ask for; a target refuses more.

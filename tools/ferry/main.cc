@@ -2,16 +2,22 @@
 #include <CLI/CLI.hpp>
 
 #include "ferry/commands.h"
+#include "ferry/usage.h"
+
+#ifndef FERRY_VERSION
+#define FERRY_VERSION "unknown"
+#endif
 
 int main(int argc, char** argv) {
   CLI::App app{"ferry: point-to-point data transfer engine for GPU clusters"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "ferry " FERRY_VERSION);
   ferry::cli::add_bench_command(app);
   ferry::cli::add_config_command(app);
   ferry::cli::add_tune_command(app);
   ferry::cli::add_diag_command(app);
   ferry::cli::add_profile_command(app);
   ferry::cli::add_dir_command(app);
-  CLI11_PARSE(app, argc, argv);
-  return 0;
+  int rc = ferry::cli::parse_command_line(app, argc, argv);
+  return rc >= 0 ? rc : 0;
 }
