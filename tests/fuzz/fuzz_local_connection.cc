@@ -229,8 +229,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   uint8_t setup = in.u8();
   (void)in.u8();  // streams: TCP only
   LocalPeer peer;
-  require_ok(peer.dial(t, after(5s)), "handshake");
-  auto accepted = t.engine->accept(after(5s));
+  require_ok(peer.dial(t, after(30s)), "handshake");
+  auto accepted = t.engine->accept(after(30s));
   require_ok(accepted.status(), "accept");
   std::shared_ptr<Connection> conn = std::move(accepted).value();
   std::vector<Transfer> ops = post_setup(*conn, setup, t.memory.data(), peer_export());

@@ -59,8 +59,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   uint8_t setup = in.u8();
   int streams = 1 + in.u8() % 2;
   TcpPeer peer;
-  require_ok(peer.dial(t.engine->address(), streams, after(5s)), "handshake");
-  auto accepted = t.engine->accept(after(5s));
+  require_ok(peer.dial(t.engine->address(), streams, after(30s)), "handshake");
+  auto accepted = t.engine->accept(after(30s));
   require_ok(accepted.status(), "accept");
   std::shared_ptr<Connection> conn = std::move(accepted).value();
   std::vector<Transfer> ops = post_setup(*conn, setup, t.memory.data(), peer_export());
