@@ -71,7 +71,7 @@ struct BenchFlags {
   // same index (or of --peer-gpus at the same position).
   std::string gpus;
   std::string peer_gpus;
-  std::string gate;  // --gate DIR:N: timed phases start with N other bench processes' (with --gpus)
+  std::string gate;  // --gate DIR:N: timed phases start together in N bench processes (with --gpus)
   // --sweep: one run per combination of these, rows appended to a CSV.
   std::string sweep_csv;
   std::string sweep_chunk = "64K,256K,512K,1M,4M";
@@ -267,7 +267,6 @@ pid_t spawn_local_target(const BenchFlags& f, std::string& address) {
   return pid;
 }
 
-// One session per GPU, all at once; per-GPU and aggregate bandwidth per size.
 int usage_error(const std::string& what) {
   std::fprintf(stderr, "ferry bench: %s\nRun 'ferry bench --help' for its flags.\n", what.c_str());
   return 2;
@@ -314,6 +313,7 @@ class InterruptLatch {
   struct sigaction old_ {};
 };
 
+// One session per GPU, all at once; per-GPU and aggregate bandwidth per size.
 int run_gpus(const BenchFlags& f, const Options& o, RunConfig cfg, const std::string& peer) {
   std::vector<int> gpus = parse_gpu_list(f.gpus);
   std::vector<int> peers = f.peer_gpus.empty() ? gpus : parse_gpu_list(f.peer_gpus);

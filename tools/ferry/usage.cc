@@ -88,8 +88,7 @@ int parse_command_line(CLI::App& app, int argc, char** argv) {
     const CLI::App* where = chosen(app);
     std::string command = where == &app ? "ferry" : "ferry " + where->get_name();
     std::fprintf(stderr, "%s: %s\n", command.c_str(), e.what());
-    if (const auto* extras = dynamic_cast<const CLI::ExtrasError*>(&e)) {
-      (void)extras;
+    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
       std::vector<std::string> flags = long_flags(*where);
       for (int i = 1; i < argc; ++i) {
         std::string arg = argv[i];
