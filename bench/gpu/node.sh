@@ -100,6 +100,19 @@ else:
 EOF
 }
 
+# Prints "CHILD GRANDCHILD" of PID (timeout(1) -> the program -> the process
+# it starts), waiting up to 10 s for the grandchild to appear.
+child_and_grandchild() {
+  local child="" grandchild=""
+  for _ in $(seq 1 200); do
+    child=$(pgrep -P "$1" | head -1)
+    [ -n "$child" ] && grandchild=$(pgrep -P "$child" | head -1)
+    [ -n "$grandchild" ] && break
+    sleep 0.05
+  done
+  echo "$child $grandchild"
+}
+
 # 1. One engine per half, every operation, local and TCP; memory on own GPUs only.
 a_gpus=$(seq -s, 0 $((half - 1)))
 b_gpus=$(if [ "$n" -ge 4 ]; then seq -s, "$half" $((2 * half - 1)); else echo "$a_gpus"; fi)
@@ -112,13 +125,7 @@ for t in local tcp; do
   FERRY_TRANSPORT=$t timeout 300 build-gpu/bin/ferry_local_multi_gpu_test >"$out/multi-$t.log" 2>&1 &
   test_pid=$!
   # timeout(1) runs the test (process A), which forks its peer (process B).
-  a_pid="" b_pid=""
-  for _ in $(seq 1 200); do
-    a_pid=$(pgrep -P "$test_pid" | head -1)
-    [ -n "$a_pid" ] && b_pid=$(pgrep -P "$a_pid" | head -1)
-    [ -n "$b_pid" ] && break
-    sleep 0.05
-  done
+  read -r a_pid b_pid <<<"$(child_and_grandchild "$test_pid")"
   wait "$test_pid"
   rc=$?
   rm -f "$stop"
@@ -148,14 +155,8 @@ for i in $(seq 0 $((n - 1))); do
   pids+=($!)
 done
 for i in $(seq 0 $((n - 1))); do
-  # timeout(1) -> ferry bench (GPU i) -> its target (GPU i+1), spawned once it starts
-  b="" t=""
-  for _ in $(seq 1 200); do
-    b=$(pgrep -P "${pids[$i]}" | head -1)
-    [ -n "$b" ] && t=$(pgrep -P "$b" | head -1)
-    [ -n "$t" ] && break
-    sleep 0.05
-  done
+  # timeout(1) -> ferry bench (GPU i) -> its target (GPU i+1)
+  read -r b t <<<"$(child_and_grandchild "${pids[$i]}")"
   specs+=("$b=$i" "$t=$(((i + 1) % n))")
 done
 ring_rc=0
