@@ -345,5 +345,40 @@ TEST(BadPeer, PeerFrozenFailsAtDeadlineOrHeartbeatTimeoutAndNothingHangs) {
   EXPECT_EQ(peer.wait_exit(10s), 0) << "the thawed peer should see its connection gone and exit";
 }
 
+// The sender gives up on a receiver stopped past peer_timeout and reuses its
+// buffer; when the receiver runs again it must not complete the receive with
+// the reused bytes (on the local transport the receiver copies from the
+// sender's memory itself, and used to finish that copy and succeed).
+TEST(BadPeer, ReceiverThawedAfterSenderGaveUpNeverTakesReusedBytes) {
+  Options o;
+  o.heartbeat_interval = 100ms;
+  o.peer_timeout = 1000ms;
+  constexpr uint64_t kSize = (32ull << 20) + 4093;
+  constexpr uint64_t kOffset = 1 << 20;
+  LocalSide me(kOffset + kSize + 4096, o);
+  PeerProcess peer({"--dial", me.engine->address(), "--mode", "frozen-recv", "--size", std::to_string(kSize),
+                    "--seed", "71"},
+                   {"FERRY_PEER_TIMEOUT_MS=1000", "FERRY_HEARTBEAT_MS=100"});
+  ASSERT_EQ(peer.line(), "CONNECTED");
+  auto c = me.engine->accept(after(10s));
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  auto conn = c.value();
+  auto posted = conn->recv(me.at(0), 4096, after(10s));
+  ASSERT_TRUE(posted.ok()) << posted.status().to_string();
+  ASSERT_EQ(std::string(reinterpret_cast<char*>(me.at(0)), *posted), "POSTED");
+  peer.signal(SIGSTOP);
+  fill_random(me.at(kOffset), kSize, 71);
+  Transfer send = conn->send_async(me.at(kOffset), kSize);
+  Status s = send.wait(after(5s));
+  EXPECT_EQ(s.code(), Code::kPeerLost) << "the send to a stopped receiver must fail: " << s.to_string();
+  // What an application does with a buffer whose send failed: reuse it.
+  fill_random(me.at(kOffset), kSize, 72);
+  peer.signal(SIGCONT);
+  int rc = peer.wait_exit(20s);
+  EXPECT_NE(rc, 3) << "the thawed receiver completed its receive with the sender's reused bytes";
+  EXPECT_EQ(rc, 0) << "the receive should fail like the send did (exit code " << rc << ")";
+  conn->close();
+}
+
 }  // namespace
 }  // namespace ferry::test

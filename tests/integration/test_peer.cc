@@ -6,6 +6,11 @@
 // ready, then serves one connection:
 //   echo    sends every message back; "QUIT" ends
 //   sink    receives messages forever (for kill/stop tests)
+//   frozen-recv
+//           posts one receive of --size bytes, sends "POSTED", and exits 0 if
+//           the receive fails, 3 if it completes with bytes other than
+//           fill_random(--seed), 4 if it completes with exactly them (the
+//           test stops this process and changes the sender's buffer)
 //   target  registers --size bytes filled from --seed, exports them, sends the
 //           descriptor, then obeys text commands:
 //             DUMP off len     send back region[off, off+len)
@@ -75,6 +80,18 @@ int serve(ferry::Engine& engine, ferry::Connection& conn, const Args& a) {
       if (n.value() == 4 && std::memcmp(data, "QUIT", 4) == 0) return 0;
       if (a.mode == "echo") send_bytes(data, n.value());
     }
+  }
+  if (a.mode == "frozen-recv") {
+    ferry::Transfer t = conn.recv_async(data, a.size);
+    // Not waited for: the test may stop this process before the answer comes.
+    std::memcpy(ctl, "POSTED", 6);
+    ferry::Transfer posted = conn.send_async(ctl, 6);
+    ferry::Status s = t.wait(ferry::after(120s));
+    std::fprintf(stderr, "test_peer: frozen-recv: %s\n", s.to_string().c_str());
+    if (!s.ok()) return 0;
+    std::vector<uint8_t> expected(t.bytes());
+    ferry::test::fill_random(expected.data(), expected.size(), a.seed);
+    return std::memcmp(expected.data(), data, expected.size()) == 0 ? 4 : 3;
   }
   if (a.mode != "target") return 2;
 

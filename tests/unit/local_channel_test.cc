@@ -1,16 +1,20 @@
 // The local transport's pieces that need no peer process: the shared-memory
 // message rings (order, wrap-around, full ring, wake-ups, a second mapping of
-// the same memfd as the peer would have), the span codec, span slicing and
-// cross-memory copies within this process.
+// the same memfd as the peer would have), the span codec, span slicing,
+// cross-memory copies within this process, and a copy's answer to a peer
+// that gave up on the connection while it ran.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <random>
 #include <thread>
+
+#include "transport/local/gpu_sharing.h"
 
 #include "transport/local/cross_memory.h"
 #include "transport/local/local_copier.h"
@@ -216,6 +220,89 @@ TEST(CrossMemory, CopiesBetweenIovecListsOfDifferentShapes) {
   std::vector<iovec> one{{back.data(), back.size()}};
   ASSERT_TRUE(cross_read(::getpid(), one, remote).ok());
   EXPECT_EQ(back, src);
+}
+
+TEST(ShmChannel, GivingUpIsSeenByThePeerOnly) {
+  auto a = ShmChannel::create(4096, 5).value();
+  ShmChannel b = peer_of(a, 5);
+  EXPECT_FALSE(a.peer_gave_up());
+  EXPECT_FALSE(b.peer_gave_up());
+  b.give_up();
+  EXPECT_TRUE(a.peer_gave_up());
+  EXPECT_FALSE(b.peer_gave_up()) << "a side reads the other's record, never its own";
+}
+
+// Host memory described as the peer would describe it (this process is the
+// peer: the kernel path is the same).
+std::vector<SharedSpan> far_spans(std::vector<uint8_t>& mem) {
+  SharedSpan s;
+  s.address = reinterpret_cast<uint64_t>(mem.data());
+  s.length = mem.size();
+  return {s};
+}
+
+core::SegmentList near_list(std::vector<uint8_t>& mem) {
+  auto entry = std::make_shared<core::RegionEntry>();
+  entry->region = Region{1, mem.data(), mem.size(), MemoryKind::kHost, -1};
+  core::SegmentList list;
+  list.add(core::MemorySpan{entry, mem.data(), mem.size()});
+  return list;
+}
+
+// A peer check that answers OK `ok_calls` times, then kPeerLost.
+LocalCopier::PeerCheck gives_up_after(std::shared_ptr<std::atomic<int>> calls, int ok_calls) {
+  return [calls, ok_calls] {
+    return calls->fetch_add(1) < ok_calls ? Status() : Status(Code::kPeerLost, "the peer gave up");
+  };
+}
+
+TEST(LocalCopier, StopsBeforeTheNextPieceOnceThePeerGaveUp) {
+  // 12 MiB + 5: one thread, a first piece of 8 MiB and a second of the rest.
+  const size_t size = (12u << 20) + 5;
+  std::vector<uint8_t> src(size), dst(size, 0xEE);
+  std::mt19937 rng(9);
+  for (auto& b : src) b = static_cast<uint8_t>(rng());
+  GpuImports imports;
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  // Calls: before the copy, before piece 0, before piece 1 (gave up).
+  LocalCopier copier(imports, 1, ::getpid(), gives_up_after(calls, 2));
+  int completions = 0;
+  Status s = copier.start(near_list(src), far_spans(dst), size, /*to_remote=*/true,
+                          [&](const Status&) { ++completions; });
+  EXPECT_EQ(s.code(), Code::kPeerLost) << s.to_string();
+  EXPECT_EQ(completions, 0) << "start's own error is the only answer";
+  const size_t piece = 8u << 20;
+  EXPECT_EQ(std::memcmp(dst.data(), src.data(), piece), 0) << "the first piece was copied before the peer gave up";
+  EXPECT_TRUE(std::all_of(dst.begin() + piece, dst.end(), [](uint8_t b) { return b == 0xEE; }))
+      << "nothing may be written into the peer's memory once it gave up";
+}
+
+TEST(LocalCopier, ACopyThatEndsAfterThePeerGaveUpFails) {
+  const size_t size = (1u << 20) + 3;
+  std::vector<uint8_t> src(size, 7), dst(size, 0);
+  GpuImports imports;
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  // Calls: before the copy, before its one piece, then once it has ended
+  // (gave up meanwhile: the bytes read may be the peer's reused memory).
+  LocalCopier copier(imports, 1, ::getpid(), gives_up_after(calls, 2));
+  std::vector<Status> completions;
+  Status s = copier.start(near_list(dst), far_spans(src), size, /*to_remote=*/false,
+                          [&](const Status& st) { completions.push_back(st); });
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  ASSERT_EQ(completions.size(), 1u);
+  EXPECT_EQ(completions[0].code(), Code::kPeerLost) << completions[0].to_string();
+  // A peer that stands by the connection: the same copy succeeds.
+  LocalCopier steady(imports, 1, ::getpid(), [] { return Status(); });
+  completions.clear();
+  ASSERT_TRUE(steady.start(near_list(dst), far_spans(src), size, false,
+                           [&](const Status& st) { completions.push_back(st); })
+                  .ok());
+  ASSERT_EQ(completions.size(), 1u);
+  EXPECT_TRUE(completions[0].ok()) << completions[0].to_string();
+  EXPECT_EQ(dst, src);
+  // One that gave up before the copy: refused at once.
+  LocalCopier gone(imports, 1, ::getpid(), gives_up_after(std::make_shared<std::atomic<int>>(0), 0));
+  EXPECT_EQ(gone.start(near_list(dst), far_spans(src), size, false, [](const Status&) {}).code(), Code::kPeerLost);
 }
 
 TEST(CrossMemory, ADeadPeerIsPeerLost) {

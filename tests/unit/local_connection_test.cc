@@ -159,5 +159,40 @@ TEST(LocalConnection, NoByteLandsInARegionDeregisteredWhileAnotherThreadCloses) 
             0u);
 }
 
+// A send larger than the receiver pulls itself (the sender writes into the
+// receive buffer it was told of): a dereg of that buffer while the sender
+// writes returns only once the sender has stopped. The buffer used to be
+// unknown to dereg, which returned at once while the bytes kept landing.
+TEST(LocalConnection, NoByteLandsInAReceiveBufferDeregisteredWhileThePeerWritesIt) {
+  EnginePair p = connect_local();
+  ASSERT_TRUE(p.ca && p.cb);
+  const size_t n = size_t{512} << 20;
+  auto map = [n] {
+    void* m = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    EXPECT_NE(m, MAP_FAILED);
+    return static_cast<uint8_t*>(m);
+  };
+  uint8_t* theirs = map();
+  uint8_t* mine = map();
+  std::memset(theirs, 0x5a, n);
+  ASSERT_TRUE(p.a->reg(theirs, n).ok());
+  Region region = p.b->reg(mine, n).value();
+  Transfer r = p.cb->recv_async(mine, n);
+  Transfer s = p.ca->send_async(theirs, n);
+  // The sender's copy has begun once the buffer's first byte changed.
+  auto until = Clock::now() + 10s;
+  while (reinterpret_cast<volatile uint8_t*>(mine)[0] == 0 && Clock::now() < until) std::this_thread::yield();
+  ASSERT_EQ(mine[0], 0x5a) << "the sender never began writing";
+  ASSERT_TRUE(p.b->dereg(region).ok());
+  std::memset(mine, 0, n);  // the application's again
+  (void)s.wait(after(30s));  // finished or failed: either way, over
+  (void)r.wait(after(30s));
+  size_t changed = 0;
+  for (size_t i = 0; i < n; i += 4096) changed += mine[i] != 0;
+  EXPECT_EQ(changed, 0u) << "pages of the receive buffer written after its dereg returned";
+  ::munmap(theirs, n);
+  ::munmap(mine, n);
+}
+
 }  // namespace
 }  // namespace ferry

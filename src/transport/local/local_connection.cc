@@ -38,7 +38,13 @@ LocalConnection::LocalConnection(std::shared_ptr<core::EngineContext> ctx, uint6
       peer_(std::move(peer)),
       control_(std::move(control)),
       channel_(std::move(channel)),
-      copier_(*ctx_->gpu_imports, peer_.engine_id, peer_.pid),
+      copier_(*ctx_->gpu_imports, peer_.engine_id, peer_.pid,
+              [this] {
+                if (!channel_.peer_gave_up()) return Status();
+                return Status(Code::kPeerLost, where() +
+                                                   ": the peer gave up on the connection before this copy ended; "
+                                                   "the bytes copied cannot be trusted");
+              }),
       budget_(ctx_->options.connection_memory_bytes) {
   last_peer_beat_at_ = Clock::now();
 }
@@ -347,6 +353,11 @@ void LocalConnection::match(PostedRecv recv, Unexpected msg) {
       answer(msg.op, f);
       return;
     }
+    {
+      // A dereg of the buffer now waits for the peer to stop writing it.
+      std::lock_guard lock(mu_);
+      for (const core::MemorySpan& span : recv.dest.spans()) shared_receives_.insert(span.region->region.id);
+    }
     uint64_t token = state->id();
     expect(token, [state](const Status& st) { state->finish(st); });
     FrameHeader h;
@@ -639,6 +650,10 @@ std::optional<std::string> LocalConnection::poll_notification() { return notes_.
 
 void LocalConnection::tick(Clock::time_point now) {
   if (failed_.load(std::memory_order_acquire)) return;
+  if (channel_.peer_gave_up()) {
+    fail(Status(Code::kPeerLost, where() + ": the peer gave up on the connection"));
+    return;
+  }
   channel_.beat();
   uint64_t beats = channel_.peer_beats();
   if (beats != last_peer_beats_) {
@@ -692,6 +707,9 @@ void LocalConnection::fail(const Status& why, bool shutdown_control) {
     health_ = why;
     failed_.store(true, std::memory_order_release);
   }
+  // Before any transfer ends: its memory may be reused as soon as it does,
+  // and a peer still copying must learn that its copy cannot be trusted.
+  channel_.give_up();
   // The peer's orderly close ends the connection as planned: not a warning.
   if (closed_by_peer_.load(std::memory_order_acquire)) {
     FERRY_LOG(kInfo, "local", "%s", why.to_string().c_str());

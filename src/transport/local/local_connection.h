@@ -238,6 +238,7 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
       opening_;                                           // guarded by mu_
   std::map<uint64_t, std::set<uint64_t>> shared_allocs_;  // guarded by mu_: region -> allocation bases
   std::map<uint64_t, uint64_t> shared_exports_;           // guarded by mu_: export id -> region
+  std::set<uint64_t> shared_receives_;  // guarded by mu_: regions of receive buffers the peer was told to write
   uint64_t next_note_seq_ = 1;                            // guarded by mu_
 
   // What the peer can make this side hold (unmatched messages, control

@@ -63,8 +63,8 @@ int active_device(int fallback) {
   return fallback;
 }
 
-LocalCopier::LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid)
-    : imports_(imports), peer_engine_(peer_engine), peer_pid_(peer_pid) {}
+LocalCopier::LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid, PeerCheck peer_check)
+    : imports_(imports), peer_engine_(peer_engine), peer_pid_(peer_pid), peer_check_(std::move(peer_check)) {}
 
 LocalCopier::~LocalCopier() {
   drain();
@@ -145,7 +145,12 @@ Status LocalCopier::copy_gpu_piece(uint8_t* local, int local_device, const Share
 }
 
 Status LocalCopier::start(const core::SegmentList& local, const std::vector<SharedSpan>& remote, uint64_t size,
-                          bool to_remote, Done done) {
+                          bool to_remote, Done when_done) {
+  FERRY_RETURN_IF_ERROR(peer_check_());
+  // Every way a copy ends passes here, after its last byte moved.
+  Done done = [this, when_done = std::move(when_done)](const Status& st) {
+    when_done(st.ok() ? peer_check_() : st);
+  };
   {
     std::lock_guard lock(mu_);
     if (stopped_) return Status(Code::kCancelled, "local copier: the connection is closing");
@@ -266,45 +271,55 @@ Status LocalCopier::start(const core::SegmentList& local, const std::vector<Shar
   return Status();
 }
 
+namespace {
+// `in` cut into consecutive parts of at most `per` bytes.
+std::vector<std::vector<iovec>> cut(const std::vector<iovec>& in, size_t per) {
+  std::vector<std::vector<iovec>> out(1);
+  size_t filled = 0;
+  for (iovec v : in) {
+    while (v.iov_len > 0) {
+      if (filled == per) out.emplace_back(), filled = 0;
+      size_t k = std::min(v.iov_len, per - filled);
+      out.back().push_back({v.iov_base, k});
+      v.iov_base = static_cast<char*>(v.iov_base) + k;
+      v.iov_len -= k;
+      filled += k;
+    }
+  }
+  return out;
+}
+}  // namespace
+
 Status LocalCopier::cross_copy(const std::vector<iovec>& near, const std::vector<iovec>& far, bool to_remote) {
-  auto run = [this, to_remote](const std::vector<iovec>& n, const std::vector<iovec>& f) {
-    return to_remote ? cross_write(peer_pid_, n, f) : cross_read(peer_pid_, n, f);
-  };
   size_t total = 0;
   for (const iovec& v : near) total += v.iov_len;
-  if (total < kParallelCrossBytes) return run(near, far);
-  // One thread copies at about 0.6× memcpy (the kernel pins each page of the
+  // One thread copies at about 0.6x memcpy (the kernel pins each page of the
   // peer as it goes); four share a large copy (see cross_memory.h).
-  std::vector<std::vector<iovec>> n(kCrossThreads), f(kCrossThreads);
-  size_t per = (total + kCrossThreads - 1) / kCrossThreads;
-  auto cut = [per](const std::vector<iovec>& in, std::vector<std::vector<iovec>>& out) {
-    size_t part = 0, filled = 0;
-    for (iovec v : in) {
-      while (v.iov_len > 0) {
-        size_t k = std::min(v.iov_len, per - filled);
-        out[part].push_back({v.iov_base, k});
-        v.iov_base = static_cast<char*>(v.iov_base) + k;
-        v.iov_len -= k;
-        filled += k;
-        if (filled == per && part + 1 < out.size()) ++part, filled = 0;
-      }
+  size_t threads = total < kParallelCrossBytes ? 1 : kCrossThreads;
+  size_t per = std::min(kCrossPiece, (total + threads - 1) / threads);
+  std::vector<std::vector<iovec>> n = cut(near, per), f = cut(far, per);
+  // Worker w copies pieces w, w + threads, ...
+  auto run = [&](size_t w) {
+    for (size_t i = w; i < n.size(); i += threads) {
+      FERRY_RETURN_IF_ERROR(peer_check_());
+      FERRY_RETURN_IF_ERROR(to_remote ? cross_write(peer_pid_, n[i], f[i]) : cross_read(peer_pid_, n[i], f[i]));
     }
+    return Status();
   };
-  cut(near, n);
-  cut(far, f);
-  std::vector<Status> results(kCrossThreads);
+  threads = std::min(threads, n.size());
+  std::vector<Status> results(threads);
   std::vector<std::thread> helpers;
   std::vector<size_t> inline_parts{0};
-  for (size_t i = 1; i < kCrossThreads; ++i) {
+  for (size_t w = 1; w < threads; ++w) {
     // Out of threads: this thread copies that part itself, more slowly.
-    auto t = platform::try_start_thread("ferry-xcopy", [&, i] { results[i] = run(n[i], f[i]); });
+    auto t = platform::try_start_thread("ferry-xcopy", [&, w] { results[w] = run(w); });
     if (t.ok()) {
       helpers.push_back(std::move(t).value());
     } else {
-      inline_parts.push_back(i);
+      inline_parts.push_back(w);
     }
   }
-  for (size_t i : inline_parts) results[i] = run(n[i], f[i]);
+  for (size_t w : inline_parts) results[w] = run(w);
   for (auto& t : helpers) t.join();
   for (const Status& s : results) FERRY_RETURN_IF_ERROR(s);
   return Status();

@@ -9,6 +9,12 @@
 // its own host memory. It cannot copy between its own GPU and the peer's host
 // memory; can_execute() says whether a copy avoids that.
 //
+// A copy asks, before each piece and once it has ended, whether the peer gave
+// up on the connection meanwhile (PeerCheck): the peer may have reused its
+// memory since, so the copy fails with the check's status instead of
+// succeeding with bytes that were never the message (a process stopped past
+// peer_timeout in the middle of a copy resumes it).
+//
 // Thread-safe: start() may run on any thread; poll() and drain() belong to
 // the connection's progress thread (or its closer).
 #pragma once
@@ -42,8 +48,10 @@ bool any_host(const core::SegmentList& list);
 class LocalCopier {
  public:
   using Done = std::function<void(const Status&)>;
+  // OK while the peer still stands by the connection; why not, once it gave up.
+  using PeerCheck = std::function<Status()>;
 
-  LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid);
+  LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid, PeerCheck peer_check);
   ~LocalCopier();
 
   // True unless the copy would pair this side's GPU memory with the peer's
@@ -79,6 +87,9 @@ class LocalCopier {
   // Host copies from this size on are shared by kCrossThreads threads.
   static constexpr size_t kParallelCrossBytes = 16u << 20;
   static constexpr size_t kCrossThreads = 4;
+  // Host copies go in pieces of at most this size, the peer checked before
+  // each: what a resumed copy can still write into memory its owner gave up.
+  static constexpr size_t kCrossPiece = 8u << 20;
 
   Status cross_copy(const std::vector<iovec>& near, const std::vector<iovec>& far, bool to_remote);
   Result<platform::cu::Stream> stream_for(int device);  // caller holds mu_ and made the context current
@@ -89,6 +100,7 @@ class LocalCopier {
   GpuImports& imports_;
   const uint64_t peer_engine_;
   const pid_t peer_pid_;
+  const PeerCheck peer_check_;
   mutable std::mutex mu_;
   std::map<int, platform::cu::Stream> streams_;  // guarded by mu_; by local device
   std::map<int, std::vector<platform::cu::Event>> spare_events_;  // guarded by mu_; events belong to a context

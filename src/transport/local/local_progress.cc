@@ -346,8 +346,10 @@ Status LocalConnection::on_pull_or_push(const FrameHeader& h, std::string_view p
 
 void LocalConnection::region_retired(uint64_t region_id) {
   std::vector<uint64_t> exports, allocs;
+  bool received_into = false;
   {
     std::lock_guard lock(mu_);
+    received_into = shared_receives_.erase(region_id) != 0;
     for (auto it = shared_exports_.begin(); it != shared_exports_.end();) {
       if (it->second == region_id) {
         exports.push_back(it->first);
@@ -362,14 +364,16 @@ void LocalConnection::region_retired(uint64_t region_id) {
       shared_allocs_.erase(a);
     }
   }
-  if (exports.empty() && allocs.empty()) return;
+  if (exports.empty() && allocs.empty() && !received_into) return;
   if (!failed_.load(std::memory_order_acquire)) {
     std::string payload;
     for (uint64_t v : exports) payload.append(reinterpret_cast<const char*>(&v), 8);
     for (uint64_t v : allocs) payload.append(reinterpret_cast<const char*>(&v), 8);
     // The peer copies into our memory itself, so "no byte lands after dereg"
     // needs its word: it stops using the region, lets its copies finish, and
-    // answers. A peer that never answers is lost within peer_timeout.
+    // answers. A peer that never answers is lost within peer_timeout. For a
+    // receive buffer alone the list is empty: the peer handles our CTS
+    // before this message and its copies end before it answers.
     auto answered = std::make_shared<std::promise<Status>>();
     FrameHeader h;
     h.type = FrameType::kLocalRevoke;

@@ -35,6 +35,7 @@ struct ShmChannel::Ring {
   alignas(64) std::atomic<uint32_t> seq;    // futex word: bumped to wake the consumer
   std::atomic<uint32_t> sleeping;           // the consumer is (about to be) asleep
   alignas(64) std::atomic<uint64_t> beats;  // liveness of the consumer's side
+  std::atomic<uint32_t> gave_up;            // the consumer's side failed the connection
 };
 
 struct ShmChannel::Layout {
@@ -233,5 +234,13 @@ void ShmChannel::kick() { wake(ring(1 - side_)); }
 
 void ShmChannel::beat() { ring(1 - side_).beats.fetch_add(1, std::memory_order_relaxed); }
 uint64_t ShmChannel::peer_beats() const { return ring(side_).beats.load(std::memory_order_relaxed); }
+
+// Sequentially consistent on both sides: the giver's later reuse of its
+// memory cannot be seen by a copy whose reader then finds the flag clear.
+void ShmChannel::give_up() { ring(1 - side_).gave_up.store(1, std::memory_order_seq_cst); }
+bool ShmChannel::peer_gave_up() const {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return ring(side_).gave_up.load(std::memory_order_seq_cst) != 0;
+}
 
 }  // namespace ferry::local

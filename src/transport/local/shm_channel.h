@@ -68,6 +68,13 @@ class ShmChannel {
   void beat();
   uint64_t peer_beats() const;
 
+  // Each side records here, before it lets go of any memory it described to
+  // the peer, that it gave up on the connection. A side that copied from or
+  // into the peer's memory reads it once its copy has ended: bytes copied
+  // after the peer gave up may be the peer's reused memory, not its message.
+  void give_up();
+  bool peer_gave_up() const;
+
  private:
   struct Layout;
   struct Ring;
