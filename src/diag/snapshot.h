@@ -9,6 +9,7 @@
 // Reads under a root folder ("" = this host); needs no privilege.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -33,6 +34,12 @@ struct CpuTimes {
   // Time not idle and not waiting for I/O.
   uint64_t busy() const { return user + nice + system + irq + softirq + steal; }
 };
+// The fields by name, in /proc/stat's order (the JSON's labels).
+inline constexpr std::array<const char*, 8> kCpuTimeFields = {"user", "nice",    "system",  "idle",
+                                                              "iowait", "irq", "softirq", "steal"};
+inline constexpr std::array<uint64_t CpuTimes::*, 8> kCpuTimeMembers = {
+    &CpuTimes::user, &CpuTimes::nice, &CpuTimes::system,  &CpuTimes::idle,
+    &CpuTimes::iowait, &CpuTimes::irq, &CpuTimes::softirq, &CpuTimes::steal};
 
 struct IrqSample {
   int irq = 0;

@@ -102,9 +102,12 @@ std::string snapshot_to_json(const Snapshot& s) {
   j["softirqs"] = {{"NET_RX", per_cpu_json(s.net_rx)}, {"NET_TX", per_cpu_json(s.net_tx)}};
   Json times = Json::object();
   for (const auto& [cpu, c] : s.cpu_times) {
-    times[std::to_string(cpu)] = {c.user, c.nice, c.system, c.idle, c.iowait, c.irq, c.softirq, c.steal};
+    Json one = Json::object();
+    for (size_t f = 0; f < kCpuTimeFields.size(); ++f) one[kCpuTimeFields[f]] = c.*kCpuTimeMembers[f];
+    times[std::to_string(cpu)] = one;
   }
   j["cpu_times"] = times;
+  j["cpu_times_unit"] = "USER_HZ ticks since boot (/proc/stat)";
   Json sys = Json::object();
   for (const auto& [name, value] : s.sysctls) sys[name] = value;
   j["sysctls"] = sys;
@@ -207,14 +210,23 @@ Result<Snapshot> snapshot_from_json(std::string_view text, std::string_view what
   for (auto it = times->begin(); it != times->end(); ++it) {
     std::string at = w + ": cpu_times[\"" + it.key() + "\"]";
     FERRY_ASSIGN_OR_RETURN(int cpu, cpu_key(it.key(), at));
-    if (!it.value().is_array() || it.value().size() != 8) {
-      return Status(Code::kInvalidArgument, at + ": expected 8 tick counts");
+    CpuTimes& c = s.cpu_times[cpu];
+    const Json& v = it.value();
+    if (v.is_object()) {
+      for (size_t f = 0; f < kCpuTimeFields.size(); ++f) {
+        auto field = v.find(kCpuTimeFields[f]);
+        if (field == v.end()) return Status(Code::kInvalidArgument, at + ": no \"" + kCpuTimeFields[f] + "\"");
+        FERRY_ASSIGN_OR_RETURN(c.*kCpuTimeMembers[f], count_value(*field, at + "." + kCpuTimeFields[f]));
+      }
+    } else if (v.is_array() && v.size() == kCpuTimeFields.size()) {
+      // Snapshots written before the fields were named: the same order.
+      for (size_t f = 0; f < kCpuTimeFields.size(); ++f) {
+        FERRY_ASSIGN_OR_RETURN(c.*kCpuTimeMembers[f], count_value(v[f], at + "[" + std::to_string(f) + "]"));
+      }
+    } else {
+      return Status(Code::kInvalidArgument, at + ": expected an object of tick counts (user, nice, system, idle, "
+                                                 "iowait, irq, softirq, steal)");
     }
-    uint64_t v[8];
-    for (size_t f = 0; f < 8; ++f) {
-      FERRY_ASSIGN_OR_RETURN(v[f], count_value(it.value()[f], at + "[" + std::to_string(f) + "]"));
-    }
-    s.cpu_times[cpu] = CpuTimes{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
   }
   FERRY_ASSIGN_OR_RETURN(const Json* sys, json_object(j, "sysctls", w));
   for (auto it = sys->begin(); it != sys->end(); ++it) {

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "platform/host_files.h"
+#include "tune/text_table.h"
 
 namespace ferry::tune {
 namespace {
@@ -39,11 +40,6 @@ CpuList spread_order(const platform::Topology& topo, int node, const CpuList& se
     if (!any) break;
   }
   return order;
-}
-
-std::string pad(std::string s, size_t width) {
-  if (s.size() < width) s.append(width - s.size(), ' ');
-  return s;
 }
 
 std::string speed_text(int64_t mbps) {
@@ -204,26 +200,27 @@ std::string render_plan_text(const TunePlan& plan) {
        std::to_string(t.gpus.size()) + " NVIDIA GPU(s)\n\n";
 
   o += "CPU sets per NUMA node (each with its SMT siblings)\n";
-  o += pad("node", 6) + pad("cores", 7) + pad("system", 18) + pad("tx", 18) + pad("rx", 18) + "app\n";
+  TextTable sets({"node", "cores", "system", "tx", "rx", "app"});
   for (const platform::NodeSets& s : plan.bindings.nodes) {
-    o += pad(std::to_string(s.node), 6) + pad(std::to_string(s.cores), 7) + pad(format_cpu_list(s.system), 18) +
-         pad(format_cpu_list(s.tx), 18) + pad(format_cpu_list(s.rx), 18) + format_cpu_list(s.app) + "\n";
+    sets.add({std::to_string(s.node), std::to_string(s.cores), format_cpu_list(s.system), format_cpu_list(s.tx),
+              format_cpu_list(s.rx), format_cpu_list(s.app)});
   }
+  o += sets.render();
 
   o += "\nNICs\n";
-  o += pad("nic", 8) + pad("node", 6) + pad("driver", 12) + pad("pci", 14) + pad("speed", 10) + pad("mtu", 7) +
-       pad("queues", 8) + pad("tx", 18) + "rx\n";
+  TextTable nics({"nic", "node", "driver", "pci", "speed", "mtu", "queues", "tx", "rx"});
   bool assumed = false;
   for (const std::string& name : plan.bindings.nic_order) {
     const platform::NicInfo* n = t.find_nic(name);
     if (n == nullptr) continue;
     assumed = assumed || n->numa_node < 0;
-    o += pad(name, 8) + pad(std::to_string(plan.bindings.nic_node.at(name)) + (n->numa_node < 0 ? "*" : ""), 6) +
-         pad(n->driver.empty() ? "-" : n->driver, 12) + pad(n->pci_address.empty() ? "-" : n->pci_address, 14) +
-         pad(speed_text(n->speed_mbps), 10) + pad(std::to_string(n->mtu), 7) +
-         pad(std::to_string(n->rx_queues) + "/" + std::to_string(n->tx_queues), 8) +
-         pad(format_cpu_list(plan.bindings.tx.at(name)), 18) + format_cpu_list(plan.bindings.rx.at(name)) + "\n";
+    nics.add({name, std::to_string(plan.bindings.nic_node.at(name)) + (n->numa_node < 0 ? "*" : ""),
+              n->driver.empty() ? "-" : n->driver, n->pci_address.empty() ? "-" : n->pci_address,
+              speed_text(n->speed_mbps), std::to_string(n->mtu),
+              std::to_string(n->rx_queues) + "/" + std::to_string(n->tx_queues),
+              format_cpu_list(plan.bindings.tx.at(name)), format_cpu_list(plan.bindings.rx.at(name))});
   }
+  o += nics.render();
 
   if (assumed) o += "* sysfs gives no NUMA node for this NIC; planned on the node shown\n";
   o += "\nBinding strings (for ferry, and for NCCL's GPUDirect-TCPX plugin)\n";
@@ -233,23 +230,25 @@ std::string render_plan_text(const TunePlan& plan) {
   o += "export NCCL_GPUDIRECTTCPX_RX_BINDINGS=\"" + plan.rx_bindings() + "\"\n";
 
   o += "\nIRQ affinities (mode " + std::string(irq_mode_name(plan.irq_mode)) + ")\n";
-  o += pad("irq", 6) + pad("nic", 8) + pad("kind", 8) + pad("queue", 7) + pad("current", 14) + pad("planned", 14) +
-       pad("name", 34) + "why\n";
-  for (const IrqPlan& p : plan.irqs) {
-    std::string cur = p.current_error.empty() ? format_cpu_list(p.current) : "?";
-    o += pad(std::to_string(p.irq), 6) + pad(p.nic, 8) + pad(std::string(irq_kind_name(p.kind)), 8) +
-         pad(p.queue < 0 ? "-" : std::to_string(p.queue), 7) + pad(cur, 14) +
-         pad(p.planned.empty() ? "(as is)" : format_cpu_list(p.planned), 14) + pad(p.name, 34) + p.basis + "; " +
-         p.reason + "\n";
+  if (plan.irqs.empty()) {
+    o += "(no NIC interrupts found)\n";
+  } else {
+    TextTable irqs({"irq", "nic", "kind", "queue", "current", "planned", "name", "why"});
+    for (const IrqPlan& p : plan.irqs) {
+      irqs.add({std::to_string(p.irq), p.nic, std::string(irq_kind_name(p.kind)),
+                p.queue < 0 ? "-" : std::to_string(p.queue),
+                p.current_error.empty() ? format_cpu_list(p.current) : "?",
+                p.planned.empty() ? "(as is)" : format_cpu_list(p.planned), p.name, p.basis + "; " + p.reason});
+    }
+    o += irqs.render();
   }
-  if (plan.irqs.empty()) o += "(no NIC interrupts found)\n";
 
   o += "\nHost settings (`ferry tune apply --sysctl` changes those marked change)\n";
-  o += pad("setting", 24) + pad("state", 13) + pad("current", 26) + pad("recommended", 40) + "why\n";
+  TextTable settings({"setting", "state", "current", "recommended", "why"});
   for (const HostSetting& s : plan.settings) {
-    o += pad(s.name, 24) + pad(std::string(setting_state_name(s.state)), 13) + pad(s.current, 26) +
-         pad(s.recommended, 40) + s.why + "\n";
+    settings.add({s.name, std::string(setting_state_name(s.state)), s.current, s.recommended, s.why});
   }
+  o += settings.render();
   if (!plan.notes.empty()) {
     o += "\nNotes\n";
     for (const std::string& n : plan.notes) o += "- " + n + "\n";

@@ -14,6 +14,15 @@ rows=$(grep -c '^[0-9]' <<<"$out")
 [ "$rows" -eq 62 ] || fail "2 GPUs x 31 sizes should be 62 configurations, got $rows"
 grep -q 'p2p_cfg[0-9]\{4\}_s[01]d[01]_sz[0-9]*_r0' <<<"$out" || fail "no event names in the plan"
 [ "$(plan --gpus 0,1)" = "$out" ] || fail "the same seed gave another order"
+# The run time it states: 2 x 30 s of drift windows and 930 transfers (about
+# 63 s on a 2-GPU host), and more with longer drift windows.
+est() { sed -n 's/^# estimated run time: about \([0-9]*\) s .*/\1/p' <<<"$1"; }
+secs=$(est "$out")
+[ -n "$secs" ] && [ "$secs" -ge 60 ] && [ "$secs" -le 70 ] || fail "2 GPUs, full sizes: expected an estimate of 60-70 s, got '$secs'"
+grep -q "930 transfers" <<<"$out" || fail "the estimate should count 62 x 15 transfers"
+longer=$(est "$(plan --gpus 0,1 --drift-seconds 100)")
+[ "$longer" -ge $((secs + 130)) ] || fail "drift windows of 100 s should add 140 s: $secs -> $longer"
+grep -q "plus up to 60 s warming" <<<"$(plan --gpus 0,1 --warm-to 60)" || fail "--warm-to should add its limit to the estimate"
 [ "$(plan --gpus 0,1 --seed 43)" != "$out" ] || fail "another seed gave the same order"
 rows=$(plan --gpus 0-3 --sizes 4K,1M | grep -c '^[0-9]')
 [ "$rows" -eq 24 ] || fail "4 GPUs x 2 sizes should be 24 configurations, got $rows"

@@ -118,6 +118,36 @@ TEST(DiagJson, RoundTripIsExact) {
   EXPECT_EQ(back->topology.gpus[0].pci_class, 0x030200u);
 }
 
+// Each CPU's times are labeled; a snapshot from before the labels (eight
+// counts in /proc/stat's order) still reads the same.
+TEST(DiagJson, CpuTimesAreLabeledAndOldArraysStillRead) {
+  Snapshot s = snap(fixture_dir("a3high"));
+  std::string json = snapshot_to_json(s);
+  EXPECT_NE(json.find("\"user\": 10003"), std::string::npos);
+  EXPECT_NE(json.find("\"idle\": 900030"), std::string::npos);
+  EXPECT_NE(json.find("\"cpu_times_unit\": \"USER_HZ ticks"), std::string::npos);
+  const CpuTimes& c = s.cpu_times.at(3);
+  size_t at = json.find("\"3\": {");
+  ASSERT_NE(at, std::string::npos);
+  size_t end = json.find('}', at);
+  std::string old_form = "\"3\": [" + std::to_string(c.user) + ", " + std::to_string(c.nice) + ", " +
+                         std::to_string(c.system) + ", " + std::to_string(c.idle) + ", " + std::to_string(c.iowait) +
+                         ", " + std::to_string(c.irq) + ", " + std::to_string(c.softirq) + ", " +
+                         std::to_string(c.steal) + "]";
+  std::string older = json;
+  older.replace(at, end + 1 - at, old_form);
+  auto back = snapshot_from_json(older, "old.json");
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(snapshot_to_json(*back), json);
+  std::string missing = json;
+  size_t steal = missing.find("\"steal\"", at);
+  missing.replace(steal, 7, "\"stale\"");
+  auto bad = snapshot_from_json(missing, "a.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("cpu_times[\"3\"]: no \"steal\""), std::string::npos)
+      << bad.status().message();
+}
+
 std::string bad_snapshot(const std::string& json) {
   auto r = snapshot_from_json(json, "a.json");
   EXPECT_FALSE(r.ok());

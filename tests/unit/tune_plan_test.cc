@@ -8,6 +8,7 @@
 #include "fixture_tree.h"
 #include "tune/plan.h"
 #include "tune/plan_json.h"
+#include "tune/text_table.h"
 
 namespace ferry::tune {
 namespace {
@@ -211,6 +212,34 @@ TEST(TunePlan, TextNamesEverything) {
         "gve-ntfy-blk16@pci:0000:06:00.0", "irqbalance daemon", "running (pid 1234)", "8 NVIDIA GPU(s)"}) {
     EXPECT_NE(text.find(want), std::string::npos) << want;
   }
+}
+
+// A value longer than its heading still leaves a gap before the next column
+// (fixed widths printed "no cpufreq (VM or firmware)performance").
+TEST(TunePlan, ColumnsNeverRunTogether) {
+  std::string text = render_plan_text(plan_for("vm"));
+  auto at = text.find("no cpufreq (VM or firmware)");
+  ASSERT_NE(at, std::string::npos) << text;
+  size_t after = at + std::string_view("no cpufreq (VM or firmware)").size();
+  EXPECT_EQ(text.substr(after, 2), "  ") << text.substr(at, 80);
+  // Its table's columns line up: "recommended" starts where its values do.
+  size_t header = text.find("setting ");
+  size_t col = text.find("recommended", header) - header;
+  size_t row = text.rfind('\n', at) + 1;
+  std::string line = text.substr(row, text.find('\n', at) - row);
+  ASSERT_GT(line.size(), col) << line;
+  EXPECT_EQ(line[col - 1], ' ') << line;
+  EXPECT_NE(line[col], ' ') << line;
+}
+
+TEST(TextTable, WidthsFollowTheWidestCell) {
+  TextTable t({"a", "bb", "c"});
+  t.add({"long value", "x", "last cell is not padded"});
+  t.add({"y", "a wider one", "z"});
+  EXPECT_EQ(t.render(),
+            "a           bb           c\n"
+            "long value  x            last cell is not padded\n"
+            "y           a wider one  z\n");
 }
 
 TEST(PlanJson, RoundTrip) {

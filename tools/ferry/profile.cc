@@ -131,9 +131,38 @@ std::vector<int> plan_gpus(const ProfileFlags& f) {
   return all;
 }
 
+// What a run of `plan` should take, for --dry-run. Fitted to full runs on
+// H200 hosts (2 GPUs: 63.0 s, 4 GPUs: 74.6 s, docs/benchmarks.md): the two
+// clock-drift windows, about 1 s to start, 2.3 ms per transfer (events,
+// synchronisation, checks) and the bytes at NVLink speed.
+constexpr double kStartSeconds = 1.0;
+constexpr double kSecondsPerTransfer = 0.0023;
+constexpr double kAssumedBytesPerSecond = 300e9;
+
+std::string run_time_estimate(const std::vector<Config>& plan, const ProfileFlags& f) {
+  double transfers = 0, bytes = 0;
+  for (const Config& c : plan) {
+    transfers += f.warmup + f.reps;
+    bytes += static_cast<double>(c.size) * (f.warmup + f.reps);
+  }
+  double drift = 2 * f.drift_seconds;
+  double seconds = kStartSeconds + drift + transfers * kSecondsPerTransfer + bytes / kAssumedBytesPerSecond;
+  char line[400];
+  std::snprintf(line, sizeof(line),
+                "# estimated run time: about %.0f s (%.0f s of clock-drift windows, %.0f transfers, %.1f GB moved at an "
+                "assumed %.0f GB/s; a PCIe host moves the bytes about ten times slower)%s\n",
+                seconds, drift, transfers, bytes / 1e9, kAssumedBytesPerSecond / 1e9,
+                f.warm_to > 0 ? (", plus up to " + std::to_string(static_cast<int>(f.warm_limit)) +
+                                 " s warming the GPUs")
+                                    .c_str()
+                              : "");
+  return line;
+}
+
 void print_plan(const std::vector<Config>& plan, const ProfileFlags& f) {
   std::printf("# ferry profile plan: backend %s, seed %" PRIu64 ", %zu configurations, warm-up %d, repetitions %d\n",
               f.backend.c_str(), f.seed, plan.size(), f.warmup, f.reps);
+  std::printf("%s", run_time_estimate(plan, f).c_str());
   std::printf("%-6s %-9s %-4s %-4s %-11s %s\n", "order", "config_id", "src", "dst", "size", "first event");
   for (size_t i = 0; i < plan.size(); ++i) {
     const Config& c = plan[i];
