@@ -19,7 +19,7 @@ memory is rejected with a ValueError naming the argument.
 
 Errors are ferry.FerryError subclasses, one per status code, carrying the C++
 message (`.code`, `.message`): Cancelled, InvalidArgument, DeadlineExceeded,
-NotRegistered, OutOfRange, PermissionDenied, Unauthenticated,
+NotFound, OutOfRange, PermissionDenied, Unauthenticated,
 ResourceExhausted, Unavailable, PeerLost, BufferTooSmall, Unimplemented,
 DataLoss, InternalError. Each also derives from the built-in exception a Python
 program would catch (ValueError, TimeoutError, LookupError, IndexError,
@@ -57,7 +57,7 @@ from ._ferry import (
     InvalidArgument,
     LogLevel,
     MemoryKind,
-    NotRegistered,
+    NotFound,
     Options,
     OutOfRange,
     PeerLost,
@@ -78,10 +78,14 @@ from ._ferry import (
 
 __version__ = "0.1.0"
 
+# The class was called NotRegistered before it took C++'s name (not_found);
+# the old name still catches it.
+NotRegistered = NotFound
+
 __all__ = [
     "BufferTooSmall", "Cancelled", "Code", "Connection", "DataLoss", "DeadlineExceeded", "Directory",
     "DirectoryEntry", "DirectoryEvent", "DirectoryWatch", "Engine",
-    "FerryError", "InternalError", "InvalidArgument", "LogLevel", "MemoryKind", "NotRegistered",
+    "FerryError", "InternalError", "InvalidArgument", "LogLevel", "MemoryKind", "NotFound",
     "Options", "OutOfRange", "PeerLost", "PermissionDenied", "Region", "RemoteDescriptor",
     "ResourceExhausted", "Status", "Transfer", "Unauthenticated", "Unavailable", "Unimplemented",
     "apply_environment", "code_name", "describe_tunables", "make_options", "validate",

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "arguments.h"
 #include "bindings.h"
 #include "buffers.h"
 #include "errors.h"
@@ -27,11 +28,6 @@ std::string text(pyb::handle message, const char* what) {
     return std::string(PyByteArray_AsString(message.ptr()), static_cast<size_t>(PyByteArray_Size(message.ptr())));
   }
   throw pyb::type_error(std::string("argument '") + what + "' must be bytes or str");
-}
-
-std::optional<uint64_t> opt_size(pyb::handle size) {
-  if (size.is_none()) return std::nullopt;
-  return size.cast<uint64_t>();
 }
 
 // An operation ready to post: the buffers it uses and how to post it.
@@ -82,10 +78,10 @@ std::vector<Item> resolve_items(pyb::handle seq, Access access, const char* what
     }
     pyb::tuple t = pyb::reinterpret_borrow<pyb::tuple>(e);
     Item item;
-    std::optional<uint64_t> size = t.size() == 4 ? opt_size(t[3]) : std::nullopt;
+    std::optional<uint64_t> size = t.size() == 4 ? optional_count_from(t[3], name + ".size") : std::nullopt;
     item.local = resolve_buffer(t[0], size, access, name + ".local");
-    item.remote = t[1].cast<RemoteDescriptor>();
-    item.offset = t.size() >= 3 ? t[2].cast<uint64_t>() : 0;
+    item.remote = remote_from(t[1], name + ".remote");
+    item.offset = t.size() >= 3 ? count_from(t[2], name + ".remote_offset") : 0;
     out.push_back(std::move(item));
   }
   return out;
@@ -99,8 +95,8 @@ std::vector<BufferArg> locals_of(const std::vector<Item>& items) {
 
 // ---- the operations, shared by the async and blocking forms -----------------
 
-Posted post_send(PyConnection& c, pyb::handle data, pyb::handle size) {
-  std::vector<BufferArg> b{resolve_buffer(data, opt_size(size), Access::kRead, "data")};
+Posted post_send(PyConnection& c, pyb::handle data, const Size& size) {
+  std::vector<BufferArg> b{resolve_buffer(data, size.value, Access::kRead, "data")};
   auto conn = c.conn;
   return post(b, [&] { return conn->send_async(b[0].data, b[0].size); });
 }
@@ -113,8 +109,8 @@ Posted post_sendv(PyConnection& c, pyb::handle parts) {
   return post(b, [&] { return conn->sendv_async(v); });
 }
 
-Posted post_recv(PyConnection& c, pyb::handle data, pyb::handle size) {
-  std::vector<BufferArg> b{resolve_buffer(data, opt_size(size), Access::kWrite, "data")};
+Posted post_recv(PyConnection& c, pyb::handle data, const Size& size) {
+  std::vector<BufferArg> b{resolve_buffer(data, size.value, Access::kWrite, "data")};
   auto conn = c.conn;
   return post(b, [&] { return conn->recv_async(b[0].data, b[0].size); });
 }
@@ -127,12 +123,12 @@ Posted post_recvv(PyConnection& c, pyb::handle parts) {
   return post(b, [&] { return conn->recvv_async(v); });
 }
 
-Posted post_write(PyConnection& c, pyb::handle local, const RemoteDescriptor& remote, uint64_t offset,
-                  pyb::handle notification, pyb::handle size) {
-  std::vector<BufferArg> b{resolve_buffer(local, opt_size(size), Access::kRead, "local")};
+Posted post_write(PyConnection& c, pyb::handle local, const Remote& remote, const Offset& offset,
+                  pyb::handle notification, const Size& size) {
+  std::vector<BufferArg> b{resolve_buffer(local, size.value, Access::kRead, "local")};
   std::string note = notification.is_none() ? std::string() : text(notification, "notification");
   auto conn = c.conn;
-  return post(b, [&] { return conn->write_async(b[0].data, b[0].size, remote, offset, note); });
+  return post(b, [&] { return conn->write_async(b[0].data, b[0].size, remote.value, offset.value, note); });
 }
 
 Posted post_writev(PyConnection& c, pyb::handle items, pyb::handle notification) {
@@ -144,11 +140,11 @@ Posted post_writev(PyConnection& c, pyb::handle items, pyb::handle notification)
   return post(locals_of(it), [&] { return conn->writev_async(v, note); });
 }
 
-Posted post_read(PyConnection& c, pyb::handle local, const RemoteDescriptor& remote, uint64_t offset,
-                 pyb::handle size) {
-  std::vector<BufferArg> b{resolve_buffer(local, opt_size(size), Access::kWrite, "local")};
+Posted post_read(PyConnection& c, pyb::handle local, const Remote& remote, const Offset& offset,
+                 const Size& size) {
+  std::vector<BufferArg> b{resolve_buffer(local, size.value, Access::kWrite, "local")};
   auto conn = c.conn;
-  return post(b, [&] { return conn->read_async(b[0].data, b[0].size, remote, offset); });
+  return post(b, [&] { return conn->read_async(b[0].data, b[0].size, remote.value, offset.value); });
 }
 
 Posted post_readv(PyConnection& c, pyb::handle items) {
@@ -165,8 +161,8 @@ Posted post_notify(PyConnection& c, pyb::handle message) {
   return post({}, [&] { return conn->notify_async(m); });
 }
 
-pyb::bytes wait_notification(PyConnection& c, std::optional<double> timeout) {
-  Deadline deadline = deadline_from(timeout);
+pyb::bytes wait_notification(PyConnection& c, const Timeout& timeout) {
+  Deadline deadline = timeout.deadline;
   auto conn = c.conn;
   Result<std::string> r = Status(Code::kDeadlineExceeded, "no notification by the deadline");
   bool done = wait_in_slices(deadline, [&](Deadline d) {
@@ -181,8 +177,14 @@ pyb::bytes wait_notification(PyConnection& c, std::optional<double> timeout) {
 }
 
 const char* kTimeoutDoc =
-    " `timeout` is in seconds (None: no deadline); the GIL is released and Ctrl-C raises "
-    "KeyboardInterrupt.";
+    " Blocks until then or for `timeout` seconds (None: no deadline), with the GIL released; Ctrl-C raises "
+    "KeyboardInterrupt. Raises the failure as a ferry.FerryError subclass (PeerLost, NotFound, OutOfRange, "
+    "BufferTooSmall, ...), DeadlineExceeded at the deadline, TypeError or ValueError for a bad argument.";
+
+// What every *_async call shares.
+#define ASYNC_DOC                                                                                              \
+  " Does not block. A bad argument raises TypeError or ValueError at once; the transfer's own failure is "    \
+  "raised by its wait()."
 
 }  // namespace
 
@@ -192,7 +194,7 @@ void bind_connection(pyb::module_& m) {
   pyb::class_<PyConnection> c(
       m, "Connection",
       "A bidirectional link to one peer engine; both sides may send, receive, read and write. Thread-safe. "
-      "Every local buffer must lie inside memory registered with the local engine (NotRegistered otherwise, "
+      "Every local buffer must lie inside memory registered with the local engine (NotFound otherwise, "
       "OutOfRange if it runs past the region). A buffer is a NumPy array, any buffer-protocol object, a torch "
       "tensor (CPU or CUDA), an object with __cuda_array_interface__ or __dlpack__, an (address, size) tuple, "
       "or an address (int) with size=. Buffers must be contiguous; the Transfer keeps them alive.");
@@ -200,38 +202,38 @@ void bind_connection(pyb::module_& m) {
 
   // two-sided
   c.def(
-      "send_async", [](PyConnection& c, pyb::handle data, pyb::handle size) { return async(post_send(c, data, size)); },
+      "send_async", [](PyConnection& c, pyb::handle data, const Size& size) { return async(post_send(c, data, size)); },
       arg("data"), arg("size") = none,
       "Sends `size` bytes of `data` (default: all of it) as one message; finishes when the peer's matching "
-      "receive holds them. Returns a Transfer.");
+      "receive holds them. Returns a Transfer." ASYNC_DOC);
   c.def(
       "send",
-      [](PyConnection& c, pyb::handle data, pyb::handle size, std::optional<double> timeout) {
-        Deadline deadline = deadline_from(timeout);
+      [](PyConnection& c, pyb::handle data, const Size& size, const Timeout& timeout) {
+        Deadline deadline = timeout.deadline;
         finish(post_send(c, data, size), deadline);
       },
       arg("data"), arg("size") = none, pyb::kw_only(), arg("timeout") = none,
       ("Blocking send_async: returns once the peer holds the message." + t).c_str());
   c.def(
       "sendv_async", [](PyConnection& c, pyb::handle parts) { return async(post_sendv(c, parts)); }, arg("parts"),
-      "Sends the concatenation of `parts` (a list of buffers) as one message. Returns a Transfer.");
+      "Sends the concatenation of `parts` (a list of buffers) as one message. Returns a Transfer." ASYNC_DOC);
   c.def(
       "sendv",
-      [](PyConnection& c, pyb::handle parts, std::optional<double> timeout) {
-        Deadline deadline = deadline_from(timeout);
+      [](PyConnection& c, pyb::handle parts, const Timeout& timeout) {
+        Deadline deadline = timeout.deadline;
         finish(post_sendv(c, parts), deadline);
       },
       arg("parts"), pyb::kw_only(), arg("timeout") = none, ("Blocking sendv_async." + t).c_str());
   c.def(
-      "recv_async", [](PyConnection& c, pyb::handle data, pyb::handle size) { return async(post_recv(c, data, size)); },
+      "recv_async", [](PyConnection& c, pyb::handle data, const Size& size) { return async(post_recv(c, data, size)); },
       arg("data"), arg("size") = none,
       "Receives the next message into `data` (at most `size` bytes; default all of it; must be writable). "
       "Transfer.bytes is the message size. A message larger than the buffer fails both sides with "
-      "BufferTooSmall. Returns a Transfer.");
+      "BufferTooSmall. Returns a Transfer." ASYNC_DOC);
   c.def(
       "recv",
-      [](PyConnection& c, pyb::handle data, pyb::handle size, std::optional<double> timeout) {
-        Deadline deadline = deadline_from(timeout);
+      [](PyConnection& c, pyb::handle data, const Size& size, const Timeout& timeout) {
+        Deadline deadline = timeout.deadline;
         return finish(post_recv(c, data, size), deadline);
       },
       arg("data"), arg("size") = none, pyb::kw_only(), arg("timeout") = none,
@@ -239,11 +241,11 @@ void bind_connection(pyb::module_& m) {
           .c_str());
   c.def(
       "recvv_async", [](PyConnection& c, pyb::handle parts) { return async(post_recvv(c, parts)); }, arg("parts"),
-      "Receives the next message scattered over `parts`, in order. Returns a Transfer.");
+      "Receives the next message scattered over `parts`, in order. Returns a Transfer." ASYNC_DOC);
   c.def(
       "recvv",
-      [](PyConnection& c, pyb::handle parts, std::optional<double> timeout) {
-        Deadline deadline = deadline_from(timeout);
+      [](PyConnection& c, pyb::handle parts, const Timeout& timeout) {
+        Deadline deadline = timeout.deadline;
         return finish(post_recvv(c, parts), deadline);
       },
       arg("parts"), pyb::kw_only(), arg("timeout") = none,
@@ -252,17 +254,17 @@ void bind_connection(pyb::module_& m) {
   // one-sided
   c.def(
       "write_async",
-      [](PyConnection& c, pyb::handle local, const RemoteDescriptor& remote, uint64_t offset, pyb::handle note,
-         pyb::handle size) { return async(post_write(c, local, remote, offset, note, size)); },
+      [](PyConnection& c, pyb::handle local, const Remote& remote, const Offset& offset, pyb::handle note,
+         const Size& size) { return async(post_write(c, local, remote, offset, note, size)); },
       arg("local"), arg("remote"), arg("remote_offset") = 0, arg("notification") = none, pyb::kw_only(),
       arg("size") = none,
       "Writes `local` into the peer's exported memory `remote` at `remote_offset`. A notification (bytes or "
-      "str, at most 60 KiB) reaches the peer after the data is in place. Returns a Transfer.");
+      "str, at most 60 KiB) reaches the peer after the data is in place. Returns a Transfer." ASYNC_DOC);
   c.def(
       "write",
-      [](PyConnection& c, pyb::handle local, const RemoteDescriptor& remote, uint64_t offset, pyb::handle note,
-         pyb::handle size, std::optional<double> timeout) {
-        Deadline deadline = deadline_from(timeout);
+      [](PyConnection& c, pyb::handle local, const Remote& remote, const Offset& offset, pyb::handle note,
+         const Size& size, const Timeout& timeout) {
+        Deadline deadline = timeout.deadline;
         finish(post_write(c, local, remote, offset, note, size), deadline);
       },
       arg("local"), arg("remote"), arg("remote_offset") = 0, arg("notification") = none, pyb::kw_only(),
@@ -273,38 +275,38 @@ void bind_connection(pyb::module_& m) {
       [](PyConnection& c, pyb::handle items, pyb::handle note) { return async(post_writev(c, items, note)); },
       arg("items"), arg("notification") = none,
       "Writes every (local, remote, remote_offset[, size]) item; the notification follows once all are in place. "
-      "Returns a Transfer.");
+      "Returns a Transfer." ASYNC_DOC);
   c.def(
       "writev",
-      [](PyConnection& c, pyb::handle items, pyb::handle note, std::optional<double> timeout) {
-        Deadline deadline = deadline_from(timeout);
+      [](PyConnection& c, pyb::handle items, pyb::handle note, const Timeout& timeout) {
+        Deadline deadline = timeout.deadline;
         finish(post_writev(c, items, note), deadline);
       },
       arg("items"), arg("notification") = none, pyb::kw_only(), arg("timeout") = none,
       ("Blocking writev_async." + t).c_str());
   c.def(
       "read_async",
-      [](PyConnection& c, pyb::handle local, const RemoteDescriptor& remote, uint64_t offset, pyb::handle size) {
+      [](PyConnection& c, pyb::handle local, const Remote& remote, const Offset& offset, const Size& size) {
         return async(post_read(c, local, remote, offset, size));
       },
       arg("local"), arg("remote"), arg("remote_offset") = 0, pyb::kw_only(), arg("size") = none,
-      "Reads the peer's exported memory `remote` at `remote_offset` into `local` (writable). Returns a Transfer.");
+      "Reads the peer's exported memory `remote` at `remote_offset` into `local` (writable). Returns a Transfer." ASYNC_DOC);
   c.def(
       "read",
-      [](PyConnection& c, pyb::handle local, const RemoteDescriptor& remote, uint64_t offset, pyb::handle size,
-         std::optional<double> timeout) {
-        Deadline deadline = deadline_from(timeout);
+      [](PyConnection& c, pyb::handle local, const Remote& remote, const Offset& offset, const Size& size,
+         const Timeout& timeout) {
+        Deadline deadline = timeout.deadline;
         finish(post_read(c, local, remote, offset, size), deadline);
       },
       arg("local"), arg("remote"), arg("remote_offset") = 0, pyb::kw_only(), arg("size") = none, arg("timeout") = none,
       ("Blocking read_async." + t).c_str());
   c.def(
       "readv_async", [](PyConnection& c, pyb::handle items) { return async(post_readv(c, items)); }, arg("items"),
-      "Reads every (local, remote, remote_offset[, size]) item. Returns a Transfer.");
+      "Reads every (local, remote, remote_offset[, size]) item. Returns a Transfer." ASYNC_DOC);
   c.def(
       "readv",
-      [](PyConnection& c, pyb::handle items, std::optional<double> timeout) {
-        Deadline deadline = deadline_from(timeout);
+      [](PyConnection& c, pyb::handle items, const Timeout& timeout) {
+        Deadline deadline = timeout.deadline;
         finish(post_readv(c, items), deadline);
       },
       arg("items"), pyb::kw_only(), arg("timeout") = none, ("Blocking readv_async." + t).c_str());
@@ -312,11 +314,12 @@ void bind_connection(pyb::module_& m) {
   // notifications
   c.def(
       "notify_async", [](PyConnection& c, pyb::handle message) { return async(post_notify(c, message)); },
-      arg("message"), "Sends a standalone notification (bytes or str); finishes when the peer has queued it.");
+      arg("message"), "Sends a standalone notification (bytes or str); finishes when the peer has queued it. Returns a "
+      "Transfer." ASYNC_DOC);
   c.def(
       "notify",
-      [](PyConnection& c, pyb::handle message, std::optional<double> timeout) {
-        Deadline deadline = deadline_from(timeout);
+      [](PyConnection& c, pyb::handle message, const Timeout& timeout) {
+        Deadline deadline = timeout.deadline;
         finish(post_notify(c, message), deadline);
       },
       arg("message"), pyb::kw_only(), arg("timeout") = none, ("Blocking notify_async." + t).c_str());

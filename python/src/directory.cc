@@ -11,7 +11,6 @@
 namespace ferry::py {
 namespace {
 
-Deadline deadline_in(std::optional<double> timeout) { return deadline_from(timeout); }
 
 pyb::list to_python(const std::vector<std::string>& v) {
   pyb::list out;
@@ -67,11 +66,11 @@ void bind_directory(pyb::module_& m) {
   pyb::class_<PyWatch>(m, "DirectoryWatch", "Compares successive listings of a directory; one owner (not thread-safe).")
       .def(
           "poll",
-          [](PyWatch& w, std::optional<double> timeout) {
+          [](PyWatch& w, const Timeout& timeout) {
             Result<std::vector<DirectoryEvent>> r = Status();
             {
               pyb::gil_scoped_release nogil;
-              r = w.watch->poll(deadline_in(timeout));
+              r = w.watch->poll(timeout.deadline);
             }
             return value_or_throw(std::move(r));
           },
@@ -80,8 +79,8 @@ void bind_directory(pyb::module_& m) {
           "'appeared'). Raises Unavailable if the directory cannot be reached.")
       .def(
           "next",
-          [](PyWatch& w, std::optional<double> timeout, double interval) {
-            Deadline end = deadline_in(timeout);
+          [](PyWatch& w, const Timeout& timeout, double interval) {
+            Deadline end = timeout.deadline;
             auto step = std::chrono::milliseconds(static_cast<int64_t>(std::max(interval, 0.01) * 1000));
             // In slices, so that Ctrl-C is seen; an unreachable directory is
             // retried until `timeout`, like DirectoryWatch::next.
@@ -122,38 +121,39 @@ void bind_directory(pyb::module_& m) {
       .def_property_readonly("namespace", [](const PyDirectory& d) { return d.resolve()->ns(); })
       .def(
           "lookup",
-          [](const PyDirectory& d, const std::string& name, std::optional<double> timeout) {
+          [](const PyDirectory& d, pyb::handle name_arg, const Timeout& timeout) {
+            std::string name = str_from(name_arg, "name");
             auto dir = d.resolve();
             Result<DirectoryEntry> r = Status();
             {
               pyb::gil_scoped_release nogil;
-              r = dir->lookup(name, deadline_in(timeout));
+              r = dir->lookup(name, timeout.deadline);
             }
             return value_or_throw(std::move(r));
           },
           pyb::arg("name"), pyb::arg("timeout") = 5.0,
-          "The DirectoryEntry of `name`. Raises NotRegistered (LookupError) if there is none, DataLoss if it is "
+          "The DirectoryEntry of `name`. Raises NotFound (LookupError) if there is none, DataLoss if it is "
           "malformed, Unavailable if the directory cannot be reached within `timeout` seconds.")
       .def(
           "list",
-          [](const PyDirectory& d, std::optional<double> timeout) {
+          [](const PyDirectory& d, const Timeout& timeout) {
             auto dir = d.resolve();
             Result<DirectoryListing> r = Status();
             {
               pyb::gil_scoped_release nogil;
-              r = dir->list(deadline_in(timeout));
+              r = dir->list(timeout.deadline);
             }
             return value_or_throw(std::move(r)).entries;
           },
           pyb::arg("timeout") = 5.0, "Every valid entry, sorted by name (malformed ones are skipped).")
       .def(
           "listing",
-          [](const PyDirectory& d, std::optional<double> timeout) {
+          [](const PyDirectory& d, const Timeout& timeout) {
             auto dir = d.resolve();
             Result<DirectoryListing> r = Status();
             {
               pyb::gil_scoped_release nogil;
-              r = dir->list(deadline_in(timeout));
+              r = dir->list(timeout.deadline);
             }
             DirectoryListing l = value_or_throw(std::move(r));
             pyb::list errors;

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "arguments.h"
 #include "bindings.h"
 #include "buffers.h"
 #include "errors.h"
@@ -262,9 +263,9 @@ class PyEngine {
 
   void close() { shutdown(true); }
 
-  Region reg(pyb::handle data, std::optional<uint64_t> size) {
+  Region reg(pyb::handle data, const Size& size) {
     auto e = get();
-    BufferArg b = resolve_buffer(data, size, Access::kRead, "data");
+    BufferArg b = resolve_buffer(data, size.value, Access::kRead, "data");
     Result<Region> r = Status();
     {
       pyb::gil_scoped_release nogil;
@@ -275,7 +276,8 @@ class PyEngine {
     return region;
   }
 
-  void dereg(const Region& region) {
+  void dereg(pyb::handle region_arg) {
+    Region region = region_from(region_arg, "region");
     auto e = get();
     Status s;
     {
@@ -290,16 +292,65 @@ class PyEngine {
     }
   }
 
-  RemoteDescriptor export_region(const Region& region, uint64_t offset, uint64_t length) {
-    return value_or_throw(get()->export_region(region, offset, length));
+  RemoteDescriptor export_region(pyb::handle region, pyb::handle offset, pyb::handle length) {
+    return value_or_throw(get()->export_region(region_from(region, "region"), count_from(offset, "offset"),
+                                               count_from(length, "length")));
   }
 
-  PyConnection connect(pyb::object self, const std::string& peer, std::optional<double> timeout) {
+  // Dials until `deadline` while the address refuses (the peer may not be
+  // listening yet); any other failure, or the deadline, ends it.
+  PyConnection connect(pyb::object self, const std::string& peer, const Timeout& timeout) {
     auto e = get();
-    Deadline deadline = deadline_from(timeout);
-    // Dialing cannot be cut into slices, so it runs on a helper thread while
-    // this one waits in slices; after a Ctrl-C the helper finishes alone and
-    // the connection it may make is closed by the engine (nobody holds it).
+    int refusals = 0;
+    for (;;) {
+      Result<std::shared_ptr<Connection>> r = dial(e, peer, timeout.deadline);
+      if (r.ok()) return PyConnection{std::move(r).value(), std::move(self)};
+      bool refused = r.status().code() == Code::kUnavailable &&
+                     r.status().message().find("Connection refused") != std::string::npos;
+      Deadline retry_at = Clock::now() + kConnectRetry;
+      if (!refused || retry_at >= timeout.deadline) {
+        Status s = r.status();
+        if (refusals > 0) {
+          s = s.with_context("refused " + std::to_string(refusals + 1) + " times until the deadline");
+        }
+        throw_if_error(s);
+      }
+      ++refusals;
+      wait_in_slices(retry_at, [&](Deadline d) {
+        std::this_thread::sleep_until(d);
+        return false;
+      });
+    }
+  }
+
+  PyConnection accept(pyb::object self, const Timeout& timeout) {
+    auto e = get();
+    Deadline deadline = timeout.deadline;
+    Result<std::shared_ptr<Connection>> r = Status(Code::kDeadlineExceeded, "accept: no peer by the deadline");
+    wait_in_slices(deadline, [&](Deadline d) {
+      if (closed_.load()) {
+        r = Status(Code::kCancelled, "accept: the engine was closed");
+        return true;
+      }
+      r = e->accept(d);
+      return r.ok() || r.status().code() != Code::kDeadlineExceeded;
+    });
+    if (!r.ok() && r.status().code() == Code::kDeadlineExceeded) {
+      throw StatusError(
+          Status(Code::kDeadlineExceeded, "accept: no peer connected to " + e->address() + " by the deadline"));
+    }
+    return PyConnection{value_or_throw(std::move(r)), std::move(self)};
+  }
+
+ private:
+  // Pause between dials of an address that refused.
+  static constexpr std::chrono::milliseconds kConnectRetry{100};
+
+  // One dial. It cannot be cut into slices, so it runs on a helper thread
+  // while this one waits in slices; after a Ctrl-C the helper finishes alone
+  // and the connection it may make is closed by the engine (nobody holds it).
+  static Result<std::shared_ptr<Connection>> dial(const std::shared_ptr<Engine>& e, const std::string& peer,
+                                                  Deadline deadline) {
     struct Call {
       std::mutex mu;
       std::condition_variable cv;
@@ -319,7 +370,7 @@ class PyEngine {
       });
     } catch (const std::system_error& err) {
       // Out of threads: a ferry error like the engine's own, not a RuntimeError.
-      throw StatusError(Status(Code::kResourceExhausted, std::string("connect: cannot start a thread: ") + err.what()));
+      return Status(Code::kResourceExhausted, std::string("connect: cannot start a thread: ") + err.what());
     }
     helper.detach();
     // The helper honours `deadline` itself; wait for its answer.
@@ -328,29 +379,9 @@ class PyEngine {
       return call->cv.wait_until(lock, d, [&] { return call->done; });
     });
     std::lock_guard lock(call->mu);
-    return PyConnection{value_or_throw(std::move(call->result)), std::move(self)};
+    return std::move(call->result);
   }
 
-  PyConnection accept(pyb::object self, std::optional<double> timeout) {
-    auto e = get();
-    Deadline deadline = deadline_from(timeout);
-    Result<std::shared_ptr<Connection>> r = Status(Code::kDeadlineExceeded, "accept: no peer by the deadline");
-    wait_in_slices(deadline, [&](Deadline d) {
-      if (closed_.load()) {
-        r = Status(Code::kCancelled, "accept: the engine was closed");
-        return true;
-      }
-      r = e->accept(d);
-      return r.ok() || r.status().code() != Code::kDeadlineExceeded;
-    });
-    if (!r.ok() && r.status().code() == Code::kDeadlineExceeded) {
-      throw StatusError(
-          Status(Code::kDeadlineExceeded, "accept: no peer connected to " + e->address() + " by the deadline"));
-    }
-    return PyConnection{value_or_throw(std::move(r)), std::move(self)};
-  }
-
- private:
   void shutdown(bool may_release_gil) {
     closed_.store(true);
     if (!engine_) return;
@@ -431,26 +462,24 @@ void bind_engine(pyb::module_& m) {
            "address or zero size.")
       .def("dereg", &PyEngine::dereg, pyb::arg("region"),
            "Drops one registration of `region`; on the last one revokes its exports. Blocks until bytes landing "
-           "in it at that instant are in. Raises NotRegistered if it is not registered.")
+           "in it at that instant are in. Raises NotFound if it is not registered.")
       .def("export_region", &PyEngine::export_region, pyb::arg("region"), pyb::arg("offset") = 0,
            pyb::arg("length") = 0,
            "Exports [offset, offset+length) of `region` (length 0: to the end) for one-sided access; returns a "
-           "RemoteDescriptor. Raises NotRegistered or OutOfRange.")
+           "RemoteDescriptor. Raises NotFound or OutOfRange.")
       .def(
           "connect",
-          [](pyb::object self, pyb::handle peer, std::optional<double> timeout) {
-            std::string p = PyBytes_Check(peer.ptr()) ? std::string(pyb::reinterpret_borrow<pyb::bytes>(peer))
-                                                      : peer.cast<std::string>();
-            return self.cast<PyEngine&>().connect(self, p, timeout);
+          [](pyb::object self, const Peer& peer, const Timeout& timeout) {
+            return self.cast<PyEngine&>().connect(self, peer.value, timeout);
           },
           pyb::arg("peer"), pyb::arg("timeout") = pyb::none(),
           "Connects to `peer` ('host:port', another engine's metadata bytes, or a name in the engine's "
           "directory), waiting at most `timeout` seconds (None: no deadline). Raises Unavailable if nobody "
           "answers, Unauthenticated if the shared secret differs, DeadlineExceeded; for a name also "
-          "NotRegistered (no such name) and DataLoss (a malformed entry).")
+          "NotFound (no such name) and DataLoss (a malformed entry).")
       .def(
           "accept",
-          [](pyb::object self, std::optional<double> timeout) { return self.cast<PyEngine&>().accept(self, timeout); },
+          [](pyb::object self, const Timeout& timeout) { return self.cast<PyEngine&>().accept(self, timeout); },
           pyb::arg("timeout") = pyb::none(),
           "Waits for the next peer that connected to this engine (None: no deadline). Raises DeadlineExceeded, "
           "or Cancelled when the engine closes.")

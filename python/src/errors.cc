@@ -22,7 +22,7 @@ const std::array<ErrorClass, 14> kTable = {{
      "The arguments are wrong whatever the state (bad size, bad address string)."},
     {Code::kDeadlineExceeded, "DeadlineExceeded", &PyExc_TimeoutError,
      "The timeout passed before the operation finished."},
-    {Code::kNotFound, "NotRegistered", &PyExc_LookupError,
+    {Code::kNotFound, "NotFound", &PyExc_LookupError,
      "Memory not registered, or an unknown region, descriptor or peer name (code not_found)."},
     {Code::kOutOfRange, "OutOfRange", &PyExc_IndexError,
      "An offset or length falls outside a registered region or an exported descriptor."},

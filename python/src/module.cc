@@ -5,6 +5,7 @@
 
 #include "bindings.h"
 #include "errors.h"
+#include "signatures.h"
 #include "transfer.h"
 
 PYBIND11_MODULE(_ferry, m) {
@@ -14,4 +15,5 @@ PYBIND11_MODULE(_ferry, m) {
   ferry::py::bind_engine(m);
   ferry::py::bind_directory(m);
   ferry::py::bind_connection(m);
+  ferry::py::publish_text_signatures(m);
 }

@@ -99,8 +99,8 @@ bool PyTransfer::test() {
   return done;
 }
 
-size_t PyTransfer::wait(std::optional<double> timeout) {
-  Deadline deadline = deadline_from(timeout);
+size_t PyTransfer::wait(const Timeout& timeout) {
+  Deadline deadline = timeout.deadline;
   bool done = wait_in_slices(deadline, [&](Deadline d) {
     (void)t_.wait(d);
     return t_.test();

@@ -16,6 +16,7 @@
 #include <optional>
 #include <vector>
 
+#include "arguments.h"
 #include "ferry/transfer.h"
 
 namespace ferry::py {
@@ -58,7 +59,7 @@ class PyTransfer {
   bool test();
   // Waits; returns bytes moved, or raises the failure (DeadlineExceeded on the
   // deadline, with the operation still running).
-  size_t wait(std::optional<double> timeout);
+  size_t wait(const Timeout& timeout);
   Status status() const { return t_.status(); }
   size_t bytes() const { return t_.bytes(); }
   bool cancel();

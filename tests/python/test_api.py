@@ -18,7 +18,7 @@ TABLE = {
     ferry.Code.CANCELLED: (ferry.Cancelled, None),
     ferry.Code.INVALID_ARGUMENT: (ferry.InvalidArgument, ValueError),
     ferry.Code.DEADLINE_EXCEEDED: (ferry.DeadlineExceeded, TimeoutError),
-    ferry.Code.NOT_FOUND: (ferry.NotRegistered, LookupError),
+    ferry.Code.NOT_FOUND: (ferry.NotFound, LookupError),
     ferry.Code.OUT_OF_RANGE: (ferry.OutOfRange, IndexError),
     ferry.Code.PERMISSION_DENIED: (ferry.PermissionDenied, PermissionError),
     ferry.Code.UNAUTHENTICATED: (ferry.Unauthenticated, PermissionError),
@@ -137,7 +137,7 @@ def test_reg_kinds_and_counting():
         assert r2.id == r1.id
         e.dereg(r1)
         e.dereg(r1)
-        with pytest.raises(ferry.NotRegistered, match="not registered"):
+        with pytest.raises(ferry.NotFound, match="not registered"):
             e.dereg(r1)
         assert e.reg(bytearray(7)).length == 7
         assert e.reg(memoryview(b"read-only is fine to register")).length == 29
@@ -224,9 +224,9 @@ def test_buffer_arguments_are_checked(pair):
 def test_unregistered_and_out_of_region(pair):
     a, ca, b, cb = pair
     loose = np.ones(64, dtype=np.uint8)
-    with pytest.raises(ferry.NotRegistered, match="not inside any registered region"):
+    with pytest.raises(ferry.NotFound, match="not inside any registered region"):
         cb.send(loose, timeout=5)
-    with pytest.raises(ferry.NotRegistered):
+    with pytest.raises(ferry.NotFound):
         cb.send_async(loose).wait(5)
     inside = np.ones(64, dtype=np.uint8)
     region = b.reg(inside)
@@ -258,17 +258,116 @@ def test_deadlines(pair):
     assert ca.poll_notification() is None
 
 
+def free_port():
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_connect_failures():
     with ferry.Engine() as e:
-        import socket
-
-        with socket.socket() as s:  # a port nobody listens on
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        with pytest.raises(ferry.Unavailable):
-            e.connect(f"127.0.0.1:{port}", timeout=5)
+        port = free_port()
+        start = time.monotonic()
+        with pytest.raises(ferry.Unavailable, match="refused .* times until the deadline"):
+            e.connect(f"127.0.0.1:{port}", timeout=1)
+        assert 0.7 < time.monotonic() - start < 3, "a refused address is retried until the deadline"
         with pytest.raises(ferry.InvalidArgument):
             e.connect("nonsense", timeout=5)
+
+
+def test_connect_waits_for_a_peer_that_starts_listening_later():
+    port = free_port()
+    started = {}
+
+    def late_listener():
+        time.sleep(0.5)
+        started["engine"] = ferry.Engine(listen=f"127.0.0.1:{port}")
+        started["conn"] = started["engine"].accept(timeout=10)
+
+    t = threading.Thread(target=late_listener)
+    t.start()
+    try:
+        with ferry.Engine() as e:
+            conn = e.connect(f"127.0.0.1:{port}", timeout=10)
+            assert conn.health().ok
+            conn.close()
+    finally:
+        t.join(15)
+        started["engine"].close()
+
+
+# Every wrong argument is a TypeError or ValueError naming it, never printing
+# its value (an argument can be a large array).
+def test_scalar_arguments_are_checked_by_name(pair):
+    a, ca, b, cb = pair
+    arr = np.arange(1 << 16, dtype=np.uint8)
+    b.reg(arr)
+    cases = [
+        (lambda: b.connect(1234), TypeError, "argument 'peer' must be a str"),
+        (lambda: b.connect(a.address, timeout="1"), TypeError, "argument 'timeout' must be a number of seconds"),
+        (lambda: cb.send(arr, size=-1), ValueError, "argument 'size' must be >= 0"),
+        (lambda: cb.send(arr, size=1.5), TypeError, "argument 'size' must be an int, not float"),
+        (lambda: cb.recv(arr, timeout="1"), TypeError, "argument 'timeout' must be a number of seconds or None, not str"),
+        (lambda: cb.write(arr, 5, 0), TypeError, "argument 'remote' must be a RemoteDescriptor or the bytes"),
+        (lambda: cb.write(arr, b"short", 0), ValueError, "argument 'remote': remote descriptor must be 48 bytes"),
+        (lambda: cb.read(arr, ferry.RemoteDescriptor(), -1), ValueError, "argument 'remote_offset' must be >= 0"),
+        (lambda: cb.writev([(arr, "x", 0)]), TypeError, r"argument 'items\[0\].remote'"),
+        (lambda: cb.readv([(arr, ferry.RemoteDescriptor(), 0, "big")]), TypeError, r"argument 'items\[0\].size'"),
+        (lambda: b.dereg(5), TypeError, "argument 'region' must be a Region"),
+        (lambda: b.export_region(b.reg(arr), -1), ValueError, "argument 'offset' must be >= 0"),
+        (lambda: a.accept(timeout=[1]), TypeError, "argument 'timeout'"),
+        # (unregistered memory: a transfer that failed at once, not one left pending)
+        (lambda: cb.send_async(np.ones(4)).wait("soon"), TypeError, "argument 'timeout'"),
+    ]
+    for call, kind, message in cases:
+        with pytest.raises(kind, match=message) as e:
+            call()
+        text = str(e.value)
+        assert "pybind11" not in text and "Invoked with" not in text and "C++" not in text, text
+        assert "array(" not in text and "65535" not in text, "an argument's value was printed: " + text
+
+
+def test_descriptor_bytes_go_where_a_descriptor_goes(pair):
+    a, ca, b, cb = pair
+    target = np.zeros(1 << 12, dtype=np.uint8)
+    source = np.random.default_rng(5).integers(0, 256, 1 << 12, dtype=np.uint8)
+    a.reg(target)
+    b.reg(source)
+    wire = a.export_region(a.reg(target)).serialize()
+    cb.write(source[:1001], wire, 7, timeout=10)
+    assert np.array_equal(target[7:1008], source[:1001])
+    back = np.zeros(1001, dtype=np.uint8)
+    b.reg(back)
+    cb.read(back, bytearray(wire), 7, timeout=10)
+    assert np.array_equal(back, source[:1001])
+    cb.writev([(source[:5], wire, 2000)], timeout=10)
+    assert np.array_equal(target[2000:2005], source[:5])
+
+
+def test_every_public_call_has_a_readable_signature():
+    import inspect
+
+    assert str(inspect.signature(ferry.Connection.send)) == "(self, data, size=None, *, timeout=None)"
+    assert str(inspect.signature(ferry.Connection.write)) == (
+        "(self, local, remote, remote_offset=0, notification=None, *, size=None, timeout=None)")
+    assert str(inspect.signature(ferry.Engine.connect)) == "(self, peer, timeout=None)"
+    for cls in (ferry.Connection, ferry.Engine, ferry.Transfer, ferry.Directory, ferry.RemoteDescriptor):
+        for name, member in vars(cls).items():
+            if name.startswith("_") or isinstance(member, property) or not callable(getattr(cls, name)):
+                continue
+            fn = getattr(cls, name)
+            inspect.signature(fn)  # raises if unreadable
+            doc = fn.__doc__ or ""
+            assert doc.strip(), f"{cls.__name__}.{name} has no docstring"
+            for leak in ("handle", "ferry::", "PyConnection", "std::"):
+                assert leak not in doc.split(".")[0] and leak not in str(inspect.signature(fn)), (cls, name, doc)
+
+
+def test_exception_names_match_the_codes():
+    assert ferry.NotFound.__name__ == "NotFound" and ferry.code_name(ferry.Code.NOT_FOUND) == "not_found"
+    assert ferry.NotRegistered is ferry.NotFound  # the former name still catches it
 
 
 def test_auth_mismatch():

@@ -106,7 +106,7 @@ def test_publish_connect_by_name_list_and_watch(directory_url):
         assert entry.engine_id == server.id and entry.addresses == [server.address]
         assert entry.incarnation == server.incarnation
         assert [e.name for e in client.directory.list()] == ["decode-3", "prefill-0"]
-        with pytest.raises(ferry.NotRegistered):
+        with pytest.raises(ferry.NotFound):
             client.directory.lookup("nobody", timeout=2)
 
         events = watch.next(timeout=5, interval=0.02)

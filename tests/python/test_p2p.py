@@ -180,7 +180,7 @@ def test_bad_input_returns_failure(endpoint_pair, caplog):
     with caplog.at_level(logging.WARNING, logger="ferry.p2p"):
         # unknown memory region
         assert ep.send(conn_id, 987654, arr.ctypes.data, arr.nbytes) is False
-        assert isinstance(ep.last_error, ferry.NotRegistered) and "mr_id 987654" in str(ep.last_error)
+        assert isinstance(ep.last_error, ferry.NotFound) and "mr_id 987654" in str(ep.last_error)
         # a pointer and size outside the region
         assert ep.send(conn_id, mr_id, arr.ctypes.data + 1, arr.nbytes) is False
         assert isinstance(ep.last_error, ferry.OutOfRange)
@@ -188,7 +188,7 @@ def test_bad_input_returns_failure(endpoint_pair, caplog):
         assert isinstance(ep.last_error, ferry.OutOfRange)
         # unknown connection
         assert ep.send(424242, mr_id, arr.ctypes.data, arr.nbytes) is False
-        assert isinstance(ep.last_error, ferry.NotRegistered) and "conn_id 424242" in str(ep.last_error)
+        assert isinstance(ep.last_error, ferry.NotFound) and "conn_id 424242" in str(ep.last_error)
         # num_iovs disagreeing with the lists
         assert ep.sendv(conn_id, [mr_id], [arr.ctypes.data], [16], 2) is False
         assert isinstance(ep.last_error, ferry.InvalidArgument)
@@ -198,7 +198,7 @@ def test_bad_input_returns_failure(endpoint_pair, caplog):
         assert ep.reg(arr.ctypes.data, 0) == (False, 0)
         assert isinstance(ep.last_error, ferry.InvalidArgument)
         assert ep.dereg(987654) is False
-    assert "p2p send failed: NotRegistered" in caplog.text
+    assert "p2p send failed: NotFound" in caplog.text
     with pytest.raises(TypeError):
         ep.send(conn_id, mr_id, "not a pointer", 16)
 
@@ -224,7 +224,7 @@ def test_closed_connection(endpoint_pair):
     mr_id = reg(ep, arr)
     assert ep.close_connection(conn_id) is True
     assert ep.send(conn_id, mr_id, arr.ctypes.data, 64) is False
-    assert isinstance(ep.last_error, ferry.NotRegistered)
+    assert isinstance(ep.last_error, ferry.NotFound)
     assert ep.close_connection(conn_id) is False
 
 

@@ -204,7 +204,7 @@ def test_wrong_key_and_revoked_export(link):
         link.conn.write(src, forged, 0, timeout=WAIT)
     assert link.peer.call("check", "k", 0, "uint8", 256, 23) is False  # nothing landed
     link.peer.call("unexport", "k")
-    with pytest.raises(ferry.NotRegistered):
+    with pytest.raises(ferry.NotFound):
         link.conn.write(src, desc, 0, timeout=WAIT)
 
 
