@@ -31,6 +31,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -87,6 +88,11 @@ class Connection {
   virtual Result<std::string> wait_notification(Deadline deadline) = 0;
   // Non-blocking: the next notification, if one is queued.
   virtual std::optional<std::string> poll_notification() = 0;
+  // Calls `listener` each time a notification is queued, and once when the
+  // connection fails or closes, on the ferry thread that does it: it must
+  // not block (an event loop's wake-up: write to an eventfd). Replaces the
+  // previous listener; an empty one removes it.
+  virtual void set_notification_listener(std::function<void()> listener) = 0;
 
   // ---- blocking wrappers (post, then wait) -------------------------------
   // Past `deadline`, a receive, write or read that has not started moving

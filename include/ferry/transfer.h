@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "ferry/status.h"
@@ -58,6 +59,12 @@ class Transfer {
   // they finish with kCancelled and true is returned. Otherwise returns false
   // and the operation runs to its end.
   bool cancel() const;
+
+  // Runs `fn(final status)` once the operation finishes: on the ferry thread
+  // that finishes it, or at once on this one if it has (an empty handle: at
+  // once, with its kInvalidArgument). `fn` must not block: it is meant to
+  // wake an event loop. Several may be added; they run in order.
+  void on_finish(std::function<void(const Status&)> fn) const;
 
   // Id of the operation, unique within its connection (0 for an empty handle).
   uint64_t id() const;

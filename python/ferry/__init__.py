@@ -78,6 +78,8 @@ from ._ferry import (
 
 __version__ = "0.1.0"
 
+from . import aio  # noqa: E402  (makes a Transfer awaitable)
+
 # The class was called NotRegistered before it took C++'s name (not_found);
 # the old name still catches it.
 NotRegistered = NotFound

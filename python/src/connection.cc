@@ -10,6 +10,7 @@
 #include "buffers.h"
 #include "errors.h"
 #include "transfer.h"
+#include "waker.h"
 
 namespace ferry::py {
 namespace {
@@ -336,6 +337,18 @@ void bind_connection(pyb::module_& m) {
         return pyb::bytes(*n);
       },
       "Non-blocking: the next notification (bytes), or None.");
+
+  c.def(
+      "_set_notification_waker",
+      [](PyConnection& c, std::shared_ptr<Waker> waker) {
+        if (waker) {
+          c.conn->set_notification_listener([waker] { waker->signal(); });
+        } else {
+          c.conn->set_notification_listener(nullptr);
+        }
+      },
+      arg("waker"),
+      "Signals the ferry._Waker (None: stops) when a notification is queued or the connection ends (ferry.aio).");
 
   // lifecycle
   c.def(

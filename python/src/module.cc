@@ -7,10 +7,12 @@
 #include "errors.h"
 #include "signatures.h"
 #include "transfer.h"
+#include "waker.h"
 
 PYBIND11_MODULE(_ferry, m) {
   m.doc() = "ferry: point-to-point transfers between host and GPU memories (C++ core binding).";
   ferry::py::bind_errors(m);
+  ferry::py::bind_waker(m);
   ferry::py::bind_transfer(m);
   ferry::py::bind_engine(m);
   ferry::py::bind_directory(m);

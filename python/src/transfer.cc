@@ -120,6 +120,10 @@ bool PyTransfer::cancel() {
   return stopped;
 }
 
+void PyTransfer::wake_when_done(std::shared_ptr<Waker> waker) {
+  t_.on_finish([waker](const Status&) { waker->signal(); });
+}
+
 void bind_transfer(pyb::module_& m) {
   pyb::class_<PyTransfer>(m, "Transfer",
                           "Handle of one asynchronous operation. Finished when its data is in place on both ends, "
@@ -137,6 +141,8 @@ void bind_transfer(pyb::module_& m) {
       .def("cancel", &PyTransfer::cancel,
            "Stops an operation that has not started moving data (an unmatched receive): it fails with Cancelled "
            "and True is returned. Otherwise False; the operation runs to its end.")
+      .def("_wake_when_done", &PyTransfer::wake_when_done, pyb::arg("waker"),
+           "Signals the ferry._Waker once the operation has finished (ferry.aio).")
       .def("__repr__", [](PyTransfer& t) {
         return text_to_python("<ferry.Transfer id=" + std::to_string(t.id()) +
                               (t.test() ? " " + t.status().to_string() : " running") + ">");

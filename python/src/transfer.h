@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "arguments.h"
+#include "waker.h"
 #include "ferry/transfer.h"
 
 namespace ferry::py {
@@ -65,6 +66,8 @@ class PyTransfer {
   bool cancel();
   uint64_t id() const { return t_.id(); }
   const Transfer& transfer() const { return t_; }
+  // Signals `waker` once the operation has finished (at once if it has).
+  void wake_when_done(std::shared_ptr<Waker> waker);
 
  private:
   void release_if_done();

@@ -15,11 +15,19 @@ Status NotificationQueue::check_size(std::string_view note, const char* op) {
 }
 
 void NotificationQueue::push_locked(std::string note) {
+  std::function<void()> listener;
   {
     std::lock_guard lock(mu_);
     notes_.push_back(std::move(note));
+    listener = listener_;
   }
   cv_.notify_all();
+  if (listener) listener();
+}
+
+void NotificationQueue::set_listener(std::function<void()> listener) {
+  std::lock_guard lock(mu_);
+  listener_ = std::move(listener);
 }
 
 std::string NotificationQueue::pop_locked() {
@@ -76,8 +84,13 @@ Status NotificationQueue::push_numbered(uint64_t seq, bool skip, std::string not
 void NotificationQueue::wake() {
   // Taking the lock orders the caller's `stopped` store before a waiter's
   // check of it, so no waiter sleeps through this wake-up.
-  { std::lock_guard lock(mu_); }
+  std::function<void()> listener;
+  {
+    std::lock_guard lock(mu_);
+    listener = listener_;
+  }
   cv_.notify_all();
+  if (listener) listener();
 }
 
 NotificationQueue::Wait NotificationQueue::wait(Deadline deadline, const std::atomic<bool>& stopped, std::string& out) {

@@ -79,6 +79,10 @@ class NotificationQueue {
 
   // Wakes every waiter; call after setting the `stopped` flag they watch.
   void wake();
+  // Runs `listener` (on the thread that queues, after the note is queued;
+  // it must not block) for every note queued from now on and on every
+  // wake(); replaces the previous one. Empty: none.
+  void set_listener(std::function<void()> listener);
   // Blocks until a note is queued (kNote, moved into `out`), `stopped` is set
   // with nothing queued (kStopped), or `deadline` passes (kDeadline).
   Wait wait(Deadline deadline, const std::atomic<bool>& stopped, std::string& out);
@@ -94,7 +98,8 @@ class NotificationQueue {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::string> notes_;  // guarded by mu_
+  std::deque<std::string> notes_;   // guarded by mu_
+  std::function<void()> listener_;  // guarded by mu_
 
   std::mutex order_mu_;                                  // taken before mu_
   uint64_t next_due_ = 1;                                // guarded by order_mu_

@@ -16,7 +16,7 @@ bool TransferState::finish_part(const Status& s) {
     done_.store(true, std::memory_order_release);
     cv_.notify_all();
   }
-  run_finish_hook();
+  run_finish_hooks();
   return true;
 }
 
@@ -30,7 +30,7 @@ bool TransferState::finish(const Status& s) {
     done_.store(true, std::memory_order_release);
     cv_.notify_all();
   }
-  run_finish_hook();
+  run_finish_hooks();
   return true;
 }
 
@@ -38,23 +38,22 @@ void TransferState::on_finish(std::function<void(const Status&)> fn) {
   {
     std::lock_guard lock(mu_);
     if (!done_.load(std::memory_order_relaxed)) {
-      finish_hook_ = std::move(fn);
+      finish_hooks_.push_back(std::move(fn));
       return;
     }
   }
   fn(status());
 }
 
-void TransferState::run_finish_hook() {
-  std::function<void(const Status&)> fn;
+void TransferState::run_finish_hooks() {
+  std::vector<std::function<void(const Status&)>> hooks;
   Status s;
   {
     std::lock_guard lock(mu_);
-    fn = std::move(finish_hook_);
-    finish_hook_ = nullptr;
+    hooks.swap(finish_hooks_);
     s = status_;
   }
-  if (fn) fn(s);
+  for (auto& fn : hooks) fn(s);
 }
 
 Status TransferState::wait(Deadline deadline) {
@@ -115,6 +114,13 @@ Status Transfer::status() const {
 size_t Transfer::bytes() const { return state_ == nullptr ? 0 : state_->bytes(); }
 
 bool Transfer::cancel() const { return state_ != nullptr && state_->cancel(); }
+void Transfer::on_finish(std::function<void(const Status&)> fn) const {
+  if (state_ == nullptr) {
+    fn(status());
+    return;
+  }
+  state_->on_finish(std::move(fn));
+}
 
 uint64_t Transfer::id() const { return state_ == nullptr ? 0 : state_->id(); }
 

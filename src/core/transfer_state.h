@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <vector>
 
 #include "ferry/status.h"
 #include "ferry/transfer.h"
@@ -50,11 +51,12 @@ class TransferState {
   bool cancel();
 
   // Runs `fn(final status)` once, on the thread that finishes the transfer,
-  // outside any lock (at once if already finished). It must not block.
+  // outside any lock (at once if already finished). It must not block. Hooks
+  // run in the order they were added.
   void on_finish(std::function<void(const Status&)> fn);
 
  private:
-  void run_finish_hook();
+  void run_finish_hooks();
 
   const uint64_t id_;
   const std::chrono::microseconds spin_;
@@ -65,7 +67,7 @@ class TransferState {
   int parts_left_;                                  // guarded by mu_
   Status status_;                                   // guarded by mu_; first error
   std::function<bool()> canceller_;                 // guarded by mu_
-  std::function<void(const Status&)> finish_hook_;  // guarded by mu_
+  std::vector<std::function<void(const Status&)>> finish_hooks_;  // guarded by mu_
 };
 
 }  // namespace ferry

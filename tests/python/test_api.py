@@ -291,7 +291,7 @@ def test_connect_waits_for_a_peer_that_starts_listening_later():
     try:
         with ferry.Engine() as e:
             conn = e.connect(f"127.0.0.1:{port}", timeout=10)
-            assert conn.health().ok
+            assert conn.health().ok()
             conn.close()
     finally:
         t.join(15)

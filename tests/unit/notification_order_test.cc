@@ -5,6 +5,7 @@
 // the notifications after it still arrive.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -67,6 +68,22 @@ TEST_P(NotificationOrder, AFailedWriteGivesUpItsPlace) {
   EXPECT_EQ(got.value(), "still delivered");
   EXPECT_TRUE(note.wait(after(10s)).ok());
   EXPECT_FALSE(cb_->poll_notification().has_value());
+}
+
+// The listener hears every queued note, and the connection's end; an event
+// loop then takes the notes without blocking a thread.
+TEST_P(NotificationOrder, TheListenerHearsEachNoteAndTheEnd) {
+  std::atomic<int> heard{0};
+  cb_->set_notification_listener([&] { heard.fetch_add(1); });
+  for (const char* n : {"one", "two", "three"}) ASSERT_TRUE(ca_->notify(n, after(10s)).ok());
+  EXPECT_EQ(heard.load(), 3);
+  for (const char* n : {"one", "two", "three"}) EXPECT_EQ(cb_->poll_notification().value_or(""), n);
+  ca_->close();
+  auto until = Clock::now() + 10s;
+  while (heard.load() < 4 && Clock::now() < until) std::this_thread::sleep_for(1ms);
+  EXPECT_GE(heard.load(), 4) << "the connection's end is heard too";
+  EXPECT_FALSE(cb_->health().ok());
+  cb_->set_notification_listener(nullptr);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, NotificationOrder, ::testing::Values("tcp", "local"));

@@ -287,6 +287,29 @@ TEST(TransferState, OnFinishInstalledAfterFinishingRunsAtOnce) {
   EXPECT_EQ(calls, 1);
 }
 
+// A transport's own hook (a write's notification) and the application's
+// (an event loop's wake-up) both run, in the order they were added.
+TEST(TransferState, SeveralHooksAllRunInOrder) {
+  auto st = std::make_shared<TransferState>(9, 1);
+  Transfer t(st);
+  std::vector<int> order;
+  st->on_finish([&](const Status&) { order.push_back(1); });
+  t.on_finish([&](const Status& s) {
+    order.push_back(2);
+    EXPECT_EQ(s.code(), Code::kOutOfRange);
+  });
+  st->finish(Status(Code::kOutOfRange, "past the end"));
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  t.on_finish([&](const Status&) { order.push_back(3); });  // already finished: at once
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+  int empty_calls = 0;
+  Transfer().on_finish([&](const Status& s) {
+    ++empty_calls;
+    EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  });
+  EXPECT_EQ(empty_calls, 1);
+}
+
 TEST(TransferState, CancelCallsTheCanceller) {
   TransferState st(8, 1);
   EXPECT_FALSE(st.cancel());  // no canceller yet

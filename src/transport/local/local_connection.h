@@ -83,6 +83,9 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   Transfer notify_async(std::string_view message) override;
   Result<std::string> wait_notification(Deadline deadline) override;
   std::optional<std::string> poll_notification() override;
+  void set_notification_listener(std::function<void()> listener) override {
+    notes_.set_listener(std::move(listener));
+  }
   void close() override;
   Status health() const override;
   uint64_t id() const override { return id_; }
