@@ -130,6 +130,14 @@ class Connection {
   static constexpr size_t kMaxNotification = 60 * 1024;
 };
 
+// A notification as the engine-wide stream gives it: who sent it, and what.
+struct Notification {
+  uint64_t connection_id = 0;    // Connection::id() of the connection it came on
+  uint64_t peer_engine_id = 0;   // the sender's engine
+  std::string peer_address;      // the sender's end of that connection
+  std::string message;
+};
+
 // The process's transfer engine. Thread-safe.
 class Engine {
  public:
@@ -194,6 +202,16 @@ class Engine {
   Result<std::shared_ptr<Connection>> connect(std::string_view peer, Deadline deadline);
   // Waits for the next peer that connected to this engine (kDeadlineExceeded).
   Result<std::shared_ptr<Connection>> accept(Deadline deadline);
+
+  // ---- notifications from every connection ---------------------------------
+  // One stream for a server with many peers: blocks until any connection
+  // has a notification (kDeadlineExceeded; kCancelled once the engine
+  // closes). Each connection's notifications keep their order; one is taken
+  // once, by this or by that connection's own wait/poll. Connections are
+  // served in turn, so a busy peer does not starve the others.
+  Result<Notification> wait_notification(Deadline deadline);
+  // Non-blocking: a notification from any connection, if one is queued.
+  std::optional<Notification> poll_notification();
 
   struct Impl;
 

@@ -58,6 +58,7 @@ from ._ferry import (
     LogLevel,
     MemoryKind,
     NotFound,
+    Notification,
     Options,
     OutOfRange,
     PeerLost,
@@ -87,7 +88,7 @@ NotRegistered = NotFound
 __all__ = [
     "BufferTooSmall", "Cancelled", "Code", "Connection", "DataLoss", "DeadlineExceeded", "Directory",
     "DirectoryEntry", "DirectoryEvent", "DirectoryWatch", "Engine",
-    "FerryError", "InternalError", "InvalidArgument", "LogLevel", "MemoryKind", "NotFound",
+    "FerryError", "InternalError", "InvalidArgument", "LogLevel", "MemoryKind", "NotFound", "Notification",
     "Options", "OutOfRange", "PeerLost", "PermissionDenied", "Region", "RemoteDescriptor",
     "ResourceExhausted", "Status", "Transfer", "Unauthenticated", "Unavailable", "Unimplemented",
     "apply_environment", "code_name", "describe_tunables", "make_options", "validate",

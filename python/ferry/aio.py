@@ -88,7 +88,7 @@ async def wait(transfer: _ferry.Transfer, timeout: Optional[float] = None) -> in
     try:
         if timeout is None:
             return await fut
-        return await asyncio.wait_for(asyncio.shield(fut), timeout)
+        return await asyncio.wait_for(fut, timeout)  # cancels only the future, not the transfer
     except asyncio.TimeoutError:
         raise _ferry.DeadlineExceeded(f"transfer {transfer.id} still running at its deadline") from None
     except asyncio.CancelledError:

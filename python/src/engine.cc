@@ -323,6 +323,22 @@ class PyEngine {
     }
   }
 
+  Notification wait_notification(const Timeout& timeout) {
+    auto e = get();
+    Result<Notification> r = Status(Code::kDeadlineExceeded, "no notification by the deadline");
+    wait_in_slices(timeout.deadline, [&](Deadline d) {
+      r = closed_.load() ? Result<Notification>(Status(Code::kCancelled, "the engine was closed"))
+                         : e->wait_notification(d);
+      return r.ok() || r.status().code() != Code::kDeadlineExceeded;
+    });
+    if (!r.ok() && r.status().code() == Code::kDeadlineExceeded) {
+      throw StatusError(
+          Status(Code::kDeadlineExceeded, "wait_notification: no notification from any peer of " + e->address() +
+                                              " by the deadline"));
+    }
+    return value_or_throw(std::move(r));
+  }
+
   PyConnection accept(pyb::object self, const Timeout& timeout) {
     auto e = get();
     Deadline deadline = timeout.deadline;
@@ -424,6 +440,19 @@ void bind_engine(pyb::module_& m) {
   bind_options(m);
   bind_memory(m);
 
+  pyb::class_<Notification>(m, "Notification", "A notification from the engine-wide stream: who sent it, and what.")
+      .def_readonly("connection_id", &Notification::connection_id, "Connection.id of the connection it came on.")
+      .def_readonly("peer_engine_id", &Notification::peer_engine_id, "The sender's engine id.")
+      .def_property_readonly(
+          "peer_address", [](const Notification& n) { return text_to_python(n.peer_address); },
+          "The sender's end of that connection.")
+      .def_property_readonly(
+          "message", [](const Notification& n) { return pyb::bytes(n.message); }, "The notification (bytes).")
+      .def("__repr__", [](const Notification& n) {
+        return text_to_python("<ferry.Notification connection=" + std::to_string(n.connection_id) + " from " +
+                              n.peer_address + " (" + std::to_string(n.message.size()) + " bytes)>");
+      });
+
   pyb::class_<PyEngine>(m, "Engine",
                         "The process's transfer engine: registers memory, listens for peers, connects. "
                         "Thread-safe. Every blocking call releases the GIL and can be interrupted with Ctrl-C.")
@@ -483,6 +512,21 @@ void bind_engine(pyb::module_& m) {
           pyb::arg("timeout") = pyb::none(),
           "Waits for the next peer that connected to this engine (None: no deadline). Raises DeadlineExceeded, "
           "or Cancelled when the engine closes.")
+      .def("wait_notification", &PyEngine::wait_notification, pyb::arg("timeout") = pyb::none(),
+           "The next notification from any connection of this engine, as a ferry.Notification (connection_id, "
+           "peer_engine_id, peer_address, message): one stream for a server with many peers, served in turn. "
+           "Each connection's notifications keep their order; each is taken once, here or by that connection's "
+           "own wait_notification/poll_notification. Blocks for `timeout` seconds at most (None: no deadline), "
+           "GIL released, Ctrl-C raises KeyboardInterrupt. Raises DeadlineExceeded, or Cancelled once the engine "
+           "closes.")
+      .def(
+          "poll_notification",
+          [](PyEngine& e) -> pyb::object {
+            auto n = e.get()->poll_notification();
+            if (!n) return pyb::none();
+            return pyb::cast(std::move(*n));
+          },
+          "Non-blocking: the next ferry.Notification from any connection, or None.")
       .def("close", &PyEngine::close,
            "Closes every connection (pending transfers fail with Cancelled), stops listening and joins every "
            "thread. Idempotent.")

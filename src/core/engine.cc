@@ -46,6 +46,7 @@ struct Engine::Impl {
   std::map<const ConnectionBase*, std::unique_ptr<core::Admission::Ticket>> tickets;  // guarded by mu
   uint64_t next_connection_id = 1;                                                    // guarded by mu
   bool stopping = false;                                                              // guarded by mu
+  size_t next_note_from = 0;  // guarded by mu: where the engine-wide stream looks first
   std::thread heartbeat;
   // With Options::directory: the client for lookups, and the thread that
   // keeps this engine's entry alive (deleted first on shutdown).
@@ -295,6 +296,7 @@ Engine::~Engine() {
   }
   impl_->heartbeat_cv.notify_all();
   impl_->accept_cv.notify_all();
+  impl_->ctx->notifications.notify();  // engine-wide waits see `stopping`
   if (impl_->heartbeat.joinable()) impl_->heartbeat.join();
   impl_->listener->stop();
   std::vector<Impl::Closer> closers;
@@ -415,6 +417,38 @@ Result<std::shared_ptr<Connection>> Engine::connect(std::string_view peer, Deadl
   }
   if (entry.has_value()) return last.with_context("connect \"" + entry->name + "\"");
   return last;
+}
+
+std::optional<Notification> Engine::poll_notification() {
+  std::vector<std::shared_ptr<ConnectionBase>> conns;
+  size_t first = 0;
+  {
+    std::lock_guard lock(impl_->mu);
+    conns = impl_->connections;
+    first = impl_->next_note_from++;
+  }
+  for (size_t i = 0; i < conns.size(); ++i) {
+    const auto& c = conns[(first + i) % conns.size()];
+    if (auto note = c->poll_notification()) {
+      return Notification{c->id(), c->peer_engine_id(), c->peer_address(), std::move(*note)};
+    }
+  }
+  return std::nullopt;
+}
+
+Result<Notification> Engine::wait_notification(Deadline deadline) {
+  for (;;) {
+    // Read before looking: a note queued after the look moves it.
+    uint64_t seen = impl_->ctx->notifications.seq();
+    {
+      std::lock_guard lock(impl_->mu);
+      if (impl_->stopping) return Status(Code::kCancelled, "wait_notification: the engine was closed");
+    }
+    if (auto note = poll_notification()) return std::move(*note);
+    if (!impl_->ctx->notifications.wait_past(seen, deadline)) {
+      return Status(Code::kDeadlineExceeded, "wait_notification: no notification from any peer by the deadline");
+    }
+  }
 }
 
 Result<std::shared_ptr<Connection>> Engine::accept(Deadline deadline) {

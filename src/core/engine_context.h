@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/admission.h"
+#include "core/notification_signal.h"
 #include "core/registry.h"
 #include "core/worker_cpus.h"
 #include "ferry/options.h"
@@ -41,6 +42,8 @@ struct EngineContext {
   WorkerCpus worker_cpus;
   Registry registry;
   Admission admission;
+  // Bumped whenever any connection queues a notification.
+  NotificationSignal notifications;
   // GPU memory shared with and opened from same-host peers (local transport).
   std::shared_ptr<local::GpuExports> gpu_exports;
   std::shared_ptr<local::GpuImports> gpu_imports;

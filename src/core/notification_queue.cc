@@ -5,7 +5,8 @@
 
 namespace ferry::core {
 
-NotificationQueue::NotificationQueue(ByteBudget* budget) : budget_(budget != nullptr ? budget : &own_) {}
+NotificationQueue::NotificationQueue(ByteBudget* budget, NotificationSignal* signal)
+    : budget_(budget != nullptr ? budget : &own_), signal_(signal) {}
 
 Status NotificationQueue::check_size(std::string_view note, const char* op) {
   if (note.size() <= Connection::kMaxNotification) return Status();
@@ -22,6 +23,7 @@ void NotificationQueue::push_locked(std::string note) {
     listener = listener_;
   }
   cv_.notify_all();
+  if (signal_ != nullptr) signal_->notify();
   if (listener) listener();
 }
 

@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/notification_signal.h"
 #include "ferry/status.h"
 #include "ferry/transfer.h"
 
@@ -54,8 +55,9 @@ class NotificationQueue {
   enum class Wait { kNote, kStopped, kDeadline };
 
   // Counts what it holds against `budget` (not owned; must outlive the
-  // queue), or against a budget of its own of kMaxHeldBytes when null.
-  explicit NotificationQueue(ByteBudget* budget = nullptr);
+  // queue), or against a budget of its own of kMaxHeldBytes when null; tells
+  // `signal` (the engine's, if given; must outlive the queue) of each note.
+  explicit NotificationQueue(ByteBudget* budget = nullptr, NotificationSignal* signal = nullptr);
 
   // Queues notifications numbered by their sender (from 1) in number order:
   // one that arrives early waits for those before it, and `skip` gives a
@@ -95,6 +97,7 @@ class NotificationQueue {
 
   ByteBudget own_{kMaxHeldBytes};
   ByteBudget* const budget_;
+  NotificationSignal* const signal_;
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -1,7 +1,9 @@
-"""ferry.aio: awaiting transfers and notifications on one asyncio loop."""
+"""ferry.aio: awaiting transfers and notifications on one asyncio loop; one
+notification stream for an engine with many peers."""
 
 import asyncio
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -142,3 +144,50 @@ def test_notifications_from_several_peers_on_one_loop(pair):
         assert run(main()) == [b"from b", b"from c", b"one", b"two"]
     finally:
         c.close()
+
+
+def test_one_notification_stream_for_many_peers():
+    server = ferry.Engine()
+    peers, accepted = [], []
+    try:
+        for _ in range(3):
+            got = {}
+            t = threading.Thread(target=lambda: got.setdefault("conn", server.accept(timeout=10)))
+            t.start()
+            e = ferry.Engine()
+            peers.append((e, e.connect(server.address, timeout=10)))
+            t.join(10)
+            accepted.append(got["conn"])
+        with pytest.raises(ferry.DeadlineExceeded):
+            server.wait_notification(timeout=0.1)
+        assert server.poll_notification() is None
+        for k, (e, conn) in enumerate(peers):
+            for i in range(4):
+                conn.notify(f"{k}:{i}", timeout=5)
+        seen = {}
+        for _ in range(12):
+            n = server.wait_notification(timeout=5)
+            k, i = n.message.decode().split(":")
+            seen.setdefault(int(k), []).append(int(i))
+            assert n.connection_id == accepted[int(k)].id
+            assert n.peer_engine_id == peers[int(k)][0].id
+            assert n.peer_address == accepted[int(k)].peer_address
+        assert seen == {0: [0, 1, 2, 3], 1: [0, 1, 2, 3], 2: [0, 1, 2, 3]}, "each peer's notes in order"
+        ended = {}
+
+        def waiter_body():
+            try:
+                server.wait_notification(timeout=10)
+            except ferry.Cancelled as e:
+                ended["cancelled"] = str(e)
+
+        waiter = threading.Thread(target=waiter_body)
+        waiter.start()
+        time.sleep(0.1)
+        server.close()
+        waiter.join(10)
+        assert not waiter.is_alive() and "cancelled" in ended, "closing the engine ends an engine-wide wait"
+    finally:
+        for e, _ in peers:
+            e.close()
+        server.close()

@@ -86,6 +86,22 @@ TEST_P(NotificationOrder, TheListenerHearsEachNoteAndTheEnd) {
   cb_->set_notification_listener(nullptr);
 }
 
+// The engine-wide stream gives each note with who sent it, in order.
+TEST_P(NotificationOrder, TheEngineWideStreamNamesTheSender) {
+  EXPECT_FALSE(b_->poll_notification().has_value());
+  EXPECT_EQ(b_->wait_notification(after(50ms)).status().code(), Code::kDeadlineExceeded);
+  for (const char* n : {"first", "second"}) ASSERT_TRUE(ca_->notify(n, after(10s)).ok());
+  for (const char* n : {"first", "second"}) {
+    auto got = b_->wait_notification(after(10s));
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    EXPECT_EQ(got->message, n);
+    EXPECT_EQ(got->connection_id, cb_->id());
+    EXPECT_EQ(got->peer_engine_id, a_->id());
+    EXPECT_EQ(got->peer_address, cb_->peer_address());
+  }
+  EXPECT_FALSE(cb_->poll_notification().has_value()) << "taken once, by the engine-wide stream";
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, NotificationOrder, ::testing::Values("tcp", "local"));
 
 }  // namespace

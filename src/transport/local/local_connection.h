@@ -248,7 +248,7 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   // messages it does not read, notifications not yet polled), against
   // Options::connection_memory_bytes.
   core::ByteBudget budget_;
-  core::NotificationQueue notes_{&budget_};
+  core::NotificationQueue notes_{&budget_, &ctx_->notifications};
 };
 
 }  // namespace ferry::local

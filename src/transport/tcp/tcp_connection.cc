@@ -101,7 +101,7 @@ TcpConnection::TcpConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t 
       kernels_(ctx_->options.staging_copy == "kernel" ? std::make_shared<StagingKernels>() : nullptr),
       rx_stage_(data_.size()),
       held_(std::make_shared<Held>(ctx_->options.connection_memory_bytes)),
-      notes_(&held_->budget) {
+      notes_(&held_->budget, &ctx_->notifications) {
   for (size_t p = 0; p < data_.size(); ++p) {
     path_dead_[p] = false;
     auto node = p < paths_.size() ? ctx_->nic_nodes.find(paths_[p].nic) : ctx_->nic_nodes.end();

@@ -1,0 +1,48 @@
+// NotificationSignal: how an engine-wide wait for notifications learns that
+// some connection queued one. Each connection's NotificationQueue bumps it;
+// Engine::wait_notification sleeps on it between looks at the connections.
+//
+// Thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+
+#include "ferry/transfer.h"
+
+namespace ferry::core {
+
+class NotificationSignal {
+ public:
+  // Something was queued (or the engine closes): wakes every waiter.
+  void notify() {
+    {
+      std::lock_guard lock(mu_);
+      ++seq_;
+    }
+    cv_.notify_all();
+  }
+  // The count of notify() calls so far; pass it to wait_past().
+  uint64_t seq() {
+    std::lock_guard lock(mu_);
+    return seq_;
+  }
+  // Waits until notify() is called after `seen` was read; false at `deadline`.
+  bool wait_past(uint64_t seen, Deadline deadline) {
+    std::unique_lock lock(mu_);
+    auto moved = [&] { return seq_ != seen; };
+    if (deadline == kNoDeadline) {
+      cv_.wait(lock, moved);
+      return true;
+    }
+    return cv_.wait_until(lock, deadline, moved);
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t seq_ = 0;  // guarded by mu_
+};
+
+}  // namespace ferry::core
