@@ -67,6 +67,12 @@ class Connection {
   virtual Transfer recv_async(void* data, size_t capacity) = 0;
   // Receives the next message scattered over `parts`, in order. Non-blocking.
   virtual Transfer recvv_async(std::span<const MutableBuffer> parts) = 0;
+  // Waits until a message that no posted receive took has arrived, and
+  // returns its size without taking it: the next receive gets it. (A receive
+  // whose buffer is too small fails both ends with kBufferTooSmall and the
+  // message is gone; probe first to size the buffer.) kDeadlineExceeded, or
+  // the connection's failure. A receive posted meanwhile takes the message.
+  virtual Result<uint64_t> probe(Deadline deadline) = 0;
 
   // ---- one-sided ---------------------------------------------------------
   // Writes local bytes into the peer's exported memory at `remote_offset`.

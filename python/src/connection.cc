@@ -230,7 +230,7 @@ void bind_connection(pyb::module_& m) {
       arg("data"), arg("size") = none,
       "Receives the next message into `data` (at most `size` bytes; default all of it; must be writable). "
       "Transfer.bytes is the message size. A message larger than the buffer fails both sides with "
-      "BufferTooSmall. Returns a Transfer." ASYNC_DOC);
+      "BufferTooSmall and the message is dropped (probe() first to learn its size). Returns a Transfer." ASYNC_DOC);
   c.def(
       "recv",
       [](PyConnection& c, pyb::handle data, const Size& size, const Timeout& timeout) {
@@ -251,6 +251,29 @@ void bind_connection(pyb::module_& m) {
       },
       arg("parts"), pyb::kw_only(), arg("timeout") = none,
       ("Blocking recvv_async; returns the message size." + t).c_str());
+
+  c.def(
+      "probe",
+      [](PyConnection& c, const Timeout& timeout) -> uint64_t {
+        auto conn = c.conn;
+        Result<uint64_t> r = Status(Code::kDeadlineExceeded, "probe: no message by the deadline");
+        bool done = wait_in_slices(timeout.deadline, [&](Deadline d) {
+          r = conn->probe(d);
+          return r.ok() || r.status().code() != Code::kDeadlineExceeded;
+        });
+        if (!done) {
+          throw StatusError(Status(Code::kDeadlineExceeded, "probe: no message from connection " +
+                                                                std::to_string(conn->id()) + " to " +
+                                                                conn->peer_address() + " by the deadline"));
+        }
+        return value_or_throw(std::move(r));
+      },
+      pyb::kw_only(), arg("timeout") = none,
+      ("Waits until a message that no posted receive took has arrived and returns its size, without taking "
+       "it: the next recv gets it. Size the buffer with it: a recv into a buffer too small fails both ends "
+       "with BufferTooSmall and the message is gone. A receive posted meanwhile takes the message first." +
+       t)
+          .c_str());
 
   // one-sided
   c.def(

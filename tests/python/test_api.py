@@ -491,3 +491,29 @@ def test_dropped_transfer_keeps_its_buffer_until_done(pair):
     gc.collect()
     assert ref() is None
     assert (big[100:300] == src).all()
+
+
+def test_probe_sizes_the_buffer_and_too_small_drops_the_message(pair):
+    a, ca, b, cb = pair
+    src = np.random.default_rng(8).integers(0, 256, 70001, dtype=np.uint8)
+    b.reg(src)
+    dst = np.zeros(1 << 17, dtype=np.uint8)
+    a.reg(dst)
+    with pytest.raises(ferry.DeadlineExceeded):
+        ca.probe(timeout=0.05)
+    cb.send_async(src[:70001])
+    n = ca.probe(timeout=10)
+    assert n == 70001 and ca.probe(timeout=1) == 70001, "probing takes nothing"
+    assert ca.recv(dst[:n], timeout=10) == n
+    assert np.array_equal(dst[:n], src)
+    # Too small: both ends fail and the message is gone (the next one arrives next).
+    s = cb.send_async(src[:5000])
+    with pytest.raises(ferry.BufferTooSmall):
+        ca.recv(dst[:100], timeout=10)
+    with pytest.raises(ferry.BufferTooSmall):
+        s.wait(10)
+    cb.send_async(src[:3])
+    assert ca.probe(timeout=10) == 3
+    assert ca.recv(dst, timeout=10) == 3
+    with pytest.raises(TypeError, match="argument 'timeout'"):
+        ca.probe(timeout="x")

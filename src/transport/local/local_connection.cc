@@ -241,6 +241,19 @@ Transfer LocalConnection::post_send(core::SegmentList source) {
   return handle;
 }
 
+Result<uint64_t> LocalConnection::probe(Deadline deadline) {
+  std::unique_lock lock(mu_);
+  auto ready = [&] { return !unexpected_.empty() || failed_.load(std::memory_order_acquire); };
+  if (deadline == kNoDeadline) {
+    arrived_.wait(lock, ready);
+  } else if (!arrived_.wait_until(lock, deadline, ready)) {
+    return Status(Code::kDeadlineExceeded, where() + ": probe: no message arrived by the deadline");
+  }
+  if (!unexpected_.empty()) return unexpected_.front().size;
+  lock.unlock();
+  return usable();
+}
+
 Transfer LocalConnection::recv_async(void* data, size_t capacity) {
   MutableBuffer b{data, capacity};
   return recvv_async(std::span<const MutableBuffer>(&b, 1));
@@ -728,6 +741,7 @@ void LocalConnection::fail(const Status& why, bool shutdown_control) {
     unexpected_.clear();
     pending_sources_.clear();
   }
+  arrived_.notify_all();  // probes see failed_
   for (auto& [id, c] : expected) c(why);
   for (auto& r : posted) r.state->finish(why);
   for (auto& [key, waiters] : opening) {

@@ -22,6 +22,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
@@ -75,6 +76,7 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   Transfer sendv_async(std::span<const ConstBuffer> parts) override;
   Transfer recv_async(void* data, size_t capacity) override;
   Transfer recvv_async(std::span<const MutableBuffer> parts) override;
+  Result<uint64_t> probe(Deadline deadline) override;
   Transfer write_async(const void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset,
                        std::string_view notification) override;
   Transfer writev_async(std::span<const WriteItem> items, std::string_view notification) override;
@@ -235,6 +237,7 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   std::unordered_map<uint64_t, Completion> expected_;                // guarded by mu_: by local op id
   std::deque<PostedRecv> posted_;                                    // guarded by mu_
   std::deque<Unexpected> unexpected_;                                // guarded by mu_
+  std::condition_variable arrived_;  // with mu_: a message joined unexpected_, or the connection failed
   std::unordered_map<uint64_t, core::SegmentList> pending_sources_;  // guarded by mu_: sends awaiting CTS
   std::map<std::pair<uint64_t, uint64_t>, ExportInfo> exports_;      // guarded by mu_: (export id, key) of the peer
   std::map<std::pair<uint64_t, uint64_t>, std::vector<std::function<void(Result<const ExportInfo*>)>>>

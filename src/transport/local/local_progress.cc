@@ -181,6 +181,7 @@ Status LocalConnection::arrive(Unexpected msg) {
                           std::to_string(budget_.limit()) + ") holds with what else it holds");
       }
       unexpected_.push_back(std::move(msg));
+      arrived_.notify_all();
       return Status();
     }
     recv = std::move(posted_.front());

@@ -258,6 +258,19 @@ Status TcpConnection::health() const {
   return health_;
 }
 
+Result<uint64_t> TcpConnection::probe(Deadline deadline) {
+  std::unique_lock lock(mu_);
+  auto ready = [&] { return !unexpected_.empty() || failed_.load(std::memory_order_acquire); };
+  if (deadline == kNoDeadline) {
+    arrived_.wait(lock, ready);
+  } else if (!arrived_.wait_until(lock, deadline, ready)) {
+    return Status(Code::kDeadlineExceeded, where() + ": probe: no message arrived by the deadline");
+  }
+  if (!unexpected_.empty()) return unexpected_.front().size;
+  lock.unlock();
+  return usable();
+}
+
 Status TcpConnection::usable() const {
   if (!failed_.load(std::memory_order_acquire)) return Status();
   Status h = health();
@@ -1310,6 +1323,7 @@ Status TcpConnection::handle_eager(int fd, const FrameHeader& h) {
       matched = true;
     } else if (held_->budget.take(kUnexpectedBytes + bytes.size())) {
       unexpected_.push_back(Unexpected{h.id, h.a, false, std::move(bytes)});
+      arrived_.notify_all();
     } else {
       over = true;
     }
@@ -1327,6 +1341,7 @@ Status TcpConnection::handle_rts(const FrameHeader& h) {
     if (posted_.empty()) {
       if (held_->budget.take(kUnexpectedBytes)) {
         unexpected_.push_back(Unexpected{h.id, h.a, true, {}});
+        arrived_.notify_all();
         return Status();
       }
       over = true;
@@ -1895,6 +1910,7 @@ void TcpConnection::fail(const Status& reason) {
     unexpected_.clear();
     pending_ = std::move(held_by_paths);
   }
+  arrived_.notify_all();  // probes see failed_
   for (auto& op : queued) {
     if (op->state && draining.count(op->state.get()) == 0) states.push_back(op->state);
   }

@@ -97,6 +97,7 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   Transfer sendv_async(std::span<const ConstBuffer> parts) override;
   Transfer recv_async(void* data, size_t capacity) override;
   Transfer recvv_async(std::span<const MutableBuffer> parts) override;
+  Result<uint64_t> probe(Deadline deadline) override;
   Transfer write_async(const void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset,
                        std::string_view notification) override;
   Transfer writev_async(std::span<const WriteItem> items, std::string_view notification) override;
@@ -380,6 +381,7 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   std::unordered_map<uint64_t, std::weak_ptr<OutOp>> sending_;       // guarded by mu_
   std::deque<PostedRecv> posted_;                                    // guarded by mu_
   std::deque<Unexpected> unexpected_;                                // guarded by mu_
+  std::condition_variable arrived_;  // with mu_: a message joined unexpected_, or the connection failed
   std::unordered_map<uint64_t, std::shared_ptr<Landing>> landings_;  // guarded by mu_
   std::unordered_map<uint64_t, IncomingWrite> incoming_;             // guarded by mu_
   // Writes finished recently, so a chunk resent after a path died is dropped
