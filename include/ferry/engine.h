@@ -218,6 +218,10 @@ class Engine {
   Result<Notification> wait_notification(Deadline deadline);
   // Non-blocking: a notification from any connection, if one is queued.
   std::optional<Notification> poll_notification();
+  // Calls `listener` each time any connection queues a notification, and
+  // when the engine closes, on the ferry thread that does it: it must not
+  // block (an event loop's wake-up). Replaces the previous one; empty: none.
+  void set_notification_listener(std::function<void()> listener);
 
   struct Impl;
 

@@ -3,6 +3,7 @@
     t = conn.recv_async(buf)
     n = await t                          # the message size; raises its failure
     note = await ferry.aio.notification(conn, timeout=5)
+    n = await ferry.aio.engine_notification(engine)   # any peer's: a ferry.Notification
 
 A serving loop awaits many transfers and many peers' notifications on one
 event loop, without a thread per wait and without polling: each event loop
@@ -21,7 +22,7 @@ from typing import Dict, List, Optional, Tuple
 
 from . import _ferry
 
-__all__ = ["wait", "notification"]
+__all__ = ["wait", "notification", "engine_notification"]
 
 
 class _LoopWaker:
@@ -31,6 +32,7 @@ class _LoopWaker:
         self.waker = _ferry._Waker()
         self.transfers: List[Tuple[_ferry.Transfer, asyncio.Future]] = []
         self.notes: Dict[int, Tuple[_ferry.Connection, List[asyncio.Future]]] = {}
+        self.engine_notes: Dict[int, Tuple[_ferry.Engine, List[asyncio.Future]]] = {}
         loop.add_reader(self.waker.fileno(), self._ready)
 
     def _ready(self) -> None:
@@ -62,6 +64,21 @@ class _LoopWaker:
             if not futs:
                 conn._set_notification_waker(None)
                 del self.notes[key]
+        for key, (engine, futs) in list(self.engine_notes.items()):
+            futs[:] = [f for f in futs if not f.done()]
+            while futs and not engine.closed:
+                note = engine.poll_notification()
+                if note is None:
+                    break
+                futs.pop(0).set_result(note)
+            if futs and engine.closed:
+                for f in futs:
+                    f.set_exception(_ferry.Cancelled("wait_notification: the engine was closed"))
+                futs.clear()
+            if not futs:
+                if not engine.closed:
+                    engine._set_notification_waker(None)
+                del self.engine_notes[key]
 
 
 _wakers: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWaker]" = weakref.WeakKeyDictionary()
@@ -118,6 +135,30 @@ async def notification(conn: _ferry.Connection, timeout: Optional[float] = None)
     except asyncio.TimeoutError:
         raise _ferry.DeadlineExceeded(
             f"no notification from connection {conn.id} to {conn.peer_address} by the deadline") from None
+
+
+async def engine_notification(engine: _ferry.Engine, timeout: Optional[float] = None) -> _ferry.Notification:
+    """Awaits the next notification from any connection of `engine`, as a
+    ferry.Notification (connection_id, peer_engine_id, peer_address,
+    message): Engine.wait_notification for an event loop. Raises Cancelled
+    once the engine closes, or DeadlineExceeded after `timeout` seconds."""
+    if not engine.closed:
+        note = engine.poll_notification()
+        if note is not None:
+            return note
+    loop = asyncio.get_running_loop()
+    w = _waker_of(loop)
+    fut = loop.create_future()
+    w.engine_notes.setdefault(id(engine), (engine, []))[1].append(fut)
+    if not engine.closed:
+        engine._set_notification_waker(w.waker)  # before the second look, in _ready
+    w.waker.signal()
+    try:
+        if timeout is None:
+            return await fut
+        return await asyncio.wait_for(fut, timeout)
+    except asyncio.TimeoutError:
+        raise _ferry.DeadlineExceeded("no notification from any peer of the engine by the deadline") from None
 
 
 def _await_transfer(self: _ferry.Transfer):

@@ -17,6 +17,7 @@
 #include "buffers.h"
 #include "errors.h"
 #include "transfer.h"
+#include "waker.h"
 
 namespace ferry::py {
 namespace {
@@ -519,6 +520,18 @@ void bind_engine(pyb::module_& m) {
            "own wait_notification/poll_notification. Blocks for `timeout` seconds at most (None: no deadline), "
            "GIL released, Ctrl-C raises KeyboardInterrupt. Raises DeadlineExceeded, or Cancelled once the engine "
            "closes.")
+      .def(
+          "_set_notification_waker",
+          [](PyEngine& e, std::shared_ptr<Waker> waker) {
+            if (waker) {
+              e.get()->set_notification_listener([waker] { waker->signal(); });
+            } else {
+              e.get()->set_notification_listener(nullptr);
+            }
+          },
+          pyb::arg("waker"),
+          "Signals the ferry._Waker (None: stops) when any connection queues a notification or the engine "
+          "closes (ferry.aio).")
       .def(
           "poll_notification",
           [](PyEngine& e) -> pyb::object {

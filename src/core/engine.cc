@@ -436,6 +436,10 @@ std::optional<Notification> Engine::poll_notification() {
   return std::nullopt;
 }
 
+void Engine::set_notification_listener(std::function<void()> listener) {
+  impl_->ctx->notifications.set_listener(std::move(listener));
+}
+
 Result<Notification> Engine::wait_notification(Deadline deadline) {
   for (;;) {
     // Read before looking: a note queued after the look moves it.

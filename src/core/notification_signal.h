@@ -7,6 +7,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 
 #include "ferry/transfer.h"
@@ -15,13 +16,22 @@ namespace ferry::core {
 
 class NotificationSignal {
  public:
-  // Something was queued (or the engine closes): wakes every waiter.
+  // Something was queued (or the engine closes): wakes every waiter, then
+  // calls the listener.
   void notify() {
+    std::function<void()> listener;
     {
       std::lock_guard lock(mu_);
       ++seq_;
+      listener = listener_;
     }
     cv_.notify_all();
+    if (listener) listener();
+  }
+  // Engine::set_notification_listener.
+  void set_listener(std::function<void()> listener) {
+    std::lock_guard lock(mu_);
+    listener_ = std::move(listener);
   }
   // The count of notify() calls so far; pass it to wait_past().
   uint64_t seq() {
@@ -42,7 +52,8 @@ class NotificationSignal {
  private:
   std::mutex mu_;
   std::condition_variable cv_;
-  uint64_t seq_ = 0;  // guarded by mu_
+  uint64_t seq_ = 0;                // guarded by mu_
+  std::function<void()> listener_;  // guarded by mu_
 };
 
 }  // namespace ferry::core

@@ -173,6 +173,18 @@ def test_one_notification_stream_for_many_peers():
             assert n.peer_engine_id == peers[int(k)][0].id
             assert n.peer_address == accepted[int(k)].peer_address
         assert seen == {0: [0, 1, 2, 3], 1: [0, 1, 2, 3], 2: [0, 1, 2, 3]}, "each peer's notes in order"
+        # The same stream on an event loop.
+        async def on_the_loop():
+            pending = asyncio.ensure_future(ferry.aio.engine_notification(server))
+            await asyncio.sleep(0.05)
+            assert not pending.done()
+            peers[1][1].notify(b"async", timeout=5)
+            n = await pending
+            assert (n.message, n.connection_id) == (b"async", accepted[1].id)
+            with pytest.raises(ferry.DeadlineExceeded):
+                await ferry.aio.engine_notification(server, timeout=0.1)
+
+        run(on_the_loop())
         ended = {}
 
         def waiter_body():
