@@ -504,8 +504,10 @@ void bind_engine(pyb::module_& m) {
           },
           pyb::arg("peer"), pyb::arg("timeout") = pyb::none(),
           "Connects to `peer` ('host:port', another engine's metadata bytes, or a name in the engine's "
-          "directory), waiting at most `timeout` seconds (None: no deadline). Raises Unavailable if nobody "
-          "answers, Unauthenticated if the shared secret differs, DeadlineExceeded; for a name also "
+          "directory), waiting at most `timeout` seconds (None: no deadline). An address that refuses (nobody "
+          "listens there yet) is dialed again every 0.1 s until the deadline; with no deadline, until one "
+          "answers or Ctrl-C. Blocks, GIL released. Raises Unavailable (refused until the deadline, or "
+          "unreachable), Unauthenticated if the shared secret differs, DeadlineExceeded; for a name also "
           "NotFound (no such name) and DataLoss (a malformed entry).")
       .def(
           "accept",
