@@ -25,14 +25,41 @@ from . import _ferry
 __all__ = ["wait", "notification", "engine_notification"]
 
 
+class _Notes:
+    """Futures waiting for the notifications of one connection or engine."""
+
+    def __init__(self, poll, ended, stop_waking):
+        self.poll = poll                # -> the next note, or None
+        self.ended = ended              # -> the exception once no note can come, or None
+        self.stop_waking = stop_waking  # uninstalls the waker
+        self.futures: List[asyncio.Future] = []
+
+    def hand_out(self) -> bool:
+        """Settles what it can; True once nothing waits any more."""
+        self.futures[:] = [f for f in self.futures if not f.done()]
+        while self.futures:
+            note = self.poll()
+            if note is None:
+                break
+            self.futures.pop(0).set_result(note)
+        error = self.ended() if self.futures else None
+        if error is not None:
+            for f in self.futures:
+                f.set_exception(error)
+            self.futures.clear()
+        if self.futures:
+            return False
+        self.stop_waking()
+        return True
+
+
 class _LoopWaker:
     """The eventfd of one event loop and what waits on it."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.waker = _ferry._Waker()
         self.transfers: List[Tuple[_ferry.Transfer, asyncio.Future]] = []
-        self.notes: Dict[int, Tuple[_ferry.Connection, List[asyncio.Future]]] = {}
-        self.engine_notes: Dict[int, Tuple[_ferry.Engine, List[asyncio.Future]]] = {}
+        self.notes: Dict[int, _Notes] = {}  # by id() of the connection or engine
         loop.add_reader(self.waker.fileno(), self._ready)
 
     def _ready(self) -> None:
@@ -49,36 +76,9 @@ class _LoopWaker:
             except BaseException as e:  # the transfer's failure, for the awaiting task
                 fut.set_exception(e)
         self.transfers = waiting
-        for key, (conn, futs) in list(self.notes.items()):
-            futs[:] = [f for f in futs if not f.done()]
-            while futs:
-                note = conn.poll_notification()
-                if note is None:
-                    break
-                futs.pop(0).set_result(note)
-            health = conn.health()
-            if futs and not health.ok():
-                for f in futs:
-                    f.set_exception(health.exception())
-                futs.clear()
-            if not futs:
-                conn._set_notification_waker(None)
+        for key, notes in list(self.notes.items()):
+            if notes.hand_out():
                 del self.notes[key]
-        for key, (engine, futs) in list(self.engine_notes.items()):
-            futs[:] = [f for f in futs if not f.done()]
-            while futs and not engine.closed:
-                note = engine.poll_notification()
-                if note is None:
-                    break
-                futs.pop(0).set_result(note)
-            if futs and engine.closed:
-                for f in futs:
-                    f.set_exception(_ferry.Cancelled("wait_notification: the engine was closed"))
-                futs.clear()
-            if not futs:
-                if not engine.closed:
-                    engine._set_notification_waker(None)
-                del self.engine_notes[key]
 
 
 _wakers: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWaker]" = weakref.WeakKeyDictionary()
@@ -89,6 +89,17 @@ def _waker_of(loop: asyncio.AbstractEventLoop) -> _LoopWaker:
     if w is None:
         w = _wakers[loop] = _LoopWaker(loop)
     return w
+
+
+async def _within(fut: asyncio.Future, timeout: Optional[float], late: str):
+    """Awaits `fut`; after `timeout` seconds cancels it (not the operation
+    behind it) and raises DeadlineExceeded(late)."""
+    try:
+        if timeout is None:
+            return await fut
+        return await asyncio.wait_for(fut, timeout)
+    except asyncio.TimeoutError:
+        raise _ferry.DeadlineExceeded(late) from None
 
 
 async def wait(transfer: _ferry.Transfer, timeout: Optional[float] = None) -> int:
@@ -103,14 +114,25 @@ async def wait(transfer: _ferry.Transfer, timeout: Optional[float] = None) -> in
     w.transfers.append((transfer, fut))
     transfer._wake_when_done(w.waker)  # signals at once if it has finished
     try:
-        if timeout is None:
-            return await fut
-        return await asyncio.wait_for(fut, timeout)  # cancels only the future, not the transfer
-    except asyncio.TimeoutError:
-        raise _ferry.DeadlineExceeded(f"transfer {transfer.id} still running at its deadline") from None
+        return await _within(fut, timeout, f"transfer {transfer.id} still running at its deadline")
     except asyncio.CancelledError:
         transfer.cancel()  # an unmatched receive stops; anything moving data goes on
         raise
+
+
+async def _next_note(source, make_notes, install_waker, timeout: Optional[float], late: str):
+    """The next note of `source` (a connection or an engine), on this loop."""
+    w = _waker_of(asyncio.get_running_loop())
+    fut = asyncio.get_running_loop().create_future()
+    notes = w.notes.get(id(source))
+    if notes is None:
+        notes = w.notes[id(source)] = make_notes()
+    notes.futures.append(fut)
+    # Installed before the look that the signal causes: a note queued in
+    # between signals it again.
+    install_waker(w.waker)
+    w.waker.signal()
+    return await _within(fut, timeout, late)
 
 
 async def notification(conn: _ferry.Connection, timeout: Optional[float] = None) -> bytes:
@@ -120,21 +142,15 @@ async def notification(conn: _ferry.Connection, timeout: Optional[float] = None)
     note = conn.poll_notification()
     if note is not None:
         return note
-    loop = asyncio.get_running_loop()
-    w = _waker_of(loop)
-    fut = loop.create_future()
-    entry = w.notes.setdefault(id(conn), (conn, []))
-    entry[1].append(fut)
-    # Installed before the second look: a note queued in between signals it.
-    conn._set_notification_waker(w.waker)
-    w.waker.signal()
-    try:
-        if timeout is None:
-            return await fut
-        return await asyncio.wait_for(fut, timeout)
-    except asyncio.TimeoutError:
-        raise _ferry.DeadlineExceeded(
-            f"no notification from connection {conn.id} to {conn.peer_address} by the deadline") from None
+
+    def ended():
+        health = conn.health()
+        return None if health.ok() else health.exception()
+
+    return await _next_note(
+        conn, lambda: _Notes(conn.poll_notification, ended, lambda: conn._set_notification_waker(None)),
+        conn._set_notification_waker, timeout,
+        f"no notification from connection {conn.id} to {conn.peer_address} by the deadline")
 
 
 async def engine_notification(engine: _ferry.Engine, timeout: Optional[float] = None) -> _ferry.Notification:
@@ -146,19 +162,21 @@ async def engine_notification(engine: _ferry.Engine, timeout: Optional[float] = 
         note = engine.poll_notification()
         if note is not None:
             return note
-    loop = asyncio.get_running_loop()
-    w = _waker_of(loop)
-    fut = loop.create_future()
-    w.engine_notes.setdefault(id(engine), (engine, []))[1].append(fut)
-    if not engine.closed:
-        engine._set_notification_waker(w.waker)  # before the second look, in _ready
-    w.waker.signal()
-    try:
-        if timeout is None:
-            return await fut
-        return await asyncio.wait_for(fut, timeout)
-    except asyncio.TimeoutError:
-        raise _ferry.DeadlineExceeded("no notification from any peer of the engine by the deadline") from None
+
+    def stop_waking():
+        if not engine.closed:
+            engine._set_notification_waker(None)
+
+    def install_waker(waker):
+        if not engine.closed:
+            engine._set_notification_waker(waker)
+
+    return await _next_note(
+        engine,
+        lambda: _Notes(lambda: None if engine.closed else engine.poll_notification(),
+                       lambda: _ferry.Cancelled("wait_notification: the engine was closed") if engine.closed else None,
+                       stop_waking),
+        install_waker, timeout, "no notification from any peer of the engine by the deadline")
 
 
 def _await_transfer(self: _ferry.Transfer):
