@@ -55,8 +55,9 @@ enum class FrameType : uint8_t {
   kLocalDone = 34,    // id=op or token of the side receiving it, code=status, aux=message
   kLocalOpen = 35,    // id=request, a=export id, b=key: describe an export
   kLocalExport = 36,  // id=request, code=status, a=export id, b=key, c=length; payload = spans; aux=message
-  kLocalPull = 37,    // id=op, a=export id, b=key, c=offset, d=size, e=note seq (0 none); payload = source spans;
-                      // aux = notification: the target copies the initiator's bytes into its export
+  kLocalPull = 37,    // id=op, a=export id, b=key, c=offset, d=size; payload = source spans: the target
+                      // copies the initiator's bytes into its export. No notification: a write's
+                      // follows as its own kLocalNote once every item has ended
   kLocalPush = 38,    // id=op, a=export id, b=key, c=offset, d=size; payload = destination spans:
                       // the target copies its export's bytes into the initiator's memory
   kLocalNote = 39,    // id=op (0: no ack wanted), a=note seq, flags=1 skip; aux = notification
