@@ -46,6 +46,10 @@
 
 namespace ferry {
 
+namespace transport {
+class ConnectionCore;
+}
+
 // A bidirectional link to one peer engine. Thread-safe: any thread may post
 // operations; operations posted from one thread keep their order.
 //
@@ -55,50 +59,54 @@ namespace ferry {
 class Connection {
  public:
   virtual ~Connection() = default;
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
 
   // ---- two-sided ---------------------------------------------------------
   // Sends `size` bytes as one message. Finishes when the peer's matching
-  // receive holds them. Non-blocking.
-  virtual Transfer send_async(const void* data, size_t size) = 0;
-  // Sends the concatenation of `parts` as one message. Non-blocking.
-  virtual Transfer sendv_async(std::span<const ConstBuffer> parts) = 0;
+  // receive holds them. Does not wait for the peer; a message of up to
+  // Options::inline_max bytes is written to the stream by the calling
+  // thread, which may block while the socket drains.
+  Transfer send_async(const void* data, size_t size);
+  // Sends the concatenation of `parts` as one message; as send_async.
+  Transfer sendv_async(std::span<const ConstBuffer> parts);
   // Receives the next message into up to `capacity` bytes at `data`;
   // bytes() of the finished transfer is the message size. Non-blocking.
-  virtual Transfer recv_async(void* data, size_t capacity) = 0;
+  Transfer recv_async(void* data, size_t capacity);
   // Receives the next message scattered over `parts`, in order. Non-blocking.
-  virtual Transfer recvv_async(std::span<const MutableBuffer> parts) = 0;
+  Transfer recvv_async(std::span<const MutableBuffer> parts);
   // Waits until a message that no posted receive took has arrived, and
   // returns its size without taking it: the next receive gets it. (A receive
   // whose buffer is too small fails both ends with kBufferTooSmall and the
   // message is gone; probe first to size the buffer.) kDeadlineExceeded, or
   // the connection's failure. A receive posted meanwhile takes the message.
-  virtual Result<uint64_t> probe(Deadline deadline) = 0;
+  Result<uint64_t> probe(Deadline deadline);
 
   // ---- one-sided ---------------------------------------------------------
   // Writes local bytes into the peer's exported memory at `remote_offset`.
   // A non-empty `notification` (at most kMaxNotification bytes) is delivered
   // to the peer after the data is in place. Non-blocking.
-  virtual Transfer write_async(const void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset,
-                               std::string_view notification = {}) = 0;
+  Transfer write_async(const void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset,
+                               std::string_view notification = {});
   // All items, then the notification once every item's data is in place.
-  virtual Transfer writev_async(std::span<const WriteItem> items, std::string_view notification = {}) = 0;
+  Transfer writev_async(std::span<const WriteItem> items, std::string_view notification = {});
   // Reads the peer's exported memory into local memory. Non-blocking.
-  virtual Transfer read_async(void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset) = 0;
-  virtual Transfer readv_async(std::span<const ReadItem> items) = 0;
+  Transfer read_async(void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset);
+  Transfer readv_async(std::span<const ReadItem> items);
 
   // ---- notifications ----------------------------------------------------
   // Sends a standalone notification; finishes when the peer has queued it.
-  virtual Transfer notify_async(std::string_view message) = 0;
+  Transfer notify_async(std::string_view message);
   // Blocks until a notification from this peer arrives or `deadline` passes
   // (kDeadlineExceeded). Notifications arrive in the order they were sent.
-  virtual Result<std::string> wait_notification(Deadline deadline) = 0;
+  Result<std::string> wait_notification(Deadline deadline);
   // Non-blocking: the next notification, if one is queued.
-  virtual std::optional<std::string> poll_notification() = 0;
+  std::optional<std::string> poll_notification();
   // Calls `listener` each time a notification is queued, and once when the
   // connection fails or closes, on the ferry thread that does it: it must
   // not block (an event loop's wake-up: write to an eventfd). Replaces the
   // previous listener; an empty one removes it.
-  virtual void set_notification_listener(std::function<void()> listener) = 0;
+  void set_notification_listener(std::function<void()> listener);
 
   // ---- blocking wrappers (post, then wait) -------------------------------
   // Past `deadline`, a receive, write or read that has not started moving
@@ -106,8 +114,8 @@ class Connection {
   // runs to its end (or fails within peer_timeout) and returns its own
   // result, so these never return while the engine still uses the buffer and
   // a received message is never dropped. A send returns kDeadlineExceeded at
-  // the deadline; if it could not be cancelled it goes on (send_async gives
-  // a handle to follow it).
+  // the deadline and goes on: a message once posted is not withdrawn, since
+  // the peer may be receiving it (send_async gives a handle to follow it).
   Status send(const void* data, size_t size, Deadline deadline = kNoDeadline);
   Status sendv(std::span<const ConstBuffer> parts, Deadline deadline = kNoDeadline);
   // Returns the message size.
@@ -122,18 +130,24 @@ class Connection {
   // ---- lifecycle ---------------------------------------------------------
   // Fails pending transfers with kCancelled, tells the peer, releases the
   // streams and joins the connection's threads. Idempotent. Blocks briefly.
-  virtual void close() = 0;
+  void close();
   // OK while usable; afterwards the reason (kPeerLost, kCancelled, ...).
-  virtual Status health() const = 0;
+  Status health() const;
   // Engine-unique id of this connection.
-  virtual uint64_t id() const = 0;
+  uint64_t id() const;
   // The peer's engine id and address, for messages and logs.
-  virtual uint64_t peer_engine_id() const = 0;
-  virtual std::string peer_address() const = 0;
+  uint64_t peer_engine_id() const;
+  std::string peer_address() const;
   // "tcp" or "local".
-  virtual std::string_view transport_name() const = 0;
+  std::string_view transport_name() const;
 
   static constexpr size_t kMaxNotification = 60 * 1024;
+
+ private:
+  // The one implementation is the engine's (ConnectionCore); connections
+  // come from Engine::connect and Engine::accept.
+  friend class transport::ConnectionCore;
+  Connection() = default;
 };
 
 // A notification as the engine-wide stream gives it: who sent it, and what.

@@ -21,9 +21,9 @@
 #include "platform/memory_kind.h"
 #include "platform/socket.h"
 #include "platform/thread.h"
-#include "transport/local/gpu_sharing.h"
-#include "transport/tcp/dialer.h"
-#include "transport/tcp/listener.h"
+#include "transport/bootstrap/engine_transports.h"
+#include "transport/bootstrap/dialer.h"
+#include "transport/bootstrap/listener.h"
 #include "wire/metadata.h"
 
 namespace ferry {
@@ -32,18 +32,18 @@ namespace ferry {
 
 struct Engine::Impl {
   std::shared_ptr<core::EngineContext> ctx;
-  std::unique_ptr<tcp::TcpListener> listener;
+  std::unique_ptr<bootstrap::TcpListener> listener;
   std::string address;
 
   std::mutex mu;
   std::condition_variable accept_cv;
   std::condition_variable heartbeat_cv;
   // Bounded by max_connections: each holds an admission ticket while it lives.
-  std::deque<std::shared_ptr<ConnectionBase>> accepted;      // guarded by mu
-  std::vector<std::shared_ptr<ConnectionBase>> connections;  // guarded by mu
+  std::deque<std::shared_ptr<transport::ConnectionCore>> accepted;      // guarded by mu
+  std::vector<std::shared_ptr<transport::ConnectionCore>> connections;  // guarded by mu
   // Tickets of the connections that do not hold their own (the local
   // transport's), given back when the engine lets the connection go.
-  std::map<const ConnectionBase*, std::unique_ptr<core::Admission::Ticket>> tickets;  // guarded by mu
+  std::map<const transport::ConnectionCore*, std::unique_ptr<core::Admission::Ticket>> tickets;  // guarded by mu
   uint64_t next_connection_id = 1;                                                    // guarded by mu
   bool stopping = false;                                                              // guarded by mu
   size_t next_note_from = 0;  // guarded by mu: where the engine-wide stream looks first
@@ -60,7 +60,7 @@ struct Engine::Impl {
 
   // Lists `c` (and keeps `ticket` while it is listed). False, with `c`
   // closed, once the engine is stopping.
-  bool adopt(const std::shared_ptr<ConnectionBase>& c, std::unique_ptr<core::Admission::Ticket> ticket) {
+  bool adopt(const std::shared_ptr<transport::ConnectionCore>& c, std::unique_ptr<core::Admission::Ticket> ticket) {
     {
       std::lock_guard lock(mu);
       if (!stopping) {
@@ -77,7 +77,7 @@ struct Engine::Impl {
   // queue, and what they received with them: none can carry a transfer.
   // The heartbeat then closes them, as nobody holds them any more.
   void prune_accepted_locked() {
-    std::erase_if(accepted, [](const std::shared_ptr<ConnectionBase>& c) { return !c->health().ok(); });
+    std::erase_if(accepted, [](const std::shared_ptr<transport::ConnectionCore>& c) { return !c->health().ok(); });
   }
 
   void heartbeat_loop() {
@@ -89,7 +89,7 @@ struct Engine::Impl {
     while (!stopping) {
       heartbeat_cv.wait_for(lock, period);
       if (stopping) break;
-      std::vector<std::shared_ptr<ConnectionBase>> live = connections;
+      std::vector<std::shared_ptr<transport::ConnectionCore>> live = connections;
       lock.unlock();
       auto now = Clock::now();
       for (auto& c : live) c->tick(now);
@@ -118,7 +118,7 @@ struct Engine::Impl {
   }
 
   // A closer thread's work: close, then unlist.
-  void close_dropped(const std::shared_ptr<ConnectionBase>& conn, std::atomic<bool>& done) {
+  void close_dropped(const std::shared_ptr<transport::ConnectionCore>& conn, std::atomic<bool>& done) {
     conn->close();
     std::lock_guard lock(mu);
     closing.erase(conn.get());
@@ -134,7 +134,7 @@ struct Engine::Impl {
     std::shared_ptr<std::atomic<bool>> done;
   };
   std::vector<Closer> closers;              // guarded by mu (joined by the heartbeat or the destructor)
-  std::set<const ConnectionBase*> closing;  // guarded by mu: a closer runs for these
+  std::set<const transport::ConnectionCore*> closing;  // guarded by mu: a closer runs for these
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -234,14 +234,13 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
     impl->ctx->worker_cpus = std::move(cpus).value();
     impl->ctx->topology = std::move(host);
   }
-  impl->ctx->gpu_exports = std::make_shared<local::GpuExports>();
-  impl->ctx->gpu_imports = std::make_shared<local::GpuImports>();
+  bootstrap::prepare_transports(*impl->ctx);
   impl->ctx->engine_id = platform::random_u64();
   impl->ctx->host_id = std::string(platform::host_id());
   Impl* raw = impl.get();
-  auto listener = tcp::TcpListener::bind(
+  auto listener = bootstrap::TcpListener::bind(
       impl->ctx, at,
-      [raw](std::shared_ptr<ConnectionBase> c, std::unique_ptr<core::Admission::Ticket> ticket) {
+      [raw](std::shared_ptr<transport::ConnectionCore> c, std::unique_ptr<core::Admission::Ticket> ticket) {
         if (!raw->adopt(c, std::move(ticket))) return;
         {
           std::lock_guard lock(raw->mu);
@@ -285,8 +284,8 @@ Engine::~Engine() {
   // Out of the directory first: nobody should resolve the name to an engine
   // that is going away.
   impl_->publisher.reset();
-  std::vector<std::shared_ptr<ConnectionBase>> conns;
-  std::map<const ConnectionBase*, std::unique_ptr<core::Admission::Ticket>> tickets;
+  std::vector<std::shared_ptr<transport::ConnectionCore>> conns;
+  std::map<const transport::ConnectionCore*, std::unique_ptr<core::Admission::Ticket>> tickets;
   {
     std::lock_guard lock(impl_->mu);
     impl_->stopping = true;
@@ -328,13 +327,13 @@ Status Engine::dereg(const Region& region) {
   FERRY_RETURN_IF_ERROR(impl_->ctx->registry.remove(region.id));
   if (impl_->ctx->registry.contains(region.id)) return Status();  // other registrations remain
   // Local peers may hold handles to it: tell them, then drop what was made.
-  std::vector<std::shared_ptr<ConnectionBase>> conns;
+  std::vector<std::shared_ptr<transport::ConnectionCore>> conns;
   {
     std::lock_guard lock(impl_->mu);
     conns = impl_->connections;
   }
   for (auto& c : conns) c->region_retired(region.id);
-  impl_->ctx->gpu_exports->retire(region.id);
+  bootstrap::region_retired(*impl_->ctx, region.id);
   return Status();
 }
 
@@ -384,17 +383,9 @@ Result<std::shared_ptr<Connection>> Engine::connect(std::string_view peer, Deadl
   Status last(Code::kUnavailable, "no address to connect to");
   for (const std::string& a : addresses) {
     FERRY_ASSIGN_OR_RETURN(platform::HostPort hp, platform::parse_host_port(a));
-    auto c = tcp::dial(impl_->ctx, hp, deadline, impl_->next_id());
-    if (!c.ok() && impl_->ctx->options.transport == "auto" &&
-        (c.status().code() == Code::kPermissionDenied ||
-         c.status().message().find("local transport") != std::string::npos)) {
-      // Same host but the processes cannot reach each other's memory
-      // (another pid namespace, no permission): TCP still works.
-      FERRY_LOG(kInfo, "engine", "%s; using TCP", c.status().to_string().c_str());
-      c = tcp::dial(impl_->ctx, hp, deadline, impl_->next_id(), false);
-    }
+    auto c = bootstrap::dial(impl_->ctx, hp, deadline, [this] { return impl_->next_id(); });
     if (c.ok()) {
-      std::shared_ptr<ConnectionBase> conn = c->connection;
+      std::shared_ptr<transport::ConnectionCore> conn = c->connection;
       if (!impl_->adopt(conn, std::move(c->ticket)))
         return Status(Code::kCancelled, "connect: the engine is shutting down");
       if (entry.has_value() && conn->peer_engine_id() != entry->engine_id) {
@@ -420,7 +411,7 @@ Result<std::shared_ptr<Connection>> Engine::connect(std::string_view peer, Deadl
 }
 
 std::optional<Notification> Engine::poll_notification() {
-  std::vector<std::shared_ptr<ConnectionBase>> conns;
+  std::vector<std::shared_ptr<transport::ConnectionCore>> conns;
   size_t first = 0;
   {
     std::lock_guard lock(impl_->mu);
@@ -471,53 +462,4 @@ Result<std::shared_ptr<Connection>> Engine::accept(Deadline deadline) {
   impl_->accepted.pop_front();
   return std::shared_ptr<Connection>(std::move(c));
 }
-
-// ---- blocking wrappers ----------------------------------------------------------
-
-namespace {
-
-// recv, write and read return only once the engine is done with the
-// caller's memory. Past the deadline, an operation that can still stop is
-// cancelled (kDeadlineExceeded); one already moving data runs to its end (it
-// ends, or fails within peer_timeout if the peer is lost; none of these waits
-// on the peer application) and its own result is returned: returning earlier
-// would leave bytes landing in a buffer the caller believes free, and a
-// received message unaccounted for. A send past its deadline may wait on
-// the peer application posting a receive, so it returns kDeadlineExceeded
-// and, if it could not stop, goes on (wait on send_async's handle to know).
-Status finish_by(const Transfer& t, Deadline deadline) {
-  Status s = t.wait(deadline);
-  if (t.test()) return t.status();
-  if (t.cancel()) return s;
-  return t.wait(kNoDeadline);
-}
-
-}  // namespace
-
-Status Connection::send(const void* data, size_t size, Deadline deadline) {
-  return send_async(data, size).wait(deadline);
-}
-Status Connection::sendv(std::span<const ConstBuffer> parts, Deadline deadline) {
-  return sendv_async(parts).wait(deadline);
-}
-Result<size_t> Connection::recv(void* data, size_t capacity, Deadline deadline) {
-  Transfer t = recv_async(data, capacity);
-  FERRY_RETURN_IF_ERROR(finish_by(t, deadline));
-  return t.bytes();
-}
-Result<size_t> Connection::recvv(std::span<const MutableBuffer> parts, Deadline deadline) {
-  Transfer t = recvv_async(parts);
-  FERRY_RETURN_IF_ERROR(finish_by(t, deadline));
-  return t.bytes();
-}
-Status Connection::write(const void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset,
-                         std::string_view notification, Deadline deadline) {
-  return finish_by(write_async(local, size, remote, remote_offset, notification), deadline);
-}
-Status Connection::read(void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset,
-                        Deadline deadline) {
-  return finish_by(read_async(local, size, remote, remote_offset), deadline);
-}
-Status Connection::notify(std::string_view message, Deadline deadline) { return notify_async(message).wait(deadline); }
-
 }  // namespace ferry

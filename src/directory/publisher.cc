@@ -60,7 +60,7 @@ Result<std::unique_ptr<Publisher>> Publisher::start(const DirectoryUrl& url, Dir
 
 Publisher::~Publisher() {
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
@@ -74,9 +74,9 @@ Publisher::~Publisher() {
   }
 }
 
-void Publisher::watch_peer(const DirectoryEntry& peer, const std::shared_ptr<ConnectionBase>& conn) {
+void Publisher::watch_peer(const DirectoryEntry& peer, const std::shared_ptr<transport::ConnectionCore>& conn) {
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     watched_.push_back(Watched{peer, conn});
   }
   cv_.notify_all();
@@ -99,7 +99,7 @@ Status Publisher::publish_now(Deadline deadline) {
         return Status();
       }
       if (!ever_published_ && e->incarnation >= self_.incarnation) {
-        std::lock_guard lock(mu_);
+        platform::MutexLock lock(mu_);
         self_.incarnation = e->incarnation + 1;
         value_ = encode_entry(self_);
       }
@@ -155,7 +155,7 @@ Clock::duration Publisher::publish_step() {
 void Publisher::check_peers() {
   std::vector<Watched> watched;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     std::erase_if(watched_, [](const Watched& w) {
       auto c = w.conn.lock();
       return c == nullptr || !c->health().ok();
@@ -199,14 +199,14 @@ void Publisher::loop() {
       now +
       (published_ ? std::max<Clock::duration>(ttl_ / 3, std::chrono::milliseconds(50)) : Clock::duration(backoff_));
   Clock::time_point next_check = now + check_period;
-  std::unique_lock lock(mu_);
+  platform::UniqueLock lock(mu_);
   while (!stopping_) {
     Clock::time_point wake = displaced_ ? Clock::time_point::max() : next_publish;
     if (!watched_.empty()) wake = std::min(wake, next_check);
     if (wake == Clock::time_point::max()) {
-      cv_.wait(lock);
+      cv_.wait(lock.native());
     } else {
-      cv_.wait_until(lock, wake);
+      cv_.wait_until(lock.native(), wake);
     }
     if (stopping_) break;
     lock.unlock();
@@ -221,7 +221,7 @@ void Publisher::loop() {
 }
 
 DirectoryEntry Publisher::self() const {
-  std::lock_guard lock(mu_);
+  platform::MutexLock lock(mu_);
   return self_;
 }
 

@@ -22,14 +22,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "directory/backend.h"
 #include "ferry/directory.h"
-#include "transport/connection_base.h"
+#include "platform/mutex.h"
+#include "transport/connection_core.h"
 
 namespace ferry::directory {
 
@@ -48,24 +48,26 @@ class Publisher {
 
   // Fails `conn` with kPeerLost once `name` names an engine other than
   // `peer` with a higher incarnation. Thread-safe.
-  void watch_peer(const DirectoryEntry& peer, const std::shared_ptr<ConnectionBase>& conn);
+  void watch_peer(const DirectoryEntry& peer, const std::shared_ptr<transport::ConnectionCore>& conn);
 
  private:
   Publisher(const DirectoryUrl& url, DirectoryEntry self, std::chrono::milliseconds ttl);
-  void loop();
+  void loop() EXCLUDES(mu_);
   // One publishing step; returns when to take the next one.
-  Clock::duration publish_step();
-  void check_peers();
-  Status publish_now(Deadline deadline);
+  Clock::duration publish_step() EXCLUDES(mu_);
+  void check_peers() EXCLUDES(mu_);
+  Status publish_now(Deadline deadline) EXCLUDES(mu_);
 
   struct Watched {
     DirectoryEntry peer;
-    std::weak_ptr<ConnectionBase> conn;
+    std::weak_ptr<transport::ConnectionCore> conn;
   };
 
   DirectoryUrl url_;
   std::string key_;
-  DirectoryEntry self_;  // the incarnation may rise before the first publish: read under mu_
+  // The incarnation may rise before the first publish: the thread changes it
+  // under mu_ and reads it without; others read it under mu_.
+  DirectoryEntry self_;
   std::string value_;
   std::chrono::milliseconds ttl_;
   std::unique_ptr<Backend> backend_;  // only the thread (and start/destructor, when it is not running) use it
@@ -77,10 +79,10 @@ class Publisher {
   bool failing_ = false;
   Clock::duration backoff_{};
 
-  mutable std::mutex mu_;
+  mutable platform::Mutex mu_;
   std::condition_variable cv_;
-  bool stopping_ = false;         // guarded by mu_
-  std::vector<Watched> watched_;  // guarded by mu_
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::vector<Watched> watched_ GUARDED_BY(mu_);
   std::thread thread_;
 };
 

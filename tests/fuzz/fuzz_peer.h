@@ -39,7 +39,7 @@
 
 #include "ferry/ferry.h"
 #include "platform/socket.h"
-#include "transport/tcp/handshake_io.h"
+#include "transport/bootstrap/handshake_io.h"
 #include "wire/frame.h"
 #include "wire/handshake.h"
 
@@ -168,7 +168,7 @@ inline bool drain_fd(int fd, FrameSplitter& s) {
 }
 
 // A REJECTED frame as its code and reason; OK for any other frame.
-inline Status rejected(const tcp::RawFrame& f) {
+inline Status rejected(const bootstrap::RawFrame& f) {
   if (f.header.type != wire::FrameType::kRejected) return Status();
   FERRY_ASSIGN_OR_RETURN(wire::Rejected r, wire::decode_rejected(f.header, f.aux));
   return Status(r.code, "the engine refused the handshake: " + r.message);
@@ -189,13 +189,13 @@ struct TcpPeer {
     wire::Hello hello;
     hello.engine_id = kPeerEngineId;
     hello.host_id = "fuzz-peer";
-    FERRY_RETURN_IF_ERROR(tcp::write_handshake_frame(ctl.fd(), wire::encode(hello), d));
-    FERRY_ASSIGN_OR_RETURN(auto welcome, tcp::read_handshake_frame(ctl.fd(), d));
+    FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(ctl.fd(), wire::encode(hello), d));
+    FERRY_ASSIGN_OR_RETURN(auto welcome, bootstrap::read_handshake_frame(ctl.fd(), d));
     if (welcome.header.type != wire::FrameType::kWelcome) return Status(Code::kDataLoss, "expected WELCOME");
     wire::Auth auth;
     auth.streams = static_cast<uint32_t>(streams);
-    FERRY_RETURN_IF_ERROR(tcp::write_handshake_frame(ctl.fd(), wire::encode(auth), d));
-    FERRY_ASSIGN_OR_RETURN(auto f, tcp::read_handshake_frame(ctl.fd(), d));
+    FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(ctl.fd(), wire::encode(auth), d));
+    FERRY_ASSIGN_OR_RETURN(auto f, bootstrap::read_handshake_frame(ctl.fd(), d));
     FERRY_RETURN_IF_ERROR(rejected(f));
     FERRY_ASSIGN_OR_RETURN(wire::Accepted accepted, wire::decode_accepted(f.header, f.aux));
     for (int i = 0; i < streams; ++i) {
@@ -204,10 +204,10 @@ struct TcpPeer {
       stream.role = wire::StreamRole::kData;
       stream.cookie = accepted.cookie;
       stream.stream_index = static_cast<uint32_t>(i);
-      FERRY_RETURN_IF_ERROR(tcp::write_handshake_frame(s.fd(), wire::encode(stream), d));
+      FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(s.fd(), wire::encode(stream), d));
       data.push_back(std::move(s));
     }
-    FERRY_ASSIGN_OR_RETURN(auto ready, tcp::read_handshake_frame(ctl.fd(), d));
+    FERRY_ASSIGN_OR_RETURN(auto ready, bootstrap::read_handshake_frame(ctl.fd(), d));
     if (ready.header.type != wire::FrameType::kReady) return Status(Code::kDataLoss, "expected READY");
     // Without TCP_NODELAY a frame sent right after another waits for the
     // engine's delayed ACK (40 ms).

@@ -41,7 +41,7 @@
 #include "platform/memory_kind.h"
 #include "platform/socket.h"
 #include "transport/local/gpu_sharing.h"
-#include "transport/tcp/dialer.h"
+#include "transport/bootstrap/dialer.h"
 
 using namespace ferry;
 using namespace ferry::testing;
@@ -120,9 +120,9 @@ int impostor(const std::string& address, uint64_t owner_id, uint64_t owner_base)
   ctx->gpu_imports = std::make_shared<local::GpuImports>();
   auto to = platform::parse_host_port(address);
   if (!to.ok()) return fail("impostor: address");
-  auto dialed = tcp::dial(ctx, *to, after(30s), 1);
+  auto dialed = bootstrap::dial(ctx, *to, after(30s), [] { return uint64_t{1}; });
   if (!dialed.ok()) return fail("impostor: dial: " + dialed.status().to_string());
-  std::shared_ptr<ConnectionBase> conn = dialed->connection;
+  std::shared_ptr<transport::ConnectionCore> conn = dialed->connection;
   // No engine drives this connection's heartbeat: a thread of its own does,
   // or the victim would find the impostor silent and drop it.
   std::atomic<bool> done{false};

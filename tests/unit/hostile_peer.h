@@ -19,7 +19,7 @@
 
 #include "ferry/ferry.h"
 #include "platform/socket.h"
-#include "transport/tcp/handshake_io.h"
+#include "transport/bootstrap/handshake_io.h"
 #include "wire/handshake.h"
 
 namespace ferry::hostile {
@@ -41,13 +41,13 @@ struct Peer {
     wire::Hello hello;
     hello.engine_id = kEngineId;
     hello.host_id = "hostile-peer";
-    FERRY_RETURN_IF_ERROR(tcp::write_handshake_frame(ctl.fd(), wire::encode(hello), d));
-    FERRY_ASSIGN_OR_RETURN(auto welcome, tcp::read_handshake_frame(ctl.fd(), d));
+    FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(ctl.fd(), wire::encode(hello), d));
+    FERRY_ASSIGN_OR_RETURN(auto welcome, bootstrap::read_handshake_frame(ctl.fd(), d));
     FERRY_RETURN_IF_ERROR(rejected(welcome));
     wire::Auth auth;
     auth.streams = static_cast<uint32_t>(streams);
-    FERRY_RETURN_IF_ERROR(tcp::write_handshake_frame(ctl.fd(), wire::encode(auth), d));
-    FERRY_ASSIGN_OR_RETURN(auto f, tcp::read_handshake_frame(ctl.fd(), d));
+    FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(ctl.fd(), wire::encode(auth), d));
+    FERRY_ASSIGN_OR_RETURN(auto f, bootstrap::read_handshake_frame(ctl.fd(), d));
     FERRY_RETURN_IF_ERROR(rejected(f));
     FERRY_ASSIGN_OR_RETURN(wire::Accepted accepted, wire::decode_accepted(f.header, f.aux));
     for (int i = 0; i < streams; ++i) {
@@ -57,15 +57,15 @@ struct Peer {
       stream.role = wire::StreamRole::kData;
       stream.cookie = accepted.cookie;
       stream.stream_index = static_cast<uint32_t>(i);
-      FERRY_RETURN_IF_ERROR(tcp::write_handshake_frame(data.back().fd(), wire::encode(stream), d));
+      FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(data.back().fd(), wire::encode(stream), d));
     }
-    FERRY_ASSIGN_OR_RETURN(auto ready, tcp::read_handshake_frame(ctl.fd(), d));
+    FERRY_ASSIGN_OR_RETURN(auto ready, bootstrap::read_handshake_frame(ctl.fd(), d));
     FERRY_RETURN_IF_ERROR(rejected(ready));
     if (ready.header.type != wire::FrameType::kReady) return Status(Code::kDataLoss, "expected READY");
     return Status();
   }
 
-  static Status rejected(const tcp::RawFrame& f) {
+  static Status rejected(const bootstrap::RawFrame& f) {
     if (f.header.type != wire::FrameType::kRejected) return Status();
     FERRY_ASSIGN_OR_RETURN(wire::Rejected r, wire::decode_rejected(f.header, f.aux));
     return Status(r.code, r.message);

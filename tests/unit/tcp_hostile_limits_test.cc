@@ -88,8 +88,8 @@ TEST(TcpHostileLimits, StreamsPastMaxHandshakesAreClosedUnread) {
   wire::Hello hello;
   hello.engine_id = Peer::kEngineId;
   hello.host_id = "hostile-peer";
-  (void)tcp::write_handshake_frame(late.fd(), wire::encode(hello), after(5s));
-  auto answer = tcp::read_handshake_frame(late.fd(), after(5s));
+  (void)bootstrap::write_handshake_frame(late.fd(), wire::encode(hello), after(5s));
+  auto answer = bootstrap::read_handshake_frame(late.fd(), after(5s));
   EXPECT_FALSE(answer.ok()) << "a stream past max_handshakes was answered (frame type "
                             << static_cast<int>(answer.ok() ? answer->header.type : wire::FrameType{}) << ")";
   EXPECT_NE(answer.status().code(), Code::kDeadlineExceeded) << "a stream past max_handshakes was left open";

@@ -16,7 +16,7 @@
 
 #include "ferry/ferry.h"
 #include "platform/socket.h"
-#include "transport/tcp/handshake_io.h"
+#include "transport/bootstrap/handshake_io.h"
 #include "sanitizer_build.h"
 #include "transport/tcp/staging_copier.h"
 #include "wire/handshake.h"
@@ -43,12 +43,12 @@ struct HandMadePeer {
     wire::Hello hello;
     hello.engine_id = kEngineId;
     hello.host_id = "hand-made-peer";
-    if (!tcp::write_handshake_frame(ctl.fd(), wire::encode(hello), d).ok()) return false;
-    if (!tcp::read_handshake_frame(ctl.fd(), d).ok()) return false;  // WELCOME
+    if (!bootstrap::write_handshake_frame(ctl.fd(), wire::encode(hello), d).ok()) return false;
+    if (!bootstrap::read_handshake_frame(ctl.fd(), d).ok()) return false;  // WELCOME
     wire::Auth auth;
     auth.streams = static_cast<uint16_t>(streams);
-    if (!tcp::write_handshake_frame(ctl.fd(), wire::encode(auth), d).ok()) return false;
-    auto f = tcp::read_handshake_frame(ctl.fd(), d);
+    if (!bootstrap::write_handshake_frame(ctl.fd(), wire::encode(auth), d).ok()) return false;
+    auto f = bootstrap::read_handshake_frame(ctl.fd(), d);
     if (!f.ok()) return false;
     auto accepted = wire::decode_accepted(f->header, f->aux);
     if (!accepted.ok()) return false;
@@ -60,9 +60,9 @@ struct HandMadePeer {
       stream.role = wire::StreamRole::kData;
       stream.cookie = accepted->cookie;
       stream.stream_index = static_cast<uint16_t>(i);
-      if (!tcp::write_handshake_frame(data.back().fd(), wire::encode(stream), d).ok()) return false;
+      if (!bootstrap::write_handshake_frame(data.back().fd(), wire::encode(stream), d).ok()) return false;
     }
-    auto ready = tcp::read_handshake_frame(ctl.fd(), d);
+    auto ready = bootstrap::read_handshake_frame(ctl.fd(), d);
     return ready.ok() && ready->header.type == wire::FrameType::kReady;
   }
 
@@ -141,8 +141,8 @@ TEST(TcpPeerGarbage, AnotherProtocolVersionIsRefusedAtTheHandshake) {
   hello.version = wire::kProtocolVersion - 1;
   hello.engine_id = 0x1234;
   hello.host_id = "older-peer";
-  ASSERT_TRUE(tcp::write_handshake_frame(c->fd(), wire::encode(hello), d).ok());
-  auto f = tcp::read_handshake_frame(c->fd(), d);
+  ASSERT_TRUE(bootstrap::write_handshake_frame(c->fd(), wire::encode(hello), d).ok());
+  auto f = bootstrap::read_handshake_frame(c->fd(), d);
   ASSERT_TRUE(f.ok()) << f.status().to_string();
   auto rejected = wire::decode_rejected(f->header, f->aux);
   ASSERT_TRUE(rejected.ok()) << "expected REJECTED, got frame type " << static_cast<int>(f->header.type);

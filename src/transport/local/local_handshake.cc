@@ -6,9 +6,9 @@
 #include <cstring>
 
 #include "platform/crypto.h"
-#include "transport/local/local_connection.h"
+#include "transport/local/local_transport.h"
 #include "transport/local/peer_proof.h"
-#include "transport/tcp/handshake_io.h"
+#include "transport/bootstrap/handshake_io.h"
 
 namespace ferry::local {
 namespace {
@@ -33,9 +33,9 @@ Ticket get_ticket(const wire::FrameHeader& h) {
 }
 }  // namespace
 
-Result<std::shared_ptr<ConnectionBase>> connect_local(const std::shared_ptr<core::EngineContext>& ctx, uint64_t id,
-                                                      uint64_t peer_engine, platform::Socket control,
-                                                      Deadline deadline) {
+Result<std::shared_ptr<transport::ConnectionCore>> connect_local(const std::shared_ptr<core::EngineContext>& ctx,
+                                                                uint64_t id, uint64_t peer_engine,
+                                                                platform::Socket control, Deadline deadline) {
   uint64_t nonce = platform::random_u64();
   FERRY_ASSIGN_OR_RETURN(ShmChannel channel, ShmChannel::create(kRingBytes, nonce));
   FERRY_ASSIGN_OR_RETURN(RendezvousListener rendezvous, RendezvousListener::open());
@@ -45,10 +45,10 @@ Result<std::shared_ptr<ConnectionBase>> connect_local(const std::shared_ptr<core
   setup.header.c = nonce;
   setup.aux = rendezvous.name();
   setup.header.aux_len = static_cast<uint16_t>(setup.aux.size());
-  FERRY_RETURN_IF_ERROR(tcp::write_handshake_frame(control.fd(), setup, deadline));
+  FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(control.fd(), setup, deadline));
   Result<PeerCredentials> proven = rendezvous.hand_over(channel.fd(), control.fd(), policy_of(ctx->options), deadline);
   if (!proven.ok() && proven.status().code() != Code::kCancelled) return proven.status();
-  FERRY_ASSIGN_OR_RETURN(tcp::RawFrame reply, tcp::read_handshake_frame(control.fd(), deadline));
+  FERRY_ASSIGN_OR_RETURN(bootstrap::RawFrame reply, bootstrap::read_handshake_frame(control.fd(), deadline));
   if (reply.header.type == wire::FrameType::kRejected) {
     FERRY_ASSIGN_OR_RETURN(wire::Rejected r, wire::decode_rejected(reply.header, reply.aux));
     return Status(r.code, "the peer could not attach the local channel: " + r.message);
@@ -61,18 +61,16 @@ Result<std::shared_ptr<ConnectionBase>> connect_local(const std::shared_ptr<core
                                        std::string(wire::frame_type_name(reply.header.type)));
   }
   LocalPeer peer{peer_engine, proven->pid, platform::peer_name(control.fd())};
-  auto conn = std::make_shared<LocalConnection>(ctx, id, std::move(peer), std::move(control), std::move(channel));
-  FERRY_RETURN_IF_ERROR(conn->start());
-  return std::shared_ptr<ConnectionBase>(std::move(conn));
+  return LocalTransport::connection(ctx, id, std::move(peer), std::move(control), std::move(channel));
 }
 
-Result<std::shared_ptr<ConnectionBase>> accept_local(const std::shared_ptr<core::EngineContext>& ctx, uint64_t id,
-                                                     uint64_t peer_engine, platform::Socket control,
-                                                     Deadline deadline) {
+Result<std::shared_ptr<transport::ConnectionCore>> accept_local(const std::shared_ptr<core::EngineContext>& ctx,
+                                                               uint64_t id, uint64_t peer_engine,
+                                                               platform::Socket control, Deadline deadline) {
   int fd = control.fd();
-  FERRY_ASSIGN_OR_RETURN(tcp::RawFrame setup, tcp::read_handshake_frame(fd, deadline));
+  FERRY_ASSIGN_OR_RETURN(bootstrap::RawFrame setup, bootstrap::read_handshake_frame(fd, deadline));
   auto refuse = [&](const Status& why) {
-    (void)tcp::write_handshake_frame(fd, rejected(why.code(), why.message()), deadline);
+    (void)bootstrap::write_handshake_frame(fd, rejected(why.code(), why.message()), deadline);
     return why;
   };
   if (setup.header.type != wire::FrameType::kLocalSetup) {
@@ -87,12 +85,9 @@ Result<std::shared_ptr<ConnectionBase>> accept_local(const std::shared_ptr<core:
   wire::EncodedFrame ready;
   ready.header.type = wire::FrameType::kLocalReady;
   ready.header.a = static_cast<uint64_t>(::getpid());
-  FERRY_RETURN_IF_ERROR(tcp::write_handshake_frame(fd, ready, deadline));
+  FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(fd, ready, deadline));
   LocalPeer peer{peer_engine, received->peer.pid, platform::peer_name(fd)};
-  auto conn =
-      std::make_shared<LocalConnection>(ctx, id, std::move(peer), std::move(control), std::move(channel).value());
-  FERRY_RETURN_IF_ERROR(conn->start());
-  return std::shared_ptr<ConnectionBase>(std::move(conn));
+  return LocalTransport::connection(ctx, id, std::move(peer), std::move(control), std::move(channel).value());
 }
 
 }  // namespace ferry::local

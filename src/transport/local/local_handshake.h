@@ -10,19 +10,20 @@
 
 #include "core/engine_context.h"
 #include "platform/socket.h"
-#include "transport/connection_base.h"
+#include "transport/connection_core.h"
 
 namespace ferry::local {
 
 // Connector side. kPermissionDenied / kUnavailable when the peer cannot
 // attach or is refused (another uid, another network namespace, this very
 // process): the caller may fall back to TCP.
-Result<std::shared_ptr<ConnectionBase>> connect_local(const std::shared_ptr<core::EngineContext>& ctx, uint64_t id,
-                                                      uint64_t peer_engine, platform::Socket control,
-                                                      Deadline deadline);
+Result<std::shared_ptr<transport::ConnectionCore>> connect_local(const std::shared_ptr<core::EngineContext>& ctx,
+                                                                uint64_t id, uint64_t peer_engine,
+                                                                platform::Socket control, Deadline deadline);
 
 // Acceptor side, after ACCEPTED was written.
-Result<std::shared_ptr<ConnectionBase>> accept_local(const std::shared_ptr<core::EngineContext>& ctx, uint64_t id,
-                                                     uint64_t peer_engine, platform::Socket control, Deadline deadline);
+Result<std::shared_ptr<transport::ConnectionCore>> accept_local(const std::shared_ptr<core::EngineContext>& ctx,
+                                                               uint64_t id, uint64_t peer_engine,
+                                                               platform::Socket control, Deadline deadline);
 
 }  // namespace ferry::local

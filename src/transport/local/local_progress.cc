@@ -1,4 +1,4 @@
-// LocalConnection's progress thread and the handlers of the messages it
+// LocalTransport's progress thread and the handlers of the messages it
 // reads from the channel (posting is in local_connection.cc).
 #include <poll.h>
 #include <sys/socket.h>
@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "core/log.h"
-#include "transport/local/local_connection.h"
+#include "transport/local/local_transport.h"
 #include "transport/local/local_messages.h"
 
 namespace ferry::local {
@@ -19,12 +19,15 @@ using wire::FrameType;
 
 // ---- progress thread ------------------------------------------------------------------
 
-bool LocalConnection::has_pending() {
-  std::lock_guard lock(mu_);
-  return !expected_.empty() || !posted_.empty();
+bool LocalTransport::has_pending() {
+  {
+    std::lock_guard lock(mu_);
+    if (!expected_.empty()) return true;
+  }
+  return core_.has_posted();
 }
 
-bool LocalConnection::peer_gone() const {
+bool LocalTransport::peer_gone() const {
   pollfd p{control_.fd(), POLLIN | POLLRDHUP, 0};
   if (::poll(&p, 1, 0) <= 0) return false;
   if (p.revents & (POLLHUP | POLLRDHUP | POLLERR)) return true;
@@ -32,18 +35,18 @@ bool LocalConnection::peer_gone() const {
   return ::recv(control_.fd(), &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
-bool LocalConnection::next_message(std::string& msg) {
+bool LocalTransport::next_message(std::string& msg) {
   if (channel_broken_) return false;
   Result<bool> r = channel_.receive(msg);
   if (r.ok()) return r.value();
   // Nothing after garbage can be trusted: the connection fails and the ring
   // is not read again.
   channel_broken_ = true;
-  fail(r.status().with_context(where()));
+  core_.fail(r.status().with_context(where()));
   return false;
 }
 
-void LocalConnection::progress_loop() {
+void LocalTransport::progress_loop() {
   auto last_activity = Clock::now();
   std::string msg;
   unsigned idle_spins = 0;
@@ -51,7 +54,7 @@ void LocalConnection::progress_loop() {
     local_work_.store(false, std::memory_order_release);
     bool did = flush_outbox();
     if (outbox_over_budget_.load(std::memory_order_acquire)) {
-      fail(Status(Code::kResourceExhausted,
+      core_.fail(Status(Code::kResourceExhausted,
                   where() +
                       ": the peer left more control messages unread in its channel than connection_memory_bytes (" +
                       std::to_string(ctx_->options.connection_memory_bytes) + ") holds"));
@@ -60,7 +63,7 @@ void LocalConnection::progress_loop() {
       did = true;
       Status s = handle(msg);
       if (!s.ok()) {
-        fail(s);
+        core_.fail(s);
         break;
       }
     }
@@ -84,11 +87,11 @@ void LocalConnection::progress_loop() {
     }
     if (outbox_size_.load(std::memory_order_acquire) != 0) continue;
     channel_.wait(std::chrono::milliseconds(20), local_work_);
-    if (peer_gone() && !closed_.load()) peer_exited();
+    if (peer_gone() && !core_.closing()) peer_exited();
   }
 }
 
-Status LocalConnection::handle(const std::string& msg) {
+Status LocalTransport::handle(const std::string& msg) {
   if (msg.size() < wire::kHeaderSize) return Status(Code::kDataLoss, where() + ": truncated message on the channel");
   auto hr = wire::decode_header(reinterpret_cast<const uint8_t*>(msg.data()), wire::kHeaderSize);
   if (!hr.ok()) return hr.status().with_context(where());
@@ -101,12 +104,12 @@ Status LocalConnection::handle(const std::string& msg) {
   switch (h.type) {
     case FrameType::kEager: {
       if (payload.size() != h.a) return Status(Code::kDataLoss, where() + ": eager size mismatch");
-      Unexpected u;
+      transport::ArrivedMessage u;
       u.op = h.id;
       u.size = h.a;
       u.eager = true;
       u.bytes.assign(payload);
-      return arrive(std::move(u));
+      return core_.arrive(std::move(u));
     }
     case FrameType::kLocalRts:
       return on_rts(h, payload);
@@ -124,7 +127,7 @@ Status LocalConnection::handle(const std::string& msg) {
         pending_sources_.erase(h.id);
       }
       // where() formats a string: only an error needs it.
-      c(h.code == 0 ? Status() : peer_status(h.code, aux, where()));
+      c(h.code == 0 ? Status() : core_.peer_status(h.code, aux));
       return Status();
     }
     case FrameType::kLocalOpen:
@@ -144,7 +147,7 @@ Status LocalConnection::handle(const std::string& msg) {
         ack.id = h.id;
         post(ack);
       }
-      return notes_.push_numbered(h.a, (h.flags & kNoteSkip) != 0, std::string(aux)).with_context(where());
+      return core_.notes().push_numbered(h.a, (h.flags & kNoteSkip) != 0, std::string(aux)).with_context(where());
     case FrameType::kLocalRevoke:
       return on_revoke(h, payload);
     case FrameType::kHeartbeat:
@@ -154,7 +157,7 @@ Status LocalConnection::handle(const std::string& msg) {
       // answer to ours); this side's end before it answers, which the
       // peer's close() waits for.
       peer_quiet_.store(true, std::memory_order_release);
-      closed_by_peer_.store(true, std::memory_order_release);
+      core_.set_closed_by_peer();
       stop_copying(Status(Code::kPeerLost, where() + ": the peer closed the connection"));
       control_.shutdown();
       return Status();
@@ -164,47 +167,21 @@ Status LocalConnection::handle(const std::string& msg) {
   }
 }
 
-size_t LocalConnection::held_cost(const Unexpected& msg) {
-  return sizeof(Unexpected) + msg.bytes.size() + msg.source.size() * sizeof(SharedSpan);
-}
-
-Status LocalConnection::arrive(Unexpected msg) {
-  PostedRecv recv;
-  {
-    std::lock_guard lock(mu_);
-    if (posted_.empty()) {
-      // What no receive has claimed is held for the peer: within the budget.
-      if (!budget_.take(held_cost(msg))) {
-        return Status(Code::kResourceExhausted,
-                      where() +
-                          ": the peer sent more messages no receive was posted for than connection_memory_bytes (" +
-                          std::to_string(budget_.limit()) + ") holds with what else it holds");
-      }
-      unexpected_.push_back(std::move(msg));
-      arrived_.notify_all();
-      return Status();
-    }
-    recv = std::move(posted_.front());
-    posted_.pop_front();
-  }
-  recv.state->set_canceller(nullptr);
-  match(std::move(recv), std::move(msg));
-  return Status();
-}
-
-Status LocalConnection::on_rts(const FrameHeader& h, std::string_view payload) {
+Status LocalTransport::on_rts(const FrameHeader& h, std::string_view payload) {
   FERRY_ASSIGN_OR_RETURN(std::vector<SharedSpan> spans, decode_spans(payload));
   uint64_t total = 0;
   for (const SharedSpan& s : spans) total += s.length;
   if (total != h.a) return Status(Code::kDataLoss, where() + ": RTS spans do not add up to the message size");
-  Unexpected u;
+  auto source = std::make_unique<SpansSource>();
+  source->spans = std::move(spans);
+  transport::ArrivedMessage u;
   u.op = h.id;
   u.size = h.a;
-  u.source = std::move(spans);
-  return arrive(std::move(u));
+  u.source = std::move(source);
+  return core_.arrive(std::move(u));
 }
 
-Status LocalConnection::on_cts(const FrameHeader& h, std::string_view payload) {
+Status LocalTransport::on_cts(const FrameHeader& h, std::string_view payload) {
   FERRY_ASSIGN_OR_RETURN(std::vector<SharedSpan> spans, decode_spans(payload));
   core::SegmentList source;
   Completion done;
@@ -229,9 +206,9 @@ Status LocalConnection::on_cts(const FrameHeader& h, std::string_view payload) {
   }
   uint64_t token = h.a;
   uint64_t size = source.total();
-  std::weak_ptr<LocalConnection> self = weak_from_this();
-  auto finish = [self, token, done](const Status& st) {
-    if (auto conn = self.lock()) conn->answer(token, st);
+  std::weak_ptr<transport::ConnectionCore> self = core_.weak_from_this();
+  auto finish = [this, self, token, done](const Status& st) {
+    if (auto core = self.lock()) answer(token, st);  // the transport lives as long as its core
     done(st);
   };
   // Held until the copy ends (the completion owns it): dereg waits for it.
@@ -245,7 +222,7 @@ Status LocalConnection::on_cts(const FrameHeader& h, std::string_view payload) {
   return Status();
 }
 
-Status LocalConnection::on_open(const FrameHeader& h) {
+Status LocalTransport::on_open(const FrameHeader& h) {
   FrameHeader r;
   r.type = FrameType::kLocalExport;
   r.id = h.id;
@@ -285,7 +262,7 @@ Status LocalConnection::on_open(const FrameHeader& h) {
   return Status();
 }
 
-Status LocalConnection::on_export(const FrameHeader& h, std::string_view aux, std::string_view payload) {
+Status LocalTransport::on_export(const FrameHeader& h, std::string_view aux, std::string_view payload) {
   auto key = std::make_pair(h.a, h.b);
   Result<const ExportInfo*> result = Status();
   Status malformed;
@@ -297,7 +274,7 @@ Status LocalConnection::on_export(const FrameHeader& h, std::string_view aux, st
     waiters = std::move(w->second);
     opening_.erase(w);
     if (h.code != 0) {
-      result = peer_status(h.code, aux, where());
+      result = core_.peer_status(h.code, aux);
     } else if (auto spans = decode_spans(payload); !spans.ok()) {
       // The waiters are no longer where fail() finds them: they hear it here.
       malformed = spans.status();
@@ -312,12 +289,12 @@ Status LocalConnection::on_export(const FrameHeader& h, std::string_view aux, st
   return malformed;
 }
 
-Status LocalConnection::on_pull_or_push(const FrameHeader& h, std::string_view payload) {
+Status LocalTransport::on_pull_or_push(const FrameHeader& h, std::string_view payload) {
   bool pull = h.type == FrameType::kLocalPull;  // the peer writes into our export
   uint64_t op = h.id;
-  std::weak_ptr<LocalConnection> self = weak_from_this();
-  auto finish = [self, op](const Status& st) {
-    if (auto conn = self.lock()) conn->answer(op, st);
+  std::weak_ptr<transport::ConnectionCore> self = core_.weak_from_this();
+  auto finish = [this, self, op](const Status& st) {
+    if (auto core = self.lock()) answer(op, st);  // the transport lives as long as its core
   };
   auto spans = decode_spans(payload);
   if (!spans.ok()) return spans.status();
@@ -345,7 +322,7 @@ Status LocalConnection::on_pull_or_push(const FrameHeader& h, std::string_view p
   return Status();
 }
 
-void LocalConnection::region_retired(uint64_t region_id) {
+void LocalTransport::region_retired(uint64_t region_id) {
   std::vector<uint64_t> exports, allocs;
   bool received_into = false;
   {
@@ -366,7 +343,7 @@ void LocalConnection::region_retired(uint64_t region_id) {
     }
   }
   if (exports.empty() && allocs.empty() && !received_into) return;
-  if (!failed_.load(std::memory_order_acquire)) {
+  if (!core_.failed()) {
     std::string payload;
     for (uint64_t v : exports) payload.append(reinterpret_cast<const char*>(&v), 8);
     for (uint64_t v : allocs) payload.append(reinterpret_cast<const char*>(&v), 8);
@@ -378,13 +355,13 @@ void LocalConnection::region_retired(uint64_t region_id) {
     auto answered = std::make_shared<std::promise<Status>>();
     FrameHeader h;
     h.type = FrameType::kLocalRevoke;
-    h.id = next_id();
+    h.id = core_.next_op();
     h.a = exports.size();
     expect(h.id, [answered](const Status& s) { answered->set_value(s); });
     post(h, {}, payload);
     auto answer = answered->get_future();
     if (answer.wait_for(ctx_->options.peer_timeout) != std::future_status::ready) {
-      fail(Status(Code::kPeerLost, where() + ": the peer did not confirm that it stopped using a deregistered region"));
+      core_.fail(Status(Code::kPeerLost, where() + ": the peer did not confirm that it stopped using a deregistered region"));
     } else if (answer.get().ok()) {
       return;
     }
@@ -394,8 +371,8 @@ void LocalConnection::region_retired(uint64_t region_id) {
   settle_after_failure(region_id);
 }
 
-void LocalConnection::settle_after_failure(uint64_t region_id) {
-  if (closed_.load(std::memory_order_acquire)) {
+void LocalTransport::settle_after_failure(uint64_t region_id) {
+  if (core_.closing()) {
     // A close under way on another thread waits for the peer to stop
     // copying; the dereg must not return before that is settled (close()
     // bounds it: its own copies end, and the peer gets peer_timeout).
@@ -410,11 +387,11 @@ void LocalConnection::settle_after_failure(uint64_t region_id) {
     FERRY_LOG(kWarn, "local",
               "%s: region %llu was shared with a peer lost without confirming it stopped copying (%s); "
               "if that process is still alive it may still write into the region",
-              where().c_str(), static_cast<unsigned long long>(region_id), usable().message().c_str());
+              where().c_str(), static_cast<unsigned long long>(region_id), core_.usable().message().c_str());
   }
 }
 
-Status LocalConnection::on_revoke(const FrameHeader& h, std::string_view payload) {
+Status LocalTransport::on_revoke(const FrameHeader& h, std::string_view payload) {
   if (payload.size() % 8 != 0 || h.a > payload.size() / 8) {
     return Status(Code::kDataLoss, where() + ": malformed revoke message");
   }

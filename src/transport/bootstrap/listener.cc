@@ -1,5 +1,5 @@
 // The acceptor's side of the handshake.
-#include "transport/tcp/listener.h"
+#include "transport/bootstrap/listener.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -15,10 +15,11 @@
 #include "platform/crypto.h"
 #include "platform/thread.h"
 #include "transport/local/local_handshake.h"
-#include "transport/tcp/handshake_io.h"
+#include "transport/tcp/tcp_transport.h"
+#include "transport/bootstrap/handshake_io.h"
 #include "wire/handshake.h"
 
-namespace ferry::tcp {
+namespace ferry::bootstrap {
 namespace {
 
 // How long a stream past max_handshakes (or its address's share of them)
@@ -375,18 +376,18 @@ Status TcpListener::serve_control(uint64_t handshake_id, platform::Socket& s, co
   if (!st.ok()) return st;
   if (!all) return reject(Code::kDeadlineExceeded, "data streams did not attach within the handshake timeout");
 
-  PeerInfo peer{hello.engine_id, hello.host_id, platform::peer_name(fd)};
-  std::vector<PathInfo> paths;
+  tcp::PeerInfo peer{hello.engine_id, hello.host_id, platform::peer_name(fd)};
+  std::vector<tcp::PathInfo> paths;
   for (const platform::Socket& d : pending->data) {
     std::string ip = platform::local_ip(d.fd());
     std::string nic;
     for (const auto& n : ctx_->nics) {
       if (n.address == ip) nic = n.name;
     }
-    paths.push_back(PathInfo{nic, (nic.empty() ? "" : nic + " ") + ip + " <- " + platform::peer_name(d.fd())});
+    paths.push_back(tcp::PathInfo{nic, (nic.empty() ? "" : nic + " ") + ip + " <- " + platform::peer_name(d.fd())});
   }
-  auto conn = std::make_shared<TcpConnection>(ctx_, accepted.connection_id, std::move(peer), std::move(s),
-                                              std::move(pending->data), std::move(paths), std::move(ticket).value());
+  auto conn = tcp::TcpTransport::connection(ctx_, accepted.connection_id, std::move(peer), std::move(s),
+                                            std::move(pending->data), std::move(paths), std::move(ticket).value());
   // Its threads start before READY, so a connection this side cannot staff
   // is refused with the reason instead of dropped after the peer began.
   if (Status started = conn->start(); !started.ok()) {
@@ -404,4 +405,4 @@ Status TcpListener::serve_control(uint64_t handshake_id, platform::Socket& s, co
   return Status();
 }
 
-}  // namespace ferry::tcp
+}  // namespace ferry::bootstrap

@@ -1,9 +1,9 @@
 // Handshake frame I/O.
-#include "transport/tcp/handshake_io.h"
+#include "transport/bootstrap/handshake_io.h"
 
 #include "platform/socket.h"
 
-namespace ferry::tcp {
+namespace ferry::bootstrap {
 
 Result<RawFrame> read_handshake_frame(int fd, Deadline deadline) {
   wire::HeaderBytes hb;
@@ -26,4 +26,4 @@ Status write_handshake_frame(int fd, const wire::EncodedFrame& f, Deadline deadl
   return platform::send_all_by(fd, bytes.data(), bytes.size(), deadline);
 }
 
-}  // namespace ferry::tcp
+}  // namespace ferry::bootstrap

@@ -1,6 +1,6 @@
-// LocalConnection: posting operations, notifications, liveness and failure
+// LocalTransport: posting operations, notifications, liveness and failure
 // (the progress thread and the message handlers are in local_progress.cc).
-#include "transport/local/local_connection.h"
+#include "transport/local/local_transport.h"
 
 #include <cerrno>
 #include <cinttypes>
@@ -31,10 +31,10 @@ std::string encode(const FrameHeader& h, std::string_view aux, std::string_view 
 
 }  // namespace
 
-LocalConnection::LocalConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t id, LocalPeer peer,
-                                 platform::Socket control, ShmChannel channel)
-    : ctx_(std::move(ctx)),
-      id_(id),
+LocalTransport::LocalTransport(transport::ConnectionCore& core, LocalPeer peer, platform::Socket control,
+                               ShmChannel channel)
+    : core_(core),
+      ctx_(&core.context()),
       peer_(std::move(peer)),
       control_(std::move(control)),
       channel_(std::move(channel)),
@@ -44,55 +44,43 @@ LocalConnection::LocalConnection(std::shared_ptr<core::EngineContext> ctx, uint6
                 return Status(Code::kPeerLost, where() +
                                                    ": the peer gave up on the connection before this copy ended; "
                                                    "the bytes copied cannot be trusted");
-              }),
-      budget_(ctx_->options.connection_memory_bytes) {
+              }) {
   last_peer_beat_at_ = Clock::now();
 }
 
-LocalConnection::~LocalConnection() { close(); }
+// The core closes first (its destructor), which joins the progress thread.
+LocalTransport::~LocalTransport() = default;
 
-Status LocalConnection::start() {
-  std::string name = "ferry-c" + std::to_string(id_) + "-local";
+Status LocalTransport::start() {
+  std::string name = "ferry-c" + std::to_string(core_.id()) + "-local";
   FERRY_ASSIGN_OR_RETURN(progress_, platform::try_start_thread(name, [this] { progress_loop(); }));
   return Status();
 }
 
-std::string LocalConnection::where() const {
+Result<std::shared_ptr<transport::ConnectionCore>> LocalTransport::connection(
+    const std::shared_ptr<core::EngineContext>& ctx, uint64_t id, LocalPeer peer, platform::Socket control,
+    ShmChannel channel) {
+  transport::PeerIdentity who{peer.engine_id, peer.address, describe(id, peer)};
+  auto core = transport::ConnectionCore::create(ctx, id, std::move(who), [&](transport::ConnectionCore& c) {
+    return std::make_unique<LocalTransport>(c, std::move(peer), std::move(control), std::move(channel));
+  });
+  if (Status s = core->start(); !s.ok()) {
+    core->close();
+    return s;
+  }
+  return core;
+}
+
+std::string LocalTransport::describe(uint64_t id, const LocalPeer& peer) {
   char buf[160];
-  std::snprintf(buf, sizeof(buf), "local connection %" PRIu64 " to %s (engine %016" PRIx64 ", pid %d)", id_,
-                peer_.address.c_str(), peer_.engine_id, static_cast<int>(peer_.pid));
+  std::snprintf(buf, sizeof(buf), "local connection %" PRIu64 " to %s (engine %016" PRIx64 ", pid %d)", id,
+                peer.address.c_str(), peer.engine_id, static_cast<int>(peer.pid));
   return buf;
 }
 
-Transfer LocalConnection::failed(const Status& s) {
-  auto st = std::make_shared<TransferState>(0, 1);
-  st->finish(s);
-  return Transfer(st);
-}
-
-std::shared_ptr<TransferState> LocalConnection::new_state(int parts) {
-  // The progress thread polls while copies run, so a waiter polling too costs
-  // little, and it does not oversleep a long GPU copy (Options::wait_spin).
-  auto spin = ctx_->options.wait_spin.count() > 0 ? ctx_->options.wait_spin : kWaitSpin;
-  return std::make_shared<TransferState>(next_id(), parts, spin);
-}
-
-uint64_t LocalConnection::next_id() {
-  std::lock_guard lock(mu_);
-  return next_id_++;
-}
-
-Status LocalConnection::usable() const {
-  if (!failed_.load(std::memory_order_acquire)) return Status();
-  std::lock_guard lock(health_mu_);
-  return health_;
-}
-
-Status LocalConnection::health() const { return usable(); }
-
 // ---- messages ---------------------------------------------------------------------
 
-Status LocalConnection::fits(std::string_view payload, const char* what) const {
+Status LocalTransport::fits(std::string_view payload, const char* what) const {
   if (channel_.fits(wire::kHeaderSize + payload.size())) return Status();
   return Status(Code::kInvalidArgument,
                 where() + ": " + what + " takes a control message of " + std::to_string(payload.size()) +
@@ -100,12 +88,12 @@ Status LocalConnection::fits(std::string_view payload, const char* what) const {
                     " memory pieces, each a part or a separate allocation): use fewer or larger parts");
 }
 
-void LocalConnection::post(const FrameHeader& h, std::string_view aux, std::string_view payload) {
+void LocalTransport::post(const FrameHeader& h, std::string_view aux, std::string_view payload) {
   std::string msg = encode(h, aux, payload);
   if (!channel_.fits(msg.size())) {
     // Callers check what can grow (fits()); waiting in the outbox for room
     // that never comes would stall every message behind it.
-    fail(Status(Code::kInternal,
+    core_.fail(Status(Code::kInternal,
                 where() + ": a control message of " + std::to_string(msg.size()) + " bytes does not fit the channel"));
     return;
   }
@@ -116,7 +104,7 @@ void LocalConnection::post(const FrameHeader& h, std::string_view aux, std::stri
     // the outbox without end: past the budget the message is dropped and
     // the progress thread fails the connection (fail() cannot run here:
     // callers may hold mu_).
-    if (!budget_.take(msg.size())) {
+    if (!core_.budget().take(msg.size())) {
       outbox_over_budget_.store(true, std::memory_order_release);
     } else {
       outbox_.push_back(std::move(msg));
@@ -127,12 +115,12 @@ void LocalConnection::post(const FrameHeader& h, std::string_view aux, std::stri
   channel_.kick();
 }
 
-bool LocalConnection::flush_outbox() {
+bool LocalTransport::flush_outbox() {
   if (outbox_size_.load(std::memory_order_acquire) == 0) return false;
   std::lock_guard lock(out_mu_);
   bool any = false;
   while (!outbox_.empty() && channel_.try_post(outbox_.front(), {})) {
-    budget_.give(outbox_.front().size());
+    core_.budget().give(outbox_.front().size());
     outbox_.pop_front();
     any = true;
   }
@@ -140,20 +128,20 @@ bool LocalConnection::flush_outbox() {
   return any;
 }
 
-void LocalConnection::expect(uint64_t id, Completion c) {
+void LocalTransport::expect(uint64_t id, Completion c) {
   {
     std::lock_guard lock(mu_);
     // fail() sets failed_ before it takes mu_ to empty these tables: an
     // entry added after that would never be completed.
-    if (!failed_.load(std::memory_order_acquire)) {
+    if (!core_.failed()) {
       expected_[id] = std::move(c);
       return;
     }
   }
-  c(usable());
+  c(core_.usable());
 }
 
-void LocalConnection::answer(uint64_t id, const Status& s) {
+void LocalTransport::answer(uint64_t id, const Status& s) {
   FrameHeader h;
   h.type = FrameType::kLocalDone;
   h.id = id;
@@ -162,7 +150,7 @@ void LocalConnection::answer(uint64_t id, const Status& s) {
   post(h, msg);
 }
 
-Status LocalConnection::describe_span(const core::MemorySpan& span, std::vector<SharedSpan>& out) {
+Status LocalTransport::describe_span(const core::MemorySpan& span, std::vector<SharedSpan>& out) {
   size_t first = out.size();
   FERRY_RETURN_IF_ERROR(ctx_->gpu_exports->describe(span, out));
   std::lock_guard lock(mu_);
@@ -172,7 +160,7 @@ Status LocalConnection::describe_span(const core::MemorySpan& span, std::vector<
   return Status();
 }
 
-Status LocalConnection::describe(const core::SegmentList& list, uint64_t size, std::vector<SharedSpan>& out) {
+Status LocalTransport::describe(const core::SegmentList& list, uint64_t size, std::vector<SharedSpan>& out) {
   for (const core::MemorySpan& s : list.spans()) {
     if (size == 0) break;
     core::MemorySpan part = s;
@@ -185,24 +173,9 @@ Status LocalConnection::describe(const core::SegmentList& list, uint64_t size, s
 
 // ---- two-sided ----------------------------------------------------------------------
 
-Transfer LocalConnection::send_async(const void* data, size_t size) {
-  ConstBuffer b{data, size};
-  return sendv_async(std::span<const ConstBuffer>(&b, 1));
-}
-
-Transfer LocalConnection::sendv_async(std::span<const ConstBuffer> parts) {
-  if (Status u = usable(); !u.ok()) return failed(u);
-  auto source = core::resolve_parts(ctx_->registry, parts, parts.size() == 1 ? "send buffer" : "sendv part", true);
-  if (!source.ok()) return failed(source.status().with_context(where()));
-  return post_send(std::move(source).value());
-}
-
-Transfer LocalConnection::post_send(core::SegmentList source) {
-  auto state = new_state();
-  Transfer handle(state);
+void LocalTransport::start_send(const std::shared_ptr<TransferState>& state, core::SegmentList source) {
   uint64_t op = state->id();
   uint64_t size = source.total();
-  state->set_bytes(size);
   auto done = [state](const Status& s) { state->finish(s); };
   FrameHeader h;
   h.id = op;
@@ -214,7 +187,10 @@ Transfer LocalConnection::post_send(core::SegmentList source) {
     source.slice(0, size, iov);
     size_t at = 0;
     core::ChunkAccess access(source, 0, size);
-    if (!access.ok()) return failed(Status(Code::kNotFound, where() + ": send buffer was deregistered"));
+    if (!access.ok()) {
+      state->finish(Status(Code::kNotFound, where() + ": send buffer was deregistered"));
+      return;
+    }
     for (const iovec& v : iov) {
       std::memcpy(bytes.data() + at, v.iov_base, v.iov_len);
       at += v.iov_len;
@@ -222,13 +198,19 @@ Transfer LocalConnection::post_send(core::SegmentList source) {
     h.type = FrameType::kEager;
     expect(op, done);
     post(h, {}, bytes);
-    return handle;
+    return;
   }
   std::vector<SharedSpan> spans;
-  if (Status s = describe(source, size, spans); !s.ok()) return failed(s.with_context(where()));
+  if (Status s = describe(source, size, spans); !s.ok()) {
+    state->finish(s.with_context(where()));
+    return;
+  }
   std::string payload;
   encode_spans(spans, payload);
-  if (Status s = fits(payload, "this send"); !s.ok()) return failed(s);
+  if (Status s = fits(payload, "this send"); !s.ok()) {
+    state->finish(s);
+    return;
+  }
   // The sender copies once it learns where the receive buffer is (CTS); when
   // it cannot address that buffer, the receiver copies and answers DONE.
   expect(op, done);
@@ -238,74 +220,12 @@ Transfer LocalConnection::post_send(core::SegmentList source) {
     pending_sources_[op] = std::move(source);
   }
   post(h, {}, payload);
-  return handle;
 }
 
-Result<uint64_t> LocalConnection::probe(Deadline deadline) {
-  std::unique_lock lock(mu_);
-  auto ready = [&] { return !unexpected_.empty() || failed_.load(std::memory_order_acquire); };
-  if (deadline == kNoDeadline) {
-    arrived_.wait(lock, ready);
-  } else if (!arrived_.wait_until(lock, deadline, ready)) {
-    return Status(Code::kDeadlineExceeded, where() + ": probe: no message arrived by the deadline");
-  }
-  if (!unexpected_.empty()) return unexpected_.front().size;
-  lock.unlock();
-  return usable();
-}
-
-Transfer LocalConnection::recv_async(void* data, size_t capacity) {
-  MutableBuffer b{data, capacity};
-  return recvv_async(std::span<const MutableBuffer>(&b, 1));
-}
-
-Transfer LocalConnection::recvv_async(std::span<const MutableBuffer> parts) {
-  if (Status u = usable(); !u.ok()) return failed(u);
-  auto dest = core::resolve_parts(ctx_->registry, parts, parts.size() == 1 ? "receive buffer" : "recvv part", true);
-  if (!dest.ok()) return failed(dest.status().with_context(where()));
-  return post_recv(std::move(dest).value());
-}
-
-Transfer LocalConnection::post_recv(core::SegmentList dest) {
-  auto state = new_state();
-  Transfer handle(state);
-  PostedRecv recv{state, std::move(dest)};
-  Unexpected msg;
-  {
-    std::lock_guard lock(mu_);
-    if (failed_.load(std::memory_order_acquire)) {
-      state->finish(usable());  // see expect()
-      return handle;
-    }
-    if (unexpected_.empty()) {
-      std::weak_ptr<TransferState> weak = state;
-      std::weak_ptr<LocalConnection> self = weak_from_this();
-      state->set_canceller([self, weak]() -> bool {
-        auto conn = self.lock();
-        auto st = weak.lock();
-        if (!conn || !st) return false;
-        {
-          std::lock_guard lock(conn->mu_);
-          auto it = std::find_if(conn->posted_.begin(), conn->posted_.end(),
-                                 [&](const PostedRecv& r) { return r.state == st; });
-          if (it == conn->posted_.end()) return false;
-          conn->posted_.erase(it);
-        }
-        return st->finish(Status(Code::kCancelled, "receive cancelled before a message matched it"));
-      });
-      posted_.push_back(std::move(recv));
-      return handle;
-    }
-    msg = std::move(unexpected_.front());
-    unexpected_.pop_front();
-    budget_.give(held_cost(msg));
-  }
-  match(std::move(recv), std::move(msg));
-  return handle;
-}
-
-void LocalConnection::match(PostedRecv recv, Unexpected msg) {
+void LocalTransport::match(transport::PostedRecv recv, transport::ArrivedMessage msg) {
   const auto& state = recv.state;
+  static const std::vector<SharedSpan> kNone;
+  const std::vector<SharedSpan>& source = msg.source ? static_cast<const SpansSource&>(*msg.source).spans : kNone;
   uint64_t capacity = recv.dest.total();
   if (msg.size > capacity) {
     Status s(Code::kBufferTooSmall, where() + ": message of " + std::to_string(msg.size) +
@@ -341,8 +261,8 @@ void LocalConnection::match(PostedRecv recv, Unexpected msg) {
   // engine reads from a peer GPU up to 3 us slower than it writes, and with
   // both directions at once (256 MiB) two reading copy engines reached 0.925
   // of the copy engines' figure, two writing 0.97-0.98.
-  bool sender_can = !(any_gpu(msg.source) && any_host(recv.dest));
-  bool receiver_can = LocalCopier::can_execute(recv.dest, msg.source);
+  bool sender_can = !(any_gpu(source) && any_host(recv.dest));
+  bool receiver_can = LocalCopier::can_execute(recv.dest, source);
   if (!receiver_can && !sender_can) {
     Status s(Code::kUnimplemented, where() +
                                        ": a message mixing host and GPU memory on both sides in opposite "
@@ -391,9 +311,9 @@ void LocalConnection::match(PostedRecv recv, Unexpected msg) {
     answer(op, gone);
     return;
   }
-  std::weak_ptr<LocalConnection> self = weak_from_this();
-  Status s = copier_.start(recv.dest, msg.source, msg.size, false, [self, state, op, access](const Status& st) {
-    if (auto conn = self.lock()) conn->answer(op, st);
+  std::weak_ptr<transport::ConnectionCore> self = core_.weak_from_this();
+  Status s = copier_.start(recv.dest, source, msg.size, false, [this, self, state, op, access](const Status& st) {
+    if (auto core = self.lock()) answer(op, st);  // the transport lives as long as its core
     state->finish(st);
   });
   if (!s.ok()) {
@@ -403,7 +323,7 @@ void LocalConnection::match(PostedRecv recv, Unexpected msg) {
   local_work_.store(true, std::memory_order_release);
 }
 
-Status LocalConnection::copy_into(const core::SegmentList& dest, const std::string& bytes) {
+Status LocalTransport::copy_into(const core::SegmentList& dest, const std::string& bytes) {
   if (!any_gpu(dest)) {
     dest.copy_in(0, reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
     return Status();
@@ -430,96 +350,16 @@ Status LocalConnection::copy_into(const core::SegmentList& dest, const std::stri
 
 // ---- one-sided ------------------------------------------------------------------------
 
-template <typename Access>
-Result<std::vector<LocalConnection::Item>> LocalConnection::resolve_items(std::span<const Access> items,
-                                                                          const char* op) {
-  std::vector<Item> out;
-  for (const Access& a : items) {
-    Item it;
-    it.remote = a.remote;
-    it.offset = a.remote_offset;
-    if (a.remote.engine_id != peer_.engine_id) {
-      return Status(Code::kInvalidArgument, std::string(op) + ": descriptor belongs to another engine than " + where());
-    }
-    if (a.remote_offset > a.remote.length || a.size > a.remote.length - a.remote_offset) {
-      return Status(Code::kOutOfRange, std::string(op) + ": [" + std::to_string(a.remote_offset) + ", +" +
-                                           std::to_string(a.size) + ") leaves remote export " +
-                                           std::to_string(a.remote.export_id) + " of " +
-                                           std::to_string(a.remote.length) + " bytes");
-    }
-    if (a.size > 0) {
-      struct Part {
-        const void* data;
-        size_t size;
-      } part{a.local, a.size};
-      auto list = core::resolve_parts(ctx_->registry, std::span<const Part>(&part, 1),
-                                      std::string_view(op) == "write" ? "write source" : "read destination", true);
-      if (!list.ok()) return list.status().with_context(where());
-      it.local = std::move(list).value();
-    }
-    out.push_back(std::move(it));
-  }
-  return out;
+void LocalTransport::start_write(const std::shared_ptr<TransferState>& state, transport::RemoteItem item,
+                                 std::string_view /*note*/, uint64_t /*note_seq*/) {
+  start_item(state, std::move(item), /*is_write=*/true);
 }
 
-Transfer LocalConnection::write_async(const void* local, size_t size, const RemoteDescriptor& remote,
-                                      uint64_t remote_offset, std::string_view notification) {
-  WriteItem item{local, size, remote, remote_offset};
-  return writev_async(std::span<const WriteItem>(&item, 1), notification);
+void LocalTransport::start_read(const std::shared_ptr<TransferState>& state, transport::RemoteItem item) {
+  start_item(state, std::move(item), /*is_write=*/false);
 }
 
-Transfer LocalConnection::writev_async(std::span<const WriteItem> items, std::string_view notification) {
-  if (Status u = usable(); !u.ok()) return failed(u);
-  if (items.empty()) return failed(Status(Code::kInvalidArgument, "writev: no items"));
-  if (Status n = core::NotificationQueue::check_size(notification, "write"); !n.ok()) return failed(n);
-  auto resolved = resolve_items(items, "write");
-  if (!resolved.ok()) return failed(resolved.status());
-  uint64_t seq = 0;
-  if (!notification.empty()) {
-    std::lock_guard lock(mu_);
-    seq = next_note_seq_++;
-  }
-  int n = static_cast<int>(resolved->size());
-  auto outer = new_state(seq != 0 ? 1 : n);
-  Transfer handle(outer);
-  size_t total = 0;
-  for (const Item& it : *resolved) total += it.local.total();
-  outer->set_bytes(total);
-  std::shared_ptr<TransferState> parts = outer;
-  if (seq != 0) {
-    // The notification follows every item's data; a failed write skips it
-    // (the peer then delivers the notifications after it without waiting).
-    std::weak_ptr<LocalConnection> self = weak_from_this();
-    parts = std::make_shared<TransferState>(0, n);
-    parts->on_finish([self, outer, seq, note = std::string(notification)](const Status& s) {
-      if (auto conn = self.lock()) conn->send_note(0, seq, !s.ok(), note);
-      outer->finish(s);
-    });
-  }
-  for (Item& it : *resolved) start_item(parts, std::move(it), true);
-  return handle;
-}
-
-Transfer LocalConnection::read_async(void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset) {
-  ReadItem item{local, size, remote, remote_offset};
-  return readv_async(std::span<const ReadItem>(&item, 1));
-}
-
-Transfer LocalConnection::readv_async(std::span<const ReadItem> items) {
-  if (Status u = usable(); !u.ok()) return failed(u);
-  if (items.empty()) return failed(Status(Code::kInvalidArgument, "readv: no items"));
-  auto resolved = resolve_items(items, "read");
-  if (!resolved.ok()) return failed(resolved.status());
-  auto state = new_state(static_cast<int>(resolved->size()));
-  Transfer handle(state);
-  size_t total = 0;
-  for (const Item& it : *resolved) total += it.local.total();
-  state->set_bytes(total);
-  for (Item& it : *resolved) start_item(state, std::move(it), false);
-  return handle;
-}
-
-void LocalConnection::with_export(const RemoteDescriptor& r, std::function<void(Result<const ExportInfo*>)> then) {
+void LocalTransport::with_export(const RemoteDescriptor& r, std::function<void(Result<const ExportInfo*>)> then) {
   auto key = std::make_pair(r.export_id, r.key);
   {
     std::shared_lock gate(revoke_mu_);
@@ -531,9 +371,9 @@ void LocalConnection::with_export(const RemoteDescriptor& r, std::function<void(
       then(info);  // starts the copy under the gate
       return;
     }
-    if (failed_.load(std::memory_order_acquire)) {
+    if (core_.failed()) {
       lock.unlock();
-      then(usable());  // see expect()
+      then(core_.usable());  // see expect()
       return;
     }
     auto& waiters = opening_[key];
@@ -542,32 +382,32 @@ void LocalConnection::with_export(const RemoteDescriptor& r, std::function<void(
   }
   FrameHeader h;
   h.type = FrameType::kLocalOpen;
-  h.id = next_id();
+  h.id = core_.next_op();
   h.a = r.export_id;
   h.b = r.key;
   h.c = r.length;
   post(h);
 }
 
-void LocalConnection::start_item(const std::shared_ptr<TransferState>& state, Item item, bool is_write) {
+void LocalTransport::start_item(const std::shared_ptr<TransferState>& state, Item item, bool is_write) {
   if (item.local.total() == 0) {
     state->finish_part(Status());
     return;
   }
-  std::weak_ptr<LocalConnection> self = weak_from_this();
+  std::weak_ptr<transport::ConnectionCore> self = core_.weak_from_this();
   auto shared = std::make_shared<Item>(std::move(item));
-  with_export(shared->remote, [self, state, shared, is_write](Result<const ExportInfo*> info) {
-    auto conn = self.lock();
-    if (!conn) return;
+  with_export(shared->remote, [this, self, state, shared, is_write](Result<const ExportInfo*> info) {
+    auto core = self.lock();  // the transport lives as long as its core
+    if (!core) return;
     if (!info.ok()) {
       state->finish_part(info.status());
       return;
     }
-    conn->run_item(state, *shared, **info, is_write);
+    run_item(state, *shared, **info, is_write);
   });
 }
 
-void LocalConnection::run_item(const std::shared_ptr<TransferState>& state, const Item& item, const ExportInfo& info,
+void LocalTransport::run_item(const std::shared_ptr<TransferState>& state, const Item& item, const ExportInfo& info,
                                bool is_write) {
   uint64_t size = item.local.total();
   if (item.offset + size > info.length) {
@@ -607,7 +447,7 @@ void LocalConnection::run_item(const std::shared_ptr<TransferState>& state, cons
     state->finish_part(f);
     return;
   }
-  uint64_t op = next_id();
+  uint64_t op = core_.next_op();
   expect(op, [state](const Status& st) { state->finish_part(st); });
   FrameHeader h;
   h.type = is_write ? FrameType::kLocalPull : FrameType::kLocalPush;
@@ -621,7 +461,7 @@ void LocalConnection::run_item(const std::shared_ptr<TransferState>& state, cons
 
 // ---- notifications --------------------------------------------------------------------
 
-void LocalConnection::send_note(uint64_t op, uint64_t seq, bool skip, std::string_view note) {
+void LocalTransport::post_note(uint64_t op, uint64_t seq, bool skip, std::string_view note) {
   FrameHeader h;
   h.type = FrameType::kLocalNote;
   h.id = op;
@@ -630,41 +470,20 @@ void LocalConnection::send_note(uint64_t op, uint64_t seq, bool skip, std::strin
   post(h, skip ? std::string_view() : note);
 }
 
-Transfer LocalConnection::notify_async(std::string_view message) {
-  if (Status u = usable(); !u.ok()) return failed(u);
-  if (Status n = core::NotificationQueue::check_size(message, "notify"); !n.ok()) return failed(n);
-  auto state = new_state();
-  uint64_t seq;
-  {
-    std::lock_guard lock(mu_);
-    seq = next_note_seq_++;
-  }
-  expect(state->id(), [state](const Status& s) { state->finish(s); });
-  send_note(state->id(), seq, false, message);
-  return Transfer(state);
+void LocalTransport::send_note(const std::shared_ptr<TransferState>& state, uint64_t seq, std::string_view note,
+                               bool /*caller_thread: post() never blocks*/) {
+  uint64_t op = core_.next_op();
+  expect(op, [state](const Status& s) { state->finish(s); });
+  post_note(op, seq, false, note);
 }
 
-Result<std::string> LocalConnection::wait_notification(Deadline deadline) {
-  std::string note;
-  switch (notes_.wait(deadline, failed_, note)) {
-    case core::NotificationQueue::Wait::kNote:
-      return note;
-    case core::NotificationQueue::Wait::kStopped:
-      return usable();
-    case core::NotificationQueue::Wait::kDeadline:
-      break;
-  }
-  return Status(Code::kDeadlineExceeded, "no notification from " + where() + " by the deadline");
-}
-
-std::optional<std::string> LocalConnection::poll_notification() { return notes_.poll(); }
+void LocalTransport::skip_note(uint64_t seq) { post_note(0, seq, true, {}); }
 
 // ---- liveness and failure ------------------------------------------------------------
 
-void LocalConnection::tick(Clock::time_point now) {
-  if (failed_.load(std::memory_order_acquire)) return;
+void LocalTransport::tick(Clock::time_point now) {
   if (channel_.peer_gave_up()) {
-    fail(Status(Code::kPeerLost, where() + ": the peer gave up on the connection"));
+    core_.fail(Status(Code::kPeerLost, where() + ": the peer gave up on the connection"));
     return;
   }
   channel_.beat();
@@ -676,13 +495,13 @@ void LocalConnection::tick(Clock::time_point now) {
   }
   auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_peer_beat_at_);
   if (silent > ctx_->options.peer_timeout) {
-    fail(Status(Code::kPeerLost, where() + ": no traffic from the peer for " + std::to_string(silent.count()) +
+    core_.fail(Status(Code::kPeerLost, where() + ": no traffic from the peer for " + std::to_string(silent.count()) +
                                      " ms (peer_timeout " + std::to_string(ctx_->options.peer_timeout.count()) +
                                      " ms): stopped or overloaded"));
   }
 }
 
-void LocalConnection::peer_exited() {
+void LocalTransport::peer_exited() {
   // What the peer posted before it exited still counts (an acknowledgement
   // of its last receive, say): read it all, then fail what is left.
   std::string msg;
@@ -691,18 +510,19 @@ void LocalConnection::peer_exited() {
   }
   // A process that is gone copies nothing; one that only hung up may still.
   if (peer_process_gone()) peer_quiet_.store(true, std::memory_order_release);
-  fail(Status(Code::kPeerLost, where() + ": the peer process exited"));
+  core_.fail(Status(Code::kPeerLost, where() + ": the peer process exited"));
 }
 
-bool LocalConnection::peer_process_gone() const { return ::kill(peer_.pid, 0) != 0 && errno == ESRCH; }
+bool LocalTransport::peer_process_gone() const { return ::kill(peer_.pid, 0) != 0 && errno == ESRCH; }
 
-void LocalConnection::stop_copying(const Status& why) {
-  fail(why, /*shutdown_control=*/false);
+void LocalTransport::stop_copying(const Status& why) {
+  keep_control_open_.store(true, std::memory_order_release);
+  core_.fail(why);
   copier_.stop();
   send_close();
 }
 
-void LocalConnection::send_close() {
+void LocalTransport::send_close() {
   if (close_sent_.exchange(true)) return;
   FrameHeader h;
   h.type = FrameType::kClose;
@@ -710,52 +530,29 @@ void LocalConnection::send_close() {
   flush_outbox();
 }
 
-void LocalConnection::fail(const Status& why) { fail(why, true); }
-
-void LocalConnection::fail(const Status& why, bool shutdown_control) {
-  {
-    // The reason is in place before anyone can see failed_ set.
-    std::lock_guard lock(health_mu_);
-    if (failed_.load(std::memory_order_relaxed)) return;
-    health_ = why;
-    failed_.store(true, std::memory_order_release);
-  }
+void LocalTransport::failed(const Status& why) {
   // Before any transfer ends: its memory may be reused as soon as it does,
   // and a peer still copying must learn that its copy cannot be trusted.
   channel_.give_up();
-  // The peer's orderly close ends the connection as planned: not a warning.
-  if (closed_by_peer_.load(std::memory_order_acquire)) {
-    FERRY_LOG(kInfo, "local", "%s", why.to_string().c_str());
-  } else if (why.code() != Code::kCancelled) {
-    FERRY_LOG(kWarn, "local", "%s", why.to_string().c_str());
-  }
   std::unordered_map<uint64_t, Completion> expected;
-  std::deque<PostedRecv> posted;
   std::map<std::pair<uint64_t, uint64_t>, std::vector<std::function<void(Result<const ExportInfo*>)>>> opening;
   {
     std::lock_guard lock(mu_);
     expected.swap(expected_);
-    posted.swap(posted_);
     opening.swap(opening_);
-    for (const Unexpected& u : unexpected_) budget_.give(held_cost(u));
-    unexpected_.clear();
     pending_sources_.clear();
   }
-  arrived_.notify_all();  // probes see failed_
   for (auto& [id, c] : expected) c(why);
-  for (auto& r : posted) r.state->finish(why);
   for (auto& [key, waiters] : opening) {
     for (auto& w : waiters) w(why);
   }
-  notes_.wake();
-  if (shutdown_control) control_.shutdown();
+  if (!keep_control_open_.load(std::memory_order_acquire)) control_.shutdown();
   local_work_.store(true);
   channel_.kick();
 }
 
-void LocalConnection::close() {
-  if (closed_.exchange(true)) return;
-  if (!failed_.load()) {
+void LocalTransport::close() {
+  if (!core_.failed()) {
     // Both sides copy into each other's memory, so neither may deregister
     // it until the other has stopped: fail what is pending, let this side's
     // own copies end, tell the peer, and wait for it to do the same (it
@@ -782,7 +579,7 @@ void LocalConnection::close() {
     }
   }
   close_settled_.store(true, std::memory_order_release);
-  fail(Status(Code::kCancelled, where() + ": connection closed"));
+  core_.fail(Status(Code::kCancelled, where() + ": connection closed"));
   control_.shutdown();
   stop_.store(true, std::memory_order_release);
   channel_.kick();

@@ -28,16 +28,16 @@
 
 #include "core/engine_context.h"
 #include "platform/socket.h"
-#include "transport/tcp/tcp_connection.h"
+#include "transport/connection_core.h"
 #include "wire/handshake.h"
 
-namespace ferry::tcp {
+namespace ferry::bootstrap {
 
 class TcpListener {
  public:
   // Hands over an admitted connection, with the admission ticket when the
   // connection does not hold its own (the local transport's).
-  using OnConnection = std::function<void(std::shared_ptr<ConnectionBase>, std::unique_ptr<core::Admission::Ticket>)>;
+  using OnConnection = std::function<void(std::shared_ptr<transport::ConnectionCore>, std::unique_ptr<core::Admission::Ticket>)>;
   using NextId = std::function<uint64_t()>;
 
   // Listens on `at` (accepting nothing until run()). kUnavailable if it cannot listen.
@@ -116,4 +116,4 @@ class TcpListener {
   std::map<uint64_t, std::shared_ptr<Pending>> pending_;  // guarded by mu_, by cookie
 };
 
-}  // namespace ferry::tcp
+}  // namespace ferry::bootstrap

@@ -1,4 +1,5 @@
-// LocalConnection: a Connection to a peer engine on the same host.
+// LocalTransport: a connection's transport to a peer engine on the same
+// host (transport.h says what a transport does for its ConnectionCore).
 //
 // Control messages travel through a ShmChannel; bytes move in one copy by a
 // LocalCopier on whichever side can address both ends (the sender or the
@@ -7,6 +8,9 @@
 // write/read open the peer's export once (key checked by its owner) and then
 // copy directly. No data is staged. The TCP control stream of the handshake
 // stays open only to notice the peer's death (the kernel closes it).
+//
+// Files: local_transport.cc (posting, liveness, failure), local_progress.cc
+// (the progress thread and the message handlers).
 //
 // Threads: ferry-c<id>-local, the progress thread (local_progress.cc), reads the channel, polls
 // GPU copy events and runs the handlers. It busy-polls while copies are in
@@ -39,7 +43,8 @@
 #include "core/segments.h"
 #include "core/transfer_state.h"
 #include "platform/socket.h"
-#include "transport/connection_base.h"
+#include "transport/connection_core.h"
+#include "transport/transport.h"
 #include "transport/local/local_copier.h"
 #include "transport/local/shm_channel.h"
 #include "wire/frame.h"
@@ -52,7 +57,7 @@ struct LocalPeer {
   std::string address;  // the control stream's remote end, for messages
 };
 
-class LocalConnection final : public ConnectionBase, public std::enable_shared_from_this<LocalConnection> {
+class LocalTransport final : public transport::Transport {
  public:
   // How long the progress thread keeps polling after the last message.
   static constexpr std::chrono::microseconds kSpinWindow{200};
@@ -65,70 +70,53 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   // Messages up to this size are copied by the receiver when it can (match()).
   static constexpr uint64_t kPullMax = 64ull << 20;
 
-  LocalConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t id, LocalPeer peer, platform::Socket control,
-                  ShmChannel channel);
-  ~LocalConnection() override;
-  // Starts the progress thread; kResourceExhausted if the kernel refuses it
-  // (the connection is then unusable and is dropped).
-  Status start();
+  LocalTransport(transport::ConnectionCore& core, LocalPeer peer, platform::Socket control, ShmChannel channel);
+  ~LocalTransport() override;
 
-  Transfer send_async(const void* data, size_t size) override;
-  Transfer sendv_async(std::span<const ConstBuffer> parts) override;
-  Transfer recv_async(void* data, size_t capacity) override;
-  Transfer recvv_async(std::span<const MutableBuffer> parts) override;
-  Result<uint64_t> probe(Deadline deadline) override;
-  Transfer write_async(const void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset,
-                       std::string_view notification) override;
-  Transfer writev_async(std::span<const WriteItem> items, std::string_view notification) override;
-  Transfer read_async(void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset) override;
-  Transfer readv_async(std::span<const ReadItem> items) override;
-  Transfer notify_async(std::string_view message) override;
-  Result<std::string> wait_notification(Deadline deadline) override;
-  std::optional<std::string> poll_notification() override;
-  void set_notification_listener(std::function<void()> listener) override {
-    notes_.set_listener(std::move(listener));
-  }
-  void close() override;
-  Status health() const override;
-  uint64_t id() const override { return id_; }
-  uint64_t peer_engine_id() const override { return peer_.engine_id; }
-  std::string peer_address() const override { return peer_.address; }
-  std::string_view transport_name() const override { return "local"; }
+  // A started connection over a new LocalTransport (the handshake's last
+  // step); kResourceExhausted if its thread cannot start.
+  static Result<std::shared_ptr<transport::ConnectionCore>> connection(const std::shared_ptr<core::EngineContext>& ctx,
+                                                                       uint64_t id, LocalPeer peer,
+                                                                       platform::Socket control, ShmChannel channel);
+  // "local connection 3 to 1.2.3.4:5 (engine 9f.., pid 42)".
+  static std::string describe(uint64_t id, const LocalPeer& peer);
+
+  // ---- transport.h --------------------------------------------------------
+  std::string_view name() const override { return "local"; }
+  // Starts the progress thread; kResourceExhausted if the kernel refuses it.
+  Status start() override;
+  // The progress thread polls while copies run, so a waiter polling too costs
+  // little, and it does not oversleep a long GPU copy.
+  std::chrono::microseconds wait_spin() const override { return kWaitSpin; }
+  bool notes_ride_with_writes() const override { return false; }
+  void start_send(const std::shared_ptr<TransferState>& state, core::SegmentList source) override;
+  void start_write(const std::shared_ptr<TransferState>& state, transport::RemoteItem item, std::string_view note,
+                   uint64_t note_seq) override;
+  void start_read(const std::shared_ptr<TransferState>& state, transport::RemoteItem item) override;
+  void send_note(const std::shared_ptr<TransferState>& state, uint64_t seq, std::string_view note,
+                 bool caller_thread) override;
+  void skip_note(uint64_t seq) override;
+  void match(transport::PostedRecv recv, transport::ArrivedMessage msg) override;
   void tick(Clock::time_point now) override;
   void region_retired(uint64_t region_id) override;
-
-  void fail(const Status& why) override;
+  void failed(const Status& why) override;
+  void close() override;
 
  private:
   using Completion = std::function<void(const Status&)>;
-  struct PostedRecv {
-    std::shared_ptr<TransferState> state;
-    core::SegmentList dest;
-  };
-  struct Unexpected {
-    uint64_t op = 0;
-    uint64_t size = 0;
-    bool eager = false;
-    std::string bytes;               // eager: the message
-    std::vector<SharedSpan> source;  // rendezvous: the sender's bytes
+  // A rendezvous message's bytes: the sender's memory, described.
+  struct SpansSource final : transport::MessageSource {
+    std::vector<SharedSpan> spans;
+    size_t held_bytes() const override { return spans.size() * sizeof(SharedSpan); }
   };
   struct ExportInfo {
     uint64_t key = 0;
     uint64_t length = 0;
     std::vector<SharedSpan> spans;
   };
-  // One item of a write or read, resolved locally.
-  struct Item {
-    core::SegmentList local;
-    RemoteDescriptor remote;
-    uint64_t offset = 0;
-  };
+  using Item = transport::RemoteItem;
 
-  std::string where() const;
-  Transfer failed(const Status& s);
-  std::shared_ptr<TransferState> new_state(int parts = 1);
-  Status usable() const;
-  uint64_t next_id();
+  const std::string& where() const { return core_.where(); }
 
   // Posting messages. post() never blocks the progress thread: what does not
   // fit in the ring now waits in outbox_ (order kept); a message that could
@@ -145,23 +133,13 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   Status describe_span(const core::MemorySpan& span, std::vector<SharedSpan>& out);
 
   // Operations.
-  Transfer post_send(core::SegmentList source);
-  Transfer post_recv(core::SegmentList dest);
-  void match(PostedRecv recv, Unexpected msg);
-  // A message arrived: matches the oldest posted receive, or waits for one
-  // (kResourceExhausted if waiting would pass connection_memory_bytes).
-  Status arrive(Unexpected msg);
-  // What an unmatched message costs against the budget.
-  static size_t held_cost(const Unexpected& msg);
   // Copies an eager message into a receive buffer of any memory kind.
   Status copy_into(const core::SegmentList& dest, const std::string& bytes);
-  // Checks and resolves write or read items (`op` names them in errors).
-  template <typename Access>
-  Result<std::vector<Item>> resolve_items(std::span<const Access> items, const char* op);
   void start_item(const std::shared_ptr<TransferState>& state, Item item, bool is_write);
   void run_item(const std::shared_ptr<TransferState>& state, const Item& item, const ExportInfo& info, bool is_write);
   void with_export(const RemoteDescriptor& r, std::function<void(Result<const ExportInfo*>)> then);
-  void send_note(uint64_t op, uint64_t seq, bool skip, std::string_view note);
+  // Posts notification `seq` (`op` 0: the peer confirms nothing).
+  void post_note(uint64_t op, uint64_t seq, bool skip, std::string_view note);
 
   // Progress thread.
   void progress_loop();
@@ -188,15 +166,12 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   // A dereg of `region_id` on a failed connection: waits for a close under
   // way to settle, and warns if the peer may still be copying.
   void settle_after_failure(uint64_t region_id);
-  // fail() that leaves the control stream open when `shutdown_control` is
-  // false: an orderly close shuts it only once copies have ended.
-  void fail(const Status& why, bool shutdown_control);
   // Progress thread: handles what the dead peer left in the channel, then fails.
   void peer_exited();
   bool has_pending();
 
-  const std::shared_ptr<core::EngineContext> ctx_;
-  const uint64_t id_;
+  transport::ConnectionCore& core_;
+  core::EngineContext* const ctx_;
   const LocalPeer peer_;
   platform::Socket control_;
   ShmChannel channel_;
@@ -204,20 +179,18 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   std::thread progress_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> local_work_{false};  // set with a kick(): outbox or copies to poll
-  std::atomic<bool> failed_{false};
-  std::atomic<bool> closed_{false};
+  // The connection's failure leaves the control stream open: an orderly
+  // close shuts it only once copies have ended (stop_copying).
+  std::atomic<bool> keep_control_open_{false};
   // The peer has stopped copying into this side's memory: it closed in
   // order (its copies ended first), or its process exited.
   std::atomic<bool> peer_quiet_{false};
   // close() has done what it can to stop both sides' copies.
   std::atomic<bool> close_settled_{false};
-  std::atomic<bool> close_sent_{false};      // CLOSE goes once: a close, or the answer to the peer's
-  std::atomic<bool> closed_by_peer_{false};  // the peer's CLOSE arrived: its end is orderly
+  std::atomic<bool> close_sent_{false};  // CLOSE goes once: a close, or the answer to the peer's
   // post() found the outbox past connection_memory_bytes; the progress
   // thread fails the connection.
   std::atomic<bool> outbox_over_budget_{false};
-  mutable std::mutex health_mu_;
-  Status health_;                          // guarded by health_mu_
   bool channel_broken_ = false;            // progress thread (or its closer) only
   uint64_t last_peer_beats_ = 0;           // heartbeat thread only
   Clock::time_point last_peer_beat_at_{};  // heartbeat thread only
@@ -233,11 +206,7 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   // while a revocation removes exports (see on_revoke).
   std::shared_mutex revoke_mu_;
   std::mutex mu_;
-  uint64_t next_id_ = 1;                                             // guarded by mu_
   std::unordered_map<uint64_t, Completion> expected_;                // guarded by mu_: by local op id
-  std::deque<PostedRecv> posted_;                                    // guarded by mu_
-  std::deque<Unexpected> unexpected_;                                // guarded by mu_
-  std::condition_variable arrived_;  // with mu_: a message joined unexpected_, or the connection failed
   std::unordered_map<uint64_t, core::SegmentList> pending_sources_;  // guarded by mu_: sends awaiting CTS
   std::map<std::pair<uint64_t, uint64_t>, ExportInfo> exports_;      // guarded by mu_: (export id, key) of the peer
   std::map<std::pair<uint64_t, uint64_t>, std::vector<std::function<void(Result<const ExportInfo*>)>>>
@@ -245,13 +214,6 @@ class LocalConnection final : public ConnectionBase, public std::enable_shared_f
   std::map<uint64_t, std::set<uint64_t>> shared_allocs_;  // guarded by mu_: region -> allocation bases
   std::map<uint64_t, uint64_t> shared_exports_;           // guarded by mu_: export id -> region
   std::set<uint64_t> shared_receives_;  // guarded by mu_: regions of receive buffers the peer was told to write
-  uint64_t next_note_seq_ = 1;                            // guarded by mu_
-
-  // What the peer can make this side hold (unmatched messages, control
-  // messages it does not read, notifications not yet polled), against
-  // Options::connection_memory_bytes.
-  core::ByteBudget budget_;
-  core::NotificationQueue notes_{&budget_, &ctx_->notifications};
 };
 
 }  // namespace ferry::local

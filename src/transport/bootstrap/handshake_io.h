@@ -9,7 +9,7 @@
 #include "wire/frame.h"
 #include "wire/handshake.h"
 
-namespace ferry::tcp {
+namespace ferry::bootstrap {
 
 struct RawFrame {
   wire::FrameHeader header;
@@ -20,4 +20,4 @@ struct RawFrame {
 Result<RawFrame> read_handshake_frame(int fd, Deadline deadline);
 Status write_handshake_frame(int fd, const wire::EncodedFrame& f, Deadline deadline);
 
-}  // namespace ferry::tcp
+}  // namespace ferry::bootstrap

@@ -1,5 +1,5 @@
 // The connector's side of the handshake.
-#include "transport/tcp/dialer.h"
+#include "transport/bootstrap/dialer.h"
 
 #include <cinttypes>
 #include <system_error>
@@ -7,14 +7,21 @@
 #include "core/log.h"
 #include "platform/crypto.h"
 #include "transport/local/local_handshake.h"
-#include "transport/tcp/handshake_io.h"
+#include "transport/tcp/tcp_transport.h"
+#include "transport/bootstrap/handshake_io.h"
 #include "transport/tcp/path_plan.h"
 #include "wire/handshake.h"
 
-namespace ferry::tcp {
+namespace ferry::bootstrap {
+namespace {
 
-Result<Dialed> dial(const std::shared_ptr<core::EngineContext>& ctx, const platform::HostPort& to, Deadline deadline,
-                    uint64_t connection_id, bool allow_local) {
+using tcp::PathEnd;
+using tcp::plan_paths;
+
+// One attempt; `local_failed` is set when the peer is on this host and the
+// local channel could not be attached.
+Result<Dialed> dial_once(const std::shared_ptr<core::EngineContext>& ctx, const platform::HostPort& to,
+                         Deadline deadline, uint64_t connection_id, bool allow_local, bool& local_failed) {
   const Options& o = ctx->options;
   std::string where = to.host + ":" + std::to_string(to.port);
   auto context = [&](const Status& s) { return s.with_context("connect to " + where); };
@@ -98,13 +105,16 @@ Result<Dialed> dial(const std::shared_ptr<core::EngineContext>& ctx, const platf
 
   if (local) {
     auto conn = local::connect_local(ctx, connection_id, welcome->engine_id, std::move(control), deadline);
-    if (!conn.ok()) return context(conn.status().with_context("local transport"));
+    if (!conn.ok()) {
+      local_failed = true;
+      return context(conn.status().with_context("local transport"));
+    }
     FERRY_LOG(kInfo, "local", "connected to %s on this host (peer connection %" PRIu64 ")", where.c_str(),
               accepted->connection_id);
     return Dialed{std::move(conn).value(), std::move(ticket).value()};
   }
   std::vector<platform::Socket> data;
-  std::vector<PathInfo> paths;
+  std::vector<tcp::PathInfo> paths;
   unsigned user_timeout = static_cast<unsigned>(o.path_timeout.count());
   for (size_t i = 0; i < ends.size(); ++i) {
     const PathEnd& end = ends[i];
@@ -119,7 +129,7 @@ Result<Dialed> dial(const std::shared_ptr<core::EngineContext>& ctx, const platf
     dh.stream_index = static_cast<uint32_t>(i);
     s = write_handshake_frame(d->fd(), wire::encode(dh), deadline);
     if (!s.ok()) return context(s.with_context(label));
-    paths.push_back(PathInfo{end.nic, (end.nic.empty() ? std::string() : end.nic + " ") + platform::local_ip(d->fd()) +
+    paths.push_back(tcp::PathInfo{end.nic, (end.nic.empty() ? std::string() : end.nic + " ") + platform::local_ip(d->fd()) +
                                           " -> " + end.remote.host + ":" + std::to_string(end.remote.port)});
     data.push_back(std::move(d).value());
   }
@@ -135,9 +145,9 @@ Result<Dialed> dial(const std::shared_ptr<core::EngineContext>& ctx, const platf
         Status(Code::kDataLoss, "expected READY, got " + std::string(wire::frame_type_name(frame->header.type))));
   }
 
-  PeerInfo peer{welcome->engine_id, welcome->host_id, platform::peer_name(fd)};
-  auto conn = std::make_shared<TcpConnection>(ctx, connection_id, std::move(peer), std::move(control), std::move(data),
-                                              std::move(paths), std::move(ticket).value());
+  tcp::PeerInfo peer{welcome->engine_id, welcome->host_id, platform::peer_name(fd)};
+  auto conn = tcp::TcpTransport::connection(ctx, connection_id, std::move(peer), std::move(control), std::move(data),
+                                            std::move(paths), std::move(ticket).value());
   if (Status started = conn->start(); !started.ok()) {
     conn->close();
     return context(started);
@@ -146,4 +156,17 @@ Result<Dialed> dial(const std::shared_ptr<core::EngineContext>& ctx, const platf
   return Dialed{std::move(conn), nullptr};
 }
 
-}  // namespace ferry::tcp
+}  // namespace
+
+Result<Dialed> dial(const std::shared_ptr<core::EngineContext>& ctx, const platform::HostPort& to, Deadline deadline,
+                    const std::function<uint64_t()>& next_id) {
+  bool local_failed = false;
+  auto c = dial_once(ctx, to, deadline, next_id(), /*allow_local=*/true, local_failed);
+  if (c.ok() || ctx->options.transport != "auto" || !local_failed) return c;
+  // Same host but the processes cannot reach each other's memory (another
+  // pid namespace, no permission): TCP still works.
+  FERRY_LOG(kInfo, "engine", "%s; using TCP", c.status().to_string().c_str());
+  return dial_once(ctx, to, deadline, next_id(), /*allow_local=*/false, local_failed);
+}
+
+}  // namespace ferry::bootstrap

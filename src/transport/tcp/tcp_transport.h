@@ -1,5 +1,12 @@
-// TcpConnection: a Connection over one control stream and N data streams
-// (paths) to one peer engine.
+// TcpTransport: a connection's transport over one control stream and N data
+// streams (paths) to one peer engine (transport.h says what a transport
+// does for its ConnectionCore).
+//
+// Files: tcp_transport.cc (threads, liveness, failure), tcp_posting.cc
+// (outbound operations), tcp_control.cc (the control stream, both ways, and
+// its frames), tcp_landing.cc (inbound chunks into registered memory, and
+// dedupe of resent ones), tcp_path_workers.cc (path workers, NIC choice,
+// CPU pinning), tcp_staging_glue.cc (GPU memory through the staging copies).
 //
 // Threads, all named after the connection (c<id>):
 //   ferry-c<id>-ctl-rx   reads the control stream: matching, acks, inline data
@@ -9,7 +16,8 @@
 //   ferry-c<id>-p<k>-tx  claims chunks from the ChunkQueue and sends them
 //   ferry-c<id>-p<k>-rx  lands incoming chunks straight into registered memory
 // Application threads post operations and write their own control frames
-// (eager sends, requests) directly, in posting order.
+// (eager sends, requests) directly, in posting order: a send_async of an
+// inline message blocks while the control stream's socket drains.
 //
 // GPU memory: a path's workers stage chunks of device memory through their
 // own pinned slots (staging_pipeline.h), created on the first such chunk and
@@ -57,9 +65,9 @@
 #include "core/notification_queue.h"
 #include "core/segments.h"
 #include "core/transfer_state.h"
-#include "ferry/engine.h"
 #include "platform/socket.h"
-#include "transport/connection_base.h"
+#include "transport/connection_core.h"
+#include "transport/transport.h"
 #include "transport/tcp/chunk_arrivals.h"
 #include "transport/tcp/chunk_queue.h"
 #include "transport/tcp/staging_pipeline.h"
@@ -79,67 +87,48 @@ struct PathInfo {
   std::string name;  // "eth1 10.0.0.1 -> 10.0.0.2:7000"
 };
 
-class TcpConnection final : public ConnectionBase, public std::enable_shared_from_this<TcpConnection> {
+class TcpTransport final : public transport::Transport {
  public:
   // `ticket`: the connection's admission, given back once it no longer holds
   // threads or descriptors (may be null).
-  TcpConnection(std::shared_ptr<core::EngineContext> ctx, uint64_t id, PeerInfo peer, platform::Socket control,
-                std::vector<platform::Socket> data, std::vector<PathInfo> paths,
-                std::unique_ptr<core::Admission::Ticket> ticket = nullptr);
-  ~TcpConnection() override;
+  TcpTransport(transport::ConnectionCore& core, PeerInfo peer, platform::Socket control,
+               std::vector<platform::Socket> data, std::vector<PathInfo> paths,
+               std::unique_ptr<core::Admission::Ticket> ticket = nullptr);
+  ~TcpTransport() override;
 
-  // Starts the worker threads. Called once, right after construction.
-  // kResourceExhausted, naming the thread, if one could not start; the
-  // caller then close()s the connection, which ends those that did.
-  Status start();
+  // A connection over a new TcpTransport, not started yet (its start()
+  // staffs it; on failure the caller refuses the peer, then closes it).
+  static std::shared_ptr<transport::ConnectionCore> connection(const std::shared_ptr<core::EngineContext>& ctx,
+                                                               uint64_t id, PeerInfo peer, platform::Socket control,
+                                                               std::vector<platform::Socket> data,
+                                                               std::vector<PathInfo> paths,
+                                                               std::unique_ptr<core::Admission::Ticket> ticket);
+  // "connection 3 to 1.2.3.4:5 (engine 9f..)".
+  static std::string describe(uint64_t id, const PeerInfo& peer);
 
-  Transfer send_async(const void* data, size_t size) override;
-  Transfer sendv_async(std::span<const ConstBuffer> parts) override;
-  Transfer recv_async(void* data, size_t capacity) override;
-  Transfer recvv_async(std::span<const MutableBuffer> parts) override;
-  Result<uint64_t> probe(Deadline deadline) override;
-  Transfer write_async(const void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset,
-                       std::string_view notification) override;
-  Transfer writev_async(std::span<const WriteItem> items, std::string_view notification) override;
-  Transfer read_async(void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset) override;
-  Transfer readv_async(std::span<const ReadItem> items) override;
-  Transfer notify_async(std::string_view message) override;
-  Result<std::string> wait_notification(Deadline deadline) override;
-  std::optional<std::string> poll_notification() override;
-  void set_notification_listener(std::function<void()> listener) override {
-    notes_.set_listener(std::move(listener));
-  }
-  void close() override;
-  Status health() const override;
-  uint64_t id() const override { return id_; }
-  uint64_t peer_engine_id() const override { return peer_.engine_id; }
-  std::string peer_address() const override { return peer_.address; }
-  std::string_view transport_name() const override { return "tcp"; }
-
-  // Heartbeat duty, called periodically by the engine: declares the peer lost
-  // after peer_timeout of silence, queues a heartbeat after heartbeat_interval
-  // without control traffic.
+  // ---- transport.h --------------------------------------------------------
+  std::string_view name() const override { return "tcp"; }
+  Status start() override;
+  std::chrono::microseconds wait_spin() const override { return TransferState::kSpinBeforeSleep; }
+  bool notes_ride_with_writes() const override { return true; }
+  void start_send(const std::shared_ptr<TransferState>& state, core::SegmentList source) override;
+  void start_write(const std::shared_ptr<TransferState>& state, transport::RemoteItem item, std::string_view note,
+                   uint64_t note_seq) override;
+  void start_read(const std::shared_ptr<TransferState>& state, transport::RemoteItem item) override;
+  void send_note(const std::shared_ptr<TransferState>& state, uint64_t seq, std::string_view note,
+                 bool caller_thread) override;
+  void skip_note(uint64_t seq) override;
+  void match(transport::PostedRecv recv, transport::ArrivedMessage msg) override;
+  // Declares the peer lost after peer_timeout of silence, queues a
+  // heartbeat after heartbeat_interval without control traffic.
   void tick(Clock::time_point now) override;
-
-  // Fails the connection with `why` (first call wins). Any thread.
-  void fail(const Status& why) override;
+  void failed(const Status& why) override;
+  void close() override;
 
   // Data paths still carrying traffic.
   int live_paths() const { return chunks_.live_paths(); }
 
  private:
-  // A receive waiting for its message.
-  struct PostedRecv {
-    std::shared_ptr<TransferState> state;
-    core::SegmentList dest;
-  };
-  // A message that arrived before its receive was posted.
-  struct Unexpected {
-    uint64_t op = 0;
-    uint64_t size = 0;
-    bool rendezvous = false;  // RTS: data still at the sender
-    std::string bytes;        // eager: the message
-  };
   // Where DATA frames for a token land (a matched receive, or a read).
   struct Landing {
     std::shared_ptr<TransferState> state;
@@ -173,10 +162,10 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   // by replies waiting to go out. Shared with the read replies in the chunk
   // queue, which give their part back when they go. Thread-safe.
   struct Held {
-    explicit Held(size_t limit) : budget(limit), reply_cap(limit / 4) {}
+    explicit Held(std::shared_ptr<core::ByteBudget> b) : budget(std::move(b)), reply_cap(budget->limit() / 4) {}
     bool take_reply(size_t n);
     void give_reply(size_t n);
-    core::ByteBudget budget;
+    const std::shared_ptr<core::ByteBudget> budget;  // the connection's
     const size_t reply_cap;
     std::atomic<size_t> replies{0};
     std::mutex mu;                 // orders a paused reader's check before a wake-up
@@ -195,9 +184,7 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
     const size_t bytes_;
   };
 
-  std::string where() const;  // "connection 3 to 1.2.3.4:5 (engine 9f..)"
-  // kResourceExhausted: `what` would pass connection_memory_bytes.
-  Status exhausted(const std::string& what) const;
+  const std::string& where() const { return core_.where(); }
   // Fails the connection with `why` and returns it (for a reader whose loop
   // would take any other error for its stream's end). Never under mu_.
   Status fail_with(const Status& why);
@@ -211,19 +198,9 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   // Closes every socket and gives the admission back; idempotent. Only when
   // no worker is left to use the sockets.
   void release_sockets();
-  Transfer failed(const Status& s);
-  std::shared_ptr<TransferState> new_state(int parts = 1);
-  Status usable() const;
-
-  // Posting helpers.
-  Transfer post_send(core::SegmentList source);
-  Transfer post_recv(core::SegmentList dest);
-  Status check_remote(const RemoteDescriptor& r, uint64_t offset, uint64_t size, const char* op) const;
-  // `note_seq`: the notification's sequence number (0: none with this item).
-  void post_write(const std::shared_ptr<TransferState>& state, core::SegmentList source, const RemoteDescriptor& remote,
-                  uint64_t offset, std::string notification, uint64_t note_seq);
-  void post_read(const std::shared_ptr<TransferState>& state, core::SegmentList dest, const RemoteDescriptor& remote,
-                 uint64_t offset);
+  // Records `state` as waiting for the peer's answer to `op`; false (and
+  // `state` is left alone) once the connection failed.
+  bool await_answer(uint64_t op, const std::shared_ptr<TransferState>& state);
 
   // Writing on the control stream.
   Status write_control(const wire::FrameHeader& h, std::string_view aux, const core::SegmentList* payload);
@@ -263,7 +240,7 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   // never accounted (its path broke off): it no longer holds the operation.
   // `conn` is null once the connection is being destroyed: the landing then
   // finishes without it.
-  static void landing_chunk_abandoned(TcpConnection* conn, uint64_t token, const std::shared_ptr<Landing>& l,
+  static void landing_chunk_abandoned(TcpTransport* conn, uint64_t token, const std::shared_ptr<Landing>& l,
                                       uint64_t offset, int path);
   void write_chunk_abandoned(uint64_t op, uint64_t offset, int path);
   // Queues a finished write's notification and acknowledges it.
@@ -319,17 +296,12 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   void path_failed(int path, const Status& why);
 
   // Matching a message with a receive.
-  void match_rendezvous(PostedRecv recv, uint64_t op, uint64_t size);
+  void match_rendezvous(transport::PostedRecv recv, uint64_t op, uint64_t size);
   void finish_landing(uint64_t token, const std::shared_ptr<Landing>& l);
-  void complete_recv_now(PostedRecv& recv, uint64_t op, uint64_t size, const std::string& bytes);
-  // Notifications keep posting order: each takes a sequence number when
-  // posted (a write's with the write); the receiver queues them in that
-  // order (notes_.push_numbered); a write that fails sends a skip for its number.
-  uint64_t next_note_seq();
-  void skip_note(uint64_t seq);
+  void complete_recv_now(transport::PostedRecv& recv, uint64_t op, uint64_t size, const std::string& bytes);
 
-  const std::shared_ptr<core::EngineContext> ctx_;
-  const uint64_t id_;
+  transport::ConnectionCore& core_;
+  core::EngineContext* const ctx_;
   const PeerInfo peer_;
   platform::Socket control_;
   std::vector<platform::Socket> data_;
@@ -346,15 +318,11 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   std::mutex sockets_mu_;
   bool sockets_closed_ = false;  // guarded by sockets_mu_ (and control_write_mu_ for the control stream)
   std::unique_ptr<core::Admission::Ticket> ticket_;
-  std::atomic<bool> failed_{false};
-  std::atomic<bool> closed_{false};
-  std::atomic<bool> closed_by_peer_{false};  // an orderly CLOSE arrived: not worth a warning
-  mutable std::mutex health_mu_;
-  Status health_;  // guarded by health_mu_
   // Every data path was closed in order by the peer at this time (0: not):
   // the control stream gets kControlGraceNs to deliver what precedes its end.
   std::atomic<int64_t> paths_closed_ns_{0};
-  Status all_paths_down_;  // guarded by health_mu_; why, once no path is left
+  std::mutex paths_down_mu_;
+  Status all_paths_down_;  // guarded by paths_down_mu_; why, once no path is left
   static constexpr int64_t kControlGraceNs = 500'000'000;
 
   std::atomic<int64_t> last_rx_ns_{0};
@@ -369,9 +337,8 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   bool out_writing_ = false;                // guarded by out_mu_: the control-transmit thread holds a frame
   std::condition_variable out_drained_cv_;  // out_ empty and nothing being written
 
-  // Operations and matching state.
+  // Operations waiting on the peer.
   std::mutex mu_;
-  uint64_t next_op_ = 1;                                                  // guarded by mu_
   std::unordered_map<uint64_t, std::shared_ptr<TransferState>> pending_;  // guarded by mu_: awaiting ACK
   std::unordered_map<uint64_t, std::shared_ptr<OutOp>> awaiting_cts_;     // guarded by mu_
   // Bulk sends (after CTS) and writes on their way, by op: an ACK that
@@ -379,9 +346,6 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   // that comes while a path still sends a chunk of it completes the op only
   // once that path is done (ChunkQueue::acknowledge).
   std::unordered_map<uint64_t, std::weak_ptr<OutOp>> sending_;       // guarded by mu_
-  std::deque<PostedRecv> posted_;                                    // guarded by mu_
-  std::deque<Unexpected> unexpected_;                                // guarded by mu_
-  std::condition_variable arrived_;  // with mu_: a message joined unexpected_, or the connection failed
   std::unordered_map<uint64_t, std::shared_ptr<Landing>> landings_;  // guarded by mu_
   std::unordered_map<uint64_t, IncomingWrite> incoming_;             // guarded by mu_
   // Writes finished recently, so a chunk resent after a path died is dropped
@@ -397,8 +361,6 @@ class TcpConnection final : public ConnectionBase, public std::enable_shared_fro
   std::unique_ptr<Copier> control_copier_;           // guarded by control_copy_mu_; made on first use
 
   const std::shared_ptr<Held> held_;
-  core::NotificationQueue notes_;  // counts against held_->budget
-  uint64_t next_note_seq_ = 1;     // guarded by mu_
 };
 
 }  // namespace ferry::tcp

@@ -1,0 +1,17 @@
+// Per-engine transport state.
+#include "transport/bootstrap/engine_transports.h"
+
+#include <memory>
+
+#include "transport/local/gpu_sharing.h"
+
+namespace ferry::bootstrap {
+
+void prepare_transports(core::EngineContext& ctx) {
+  ctx.gpu_exports = std::make_shared<local::GpuExports>();
+  ctx.gpu_imports = std::make_shared<local::GpuImports>();
+}
+
+void region_retired(core::EngineContext& ctx, uint64_t region_id) { ctx.gpu_exports->retire(region_id); }
+
+}  // namespace ferry::bootstrap

@@ -1,0 +1,472 @@
+// ConnectionCore: checks, matching, notifications and the health latch,
+// shared by every transport.
+#include "transport/connection_core.h"
+
+#include <algorithm>
+#include <cinttypes>
+
+#include "core/log.h"
+
+namespace ferry::transport {
+namespace {
+
+// What a message no receive was posted for costs on top of its bytes: the
+// bookkeeping around it.
+constexpr size_t kUnexpectedBytes = 128;
+
+}  // namespace
+
+std::shared_ptr<ConnectionCore> ConnectionCore::create(std::shared_ptr<core::EngineContext> ctx, uint64_t id,
+                                                       PeerIdentity peer, const MakeTransport& make) {
+  std::shared_ptr<ConnectionCore> core(new ConnectionCore(std::move(ctx), id, std::move(peer)));
+  core->transport_ = make(*core);
+  return core;
+}
+
+ConnectionCore::ConnectionCore(std::shared_ptr<core::EngineContext> ctx, uint64_t id, PeerIdentity peer)
+    : ctx_(std::move(ctx)),
+      id_(id),
+      peer_(std::move(peer)),
+      budget_(std::make_shared<core::ByteBudget>(ctx_->options.connection_memory_bytes)),
+      notes_(budget_.get(), &ctx_->notifications) {}
+
+ConnectionCore::~ConnectionCore() {
+  close();
+  transport_.reset();  // its threads are joined: nothing calls back any more
+}
+
+// ---- the latch -----------------------------------------------------------------
+
+Status ConnectionCore::health() const {
+  std::lock_guard lock(health_mu_);
+  return health_;
+}
+
+Status ConnectionCore::usable() const {
+  if (!failed()) return Status();
+  return health();
+}
+
+void ConnectionCore::fail(const Status& reason) {
+  Status why = reason;
+  {
+    // The reason is in place before anyone can see failed_ set.
+    std::lock_guard lock(health_mu_);
+    if (failed_.load(std::memory_order_relaxed)) return;
+    // Once close() began here, whatever the peer did next is this side's
+    // own closing: pending transfers end cancelled, as close() promises.
+    if (closing() && why.code() != Code::kCancelled) why = Status(Code::kCancelled, where() + ": closed locally");
+    health_ = why;
+    failed_.store(true, std::memory_order_release);
+  }
+  if (why.code() == Code::kCancelled || closed_by_peer()) {
+    FERRY_LOG(kInfo, std::string(transport_->name()).c_str(), "%s", why.message().c_str());
+  } else {
+    FERRY_LOG(kWarn, std::string(transport_->name()).c_str(), "%s", why.to_string().c_str());
+  }
+  transport_->failed(why);
+  std::deque<PostedRecv> posted;
+  {
+    // Receives posted after this find failed_ set (new_state and recv check
+    // it under mu_), so none is left behind.
+    std::lock_guard lock(mu_);
+    posted.swap(posted_);
+    for (const ArrivedMessage& m : unexpected_) budget_->give(held_cost(m));
+    unexpected_.clear();
+  }
+  arrived_.notify_all();  // probes see failed_
+  for (PostedRecv& r : posted) r.state->finish(why);
+  notes_.wake();
+}
+
+void ConnectionCore::close() {
+  if (closed_.exchange(true, std::memory_order_acq_rel)) return;
+  if (transport_) transport_->close();
+}
+
+void ConnectionCore::tick(Clock::time_point now) {
+  if (!failed()) transport_->tick(now);
+}
+
+Status ConnectionCore::exhausted(const std::string& what) const {
+  return Status(Code::kResourceExhausted, where() + ": " + what + " would hold more than connection_memory_bytes (" +
+                                              std::to_string(budget_->limit()) + " bytes) on the peer's behalf");
+}
+
+Status ConnectionCore::peer_status(uint32_t code, std::string_view message) const {
+  if (code == 0) return Status();
+  Code c = code <= static_cast<uint32_t>(Code::kInternal) ? static_cast<Code>(code) : Code::kInternal;
+  return Status(c, "peer of " + where() + " reports: " + std::string(message));
+}
+
+// ---- transfers -----------------------------------------------------------------
+
+std::shared_ptr<TransferState> ConnectionCore::new_state(int parts) {
+  auto spin = ctx_->options.wait_spin.count() > 0 ? ctx_->options.wait_spin : transport_->wait_spin();
+  return std::make_shared<TransferState>(next_op(), parts, spin);
+}
+
+Transfer ConnectionCore::failed_transfer(const Status& s) {
+  auto st = std::make_shared<TransferState>(0, 1);
+  st->finish(s);
+  return Transfer(st);
+}
+
+Transfer ConnectionCore::sendv_async(std::span<const ConstBuffer> parts) {
+  if (Status u = usable(); !u.ok()) return failed_transfer(u);
+  auto source = core::resolve_parts(ctx_->registry, parts, parts.size() == 1 ? "send buffer" : "sendv part",
+                                    /*allow_gpu=*/true);
+  if (!source.ok()) return failed_transfer(source.status().with_context(where()));
+  auto state = new_state();
+  state->set_bytes(source->total());
+  transport_->start_send(state, std::move(source).value());
+  return Transfer(state);
+}
+
+// ---- receiving and matching ------------------------------------------------------
+
+Transfer ConnectionCore::recvv_async(std::span<const MutableBuffer> parts) {
+  if (Status u = usable(); !u.ok()) return failed_transfer(u);
+  auto dest = core::resolve_parts(ctx_->registry, parts, parts.size() == 1 ? "receive buffer" : "recvv part",
+                                  /*allow_gpu=*/true);
+  if (!dest.ok()) return failed_transfer(dest.status().with_context(where()));
+  PostedRecv recv{new_state(), std::move(dest).value()};
+  Transfer handle(recv.state);
+  ArrivedMessage msg;
+  {
+    std::unique_lock lock(mu_);
+    // fail() sets failed_ before it takes mu_ to empty posted_: a receive
+    // queued after that would never end.
+    if (failed()) {
+      lock.unlock();
+      recv.state->finish(usable());
+      return handle;
+    }
+    if (unexpected_.empty()) {
+      std::weak_ptr<TransferState> weak = recv.state;
+      std::weak_ptr<ConnectionCore> self = weak_from_this();
+      recv.state->set_canceller([self, weak]() -> bool {
+        auto core = self.lock();
+        auto st = weak.lock();
+        if (!core || !st) return false;
+        {
+          std::lock_guard lock(core->mu_);
+          auto it = std::find_if(core->posted_.begin(), core->posted_.end(),
+                                 [&](const PostedRecv& r) { return r.state == st; });
+          if (it == core->posted_.end()) return false;
+          core->posted_.erase(it);
+        }
+        return st->finish(Status(Code::kCancelled, "receive cancelled before a message matched it"));
+      });
+      posted_.push_back(std::move(recv));
+      return handle;
+    }
+    msg = std::move(unexpected_.front());
+    unexpected_.pop_front();
+  }
+  budget_->give(held_cost(msg));
+  transport_->match(std::move(recv), std::move(msg));
+  return handle;
+}
+
+Result<uint64_t> ConnectionCore::probe(Deadline deadline) {
+  std::unique_lock lock(mu_);
+  auto ready = [&] { return !unexpected_.empty() || failed(); };
+  if (deadline == kNoDeadline) {
+    arrived_.wait(lock, ready);
+  } else if (!arrived_.wait_until(lock, deadline, ready)) {
+    return Status(Code::kDeadlineExceeded, where() + ": probe: no message arrived by the deadline");
+  }
+  if (!unexpected_.empty()) return unexpected_.front().size;
+  lock.unlock();
+  return usable();
+}
+
+std::optional<PostedRecv> ConnectionCore::take_posted() {
+  std::optional<PostedRecv> recv;
+  {
+    std::lock_guard lock(mu_);
+    if (posted_.empty()) return std::nullopt;
+    recv.emplace(std::move(posted_.front()));
+    posted_.pop_front();
+  }
+  recv->state->set_canceller(nullptr);
+  return recv;
+}
+
+bool ConnectionCore::has_posted() {
+  std::lock_guard lock(mu_);
+  return !posted_.empty();
+}
+
+size_t ConnectionCore::held_cost(const ArrivedMessage& msg) {
+  return kUnexpectedBytes + msg.bytes.size() + (msg.source ? msg.source->held_bytes() : 0);
+}
+
+Status ConnectionCore::arrive(ArrivedMessage msg) {
+  PostedRecv recv;
+  {
+    std::lock_guard lock(mu_);
+    if (posted_.empty()) {
+      // What no receive has claimed is held for the peer: within the budget.
+      if (!budget_->take(held_cost(msg))) return exhausted("messages no receive was posted for");
+      unexpected_.push_back(std::move(msg));
+      arrived_.notify_all();
+      return Status();
+    }
+    recv = std::move(posted_.front());
+    posted_.pop_front();
+  }
+  recv.state->set_canceller(nullptr);
+  transport_->match(std::move(recv), std::move(msg));
+  return Status();
+}
+
+// ---- one-sided ----------------------------------------------------------------
+
+Status ConnectionCore::check_remote(const RemoteDescriptor& r, uint64_t offset, uint64_t size, const char* op) const {
+  if (r.engine_id != peer_.engine_id) {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), "%s: descriptor belongs to engine %016" PRIx64 ", but ", op, r.engine_id);
+    return Status(Code::kInvalidArgument, buf + where());
+  }
+  if (offset > r.length || size > r.length - offset) {
+    return Status(Code::kOutOfRange, std::string(op) + ": [" + std::to_string(offset) + ", +" + std::to_string(size) +
+                                         ") leaves remote export " + std::to_string(r.export_id) + " of " +
+                                         std::to_string(r.length) + " bytes");
+  }
+  return Status();
+}
+
+namespace {
+
+template <typename Access>
+Result<std::vector<RemoteItem>> resolve(const core::Registry& registry, std::span<const Access> items, const char* op,
+                                        const char* what, const std::function<Status(const Access&)>& check,
+                                        const std::string& where) {
+  std::vector<RemoteItem> out;
+  out.reserve(items.size());
+  for (const Access& a : items) {
+    FERRY_RETURN_IF_ERROR(check(a));
+    RemoteItem it;
+    it.remote = a.remote;
+    it.offset = a.remote_offset;
+    if (a.size > 0) {
+      ConstBuffer part{a.local, a.size};
+      auto list = core::resolve_parts(registry, std::span<const ConstBuffer>(&part, 1), what, /*allow_gpu=*/true);
+      if (!list.ok()) return list.status().with_context(where);
+      it.local = std::move(list).value();
+    }
+    out.push_back(std::move(it));
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<RemoteItem>> ConnectionCore::resolve_items(std::span<const WriteItem> items, const char* op) const {
+  return resolve<WriteItem>(
+      ctx_->registry, items, op, "write source",
+      [&](const WriteItem& a) { return check_remote(a.remote, a.remote_offset, a.size, op); }, where());
+}
+
+Result<std::vector<RemoteItem>> ConnectionCore::resolve_items(std::span<const ReadItem> items, const char* op) const {
+  return resolve<ReadItem>(
+      ctx_->registry, items, op, "read destination",
+      [&](const ReadItem& a) { return check_remote(a.remote, a.remote_offset, a.size, op); }, where());
+}
+
+Transfer ConnectionCore::writev_async(std::span<const WriteItem> items, std::string_view notification) {
+  if (Status u = usable(); !u.ok()) return failed_transfer(u);
+  if (items.empty()) return failed_transfer(Status(Code::kInvalidArgument, "writev: no items"));
+  if (Status c = core::NotificationQueue::check_size(notification, "write"); !c.ok()) return failed_transfer(c);
+  auto resolved = resolve_items(items, "write");
+  if (!resolved.ok()) return failed_transfer(resolved.status());
+  // The notification's place among this connection's notifications is
+  // taken now (NotificationQueue::push_numbered); a write that fails gives
+  // it up with a skip.
+  uint64_t seq = notification.empty() ? 0 : next_note_seq_.fetch_add(1, std::memory_order_relaxed);
+  if (seq != 0 && (resolved->size() > 1 || !transport_->notes_ride_with_writes())) {
+    return writes_with_trailing_note(std::move(resolved).value(), notification, seq);
+  }
+  auto state = new_state(static_cast<int>(resolved->size()));
+  size_t total = 0;
+  for (const RemoteItem& it : *resolved) total += it.local.total();
+  state->set_bytes(total);
+  if (seq != 0) {
+    std::weak_ptr<ConnectionCore> self = weak_from_this();
+    state->on_finish([self, seq](const Status& s) {
+      if (auto core = self.lock(); core && !s.ok() && !core->failed()) core->transport_->skip_note(seq);
+    });
+  }
+  for (RemoteItem& it : *resolved) transport_->start_write(state, std::move(it), seq != 0 ? notification : "", seq);
+  return Transfer(state);
+}
+
+Transfer ConnectionCore::writes_with_trailing_note(std::vector<RemoteItem> items, std::string_view note,
+                                                   uint64_t seq) {
+  // The items may land in any order: the notification follows once every
+  // one of them is in place, or is skipped if one failed (the peer then
+  // delivers the notifications after it without waiting).
+  auto outer = new_state();
+  size_t total = 0;
+  for (const RemoteItem& it : items) total += it.local.total();
+  outer->set_bytes(total);
+  auto parts = std::make_shared<TransferState>(0, static_cast<int>(items.size()));
+  std::weak_ptr<ConnectionCore> self = weak_from_this();
+  // Runs on a ferry thread: the transport queues the note, never blocks here.
+  parts->on_finish([self, outer, seq, note = std::string(note)](const Status& s) {
+    auto core = self.lock();
+    if (!core) {
+      outer->finish(Status(Code::kCancelled, "notification not sent: the connection is gone"));
+      return;
+    }
+    if (!s.ok()) {
+      if (!core->failed()) core->transport_->skip_note(seq);
+      outer->finish(s);
+      return;
+    }
+    if (Status u = core->usable(); !u.ok()) {
+      outer->finish(u);
+      return;
+    }
+    core->transport_->send_note(outer, seq, note, /*caller_thread=*/false);
+  });
+  for (RemoteItem& it : items) transport_->start_write(parts, std::move(it), "", 0);
+  return Transfer(outer);
+}
+
+Transfer ConnectionCore::readv_async(std::span<const ReadItem> items) {
+  if (Status u = usable(); !u.ok()) return failed_transfer(u);
+  if (items.empty()) return failed_transfer(Status(Code::kInvalidArgument, "readv: no items"));
+  auto resolved = resolve_items(items, "read");
+  if (!resolved.ok()) return failed_transfer(resolved.status());
+  auto state = new_state(static_cast<int>(resolved->size()));
+  size_t total = 0;
+  for (const RemoteItem& it : *resolved) total += it.local.total();
+  state->set_bytes(total);
+  for (RemoteItem& it : *resolved) transport_->start_read(state, std::move(it));
+  return Transfer(state);
+}
+
+// ---- notifications -------------------------------------------------------------
+
+Transfer ConnectionCore::notify_async(std::string_view message) {
+  if (Status u = usable(); !u.ok()) return failed_transfer(u);
+  if (Status c = core::NotificationQueue::check_size(message, "notify"); !c.ok()) return failed_transfer(c);
+  auto state = new_state();
+  transport_->send_note(state, next_note_seq_.fetch_add(1, std::memory_order_relaxed), message,
+                        /*caller_thread=*/true);
+  return Transfer(state);
+}
+
+Result<std::string> ConnectionCore::wait_notification(Deadline deadline) {
+  std::string note;
+  switch (notes_.wait(deadline, failed_, note)) {
+    case core::NotificationQueue::Wait::kNote:
+      return note;
+    case core::NotificationQueue::Wait::kStopped:
+      return usable();
+    case core::NotificationQueue::Wait::kDeadline:
+      break;
+  }
+  return Status(Code::kDeadlineExceeded, "no notification from " + where() + " by the deadline");
+}
+
+}  // namespace ferry::transport
+
+// ---- Connection: the public face, over the one core ------------------------------
+
+namespace ferry {
+namespace {
+
+// Send, recv, write and read return only once the engine is done with the
+// caller's memory. Past the deadline, an operation that can still stop is
+// cancelled (kDeadlineExceeded); one already moving data runs to its end (it
+// ends, or fails within peer_timeout if the peer is lost; none of these waits
+// on the peer application) and its own result is returned: returning earlier
+// would leave bytes landing in a buffer the caller believes free, and a
+// received message unaccounted for. A send past its deadline may wait on
+// the peer application posting a receive, so it returns kDeadlineExceeded
+// and goes on (wait on send_async's handle to know).
+Status finish_by(const Transfer& t, Deadline deadline) {
+  Status s = t.wait(deadline);
+  if (t.test()) return t.status();
+  if (t.cancel()) return s;
+  return t.wait(kNoDeadline);
+}
+
+transport::ConnectionCore& core_of(Connection* c) { return static_cast<transport::ConnectionCore&>(*c); }
+const transport::ConnectionCore& core_of(const Connection* c) {
+  return static_cast<const transport::ConnectionCore&>(*c);
+}
+
+}  // namespace
+
+Transfer Connection::send_async(const void* data, size_t size) {
+  ConstBuffer b{data, size};
+  return core_of(this).sendv_async(std::span<const ConstBuffer>(&b, 1));
+}
+Transfer Connection::sendv_async(std::span<const ConstBuffer> parts) { return core_of(this).sendv_async(parts); }
+Transfer Connection::recv_async(void* data, size_t capacity) {
+  MutableBuffer b{data, capacity};
+  return core_of(this).recvv_async(std::span<const MutableBuffer>(&b, 1));
+}
+Transfer Connection::recvv_async(std::span<const MutableBuffer> parts) { return core_of(this).recvv_async(parts); }
+Result<uint64_t> Connection::probe(Deadline deadline) { return core_of(this).probe(deadline); }
+Transfer Connection::write_async(const void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset,
+                                 std::string_view notification) {
+  WriteItem item{local, size, remote, remote_offset};
+  return core_of(this).writev_async(std::span<const WriteItem>(&item, 1), notification);
+}
+Transfer Connection::writev_async(std::span<const WriteItem> items, std::string_view notification) {
+  return core_of(this).writev_async(items, notification);
+}
+Transfer Connection::read_async(void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset) {
+  ReadItem item{local, size, remote, remote_offset};
+  return core_of(this).readv_async(std::span<const ReadItem>(&item, 1));
+}
+Transfer Connection::readv_async(std::span<const ReadItem> items) { return core_of(this).readv_async(items); }
+Transfer Connection::notify_async(std::string_view message) { return core_of(this).notify_async(message); }
+Result<std::string> Connection::wait_notification(Deadline deadline) {
+  return core_of(this).wait_notification(deadline);
+}
+std::optional<std::string> Connection::poll_notification() { return core_of(this).poll_notification(); }
+void Connection::set_notification_listener(std::function<void()> listener) {
+  core_of(this).set_notification_listener(std::move(listener));
+}
+void Connection::close() { core_of(this).close(); }
+Status Connection::health() const { return core_of(this).health(); }
+uint64_t Connection::id() const { return core_of(this).id(); }
+uint64_t Connection::peer_engine_id() const { return core_of(this).peer_engine_id(); }
+std::string Connection::peer_address() const { return core_of(this).peer_address(); }
+std::string_view Connection::transport_name() const { return core_of(this).transport_name(); }
+
+
+Status Connection::send(const void* data, size_t size, Deadline deadline) {
+  return send_async(data, size).wait(deadline);
+}
+Status Connection::sendv(std::span<const ConstBuffer> parts, Deadline deadline) {
+  return sendv_async(parts).wait(deadline);
+}
+Result<size_t> Connection::recv(void* data, size_t capacity, Deadline deadline) {
+  Transfer t = recv_async(data, capacity);
+  FERRY_RETURN_IF_ERROR(finish_by(t, deadline));
+  return t.bytes();
+}
+Result<size_t> Connection::recvv(std::span<const MutableBuffer> parts, Deadline deadline) {
+  Transfer t = recvv_async(parts);
+  FERRY_RETURN_IF_ERROR(finish_by(t, deadline));
+  return t.bytes();
+}
+Status Connection::write(const void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset,
+                         std::string_view notification, Deadline deadline) {
+  return finish_by(write_async(local, size, remote, remote_offset, notification), deadline);
+}
+Status Connection::read(void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset,
+                        Deadline deadline) {
+  return finish_by(read_async(local, size, remote, remote_offset), deadline);
+}
+Status Connection::notify(std::string_view message, Deadline deadline) { return notify_async(message).wait(deadline); }
+
+}  // namespace ferry

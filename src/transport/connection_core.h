@@ -1,0 +1,150 @@
+// ConnectionCore: the one implementation of Connection.
+//
+// Everything every connection guarantees lives here, once: the checks on
+// what the application passes (registered memory, descriptors and their
+// bounds, notification sizes), receive matching in FIFO order with its
+// cancel, notification numbers and their order, the health latch (the
+// first failure wins and every pending transfer ends with it), and the
+// budget of what the peer makes the connection hold. Bytes move through a
+// Transport (transport.h), which the core owns.
+//
+// Thread-safe. Locks: health_mu_ (the latch's reason), mu_ (the posted
+// receives and the messages waiting for one); neither is held while the
+// transport is called or a transfer finishes.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "core/engine_context.h"
+#include "core/notification_queue.h"
+#include "ferry/engine.h"
+#include "transport/transport.h"
+
+namespace ferry::transport {
+
+// Who the connection leads to.
+struct PeerIdentity {
+  uint64_t engine_id = 0;
+  std::string address;  // the control stream's remote end, "ip:port"
+  // How messages name the connection ("connection 3 to 1.2.3.4:5 (engine 9f..)").
+  std::string where;
+};
+
+class ConnectionCore final : public Connection, public std::enable_shared_from_this<ConnectionCore> {
+ public:
+  // Makes the core and its transport (`make` builds it around the core).
+  using MakeTransport = std::function<std::unique_ptr<Transport>(ConnectionCore&)>;
+  static std::shared_ptr<ConnectionCore> create(std::shared_ptr<core::EngineContext> ctx, uint64_t id,
+                                                PeerIdentity peer, const MakeTransport& make);
+  ~ConnectionCore() override;
+  ConnectionCore(const ConnectionCore&) = delete;
+  ConnectionCore& operator=(const ConnectionCore&) = delete;
+
+  // ---- the public operations (Connection forwards here) -----------------
+  Transfer sendv_async(std::span<const ConstBuffer> parts);
+  Transfer recvv_async(std::span<const MutableBuffer> parts);
+  Result<uint64_t> probe(Deadline deadline);
+  Transfer writev_async(std::span<const WriteItem> items, std::string_view notification);
+  Transfer readv_async(std::span<const ReadItem> items);
+  Transfer notify_async(std::string_view message);
+  Result<std::string> wait_notification(Deadline deadline);
+  std::optional<std::string> poll_notification() { return notes_.poll(); }
+  void set_notification_listener(std::function<void()> listener) { notes_.set_listener(std::move(listener)); }
+  void close();
+  Status health() const;
+  uint64_t id() const { return id_; }
+  uint64_t peer_engine_id() const { return peer_.engine_id; }
+  const std::string& peer_address() const { return peer_.address; }
+  std::string_view transport_name() const { return transport_->name(); }
+
+  // ---- for the engine ------------------------------------------------------
+  // Starts the transport (see Transport::start).
+  Status start() { return transport_->start(); }
+  // Heartbeat duty (Transport::tick), nothing once failed.
+  void tick(Clock::time_point now);
+  // A local region was deregistered (Transport::region_retired).
+  void region_retired(uint64_t region_id) { transport_->region_retired(region_id); }
+  // Fails the connection with `why`; the first call wins. Once close()
+  // began, the reason is kCancelled whatever happened next. Any thread,
+  // under no lock of the connection.
+  void fail(const Status& why);
+
+  // ---- for the transport -----------------------------------------------------
+  const std::string& where() const { return peer_.where; }
+  core::EngineContext& context() const { return *ctx_; }
+  // The latch is set (acquire: the reason is in place).
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  // close() began.
+  bool closing() const { return closed_.load(std::memory_order_acquire); }
+  // OK while usable, else the reason it failed.
+  Status usable() const;
+  // A fresh operation number, unique within the connection. Any thread.
+  uint64_t next_op() { return next_op_.fetch_add(1, std::memory_order_relaxed); }
+  // A TransferState for a new operation of `parts` pieces.
+  std::shared_ptr<TransferState> new_state(int parts = 1);
+  // A transfer that ended before it began.
+  static Transfer failed_transfer(const Status& s);
+  // What the connection holds on the peer's behalf (connection_memory_bytes).
+  core::ByteBudget& budget() const { return *budget_; }
+  const std::shared_ptr<core::ByteBudget>& shared_budget() const { return budget_; }
+  // kResourceExhausted: `what` would pass connection_memory_bytes.
+  Status exhausted(const std::string& what) const;
+  core::NotificationQueue& notes() { return notes_; }
+  // The peer said goodbye in order: its end is not worth a warning.
+  void set_closed_by_peer() { closed_by_peer_.store(true, std::memory_order_release); }
+  bool closed_by_peer() const { return closed_by_peer_.load(std::memory_order_acquire); }
+
+  // Receive matching, for the inbound thread. The oldest posted receive,
+  // taken off the queue (its cancel disarmed), if any.
+  std::optional<PostedRecv> take_posted();
+  // Hands `msg` to the oldest posted receive (Transport::match) or keeps it
+  // for the next one; kResourceExhausted, keeping nothing, when keeping it
+  // would pass connection_memory_bytes.
+  Status arrive(ArrivedMessage msg);
+  // Receives are posted and waiting.
+  bool has_posted();
+
+  // A status the peer reported (`code`, `message`) as this side's, or OK.
+  Status peer_status(uint32_t code, std::string_view message) const;
+
+ private:
+  ConnectionCore(std::shared_ptr<core::EngineContext> ctx, uint64_t id, PeerIdentity peer);
+  // What a message kept for a later receive counts against the budget.
+  static size_t held_cost(const ArrivedMessage& msg);
+  Result<std::vector<RemoteItem>> resolve_items(std::span<const WriteItem> items, const char* op) const;
+  Result<std::vector<RemoteItem>> resolve_items(std::span<const ReadItem> items, const char* op) const;
+  Status check_remote(const RemoteDescriptor& r, uint64_t offset, uint64_t size, const char* op) const;
+  Transfer writes_with_trailing_note(std::vector<RemoteItem> items, std::string_view note, uint64_t seq);
+
+  const std::shared_ptr<core::EngineContext> ctx_;
+  const uint64_t id_;
+  const PeerIdentity peer_;
+  std::unique_ptr<Transport> transport_;
+  std::atomic<uint64_t> next_op_{1};
+  std::atomic<uint64_t> next_note_seq_{1};
+
+  std::atomic<bool> failed_{false};
+  std::atomic<bool> closed_{false};
+  std::atomic<bool> closed_by_peer_{false};
+  mutable std::mutex health_mu_;
+  Status health_;  // guarded by health_mu_
+
+  std::mutex mu_;
+  std::deque<PostedRecv> posted_;          // guarded by mu_
+  std::deque<ArrivedMessage> unexpected_;  // guarded by mu_
+  std::condition_variable arrived_;  // with mu_: a message joined unexpected_, or the connection failed
+
+  // What the peer can make this side hold (unmatched messages,
+  // notifications not yet taken, and the transport's own holdings).
+  const std::shared_ptr<core::ByteBudget> budget_;
+  core::NotificationQueue notes_;
+};
+
+}  // namespace ferry::transport

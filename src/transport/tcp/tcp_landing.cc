@@ -1,0 +1,451 @@
+// TcpTransport's inbound chunks: DATA and WRITE frames land straight in
+// registered memory (GPU memory through the path's staging), each chunk
+// counted once (a chunk resent after a path died is dropped, not landed
+// again over newer bytes), and an operation ends when its last byte is in
+// place.
+#include <cinttypes>
+
+#include "core/log.h"
+#include "transport/tcp/tcp_internals.h"
+#include "transport/tcp/tcp_transport.h"
+
+namespace ferry::tcp {
+
+using namespace internal;
+using wire::FrameHeader;
+using wire::FrameType;
+
+namespace {
+
+// Runs `abandon` when it goes, unless disarmed first: a chunk whose
+// accounting never runs (its path broke off, its stager was dropped) still
+// stops holding its operation. Shared by the copies of one completion.
+class ArrivalGuard {
+ public:
+  explicit ArrivalGuard(std::function<void()> abandon) : abandon_(std::move(abandon)) {}
+  ArrivalGuard(const ArrivalGuard&) = delete;
+  ArrivalGuard& operator=(const ArrivalGuard&) = delete;
+  ~ArrivalGuard() {
+    if (abandon_) abandon_();
+  }
+  void disarm() { abandon_ = nullptr; }
+
+ private:
+  std::function<void()> abandon_;
+};
+
+}  // namespace
+
+void TcpTransport::path_rx_loop(int path) {
+  int fd = data_[static_cast<size_t>(path)].fd();
+  std::unique_ptr<RxStager>& stager = rx_stage_[static_cast<size_t>(path)];
+  std::string aux;
+  Status s;
+  for (;;) {
+    if (s = await_reply_room(); !s.ok()) {
+      core_.fail(s);
+      break;
+    }
+    if (stager) {
+      s = stager->before_read(fd);
+      if (!s.ok()) {
+        core_.fail(s.with_context(where() + ": data stream " + std::to_string(path)));
+        break;
+      }
+    }
+    wire::HeaderBytes hb;
+    s = platform::recv_exact(fd, hb.data(), hb.size());
+    if (!s.ok()) {
+      path_failed(path, s);
+      break;
+    }
+    last_rx_ns_.store(now_ns(), std::memory_order_relaxed);
+    auto h = wire::decode_header(hb.data(), hb.size());
+    if (!h.ok()) {
+      core_.fail(h.status().with_context(where() + ": data stream " + std::to_string(path)));
+      break;
+    }
+    aux.resize(h->aux_len);
+    if (h->aux_len > 0) s = platform::recv_exact(fd, aux.data(), aux.size());
+    if (s.ok()) s = handle_frame(fd, path, *h, aux);
+    if (s.ok()) {
+      bool ack_request = (h->flags & kFlagAckRequest) != 0;
+      s = after_earlier(path, [this, path, ack_request] { return count_landed(path, ack_request); });
+    }
+    if (!s.ok()) {
+      if (s.code() == Code::kDataLoss) {
+        core_.fail(s);
+      } else {
+        path_failed(path, s);
+      }
+      break;
+    }
+  }
+  // Frames whose bytes fully arrived still count while the connection lives
+  // (a path can die alone); then the slots go.
+  if (stager && !core_.failed()) (void)stager->retire(/*all=*/true);
+  stager.reset();
+}
+
+Status TcpTransport::drain(int fd, uint64_t n) {
+  char scratch[16384];
+  while (n > 0) {
+    size_t k = n < sizeof(scratch) ? static_cast<size_t>(n) : sizeof(scratch);
+    FERRY_RETURN_IF_ERROR(platform::recv_exact(fd, scratch, k));
+    n -= k;
+  }
+  return Status();
+}
+
+Status TcpTransport::land_data(int fd, int path, const FrameHeader& h) {
+  std::shared_ptr<Landing> l;
+  {
+    std::lock_guard lock(mu_);
+    auto it = landings_.find(h.id);
+    if (it != landings_.end()) l = it->second;
+  }
+  if (!l) {
+    // The operation already ended (aborted or failed); its late bytes go nowhere.
+    FERRY_LOG(kDebug, "tcp", "%s: %u bytes for finished token %" PRIu64 " dropped", where().c_str(), h.payload_len,
+              h.id);
+    return drain(fd, h.payload_len);
+  }
+  if (h.flags & kFlagAborted) {
+    ChunkArrivals::Abort abort;
+    {
+      std::lock_guard lock(l->mu);
+      abort = l->arrivals.abort(h.a, path);
+      if (l->arrivals.aborted()) {
+        l->error = core_.peer_status(h.code ? h.code : static_cast<uint32_t>(Code::kCancelled), "transfer aborted");
+      }
+    }
+    if (abort.stalled_path >= 0) give_up_stalled_path(abort.stalled_path, path, h.a);
+    // Chunks still being written into the memory end first; the last of
+    // them finishes the operation.
+    if (abort.over) finish_landing(h.id, l);
+    return drain(fd, h.payload_len);
+  }
+  if (h.a > l->size || h.payload_len > l->size - h.a) {
+    return Status(Code::kDataLoss, where() + ": data chunk [" + std::to_string(h.a) + ", +" +
+                                       std::to_string(h.payload_len) + ") lies outside its message of " +
+                                       std::to_string(l->size) + " bytes");
+  }
+  if (h.payload_len == 0 && l->size != 0) {
+    // Only an empty message travels as an empty chunk; empty ones at every
+    // offset would each be remembered.
+    return Status(Code::kDataLoss, where() + ": empty data chunk at offset " + std::to_string(h.a) +
+                                       " of a message of " + std::to_string(l->size) + " bytes");
+  }
+  uint64_t token = h.id, offset = h.a, size = h.payload_len;
+  ChunkArrivals::Begin begin;
+  bool over = false;
+  {
+    std::lock_guard lock(l->mu);
+    begin = l->arrivals.begin(offset, path);
+    // The peer chooses how small the chunks are: each one's record counts.
+    if (begin.land && !(over = !held_->budget->take(kArrivalBytes))) l->charged += kArrivalBytes;
+    if (over) (void)l->arrivals.end(offset, path, 0, /*landed=*/false);
+  }
+  if (over) return fail_with(core_.exhausted("chunks of operations still arriving"));
+  if (begin.stalled_path >= 0) give_up_stalled_path(begin.stalled_path, path, offset);
+  if (!begin.land) return drain(fd, size);  // a resent chunk that had landed already, or aborted
+  std::weak_ptr<transport::ConnectionCore> self = core_.weak_from_this();
+  auto guard = std::make_shared<ArrivalGuard>([this, self, token, l, offset, path] {
+    auto core = self.lock();  // the transport lives as long as its core
+    landing_chunk_abandoned(core ? this : nullptr, token, l, offset, path);
+  });
+  Landed account = [this, l, token, offset, size, path, guard](const Status& landed) -> Status {
+    guard->disarm();
+    Result<bool> complete = false;
+    {
+      std::lock_guard lock(l->mu);
+      if (!landed.ok() && l->error.ok()) l->error = landed;
+      complete = l->arrivals.end(offset, path, size, /*landed=*/true);
+    }
+    if (!complete.ok()) return complete.status().with_context(where() + ": message");
+    if (*complete) finish_landing(token, l);
+    return Status();
+  };
+  return receive_payload(fd, path, l->dest, offset, size,
+                         "destination memory was deregistered while data arrived (" + where() + ")",
+                         std::move(account));
+}
+
+void TcpTransport::finish_landing(uint64_t token, const std::shared_ptr<Landing>& l) {
+  Status s;
+  bool orphaned, aborted;
+  {
+    std::lock_guard lock(l->mu);
+    s = l->error;
+    orphaned = l->orphaned;
+    aborted = l->arrivals.aborted();
+    held_->budget->give(std::exchange(l->charged, 0));
+  }
+  // An orphan is off the tables already: failed() left its end to this, its
+  // last chunk.
+  if (!orphaned) {
+    std::lock_guard lock(mu_);
+    auto it = landings_.find(token);
+    if (it == landings_.end() || it->second != l) return;
+    landings_.erase(it);
+    if (l->reply_op == 0) pending_.erase(token);
+  }
+  if (orphaned || aborted) {
+    l->state->finish_part(s);  // no bytes, no answer; one item of a vector operation
+    return;
+  }
+  if (l->reply_op != 0) {  // a receive: its size is the message's (a read's was set when posted)
+    l->state->set_bytes(l->size);
+    ack(l->reply_op, s);
+  }
+  l->state->finish_part(s);
+}
+
+void TcpTransport::landing_chunk_abandoned(TcpTransport* conn, uint64_t token, const std::shared_ptr<Landing>& l,
+                                            uint64_t offset, int path) {
+  Result<bool> complete = false;
+  Status error;
+  {
+    std::lock_guard lock(l->mu);
+    complete = l->arrivals.end(offset, path, 0, /*landed=*/false);
+    error = l->error;
+  }
+  if (!complete.ok() || !*complete) return;
+  if (conn != nullptr) {
+    conn->finish_landing(token, l);
+  } else {
+    l->state->finish_part(error);  // the connection is going: nothing to answer, nothing to unlist
+  }
+}
+
+void TcpTransport::give_up_stalled_path(int stalled, int path, uint64_t offset) {
+  path_failed(stalled, Status(Code::kUnavailable, "the peer resent the chunk at offset " + std::to_string(offset) +
+                                                      " on data path " + std::to_string(path) +
+                                                      " while this path was still bringing it (the peer gave it up)"));
+}
+
+Status TcpTransport::land_write(int fd, int path, const FrameHeader& h, std::string& aux) {
+  uint64_t op = h.id;
+  const bool aborted = (h.flags & kFlagAborted) != 0;
+  if (aux.size() > Connection::kMaxNotification) {
+    return Status(Code::kDataLoss, where() + ": write " + std::to_string(op) + " carries a notification of " +
+                                       std::to_string(aux.size()) + " bytes, past the limit of " +
+                                       std::to_string(Connection::kMaxNotification) + " that every sender keeps");
+  }
+  if (!aborted && h.payload_len == 0 && h.d != 0) {
+    // Only an empty write travels as an empty chunk; empty ones at every
+    // offset would each be remembered.
+    return Status(Code::kDataLoss,
+                  where() + ": empty chunk of write " + std::to_string(op) + " of " + std::to_string(h.d) + " bytes");
+  }
+  // The key and the bounds are checked before any state is kept for a write.
+  Result<core::MemorySpan> span = Status(Code::kCancelled, "aborted");
+  if (!aborted) span = ctx_->registry.resolve_export(h.a, h.b, h.c, h.payload_len);
+  ChunkArrivals::Begin begin;
+  Status refused;  // a write refused at its first chunk: answered now, and nothing of it kept
+  bool over = false;
+  {
+    std::lock_guard lock(mu_);
+    if (finished_writes_.count(op) > 0) {
+      begin.land = false;  // finished, or aborted with nothing of it still arriving
+    } else if (aborted) {
+      // Chunks of it still on other paths are dropped from now on. It is
+      // over once none is still being written into the export; a path still
+      // bringing this chunk was given up by the peer (its late bytes must
+      // not land where the peer may write again).
+      begin.land = false;
+      auto it = incoming_.find(op);
+      ChunkArrivals::Abort abort =
+          it != incoming_.end() ? it->second.arrivals.abort(h.c, path) : ChunkArrivals::Abort{true, -1};
+      begin.stalled_path = abort.stalled_path;
+      if (abort.over) {
+        if (it != incoming_.end()) {
+          held_->budget->give(it->second.charged);
+          incoming_.erase(it);
+        }
+        remember_finished_write(op);
+      }
+    } else {
+      auto it = incoming_.find(op);
+      if (it == incoming_.end()) {
+        refused = span.status();
+        if (refused.ok()) refused = ctx_->registry.resolve_export(h.a, h.b, 0, h.d).status();  // its whole size fits
+        if (refused.ok() && !(over = !held_->budget->take(kWriteBytes))) {
+          it = incoming_.try_emplace(op).first;
+          it->second.arrivals = ChunkArrivals(h.d);
+          it->second.charged = kWriteBytes;
+        } else if (!refused.ok()) {
+          begin.land = false;
+          remember_finished_write(op);  // its other chunks are dropped
+        }
+      }
+      if (it != incoming_.end()) {
+        IncomingWrite& w = it->second;
+        if (w.arrivals.total() != h.d) {
+          return Status(Code::kDataLoss, where() + ": chunks of write " + std::to_string(op) + " disagree on its size");
+        }
+        begin = w.arrivals.begin(h.c, path);
+        // The peer chooses how small the chunks are: each one's record counts.
+        if (begin.land && !(over = !held_->budget->take(kArrivalBytes + aux.size()))) {
+          w.charged += kArrivalBytes + aux.size();
+        }
+        if (over) (void)w.arrivals.end(h.c, path, 0, /*landed=*/false);
+      }
+    }
+  }
+  if (over) return fail_with(core_.exhausted("writes still arriving"));
+  if (begin.stalled_path >= 0) give_up_stalled_path(begin.stalled_path, path, h.c);
+  // Drained outside the lock: a payload that stalls holds up nothing else.
+  if (!refused.ok()) {
+    FERRY_RETURN_IF_ERROR(drain(fd, h.payload_len));
+    // As for a write that failed: its notification's number is given up, and the initiator told.
+    if (h.e != 0) {
+      Status skipped = core_.notes().push_numbered(h.e, /*skip=*/true, {});
+      if (!skipped.ok()) return fail_with(skipped.with_context(where()));
+    }
+    ack(op, refused);
+    return Status();
+  }
+  if (!begin.land) return drain(fd, h.payload_len);  // over, or a resent chunk that had landed already
+  FrameHeader fh = h;
+  std::weak_ptr<transport::ConnectionCore> self = core_.weak_from_this();
+  auto guard = std::make_shared<ArrivalGuard>([this, self, op, offset = h.c, path] {
+    if (auto core = self.lock()) write_chunk_abandoned(op, offset, path);  // the transport lives as long as its core
+  });
+  Landed account = [this, fh, path, guard, note = std::move(aux)](const Status& landed) mutable -> Status {
+    guard->disarm();
+    uint64_t op = fh.id;
+    IncomingWrite done;
+    {
+      std::lock_guard lock(mu_);
+      if (finished_writes_.count(op) > 0) return Status();  // aborted while this chunk was copied
+      auto it = incoming_.find(op);
+      if (it == incoming_.end()) return Status();
+      IncomingWrite& w = it->second;
+      if (!note.empty()) w.notification = std::move(note);
+      if (fh.e != 0) w.note_seq = fh.e;
+      if (!landed.ok() && w.error.ok()) w.error = landed;
+      Result<bool> complete = w.arrivals.end(fh.c, path, fh.payload_len, /*landed=*/true);
+      if (!complete.ok()) return complete.status().with_context(where() + ": write " + std::to_string(op));
+      if (!*complete) return Status();
+      done = std::move(w);
+      incoming_.erase(it);
+      remember_finished_write(op);
+    }
+    held_->budget->give(done.charged);
+    return complete_write(op, done);
+  };
+  if (!span.ok()) {
+    FERRY_RETURN_IF_ERROR(drain(fd, h.payload_len));
+    Status why = span.status();
+    return after_earlier(path, [account = std::move(account), why]() mutable { return account(why); });
+  }
+  core::SegmentList dest;
+  dest.add(std::move(span).value());
+  return receive_payload(fd, path, dest, 0, dest.total(),
+                         "export " + std::to_string(h.a) + " was deregistered during the write", std::move(account));
+}
+
+void TcpTransport::remember_finished_write(uint64_t op) {
+  finished_writes_.insert(op);
+  finished_order_.push_back(op);
+  if (finished_order_.size() > kFinishedWritesKept) {
+    finished_writes_.erase(finished_order_.front());
+    finished_order_.pop_front();
+  }
+}
+
+void TcpTransport::write_chunk_abandoned(uint64_t op, uint64_t offset, int path) {
+  IncomingWrite done;
+  {
+    std::lock_guard lock(mu_);
+    if (finished_writes_.count(op) > 0) return;
+    auto it = incoming_.find(op);
+    if (it == incoming_.end()) return;
+    Result<bool> complete = it->second.arrivals.end(offset, path, 0, /*landed=*/false);
+    if (!complete.ok() || !*complete) return;
+    done = std::move(it->second);
+    incoming_.erase(it);
+    remember_finished_write(op);
+  }
+  held_->budget->give(done.charged);
+  if (Status s = complete_write(op, done); !s.ok()) core_.fail(s);
+}
+
+Status TcpTransport::complete_write(uint64_t op, IncomingWrite& done) {
+  // The initiator aborted it: it expects no answer, and sends its
+  // notification's skip itself.
+  if (done.arrivals.aborted()) return Status();
+  if (done.note_seq != 0 || !done.notification.empty()) {
+    Status queued = core_.notes().push_numbered(done.note_seq, !done.error.ok(), std::move(done.notification));
+    if (!queued.ok()) return fail_with(queued.with_context(where()));
+  }
+  ack(op, done.error);
+  return Status();
+}
+
+Status TcpTransport::receive_payload(int fd, int path, const core::SegmentList& dest, uint64_t offset, uint64_t size,
+                                      const std::string& gone, Landed landed) {
+  // Holds the regions open until the bytes are in place (for GPU memory: until
+  // the copy to the device finished), and the list that names them.
+  struct Held {
+    core::SegmentList list;
+    std::optional<core::ChunkAccess> access;
+  };
+  auto held = std::make_shared<Held>();
+  held->list = dest;
+  held->access.emplace(held->list, offset, size);
+  if (!held->access->ok()) {
+    held.reset();
+    FERRY_RETURN_IF_ERROR(drain(fd, size));
+    Status why(Code::kNotFound, gone);
+    return after_earlier(path, [landed = std::move(landed), why]() { return landed(why); });
+  }
+  std::vector<Piece> pieces;
+  pieces_of(held->list, offset, size, pieces);
+  if (staged_bytes(pieces) == 0) {
+    std::vector<struct iovec> iov;
+    for (const Piece& p : pieces) iov.push_back({p.data, p.size});
+    FERRY_RETURN_IF_ERROR(platform::recv_all(fd, iov.data(), static_cast<int>(iov.size())));
+    held.reset();
+    return after_earlier(path, [landed = std::move(landed)]() { return landed(Status()); });
+  }
+  if (path < 0) {
+    // The control stream carries small payloads only: land them synchronously.
+    std::string bytes(size, '\0');
+    FERRY_RETURN_IF_ERROR(platform::recv_exact(fd, bytes.data(), bytes.size()));
+    Status s = exchange(pieces, reinterpret_cast<uint8_t*>(bytes.data()), /*to_buffer=*/false);
+    held.reset();
+    return landed(s);
+  }
+  std::unique_ptr<RxStager>& stager = rx_stage_[static_cast<size_t>(path)];
+  if (!stager) {
+    stager = std::make_unique<RxStager>(new_copier(), ctx_->options.staging_chunk_bytes, ctx_->options.staging_depth);
+  }
+  return stager->receive(fd, pieces, [held, landed = std::move(landed)]() mutable {
+    held.reset();  // the bytes are in place: the regions may go
+    return landed(Status());
+  });
+}
+
+Status TcpTransport::after_earlier(int path, std::function<Status()> fn) {
+  if (path >= 0) {
+    std::unique_ptr<RxStager>& stager = rx_stage_[static_cast<size_t>(path)];
+    if (stager && !stager->idle()) return stager->then(std::move(fn));
+  }
+  return fn();
+}
+
+Status TcpTransport::count_landed(int path, bool ack_request) {
+  uint64_t landed = ++landed_chunks_[static_cast<size_t>(path)];
+  if (ack_request) {
+    Outgoing o;
+    o.header.type = FrameType::kChunkAck;
+    o.header.a = static_cast<uint64_t>(path);
+    o.header.b = landed;
+    queue_control(std::move(o));
+  }
+  return Status();
+}
+
+}  // namespace ferry::tcp

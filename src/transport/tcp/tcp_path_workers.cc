@@ -1,0 +1,201 @@
+// TcpTransport's path workers: each data stream's transmit worker claims
+// chunks and sends them (staging GPU memory ahead of the socket), pinned to
+// its NIC's CPUs; and the choice of paths (NICs) for a transfer.
+#include "core/log.h"
+#include "platform/memory_node.h"
+#include "platform/thread.h"
+#include "transport/tcp/path_choice.h"
+#include "transport/tcp/tcp_internals.h"
+#include "transport/tcp/tcp_transport.h"
+
+namespace ferry::tcp {
+
+using namespace internal;
+using wire::FrameHeader;
+using wire::FrameType;
+
+void TcpTransport::pin_worker(int path, const char* role, const std::string& thread) {
+  const std::string& nic = static_cast<size_t>(path) < paths_.size() ? paths_[static_cast<size_t>(path)].nic : "";
+  const core::WorkerCpus& w = ctx_->worker_cpus;
+  const platform::NicBindings& b = std::string_view(role) == "tx" ? w.tx : w.rx;
+  auto it = nic.empty() ? b.end() : b.find(nic);
+  platform::CpuList expected = it == b.end() ? platform::CpuList{} : it->second;
+  platform::CpuList actual = platform::pin_current_thread(expected);
+  bool ok = expected.empty() || actual == expected;
+  FERRY_LOG(kInfo, "tcp", "%s %s worker %s: expected %s actual %s %s", role, nic.empty() ? "-" : nic.c_str(),
+            thread.c_str(), expected.empty() ? "any" : platform::format_cpu_list(expected).c_str(),
+            platform::format_cpu_list(actual).c_str(), ok ? "ok" : "MISMATCH");
+  if (!ok) {
+    FERRY_LOG(kWarn, "tcp", "%s worker %s could not be pinned to %s (runs on %s)", role, thread.c_str(),
+              platform::format_cpu_list(expected).c_str(), platform::format_cpu_list(actual).c_str());
+  }
+}
+
+uint64_t TcpTransport::paths_for(const core::SegmentList& source) const {
+  if (source.empty() || ctx_->options.nic_policy != "nearest") return 0;
+  const Region& region = source.spans().front().region->region;
+  if (region.kind != MemoryKind::kCuda) {
+    return choose_paths(path_nodes_, chunks_.alive(), platform::memory_node(source.spans().front().data), true);
+  }
+  // GPU memory: the NICs behind the GPU's own PCI switch first, then its NUMA node.
+  const platform::Topology& topo = ctx_->topology;
+  std::string pci = platform::gpu_pci_address(region.device);
+  const platform::GpuInfo* gpu = nullptr;
+  for (const auto& g : topo.gpus) {
+    if (g.pci_address == pci) gpu = &g;
+  }
+  if (gpu == nullptr) return 0;
+  std::vector<int> distance;
+  for (const PathInfo& p : paths_) {
+    const platform::NicInfo* nic = topo.find_nic(p.nic);
+    distance.push_back(nic == nullptr ? -1 : pci_distance(gpu->pci_path, nic->pci_path));
+  }
+  uint64_t mask = closest_paths(distance, chunks_.alive());
+  return mask != 0 ? mask : choose_paths(path_nodes_, chunks_.alive(), gpu->numa_node, true);
+}
+
+void TcpTransport::path_tx_loop(int path) {
+  int fd = data_[static_cast<size_t>(path)].fd();
+  const size_t depth = static_cast<size_t>(ctx_->options.staging_depth);
+  std::unique_ptr<TxStager> stager;  // made on the first chunk of GPU memory
+  std::deque<TxEntry> pipe;          // claimed, not yet sent, in claim order
+  auto take = [&](Chunk c) {
+    pipe.emplace_back();
+    pipe.back().chunk = std::move(c);
+    prepare_chunk(pipe.back(), stager);
+  };
+  for (;;) {
+    if (pipe.empty()) {
+      std::optional<Chunk> c = chunks_.claim(path);
+      if (!c) break;  // stopped, or the path failed
+      take(std::move(*c));
+    }
+    // Host chunks go out one at a time as they are claimed. A staged chunk
+    // goes once its copies are done; only then does the worker claim ahead
+    // (without blocking), so that up to depth - 1 copies run while it is on
+    // the wire. Claiming ahead earlier would put this path's second copy
+    // beside every path's first one, and the device shares its copy
+    // bandwidth among all of them: each first chunk would be ready later.
+    await_staging(pipe.front(), stager.get());
+    while (pipe.back().staging && pipe.size() < depth) {
+      std::optional<Chunk> c = chunks_.try_claim(path);
+      if (!c) break;
+      take(std::move(*c));
+    }
+    Status s = transmit_chunk(fd, pipe.front(), stager.get());
+    if (ChunkQueue::release(pipe.front().chunk)) finish_acknowledged(*pipe.front().chunk.op);
+    pipe.pop_front();
+    if (!s.ok()) {
+      path_failed(path, s);
+      break;
+    }
+  }
+  // Unsent chunks stay with the queue (moved to other paths when this one
+  // failed). Their copies end first: each entry holds its source region
+  // open (dereg waits for it), and the copies read that region and write
+  // the slots.
+  if (stager) stager->drain();
+  for (TxEntry& e : pipe) {
+    e.access.reset();
+    if (ChunkQueue::release(e.chunk)) finish_acknowledged(*e.chunk.op);
+  }
+  pipe.clear();
+  stager.reset();
+}
+
+void TcpTransport::prepare_chunk(TxEntry& e, std::unique_ptr<TxStager>& stager) {
+  const Chunk& c = e.chunk;
+  if (chunks_.aborted(*c.op)) {
+    e.abort = Status(Code::kCancelled, "transfer aborted (" + where() + ")");
+    return;
+  }
+  e.access = std::make_shared<core::ChunkAccess>(c.op->source, c.offset, c.size);
+  if (!e.access->ok()) {
+    e.access.reset();
+    e.abort = Status(Code::kNotFound, "source memory was deregistered during the transfer (" + where() + ")");
+    return;
+  }
+  if (!stages(c.op->source)) return;
+  std::vector<Piece> pieces;
+  pieces_of(c.op->source, c.offset, c.size, pieces);
+  if (staged_bytes(pieces) == 0) return;
+  if (!stager) {
+    stager = std::make_unique<TxStager>(new_copier(), ctx_->options.staging_chunk_bytes, ctx_->options.staging_depth);
+  }
+  Status s = stager->stage(pieces, e.staged);
+  if (!s.ok()) {
+    e.access.reset();
+    e.abort = s.with_context("staging GPU memory for " + where());
+    return;
+  }
+  e.staging = true;
+}
+
+void TcpTransport::await_staging(TxEntry& e, TxStager* stager) {
+  if (!e.staging || !e.abort.ok()) return;
+  Status s = stager->wait(e.staged);
+  if (!s.ok()) e.abort = s.with_context("staging GPU memory for " + where());
+}
+
+Status TcpTransport::transmit_chunk(int fd, TxEntry& e, TxStager* stager) {
+  const Chunk& c = e.chunk;
+  OutOp& op = *c.op;
+  FrameHeader h = op.header;
+  h.payload_len = static_cast<uint32_t>(c.size);
+  if (c.ack_request) h.flags |= kFlagAckRequest;
+  std::string_view aux;
+  if (h.type == FrameType::kData) {
+    h.a = c.offset;
+  } else {
+    h.c = op.remote_base + c.offset;
+    if (c.offset == 0) aux = op.first_aux;
+  }
+  if (e.abort.ok() && chunks_.aborted(op)) {
+    // An earlier chunk of this op was aborted after this one was claimed.
+    e.abort = Status(Code::kCancelled, "transfer aborted (" + where() + ")");
+  }
+  wire::HeaderBytes hb;
+  std::vector<struct iovec> iov;
+  if (!e.abort.ok()) {
+    // The chunk still travels, empty and marked aborted, so the peer stops
+    // waiting and the window stays honest.
+    if (e.staging) stager->release(e.staged);
+    e.access.reset();
+    bool first = chunks_.abort(c.op);
+    h.flags |= kFlagAborted;
+    h.payload_len = 0;
+    h.code = static_cast<uint32_t>(e.abort.code());
+    h.aux_len = 0;
+    encode_header(h, hb);
+    iov.push_back({hb.data(), hb.size()});
+    if (op.state && first) {
+      bool was_pending;
+      {
+        std::lock_guard lock(mu_);
+        uint64_t id = h.type == FrameType::kData ? op.state->id() : h.id;
+        was_pending = pending_.erase(id) > 0;
+        sending_.erase(id);
+      }
+      // One item of a vector operation: the others still move their bytes,
+      // and the operation ends when they have. An item the peer already
+      // acknowledged (a resent chunk aborting late) was counted then.
+      if (was_pending) op.state->finish_part(e.abort);
+    }
+    return platform::send_all(fd, iov.data(), static_cast<int>(iov.size()));
+  }
+  h.aux_len = static_cast<uint16_t>(aux.size());
+  encode_header(h, hb);
+  iov.push_back({hb.data(), hb.size()});
+  if (!aux.empty()) iov.push_back({const_cast<char*>(aux.data()), aux.size()});
+  if (e.staging) {
+    iov.insert(iov.end(), e.staged.iov.begin(), e.staged.iov.end());
+  } else {
+    op.source.slice(c.offset, c.size, iov);
+  }
+  Status s = platform::send_all(fd, iov.data(), static_cast<int>(iov.size()));
+  if (e.staging) stager->release(e.staged);
+  e.access.reset();
+  return s;
+}
+
+}  // namespace ferry::tcp

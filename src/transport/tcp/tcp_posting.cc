@@ -1,0 +1,233 @@
+// TcpTransport's outbound operations: sends, writes, reads and
+// notifications as frames and queued chunks, and a receive meeting its
+// message (the core has checked and resolved everything they carry).
+#include <cstring>
+
+#include "transport/tcp/tcp_internals.h"
+#include "transport/tcp/tcp_transport.h"
+
+namespace ferry::tcp {
+
+using namespace internal;
+using wire::FrameHeader;
+using wire::FrameType;
+
+bool TcpTransport::await_answer(uint64_t op, const std::shared_ptr<TransferState>& state) {
+  std::lock_guard lock(mu_);
+  // failed() empties pending_ after the latch is set: an entry added later
+  // would never be answered.
+  if (core_.failed()) return false;
+  pending_.emplace(op, state);
+  return true;
+}
+
+void TcpTransport::start_send(const std::shared_ptr<TransferState>& state, core::SegmentList source) {
+  uint64_t size = source.total();
+  uint64_t op = state->id();
+  bool eager = size <= ctx_->options.inline_max;
+  std::shared_ptr<OutOp> out;
+  if (!eager) {
+    out = std::make_shared<OutOp>();
+    out->source = std::move(source);
+    out->state = state;
+    out->paths = paths_for(out->source);
+    out->chunk_bytes = chunk_for(out->source, out->paths);
+  }
+  bool up;
+  {
+    std::lock_guard lock(mu_);
+    up = !core_.failed();  // see await_answer()
+    if (up) {
+      pending_.emplace(op, state);
+      if (out) awaiting_cts_.emplace(op, out);
+    }
+  }
+  if (!up) {
+    state->finish(core_.usable());
+    return;
+  }
+  FrameHeader h;
+  h.type = eager ? FrameType::kEager : FrameType::kRts;
+  h.id = op;
+  h.a = size;
+  if (eager) h.payload_len = static_cast<uint32_t>(size);
+  Status s = write_control(h, {}, eager ? &source : nullptr);
+  if (!s.ok() && s.code() != Code::kPeerLost) {
+    {
+      std::lock_guard lock(mu_);
+      pending_.erase(op);
+    }
+    state->finish(s.with_context(where()));
+  }
+}
+
+void TcpTransport::start_write(const std::shared_ptr<TransferState>& state, transport::RemoteItem item,
+                               std::string_view note, uint64_t note_seq) {
+  uint64_t size = item.local.total();
+  uint64_t op = core_.next_op();
+  if (!await_answer(op, state)) {
+    state->finish_part(core_.usable());
+    return;
+  }
+  FrameHeader h;
+  h.type = FrameType::kWrite;
+  h.id = op;
+  h.a = item.remote.export_id;
+  h.b = item.remote.key;
+  h.c = item.offset;
+  h.d = size;
+  h.e = note_seq;  // every chunk carries it: any may arrive first
+  if (size <= ctx_->options.inline_max) {
+    h.payload_len = static_cast<uint32_t>(size);
+    h.aux_len = static_cast<uint16_t>(note.size());
+    Status s = write_control(h, note, &item.local);
+    if (!s.ok() && s.code() != Code::kPeerLost) {
+      {
+        std::lock_guard lock(mu_);
+        pending_.erase(op);
+      }
+      state->finish_part(s.with_context(where()));
+    }
+    return;
+  }
+  auto out = std::make_shared<OutOp>();
+  out->header = h;
+  out->source = std::move(item.local);
+  out->remote_base = item.offset;
+  out->first_aux = std::string(note);
+  out->state = state;
+  out->paths = paths_for(out->source);
+  out->chunk_bytes = chunk_for(out->source, out->paths);
+  {
+    std::lock_guard lock(mu_);
+    sending_[op] = out;
+  }
+  if (!chunks_.push(std::move(out))) state->finish_part(core_.usable());
+}
+
+void TcpTransport::start_read(const std::shared_ptr<TransferState>& state, transport::RemoteItem item) {
+  auto landing = std::make_shared<Landing>();
+  landing->state = state;
+  landing->size = item.local.total();
+  landing->arrivals = ChunkArrivals(landing->size);
+  landing->dest = std::move(item.local);
+  uint64_t op = core_.next_op();
+  bool up;
+  {
+    std::lock_guard lock(mu_);
+    up = !core_.failed();  // see await_answer()
+    if (up) {
+      pending_.emplace(op, state);
+      landings_.emplace(op, landing);
+    }
+  }
+  if (!up) {
+    state->finish_part(core_.usable());
+    return;
+  }
+  FrameHeader h;
+  h.type = FrameType::kReadReq;
+  h.id = op;
+  h.a = item.remote.export_id;
+  h.b = item.remote.key;
+  h.c = item.offset;
+  h.d = landing->size;
+  (void)write_control(h, {}, nullptr);  // a failure fails the connection, which finishes the read
+}
+
+void TcpTransport::send_note(const std::shared_ptr<TransferState>& state, uint64_t seq, std::string_view note,
+                             bool caller_thread) {
+  uint64_t op = core_.next_op();
+  if (!await_answer(op, state)) {
+    state->finish(core_.usable());
+    return;
+  }
+  FrameHeader h;
+  h.type = FrameType::kNotify;
+  h.id = op;
+  h.e = seq;
+  h.aux_len = static_cast<uint16_t>(note.size());
+  if (caller_thread) {
+    (void)write_control(h, note, nullptr);  // a failure fails the connection, which finishes it
+    return;
+  }
+  Outgoing o;
+  o.header = h;
+  o.aux = std::string(note);
+  queue_control(std::move(o));
+}
+
+void TcpTransport::skip_note(uint64_t seq) {
+  if (core_.failed()) return;
+  Outgoing o;
+  o.header.type = FrameType::kNotify;
+  o.header.flags = kFlagNoteSkip;
+  o.header.e = seq;  // id 0: nothing to confirm
+  queue_control(std::move(o));
+}
+
+void TcpTransport::match(transport::PostedRecv recv, transport::ArrivedMessage msg) {
+  if (msg.eager) {
+    complete_recv_now(recv, msg.op, msg.size, msg.bytes);
+  } else {
+    match_rendezvous(std::move(recv), msg.op, msg.size);
+  }
+}
+
+void TcpTransport::complete_recv_now(transport::PostedRecv& recv, uint64_t op, uint64_t size, const std::string& bytes) {
+  if (recv.dest.total() < size) {
+    Status s(Code::kBufferTooSmall, "message of " + std::to_string(size) +
+                                        " bytes does not fit the receive buffer of " +
+                                        std::to_string(recv.dest.total()) + " bytes (" + where() + ")");
+    ack(op, s);
+    recv.state->finish(s);
+    return;
+  }
+  Status s;
+  {
+    core::ChunkAccess access(recv.dest, 0, size);
+    if (access.ok()) {
+      s = copy_in(recv.dest, reinterpret_cast<const uint8_t*>(bytes.data()), size);
+    } else {
+      s = Status(Code::kNotFound, "receive buffer was deregistered before the message arrived");
+    }
+  }
+  recv.state->set_bytes(size);
+  ack(op, s);
+  recv.state->finish(s);
+}
+
+void TcpTransport::match_rendezvous(transport::PostedRecv recv, uint64_t op, uint64_t size) {
+  if (recv.dest.total() < size) {
+    Status s(Code::kBufferTooSmall, "message of " + std::to_string(size) +
+                                        " bytes does not fit the receive buffer of " +
+                                        std::to_string(recv.dest.total()) + " bytes (" + where() + ")");
+    ack(op, s);
+    recv.state->finish(s);
+    return;
+  }
+  auto landing = std::make_shared<Landing>();
+  landing->state = recv.state;
+  landing->dest = std::move(recv.dest);
+  landing->size = size;
+  landing->arrivals = ChunkArrivals(size);
+  landing->reply_op = op;
+  uint64_t token = core_.next_op();
+  bool up;
+  {
+    std::lock_guard lock(mu_);
+    up = !core_.failed();  // see await_answer()
+    if (up) landings_.emplace(token, landing);
+  }
+  if (!up) {
+    landing->state->finish(core_.usable());
+    return;
+  }
+  Outgoing o;
+  o.header.type = FrameType::kCts;
+  o.header.id = op;
+  o.header.a = token;
+  queue_control(std::move(o));
+}
+
+}  // namespace ferry::tcp

@@ -1,0 +1,365 @@
+// TcpTransport: construction, its threads' lifecycle, liveness (silence,
+// heartbeats, paths that die) and failure.
+#include "transport/tcp/tcp_transport.h"
+
+#include <sys/socket.h>
+
+#include <cinttypes>
+#include <unordered_set>
+
+#include "core/log.h"
+#include "platform/thread.h"
+#include "transport/tcp/staging_kernel.h"
+#include "transport/tcp/tcp_internals.h"
+
+namespace ferry::tcp {
+
+using namespace internal;
+using wire::FrameHeader;
+using wire::FrameType;
+
+bool TcpTransport::Held::take_reply(size_t n) {
+  if (!budget->take(n)) return false;
+  replies.fetch_add(n, std::memory_order_relaxed);
+  return true;
+}
+
+void TcpTransport::Held::give_reply(size_t n) {
+  budget->give(n);
+  size_t before = replies.fetch_sub(n, std::memory_order_relaxed);
+  if (before > reply_cap && before - n <= reply_cap) {
+    std::lock_guard lock(mu);
+    room.notify_all();
+  }
+}
+
+TcpTransport::TcpTransport(transport::ConnectionCore& core, PeerInfo peer, platform::Socket control,
+                           std::vector<platform::Socket> data, std::vector<PathInfo> paths,
+                           std::unique_ptr<core::Admission::Ticket> ticket)
+    : core_(core),
+      ctx_(&core.context()),
+      peer_(std::move(peer)),
+      control_(std::move(control)),
+      data_(std::move(data)),
+      paths_(std::move(paths)),
+      path_dead_(new std::atomic<bool>[data_.size()]),
+      chunks_(ctx_->options.chunk_bytes, ctx_->options.window, static_cast<int>(data_.size()),
+              ctx_->options.path_policy == "adaptive" &&
+                  governor_engages(static_cast<int>(data_.size()), platform::usable_cpu_count()),
+              governor_start(static_cast<int>(data_.size()), platform::usable_cpu_count())),
+      ticket_(std::move(ticket)),
+      landed_chunks_(data_.size(), 0),
+      hooks_(staging_hooks()),
+      kernels_(ctx_->options.staging_copy == "kernel" ? std::make_shared<StagingKernels>() : nullptr),
+      rx_stage_(data_.size()),
+      held_(std::make_shared<Held>(core.shared_budget())) {
+  for (size_t p = 0; p < data_.size(); ++p) {
+    path_dead_[p] = false;
+    auto node = p < paths_.size() ? ctx_->nic_nodes.find(paths_[p].nic) : ctx_->nic_nodes.end();
+    path_nodes_.push_back(node == ctx_->nic_nodes.end() ? -1 : node->second);
+  }
+  last_rx_ns_ = now_ns();
+  last_tx_ns_ = now_ns();
+}
+
+// The core closes first (its destructor), which joins every worker.
+TcpTransport::~TcpTransport() = default;
+
+std::shared_ptr<transport::ConnectionCore> TcpTransport::connection(
+    const std::shared_ptr<core::EngineContext>& ctx, uint64_t id, PeerInfo peer, platform::Socket control,
+    std::vector<platform::Socket> data, std::vector<PathInfo> paths, std::unique_ptr<core::Admission::Ticket> ticket) {
+  transport::PeerIdentity who{peer.engine_id, peer.address, describe(id, peer)};
+  return transport::ConnectionCore::create(ctx, id, std::move(who), [&](transport::ConnectionCore& core) {
+    return std::make_unique<TcpTransport>(core, std::move(peer), std::move(control), std::move(data), std::move(paths),
+                                          std::move(ticket));
+  });
+}
+
+std::string TcpTransport::describe(uint64_t id, const PeerInfo& peer) {
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "connection %" PRIu64 " to %s (engine %016" PRIx64 ")", id, peer.address.c_str(),
+                peer.engine_id);
+  return buf;
+}
+
+Status TcpTransport::start() {
+  std::string base = "ferry-c" + std::to_string(core_.id());
+  auto launch = [this](std::string name, std::function<void()> fn) -> Status {
+    workers_.fetch_add(1, std::memory_order_relaxed);
+    auto t = platform::try_start_thread(std::move(name), [this, fn = std::move(fn)] {
+      fn();
+      worker_done();
+    });
+    if (!t.ok()) {
+      workers_.fetch_sub(1, std::memory_order_relaxed);
+      return t.status().with_context(where());
+    }
+    threads_.push_back(std::move(t).value());
+    return Status();
+  };
+  Status st = launch(base + "-ctl-rx", [this] { control_rx_loop(); });
+  if (st.ok()) st = launch(base + "-ctl-tx", [this] { control_tx_loop(); });
+  for (int p = 0; st.ok() && p < static_cast<int>(data_.size()); ++p) {
+    std::string pb = base + "-p" + std::to_string(p);
+    st = launch(pb + "-tx", [this, p, pb] {
+      pin_worker(p, "tx", pb + "-tx");
+      path_tx_loop(p);
+    });
+    if (st.ok()) {
+      st = launch(pb + "-rx", [this, p, pb] {
+        pin_worker(p, "rx", pb + "-rx");
+        path_rx_loop(p);
+      });
+    }
+  }
+  worker_done();
+  if (!st.ok()) {
+    FERRY_LOG(kWarn, "tcp", "%s", st.to_string().c_str());
+    return st;
+  }
+  FERRY_LOG(kInfo, "tcp", "%s up with %zu data streams", where().c_str(), data_.size());
+  for (size_t p = 0; p < paths_.size(); ++p) {
+    FERRY_LOG(kDebug, "tcp", "%s path %zu: %s", where().c_str(), p, paths_[p].name.c_str());
+  }
+  return Status();
+}
+
+void TcpTransport::worker_done() {
+  // The control reader ends only with the connection, so the last one out
+  // finds it failed unless a start failed; then close() releases.
+  if (workers_.fetch_sub(1, std::memory_order_acq_rel) == 1 && core_.failed()) {
+    release_sockets();
+  }
+}
+
+void TcpTransport::release_sockets() {
+  {
+    // An application thread may be writing a frame (failed() has shut the
+    // stream down, so it returns soon); never the other order: failed() takes
+    // sockets_mu_ to wake it.
+    std::lock_guard write_lock(control_write_mu_);
+    std::lock_guard lock(sockets_mu_);
+    if (sockets_closed_) return;
+    sockets_closed_ = true;
+    control_.reset();
+    for (auto& d : data_) d.reset();
+  }
+  if (ticket_) ticket_->release();
+}
+
+Status TcpTransport::fail_with(const Status& why) {
+  core_.fail(why);
+  return why;
+}
+
+Status TcpTransport::await_reply_room() {
+  if (held_->replies.load(std::memory_order_relaxed) <= held_->reply_cap) return Status();
+  std::unique_lock lock(held_->mu);
+  auto room = [&] {
+    return core_.failed() ||
+           held_->replies.load(std::memory_order_relaxed) <= held_->reply_cap;
+  };
+  if (held_->room.wait_for(lock, ctx_->options.peer_timeout, room)) {
+    last_rx_ns_.store(now_ns(), std::memory_order_relaxed);  // the pause was ours, not the peer's silence
+    return Status();
+  }
+  return Status(Code::kResourceExhausted,
+                where() + ": replies the peer does not read: " + std::to_string(held_->replies.load()) +
+                    " bytes of them stayed queued past their cap (a quarter of connection_memory_bytes, " +
+                    std::to_string(held_->reply_cap) + " bytes) for peer_timeout (" +
+                    std::to_string(ctx_->options.peer_timeout.count()) + " ms)");
+}
+
+void TcpTransport::tick(Clock::time_point now) {
+  if (core_.failed()) return;
+  int64_t t = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+  int64_t silent = t - last_rx_ns_.load(std::memory_order_relaxed);
+  const Options& o = ctx_->options;
+  // While replies the peer does not read are over their cap, this side
+  // stopped reading, and a reader ends it (await_reply_room) if they stay so.
+  bool paused = held_->replies.load(std::memory_order_relaxed) > held_->reply_cap;
+  if (!paused && silent > std::chrono::duration_cast<std::chrono::nanoseconds>(o.peer_timeout).count()) {
+    core_.fail(Status(Code::kPeerLost, where() + ": no traffic from the peer for " + std::to_string(silent / 1000000) +
+                                     " ms (peer_timeout " + std::to_string(o.peer_timeout.count()) +
+                                     " ms): stopped, partitioned or overloaded"));
+    return;
+  }
+  int64_t closed = paths_closed_ns_.load(std::memory_order_acquire);
+  if (closed != 0 && t - closed > kControlGraceNs) {
+    Status down;
+    {
+      std::lock_guard lock(paths_down_mu_);
+      down = all_paths_down_;
+    }
+    core_.fail(down);
+    return;
+  }
+  int64_t idle = t - last_tx_ns_.load(std::memory_order_relaxed);
+  if (idle >= std::chrono::duration_cast<std::chrono::nanoseconds>(o.heartbeat_interval).count()) {
+    Outgoing hb;
+    hb.header.type = FrameType::kHeartbeat;
+    queue_control(std::move(hb));
+  }
+}
+
+void TcpTransport::path_failed(int path, const Status& why) {
+  if (core_.failed()) return;
+  if (path_dead_[static_cast<size_t>(path)].exchange(true)) return;
+  {
+    std::lock_guard lock(sockets_mu_);
+    if (!sockets_closed_) data_[static_cast<size_t>(path)].shutdown();  // wakes the path's other worker
+  }
+  int live = chunks_.fail_path(path);
+  const std::string& name = static_cast<size_t>(path) < paths_.size() ? paths_[static_cast<size_t>(path)].name : "";
+  // An orderly close of a data stream means the peer is closing or exiting
+  // (its control stream follows at once): not worth a warning. A link that
+  // fails gives a reset or a timeout instead.
+  bool orderly = why.message() == platform::kClosedByPeer;
+  if (orderly) {
+    FERRY_LOG(kInfo, "tcp", "%s: data path %d (%s) closed by the peer", where().c_str(), path, name.c_str());
+  } else {
+    FERRY_LOG(kWarn, "tcp", "%s: data path %d (%s) lost: %s; %d path(s) carry on", where().c_str(), path, name.c_str(),
+              why.message().c_str(), live);
+  }
+  if (live == 0) {
+    Status down(Code::kPeerLost, where() + ": every data path is down (last: path " + std::to_string(path) + " " +
+                                     name + ": " + why.message() + ")");
+    if (!orderly) {
+      core_.fail(down);
+      return;
+    }
+    {
+      std::lock_guard lock(paths_down_mu_);
+      all_paths_down_ = down;
+    }
+    // The peer is closing: what it sent on the control stream before its
+    // goodbye (confirmations of notifications, acks) is still to be read
+    // there, and sockets keep no order between each other. The control
+    // stream's end fails the connection; tick() does if it never comes.
+    core_.set_closed_by_peer();
+    paths_closed_ns_.store(now_ns(), std::memory_order_release);
+  }
+}
+
+void TcpTransport::failed(const Status& why) {
+  // Shutting the sockets down first wakes every thread blocked on them.
+  {
+    std::lock_guard lock(sockets_mu_);
+    if (!sockets_closed_) {
+      control_.shutdown();
+      for (auto& d : data_) d.shutdown();
+    }
+  }
+  std::vector<std::shared_ptr<OutOp>> queued = chunks_.stop();
+  std::deque<Outgoing> unsent;
+  {
+    std::lock_guard lock(out_mu_);
+    out_stopped_ = true;
+    unsent.swap(out_);
+  }
+  for (Outgoing& o : unsent) held_->give_reply(o.charged);
+  unsent.clear();
+  out_cv_.notify_all();
+  out_drained_cv_.notify_all();
+  {
+    std::lock_guard lock(held_->mu);  // a reader paused for reply room wakes to its end
+    held_->room.notify_all();
+  }
+  std::vector<std::shared_ptr<TransferState>> states;
+  std::vector<std::shared_ptr<TransferState>> parts;  // items of operations still draining
+  std::unordered_set<const TransferState*> draining;   // operations that end later
+  {
+    std::lock_guard lock(mu_);
+    // A receive or read with chunks still being written into its memory (a
+    // staging copy, a receive breaking off) fails when the last of them
+    // ends, not before: its memory is not the application's until then.
+    for (auto& [tok, l] : landings_) {
+      std::lock_guard ll(l->mu);
+      if (l->arrivals.complete() || !l->arrivals.arriving()) continue;
+      l->arrivals.stop();
+      l->orphaned = true;
+      if (l->error.ok()) l->error = why;
+      draining.insert(l->state.get());
+    }
+    for (auto& [tok, l] : landings_) {
+      if (draining.count(l->state.get()) == 0) {
+        states.push_back(l->state);
+        continue;
+      }
+      std::lock_guard ll(l->mu);
+      if (!l->orphaned) parts.push_back(l->state);  // another item of a vector read
+    }
+    // Likewise a send or write with a chunk still held by a path worker (a
+    // staging copy or sendmsg may still read its memory): it fails when the
+    // worker lets go of it (finish_acknowledged), with this failure unless
+    // the peer had answered it already.
+    std::unordered_map<uint64_t, std::shared_ptr<TransferState>> held_by_paths;
+    std::unordered_set<const TransferState*> sends_draining;
+    for (auto& [id, weak] : sending_) {
+      std::shared_ptr<OutOp> op = weak.lock();
+      if (!op || !op->state) continue;
+      bool held = ChunkQueue::acknowledged(*op) ? ChunkQueue::on_a_path(*op) : !ChunkQueue::acknowledge(*op, why);
+      auto p = pending_.find(id);
+      if (!held || p == pending_.end()) continue;
+      held_by_paths.insert(*p);
+      sends_draining.insert(p->second.get());
+      draining.insert(p->second.get());
+    }
+    for (auto& [op, st] : pending_) {
+      if (draining.count(st.get()) == 0) {
+        states.push_back(st);
+      } else if (sends_draining.count(st.get()) != 0 && held_by_paths.count(op) == 0) {
+        parts.push_back(st);  // another item of a vector write, held by no path
+      }
+    }
+    pending_.clear();
+    awaiting_cts_.clear();
+    sending_.clear();
+    landings_.clear();
+    incoming_.clear();
+    pending_ = std::move(held_by_paths);
+  }
+  for (auto& op : queued) {
+    if (op->state && draining.count(op->state.get()) == 0) states.push_back(op->state);
+  }
+  for (auto& st : parts) st->finish_part(why);
+  for (auto& st : states) st->finish(why);
+}
+
+void TcpTransport::close() {
+  if (!core_.failed()) {
+    // Frames already queued go first (an application that closes the moment
+    // it sees a notification has queued its confirmation), then the goodbye.
+    // Wait a little for them, but never block on a peer that stopped reading.
+    {
+      std::unique_lock lock(out_mu_);
+      out_drained_cv_.wait_for(lock, std::chrono::milliseconds(100),
+                               [&] { return out_stopped_ || (out_.empty() && !out_writing_); });
+    }
+    // A writer may be mid-frame: try for up to 100 ms, once a millisecond.
+    // (Not a timed mutex: ThreadSanitizer does not follow the clock-based lock
+    // behind std::timed_mutex and reports each of its unlocks as an error.)
+    std::unique_lock lock(control_write_mu_, std::defer_lock);
+    for (int i = 0; i < 100 && !lock.try_lock(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (lock.owns_lock() && !core_.failed()) {  // failed: the stream may be closed already
+      wire::FrameHeader h;
+      h.type = FrameType::kClose;
+      wire::HeaderBytes hb;
+      encode_header(h, hb);
+      ssize_t ignored = ::send(control_.fd(), hb.data(), hb.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      (void)ignored;
+    }
+  }
+  core_.fail(Status(Code::kCancelled, where() + ": closed locally"));
+  bool joined_all = true;
+  for (auto& t : threads_) {
+    if (t.joinable() && t.get_id() != std::this_thread::get_id()) {
+      t.join();
+    } else if (t.joinable()) {
+      joined_all = false;  // closed from one of its own workers, which releases on its way out
+    }
+  }
+  if (joined_all) release_sockets();
+}
+
+}  // namespace ferry::tcp

@@ -1,0 +1,133 @@
+// Transport: what one connection's transport does for its ConnectionCore.
+//
+// The core (connection_core.h) keeps every promise the public Connection
+// makes: argument, descriptor and bounds checks; receive matching and its
+// cancel; notification numbering and order; the health latch; the budget of
+// what the peer makes the connection hold. A transport moves the bytes and
+// nothing else; it implements this interface and none of the public API, so
+// a new one (RDMA, device-memory TCP) fits without touching the core.
+// Today: tcp/ (control stream plus N data streams) and local/ (a shared
+// channel and one-copy moves between processes of one host).
+//
+// Threads named below:
+//   caller    an application thread posting an operation;
+//   inbound   one of the transport's own threads reading the peer;
+//   heartbeat the engine's heartbeat thread;
+//   any       any of these.
+// Ownership: the core owns its transport and outlives it; the transport
+// keeps a reference to the core. Operations reach the transport already
+// checked and resolved; the transport finishes the TransferState (or the
+// part of it) it was handed exactly once, and never under its own locks.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "core/segments.h"
+#include "core/transfer_state.h"
+#include "ferry/memory.h"
+#include "ferry/status.h"
+#include "ferry/transfer.h"
+
+namespace ferry::transport {
+
+// A receive the application posted, waiting for a message.
+struct PostedRecv {
+  std::shared_ptr<TransferState> state;
+  core::SegmentList dest;
+};
+
+// Where a rendezvous message's bytes are, in the transport's own terms (the
+// local transport: the sender's memory described to this process).
+struct MessageSource {
+  virtual ~MessageSource() = default;
+  // What it holds in memory, counted against the connection's budget.
+  virtual size_t held_bytes() const = 0;
+};
+
+// A message from the peer on its way to a receive.
+struct ArrivedMessage {
+  uint64_t op = 0;    // the sender's operation, to answer
+  uint64_t size = 0;  // the message's size
+  bool eager = false;                     // `bytes` holds the whole message
+  std::string bytes;                      // eager: the message
+  std::unique_ptr<MessageSource> source;  // rendezvous: where its bytes are (may be null)
+};
+
+// One item of a write or read, checked against the peer's descriptor and
+// resolved to local memory.
+struct RemoteItem {
+  core::SegmentList local;
+  RemoteDescriptor remote;
+  uint64_t offset = 0;  // into the peer's export
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  // "tcp" or "local". Any thread.
+  virtual std::string_view name() const = 0;
+  // Starts the transport's threads; once, before any operation. Caller
+  // (the handshake). kResourceExhausted naming the thread that could not
+  // start; the core is then closed, which ends those that did.
+  virtual Status start() = 0;
+  // How long a Transfer::wait polls before it sleeps, unless
+  // Options::wait_spin says otherwise. Any thread.
+  virtual std::chrono::microseconds wait_spin() const = 0;
+  // Whether a write of one item carries its notification with its data.
+  // When false the core sends a write's notification after the write
+  // finished, with send_note.
+  virtual bool notes_ride_with_writes() const = 0;
+
+  // ---- outbound operations: caller thread; never wait on the peer -------
+  // (They may block briefly while a stream takes an inline message.)
+  // Sends `source` as one message. Finishes `state` once the peer's receive
+  // holds it, or with the reason it cannot.
+  virtual void start_send(const std::shared_ptr<TransferState>& state, core::SegmentList source) = 0;
+  // Writes `item` into the peer's export; finishes one part of `state`.
+  // `note` (with its number `note_seq`) is empty unless
+  // notes_ride_with_writes() and the write has one item.
+  virtual void start_write(const std::shared_ptr<TransferState>& state, RemoteItem item, std::string_view note,
+                           uint64_t note_seq) = 0;
+  // Reads the peer's export into `item.local`; finishes one part of `state`.
+  virtual void start_read(const std::shared_ptr<TransferState>& state, RemoteItem item) = 0;
+  // Sends notification number `seq`; finishes `state` once the peer queued
+  // it. `caller_thread`: called by the application (notify), which may
+  // write to the stream itself; otherwise by a ferry thread finishing a
+  // write, which must only queue it.
+  virtual void send_note(const std::shared_ptr<TransferState>& state, uint64_t seq, std::string_view note,
+                         bool caller_thread) = 0;
+  // Gives number `seq` up (its write failed), so that the peer delivers the
+  // later ones without it. Any thread; must not block.
+  virtual void skip_note(uint64_t seq) = 0;
+
+  // ---- receiving ---------------------------------------------------------
+  // A receive met its message (caller thread from a receive, inbound thread
+  // from an arrival): move the message into `recv.dest`, finish
+  // `recv.state` and answer the sender. Must not block on the peer.
+  virtual void match(PostedRecv recv, ArrivedMessage msg) = 0;
+
+  // ---- liveness and teardown ---------------------------------------------
+  // Heartbeat thread, periodically while the connection is up: declare the
+  // peer lost after peer_timeout of silence, send a heartbeat when idle.
+  // Must not block.
+  virtual void tick(Clock::time_point now) = 0;
+  // A local region was deregistered (caller thread, from dereg): make the
+  // peer forget what was shared of it. Returns once the peer can no longer
+  // touch it (at most peer_timeout).
+  virtual void region_retired(uint64_t region_id) {}
+  // The connection failed with `why` (the core's latch is set: this runs
+  // once). Fail every operation the transport holds and wake its threads.
+  // Any thread, never under the core's locks; must not block on the peer.
+  virtual void failed(const Status& why) = 0;
+  // close() from the application: an orderly goodbye, then the core's
+  // fail() with kCancelled, then the transport's threads are joined.
+  // Blocks briefly (at most peer_timeout).
+  virtual void close() = 0;
+};
+
+}  // namespace ferry::transport
