@@ -36,6 +36,23 @@ class ArrivalGuard {
 
 }  // namespace
 
+template <typename Account, typename Abandon>
+TcpTransport::Landed TcpTransport::guarded(Account account, Abandon abandon) {
+  auto guard = std::make_shared<ArrivalGuard>(std::move(abandon));
+  return [account = std::move(account), guard](const Status& landed) mutable {
+    guard->disarm();
+    return account(landed);
+  };
+}
+
+template <typename Account, typename Abandon>
+Status TcpTransport::account_in_order(int path, Account account, Abandon abandon, const Status& landed) {
+  // Host memory behind no copy is accounted at once, with nothing allocated
+  // for it; behind a path's running GPU copies it waits its turn, guarded.
+  if (!copies_pending(path)) return account(landed);
+  return after_earlier(path, [f = guarded(std::move(account), std::move(abandon)), landed]() { return f(landed); });
+}
+
 void TcpTransport::path_rx_loop(int path) {
   int fd = data_[static_cast<size_t>(path)].fd();
   std::unique_ptr<RxStager>& stager = rx_stage_[static_cast<size_t>(path)];
@@ -70,7 +87,9 @@ void TcpTransport::path_rx_loop(int path) {
     if (s.ok()) s = handle_frame(fd, path, *h, aux);
     if (s.ok()) {
       bool ack_request = (h->flags & kFlagAckRequest) != 0;
-      s = after_earlier(path, [this, path, ack_request] { return count_landed(path, ack_request); });
+      // Counted in order with the frames whose copies are still running.
+      s = copies_pending(path) ? after_earlier(path, [this, path, ack_request] { return count_landed(path, ack_request); })
+                               : count_landed(path, ack_request);
     }
     if (!s.ok()) {
       if (s.code() == Code::kDataLoss) {
@@ -150,12 +169,11 @@ Status TcpTransport::land_data(int fd, int path, const FrameHeader& h) {
   if (begin.stalled_path >= 0) give_up_stalled_path(begin.stalled_path, path, offset);
   if (!begin.land) return drain(fd, size);  // a resent chunk that had landed already, or aborted
   std::weak_ptr<transport::ConnectionCore> self = core_.weak_from_this();
-  auto guard = std::make_shared<ArrivalGuard>([this, self, token, l, offset, path] {
+  auto abandon = [this, self, token, l, offset, path] {
     auto core = self.lock();  // the transport lives as long as its core
     landing_chunk_abandoned(core ? this : nullptr, token, l, offset, path);
-  });
-  Landed account = [this, l, token, offset, size, path, guard](const Status& landed) -> Status {
-    guard->disarm();
+  };
+  auto account = [this, l, token, offset, size, path](const Status& landed) -> Status {
     Result<bool> complete = false;
     {
       std::lock_guard lock(l->mu);
@@ -166,9 +184,23 @@ Status TcpTransport::land_data(int fd, int path, const FrameHeader& h) {
     if (*complete) finish_landing(token, l);
     return Status();
   };
-  return receive_payload(fd, path, l->dest, offset, size,
-                         "destination memory was deregistered while data arrived (" + where() + ")",
-                         std::move(account));
+  Result<Direct> direct = receive_direct(fd, path, l->dest, offset, size);
+  if (!direct.ok()) {
+    abandon();
+    return direct.status();
+  }
+  switch (*direct) {
+    case Direct::kInPlace:
+      return account_in_order(path, std::move(account), std::move(abandon), Status());
+    case Direct::kGone:
+      return account_in_order(
+          path, std::move(account), std::move(abandon),
+          Status(Code::kNotFound, "destination memory was deregistered while data arrived (" + where() + ")"));
+    case Direct::kStaged:
+      break;
+  }
+  return receive_staged(fd, path, l->dest, offset, size, guarded(std::move(account), std::move(abandon)),
+                        [this] { return "destination memory was deregistered while data arrived (" + where() + ")"; });
 }
 
 void TcpTransport::finish_landing(uint64_t token, const std::shared_ptr<Landing>& l) {
@@ -309,11 +341,10 @@ Status TcpTransport::land_write(int fd, int path, const FrameHeader& h, std::str
   if (!begin.land) return drain(fd, h.payload_len);  // over, or a resent chunk that had landed already
   FrameHeader fh = h;
   std::weak_ptr<transport::ConnectionCore> self = core_.weak_from_this();
-  auto guard = std::make_shared<ArrivalGuard>([this, self, op, offset = h.c, path] {
+  auto abandon = [this, self, op, offset = h.c, path] {
     if (auto core = self.lock()) write_chunk_abandoned(op, offset, path);  // the transport lives as long as its core
-  });
-  Landed account = [this, fh, path, guard, note = std::move(aux)](const Status& landed) mutable -> Status {
-    guard->disarm();
+  };
+  auto account = [this, fh, path, note = std::move(aux)](const Status& landed) mutable -> Status {
     uint64_t op = fh.id;
     IncomingWrite done;
     {
@@ -336,14 +367,30 @@ Status TcpTransport::land_write(int fd, int path, const FrameHeader& h, std::str
     return complete_write(op, done);
   };
   if (!span.ok()) {
-    FERRY_RETURN_IF_ERROR(drain(fd, h.payload_len));
-    Status why = span.status();
-    return after_earlier(path, [account = std::move(account), why]() mutable { return account(why); });
+    if (Status s = drain(fd, h.payload_len); !s.ok()) {
+      abandon();
+      return s;
+    }
+    return account_in_order(path, std::move(account), std::move(abandon), span.status());
   }
   core::SegmentList dest;
   dest.add(std::move(span).value());
-  return receive_payload(fd, path, dest, 0, dest.total(),
-                         "export " + std::to_string(h.a) + " was deregistered during the write", std::move(account));
+  Result<Direct> direct = receive_direct(fd, path, dest, 0, dest.total());
+  if (!direct.ok()) {
+    abandon();
+    return direct.status();
+  }
+  uint64_t export_id = h.a;
+  auto gone = [export_id] { return "export " + std::to_string(export_id) + " was deregistered during the write"; };
+  switch (*direct) {
+    case Direct::kInPlace:
+      return account_in_order(path, std::move(account), std::move(abandon), Status());
+    case Direct::kGone:
+      return account_in_order(path, std::move(account), std::move(abandon), Status(Code::kNotFound, gone()));
+    case Direct::kStaged:
+      break;
+  }
+  return receive_staged(fd, path, dest, 0, dest.total(), guarded(std::move(account), std::move(abandon)), gone);
 }
 
 void TcpTransport::remember_finished_write(uint64_t op) {
@@ -384,10 +431,28 @@ Status TcpTransport::complete_write(uint64_t op, IncomingWrite& done) {
   return Status();
 }
 
-Status TcpTransport::receive_payload(int fd, int path, const core::SegmentList& dest, uint64_t offset, uint64_t size,
-                                      const std::string& gone, Landed landed) {
-  // Holds the regions open until the bytes are in place (for GPU memory: until
-  // the copy to the device finished), and the list that names them.
+Result<TcpTransport::Direct> TcpTransport::receive_direct(int fd, int path, const core::SegmentList& dest,
+                                                         uint64_t offset, uint64_t size) {
+  RxScratch& scratch = rx_scratch_[path < 0 ? data_.size() : static_cast<size_t>(path)];
+  scratch.pieces.clear();
+  // Holds the regions open until the bytes are in place.
+  core::ChunkAccess access(dest, offset, size);
+  if (!access.ok()) {
+    FERRY_RETURN_IF_ERROR(drain(fd, size));
+    return Direct::kGone;
+  }
+  pieces_of(dest, offset, size, scratch.pieces);
+  if (staged_bytes(scratch.pieces) != 0) return Direct::kStaged;
+  scratch.iov.clear();
+  for (const Piece& p : scratch.pieces) scratch.iov.push_back({p.data, p.size});
+  FERRY_RETURN_IF_ERROR(platform::recv_all(fd, scratch.iov.data(), static_cast<int>(scratch.iov.size())));
+  return Direct::kInPlace;
+}
+
+Status TcpTransport::receive_staged(int fd, int path, const core::SegmentList& dest, uint64_t offset, uint64_t size,
+                                    Landed landed, const std::function<std::string()>& gone) {
+  // Holds the regions open until the bytes are in place (until the copy to
+  // the device finished), and the list that names them.
   struct Held {
     core::SegmentList list;
     std::optional<core::ChunkAccess> access;
@@ -398,18 +463,11 @@ Status TcpTransport::receive_payload(int fd, int path, const core::SegmentList& 
   if (!held->access->ok()) {
     held.reset();
     FERRY_RETURN_IF_ERROR(drain(fd, size));
-    Status why(Code::kNotFound, gone);
+    Status why(Code::kNotFound, gone());
     return after_earlier(path, [landed = std::move(landed), why]() { return landed(why); });
   }
   std::vector<Piece> pieces;
   pieces_of(held->list, offset, size, pieces);
-  if (staged_bytes(pieces) == 0) {
-    std::vector<struct iovec> iov;
-    for (const Piece& p : pieces) iov.push_back({p.data, p.size});
-    FERRY_RETURN_IF_ERROR(platform::recv_all(fd, iov.data(), static_cast<int>(iov.size())));
-    held.reset();
-    return after_earlier(path, [landed = std::move(landed)]() { return landed(Status()); });
-  }
   if (path < 0) {
     // The control stream carries small payloads only: land them synchronously.
     std::string bytes(size, '\0');
@@ -428,11 +486,14 @@ Status TcpTransport::receive_payload(int fd, int path, const core::SegmentList& 
   });
 }
 
+bool TcpTransport::copies_pending(int path) const {
+  if (path < 0) return false;
+  const std::unique_ptr<RxStager>& stager = rx_stage_[static_cast<size_t>(path)];
+  return stager && !stager->idle();
+}
+
 Status TcpTransport::after_earlier(int path, std::function<Status()> fn) {
-  if (path >= 0) {
-    std::unique_ptr<RxStager>& stager = rx_stage_[static_cast<size_t>(path)];
-    if (stager && !stager->idle()) return stager->then(std::move(fn));
-  }
+  if (copies_pending(path)) return rx_stage_[static_cast<size_t>(path)]->then(std::move(fn));
   return fn();
 }
 

@@ -52,6 +52,7 @@ TcpTransport::TcpTransport(transport::ConnectionCore& core, PeerInfo peer, platf
       hooks_(staging_hooks()),
       kernels_(ctx_->options.staging_copy == "kernel" ? std::make_shared<StagingKernels>() : nullptr),
       rx_stage_(data_.size()),
+      rx_scratch_(data_.size() + 1),
       held_(std::make_shared<Held>(core.shared_budget())) {
   for (size_t p = 0; p < data_.size(); ++p) {
     path_dead_[p] = false;

@@ -248,14 +248,35 @@ class TcpTransport final : public transport::Transport {
   // The peer resent the chunk at `offset` on `path` while `stalled` was still
   // bringing it: the peer gave `stalled` up, and so does this side.
   void give_up_stalled_path(int stalled, int path, uint64_t offset);
-  // How a frame's bytes are accounted once they are in place (or failed to land).
+  // How a frame's bytes are accounted once they are in place (or failed to
+  // land), when that happens later (behind GPU copies).
   using Landed = std::function<Status(const Status& landed)>;
-  // Reads [offset, offset+size) of `dest` from `fd` into place — host memory
-  // directly, GPU memory through the path's staging (or synchronously on the
-  // control stream, path < 0) — then runs `landed`, in order with the path's
-  // earlier frames. `gone` is the message when the memory was deregistered.
-  Status receive_payload(int fd, int path, const core::SegmentList& dest, uint64_t offset, uint64_t size,
-                         const std::string& gone, Landed landed);
+  // What receive_direct did with a frame's payload.
+  enum class Direct {
+    kInPlace,  // read straight into host memory
+    kGone,     // the memory was deregistered: drained
+    kStaged,   // GPU memory (or staging forced): nothing read, receive_staged's turn
+  };
+  // Reads [offset, offset+size) of `dest` from `fd` straight into place when
+  // it is host memory, with no allocation (the path's scratch); an error
+  // when the stream broke.
+  Result<Direct> receive_direct(int fd, int path, const core::SegmentList& dest, uint64_t offset, uint64_t size);
+  // The same for GPU memory: through the path's staging (or synchronously
+  // on the control stream, path < 0), then `landed`, in order with the
+  // path's earlier frames. `gone` words the error when the memory was
+  // deregistered meanwhile.
+  Status receive_staged(int fd, int path, const core::SegmentList& dest, uint64_t offset, uint64_t size, Landed landed,
+                        const std::function<std::string()>& gone);
+  // `account` as a Landed that runs `abandon` instead if it is dropped unrun
+  // (its path broke off, its stager was dropped): the chunk then stops
+  // holding its operation.
+  template <typename Account, typename Abandon>
+  static Landed guarded(Account account, Abandon abandon);
+  // Runs account(landed) now, or behind the path's running copies.
+  template <typename Account, typename Abandon>
+  Status account_in_order(int path, Account account, Abandon abandon, const Status& landed);
+  // GPU copies of earlier frames of `path` are still running.
+  bool copies_pending(int path) const;
   // Runs `fn` now, or behind the path's frames still being copied.
   Status after_earlier(int path, std::function<Status()> fn);
   // Counts a frame landed on `path` and confirms it when asked (CHUNK_ACK).
@@ -357,6 +378,13 @@ class TcpTransport final : public transport::Transport {
   const StagingHooks hooks_;
   const std::shared_ptr<StagingKernels> kernels_;    // the copy kernel (null: copy engines only)
   std::vector<std::unique_ptr<RxStager>> rx_stage_;  // per path; only its rx thread
+  // What a reader needs per frame, kept between frames: per path and, last,
+  // the control stream's; only that stream's reader.
+  struct RxScratch {
+    std::vector<Piece> pieces;
+    std::vector<struct iovec> iov;
+  };
+  std::vector<RxScratch> rx_scratch_;
   std::mutex control_copy_mu_;                       // serialises the control copier
   std::unique_ptr<Copier> control_copier_;           // guarded by control_copy_mu_; made on first use
 
