@@ -31,6 +31,23 @@ inline Deadline after(Clock::duration d) { return Clock::now() + d; }
 
 class TransferState;  // internal
 
+// What a blocking wait does with an operation still running at its deadline
+// (Transfer::wait_or_cancel; Connection's blocking calls, engine.h).
+enum class PastDeadline {
+  // For a receive, write or read. One that has not started moving data is
+  // cancelled and the wait returns kDeadlineExceeded; one that has runs to
+  // its end (or fails within peer_timeout) and the wait returns its own
+  // result. So the wait never returns while the engine still uses the
+  // caller's memory, and a received message is never dropped. Such an
+  // operation never waits on the peer application, only on the bytes.
+  kCancelOrFinish,
+  // For a send or a notification, which may wait on the peer application
+  // (posting a receive). Cancelled if it can still stop; the wait returns
+  // kDeadlineExceeded either way, and one that could not stop goes on (wait()
+  // on the handle follows it).
+  kCancelOrLeave,
+};
+
 // A shared handle: copies refer to the same operation. Thread-safe.
 class Transfer {
  public:
@@ -45,6 +62,29 @@ class Transfer {
   // status, or kDeadlineExceeded when the deadline came first (the operation
   // keeps running; wait again or cancel()).
   Status wait(Deadline deadline = kNoDeadline) const;
+
+  // Blocks until the operation finishes or `deadline` passes, then deals with
+  // one still running as `rule` says: the one policy of every blocking call.
+  // Returns the final status; kDeadlineExceeded when the deadline came first
+  // and the operation was cancelled or, under kCancelOrLeave, left running;
+  // kCancelled when `block` stopped the wait; kInvalidArgument for an empty
+  // handle.
+  //
+  // `block(until)` is how to wait (empty: wait(until)); a binding passes one
+  // that can be interrupted. It must return true once the operation has
+  // finished or `until` has passed (`until` may be kNoDeadline), or false to
+  // stop waiting (a Ctrl-C). It runs on the calling thread, at most twice:
+  // until the deadline, then until the end. Once stopped, the operation is
+  // cancelled if it can still stop; otherwise it goes on, its memory in use
+  // until test() is true.
+  //
+  // Example:
+  //   ferry::Transfer t = conn->recv_async(buf, cap);
+  //   ferry::Status s = t.wait_or_cancel(ferry::after(std::chrono::seconds(1)),
+  //                                      ferry::PastDeadline::kCancelOrFinish);
+  //   // s is not kDeadlineExceeded if a message began to land: buf holds all of it.
+  Status wait_or_cancel(Deadline deadline, PastDeadline rule,
+                        const std::function<bool(Deadline until)>& block = {}) const;
 
   // The final status once finished; before that, kDeadlineExceeded with a
   // message saying the transfer is still running.

@@ -52,10 +52,11 @@ std::unique_ptr<PyTransfer> async(Posted&& p) {
   return std::make_unique<PyTransfer>(std::move(p.transfer), std::move(p.keep));
 }
 
-// Blocking form: waits, raises the failure, returns the bytes moved. The
-// deadline is computed before posting, so a bad timeout posts nothing.
-size_t finish(Posted&& p, Deadline deadline) {
-  Status s = wait_transfer(p.transfer, deadline, p.keep);
+// Blocking form: waits as the C++ blocking call does (`rule`), raises the
+// failure, returns the bytes moved. The deadline is computed before posting,
+// so a bad timeout posts nothing.
+size_t finish(Posted&& p, Deadline deadline, PastDeadline rule) {
+  Status s = wait_transfer(p.transfer, deadline, rule, p.keep);
   throw_if_error(s);
   return p.transfer.bytes();
 }
@@ -182,6 +183,14 @@ const char* kTimeoutDoc =
     "KeyboardInterrupt. Raises the failure as a ferry.FerryError subclass (PeerLost, NotFound, OutOfRange, "
     "BufferTooSmall, ...), DeadlineExceeded at the deadline, TypeError or ValueError for a bad argument.";
 
+// What a blocking call does past its deadline (Transfer::wait_or_cancel's rules).
+const char* kFinishDoc =
+    " Past the deadline, one that has not started moving data is cancelled (DeadlineExceeded); one that has "
+    "runs to its end and its own result is returned, so the buffers are free once the call returns.";
+const char* kLeaveDoc =
+    " At the deadline raises DeadlineExceeded; what could not be cancelled goes on (the buffers stay in use "
+    "until it ends).";
+
 // What every *_async call shares.
 #define ASYNC_DOC                                                                                              \
   " Does not block. A bad argument raises TypeError or ValueError at once; the transfer's own failure is "    \
@@ -200,6 +209,7 @@ void bind_connection(pyb::module_& m) {
       "tensor (CPU or CUDA), an object with __cuda_array_interface__ or __dlpack__, an (address, size) tuple, "
       "or an address (int) with size=. Buffers must be contiguous; the Transfer keeps them alive.");
   std::string t = kTimeoutDoc;
+  std::string finish_t = t + kFinishDoc, leave_t = t + kLeaveDoc;
 
   // two-sided
   c.def(
@@ -211,10 +221,10 @@ void bind_connection(pyb::module_& m) {
       "send",
       [](PyConnection& c, pyb::handle data, const Size& size, const Timeout& timeout) {
         Deadline deadline = timeout.deadline;
-        finish(post_send(c, data, size), deadline);
+        finish(post_send(c, data, size), deadline, PastDeadline::kCancelOrLeave);
       },
       arg("data"), arg("size") = none, pyb::kw_only(), arg("timeout") = none,
-      ("Blocking send_async: returns once the peer holds the message." + t).c_str());
+      ("Blocking send_async: returns once the peer holds the message." + leave_t).c_str());
   c.def(
       "sendv_async", [](PyConnection& c, pyb::handle parts) { return async(post_sendv(c, parts)); }, arg("parts"),
       "Sends the concatenation of `parts` (a list of buffers) as one message. Returns a Transfer." ASYNC_DOC);
@@ -222,9 +232,9 @@ void bind_connection(pyb::module_& m) {
       "sendv",
       [](PyConnection& c, pyb::handle parts, const Timeout& timeout) {
         Deadline deadline = timeout.deadline;
-        finish(post_sendv(c, parts), deadline);
+        finish(post_sendv(c, parts), deadline, PastDeadline::kCancelOrLeave);
       },
-      arg("parts"), pyb::kw_only(), arg("timeout") = none, ("Blocking sendv_async." + t).c_str());
+      arg("parts"), pyb::kw_only(), arg("timeout") = none, ("Blocking sendv_async." + leave_t).c_str());
   c.def(
       "recv_async", [](PyConnection& c, pyb::handle data, const Size& size) { return async(post_recv(c, data, size)); },
       arg("data"), arg("size") = none,
@@ -235,10 +245,10 @@ void bind_connection(pyb::module_& m) {
       "recv",
       [](PyConnection& c, pyb::handle data, const Size& size, const Timeout& timeout) {
         Deadline deadline = timeout.deadline;
-        return finish(post_recv(c, data, size), deadline);
+        return finish(post_recv(c, data, size), deadline, PastDeadline::kCancelOrFinish);
       },
       arg("data"), arg("size") = none, pyb::kw_only(), arg("timeout") = none,
-      ("Blocking recv_async; returns the message size. On the deadline an unmatched receive is cancelled." + t)
+      ("Blocking recv_async; returns the message size." + finish_t)
           .c_str());
   c.def(
       "recvv_async", [](PyConnection& c, pyb::handle parts) { return async(post_recvv(c, parts)); }, arg("parts"),
@@ -247,10 +257,10 @@ void bind_connection(pyb::module_& m) {
       "recvv",
       [](PyConnection& c, pyb::handle parts, const Timeout& timeout) {
         Deadline deadline = timeout.deadline;
-        return finish(post_recvv(c, parts), deadline);
+        return finish(post_recvv(c, parts), deadline, PastDeadline::kCancelOrFinish);
       },
       arg("parts"), pyb::kw_only(), arg("timeout") = none,
-      ("Blocking recvv_async; returns the message size." + t).c_str());
+      ("Blocking recvv_async; returns the message size." + finish_t).c_str());
 
   c.def(
       "probe",
@@ -289,11 +299,11 @@ void bind_connection(pyb::module_& m) {
       [](PyConnection& c, pyb::handle local, const Remote& remote, const Offset& offset, pyb::handle note,
          const Size& size, const Timeout& timeout) {
         Deadline deadline = timeout.deadline;
-        finish(post_write(c, local, remote, offset, note, size), deadline);
+        finish(post_write(c, local, remote, offset, note, size), deadline, PastDeadline::kCancelOrFinish);
       },
       arg("local"), arg("remote"), arg("remote_offset") = 0, arg("notification") = none, pyb::kw_only(),
       arg("size") = none, arg("timeout") = none,
-      ("Blocking write_async: returns once the bytes are in the peer's memory." + t).c_str());
+      ("Blocking write_async: returns once the bytes are in the peer's memory." + finish_t).c_str());
   c.def(
       "writev_async",
       [](PyConnection& c, pyb::handle items, pyb::handle note) { return async(post_writev(c, items, note)); },
@@ -304,10 +314,10 @@ void bind_connection(pyb::module_& m) {
       "writev",
       [](PyConnection& c, pyb::handle items, pyb::handle note, const Timeout& timeout) {
         Deadline deadline = timeout.deadline;
-        finish(post_writev(c, items, note), deadline);
+        finish(post_writev(c, items, note), deadline, PastDeadline::kCancelOrFinish);
       },
       arg("items"), arg("notification") = none, pyb::kw_only(), arg("timeout") = none,
-      ("Blocking writev_async." + t).c_str());
+      ("Blocking writev_async." + finish_t).c_str());
   c.def(
       "read_async",
       [](PyConnection& c, pyb::handle local, const Remote& remote, const Offset& offset, const Size& size) {
@@ -320,10 +330,10 @@ void bind_connection(pyb::module_& m) {
       [](PyConnection& c, pyb::handle local, const Remote& remote, const Offset& offset, const Size& size,
          const Timeout& timeout) {
         Deadline deadline = timeout.deadline;
-        finish(post_read(c, local, remote, offset, size), deadline);
+        finish(post_read(c, local, remote, offset, size), deadline, PastDeadline::kCancelOrFinish);
       },
       arg("local"), arg("remote"), arg("remote_offset") = 0, pyb::kw_only(), arg("size") = none, arg("timeout") = none,
-      ("Blocking read_async." + t).c_str());
+      ("Blocking read_async." + finish_t).c_str());
   c.def(
       "readv_async", [](PyConnection& c, pyb::handle items) { return async(post_readv(c, items)); }, arg("items"),
       "Reads every (local, remote, remote_offset[, size]) item. Returns a Transfer." ASYNC_DOC);
@@ -331,9 +341,9 @@ void bind_connection(pyb::module_& m) {
       "readv",
       [](PyConnection& c, pyb::handle items, const Timeout& timeout) {
         Deadline deadline = timeout.deadline;
-        finish(post_readv(c, items), deadline);
+        finish(post_readv(c, items), deadline, PastDeadline::kCancelOrFinish);
       },
-      arg("items"), pyb::kw_only(), arg("timeout") = none, ("Blocking readv_async." + t).c_str());
+      arg("items"), pyb::kw_only(), arg("timeout") = none, ("Blocking readv_async." + finish_t).c_str());
 
   // notifications
   c.def(
@@ -344,9 +354,9 @@ void bind_connection(pyb::module_& m) {
       "notify",
       [](PyConnection& c, pyb::handle message, const Timeout& timeout) {
         Deadline deadline = timeout.deadline;
-        finish(post_notify(c, message), deadline);
+        finish(post_notify(c, message), deadline, PastDeadline::kCancelOrLeave);
       },
-      arg("message"), pyb::kw_only(), arg("timeout") = none, ("Blocking notify_async." + t).c_str());
+      arg("message"), pyb::kw_only(), arg("timeout") = none, ("Blocking notify_async." + leave_t).c_str());
   c.def("wait_notification", &wait_notification, arg("timeout") = none,
         ("Returns the next notification from this peer (bytes), in the order they were sent. Raises "
          "DeadlineExceeded, or the connection's failure." +

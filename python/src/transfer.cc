@@ -29,7 +29,7 @@ Deadline deadline_from(std::optional<double> timeout_s) {
   return after(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(*timeout_s)));
 }
 
-bool wait_in_slices(Deadline deadline, const std::function<bool(Deadline)>& slice) {
+Waited wait_slices(Deadline deadline, const std::function<bool(Deadline)>& slice) {
   for (;;) {
     Deadline until = std::min(deadline, Clock::now() + kSlice);
     bool done;
@@ -37,10 +37,16 @@ bool wait_in_slices(Deadline deadline, const std::function<bool(Deadline)>& slic
       pyb::gil_scoped_release nogil;
       done = slice(until);
     }
-    if (done) return true;
-    if (Clock::now() >= deadline) return false;
-    if (PyErr_CheckSignals() != 0) throw pyb::error_already_set();
+    if (done) return Waited::kDone;
+    if (Clock::now() >= deadline) return Waited::kDeadline;
+    if (PyErr_CheckSignals() != 0) return Waited::kInterrupted;
   }
+}
+
+bool wait_in_slices(Deadline deadline, const std::function<bool(Deadline)>& slice) {
+  Waited w = wait_slices(deadline, slice);
+  if (w == Waited::kInterrupted) throw pyb::error_already_set();
+  return w == Waited::kDone;
 }
 
 void bury(Transfer t, std::vector<pyb::object> keep) {
@@ -59,30 +65,25 @@ size_t graveyard_size() {
   return graveyard().size();
 }
 
-Status wait_transfer(const Transfer& t, Deadline deadline, std::vector<pyb::object>& keep) {
-  auto give_up = [&] {
-    if (!t.test()) t.cancel();
-    if (!t.test()) bury(t, std::move(keep));
-  };
-  bool done;
-  try {
-    done = wait_in_slices(deadline, [&](Deadline d) {
+Status wait_transfer(const Transfer& t, Deadline deadline, PastDeadline rule, std::vector<pyb::object>& keep) {
+  // The policy is the C++ one; only the blocking is Python's: in slices, with
+  // the GIL released, stopping (with the Python error set) on a signal.
+  bool interrupted = false;
+  Status s = t.wait_or_cancel(deadline, rule, [&](Deadline until) {
+    Waited w = wait_slices(until, [&](Deadline d) {
       (void)t.wait(d);
       return t.test();
     });
-  } catch (...) {
-    give_up();
-    throw;
+    interrupted = w == Waited::kInterrupted;
+    return !interrupted;
+  });
+  if (interrupted) {
+    pyb::error_already_set raised;  // taken before bury() may release objects
+    if (!t.test()) bury(t, std::move(keep));
+    throw raised;
   }
-  if (done) return t.status();
-  // As Connection::recv: a receive that has not matched is cancelled.
-  if (t.cancel()) {
-    return Status(Code::kDeadlineExceeded,
-                  "transfer " + std::to_string(t.id()) + " did not finish by its deadline (receive cancelled)");
-  }
-  if (t.test()) return t.status();  // finished just now
-  bury(t, std::move(keep));
-  return Status(Code::kDeadlineExceeded, "transfer " + std::to_string(t.id()) + " still running at its deadline");
+  if (!t.test()) bury(t, std::move(keep));
+  return s;
 }
 
 PyTransfer::~PyTransfer() {
@@ -101,16 +102,14 @@ bool PyTransfer::test() {
 
 size_t PyTransfer::wait(const Timeout& timeout) {
   Deadline deadline = timeout.deadline;
-  bool done = wait_in_slices(deadline, [&](Deadline d) {
+  (void)wait_in_slices(deadline, [&](Deadline d) {
     (void)t_.wait(d);
     return t_.test();
   });
-  if (!done) {
-    throw StatusError(
-        Status(Code::kDeadlineExceeded, "transfer " + std::to_string(t_.id()) + " still running at its deadline"));
-  }
+  // Finished or past the deadline: Transfer::wait answers at once, as in C++.
+  Status s = t_.wait(deadline);
   release_if_done();
-  throw_if_error(t_.status());
+  throw_if_error(s);
   return t_.bytes();
 }
 

@@ -29,10 +29,17 @@ inline constexpr std::chrono::milliseconds kSlice{50};
 // None -> no deadline; seconds (>= 0) -> now + seconds. ValueError if negative.
 Deadline deadline_from(std::optional<double> timeout_s);
 
+// How a wait in slices ended.
+enum class Waited { kDone, kDeadline, kInterrupted };
+
 // Runs `slice(d)` with the GIL released for deadlines d of at most kSlice
-// until it returns true (done) or `deadline` passes (returns false). Checks
-// signals between slices; a raising handler throws pyb::error_already_set.
-// Called with the GIL held.
+// until it returns true (kDone) or `deadline` passes (kDeadline). Checks
+// signals between slices; when a handler raises, returns kInterrupted with
+// the Python error set. Called with the GIL held.
+Waited wait_slices(Deadline deadline, const std::function<bool(Deadline)>& slice);
+
+// As wait_slices, true when done, false at the deadline; an interrupt throws
+// pyb::error_already_set.
 bool wait_in_slices(Deadline deadline, const std::function<bool(Deadline)>& slice);
 
 // Keeps `keep` alive until `t` finishes. GIL held.
@@ -42,11 +49,12 @@ void sweep_graveyard();
 // Entries still waiting; for tests.
 size_t graveyard_size();
 
-// Waits for `t` (GIL held). On the deadline, a receive that has not matched
-// is cancelled (as Connection::recv does) and kDeadlineExceeded returned; an
-// operation that cannot stop keeps running and `keep` is buried. On an
-// interrupt the same happens, then the Python exception propagates.
-Status wait_transfer(const Transfer& t, Deadline deadline, std::vector<pyb::object>& keep);
+// The blocking calls' wait (GIL held): Transfer::wait_or_cancel with `rule`,
+// the policy of the C++ blocking calls, waiting in slices. On an interrupt
+// the operation is cancelled if it can still stop, then the Python exception
+// propagates. Whenever the operation is still running on return, `keep` is
+// buried.
+Status wait_transfer(const Transfer& t, Deadline deadline, PastDeadline rule, std::vector<pyb::object>& keep);
 
 // The Python-side handle of one asynchronous operation. Thread-safe as far as
 // the GIL makes it: every method runs with the GIL held (waits release it).

@@ -2,6 +2,7 @@
 #include "core/transfer_state.h"
 
 #include <algorithm>
+#include <string>
 #include <thread>
 
 namespace ferry {
@@ -104,6 +105,38 @@ bool Transfer::test() const { return state_ == nullptr || state_->done(); }
 Status Transfer::wait(Deadline deadline) const {
   if (state_ == nullptr) return Status(Code::kInvalidArgument, "wait on an empty Transfer handle");
   return state_->wait(deadline);
+}
+
+Status Transfer::wait_or_cancel(Deadline deadline, PastDeadline rule,
+                                const std::function<bool(Deadline)>& block) const {
+  if (state_ == nullptr) return Status(Code::kInvalidArgument, "wait on an empty Transfer handle");
+  auto wait_until = [&](Deadline until) {
+    if (block) return block(until);
+    (void)state_->wait(until);
+    return true;
+  };
+  auto what = [&] { return "transfer " + std::to_string(state_->id()); };
+  auto stopped = [&] {
+    bool cancelled = cancel();
+    return Status(Code::kCancelled,
+                  "the wait on " + what() + " was interrupted" + (cancelled || test() ? "" : "; it goes on"));
+  };
+  if (!wait_until(deadline)) return stopped();
+  if (test()) return status();
+  if (cancel()) {
+    return Status(Code::kDeadlineExceeded, what() + " had not started moving data by its deadline and was cancelled");
+  }
+  // Sends may wait on the peer application posting a receive: they may not
+  // hold the caller past the deadline. Receives, writes and reads already
+  // moving data end by themselves (or fail within peer_timeout); returning
+  // before then would leave bytes landing in a buffer the caller believes
+  // free, and a received message unaccounted for.
+  if (rule == PastDeadline::kCancelOrLeave) {
+    if (test()) return status();  // finished just now
+    return Status(Code::kDeadlineExceeded, what() + " still running at its deadline; it goes on");
+  }
+  if (!wait_until(kNoDeadline)) return stopped();
+  return status();
 }
 
 Status Transfer::status() const {

@@ -1,0 +1,97 @@
+"""The blocking calls' deadlines are the C++ ones (Transfer::wait_or_cancel).
+
+Past its deadline a receive, write or read that has not started moving data
+is cancelled and raises DeadlineExceeded; one already moving data runs to its
+end and returns its own result, so no call returns while the engine still
+uses its buffer and a received message is never lost. A send raises
+DeadlineExceeded at its deadline and goes on. Over both transports, between
+two engines of this process.
+"""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import ferry
+
+BIG = 128 << 20  # takes tens of milliseconds on either transport: far past a 1 ms deadline
+
+
+@pytest.fixture(params=["tcp", "local"])
+def pair(request):
+    options = dict(transport=request.param, local_same_process=True)
+    a, b = ferry.Engine(**options), ferry.Engine(**options)
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault("conn", a.accept(timeout=10)))
+    t.start()
+    cb = b.connect(a.address, timeout=10)
+    t.join(10)
+    ca = got["conn"]
+    assert ca.transport_name == request.param
+    yield a, ca, b, cb
+    a.close()
+    b.close()
+
+
+def pattern(n, seed):
+    data = np.zeros(n, dtype=np.uint8)
+    data[::4096] = np.random.default_rng(seed).integers(1, 256, len(data[::4096]), dtype=np.uint8)
+    data[-1] = 0xAB
+    return data
+
+
+def test_a_receive_matched_before_its_deadline_returns_its_message(pair):
+    a, ca, b, cb = pair
+    src, dst = pattern(BIG, 1), np.zeros(BIG + 3, dtype=np.uint8)
+    b.reg(src)
+    a.reg(dst)
+    sent = cb.send_async(src)
+    time.sleep(0.1)  # the message is announced: the receive matches at once
+    assert ca.recv(dst[3:], timeout=0.001) == BIG
+    assert np.array_equal(dst[3:], src), "recv returned before its bytes were in place"
+    sent.wait(30)
+    # The next receive gets the next message, not the rest of the last one.
+    small = np.arange(8, dtype=np.uint8)
+    b.reg(small)
+    cb.send_async(small)
+    assert ca.recv(dst[:64], timeout=10) == 8
+    assert np.array_equal(dst[:8], small)
+    # With nothing sent the deadline holds: the receive is cancelled.
+    with pytest.raises(ferry.DeadlineExceeded, match="cancelled"):
+        ca.recv(dst[:64], timeout=0.02)
+    assert ferry._ferry._graveyard_size() == 0
+
+
+@pytest.mark.parametrize("op", ["write", "writev", "read", "readv"])
+def test_one_sided_calls_moving_data_at_their_deadline_run_to_their_end(pair, op):
+    a, ca, b, cb = pair
+    exported = np.zeros(BIG, dtype=np.uint8) if op.startswith("write") else pattern(BIG, 2)
+    region = b.reg(exported)
+    desc = b.export_region(region)
+    local = pattern(BIG, 3) if op.startswith("write") else np.zeros(BIG, dtype=np.uint8)
+    a.reg(local)
+    half = BIG // 2
+    call = {
+        "write": lambda: ca.write(local, desc, timeout=0),
+        "writev": lambda: ca.writev([(local[:half], desc, 0), (local[half:], desc, half)], timeout=0),
+        "read": lambda: ca.read(local, desc, timeout=0),
+        "readv": lambda: ca.readv([(local[:half], desc, 0), (local[half:], desc, half)], timeout=0),
+    }[op]
+    call()  # no DeadlineExceeded: nothing can stop once it moves data, so it ends
+    assert np.array_equal(local, exported), f"{op} returned before its bytes were in place"
+    assert ferry._ferry._graveyard_size() == 0, "no buffer is left in use"
+
+
+def test_a_send_raises_at_its_deadline_and_goes_on(pair):
+    a, ca, b, cb = pair
+    src, dst = pattern(4 << 20, 4), np.zeros(4 << 20, dtype=np.uint8)
+    b.reg(src)
+    a.reg(dst)
+    start = time.monotonic()
+    with pytest.raises(ferry.DeadlineExceeded, match="goes on"):
+        cb.send(src, timeout=0.2)  # the peer posts no receive
+    assert time.monotonic() - start < 2
+    assert ca.recv(dst, timeout=30) == len(src), "the send went on"
+    assert np.array_equal(dst, src)
