@@ -5,6 +5,7 @@
 #include <chrono>
 #include <thread>
 
+#include "core/log.h"
 #include "platform/thread.h"
 #include "transport/local/cross_memory.h"
 
@@ -63,10 +64,25 @@ int active_device(int fallback) {
   return fallback;
 }
 
-LocalCopier::LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid, PeerCheck peer_check)
-    : imports_(imports), peer_engine_(peer_engine), peer_pid_(peer_pid), peer_check_(std::move(peer_check)) {}
+namespace {
+// Without CPUs named, the constructing thread's: fixed now, or the helpers
+// would inherit the CPUs of whichever thread happens to copy first.
+CopyHelpers with_cpus(CopyHelpers h) {
+  if (h.cpus.empty()) h.cpus = platform::pin_current_thread({});
+  return h;
+}
+}  // namespace
+
+LocalCopier::LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid, PeerCheck peer_check,
+                         CopyHelpers helpers)
+    : imports_(imports),
+      peer_engine_(peer_engine),
+      peer_pid_(peer_pid),
+      peer_check_(std::move(peer_check)),
+      helpers_config_(with_cpus(std::move(helpers))) {}
 
 LocalCopier::~LocalCopier() {
+  stop_helpers();
   drain();
   const auto& d = platform::cuda();
   std::lock_guard lock(mu_);
@@ -290,6 +306,37 @@ std::vector<std::vector<iovec>> cut(const std::vector<iovec>& in, size_t per) {
 }
 }  // namespace
 
+// One host copy cut into pieces. Whoever copies takes the next piece not yet
+// taken, so a helper that wakes late takes fewer; after a failure nobody
+// takes another.
+struct LocalCopier::HostCopy {
+  std::vector<std::vector<iovec>> near, far;
+  bool to_remote = false;
+  size_t wanted = 0;   // helpers it can use
+  size_t joined = 0;   // helpers that took it so far; guarded by helpers_mu_
+  size_t working = 0;  // helpers copying it now; guarded by helpers_mu_
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  Status first_error;  // guarded by mu
+
+  // Copies pieces until none is left or one failed.
+  void run(const LocalCopier& c) {
+    while (!failed.load(std::memory_order_acquire)) {
+      size_t i = next.fetch_add(1, std::memory_order_relaxed);
+      if (i >= near.size()) return;
+      Status s = c.peer_check_();
+      if (s.ok()) s = to_remote ? cross_write(c.peer_pid_, near[i], far[i]) : cross_read(c.peer_pid_, near[i], far[i]);
+      if (!s.ok()) {
+        std::lock_guard lock(mu);
+        if (first_error.ok()) first_error = s;
+        failed.store(true, std::memory_order_release);
+        return;
+      }
+    }
+  }
+};
+
 Status LocalCopier::cross_copy(const std::vector<iovec>& near, const std::vector<iovec>& far, bool to_remote) {
   size_t total = 0;
   for (const iovec& v : near) total += v.iov_len;
@@ -297,32 +344,88 @@ Status LocalCopier::cross_copy(const std::vector<iovec>& near, const std::vector
   // peer as it goes); four share a large copy (see cross_memory.h).
   size_t threads = total < kParallelCrossBytes ? 1 : kCrossThreads;
   size_t per = std::min(kCrossPiece, (total + threads - 1) / threads);
-  std::vector<std::vector<iovec>> n = cut(near, per), f = cut(far, per);
-  // Worker w copies pieces w, w + threads, ...
-  auto run = [&](size_t w) {
-    for (size_t i = w; i < n.size(); i += threads) {
-      FERRY_RETURN_IF_ERROR(peer_check_());
-      FERRY_RETURN_IF_ERROR(to_remote ? cross_write(peer_pid_, n[i], f[i]) : cross_read(peer_pid_, n[i], f[i]));
+  HostCopy job;
+  job.near = cut(near, per);
+  job.far = cut(far, per);
+  job.to_remote = to_remote;
+  job.wanted = std::min(threads, job.near.size()) - 1;
+  if (job.wanted > 0 && start_helpers() > 0) {
+    {
+      std::lock_guard lock(helpers_mu_);
+      wanting_.push_back(&job);
     }
-    return Status();
-  };
-  threads = std::min(threads, n.size());
-  std::vector<Status> results(threads);
-  std::vector<std::thread> helpers;
-  std::vector<size_t> inline_parts{0};
-  for (size_t w = 1; w < threads; ++w) {
-    // Out of threads: this thread copies that part itself, more slowly.
-    auto t = platform::try_start_thread("ferry-xcopy", [&, w] { results[w] = run(w); });
-    if (t.ok()) {
-      helpers.push_back(std::move(t).value());
-    } else {
-      inline_parts.push_back(w);
-    }
+    work_cv_.notify_all();
   }
-  for (size_t w : inline_parts) results[w] = run(w);
-  for (auto& t : helpers) t.join();
-  for (const Status& s : results) FERRY_RETURN_IF_ERROR(s);
-  return Status();
+  job.run(*this);
+  if (job.wanted > 0) {
+    // No piece is left to take: no helper may join any more, and the memory
+    // is the caller's again once those that did have left.
+    std::unique_lock lock(helpers_mu_);
+    auto it = std::find(wanting_.begin(), wanting_.end(), &job);
+    if (it != wanting_.end()) wanting_.erase(it);
+    left_cv_.wait(lock, [&] { return job.working == 0; });
+  }
+  std::lock_guard lock(job.mu);
+  return job.first_error;
+}
+
+size_t LocalCopier::start_helpers() {
+  std::lock_guard lock(helpers_mu_);
+  if (helpers_.size() >= kCrossThreads - 1 || helpers_end_) return helpers_.size();
+  auto now = std::chrono::steady_clock::now();
+  if (now < retry_at_) return helpers_.size();
+  while (helpers_.size() < kCrossThreads - 1) {
+    size_t index = helpers_.size();
+    auto t = platform::try_start_thread(helpers_config_.name + "-" + std::to_string(index),
+                                        [this, index] { helper_loop(index); });
+    if (!t.ok()) {
+      // The copies go on without it; asking the kernel again on every copy
+      // would put a failing thread start on each.
+      retry_at_ = now + kHelperRetry;
+      FERRY_LOG(kWarn, "local", "%s; large host copies use %zu helper threads for now", t.status().to_string().c_str(),
+                helpers_.size());
+      break;
+    }
+    helpers_.push_back(std::move(t).value());
+  }
+  return helpers_.size();
+}
+
+void LocalCopier::helper_loop(size_t index) {
+  const platform::CpuList& want = helpers_config_.cpus;
+  platform::CpuList actual = platform::pin_current_thread(want);
+  bool pinned = want.empty() || actual == want;
+  FERRY_LOG(kInfo, "local", "copy helper %s-%zu: expected %s actual %s %s", helpers_config_.name.c_str(), index,
+            want.empty() ? "any" : platform::format_cpu_list(want).c_str(),
+            platform::format_cpu_list(actual).c_str(), pinned ? "ok" : "MISMATCH");
+  if (!pinned) {
+    FERRY_LOG(kWarn, "local", "copy helper %s-%zu could not be pinned to %s (runs on %s)",
+              helpers_config_.name.c_str(), index, platform::format_cpu_list(want).c_str(),
+              platform::format_cpu_list(actual).c_str());
+  }
+  std::unique_lock lock(helpers_mu_);
+  for (;;) {
+    work_cv_.wait(lock, [&] { return helpers_end_ || !wanting_.empty(); });
+    if (helpers_end_) return;
+    HostCopy* job = wanting_.front();
+    if (++job->joined >= job->wanted) wanting_.pop_front();
+    ++job->working;
+    lock.unlock();
+    job->run(*this);
+    lock.lock();
+    if (--job->working == 0) left_cv_.notify_all();
+  }
+}
+
+void LocalCopier::stop_helpers() {
+  std::vector<std::thread> helpers;
+  {
+    std::lock_guard lock(helpers_mu_);
+    helpers_end_ = true;
+    helpers.swap(helpers_);
+  }
+  work_cv_.notify_all();
+  for (std::thread& t : helpers) t.join();
 }
 
 bool LocalCopier::busy() const { return inflight_count_.load(std::memory_order_acquire) != 0; }
@@ -376,11 +479,13 @@ void LocalCopier::stop() {
     std::lock_guard lock(mu_);
     stopped_ = true;
   }
-  // Cross-memory copies run on the threads that started them and always end
-  // (the kernel copies page by page); this waits for them, then for the GPU.
+  // Cross-memory copies run on the threads that started them (helped by
+  // the helpers) and always end (the kernel copies page by page); this waits
+  // for them, then for the GPU.
   while (host_copies_.load(std::memory_order_acquire) != 0) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
+  stop_helpers();
   drain();
 }
 

@@ -15,6 +15,12 @@
 // succeeding with bytes that were never the message (a process stopped past
 // peer_timeout in the middle of a copy resumes it).
 //
+// A large host copy is cut into pieces that the thread calling start() and
+// the copier's helper threads take in turn. The helpers are a fixed set,
+// started on the first large host copy and kept until stop(): no thread is
+// started per copy. A helper the kernel refuses leaves its share to the
+// caller (slower, never a failure); the copier tries again a second later.
+//
 // Thread-safe: start() may run on any thread; poll() and drain() belong to
 // the connection's progress thread (or its closer).
 #pragma once
@@ -22,12 +28,18 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "core/segments.h"
+#include "platform/cpu_binding.h"
 #include "platform/cuda_driver.h"
 #include "transport/local/gpu_sharing.h"
 #include "transport/local/shared_span.h"
@@ -45,13 +57,21 @@ bool any_host(const std::vector<SharedSpan>& spans);
 bool any_gpu(const core::SegmentList& list);
 bool any_host(const core::SegmentList& list);
 
+// Names and CPUs of a LocalCopier's helper threads.
+struct CopyHelpers {
+  std::string name = "ferry-xcopy";  // helper i is "<name>-<i>"; the kernel keeps 15 characters
+  platform::CpuList cpus;            // where they run; empty: where the thread constructing the copier may
+};
+
 class LocalCopier {
  public:
   using Done = std::function<void(const Status&)>;
   // OK while the peer still stands by the connection; why not, once it gave up.
   using PeerCheck = std::function<Status()>;
 
-  LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid, PeerCheck peer_check);
+  LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid, PeerCheck peer_check,
+              CopyHelpers helpers = {});
+  // Joins the helpers and waits for queued GPU copies. Blocks.
   ~LocalCopier();
 
   // True unless the copy would pair this side's GPU memory with the peer's
@@ -72,7 +92,8 @@ class LocalCopier {
   // Waits for every queued copy (used before mappings close). Blocks.
   void drain();
   // Refuses copies from now on (start() gives kCancelled), then waits for
-  // every copy already running, on any thread, host copies too. Blocks.
+  // every copy already running, on any thread, host copies too, and ends the
+  // helper threads. Blocks.
   void stop();
   // Closes the peer's mappings of `alloc_base` (0: all) after draining.
   void forget(uint64_t alloc_base);
@@ -84,14 +105,25 @@ class LocalCopier {
   };
   // Copies up to this size complete on the thread that starts them.
   static constexpr uint64_t kCompleteInline = 256 * 1024;
-  // Host copies from this size on are shared by kCrossThreads threads.
+  // Host copies from this size on are shared by kCrossThreads threads: the
+  // caller and kCrossThreads - 1 helpers.
   static constexpr size_t kParallelCrossBytes = 16u << 20;
   static constexpr size_t kCrossThreads = 4;
   // Host copies go in pieces of at most this size, the peer checked before
   // each: what a resumed copy can still write into memory its owner gave up.
   static constexpr size_t kCrossPiece = 8u << 20;
+  // After the kernel refused a helper, how long large copies go without it
+  // before the copier asks again.
+  static constexpr std::chrono::seconds kHelperRetry{1};
+
+  struct HostCopy;  // the pieces of one host copy and who copies them (local_copier.cc)
 
   Status cross_copy(const std::vector<iovec>& near, const std::vector<iovec>& far, bool to_remote);
+  // Starts the helpers that are not running (at most once per kHelperRetry
+  // after a refusal); returns how many run.
+  size_t start_helpers();
+  void helper_loop(size_t index);
+  void stop_helpers();
   Result<platform::cu::Stream> stream_for(int device);  // caller holds mu_ and made the context current
   Result<platform::cu::Event> take_event(int device);   // caller holds mu_ and made the context current
   Status copy_gpu_piece(uint8_t* local, int local_device, const SharedSpan& remote, uint64_t n, bool to_remote,
@@ -108,6 +140,15 @@ class LocalCopier {
   std::atomic<size_t> inflight_count_{0};        // inflight_.size(), readable without mu_
   bool stopped_ = false;                         // guarded by mu_
   std::atomic<int> host_copies_{0};              // cross-memory copies running on callers' threads
+
+  const CopyHelpers helpers_config_;
+  std::mutex helpers_mu_;
+  std::condition_variable work_cv_;                    // a copy wants helpers, or they must end
+  std::condition_variable left_cv_;                    // a helper left a copy
+  std::deque<HostCopy*> wanting_;                      // guarded by helpers_mu_; copies that want more helpers
+  std::vector<std::thread> helpers_;                   // guarded by helpers_mu_
+  bool helpers_end_ = false;                           // guarded by helpers_mu_
+  std::chrono::steady_clock::time_point retry_at_{};  // guarded by helpers_mu_; next start after a refusal
 };
 
 }  // namespace ferry::local

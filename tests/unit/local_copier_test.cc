@@ -1,0 +1,179 @@
+// The local copier's helper threads: a large host copy is shared with a
+// fixed set of named, pinned helpers that live as long as the copier (none
+// started per copy), a helper the kernel refuses costs speed and never the
+// copy, stop() ends them, and a peer that gives up mid-copy stops every
+// helper before its next piece. Copies go between two buffers of this
+// process through cross-memory attach, as they would with a peer's.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "platform/thread.h"
+#include "transport/local/gpu_sharing.h"
+#include "transport/local/local_copier.h"
+
+namespace ferry::local {
+namespace {
+
+// The ids of this process's threads whose name starts with `prefix`.
+std::set<pid_t> threads_named(const std::string& prefix) {
+  std::set<pid_t> out;
+  DIR* d = ::opendir("/proc/self/task");
+  if (d == nullptr) return out;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/comm");
+    std::string name;
+    std::getline(f, name);
+    if (name.rfind(prefix, 0) == 0) out.insert(static_cast<pid_t>(std::stol(e->d_name)));
+  }
+  ::closedir(d);
+  return out;
+}
+
+// The helpers name and pin themselves once they run, which may be after the
+// copy that started them ended on a busy host: wait for it, up to 10 s.
+template <typename Pred>
+bool eventually(Pred pred) {
+  for (int i = 0; i < 1000; ++i) {
+    if (pred()) return true;
+    ::usleep(10000);
+  }
+  return pred();
+}
+
+bool pinned_to(pid_t tid, int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return ::sched_getaffinity(tid, sizeof set, &set) == 0 && CPU_COUNT(&set) == 1 && CPU_ISSET(cpu, &set);
+}
+
+std::vector<SharedSpan> far_spans(std::vector<uint8_t>& mem) {
+  SharedSpan s;
+  s.address = reinterpret_cast<uint64_t>(mem.data());
+  s.length = mem.size();
+  return {s};
+}
+
+core::SegmentList near_list(std::vector<uint8_t>& mem) {
+  auto entry = std::make_shared<core::RegionEntry>();
+  entry->region = Region{1, mem.data(), mem.size(), MemoryKind::kHost, -1};
+  core::SegmentList list;
+  list.add(core::MemorySpan{entry, mem.data(), mem.size()});
+  return list;
+}
+
+std::vector<uint8_t> random_bytes(size_t n, unsigned seed) {
+  std::vector<uint8_t> v(n);
+  std::mt19937 rng(seed);
+  for (size_t i = 0; i < n; i += 4096) v[i] = static_cast<uint8_t>(rng());
+  v[n - 1] = 0x5a;
+  return v;
+}
+
+// Copies all of `src` into `dst` with `copier` and returns the copy's status.
+Status copy(LocalCopier& copier, std::vector<uint8_t>& src, std::vector<uint8_t>& dst) {
+  Status done = Status(Code::kInternal, "no completion");
+  Status s = copier.start(near_list(src), far_spans(dst), src.size(), /*to_remote=*/true,
+                          [&](const Status& st) { done = st; });
+  return s.ok() ? done : s;
+}
+
+TEST(LocalCopierHelpers, LargeCopiesShareOneFixedSetOfNamedPinnedHelpers) {
+  const size_t size = (48u << 20) + 7;
+  std::vector<uint8_t> src = random_bytes(size, 3), dst(size, 0);
+  // Pinned to one CPU this thread may use.
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof mine, &mine), 0);
+  int cpu = 0;
+  while (!CPU_ISSET(cpu, &mine)) ++cpu;
+  GpuImports imports;
+  LocalCopier copier(imports, 1, ::getpid(), [] { return Status(); }, {"ferry-tcopy", {cpu}});
+  EXPECT_TRUE(threads_named("ferry-tcopy").empty()) << "helpers start with the first large copy, not before";
+  std::vector<uint8_t> small = random_bytes(1u << 20, 4), small_dst(small.size());
+  ASSERT_TRUE(copy(copier, small, small_dst).ok());
+  EXPECT_TRUE(threads_named("ferry-tcopy").empty()) << "a copy one thread does needs no helper";
+
+  ASSERT_TRUE(copy(copier, src, dst).ok());
+  EXPECT_EQ(dst, src);
+  EXPECT_TRUE(eventually([] { return threads_named("ferry-tcopy-").size() == 3; }))
+      << "the caller and three helpers share a large copy";
+  std::set<pid_t> helpers = threads_named("ferry-tcopy-");
+  for (pid_t tid : helpers) {
+    EXPECT_TRUE(eventually([&] { return pinned_to(tid, cpu); })) << "helper " << tid << " is not pinned to " << cpu;
+  }
+  for (int round = 0; round < 3; ++round) {
+    std::fill(dst.begin(), dst.end(), 0);
+    src[round] ^= 0xff;
+    ASSERT_TRUE(copy(copier, src, dst).ok());
+    EXPECT_EQ(dst, src);
+  }
+  EXPECT_EQ(threads_named("ferry-tcopy-"), helpers) << "the same helpers serve every copy";
+
+  copier.stop();
+  EXPECT_TRUE(eventually([] { return threads_named("ferry-tcopy-").empty(); })) << "stop() ends the helpers";
+  EXPECT_EQ(copy(copier, src, dst).code(), Code::kCancelled);
+}
+
+TEST(LocalCopierHelpers, AHelperTheKernelRefusesLeavesItsShareToTheCaller) {
+  const size_t size = 32u << 20;
+  std::vector<uint8_t> src = random_bytes(size, 5), dst(size, 0);
+  GpuImports imports;
+  LocalCopier copier(imports, 1, ::getpid(), [] { return Status(); }, {"ferry-tref", {}});
+  // The second helper is refused: two help, the caller copies the rest.
+  platform::set_thread_start_fault([](std::string_view name) { return name == "ferry-tref-1"; });
+  Status s = copy(copier, src, dst);
+  platform::set_thread_start_fault(nullptr);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(dst, src);
+  EXPECT_TRUE(eventually([] { return threads_named("ferry-tref-").size() == 1; }));
+  ::usleep(50000);
+  EXPECT_EQ(threads_named("ferry-tref-").size(), 1u) << "helpers after the refused one are not asked for at once";
+  // Every helper refused: the caller copies alone, and the copy still succeeds.
+  LocalCopier alone(imports, 1, ::getpid(), [] { return Status(); }, {"ferry-tnone", {}});
+  platform::set_thread_start_fault([](std::string_view name) { return name.rfind("ferry-tnone", 0) == 0; });
+  std::fill(dst.begin(), dst.end(), 0);
+  s = copy(alone, src, dst);
+  platform::set_thread_start_fault(nullptr);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(dst, src);
+  EXPECT_TRUE(threads_named("ferry-tnone").empty());
+}
+
+TEST(LocalCopierHelpers, APeerThatGivesUpStopsEveryHelperBeforeItsNextPiece) {
+  // 64 MiB: eight pieces of 8 MiB shared by four threads. The check passes
+  // before the copy and before two pieces, then says the peer gave up.
+  const size_t piece = 8u << 20, size = 8 * piece;
+  std::vector<uint8_t> src = random_bytes(size, 6), dst(size, 0xEE);
+  GpuImports imports;
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  LocalCopier copier(imports, 1, ::getpid(), [calls] {
+    return calls->fetch_add(1) < 3 ? Status() : Status(Code::kPeerLost, "the peer gave up");
+  });
+  int completions = 0;
+  Status s = copier.start(near_list(src), far_spans(dst), size, true, [&](const Status&) { ++completions; });
+  EXPECT_EQ(s.code(), Code::kPeerLost) << s.to_string();
+  EXPECT_EQ(completions, 0);
+  int copied = 0, untouched = 0;
+  for (size_t i = 0; i < size; i += piece) {
+    if (std::memcmp(dst.data() + i, src.data() + i, piece) == 0) ++copied;
+    if (std::all_of(dst.begin() + i, dst.begin() + i + piece, [](uint8_t b) { return b == 0xEE; })) ++untouched;
+  }
+  EXPECT_EQ(copied, 2) << "the two pieces checked before the peer gave up";
+  EXPECT_EQ(untouched, 6) << "nothing may be written into the peer's memory once it gave up";
+}
+
+}  // namespace
+}  // namespace ferry::local
