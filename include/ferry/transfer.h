@@ -42,10 +42,10 @@ enum class PastDeadline {
   // operation never waits on the peer application, only on the bytes.
   kCancelOrFinish,
   // For a send or a notification, which may wait on the peer application
-  // (posting a receive). Cancelled if it can still stop; the wait returns
-  // kDeadlineExceeded either way, and one that could not stop goes on (wait()
-  // on the handle follows it).
-  kCancelOrLeave,
+  // (posting a receive). The wait returns kDeadlineExceeded and the operation
+  // goes on: a message once posted is never withdrawn, since the peer may be
+  // receiving it (wait() on the handle follows it).
+  kLeave,
 };
 
 // A shared handle: copies refer to the same operation. Thread-safe.
@@ -66,7 +66,7 @@ class Transfer {
   // Blocks until the operation finishes or `deadline` passes, then deals with
   // one still running as `rule` says: the one policy of every blocking call.
   // Returns the final status; kDeadlineExceeded when the deadline came first
-  // and the operation was cancelled or, under kCancelOrLeave, left running;
+  // and the operation was cancelled or, under kLeave, left running;
   // kCancelled when `block` stopped the wait; kInvalidArgument for an empty
   // handle.
   //
@@ -75,8 +75,8 @@ class Transfer {
   // finished or `until` has passed (`until` may be kNoDeadline), or false to
   // stop waiting (a Ctrl-C). It runs on the calling thread, at most twice:
   // until the deadline, then until the end. Once stopped, the operation is
-  // cancelled if it can still stop; otherwise it goes on, its memory in use
-  // until test() is true.
+  // cancelled under kCancelOrFinish if it can still stop; otherwise it goes
+  // on, its memory in use until test() is true.
   //
   // Example:
   //   ferry::Transfer t = conn->recv_async(buf, cap);

@@ -188,8 +188,8 @@ const char* kFinishDoc =
     " Past the deadline, one that has not started moving data is cancelled (DeadlineExceeded); one that has "
     "runs to its end and its own result is returned, so the buffers are free once the call returns.";
 const char* kLeaveDoc =
-    " At the deadline raises DeadlineExceeded; what could not be cancelled goes on (the buffers stay in use "
-    "until it ends).";
+    " At the deadline raises DeadlineExceeded and the operation goes on: a message once posted is not withdrawn "
+    "(its buffers stay in use until it ends).";
 
 // What every *_async call shares.
 #define ASYNC_DOC                                                                                              \
@@ -221,7 +221,7 @@ void bind_connection(pyb::module_& m) {
       "send",
       [](PyConnection& c, pyb::handle data, const Size& size, const Timeout& timeout) {
         Deadline deadline = timeout.deadline;
-        finish(post_send(c, data, size), deadline, PastDeadline::kCancelOrLeave);
+        finish(post_send(c, data, size), deadline, PastDeadline::kLeave);
       },
       arg("data"), arg("size") = none, pyb::kw_only(), arg("timeout") = none,
       ("Blocking send_async: returns once the peer holds the message." + leave_t).c_str());
@@ -232,7 +232,7 @@ void bind_connection(pyb::module_& m) {
       "sendv",
       [](PyConnection& c, pyb::handle parts, const Timeout& timeout) {
         Deadline deadline = timeout.deadline;
-        finish(post_sendv(c, parts), deadline, PastDeadline::kCancelOrLeave);
+        finish(post_sendv(c, parts), deadline, PastDeadline::kLeave);
       },
       arg("parts"), pyb::kw_only(), arg("timeout") = none, ("Blocking sendv_async." + leave_t).c_str());
   c.def(
@@ -354,7 +354,7 @@ void bind_connection(pyb::module_& m) {
       "notify",
       [](PyConnection& c, pyb::handle message, const Timeout& timeout) {
         Deadline deadline = timeout.deadline;
-        finish(post_notify(c, message), deadline, PastDeadline::kCancelOrLeave);
+        finish(post_notify(c, message), deadline, PastDeadline::kLeave);
       },
       arg("message"), pyb::kw_only(), arg("timeout") = none, ("Blocking notify_async." + leave_t).c_str());
   c.def("wait_notification", &wait_notification, arg("timeout") = none,

@@ -51,8 +51,8 @@ size_t graveyard_size();
 
 // The blocking calls' wait (GIL held): Transfer::wait_or_cancel with `rule`,
 // the policy of the C++ blocking calls, waiting in slices. On an interrupt
-// the operation is cancelled if it can still stop, then the Python exception
-// propagates. Whenever the operation is still running on return, `keep` is
+// a receive, write or read is cancelled if it can still stop, then the
+// Python exception propagates. Whenever the operation is still running on return, `keep` is
 // buried.
 Status wait_transfer(const Transfer& t, Deadline deadline, PastDeadline rule, std::vector<pyb::object>& keep);
 

@@ -117,24 +117,24 @@ Status Transfer::wait_or_cancel(Deadline deadline, PastDeadline rule,
   };
   auto what = [&] { return "transfer " + std::to_string(state_->id()); };
   auto stopped = [&] {
-    bool cancelled = cancel();
+    bool cancelled = rule == PastDeadline::kCancelOrFinish && cancel();
     return Status(Code::kCancelled,
                   "the wait on " + what() + " was interrupted" + (cancelled || test() ? "" : "; it goes on"));
   };
   if (!wait_until(deadline)) return stopped();
   if (test()) return status();
+  // A send may wait on the peer application posting a receive, so it may not
+  // hold the caller past the deadline; nor is it withdrawn, as the peer may
+  // be receiving it.
+  if (rule == PastDeadline::kLeave) {
+    return Status(Code::kDeadlineExceeded, what() + " still running at its deadline; it goes on");
+  }
   if (cancel()) {
     return Status(Code::kDeadlineExceeded, what() + " had not started moving data by its deadline and was cancelled");
   }
-  // Sends may wait on the peer application posting a receive: they may not
-  // hold the caller past the deadline. Receives, writes and reads already
-  // moving data end by themselves (or fail within peer_timeout); returning
-  // before then would leave bytes landing in a buffer the caller believes
-  // free, and a received message unaccounted for.
-  if (rule == PastDeadline::kCancelOrLeave) {
-    if (test()) return status();  // finished just now
-    return Status(Code::kDeadlineExceeded, what() + " still running at its deadline; it goes on");
-  }
+  // A receive, write or read moving data ends by itself (or fails within
+  // peer_timeout); returning before then would leave bytes landing in a
+  // buffer the caller believes free, and a received message unaccounted for.
   if (!wait_until(kNoDeadline)) return stopped();
   return status();
 }

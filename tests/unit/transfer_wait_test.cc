@@ -1,9 +1,10 @@
 // Transfer::wait_or_cancel: the one policy of every blocking call, in C++
-// and in Python. Past the deadline an operation that can still stop is
-// cancelled (kDeadlineExceeded); one that cannot runs to its end and returns
-// its own result under kCancelOrFinish (receive, write, read), or is left
-// running under kCancelOrLeave (send, notification). A wait its `block`
-// stops cancels what can stop and leaves the rest running.
+// and in Python. Past the deadline, under kCancelOrFinish (receive, write,
+// read) an operation that can still stop is cancelled (kDeadlineExceeded)
+// and one that cannot runs to its end and returns its own result; under
+// kLeave (send, notification) it is left running, never withdrawn. A wait
+// its `block` stops cancels what kCancelOrFinish would and leaves the rest
+// running.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -41,7 +42,7 @@ std::thread finish_later(std::shared_ptr<TransferState> state, Clock::duration d
 }
 
 TEST(TransferWait, FinishedBeforeTheDeadlineReturnsItsOwnResult) {
-  for (PastDeadline rule : {PastDeadline::kCancelOrFinish, PastDeadline::kCancelOrLeave}) {
+  for (PastDeadline rule : {PastDeadline::kCancelOrFinish, PastDeadline::kLeave}) {
     Op ok(true), failed(true);
     std::thread t1 = finish_later(ok.state, 10ms);
     std::thread t2 = finish_later(failed.state, 10ms, Status(Code::kPeerLost, "gone"));
@@ -53,19 +54,15 @@ TEST(TransferWait, FinishedBeforeTheDeadlineReturnsItsOwnResult) {
   }
 }
 
-TEST(TransferWait, WhatCanStopIsCancelledAtTheDeadline) {
-  // Both rules: a send that can still stop is withdrawn too, not left to
-  // land at the peer after the caller heard kDeadlineExceeded.
-  for (PastDeadline rule : {PastDeadline::kCancelOrFinish, PastDeadline::kCancelOrLeave}) {
-    Op op(true);
-    auto start = Clock::now();
-    Status s = op.handle.wait_or_cancel(after(30ms), rule);
-    EXPECT_EQ(s.code(), Code::kDeadlineExceeded) << s.to_string();
-    EXPECT_NE(s.message().find("cancelled"), std::string::npos) << s.to_string();
-    EXPECT_GE(Clock::now() - start, 30ms);
-    EXPECT_EQ(op.cancels, 1);
-    EXPECT_EQ(op.handle.status().code(), Code::kCancelled);
-  }
+TEST(TransferWait, AReceiveThatCanStopIsCancelledAtTheDeadline) {
+  Op op(true);
+  auto start = Clock::now();
+  Status s = op.handle.wait_or_cancel(after(30ms), PastDeadline::kCancelOrFinish);
+  EXPECT_EQ(s.code(), Code::kDeadlineExceeded) << s.to_string();
+  EXPECT_NE(s.message().find("cancelled"), std::string::npos) << s.to_string();
+  EXPECT_GE(Clock::now() - start, 30ms);
+  EXPECT_EQ(op.cancels, 1);
+  EXPECT_EQ(op.handle.status().code(), Code::kCancelled);
 }
 
 TEST(TransferWait, AReceiveWriteOrReadMovingDataRunsToItsEnd) {
@@ -78,17 +75,20 @@ TEST(TransferWait, AReceiveWriteOrReadMovingDataRunsToItsEnd) {
   t.join();
 }
 
-TEST(TransferWait, ASendThatCannotStopIsLeftRunningAtTheDeadline) {
-  Op op(false);
-  auto start = Clock::now();
-  Status s = op.handle.wait_or_cancel(after(20ms), PastDeadline::kCancelOrLeave);
-  EXPECT_EQ(s.code(), Code::kDeadlineExceeded) << s.to_string();
-  EXPECT_NE(s.message().find("goes on"), std::string::npos) << s.to_string();
-  EXPECT_LT(Clock::now() - start, 5s);
-  EXPECT_FALSE(op.handle.test());
-  EXPECT_EQ(op.cancels, 1);
-  op.state->finish(Status());
-  EXPECT_TRUE(op.handle.wait(after(1s)).ok()) << "the handle follows it";
+TEST(TransferWait, ASendIsLeftRunningAtItsDeadlineNeverWithdrawn) {
+  // Even one that could stop: the peer may be receiving the message.
+  for (bool stoppable : {false, true}) {
+    Op op(stoppable);
+    auto start = Clock::now();
+    Status s = op.handle.wait_or_cancel(after(20ms), PastDeadline::kLeave);
+    EXPECT_EQ(s.code(), Code::kDeadlineExceeded) << s.to_string();
+    EXPECT_NE(s.message().find("goes on"), std::string::npos) << s.to_string();
+    EXPECT_LT(Clock::now() - start, 5s);
+    EXPECT_FALSE(op.handle.test());
+    EXPECT_EQ(op.cancels, 0);
+    op.state->finish(Status());
+    EXPECT_TRUE(op.handle.wait(after(1s)).ok()) << "the handle follows it";
+  }
 }
 
 TEST(TransferWait, AStoppedWaitCancelsWhatCanStopAndLeavesTheRest) {
@@ -104,6 +104,10 @@ TEST(TransferWait, AStoppedWaitCancelsWhatCanStopAndLeavesTheRest) {
   EXPECT_NE(s.message().find("goes on"), std::string::npos) << s.to_string();
   EXPECT_FALSE(moving.handle.test());
   moving.state->finish(Status());
+  Op send(true);
+  EXPECT_EQ(send.handle.wait_or_cancel(kNoDeadline, PastDeadline::kLeave, interrupt).code(), Code::kCancelled);
+  EXPECT_EQ(send.cancels, 0) << "a send is not withdrawn on an interrupt either";
+  send.state->finish(Status());
   // Stopped after the deadline, while waiting for the end.
   Op late(false);
   int calls = 0;
@@ -136,7 +140,7 @@ TEST(TransferWait, BlockIsHowItWaits) {
 }
 
 TEST(TransferWait, AnEmptyHandleIsInvalid) {
-  EXPECT_EQ(Transfer().wait_or_cancel(after(1ms), PastDeadline::kCancelOrLeave).code(), Code::kInvalidArgument);
+  EXPECT_EQ(Transfer().wait_or_cancel(after(1ms), PastDeadline::kLeave).code(), Code::kInvalidArgument);
 }
 
 }  // namespace
