@@ -9,7 +9,6 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
-#include <mutex>
 #include <set>
 #include <thread>
 
@@ -19,6 +18,7 @@
 #include "directory/url.h"
 #include "platform/crypto.h"
 #include "platform/memory_kind.h"
+#include "platform/mutex.h"
 #include "platform/socket.h"
 #include "platform/thread.h"
 #include "transport/bootstrap/engine_transports.h"
@@ -35,34 +35,35 @@ struct Engine::Impl {
   std::unique_ptr<bootstrap::TcpListener> listener;
   std::string address;
 
-  std::mutex mu;
+  platform::Mutex mu;
   std::condition_variable accept_cv;
   std::condition_variable heartbeat_cv;
   // Bounded by max_connections: each holds an admission ticket while it lives.
-  std::deque<std::shared_ptr<transport::ConnectionCore>> accepted;      // guarded by mu
-  std::vector<std::shared_ptr<transport::ConnectionCore>> connections;  // guarded by mu
+  std::deque<std::shared_ptr<transport::ConnectionCore>> accepted GUARDED_BY(mu);
+  std::vector<std::shared_ptr<transport::ConnectionCore>> connections GUARDED_BY(mu);
   // Tickets of the connections that do not hold their own (the local
   // transport's), given back when the engine lets the connection go.
-  std::map<const transport::ConnectionCore*, std::unique_ptr<core::Admission::Ticket>> tickets;  // guarded by mu
-  uint64_t next_connection_id = 1;                                                    // guarded by mu
-  bool stopping = false;                                                              // guarded by mu
-  size_t next_note_from = 0;  // guarded by mu: where the engine-wide stream looks first
+  std::map<const transport::ConnectionCore*, std::unique_ptr<core::Admission::Ticket>> tickets GUARDED_BY(mu);
+  uint64_t next_connection_id GUARDED_BY(mu) = 1;
+  bool stopping GUARDED_BY(mu) = false;
+  size_t next_note_from GUARDED_BY(mu) = 0;  // where the engine-wide stream looks first
   std::thread heartbeat;
   // With Options::directory: the client for lookups, and the thread that
   // keeps this engine's entry alive (deleted first on shutdown).
   std::unique_ptr<Directory> directory;
   std::unique_ptr<directory::Publisher> publisher;
 
-  uint64_t next_id() {
-    std::lock_guard lock(mu);
+  uint64_t next_id() EXCLUDES(mu) {
+    platform::MutexLock lock(mu);
     return next_connection_id++;
   }
 
   // Lists `c` (and keeps `ticket` while it is listed). False, with `c`
   // closed, once the engine is stopping.
-  bool adopt(const std::shared_ptr<transport::ConnectionCore>& c, std::unique_ptr<core::Admission::Ticket> ticket) {
+  bool adopt(const std::shared_ptr<transport::ConnectionCore>& c, std::unique_ptr<core::Admission::Ticket> ticket)
+      EXCLUDES(mu) {
     {
-      std::lock_guard lock(mu);
+      platform::MutexLock lock(mu);
       if (!stopping) {
         connections.push_back(c);
         if (ticket) tickets[c.get()] = std::move(ticket);
@@ -76,18 +77,18 @@ struct Engine::Impl {
   // Connections that failed before the application accepted them leave the
   // queue, and what they received with them: none can carry a transfer.
   // The heartbeat then closes them, as nobody holds them any more.
-  void prune_accepted_locked() {
+  void prune_accepted_locked() REQUIRES(mu) {
     std::erase_if(accepted, [](const std::shared_ptr<transport::ConnectionCore>& c) { return !c->health().ok(); });
   }
 
-  void heartbeat_loop() {
+  void heartbeat_loop() EXCLUDES(mu) {
     const Options& o = ctx->options;
     // Ticks often enough to notice silence within a tenth of peer_timeout.
     auto period = std::min(o.heartbeat_interval / 2, o.peer_timeout / 10);
     if (period < std::chrono::milliseconds(5)) period = std::chrono::milliseconds(5);
-    std::unique_lock lock(mu);
+    platform::UniqueLock lock(mu);
     while (!stopping) {
-      heartbeat_cv.wait_for(lock, period);
+      heartbeat_cv.wait_for(lock.native(), period);
       if (stopping) break;
       std::vector<std::shared_ptr<transport::ConnectionCore>> live = connections;
       lock.unlock();
@@ -118,9 +119,9 @@ struct Engine::Impl {
   }
 
   // A closer thread's work: close, then unlist.
-  void close_dropped(const std::shared_ptr<transport::ConnectionCore>& conn, std::atomic<bool>& done) {
+  void close_dropped(const std::shared_ptr<transport::ConnectionCore>& conn, std::atomic<bool>& done) EXCLUDES(mu) {
     conn->close();
-    std::lock_guard lock(mu);
+    platform::MutexLock lock(mu);
     closing.erase(conn.get());
     // The destructor may have taken the list meanwhile.
     auto it = std::find(connections.begin(), connections.end(), conn);
@@ -133,8 +134,8 @@ struct Engine::Impl {
     std::thread thread;
     std::shared_ptr<std::atomic<bool>> done;
   };
-  std::vector<Closer> closers;              // guarded by mu (joined by the heartbeat or the destructor)
-  std::set<const transport::ConnectionCore*> closing;  // guarded by mu: a closer runs for these
+  std::vector<Closer> closers GUARDED_BY(mu);                         // joined by the heartbeat or the destructor
+  std::set<const transport::ConnectionCore*> closing GUARDED_BY(mu);  // a closer runs for these
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -243,7 +244,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
       [raw](std::shared_ptr<transport::ConnectionCore> c, std::unique_ptr<core::Admission::Ticket> ticket) {
         if (!raw->adopt(c, std::move(ticket))) return;
         {
-          std::lock_guard lock(raw->mu);
+          platform::MutexLock lock(raw->mu);
           if (raw->stopping) return;
           raw->prune_accepted_locked();
           raw->accepted.push_back(std::move(c));
@@ -287,7 +288,7 @@ Engine::~Engine() {
   std::vector<std::shared_ptr<transport::ConnectionCore>> conns;
   std::map<const transport::ConnectionCore*, std::unique_ptr<core::Admission::Ticket>> tickets;
   {
-    std::lock_guard lock(impl_->mu);
+    platform::MutexLock lock(impl_->mu);
     impl_->stopping = true;
     conns.swap(impl_->connections);
     tickets.swap(impl_->tickets);
@@ -300,7 +301,7 @@ Engine::~Engine() {
   impl_->listener->stop();
   std::vector<Impl::Closer> closers;
   {
-    std::lock_guard lock(impl_->mu);
+    platform::MutexLock lock(impl_->mu);
     closers.swap(impl_->closers);
   }
   for (auto& k : closers) k.thread.join();
@@ -329,7 +330,7 @@ Status Engine::dereg(const Region& region) {
   // Local peers may hold handles to it: tell them, then drop what was made.
   std::vector<std::shared_ptr<transport::ConnectionCore>> conns;
   {
-    std::lock_guard lock(impl_->mu);
+    platform::MutexLock lock(impl_->mu);
     conns = impl_->connections;
   }
   for (auto& c : conns) c->region_retired(region.id);
@@ -414,7 +415,7 @@ std::optional<Notification> Engine::poll_notification() {
   std::vector<std::shared_ptr<transport::ConnectionCore>> conns;
   size_t first = 0;
   {
-    std::lock_guard lock(impl_->mu);
+    platform::MutexLock lock(impl_->mu);
     conns = impl_->connections;
     first = impl_->next_note_from++;
   }
@@ -436,7 +437,7 @@ Result<Notification> Engine::wait_notification(Deadline deadline) {
     // Read before looking: a note queued after the look moves it.
     uint64_t seen = impl_->ctx->notifications.seq();
     {
-      std::lock_guard lock(impl_->mu);
+      platform::MutexLock lock(impl_->mu);
       if (impl_->stopping) return Status(Code::kCancelled, "wait_notification: the engine was closed");
     }
     if (auto note = poll_notification()) return std::move(*note);
@@ -447,14 +448,14 @@ Result<Notification> Engine::wait_notification(Deadline deadline) {
 }
 
 Result<std::shared_ptr<Connection>> Engine::accept(Deadline deadline) {
-  std::unique_lock lock(impl_->mu);
-  auto ready = [&] {
+  platform::UniqueLock lock(impl_->mu);
+  auto ready = [&]() REQUIRES(impl_->mu) {
     impl_->prune_accepted_locked();
     return impl_->stopping || !impl_->accepted.empty();
   };
   if (deadline == kNoDeadline) {
-    impl_->accept_cv.wait(lock, ready);
-  } else if (!impl_->accept_cv.wait_until(lock, deadline, ready)) {
+    impl_->accept_cv.wait(lock.native(), ready);
+  } else if (!impl_->accept_cv.wait_until(lock.native(), deadline, ready)) {
     return Status(Code::kDeadlineExceeded, "accept: no peer connected to " + impl_->address + " by the deadline");
   }
   if (impl_->accepted.empty()) return Status(Code::kCancelled, "accept: the engine is shutting down");

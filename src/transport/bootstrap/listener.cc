@@ -70,7 +70,7 @@ TcpListener::~TcpListener() { stop(); }
 void TcpListener::stop() {
   std::map<uint64_t, Handshake> running;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     if (stopping_) return;
     stopping_ = true;
     for (auto& [id, h] : handshakes_) {
@@ -83,14 +83,20 @@ void TcpListener::stop() {
   if (accept_thread_.joinable()) accept_thread_.join();
   std::deque<Parked> parked;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     running.swap(handshakes_);
     parked.swap(parked_);
   }
   for (auto& [id, h] : running) {
     if (h.thread.joinable()) h.thread.join();
   }
-  pending_.clear();
+  // Every thread that could touch it has been joined; it is emptied under
+  // the lock all the same, and what it held closes outside it.
+  std::map<uint64_t, std::shared_ptr<Pending>> pending;
+  {
+    platform::MutexLock lock(mu_);
+    pending.swap(pending_);
+  }
 }
 
 void TcpListener::wake() {
@@ -121,7 +127,7 @@ void TcpListener::uncount_locked(Handshake& h) {
 }
 
 void TcpListener::uncount(uint64_t handshake_id) {
-  std::lock_guard lock(mu_);
+  platform::MutexLock lock(mu_);
   auto it = handshakes_.find(handshake_id);
   if (it != handshakes_.end()) uncount_locked(it->second);
 }
@@ -198,7 +204,7 @@ void TcpListener::place_locked(platform::Socket s) {
 
 void TcpListener::accept_loop() {
   std::vector<platform::Socket> fresh;
-  std::unique_lock lock(mu_);
+  platform::UniqueLock lock(mu_);
   while (!stopping_) {
     reap_locked();
     start_parked_locked();
@@ -238,7 +244,7 @@ void TcpListener::accept_loop() {
     if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
       FERRY_LOG(kWarn, "tcp", "accept: out of resources (errno %d); retrying", err);
       // Sleeping here (not spinning) gives descriptors a chance to be freed.
-      cv_.wait_for(lock, std::chrono::milliseconds(50));
+      cv_.wait_for(lock.native(), std::chrono::milliseconds(50));
     } else if (err != 0) {
       FERRY_LOG(kError, "tcp", "accept failed (errno %d); the engine no longer accepts peers", err);
       return;
@@ -264,7 +270,7 @@ void TcpListener::serve(uint64_t handshake_id, platform::Socket s) {
     }
   }
   if (!st.ok()) FERRY_LOG(kWarn, "tcp", "dropped incoming stream from %s: %s", from.c_str(), st.to_string().c_str());
-  std::lock_guard lock(mu_);
+  platform::MutexLock lock(mu_);
   auto it = handshakes_.find(handshake_id);
   if (it != handshakes_.end()) {
     it->second.done = true;
@@ -276,7 +282,7 @@ void TcpListener::serve(uint64_t handshake_id, platform::Socket s) {
 }
 
 Status TcpListener::attach_data(platform::Socket& s, const wire::Hello& hello) {
-  std::lock_guard lock(mu_);
+  platform::MutexLock lock(mu_);
   auto it = pending_.find(hello.cookie);
   if (it == pending_.end()) return Status(Code::kDataLoss, "data stream names no pending connection");
   Pending& p = *it->second;
@@ -356,7 +362,7 @@ Status TcpListener::serve_control(uint64_t handshake_id, platform::Socket& s, co
   accepted.cookie = platform::random_u64();
   accepted.connection_id = next_id_();
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     if (stopping_) return Status(Code::kCancelled, "engine stopping");
     pending_[accepted.cookie] = pending;
   }
@@ -365,12 +371,13 @@ Status TcpListener::serve_control(uint64_t handshake_id, platform::Socket& s, co
   uncount(handshake_id);
   bool all = false;
   if (st.ok()) {
-    std::unique_lock lock(mu_);
-    all = cv_.wait_until(lock, deadline, [&] { return stopping_ || pending->attached == pending->streams; }) &&
-          !stopping_;
+    platform::UniqueLock lock(mu_);
+    all = cv_.wait_until(lock.native(), deadline, [&]() REQUIRES(mu_) {
+      return stopping_ || pending->attached == pending->streams;
+    }) && !stopping_;
   }
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     pending_.erase(accepted.cookie);
   }
   if (!st.ok()) return st;

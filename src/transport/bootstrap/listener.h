@@ -21,12 +21,12 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/engine_context.h"
+#include "platform/mutex.h"
 #include "platform/socket.h"
 #include "transport/connection_core.h"
 #include "wire/handshake.h"
@@ -51,7 +51,7 @@ class TcpListener {
 
   uint16_t port() const { return port_; }
   // Stops accepting, aborts handshakes in progress and joins every thread.
-  void stop();
+  void stop() EXCLUDES(mu_);
 
  private:
   struct Pending {
@@ -75,26 +75,27 @@ class TcpListener {
 
   TcpListener(std::shared_ptr<core::EngineContext> ctx, platform::Socket listen, platform::Socket wake, uint16_t port,
               OnConnection on_connection, NextId next_id);
-  void accept_loop();
+  void accept_loop() EXCLUDES(mu_);
   // A new stream: handshaken now if both caps allow it, else parked, else
   // (too many parked) closed unread.
-  void place_locked(platform::Socket s);
+  void place_locked(platform::Socket s) REQUIRES(mu_);
   // Starts the parked streams the caps now allow (oldest first) and closes
   // those parked for kHandshakeWait.
-  void start_parked_locked();
-  bool fits_locked(const std::string& host) const;
-  void start_handshake_locked(platform::Socket s, std::string host);
+  void start_parked_locked() REQUIRES(mu_);
+  bool fits_locked(const std::string& host) const REQUIRES(mu_);
+  void start_handshake_locked(platform::Socket s, std::string host) REQUIRES(mu_);
   // Logs (at most once a second) that a stream of `host` was closed unread.
-  void closed_unread_locked(const std::string& host);
+  void closed_unread_locked(const std::string& host) REQUIRES(mu_);
   // Wakes the accept loop from its poll.
   void wake();
-  void serve(uint64_t handshake_id, platform::Socket s);
-  Status serve_control(uint64_t handshake_id, platform::Socket& s, const wire::Hello& hello, Deadline deadline);
-  Status attach_data(platform::Socket& s, const wire::Hello& hello);
-  void reap_locked();
+  void serve(uint64_t handshake_id, platform::Socket s) EXCLUDES(mu_);
+  Status serve_control(uint64_t handshake_id, platform::Socket& s, const wire::Hello& hello, Deadline deadline)
+      EXCLUDES(mu_);
+  Status attach_data(platform::Socket& s, const wire::Hello& hello) EXCLUDES(mu_);
+  void reap_locked() REQUIRES(mu_);
   // The handshake no longer counts against max_handshakes.
-  void uncount(uint64_t handshake_id);
-  void uncount_locked(Handshake& h);
+  void uncount(uint64_t handshake_id) EXCLUDES(mu_);
+  void uncount_locked(Handshake& h) REQUIRES(mu_);
 
   const std::shared_ptr<core::EngineContext> ctx_;
   platform::Socket listen_;  // non-blocking
@@ -104,16 +105,16 @@ class TcpListener {
   const NextId next_id_;
   std::thread accept_thread_;
 
-  std::mutex mu_;
+  platform::Mutex mu_;
   std::condition_variable cv_;
-  bool stopping_ = false;                                 // guarded by mu_
-  uint64_t next_handshake_ = 1;                           // guarded by mu_
-  std::map<uint64_t, Handshake> handshakes_;              // guarded by mu_
-  int counted_ = 0;                                       // guarded by mu_: handshakes with `counted`
-  std::map<std::string, int> counted_by_host_;            // guarded by mu_: the same, per peer address
-  std::deque<Parked> parked_;                             // guarded by mu_: oldest first
-  Clock::time_point busy_logged_{};                       // guarded by mu_: last warning of a stream closed unread
-  std::map<uint64_t, std::shared_ptr<Pending>> pending_;  // guarded by mu_, by cookie
+  bool stopping_ GUARDED_BY(mu_) = false;
+  uint64_t next_handshake_ GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, Handshake> handshakes_ GUARDED_BY(mu_);
+  int counted_ GUARDED_BY(mu_) = 0;                                       // handshakes with `counted`
+  std::map<std::string, int> counted_by_host_ GUARDED_BY(mu_);            // the same, per peer address
+  std::deque<Parked> parked_ GUARDED_BY(mu_);                             // oldest first
+  Clock::time_point busy_logged_ GUARDED_BY(mu_){};                       // last warning of a stream closed unread
+  std::map<uint64_t, std::shared_ptr<Pending>> pending_ GUARDED_BY(mu_);  // by cookie
 };
 
 }  // namespace ferry::bootstrap
