@@ -115,7 +115,9 @@ class Connection {
   // result, so these never return while the engine still uses the buffer and
   // a received message is never dropped. A send returns kDeadlineExceeded at
   // the deadline and goes on: a message once posted is not withdrawn, since
-  // the peer may be receiving it (send_async gives a handle to follow it).
+  // the peer may be receiving it (send_async gives a handle to follow it);
+  // notify likewise. Each is Transfer::wait_or_cancel: kCancelOrFinish for
+  // recv, recvv, write and read, kLeave for send, sendv and notify.
   Status send(const void* data, size_t size, Deadline deadline = kNoDeadline);
   Status sendv(std::span<const ConstBuffer> parts, Deadline deadline = kNoDeadline);
   // Returns the message size.

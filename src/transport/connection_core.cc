@@ -38,7 +38,7 @@ ConnectionCore::~ConnectionCore() {
 // ---- the latch -----------------------------------------------------------------
 
 Status ConnectionCore::health() const {
-  std::lock_guard lock(health_mu_);
+  platform::MutexLock lock(health_mu_);
   return health_;
 }
 
@@ -51,7 +51,7 @@ void ConnectionCore::fail(const Status& reason) {
   Status why = reason;
   {
     // The reason is in place before anyone can see failed_ set.
-    std::lock_guard lock(health_mu_);
+    platform::MutexLock lock(health_mu_);
     if (failed_.load(std::memory_order_relaxed)) return;
     // Once close() began here, whatever the peer did next is this side's
     // own closing: pending transfers end cancelled, as close() promises.
@@ -69,7 +69,7 @@ void ConnectionCore::fail(const Status& reason) {
   {
     // Receives posted after this find failed_ set (new_state and recv check
     // it under mu_), so none is left behind.
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     posted.swap(posted_);
     for (const ArrivedMessage& m : unexpected_) budget_->give(held_cost(m));
     unexpected_.clear();
@@ -134,7 +134,7 @@ Transfer ConnectionCore::recvv_async(std::span<const MutableBuffer> parts) {
   Transfer handle(recv.state);
   ArrivedMessage msg;
   {
-    std::unique_lock lock(mu_);
+    platform::UniqueLock lock(mu_);
     // fail() sets failed_ before it takes mu_ to empty posted_: a receive
     // queued after that would never end.
     if (failed()) {
@@ -150,7 +150,7 @@ Transfer ConnectionCore::recvv_async(std::span<const MutableBuffer> parts) {
         auto st = weak.lock();
         if (!core || !st) return false;
         {
-          std::lock_guard lock(core->mu_);
+          platform::MutexLock lock(core->mu_);
           auto it = std::find_if(core->posted_.begin(), core->posted_.end(),
                                  [&](const PostedRecv& r) { return r.state == st; });
           if (it == core->posted_.end()) return false;
@@ -170,11 +170,11 @@ Transfer ConnectionCore::recvv_async(std::span<const MutableBuffer> parts) {
 }
 
 Result<uint64_t> ConnectionCore::probe(Deadline deadline) {
-  std::unique_lock lock(mu_);
-  auto ready = [&] { return !unexpected_.empty() || failed(); };
+  platform::UniqueLock lock(mu_);
+  auto ready = [&]() REQUIRES(mu_) { return !unexpected_.empty() || failed(); };
   if (deadline == kNoDeadline) {
-    arrived_.wait(lock, ready);
-  } else if (!arrived_.wait_until(lock, deadline, ready)) {
+    arrived_.wait(lock.native(), ready);
+  } else if (!arrived_.wait_until(lock.native(), deadline, ready)) {
     return Status(Code::kDeadlineExceeded, where() + ": probe: no message arrived by the deadline");
   }
   if (!unexpected_.empty()) return unexpected_.front().size;
@@ -185,7 +185,7 @@ Result<uint64_t> ConnectionCore::probe(Deadline deadline) {
 std::optional<PostedRecv> ConnectionCore::take_posted() {
   std::optional<PostedRecv> recv;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     if (posted_.empty()) return std::nullopt;
     recv.emplace(std::move(posted_.front()));
     posted_.pop_front();
@@ -195,7 +195,7 @@ std::optional<PostedRecv> ConnectionCore::take_posted() {
 }
 
 bool ConnectionCore::has_posted() {
-  std::lock_guard lock(mu_);
+  platform::MutexLock lock(mu_);
   return !posted_.empty();
 }
 
@@ -206,7 +206,7 @@ size_t ConnectionCore::held_cost(const ArrivedMessage& msg) {
 Status ConnectionCore::arrive(ArrivedMessage msg) {
   PostedRecv recv;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     if (posted_.empty()) {
       // What no receive has claimed is held for the peer: within the budget.
       if (!budget_->take(held_cost(msg))) return exhausted("messages no receive was posted for");
@@ -380,22 +380,6 @@ Result<std::string> ConnectionCore::wait_notification(Deadline deadline) {
 namespace ferry {
 namespace {
 
-// Send, recv, write and read return only once the engine is done with the
-// caller's memory. Past the deadline, an operation that can still stop is
-// cancelled (kDeadlineExceeded); one already moving data runs to its end (it
-// ends, or fails within peer_timeout if the peer is lost; none of these waits
-// on the peer application) and its own result is returned: returning earlier
-// would leave bytes landing in a buffer the caller believes free, and a
-// received message unaccounted for. A send past its deadline may wait on
-// the peer application posting a receive, so it returns kDeadlineExceeded
-// and goes on (wait on send_async's handle to know).
-Status finish_by(const Transfer& t, Deadline deadline) {
-  Status s = t.wait(deadline);
-  if (t.test()) return t.status();
-  if (t.cancel()) return s;
-  return t.wait(kNoDeadline);
-}
-
 transport::ConnectionCore& core_of(Connection* c) { return static_cast<transport::ConnectionCore&>(*c); }
 const transport::ConnectionCore& core_of(const Connection* c) {
   return static_cast<const transport::ConnectionCore&>(*c);
@@ -443,30 +427,35 @@ std::string Connection::peer_address() const { return core_of(this).peer_address
 std::string_view Connection::transport_name() const { return core_of(this).transport_name(); }
 
 
+// The blocking forms: post, then wait by the one deadline policy
+// (Transfer::wait_or_cancel), which Python's blocking calls use too.
 Status Connection::send(const void* data, size_t size, Deadline deadline) {
-  return send_async(data, size).wait(deadline);
+  return send_async(data, size).wait_or_cancel(deadline, PastDeadline::kLeave);
 }
 Status Connection::sendv(std::span<const ConstBuffer> parts, Deadline deadline) {
-  return sendv_async(parts).wait(deadline);
+  return sendv_async(parts).wait_or_cancel(deadline, PastDeadline::kLeave);
 }
 Result<size_t> Connection::recv(void* data, size_t capacity, Deadline deadline) {
   Transfer t = recv_async(data, capacity);
-  FERRY_RETURN_IF_ERROR(finish_by(t, deadline));
+  FERRY_RETURN_IF_ERROR(t.wait_or_cancel(deadline, PastDeadline::kCancelOrFinish));
   return t.bytes();
 }
 Result<size_t> Connection::recvv(std::span<const MutableBuffer> parts, Deadline deadline) {
   Transfer t = recvv_async(parts);
-  FERRY_RETURN_IF_ERROR(finish_by(t, deadline));
+  FERRY_RETURN_IF_ERROR(t.wait_or_cancel(deadline, PastDeadline::kCancelOrFinish));
   return t.bytes();
 }
 Status Connection::write(const void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset,
                          std::string_view notification, Deadline deadline) {
-  return finish_by(write_async(local, size, remote, remote_offset, notification), deadline);
+  return write_async(local, size, remote, remote_offset, notification)
+      .wait_or_cancel(deadline, PastDeadline::kCancelOrFinish);
 }
 Status Connection::read(void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset,
                         Deadline deadline) {
-  return finish_by(read_async(local, size, remote, remote_offset), deadline);
+  return read_async(local, size, remote, remote_offset).wait_or_cancel(deadline, PastDeadline::kCancelOrFinish);
 }
-Status Connection::notify(std::string_view message, Deadline deadline) { return notify_async(message).wait(deadline); }
+Status Connection::notify(std::string_view message, Deadline deadline) {
+  return notify_async(message).wait_or_cancel(deadline, PastDeadline::kLeave);
+}
 
 }  // namespace ferry

@@ -18,13 +18,13 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 
 #include "core/engine_context.h"
 #include "core/notification_queue.h"
 #include "ferry/engine.h"
+#include "platform/mutex.h"
 #include "transport/transport.h"
 
 namespace ferry::transport {
@@ -133,12 +133,12 @@ class ConnectionCore final : public Connection, public std::enable_shared_from_t
   std::atomic<bool> failed_{false};
   std::atomic<bool> closed_{false};
   std::atomic<bool> closed_by_peer_{false};
-  mutable std::mutex health_mu_;
-  Status health_;  // guarded by health_mu_
+  mutable platform::Mutex health_mu_;
+  Status health_ GUARDED_BY(health_mu_);
 
-  std::mutex mu_;
-  std::deque<PostedRecv> posted_;          // guarded by mu_
-  std::deque<ArrivedMessage> unexpected_;  // guarded by mu_
+  platform::Mutex mu_;
+  std::deque<PostedRecv> posted_ GUARDED_BY(mu_);
+  std::deque<ArrivedMessage> unexpected_ GUARDED_BY(mu_);
   std::condition_variable arrived_;  // with mu_: a message joined unexpected_, or the connection failed
 
   // What the peer can make this side hold (unmatched messages,

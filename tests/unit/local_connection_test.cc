@@ -194,5 +194,38 @@ TEST(LocalConnection, NoByteLandsInAReceiveBufferDeregisteredWhileThePeerWritesI
   ::munmap(mine, n);
 }
 
+// The first write into an export starts its copy on the progress thread,
+// once the peer's answer opening the export arrives. A large host copy there
+// used to hold that thread for its whole length, and no acknowledgement or
+// notification moved meanwhile: a notification posted right after the write
+// finished only after it. The copy now goes to the copier's helpers.
+TEST(LocalConnection, AFirstLargeWriteIntoAnExportLeavesTheProgressThreadFree) {
+  EnginePair p = connect_local();
+  ASSERT_TRUE(p.ca && p.cb);
+  const size_t size = (256u << 20) + 13;
+  std::vector<uint8_t> src(size), dst(size + 64);
+  std::mt19937_64 rng(26);
+  for (size_t i = 0; i + 8 <= size; i += 8) {
+    uint64_t v = rng();
+    std::memcpy(src.data() + i, &v, 8);
+  }
+  for (size_t i = size & ~size_t{7}; i < size; ++i) src[i] = static_cast<uint8_t>(rng());
+  ASSERT_TRUE(p.a->reg(src.data(), src.size()).ok());
+  auto region = p.b->reg(dst.data(), dst.size());
+  ASSERT_TRUE(region.ok());
+  auto desc = p.b->export_region(*region, 64 - 5, size);
+  ASSERT_TRUE(desc.ok());
+  Transfer w = p.ca->write_async(src.data(), size, *desc, 0);
+  Transfer n = p.ca->notify_async("behind the write");
+  ASSERT_TRUE(n.wait(after(20s)).ok());
+  bool write_was_running = !w.test();
+  ASSERT_TRUE(w.wait(after(60s)).ok());
+  EXPECT_TRUE(write_was_running) << "the notification was confirmed only after the 256 MiB copy ended";
+  EXPECT_EQ(0, std::memcmp(dst.data() + 64 - 5, src.data(), size));
+  auto note = p.cb->wait_notification(after(5s));
+  ASSERT_TRUE(note.ok()) << note.status().to_string();
+  EXPECT_EQ(note.value(), "behind the write");
+}
+
 }  // namespace
 }  // namespace ferry

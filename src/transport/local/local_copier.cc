@@ -161,7 +161,7 @@ Status LocalCopier::copy_gpu_piece(uint8_t* local, int local_device, const Share
 }
 
 Status LocalCopier::start(const core::SegmentList& local, const std::vector<SharedSpan>& remote, uint64_t size,
-                          bool to_remote, Done when_done) {
+                          bool to_remote, Done when_done, HostCopyBy by) {
   FERRY_RETURN_IF_ERROR(peer_check_());
   // Every way a copy ends passes here, after its last byte moved.
   Done done = [this, when_done = std::move(when_done)](const Status& st) {
@@ -224,6 +224,10 @@ Status LocalCopier::start(const core::SegmentList& local, const std::vector<Shar
     roff += n;
     if (loff == l.size) ++li, loff = 0;
     if (roff == r.length) ++ri, roff = 0;
+  }
+  if (by == HostCopyBy::kHelpers && used.empty() && size >= kOffloadBytes &&
+      offload(near_iov, far_iov, to_remote, done)) {
+    return Status();
   }
   Status host_status;
   if (!near_iov.empty()) host_status = cross_copy(near_iov, far_iov, to_remote);
@@ -319,6 +323,13 @@ struct LocalCopier::HostCopy {
   std::atomic<bool> failed{false};
   std::mutex mu;
   Status first_error;  // guarded by mu
+  // Offloaded (the helpers alone copy it): what ends it, and the copy
+  // itself, held until the last helper out ends it.
+  Done on_end;
+  std::shared_ptr<HostCopy> keep;
+  bool ended = false;  // guarded by the copier's helpers_mu_
+
+  bool all_taken() const { return failed.load(std::memory_order_acquire) || next.load() >= near.size(); }
 
   // Copies pieces until none is left or one failed.
   void run(const LocalCopier& c) {
@@ -369,6 +380,51 @@ Status LocalCopier::cross_copy(const std::vector<iovec>& near, const std::vector
   return job.first_error;
 }
 
+bool LocalCopier::offload(const std::vector<iovec>& near, const std::vector<iovec>& far, bool to_remote,
+                          Done& done) {
+  size_t helpers = start_helpers();
+  if (helpers == 0) return false;
+  size_t total = 0;
+  for (const iovec& v : near) total += v.iov_len;
+  size_t per = std::min(kCrossPiece, (total + helpers - 1) / helpers);
+  auto job = std::make_shared<HostCopy>();
+  job->near = cut(near, per);
+  job->far = cut(far, per);
+  job->to_remote = to_remote;
+  job->wanted = std::min(helpers, job->near.size());
+  job->on_end = std::move(done);
+  job->keep = job;
+  host_copies_.fetch_add(1, std::memory_order_acq_rel);
+  offloaded_.fetch_add(1, std::memory_order_acq_rel);
+  {
+    std::lock_guard lock(helpers_mu_);
+    wanting_.push_back(job.get());
+  }
+  work_cv_.notify_all();
+  return true;
+}
+
+void LocalCopier::left(HostCopy* job, std::unique_lock<std::mutex>& lock) {
+  if (--job->working == 0) left_cv_.notify_all();
+  if (!job->on_end || job->working != 0 || job->ended || !job->all_taken()) return;
+  // No piece is left and nobody copies: no helper may join any more.
+  job->ended = true;
+  auto it = std::find(wanting_.begin(), wanting_.end(), job);
+  if (it != wanting_.end()) wanting_.erase(it);
+  std::shared_ptr<HostCopy> keep = std::move(job->keep);
+  lock.unlock();
+  Status s;
+  {
+    std::lock_guard l(keep->mu);
+    s = keep->first_error;
+  }
+  keep->on_end(s);
+  keep.reset();
+  offloaded_.fetch_sub(1, std::memory_order_acq_rel);
+  host_copies_.fetch_sub(1, std::memory_order_acq_rel);
+  lock.lock();
+}
+
 size_t LocalCopier::start_helpers() {
   std::lock_guard lock(helpers_mu_);
   if (helpers_.size() >= kCrossThreads - 1 || helpers_end_) return helpers_.size();
@@ -413,7 +469,7 @@ void LocalCopier::helper_loop(size_t index) {
     lock.unlock();
     job->run(*this);
     lock.lock();
-    if (--job->working == 0) left_cv_.notify_all();
+    left(job, lock);
   }
 }
 
@@ -462,6 +518,11 @@ bool LocalCopier::poll() {
 }
 
 void LocalCopier::drain() {
+  // Host copies handed to the helpers end on their own (the kernel copies
+  // page by page): polled, since they end seldom and this waits seldom.
+  while (offloaded_.load(std::memory_order_acquire) != 0) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
   const auto& d = platform::cuda();
   if (!d.available()) return;
   {

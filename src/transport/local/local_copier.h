@@ -80,16 +80,26 @@ class LocalCopier {
     return !(any_gpu(local) && any_host(remote));
   }
 
+  // Who moves a host-only copy of kOffloadBytes or more.
+  enum class HostCopyBy {
+    kCallerAndHelpers,  // the calling thread, helped: start returns once it ended
+    kHelpers,  // the helpers alone: start returns at once (for a thread that must not stall: the progress thread)
+  };
+
   // Copies the first `size` bytes of `local` to (to_remote) or from the
-  // remote spans. Host-only parts finish before start returns; GPU parts are
-  // queued and finish in poll(). `done` runs exactly once, on the thread that
-  // finishes the last part, unless start returns an error (then never).
+  // remote spans. Host-only parts finish before start returns unless `by`
+  // hands them to the helpers (a copy with GPU parts, a small one, or one no
+  // helper can take is the caller's after all); GPU parts are queued and
+  // finish in poll(). `done` runs exactly once, on the thread that finishes
+  // the last part, unless start returns an error (then never).
   Status start(const core::SegmentList& local, const std::vector<SharedSpan>& remote, uint64_t size, bool to_remote,
-               Done done);
+               Done done, HostCopyBy by = HostCopyBy::kCallerAndHelpers);
   // Completes queued copies whose events fired; true if any did. Never blocks.
   bool poll();
   bool busy() const;
-  // Waits for every queued copy (used before mappings close). Blocks.
+  // Waits for every queued copy, and every host copy handed to the helpers
+  // (used before mappings close, and when the peer revokes an export).
+  // Blocks.
   void drain();
   // Refuses copies from now on (start() gives kCancelled), then waits for
   // every copy already running, on any thread, host copies too, and ends the
@@ -112,6 +122,9 @@ class LocalCopier {
   // Host copies go in pieces of at most this size, the peer checked before
   // each: what a resumed copy can still write into memory its owner gave up.
   static constexpr size_t kCrossPiece = 8u << 20;
+  // Host copies from this size on may go to the helpers alone (HostCopyBy):
+  // below it a copy costs less than the hand-off.
+  static constexpr size_t kOffloadBytes = 1u << 20;
   // After the kernel refused a helper, how long large copies go without it
   // before the copier asks again.
   static constexpr std::chrono::seconds kHelperRetry{1};
@@ -119,6 +132,12 @@ class LocalCopier {
   struct HostCopy;  // the pieces of one host copy and who copies them (local_copier.cc)
 
   Status cross_copy(const std::vector<iovec>& near, const std::vector<iovec>& far, bool to_remote);
+  // Hands a host copy to the helpers alone; `done` runs on the one that ends
+  // it. False (nothing taken) when no helper runs.
+  bool offload(const std::vector<iovec>& near, const std::vector<iovec>& far, bool to_remote, Done& done);
+  // A helper left `job`: the last one out of an offloaded copy ends it.
+  // Called with `lock` (on helpers_mu_) held; may release it meanwhile.
+  void left(HostCopy* job, std::unique_lock<std::mutex>& lock);
   // Starts the helpers that are not running (at most once per kHelperRetry
   // after a refusal); returns how many run.
   size_t start_helpers();
@@ -139,7 +158,8 @@ class LocalCopier {
   std::vector<InFlight> inflight_;               // guarded by mu_
   std::atomic<size_t> inflight_count_{0};        // inflight_.size(), readable without mu_
   bool stopped_ = false;                         // guarded by mu_
-  std::atomic<int> host_copies_{0};              // cross-memory copies running on callers' threads
+  std::atomic<int> host_copies_{0};              // cross-memory copies running (on callers' threads or offloaded)
+  std::atomic<int> offloaded_{0};                // of which the helpers run alone
 
   const CopyHelpers helpers_config_;
   std::mutex helpers_mu_;

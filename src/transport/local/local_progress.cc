@@ -21,7 +21,7 @@ using wire::FrameType;
 
 bool LocalTransport::has_pending() {
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     if (!expected_.empty()) return true;
   }
   return core_.has_posted();
@@ -47,6 +47,7 @@ bool LocalTransport::next_message(std::string& msg) {
 }
 
 void LocalTransport::progress_loop() {
+  progress_id_.store(std::this_thread::get_id(), std::memory_order_release);
   auto last_activity = Clock::now();
   std::string msg;
   unsigned idle_spins = 0;
@@ -119,7 +120,7 @@ Status LocalTransport::handle(const std::string& msg) {
     case FrameType::kAck: {
       Completion c;
       {
-        std::lock_guard lock(mu_);
+        platform::MutexLock lock(mu_);
         auto it = expected_.find(h.id);
         if (it == expected_.end()) return Status();  // already failed locally
         c = std::move(it->second);
@@ -186,7 +187,7 @@ Status LocalTransport::on_cts(const FrameHeader& h, std::string_view payload) {
   core::SegmentList source;
   Completion done;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     auto it = pending_sources_.find(h.id);
     auto e = expected_.find(h.id);
     if (it == pending_sources_.end() || e == expected_.end()) {
@@ -217,7 +218,8 @@ Status LocalTransport::on_cts(const FrameHeader& h, std::string_view payload) {
     finish(Status(Code::kNotFound, where() + ": send buffer was deregistered"));
     return Status();
   }
-  Status s = copier_.start(source, spans, size, true, [finish, access](const Status& st) { finish(st); });
+  Status s = copier_.start(source, spans, size, true, [finish, access](const Status& st) { finish(st); },
+                           LocalCopier::HostCopyBy::kHelpers);
   if (!s.ok()) finish(s.with_context(where()));
   return Status();
 }
@@ -247,7 +249,7 @@ Status LocalTransport::on_open(const FrameHeader& h) {
     return Status();
   }
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     shared_exports_[h.a] = span->region->region.id;
   }
   r.c = h.c;
@@ -268,7 +270,7 @@ Status LocalTransport::on_export(const FrameHeader& h, std::string_view aux, std
   Status malformed;
   std::vector<std::function<void(Result<const ExportInfo*>)>> waiters;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     auto w = opening_.find(key);
     if (w == opening_.end()) return Status();
     waiters = std::move(w->second);
@@ -284,7 +286,7 @@ Status LocalTransport::on_export(const FrameHeader& h, std::string_view aux, std
       result = &(exports_[key] = std::move(info));
     }
   }
-  std::shared_lock gate(revoke_mu_);
+  platform::ReaderLock gate(revoke_mu_);
   for (auto& w : waiters) w(result);
   return malformed;
 }
@@ -317,7 +319,8 @@ Status LocalTransport::on_pull_or_push(const FrameHeader& h, std::string_view pa
     return Status();
   }
   // A pull copies the initiator's bytes here (from remote); a push sends ours there.
-  Status s = copier_.start(list, *spans, h.d, !pull, [finish, access](const Status& st) { finish(st); });
+  Status s = copier_.start(list, *spans, h.d, !pull, [finish, access](const Status& st) { finish(st); },
+                           LocalCopier::HostCopyBy::kHelpers);
   if (!s.ok()) finish(s);
   return Status();
 }
@@ -326,7 +329,7 @@ void LocalTransport::region_retired(uint64_t region_id) {
   std::vector<uint64_t> exports, allocs;
   bool received_into = false;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     received_into = shared_receives_.erase(region_id) != 0;
     for (auto it = shared_exports_.begin(); it != shared_exports_.end();) {
       if (it->second == region_id) {
@@ -401,8 +404,8 @@ Status LocalTransport::on_revoke(const FrameHeader& h, std::string_view payload)
   {
     // Exclusive: no application thread is between finding an export and
     // starting its copy (run_item holds the shared side).
-    std::unique_lock gate(revoke_mu_);
-    std::lock_guard lock(mu_);
+    platform::WriterLock gate(revoke_mu_);
+    platform::MutexLock lock(mu_);
     for (size_t i = 0; i < h.a; ++i) {
       for (auto it = exports_.begin(); it != exports_.end();) {
         it = it->first.first == values[i] ? exports_.erase(it) : std::next(it);

@@ -44,7 +44,8 @@ LocalTransport::LocalTransport(transport::ConnectionCore& core, LocalPeer peer, 
                 return Status(Code::kPeerLost, where() +
                                                    ": the peer gave up on the connection before this copy ended; "
                                                    "the bytes copied cannot be trusted");
-              }) {
+              },
+              CopyHelpers{"ferry-c" + std::to_string(core.id()) + "-x", /*cpus=*/{}}) {
   last_peer_beat_at_ = Clock::now();
 }
 
@@ -98,7 +99,7 @@ void LocalTransport::post(const FrameHeader& h, std::string_view aux, std::strin
     return;
   }
   {
-    std::lock_guard lock(out_mu_);
+    platform::MutexLock lock(out_mu_);
     if (outbox_.empty() && channel_.try_post(msg, {})) return;
     // A peer that stops reading its ring while it keeps asking would grow
     // the outbox without end: past the budget the message is dropped and
@@ -117,7 +118,7 @@ void LocalTransport::post(const FrameHeader& h, std::string_view aux, std::strin
 
 bool LocalTransport::flush_outbox() {
   if (outbox_size_.load(std::memory_order_acquire) == 0) return false;
-  std::lock_guard lock(out_mu_);
+  platform::MutexLock lock(out_mu_);
   bool any = false;
   while (!outbox_.empty() && channel_.try_post(outbox_.front(), {})) {
     core_.budget().give(outbox_.front().size());
@@ -130,7 +131,7 @@ bool LocalTransport::flush_outbox() {
 
 void LocalTransport::expect(uint64_t id, Completion c) {
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     // fail() sets failed_ before it takes mu_ to empty these tables: an
     // entry added after that would never be completed.
     if (!core_.failed()) {
@@ -153,7 +154,7 @@ void LocalTransport::answer(uint64_t id, const Status& s) {
 Status LocalTransport::describe_span(const core::MemorySpan& span, std::vector<SharedSpan>& out) {
   size_t first = out.size();
   FERRY_RETURN_IF_ERROR(ctx_->gpu_exports->describe(span, out));
-  std::lock_guard lock(mu_);
+  platform::MutexLock lock(mu_);
   for (size_t i = first; i < out.size(); ++i) {
     if (out[i].gpu()) shared_allocs_[span.region->region.id].insert(out[i].alloc_base);
   }
@@ -216,7 +217,7 @@ void LocalTransport::start_send(const std::shared_ptr<TransferState>& state, cor
   expect(op, done);
   h.type = FrameType::kLocalRts;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     pending_sources_[op] = std::move(source);
   }
   post(h, {}, payload);
@@ -288,7 +289,7 @@ void LocalTransport::match(transport::PostedRecv recv, transport::ArrivedMessage
     }
     {
       // A dereg of the buffer now waits for the peer to stop writing it.
-      std::lock_guard lock(mu_);
+      platform::MutexLock lock(mu_);
       for (const core::MemorySpan& span : recv.dest.spans()) shared_receives_.insert(span.region->region.id);
     }
     uint64_t token = state->id();
@@ -312,10 +313,13 @@ void LocalTransport::match(transport::PostedRecv recv, transport::ArrivedMessage
     return;
   }
   std::weak_ptr<transport::ConnectionCore> self = core_.weak_from_this();
-  Status s = copier_.start(recv.dest, source, msg.size, false, [this, self, state, op, access](const Status& st) {
-    if (auto core = self.lock()) answer(op, st);  // the transport lives as long as its core
-    state->finish(st);
-  });
+  Status s = copier_.start(
+      recv.dest, source, msg.size, false,
+      [this, self, state, op, access](const Status& st) {
+        if (auto core = self.lock()) answer(op, st);  // the transport lives as long as its core
+        state->finish(st);
+      },
+      copy_by());
   if (!s.ok()) {
     state->finish(s);
     answer(op, s);
@@ -362,8 +366,8 @@ void LocalTransport::start_read(const std::shared_ptr<TransferState>& state, tra
 void LocalTransport::with_export(const RemoteDescriptor& r, std::function<void(Result<const ExportInfo*>)> then) {
   auto key = std::make_pair(r.export_id, r.key);
   {
-    std::shared_lock gate(revoke_mu_);
-    std::unique_lock lock(mu_);
+    platform::ReaderLock gate(revoke_mu_);
+    platform::UniqueLock lock(mu_);
     auto it = exports_.find(key);
     if (it != exports_.end()) {
       const ExportInfo* info = &it->second;
@@ -423,8 +427,11 @@ void LocalTransport::run_item(const std::shared_ptr<TransferState>& state, const
       state->finish_part(Status(Code::kNotFound, where() + ": local buffer was deregistered"));
       return;
     }
-    Status s = copier_.start(item.local, remote, size, is_write,
-                             [state, access](const Status& st) { state->finish_part(st); });
+    // The first item to use an export runs here on the progress thread,
+    // once the peer opened it (on_export): a large host copy then goes to
+    // the copier's helpers, so acks and notifications do not wait for it.
+    Status s = copier_.start(
+        item.local, remote, size, is_write, [state, access](const Status& st) { state->finish_part(st); }, copy_by());
     if (!s.ok()) state->finish_part(s.with_context(where()));
     if (copier_.busy()) {
       // Queued GPU copies complete on the progress thread. A small copy has
@@ -537,7 +544,7 @@ void LocalTransport::failed(const Status& why) {
   std::unordered_map<uint64_t, Completion> expected;
   std::map<std::pair<uint64_t, uint64_t>, std::vector<std::function<void(Result<const ExportInfo*>)>>> opening;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     expected.swap(expected_);
     opening.swap(opening_);
     pending_sources_.clear();

@@ -31,9 +31,7 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
-#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -42,6 +40,7 @@
 #include "core/notification_queue.h"
 #include "core/segments.h"
 #include "core/transfer_state.h"
+#include "platform/mutex.h"
 #include "platform/socket.h"
 #include "transport/connection_core.h"
 #include "transport/transport.h"
@@ -143,6 +142,13 @@ class LocalTransport final : public transport::Transport {
 
   // Progress thread.
   void progress_loop();
+  // Large host copies started on the progress thread go to the copier's
+  // helpers: the thread must stay free for acks and notifications.
+  LocalCopier::HostCopyBy copy_by() const {
+    return std::this_thread::get_id() == progress_id_.load(std::memory_order_acquire)
+               ? LocalCopier::HostCopyBy::kHelpers
+               : LocalCopier::HostCopyBy::kCallerAndHelpers;
+  }
   // The next message from the peer's ring; false if none, or if the ring held
   // garbage (the connection then fails).
   bool next_message(std::string& msg);
@@ -177,6 +183,7 @@ class LocalTransport final : public transport::Transport {
   ShmChannel channel_;
   LocalCopier copier_;
   std::thread progress_;
+  std::atomic<std::thread::id> progress_id_{};  // the progress thread's, once it runs
   std::atomic<bool> stop_{false};
   std::atomic<bool> local_work_{false};  // set with a kick(): outbox or copies to poll
   // The connection's failure leaves the control stream open: an orderly
@@ -195,8 +202,8 @@ class LocalTransport final : public transport::Transport {
   uint64_t last_peer_beats_ = 0;           // heartbeat thread only
   Clock::time_point last_peer_beat_at_{};  // heartbeat thread only
 
-  std::mutex out_mu_;
-  std::deque<std::string> outbox_;  // guarded by out_mu_: encoded messages not yet in the ring
+  platform::Mutex out_mu_;
+  std::deque<std::string> outbox_ GUARDED_BY(out_mu_);  // encoded messages not yet in the ring
   // outbox_.size(), read without out_mu_ by the progress thread on every
   // turn. Taking the lock there made an application thread's post wait for
   // it and then wake it (two-GPU host: an RTS took 1.75 us to post, 0.7 now).
@@ -204,16 +211,16 @@ class LocalTransport final : public transport::Transport {
 
   // Shared while an export found in exports_ has its copy started; exclusive
   // while a revocation removes exports (see on_revoke).
-  std::shared_mutex revoke_mu_;
-  std::mutex mu_;
-  std::unordered_map<uint64_t, Completion> expected_;                // guarded by mu_: by local op id
-  std::unordered_map<uint64_t, core::SegmentList> pending_sources_;  // guarded by mu_: sends awaiting CTS
-  std::map<std::pair<uint64_t, uint64_t>, ExportInfo> exports_;      // guarded by mu_: (export id, key) of the peer
+  platform::SharedMutex revoke_mu_;
+  platform::Mutex mu_;
+  std::unordered_map<uint64_t, Completion> expected_ GUARDED_BY(mu_);                // by local op id
+  std::unordered_map<uint64_t, core::SegmentList> pending_sources_ GUARDED_BY(mu_);  // sends awaiting CTS
+  std::map<std::pair<uint64_t, uint64_t>, ExportInfo> exports_ GUARDED_BY(mu_);      // (export id, key) of the peer
   std::map<std::pair<uint64_t, uint64_t>, std::vector<std::function<void(Result<const ExportInfo*>)>>>
-      opening_;                                           // guarded by mu_
-  std::map<uint64_t, std::set<uint64_t>> shared_allocs_;  // guarded by mu_: region -> allocation bases
-  std::map<uint64_t, uint64_t> shared_exports_;           // guarded by mu_: export id -> region
-  std::set<uint64_t> shared_receives_;  // guarded by mu_: regions of receive buffers the peer was told to write
+      opening_ GUARDED_BY(mu_);
+  std::map<uint64_t, std::set<uint64_t>> shared_allocs_ GUARDED_BY(mu_);  // region -> allocation bases
+  std::map<uint64_t, uint64_t> shared_exports_ GUARDED_BY(mu_);           // export id -> region
+  std::set<uint64_t> shared_receives_ GUARDED_BY(mu_);  // regions of receive buffers the peer was told to write
 };
 
 }  // namespace ferry::local
