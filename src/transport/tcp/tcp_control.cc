@@ -37,7 +37,7 @@ Status TcpTransport::write_control(const FrameHeader& h, std::string_view aux, c
   }
   Status s;
   {
-    std::lock_guard lock(control_write_mu_);
+    platform::MutexLock lock(control_write_mu_);
     // Once the connection failed its descriptor may be closed (and its number reused).
     s = core_.failed()
             ? Status(Code::kPeerLost, "the connection failed")
@@ -58,24 +58,27 @@ void TcpTransport::queue_control(Outgoing out) {
   // acknowledgement. Never blocks: if the lock is taken or the socket is
   // full, the frame is queued as usual. (Replies are independent of each
   // other, so their order does not matter.)
-  if (!out.payload_op && out.aux.empty()) {
-    std::unique_lock lock(control_write_mu_, std::try_to_lock);
-    if (lock.owns_lock() && !core_.failed()) {
-      wire::HeaderBytes hb;
+  if (!out.payload_op && out.aux.empty() && control_write_mu_.try_lock()) {
+    ssize_t n = -1;
+    Status s;
+    wire::HeaderBytes hb;
+    if (!core_.failed()) {
       encode_header(out.header, hb);
-      ssize_t n = ::send(control_.fd(), hb.data(), hb.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n == static_cast<ssize_t>(hb.size())) {
-        last_tx_ns_.store(now_ns(), std::memory_order_relaxed);
-        return;
-      }
-      if (n > 0) {
+      n = ::send(control_.fd(), hb.data(), hb.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0 && n < static_cast<ssize_t>(hb.size())) {
         // A partial frame must be finished before anything else is written.
         struct iovec rest = {hb.data() + n, hb.size() - static_cast<size_t>(n)};
-        Status s = platform::send_all(control_.fd(), &rest, 1);
-        lock.unlock();
-        if (!s.ok()) core_.fail(Status(Code::kPeerLost, where() + ": control stream: " + s.message()));
-        return;
+        s = platform::send_all(control_.fd(), &rest, 1);
       }
+    }
+    control_write_mu_.unlock();
+    if (n > 0) {
+      if (!s.ok()) {
+        core_.fail(Status(Code::kPeerLost, where() + ": control stream: " + s.message()));
+      } else {
+        last_tx_ns_.store(now_ns(), std::memory_order_relaxed);
+      }
+      return;
     }
   }
   // Queued, it is held on the peer's behalf until the peer reads.
@@ -87,7 +90,7 @@ void TcpTransport::queue_control(Outgoing out) {
   out.charged = bytes;
   bool queued = false;
   {
-    std::lock_guard lock(out_mu_);
+    platform::MutexLock lock(out_mu_);
     if (!out_stopped_) {
       out_.push_back(std::move(out));
       queued = true;
@@ -115,8 +118,8 @@ void TcpTransport::control_tx_loop() {
   for (;;) {
     Outgoing o;
     {
-      std::unique_lock lock(out_mu_);
-      out_cv_.wait(lock, [&] { return out_stopped_ || !out_.empty(); });
+      platform::UniqueLock lock(out_mu_);
+      out_cv_.wait(lock.native(), [&]() REQUIRES(out_mu_) { return out_stopped_ || !out_.empty(); });
       if (out_stopped_) return;
       o = std::move(out_.front());
       out_.pop_front();
@@ -139,7 +142,7 @@ void TcpTransport::control_tx_loop() {
       s = write_control(h, why, nullptr);
     }
     {
-      std::lock_guard lock(out_mu_);
+      platform::MutexLock lock(out_mu_);
       out_writing_ = false;
       if (out_.empty()) out_drained_cv_.notify_all();
     }
@@ -296,7 +299,7 @@ Status TcpTransport::handle_rts(const FrameHeader& h) {
 Status TcpTransport::handle_cts(const FrameHeader& h) {
   std::shared_ptr<OutOp> out;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     auto it = awaiting_cts_.find(h.id);
     if (it == awaiting_cts_.end()) {
       return Status(Code::kDataLoss, where() + ": clear-to-send for unknown send " + std::to_string(h.id));
@@ -315,7 +318,7 @@ Status TcpTransport::handle_ack(const FrameHeader& h, std::string& aux) {
   std::shared_ptr<TransferState> state;
   Status answer = core_.peer_status(h.code, aux);
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     auto it = pending_.find(h.id);
     if (it == pending_.end()) return Status();  // already failed or finished locally
     if (auto o = sending_.find(h.id); o != sending_.end()) {
@@ -339,7 +342,7 @@ Status TcpTransport::handle_ack(const FrameHeader& h, std::string& aux) {
       // (Held here: erasing it below must not free the mutex locked next.)
       std::shared_ptr<Landing> landing = l->second;
       Landing& read = *landing;
-      std::lock_guard ll(read.mu);
+      platform::MutexLock ll(read.mu);
       if (h.code == 0) {
         return Status(Code::kDataLoss, where() + ": the peer acknowledged read " + std::to_string(h.id) +
                                            " as done; a read is answered by its data");
@@ -364,7 +367,7 @@ void TcpTransport::finish_acknowledged(const OutOp& op) {
   uint64_t id = op.header.type == FrameType::kData ? op.state->id() : op.header.id;
   bool was_pending;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     sending_.erase(id);
     was_pending = pending_.erase(id) > 0;
   }

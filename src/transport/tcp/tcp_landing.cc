@@ -119,7 +119,7 @@ Status TcpTransport::drain(int fd, uint64_t n) {
 Status TcpTransport::land_data(int fd, int path, const FrameHeader& h) {
   std::shared_ptr<Landing> l;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     auto it = landings_.find(h.id);
     if (it != landings_.end()) l = it->second;
   }
@@ -132,7 +132,7 @@ Status TcpTransport::land_data(int fd, int path, const FrameHeader& h) {
   if (h.flags & kFlagAborted) {
     ChunkArrivals::Abort abort;
     {
-      std::lock_guard lock(l->mu);
+      platform::MutexLock lock(l->mu);
       abort = l->arrivals.abort(h.a, path);
       if (l->arrivals.aborted()) {
         l->error = core_.peer_status(h.code ? h.code : static_cast<uint32_t>(Code::kCancelled), "transfer aborted");
@@ -159,7 +159,7 @@ Status TcpTransport::land_data(int fd, int path, const FrameHeader& h) {
   ChunkArrivals::Begin begin;
   bool over = false;
   {
-    std::lock_guard lock(l->mu);
+    platform::MutexLock lock(l->mu);
     begin = l->arrivals.begin(offset, path);
     // The peer chooses how small the chunks are: each one's record counts.
     if (begin.land && !(over = !held_->budget->take(kArrivalBytes))) l->charged += kArrivalBytes;
@@ -176,7 +176,7 @@ Status TcpTransport::land_data(int fd, int path, const FrameHeader& h) {
   auto account = [this, l, token, offset, size, path](const Status& landed) -> Status {
     Result<bool> complete = false;
     {
-      std::lock_guard lock(l->mu);
+      platform::MutexLock lock(l->mu);
       if (!landed.ok() && l->error.ok()) l->error = landed;
       complete = l->arrivals.end(offset, path, size, /*landed=*/true);
     }
@@ -207,7 +207,7 @@ void TcpTransport::finish_landing(uint64_t token, const std::shared_ptr<Landing>
   Status s;
   bool orphaned, aborted;
   {
-    std::lock_guard lock(l->mu);
+    platform::MutexLock lock(l->mu);
     s = l->error;
     orphaned = l->orphaned;
     aborted = l->arrivals.aborted();
@@ -216,7 +216,7 @@ void TcpTransport::finish_landing(uint64_t token, const std::shared_ptr<Landing>
   // An orphan is off the tables already: failed() left its end to this, its
   // last chunk.
   if (!orphaned) {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     auto it = landings_.find(token);
     if (it == landings_.end() || it->second != l) return;
     landings_.erase(it);
@@ -238,7 +238,7 @@ void TcpTransport::landing_chunk_abandoned(TcpTransport* conn, uint64_t token, c
   Result<bool> complete = false;
   Status error;
   {
-    std::lock_guard lock(l->mu);
+    platform::MutexLock lock(l->mu);
     complete = l->arrivals.end(offset, path, 0, /*landed=*/false);
     error = l->error;
   }
@@ -277,7 +277,7 @@ Status TcpTransport::land_write(int fd, int path, const FrameHeader& h, std::str
   Status refused;  // a write refused at its first chunk: answered now, and nothing of it kept
   bool over = false;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     if (finished_writes_.count(op) > 0) {
       begin.land = false;  // finished, or aborted with nothing of it still arriving
     } else if (aborted) {
@@ -348,7 +348,7 @@ Status TcpTransport::land_write(int fd, int path, const FrameHeader& h, std::str
     uint64_t op = fh.id;
     IncomingWrite done;
     {
-      std::lock_guard lock(mu_);
+      platform::MutexLock lock(mu_);
       if (finished_writes_.count(op) > 0) return Status();  // aborted while this chunk was copied
       auto it = incoming_.find(op);
       if (it == incoming_.end()) return Status();
@@ -405,7 +405,7 @@ void TcpTransport::remember_finished_write(uint64_t op) {
 void TcpTransport::write_chunk_abandoned(uint64_t op, uint64_t offset, int path) {
   IncomingWrite done;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     if (finished_writes_.count(op) > 0) return;
     auto it = incoming_.find(op);
     if (it == incoming_.end()) return;

@@ -32,7 +32,7 @@ void TcpTransport::pin_worker(int path, const char* role, const std::string& thr
 }
 
 uint64_t TcpTransport::paths_for(const core::SegmentList& source) const {
-  if (source.empty() || ctx_->options.nic_policy != "nearest") return 0;
+  if (source.empty() || ctx_->options.nic_policy != NicPolicy::kNearest) return 0;
   const Region& region = source.spans().front().region->region;
   if (region.kind != MemoryKind::kCuda) {
     return choose_paths(path_nodes_, chunks_.alive(), platform::memory_node(source.spans().front().data), true);
@@ -171,7 +171,7 @@ Status TcpTransport::transmit_chunk(int fd, TxEntry& e, TxStager* stager) {
     if (op.state && first) {
       bool was_pending;
       {
-        std::lock_guard lock(mu_);
+        platform::MutexLock lock(mu_);
         uint64_t id = h.type == FrameType::kData ? op.state->id() : h.id;
         was_pending = pending_.erase(id) > 0;
         sending_.erase(id);

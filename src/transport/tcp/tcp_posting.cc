@@ -13,7 +13,7 @@ using wire::FrameHeader;
 using wire::FrameType;
 
 bool TcpTransport::await_answer(uint64_t op, const std::shared_ptr<TransferState>& state) {
-  std::lock_guard lock(mu_);
+  platform::MutexLock lock(mu_);
   // failed() empties pending_ after the latch is set: an entry added later
   // would never be answered.
   if (core_.failed()) return false;
@@ -35,7 +35,7 @@ void TcpTransport::start_send(const std::shared_ptr<TransferState>& state, core:
   }
   bool up;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     up = !core_.failed();  // see await_answer()
     if (up) {
       pending_.emplace(op, state);
@@ -54,7 +54,7 @@ void TcpTransport::start_send(const std::shared_ptr<TransferState>& state, core:
   Status s = write_control(h, {}, eager ? &source : nullptr);
   if (!s.ok() && s.code() != Code::kPeerLost) {
     {
-      std::lock_guard lock(mu_);
+      platform::MutexLock lock(mu_);
       pending_.erase(op);
     }
     state->finish(s.with_context(where()));
@@ -83,7 +83,7 @@ void TcpTransport::start_write(const std::shared_ptr<TransferState>& state, tran
     Status s = write_control(h, note, &item.local);
     if (!s.ok() && s.code() != Code::kPeerLost) {
       {
-        std::lock_guard lock(mu_);
+        platform::MutexLock lock(mu_);
         pending_.erase(op);
       }
       state->finish_part(s.with_context(where()));
@@ -99,22 +99,19 @@ void TcpTransport::start_write(const std::shared_ptr<TransferState>& state, tran
   out->paths = paths_for(out->source);
   out->chunk_bytes = chunk_for(out->source, out->paths);
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     sending_[op] = out;
   }
   if (!chunks_.push(std::move(out))) state->finish_part(core_.usable());
 }
 
 void TcpTransport::start_read(const std::shared_ptr<TransferState>& state, transport::RemoteItem item) {
-  auto landing = std::make_shared<Landing>();
-  landing->state = state;
-  landing->size = item.local.total();
-  landing->arrivals = ChunkArrivals(landing->size);
-  landing->dest = std::move(item.local);
+  uint64_t size = item.local.total();
+  auto landing = std::make_shared<Landing>(state, std::move(item.local), size, /*reply=*/0);
   uint64_t op = core_.next_op();
   bool up;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     up = !core_.failed();  // see await_answer()
     if (up) {
       pending_.emplace(op, state);
@@ -206,16 +203,11 @@ void TcpTransport::match_rendezvous(transport::PostedRecv recv, uint64_t op, uin
     recv.state->finish(s);
     return;
   }
-  auto landing = std::make_shared<Landing>();
-  landing->state = recv.state;
-  landing->dest = std::move(recv.dest);
-  landing->size = size;
-  landing->arrivals = ChunkArrivals(size);
-  landing->reply_op = op;
+  auto landing = std::make_shared<Landing>(recv.state, std::move(recv.dest), size, op);
   uint64_t token = core_.next_op();
   bool up;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     up = !core_.failed();  // see await_answer()
     if (up) landings_.emplace(token, landing);
   }

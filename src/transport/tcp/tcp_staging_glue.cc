@@ -40,7 +40,7 @@ uint64_t TcpTransport::chunk_for(const core::SegmentList& list, uint64_t paths) 
 }
 
 Status TcpTransport::exchange(std::span<const Piece> pieces, uint8_t* buffer, bool to_buffer) {
-  std::lock_guard lock(control_copy_mu_);
+  platform::MutexLock lock(control_copy_mu_);
   if (!control_copier_) control_copier_ = new_control_copier();
   bool copied = false;
   for (const Piece& p : pieces) {

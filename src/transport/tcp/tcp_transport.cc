@@ -28,7 +28,7 @@ void TcpTransport::Held::give_reply(size_t n) {
   budget->give(n);
   size_t before = replies.fetch_sub(n, std::memory_order_relaxed);
   if (before > reply_cap && before - n <= reply_cap) {
-    std::lock_guard lock(mu);
+    platform::MutexLock lock(mu);
     room.notify_all();
   }
 }
@@ -44,13 +44,13 @@ TcpTransport::TcpTransport(transport::ConnectionCore& core, PeerInfo peer, platf
       paths_(std::move(paths)),
       path_dead_(new std::atomic<bool>[data_.size()]),
       chunks_(ctx_->options.chunk_bytes, ctx_->options.window, static_cast<int>(data_.size()),
-              ctx_->options.path_policy == "adaptive" &&
+              ctx_->options.path_policy == PathPolicy::kAdaptive &&
                   governor_engages(static_cast<int>(data_.size()), platform::usable_cpu_count()),
               governor_start(static_cast<int>(data_.size()), platform::usable_cpu_count())),
       ticket_(std::move(ticket)),
       landed_chunks_(data_.size(), 0),
       hooks_(staging_hooks()),
-      kernels_(ctx_->options.staging_copy == "kernel" ? std::make_shared<StagingKernels>() : nullptr),
+      kernels_(ctx_->options.staging_copy == StagingCopy::kKernel ? std::make_shared<StagingKernels>() : nullptr),
       rx_stage_(data_.size()),
       rx_scratch_(data_.size() + 1),
       held_(std::make_shared<Held>(core.shared_budget())) {
@@ -138,8 +138,8 @@ void TcpTransport::release_sockets() {
     // An application thread may be writing a frame (failed() has shut the
     // stream down, so it returns soon); never the other order: failed() takes
     // sockets_mu_ to wake it.
-    std::lock_guard write_lock(control_write_mu_);
-    std::lock_guard lock(sockets_mu_);
+    platform::MutexLock write_lock(control_write_mu_);
+    platform::MutexLock lock(sockets_mu_);
     if (sockets_closed_) return;
     sockets_closed_ = true;
     control_.reset();
@@ -155,12 +155,12 @@ Status TcpTransport::fail_with(const Status& why) {
 
 Status TcpTransport::await_reply_room() {
   if (held_->replies.load(std::memory_order_relaxed) <= held_->reply_cap) return Status();
-  std::unique_lock lock(held_->mu);
+  platform::UniqueLock lock(held_->mu);
   auto room = [&] {
     return core_.failed() ||
            held_->replies.load(std::memory_order_relaxed) <= held_->reply_cap;
   };
-  if (held_->room.wait_for(lock, ctx_->options.peer_timeout, room)) {
+  if (held_->room.wait_for(lock.native(), ctx_->options.peer_timeout, room)) {
     last_rx_ns_.store(now_ns(), std::memory_order_relaxed);  // the pause was ours, not the peer's silence
     return Status();
   }
@@ -189,7 +189,7 @@ void TcpTransport::tick(Clock::time_point now) {
   if (closed != 0 && t - closed > kControlGraceNs) {
     Status down;
     {
-      std::lock_guard lock(paths_down_mu_);
+      platform::MutexLock lock(paths_down_mu_);
       down = all_paths_down_;
     }
     core_.fail(down);
@@ -207,7 +207,7 @@ void TcpTransport::path_failed(int path, const Status& why) {
   if (core_.failed()) return;
   if (path_dead_[static_cast<size_t>(path)].exchange(true)) return;
   {
-    std::lock_guard lock(sockets_mu_);
+    platform::MutexLock lock(sockets_mu_);
     if (!sockets_closed_) data_[static_cast<size_t>(path)].shutdown();  // wakes the path's other worker
   }
   int live = chunks_.fail_path(path);
@@ -230,7 +230,7 @@ void TcpTransport::path_failed(int path, const Status& why) {
       return;
     }
     {
-      std::lock_guard lock(paths_down_mu_);
+      platform::MutexLock lock(paths_down_mu_);
       all_paths_down_ = down;
     }
     // The peer is closing: what it sent on the control stream before its
@@ -245,7 +245,7 @@ void TcpTransport::path_failed(int path, const Status& why) {
 void TcpTransport::failed(const Status& why) {
   // Shutting the sockets down first wakes every thread blocked on them.
   {
-    std::lock_guard lock(sockets_mu_);
+    platform::MutexLock lock(sockets_mu_);
     if (!sockets_closed_) {
       control_.shutdown();
       for (auto& d : data_) d.shutdown();
@@ -254,7 +254,7 @@ void TcpTransport::failed(const Status& why) {
   std::vector<std::shared_ptr<OutOp>> queued = chunks_.stop();
   std::deque<Outgoing> unsent;
   {
-    std::lock_guard lock(out_mu_);
+    platform::MutexLock lock(out_mu_);
     out_stopped_ = true;
     unsent.swap(out_);
   }
@@ -263,19 +263,19 @@ void TcpTransport::failed(const Status& why) {
   out_cv_.notify_all();
   out_drained_cv_.notify_all();
   {
-    std::lock_guard lock(held_->mu);  // a reader paused for reply room wakes to its end
+    platform::MutexLock lock(held_->mu);  // a reader paused for reply room wakes to its end
     held_->room.notify_all();
   }
   std::vector<std::shared_ptr<TransferState>> states;
   std::vector<std::shared_ptr<TransferState>> parts;  // items of operations still draining
   std::unordered_set<const TransferState*> draining;   // operations that end later
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     // A receive or read with chunks still being written into its memory (a
     // staging copy, a receive breaking off) fails when the last of them
     // ends, not before: its memory is not the application's until then.
     for (auto& [tok, l] : landings_) {
-      std::lock_guard ll(l->mu);
+      platform::MutexLock ll(l->mu);
       if (l->arrivals.complete() || !l->arrivals.arriving()) continue;
       l->arrivals.stop();
       l->orphaned = true;
@@ -287,7 +287,7 @@ void TcpTransport::failed(const Status& why) {
         states.push_back(l->state);
         continue;
       }
-      std::lock_guard ll(l->mu);
+      platform::MutexLock ll(l->mu);
       if (!l->orphaned) parts.push_back(l->state);  // another item of a vector read
     }
     // Likewise a send or write with a chunk still held by a path worker (a
@@ -327,28 +327,35 @@ void TcpTransport::failed(const Status& why) {
   for (auto& st : states) st->finish(why);
 }
 
+bool TcpTransport::try_lock_control_stream() NO_THREAD_SAFETY_ANALYSIS {
+  for (int i = 0; i < 100; ++i) {
+    if (control_write_mu_.try_lock()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
 void TcpTransport::close() {
   if (!core_.failed()) {
     // Frames already queued go first (an application that closes the moment
     // it sees a notification has queued its confirmation), then the goodbye.
     // Wait a little for them, but never block on a peer that stopped reading.
     {
-      std::unique_lock lock(out_mu_);
-      out_drained_cv_.wait_for(lock, std::chrono::milliseconds(100),
-                               [&] { return out_stopped_ || (out_.empty() && !out_writing_); });
+      platform::UniqueLock lock(out_mu_);
+      out_drained_cv_.wait_for(lock.native(), std::chrono::milliseconds(100),
+                               [&]() REQUIRES(out_mu_) { return out_stopped_ || (out_.empty() && !out_writing_); });
     }
-    // A writer may be mid-frame: try for up to 100 ms, once a millisecond.
-    // (Not a timed mutex: ThreadSanitizer does not follow the clock-based lock
-    // behind std::timed_mutex and reports each of its unlocks as an error.)
-    std::unique_lock lock(control_write_mu_, std::defer_lock);
-    for (int i = 0; i < 100 && !lock.try_lock(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (lock.owns_lock() && !core_.failed()) {  // failed: the stream may be closed already
-      wire::FrameHeader h;
-      h.type = FrameType::kClose;
-      wire::HeaderBytes hb;
-      encode_header(h, hb);
-      ssize_t ignored = ::send(control_.fd(), hb.data(), hb.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      (void)ignored;
+    // A writer may be mid-frame.
+    if (try_lock_control_stream()) {
+      if (!core_.failed()) {  // failed: the stream may be closed already
+        wire::FrameHeader h;
+        h.type = FrameType::kClose;
+        wire::HeaderBytes hb;
+        encode_header(h, hb);
+        ssize_t ignored = ::send(control_.fd(), hb.data(), hb.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)ignored;
+      }
+      control_write_mu_.unlock();
     }
   }
   core_.fail(Status(Code::kCancelled, where() + ": closed locally"));

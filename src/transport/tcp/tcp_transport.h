@@ -52,7 +52,6 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -65,6 +64,7 @@
 #include "core/notification_queue.h"
 #include "core/segments.h"
 #include "core/transfer_state.h"
+#include "platform/mutex.h"
 #include "platform/socket.h"
 #include "transport/connection_core.h"
 #include "transport/transport.h"
@@ -131,17 +131,19 @@ class TcpTransport final : public transport::Transport {
  private:
   // Where DATA frames for a token land (a matched receive, or a read).
   struct Landing {
-    std::shared_ptr<TransferState> state;
-    core::SegmentList dest;
-    uint64_t size = 0;
-    uint64_t reply_op = 0;  // receive: the sender's op to acknowledge; 0 for a read
-    std::mutex mu;
-    ChunkArrivals arrivals;  // guarded by mu
-    Status error;            // guarded by mu
-    // Guarded by mu: the connection failed while chunks were still being
-    // written into `dest`; the last of them finishes the operation.
-    bool orphaned = false;
-    size_t charged = 0;  // guarded by mu: budget its chunks' records hold
+    Landing(std::shared_ptr<TransferState> s, core::SegmentList d, uint64_t n, uint64_t reply)
+        : state(std::move(s)), dest(std::move(d)), size(n), reply_op(reply), arrivals(n) {}
+    const std::shared_ptr<TransferState> state;
+    const core::SegmentList dest;
+    const uint64_t size;
+    const uint64_t reply_op;  // receive: the sender's op to acknowledge; 0 for a read
+    platform::Mutex mu;
+    ChunkArrivals arrivals GUARDED_BY(mu);
+    Status error GUARDED_BY(mu);
+    // The connection failed while chunks were still being written into
+    // `dest`; the last of them finishes the operation.
+    bool orphaned GUARDED_BY(mu) = false;
+    size_t charged GUARDED_BY(mu) = 0;  // budget its chunks' records hold
   };
   // A write arriving from the peer, counted until all its bytes landed.
   struct IncomingWrite {
@@ -168,7 +170,7 @@ class TcpTransport final : public transport::Transport {
     const std::shared_ptr<core::ByteBudget> budget;  // the connection's
     const size_t reply_cap;
     std::atomic<size_t> replies{0};
-    std::mutex mu;                 // orders a paused reader's check before a wake-up
+    platform::Mutex mu;            // orders a paused reader's check before a wake-up
     std::condition_variable room;  // replies fell to reply_cap, or the connection failed
   };
   // One read reply's part of Held, given back when the reply goes.
@@ -202,6 +204,11 @@ class TcpTransport final : public transport::Transport {
   // `state` is left alone) once the connection failed.
   bool await_answer(uint64_t op, const std::shared_ptr<TransferState>& state);
 
+  // Takes control_write_mu_ if it comes free within 100 ms (tried once a
+  // millisecond: ThreadSanitizer does not follow the clock-based lock behind
+  // std::timed_mutex and reports each of its unlocks as an error).
+  bool try_lock_control_stream() TRY_ACQUIRE(true, control_write_mu_);
+
   // Writing on the control stream.
   Status write_control(const wire::FrameHeader& h, std::string_view aux, const core::SegmentList* payload);
   void queue_control(Outgoing out);
@@ -233,8 +240,8 @@ class TcpTransport final : public transport::Transport {
   // Frame handlers; `fd` is the stream the frame's payload follows on.
   Status handle_frame(int fd, int path, const wire::FrameHeader& h, std::string& aux);
   Status land_data(int fd, int path, const wire::FrameHeader& h);
-  // Records `op` among the recently finished writes (caller holds mu_).
-  void remember_finished_write(uint64_t op);
+  // Records `op` among the recently finished writes.
+  void remember_finished_write(uint64_t op) REQUIRES(mu_);
   Status land_write(int fd, int path, const wire::FrameHeader& h, std::string& aux);
   // A chunk of a landing or a write that began arriving on `path` and was
   // never accounted (its path broke off): it no longer holds the operation.
@@ -336,43 +343,45 @@ class TcpTransport final : public transport::Transport {
   std::atomic<int> workers_{1};
   // Serialises shutting sockets down with closing them: a descriptor number
   // closed here may be reused at once by anything else in the process.
-  std::mutex sockets_mu_;
-  bool sockets_closed_ = false;  // guarded by sockets_mu_ (and control_write_mu_ for the control stream)
+  platform::Mutex sockets_mu_;
+  // Also held with control_write_mu_ (which a writer of the control stream
+  // holds) when it is set: a writer that holds either sees it.
+  bool sockets_closed_ GUARDED_BY(sockets_mu_) = false;
   std::unique_ptr<core::Admission::Ticket> ticket_;
   // Every data path was closed in order by the peer at this time (0: not):
   // the control stream gets kControlGraceNs to deliver what precedes its end.
   std::atomic<int64_t> paths_closed_ns_{0};
-  std::mutex paths_down_mu_;
-  Status all_paths_down_;  // guarded by paths_down_mu_; why, once no path is left
+  platform::Mutex paths_down_mu_;
+  Status all_paths_down_ GUARDED_BY(paths_down_mu_);  // why, once no path is left
   static constexpr int64_t kControlGraceNs = 500'000'000;
 
   std::atomic<int64_t> last_rx_ns_{0};
   std::atomic<int64_t> last_tx_ns_{0};
 
-  std::mutex control_write_mu_;  // serialises frames on the control stream
+  platform::Mutex control_write_mu_;  // serialises frames on the control stream
 
-  std::mutex out_mu_;
+  platform::Mutex out_mu_;
   std::condition_variable out_cv_;
-  std::deque<Outgoing> out_;                // guarded by out_mu_
-  bool out_stopped_ = false;                // guarded by out_mu_
-  bool out_writing_ = false;                // guarded by out_mu_: the control-transmit thread holds a frame
+  std::deque<Outgoing> out_ GUARDED_BY(out_mu_);
+  bool out_stopped_ GUARDED_BY(out_mu_) = false;
+  bool out_writing_ GUARDED_BY(out_mu_) = false;  // the control-transmit thread holds a frame
   std::condition_variable out_drained_cv_;  // out_ empty and nothing being written
 
   // Operations waiting on the peer.
-  std::mutex mu_;
-  std::unordered_map<uint64_t, std::shared_ptr<TransferState>> pending_;  // guarded by mu_: awaiting ACK
-  std::unordered_map<uint64_t, std::shared_ptr<OutOp>> awaiting_cts_;     // guarded by mu_
+  platform::Mutex mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<TransferState>> pending_ GUARDED_BY(mu_);  // awaiting ACK
+  std::unordered_map<uint64_t, std::shared_ptr<OutOp>> awaiting_cts_ GUARDED_BY(mu_);
   // Bulk sends (after CTS) and writes on their way, by op: an ACK that
   // claims bytes this side has not sent yet is a protocol violation, and one
   // that comes while a path still sends a chunk of it completes the op only
   // once that path is done (ChunkQueue::acknowledge).
-  std::unordered_map<uint64_t, std::weak_ptr<OutOp>> sending_;       // guarded by mu_
-  std::unordered_map<uint64_t, std::shared_ptr<Landing>> landings_;  // guarded by mu_
-  std::unordered_map<uint64_t, IncomingWrite> incoming_;             // guarded by mu_
+  std::unordered_map<uint64_t, std::weak_ptr<OutOp>> sending_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, std::shared_ptr<Landing>> landings_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, IncomingWrite> incoming_ GUARDED_BY(mu_);
   // Writes finished recently, so a chunk resent after a path died is dropped
   // instead of landing again over newer data.
-  std::unordered_set<uint64_t> finished_writes_;  // guarded by mu_ (aborted ones too)
-  std::deque<uint64_t> finished_order_;           // guarded by mu_
+  std::unordered_set<uint64_t> finished_writes_ GUARDED_BY(mu_);  // aborted ones too
+  std::deque<uint64_t> finished_order_ GUARDED_BY(mu_);
   std::vector<uint64_t> landed_chunks_;           // per path; only its rx thread
 
   const StagingHooks hooks_;
@@ -385,8 +394,8 @@ class TcpTransport final : public transport::Transport {
     std::vector<struct iovec> iov;
   };
   std::vector<RxScratch> rx_scratch_;
-  std::mutex control_copy_mu_;                       // serialises the control copier
-  std::unique_ptr<Copier> control_copier_;           // guarded by control_copy_mu_; made on first use
+  platform::Mutex control_copy_mu_;                                        // serialises the control copier
+  std::unique_ptr<Copier> control_copier_ GUARDED_BY(control_copy_mu_);  // made on first use
 
   const std::shared_ptr<Held> held_;
 };
