@@ -165,7 +165,7 @@ struct FerryResult {
 
 int ferry_peer(const char* addr, int device) {
   Options o;
-  o.transport = "local";
+  o.transport = TransportChoice::kLocal;
   auto engine = Engine::create(o).value();
   auto conn = engine->connect(addr, after(std::chrono::seconds(30))).value();
   GpuBuffer buf = gpu_alloc(device, 1u << 30), buf2 = gpu_alloc(device, 256u << 20);
@@ -209,7 +209,7 @@ int ferry_peer(const char* addr, int device) {
 FerryResult run_ferry(const char* self) {
   FerryResult res;
   Options o;
-  o.transport = "local";
+  o.transport = TransportChoice::kLocal;
   auto engine = Engine::create(o).value();
   pid_t kid = fork();
   if (kid == 0) {

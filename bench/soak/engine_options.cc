@@ -8,7 +8,7 @@ namespace ferry::soak {
 Options engine_options(const EngineArgs& a, const std::string& listen) {
   Options o;
   o.listen = listen;
-  o.transport = a.transport;
+  o.transport = parse_transport(a.transport).value();  // the CLI takes only tcp or local
   o.peer_timeout = a.peer_timeout;
   o.heartbeat_interval = a.peer_timeout / 4;
   o.handshake_timeout = a.handshake_timeout;

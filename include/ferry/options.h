@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ferry/status.h"
@@ -17,6 +18,56 @@
 namespace ferry {
 
 enum class LogLevel : uint8_t { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3, kTrace = 4 };
+
+// Options::transport: which transport carries a connection. The comment
+// after each value gives its name, as FERRY_TRANSPORT, `ferry config` and
+// Python spell it.
+enum class TransportChoice : uint8_t {
+  kAuto = 0,   // "auto": the local transport for peers on this host, TCP otherwise
+  kTcp = 1,    // "tcp": always TCP
+  kLocal = 2,  // "local": the local transport; peers on other hosts are refused
+};
+
+// Options::nic_policy: which paths a bulk transfer uses.
+enum class NicPolicy : uint8_t {
+  kNearest = 0,  // "nearest": the paths whose NIC is on the NUMA node of the
+                 // transfer's memory when there are any, else every path
+  kAll = 1,      // "all": every path
+};
+
+// Options::path_policy: how many of a connection's paths carry its transfers.
+enum class PathPolicy : uint8_t {
+  kAdaptive = 0,  // "adaptive": as many as the host's CPUs can drive (Options::path_policy)
+  kAll = 1,       // "all": every path, always
+};
+
+// Options::staging_copy: what copies GPU memory to and from the pinned host
+// slots it rides TCP through.
+enum class StagingCopy : uint8_t {
+  kKernel = 0,      // "kernel": a copy kernel on a few of the GPU's SMs
+  kCopyEngine = 1,  // "engine": the GPU's copy engines; every SM stays the application's
+};
+
+// The lower-case name of a value ("auto", "nearest", "engine", ...), as the
+// FERRY_* variables, `ferry config` and Python spell it; empty for a value
+// outside the enum (only a cast makes one, and validate refuses it). The view
+// points at a string literal.
+std::string_view to_string(TransportChoice choice);
+std::string_view to_string(NicPolicy policy);
+std::string_view to_string(PathPolicy policy);
+std::string_view to_string(StagingCopy copy);
+
+// The value whose name (exactly, lower case) is `name`; the inverse of
+// to_string. Any other name is kInvalidArgument naming the field and the
+// names it takes, e.g. `transport must be auto, tcp or local, got "udp"`.
+//
+// Example:
+//   ferry::Result<ferry::TransportChoice> t = ferry::parse_transport("tcp");
+//   if (t.ok()) options.transport = *t;
+Result<TransportChoice> parse_transport(std::string_view name);
+Result<NicPolicy> parse_nic_policy(std::string_view name);
+Result<PathPolicy> parse_path_policy(std::string_view name);
+Result<StagingCopy> parse_staging_copy(std::string_view name);
 
 struct Options {
   // host:port to listen on; port 0 picks a free port.
@@ -36,16 +87,16 @@ struct Options {
   // half of its cores, RX workers on the second.
   std::string tx_bindings;
   std::string rx_bindings;
-  // "nearest": a transfer uses the paths whose NIC is on the NUMA node of its
-  // memory when there are any; "all": every path.
-  std::string nic_policy = "nearest";
-  // "adaptive": a connection whose paths' workers (two threads a path)
+  // kNearest ("nearest"): a transfer uses the paths whose NIC is on the NUMA
+  // node of its memory when there are any; kAll ("all"): every path.
+  NicPolicy nic_policy = NicPolicy::kNearest;
+  // kAdaptive ("adaptive"): a connection whose paths' workers (two threads a path)
   // outnumber the cores starts on one path and doubles the count while the
   // host's CPUs are under half busy (or mostly busy with other work); while
   // it saturates them itself it keeps fewer paths only when fewer measure
   // faster (links faster than the CPU gain nothing from more threads). With
-  // cores to spare, every path. "all": every path, always.
-  std::string path_policy = "adaptive";
+  // cores to spare, every path. kAll ("all"): every path, always.
+  PathPolicy path_policy = PathPolicy::kAdaptive;
   // Data streams (paths) per NIC pair, besides the control stream.
   int streams = 2;
   // Bulk transfers are cut into chunks of this many bytes.
@@ -61,12 +112,12 @@ struct Options {
   // Transfers that touch GPU memory travel in chunks of this size (also the
   // size of a staging slot).
   size_t staging_chunk_bytes = 1024 * 1024;
-  // What runs staging copies: "kernel", a copy kernel on a few of the GPU's
-  // SMs (faster, and fair among the paths, on the two-H200 host), or
-  // "engine", the copy engines (leaves every SM to the application). Copies
-  // the kernel cannot do (addresses or sizes not multiples of 16 bytes) use
-  // the engines either way.
-  std::string staging_copy = "kernel";
+  // What runs staging copies: kKernel ("kernel"), a copy kernel on a few of
+  // the GPU's SMs (faster, and fair among the paths, on the two-H200 host),
+  // or kCopyEngine ("engine"), the copy engines (leaves every SM to the
+  // application). Copies the kernel cannot do (addresses or sizes not
+  // multiples of 16 bytes) use the engines either way.
+  StagingCopy staging_copy = StagingCopy::kKernel;
   // Messages and writes up to this size ride inline on the control stream.
   size_t inline_max = 64 * 1024;
   // The most inline_max may be; a peer's inline message larger than this is
@@ -92,9 +143,10 @@ struct Options {
   std::chrono::milliseconds handshake_timeout{5000};
   // Kernel socket buffer size per stream in bytes; 0 leaves the kernel's autotuning.
   size_t socket_buffer_bytes = 0;
-  // "auto" (the local transport for peers on this host, TCP otherwise),
-  // "tcp" (always TCP) or "local" (refuse peers on other hosts).
-  std::string transport = "auto";
+  // kAuto ("auto": the local transport for peers on this host, TCP
+  // otherwise), kTcp ("tcp": always TCP) or kLocal ("local": refuse peers on
+  // other hosts).
+  TransportChoice transport = TransportChoice::kAuto;
   LogLevel log_level = LogLevel::kWarn;
 
   // ---- the directory: engines find each other by name (docs/directory.md) ----

@@ -56,6 +56,21 @@ LogLevel to_level(pyb::handle v) {
   throw pyb::value_error("log_level must be a ferry.LogLevel or one of 'error', 'warn', 'info', 'debug', 'trace'");
 }
 
+// A field that holds one of a few names (include/ferry/options.h): Python
+// reads and writes the lower-case name, as FERRY_* variables spell it. Any
+// other name raises InvalidArgument ("transport must be auto, tcp or local,
+// got \"udp\""), anything but a str TypeError.
+template <auto Field, auto Parse>
+void choice_property(pyb::class_<Options>& c, const char* name, const char* doc) {
+  c.def_property(
+      name, [](const Options& o) { return std::string(to_string(o.*Field)); },
+      [name](Options& o, pyb::handle v) {
+        if (!PyUnicode_Check(v.ptr())) throw pyb::type_error(std::string(name) + " must be a str");
+        o.*Field = value_or_throw(Parse(v.cast<std::string>()));
+      },
+      doc);
+}
+
 template <auto Field>
 void duration_property(pyb::class_<Options>& c, const char* name, const char* doc) {
   using Duration = std::remove_reference_t<decltype(std::declval<Options&>().*Field)>;
@@ -83,23 +98,17 @@ void bind_options(pyb::module_& m) {
                      "the listen address.")
       .def_readwrite("tx_bindings", &Options::tx_bindings, "CPUs of each NIC's transmit workers, 'eth1:8-21;eth2:...'.")
       .def_readwrite("rx_bindings", &Options::rx_bindings, "CPUs of each NIC's receive workers.")
-      .def_readwrite("nic_policy", &Options::nic_policy, "'nearest' (NICs on the memory's NUMA node) or 'all'.")
-      .def_readwrite("path_policy", &Options::path_policy,
-                     "'adaptive' (every path, fewer while fewer measure faster) or 'all' (every path, always).")
       .def_readwrite("streams", &Options::streams, "Data streams (paths) per NIC pair, besides the control one.")
       .def_readwrite("chunk_bytes", &Options::chunk_bytes, "Bulk transfers are cut into chunks of this many bytes.")
       .def_readwrite("staging_depth", &Options::staging_depth,
                      "GPU memory over TCP: chunks each path stages ahead per direction.")
       .def_readwrite("staging_chunk_bytes", &Options::staging_chunk_bytes,
                      "GPU memory over TCP: chunk and staging slot size in bytes.")
-      .def_readwrite("staging_copy", &Options::staging_copy,
-                     "GPU memory over TCP: 'kernel' (staging copies on a few SMs) or 'engine' (the copy engines).")
       .def_readwrite("window", &Options::window, "Unconfirmed chunks a path may have in flight.")
       .def_readwrite("inline_max", &Options::inline_max, "Messages up to this size ride on the control stream.")
       .def_readwrite("auth_token", &Options::auth_token, "Shared secret; empty means no authentication.")
       .def_readwrite("socket_buffer_bytes", &Options::socket_buffer_bytes,
                      "Kernel socket buffer per stream in bytes; 0 keeps the kernel's autotuning.")
-      .def_readwrite("transport", &Options::transport, "'auto' or 'tcp'.")
       .def_readwrite("max_connections", &Options::max_connections,
                      "Connections the engine holds at once (accepted, dialed or queued); one more is refused.")
       .def_readwrite("max_handshakes", &Options::max_handshakes,
@@ -119,6 +128,14 @@ void bind_options(pyb::module_& m) {
                      "'redis://[user:pass@]host:port[/ns]' or 'etcd://host:port[,...][/ns]': publish this engine "
                      "there under `name` and resolve names in connect(); empty: no directory.")
       .def_readwrite("name", &Options::name, "The name published in the directory; empty: hostname-pid.");
+  choice_property<&Options::transport, &parse_transport>(
+      o, "transport", "'auto' (the local transport for same-host peers, TCP otherwise), 'tcp' or 'local'.");
+  choice_property<&Options::nic_policy, &parse_nic_policy>(o, "nic_policy",
+                                                           "'nearest' (NICs on the memory's NUMA node) or 'all'.");
+  choice_property<&Options::path_policy, &parse_path_policy>(
+      o, "path_policy", "'adaptive' (paths by CPU headroom and measured gain) or 'all' (every path, always).");
+  choice_property<&Options::staging_copy, &parse_staging_copy>(
+      o, "staging_copy", "GPU memory over TCP: 'kernel' (staging copies on a few SMs) or 'engine' (the copy engines).");
   duration_property<&Options::heartbeat_interval>(o, "heartbeat_interval",
                                                   "Seconds without control traffic before a heartbeat goes out.");
   duration_property<&Options::peer_timeout>(o, "peer_timeout",

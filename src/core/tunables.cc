@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cstdlib>
 #include <fstream>
@@ -53,6 +54,50 @@ Result<LogLevel> parse_level(std::string_view env, std::string_view v) {
   if (v == "debug") return LogLevel::kDebug;
   if (v == "trace") return LogLevel::kTrace;
   return bad_value(env, v, "expected error, warn, info, debug or trace");
+}
+
+// The names of an enum's values, indexed by value.
+template <typename E, size_t N>
+struct Names {
+  const char* field;  // the Options field that holds an E
+  std::array<std::string_view, N> names;
+};
+
+constexpr Names<TransportChoice, 3> kTransportNames{"transport", {"auto", "tcp", "local"}};
+constexpr Names<NicPolicy, 2> kNicPolicyNames{"nic_policy", {"nearest", "all"}};
+constexpr Names<PathPolicy, 2> kPathPolicyNames{"path_policy", {"adaptive", "all"}};
+constexpr Names<StagingCopy, 2> kStagingCopyNames{"staging_copy", {"kernel", "engine"}};
+
+template <typename E, size_t N>
+std::string_view name_of(const Names<E, N>& n, E value) {
+  auto i = static_cast<size_t>(value);
+  return i < N ? n.names[i] : std::string_view();
+}
+
+// "transport must be auto, tcp or local, got " + `got`.
+template <typename E, size_t N>
+Status not_a_name(const Names<E, N>& n, const std::string& got) {
+  std::string m = std::string(n.field) + " must be ";
+  for (size_t i = 0; i < N; ++i) {
+    if (i > 0) m += i + 1 < N ? ", " : " or ";
+    m += n.names[i];
+  }
+  return Status(Code::kInvalidArgument, m + ", got " + got);
+}
+
+template <typename E, size_t N>
+Result<E> parse_name(const Names<E, N>& n, std::string_view name) {
+  for (size_t i = 0; i < N; ++i) {
+    if (n.names[i] == name) return static_cast<E>(i);
+  }
+  return not_a_name(n, "\"" + std::string(name) + "\"");
+}
+
+// validate's check of a field no name was parsed for (a cast can make any value).
+template <typename E, size_t N>
+Status check_named(const Names<E, N>& n, E value) {
+  if (!name_of(n, value).empty()) return Status();
+  return not_a_name(n, std::to_string(static_cast<int>(value)));
 }
 
 const char* level_name(LogLevel l) {
@@ -122,6 +167,23 @@ Tunable string_tunable(const char* name, const char* env, const char* doc, std::
                  }};
 }
 
+// One of the names `parse` takes; shown by name.
+template <typename E>
+Tunable choice_tunable(const char* name, const char* env, const char* doc, E Options::*field,
+                       Result<E> (*parse)(std::string_view)) {
+  return Tunable{name,
+                 env,
+                 "",
+                 doc,
+                 [field](const Options& o) { return std::string(to_string(o.*field)); },
+                 [field, env, parse](Options& o, std::string_view v) -> Status {
+                   auto r = parse(v);
+                   if (!r.ok()) return r.status().with_context(env);
+                   o.*field = r.value();
+                   return Status();
+                 }};
+}
+
 // 0 or 1.
 Tunable flag_tunable(const char* name, const char* env, const char* doc, bool Options::*field) {
   return Tunable{name,
@@ -149,12 +211,12 @@ const std::vector<Tunable>& tunables() {
                      "CPUs of each NIC's receive workers (else NCCL_GPUDIRECTTCPX_RX_BINDINGS, else the second half of "
                      "the NIC's NUMA node)",
                      &Options::rx_bindings),
-      string_tunable("nic_policy", "FERRY_NIC_POLICY", "nearest (NICs on the memory's NUMA node first) or all",
-                     &Options::nic_policy),
-      string_tunable(
+      choice_tunable("nic_policy", "FERRY_NIC_POLICY", "nearest (NICs on the memory's NUMA node first) or all",
+                     &Options::nic_policy, &parse_nic_policy),
+      choice_tunable(
           "path_policy", "FERRY_PATH_POLICY",
           "adaptive (when the paths' workers outnumber the cores: paths by CPU headroom and measured gain) or all",
-          &Options::path_policy),
+          &Options::path_policy, &parse_path_policy),
       size_tunable("streams", "FERRY_STREAMS", "count", "data streams (paths) per NIC pair", &Options::streams),
       size_tunable("chunk_bytes", "FERRY_CHUNK", "bytes",
                    "bulk transfers travel in chunks of this size (K/M/G suffixes)", &Options::chunk_bytes),
@@ -166,9 +228,9 @@ const std::vector<Tunable>& tunables() {
       size_tunable("staging_chunk_bytes", "FERRY_STAGING_CHUNK", "bytes",
                    "GPU memory: chunk size of transfers that touch it, and of each pinned staging slot",
                    &Options::staging_chunk_bytes),
-      string_tunable("staging_copy", "FERRY_STAGING_COPY",
+      choice_tunable("staging_copy", "FERRY_STAGING_COPY",
                      "GPU memory: what runs staging copies, kernel (a few SMs) or engine (the copy engines)",
-                     &Options::staging_copy),
+                     &Options::staging_copy, &parse_staging_copy),
       size_tunable("inline_max", "FERRY_INLINE_MAX", "bytes",
                    "messages and writes up to this size ride inline on the control stream", &Options::inline_max),
       string_tunable("auth_token", "FERRY_AUTH_TOKEN",
@@ -188,8 +250,8 @@ const std::vector<Tunable>& tunables() {
                  &Options::handshake_timeout),
       size_tunable("socket_buffer_bytes", "FERRY_SOCKET_BUFFER", "bytes",
                    "SO_SNDBUF/SO_RCVBUF per stream; 0 keeps kernel autotuning", &Options::socket_buffer_bytes),
-      string_tunable("transport", "FERRY_TRANSPORT", "auto (local for same-host peers), tcp, or local",
-                     &Options::transport),
+      choice_tunable("transport", "FERRY_TRANSPORT", "auto (local for same-host peers), tcp, or local",
+                     &Options::transport, &parse_transport),
       size_tunable("max_connections", "FERRY_MAX_CONNECTIONS", "count",
                    "connections the engine holds at once (accepted, dialed, queued); more are refused",
                    &Options::max_connections),
@@ -237,6 +299,16 @@ const std::vector<Tunable>& tunables() {
 }
 
 }  // namespace
+
+std::string_view to_string(TransportChoice choice) { return name_of(kTransportNames, choice); }
+std::string_view to_string(NicPolicy policy) { return name_of(kNicPolicyNames, policy); }
+std::string_view to_string(PathPolicy policy) { return name_of(kPathPolicyNames, policy); }
+std::string_view to_string(StagingCopy copy) { return name_of(kStagingCopyNames, copy); }
+
+Result<TransportChoice> parse_transport(std::string_view name) { return parse_name(kTransportNames, name); }
+Result<NicPolicy> parse_nic_policy(std::string_view name) { return parse_name(kNicPolicyNames, name); }
+Result<PathPolicy> parse_path_policy(std::string_view name) { return parse_name(kPathPolicyNames, name); }
+Result<StagingCopy> parse_staging_copy(std::string_view name) { return parse_name(kStagingCopyNames, name); }
 
 Result<Options> apply_environment(Options base) {
   for (const Tunable& t : tunables()) {
@@ -302,17 +374,9 @@ Status validate(const Options& o) {
   if (o.inline_max > Options::kMaxInline) {
     return bad("inline_max must be at most 1 MiB, got " + std::to_string(o.inline_max));
   }
-  if (o.staging_copy != "kernel" && o.staging_copy != "engine") {
-    return bad("staging_copy must be kernel or engine, got \"" + o.staging_copy + "\"");
-  }
-  if (o.path_policy != "adaptive" && o.path_policy != "all") {
-    return bad("path_policy must be adaptive or all, got \"" + o.path_policy + "\"");
-  }
-  if (o.nic_policy != "nearest" && o.nic_policy != "all") {
-    return bad("nic_policy must be nearest or all, got \"" + o.nic_policy + "\"");
-  }
-  if (o.transport != "auto" && o.transport != "tcp" && o.transport != "local") {
-    return bad("transport must be auto, tcp or local, got \"" + o.transport + "\"");
+  for (const Status& s : {check_named(kStagingCopyNames, o.staging_copy), check_named(kPathPolicyNames, o.path_policy),
+                          check_named(kNicPolicyNames, o.nic_policy), check_named(kTransportNames, o.transport)}) {
+    if (!s.ok()) return bad(s.message());
   }
   if (o.peer_timeout <= o.heartbeat_interval) {
     return bad("peer_timeout (" + std::to_string(o.peer_timeout.count()) + " ms) must exceed heartbeat_interval (" +

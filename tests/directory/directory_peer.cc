@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   o.directory = argv[1];
   o.name = argv[2];
   o.directory_ttl = std::chrono::milliseconds(std::atoll(argv[3]));
-  o.transport = argc == 5 ? argv[4] : "tcp";
+  o.transport = ferry::parse_transport(argc == 5 ? argv[4] : "tcp").value();
   auto engine = ferry::Engine::create(o);
   if (!engine.ok()) {
     std::fprintf(stderr, "directory_peer: %s\n", engine.status().to_string().c_str());

@@ -58,7 +58,7 @@ class DirectoryServers : public ::testing::TestWithParam<Kind> {
     o.directory = url();
     o.name = name;
     o.directory_ttl = kTtl;
-    o.transport = "tcp";
+    o.transport = TransportChoice::kTcp;
     return o;
   }
 
@@ -234,7 +234,7 @@ TEST_P(DirectoryServers, AKilledEngineVanishesWithinTheTtlAndItsPeerSeesPeerLost
 // connection in time.
 void DirectoryServers::restart_case(const std::string& transport) {
   Options o = options("client");
-  o.transport = transport;
+  o.transport = parse_transport(transport).value();
   o.peer_timeout = 60s;  // only the directory can tell in time
   auto client = engine("client", o);
   ASSERT_NE(client, nullptr);

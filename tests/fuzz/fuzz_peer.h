@@ -335,7 +335,7 @@ inline constexpr size_t kTargetBytes = 1 << 20;
 // traffic): small inline and chunk sizes, short liveness times.
 inline Options target_options(const std::string& transport) {
   Options o;
-  o.transport = transport;
+  o.transport = parse_transport(transport).value();
   o.local_same_process = true;
   o.listen = "127.0.0.1:0";
   o.log_level = LogLevel::kError;

@@ -92,7 +92,7 @@ int wait_exit(pid_t pid, std::chrono::seconds limit) {
 // where it is, and stays connected until told to go.
 int owner(const std::string& address) {
   Options o;
-  o.transport = "local";
+  o.transport = TransportChoice::kLocal;
   auto engine = Engine::create(o).value();
   GpuBuffer gpu = gpu_alloc_vmm(0, kBytes, 1);
   if (gpu.ptr == nullptr || !fill(gpu.ptr, kBytes, kSecret)) return fail("owner: GPU memory");
@@ -113,7 +113,7 @@ int owner(const std::string& address) {
 // owner's engine id in its handshake.
 int impostor(const std::string& address, uint64_t owner_id, uint64_t owner_base) {
   auto ctx = std::make_shared<core::EngineContext>();
-  ctx->options.transport = "local";
+  ctx->options.transport = TransportChoice::kLocal;
   ctx->engine_id = owner_id;
   ctx->host_id = std::string(platform::host_id());
   ctx->gpu_exports = std::make_shared<local::GpuExports>();
@@ -162,7 +162,7 @@ int impostor(const std::string& address, uint64_t owner_id, uint64_t owner_base)
 
 int victim() {
   Options o;
-  o.transport = "local";
+  o.transport = TransportChoice::kLocal;
   auto engine = Engine::create(o).value();
   std::vector<uint8_t> read_into(kBytes), target(kBytes, 0);
   auto r1 = engine->reg(read_into.data(), kBytes);

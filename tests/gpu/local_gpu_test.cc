@@ -406,7 +406,7 @@ int main(int argc, char** argv) {
     return 77;
   }
   Options o;
-  o.transport = "local";
+  o.transport = TransportChoice::kLocal;
   Side s;
   if (argc >= 4 && std::string(argv[1]) == "peer") {
     s.is_a = false;

@@ -205,9 +205,9 @@ int run(Process& p) {
     }
     p.peer_exports.push_back(*desc);
   }
-  if (p.conn->transport_name() != p.engine->options().transport) {
+  if (p.conn->transport_name() != to_string(p.engine->options().transport)) {
     fail(p, "the connection uses the " + std::string(p.conn->transport_name()) + " transport, not " +
-                p.engine->options().transport);
+                std::string(to_string(p.engine->options().transport)));
     return 1;
   }
   // FERRY_TEST_PAIRS="10,01" limits the pairs (A's index, B's index) to try.
@@ -262,7 +262,7 @@ int main(int argc, char** argv) {
   }
   Options o;
   const char* transport = std::getenv("FERRY_TRANSPORT");
-  o.transport = transport != nullptr && *transport != '\0' ? transport : "local";
+  o.transport = parse_transport(transport != nullptr && *transport != '\0' ? transport : "local").value();
   Process p;
   p.engine = Engine::create(o).value();
   if (argc >= 5 && std::string(argv[1]) == "peer") {
@@ -307,7 +307,7 @@ int main(int argc, char** argv) {
   bool child_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("multi-GPU test (%s): A on GPUs %s <-> B on GPUs %s, one engine each: %s (process B %s), %.1f s\n",
-              o.transport.c_str(), list(p.devices).c_str(), list(peer).c_str(), rc == 0 ? "passed" : "FAILED",
-              child_ok ? "passed" : "FAILED", secs);
+              std::string(to_string(o.transport)).c_str(), list(p.devices).c_str(), list(peer).c_str(),
+              rc == 0 ? "passed" : "FAILED", child_ok ? "passed" : "FAILED", secs);
   return rc == 0 && child_ok ? 0 : 1;
 }

@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   }
   ferry::Options o;
   o.listen = listen;
-  o.transport = "tcp";
+  o.transport = ferry::TransportChoice::kTcp;
   auto engine = ferry::Engine::create(o);
   if (!engine.ok()) die("engine", engine.status());
   ferry::test::Memory mem(gpu, size);

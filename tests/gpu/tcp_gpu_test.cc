@@ -43,7 +43,7 @@ class TcpGpu : public ::testing::Test {
     gpus_ = gpu_count();
     if (gpus_ == 0) return;
     Options o;
-    o.transport = "tcp";
+    o.transport = TransportChoice::kTcp;
     o.streams = 4;
     engine_ = Engine::create(o).value().release();
     ctl_ = new std::vector<uint8_t>(1 << 20);

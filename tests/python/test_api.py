@@ -81,6 +81,32 @@ def test_options_as_keywords():
         ferry.make_options(peer_timeout=-1)
 
 
+def test_options_that_name_a_choice_take_and_give_their_names(monkeypatch):
+    o = ferry.Options()
+    assert (o.transport, o.nic_policy, o.path_policy, o.staging_copy) == ("auto", "nearest", "adaptive", "kernel")
+    o = ferry.make_options(transport="local", nic_policy="all", path_policy="all", staging_copy="engine")
+    assert (o.transport, o.nic_policy, o.path_policy, o.staging_copy) == ("local", "all", "all", "engine")
+    o.transport = "tcp"
+    assert o.transport == "tcp" and "transport=tcp" in repr(o)
+    assert {t["name"]: t["value"] for t in ferry.describe_tunables(o)}["transport"] == "tcp"
+    with pytest.raises(ferry.InvalidArgument, match='transport must be auto, tcp or local, got "udp"'):
+        ferry.Engine(transport="udp")
+    for field, bad, names in [("nic_policy", "closest", "nearest or all"),
+                              ("path_policy", "sometimes", "adaptive or all"),
+                              ("staging_copy", "dma", "kernel or engine"),
+                              ("transport", "TCP", "auto, tcp or local")]:
+        with pytest.raises(ferry.InvalidArgument, match=f'{field} must be {names}, got "{bad}"'):
+            setattr(o, field, bad)
+    assert o.transport == "tcp"  # a refused name changes nothing
+    with pytest.raises(TypeError):
+        o.transport = 1
+    monkeypatch.setenv("FERRY_TRANSPORT", "udp")
+    with pytest.raises(ferry.InvalidArgument, match='FERRY_TRANSPORT: transport must be auto, tcp or local, got "udp"'):
+        ferry.apply_environment(ferry.Options())
+    monkeypatch.setenv("FERRY_TRANSPORT", "tcp")
+    assert ferry.apply_environment(ferry.Options()).transport == "tcp"
+
+
 def test_engine_options_and_environment(monkeypatch):
     monkeypatch.setenv("FERRY_STREAMS", "5")
     with ferry.Engine(streams=2, window=8) as e:

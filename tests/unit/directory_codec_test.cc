@@ -289,7 +289,7 @@ TEST(DirectoryOptions, TheEnvironmentSetsThemAndBadOnesAreRefused) {
 
 TEST(DirectoryOptions, ANameWithoutADirectoryIsAClearError) {
   Options o;
-  o.transport = "tcp";
+  o.transport = TransportChoice::kTcp;
   auto e = Engine::create(o);
   ASSERT_TRUE(e.ok());
   auto c = e.value()->connect("decode-3", after(1s));
@@ -301,7 +301,7 @@ TEST(DirectoryOptions, ANameWithoutADirectoryIsAClearError) {
 
 TEST(DirectoryOptions, AnUnreachableDirectoryDoesNotStopTheEngine) {
   Options o;
-  o.transport = "tcp";
+  o.transport = TransportChoice::kTcp;
   o.directory = "redis://127.0.0.1:1/x";  // nothing listens on port 1
   o.directory_ttl = 600ms;
   auto t0 = Clock::now();

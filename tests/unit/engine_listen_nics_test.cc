@@ -11,7 +11,7 @@ namespace {
 TEST(EngineListenNics, NicsWithAListenAddressOfAnotherHostAreRefused) {
   if (!platform::select_interfaces("lo").ok()) GTEST_SKIP() << "no loopback interface with an IPv4 address";
   Options o;
-  o.transport = "tcp";
+  o.transport = TransportChoice::kTcp;
   o.nics = "lo";
   o.listen = "127.0.0.2:0";
   auto e = Engine::create(o);
@@ -25,13 +25,13 @@ TEST(EngineListenNics, NicsWithTheirOwnOrAWildcardAddressAreServed) {
   if (!platform::select_interfaces("lo").ok()) GTEST_SKIP() << "no loopback interface with an IPv4 address";
   for (const char* listen : {"127.0.0.1:0", "0.0.0.0:0"}) {
     Options o;
-    o.transport = "tcp";
+    o.transport = TransportChoice::kTcp;
     o.nics = "lo";
     o.listen = listen;
     auto e = Engine::create(o);
     ASSERT_TRUE(e.ok()) << listen << ": " << e.status().to_string();
     Options peer;
-    peer.transport = "tcp";
+    peer.transport = TransportChoice::kTcp;
     auto p = Engine::create(peer).value();
     auto c = p->connect((*e)->metadata(), after(std::chrono::seconds(5)));
     EXPECT_TRUE(c.ok()) << listen << ": " << c.status().to_string();

@@ -21,7 +21,7 @@ struct EnginePair {
 // with `o`; on failure the test fails and the ends are null.
 inline EnginePair connect_pair(std::string_view transport, Options o = {}) {
   using namespace std::chrono_literals;
-  o.transport = std::string(transport);
+  o.transport = parse_transport(transport).value();
   o.local_same_process = true;  // both engines live in this test's process
   EnginePair p;
   p.a = Engine::create(o).value();

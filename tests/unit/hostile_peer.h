@@ -165,7 +165,7 @@ struct Target {
 
   static Options options() {
     Options o;
-    o.transport = "tcp";
+    o.transport = TransportChoice::kTcp;
     o.listen = "127.0.0.1:0";
     return o;
   }

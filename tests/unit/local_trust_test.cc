@@ -217,7 +217,7 @@ TEST(LocalTrust, APeerThatIsThisProcessIsRefusedByEitherEnd) {
 TEST(LocalTrust, AnotherUidGetsNoLocalChannel) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to start a peer as another uid";
   Options o;
-  o.transport = "auto";
+  o.transport = TransportChoice::kAuto;
   auto engine = Engine::create(o).value();
   // The build tree may be closed to other users: the peer runs from a copy
   // that uid 65534 can read and execute.
@@ -271,14 +271,14 @@ TEST(LocalTrustPeer, ConnectsAsAnotherUid) {
   if (target == nullptr) GTEST_SKIP() << "runs only as the peer of LocalTrust.AnotherUidGetsNoLocalChannel";
   ASSERT_NE(::geteuid(), 0u);
   Options local;
-  local.transport = "local";
+  local.transport = TransportChoice::kLocal;
   auto engine = Engine::create(local).value();
   auto refused = engine->connect(target, after(10s));
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), Code::kPermissionDenied) << refused.status().to_string();
   EXPECT_NE(refused.status().message().find("uid 65534"), std::string::npos) << refused.status().to_string();
   Options automatic;
-  automatic.transport = "auto";
+  automatic.transport = TransportChoice::kAuto;
   auto e2 = Engine::create(automatic).value();
   auto tcp = e2->connect(target, after(10s));
   ASSERT_TRUE(tcp.ok()) << tcp.status().to_string();
@@ -350,7 +350,7 @@ TEST(LocalTrust, OnlyRendezvousNamesOfTheEnginesFormAreDialed) {
 TEST(LocalTrust, TwoEnginesOfOneProcessNeedTheOptIn) {
   for (std::string transport : {"auto", "local"}) {
     Options o;
-    o.transport = transport;
+    o.transport = parse_transport(transport).value();
     auto a = Engine::create(o).value();
     auto b = Engine::create(o).value();
     std::thread t([&] { (void)b->accept(after(transport == "auto" ? 5s : 1s)); });

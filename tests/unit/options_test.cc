@@ -272,16 +272,19 @@ TEST(Options, ValidateRejectsOutOfRangeFields) {
   o.heartbeat_interval = 200ms;
   expect_bad(o, "peer_timeout");
   o = Options{};
-  o.transport = "udp";
+  o.transport = static_cast<TransportChoice>(7);  // only a cast can make one
   expect_bad(o, "transport");
   o = Options{};
   o.listen = "localhost";
   expect_bad(o, "listen");
   o = Options{};
-  o.path_policy = "sometimes";
+  o.path_policy = static_cast<PathPolicy>(2);
   expect_bad(o, "path_policy");
   o = Options{};
-  o.staging_copy = "dma";
+  o.nic_policy = static_cast<NicPolicy>(2);
+  expect_bad(o, "nic_policy");
+  o = Options{};
+  o.staging_copy = static_cast<StagingCopy>(2);
   expect_bad(o, "staging_copy");
 
   // The edges that are allowed.
@@ -290,8 +293,61 @@ TEST(Options, ValidateRejectsOutOfRangeFields) {
   o.chunk_bytes = 4096;
   o.window = 1;
   o.peer_timeout = o.heartbeat_interval + 1ms;
-  o.transport = "tcp";
+  o.transport = TransportChoice::kTcp;
   EXPECT_TRUE(validate(o).ok()) << validate(o).to_string();
+}
+
+// The fields that hold one of a few names: each name parses to its value and
+// back; any other name (wrong case included) is refused with the names it
+// could have been, whether it comes from the parse function or from the
+// variable, whose message names it too.
+TEST(Options, ChoicesTakeExactlyTheirNames) {
+  EXPECT_EQ(to_string(TransportChoice::kAuto), "auto");
+  EXPECT_EQ(to_string(TransportChoice::kTcp), "tcp");
+  EXPECT_EQ(to_string(TransportChoice::kLocal), "local");
+  EXPECT_EQ(to_string(NicPolicy::kNearest), "nearest");
+  EXPECT_EQ(to_string(NicPolicy::kAll), "all");
+  EXPECT_EQ(to_string(PathPolicy::kAdaptive), "adaptive");
+  EXPECT_EQ(to_string(PathPolicy::kAll), "all");
+  EXPECT_EQ(to_string(StagingCopy::kKernel), "kernel");
+  EXPECT_EQ(to_string(StagingCopy::kCopyEngine), "engine");
+  EXPECT_EQ(to_string(static_cast<TransportChoice>(7)), "");
+  for (auto t : {TransportChoice::kAuto, TransportChoice::kTcp, TransportChoice::kLocal}) {
+    auto r = parse_transport(to_string(t));
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r.value(), t);
+  }
+  for (auto p : {NicPolicy::kNearest, NicPolicy::kAll}) EXPECT_EQ(parse_nic_policy(to_string(p)).value(), p);
+  for (auto p : {PathPolicy::kAdaptive, PathPolicy::kAll}) EXPECT_EQ(parse_path_policy(to_string(p)).value(), p);
+  for (auto c : {StagingCopy::kKernel, StagingCopy::kCopyEngine}) {
+    EXPECT_EQ(parse_staging_copy(to_string(c)).value(), c);
+  }
+
+  struct Bad {
+    std::string env, value, message;
+    Status parsed;
+  };
+  const Bad cases[] = {
+      {"FERRY_TRANSPORT", "udp", "transport must be auto, tcp or local, got \"udp\"", parse_transport("udp").status()},
+      {"FERRY_TRANSPORT", "TCP", "transport must be auto, tcp or local, got \"TCP\"", parse_transport("TCP").status()},
+      {"FERRY_TRANSPORT", "", "transport must be auto, tcp or local, got \"\"", parse_transport("").status()},
+      {"FERRY_NIC_POLICY", "closest", "nic_policy must be nearest or all, got \"closest\"",
+       parse_nic_policy("closest").status()},
+      {"FERRY_PATH_POLICY", "sometimes", "path_policy must be adaptive or all, got \"sometimes\"",
+       parse_path_policy("sometimes").status()},
+      {"FERRY_STAGING_COPY", "dma", "staging_copy must be kernel or engine, got \"dma\"",
+       parse_staging_copy("dma").status()},
+  };
+  for (const Bad& b : cases) {
+    EXPECT_EQ(b.parsed.code(), Code::kInvalidArgument) << b.message;
+    EXPECT_EQ(b.parsed.message(), b.message);
+    EnvGuard env;
+    env.set(b.env, b.value);
+    auto r = apply_environment(Options{});
+    ASSERT_FALSE(r.ok()) << b.env << "=" << b.value << " was accepted";
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+    EXPECT_EQ(r.status().message(), b.env + ": " + b.message);
+  }
 }
 
 class TempFile {

@@ -69,7 +69,7 @@ class StagedTcp : public ::testing::Test {
     set_staging_hooks_for_tests(
         StagingHooks{[copy_delay] { return make_host_copier(copy_delay); }, /*stage_host=*/true});
     for (Options* o : {&a, &b}) {
-      o->transport = "tcp";
+      o->transport = TransportChoice::kTcp;
       o->listen = "127.0.0.1:0";
     }
     open(x_, a);
@@ -271,7 +271,7 @@ TEST(StagedTcpFailure, NoStagingCopyReadsASourceDeregisteredAfterItsSendFailed) 
       [off] { return make_host_copier(150ms, [off](const void* d, const void* s, size_t n) { off->see(d, s, n); }); },
       /*stage_host=*/true});
   Options o;
-  o.transport = "tcp";
+  o.transport = TransportChoice::kTcp;
   o.listen = "127.0.0.1:0";
   o.streams = 1;
   o.staging_depth = 3;
@@ -334,7 +334,7 @@ TEST(StagedTcpFailure, ASendWhoseCopyCannotBeFencedFailsOnlyOnceTheCopyEnded) {
                    },
                    /*stage_host=*/true});
   Options o;
-  o.transport = "tcp";
+  o.transport = TransportChoice::kTcp;
   o.listen = "127.0.0.1:0";
   auto x = Engine::create(o).value();
   auto y = Engine::create(o).value();

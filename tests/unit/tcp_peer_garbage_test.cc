@@ -114,7 +114,7 @@ struct Target {
 
   void open(int streams = 1) {
     Options o;
-    o.transport = "tcp";
+    o.transport = TransportChoice::kTcp;
     o.listen = "127.0.0.1:0";
     engine = Engine::create(o).value();
     ASSERT_TRUE(peer.dial(engine->address(), streams));
@@ -129,7 +129,7 @@ struct Target {
 // with a reason that names both versions, and no connection is accepted.
 TEST(TcpPeerGarbage, AnotherProtocolVersionIsRefusedAtTheHandshake) {
   Options o;
-  o.transport = "tcp";
+  o.transport = TransportChoice::kTcp;
   o.listen = "127.0.0.1:0";
   auto engine = Engine::create(o).value();
   auto hp = platform::parse_host_port(engine->address());

@@ -65,7 +65,7 @@ class FerryBackend final : public Backend {
     options.listen = "127.0.0.1:0";  // a free port; the rendezvous directory tells the others
     // Only the local transport is timed here: a peer it cannot reach is an
     // error, not a silent fall-back to TCP.
-    options.transport = "local";
+    options.transport = TransportChoice::kLocal;
     // Failures reach run_once and barrier as Status values naming the rank;
     // the engine's warnings would repeat them, and at the end of a run each
     // rank's close reaches peers that are closing too and would be reported

@@ -56,8 +56,9 @@ Result<Dialed> dial_once(const std::shared_ptr<core::EngineContext>& ctx, const 
   }
 
   // Same host, neither side forced to TCP: the local transport.
-  bool local = allow_local && o.transport != "tcp" && welcome->local_ok && welcome->host_id == ctx->host_id;
-  if (o.transport == "local" && !local) {
+  bool local =
+      allow_local && o.transport != TransportChoice::kTcp && welcome->local_ok && welcome->host_id == ctx->host_id;
+  if (o.transport == TransportChoice::kLocal && !local) {
     return context(Status(Code::kUnavailable, welcome->host_id != ctx->host_id
                                                   ? "FERRY_TRANSPORT=local, but the peer is on another host"
                                                   : "FERRY_TRANSPORT=local, but the peer serves only TCP"));
@@ -162,7 +163,7 @@ Result<Dialed> dial(const std::shared_ptr<core::EngineContext>& ctx, const platf
                     const std::function<uint64_t()>& next_id) {
   bool local_failed = false;
   auto c = dial_once(ctx, to, deadline, next_id(), /*allow_local=*/true, local_failed);
-  if (c.ok() || ctx->options.transport != "auto" || !local_failed) return c;
+  if (c.ok() || ctx->options.transport != TransportChoice::kAuto || !local_failed) return c;
   // Same host but the processes cannot reach each other's memory (another
   // pid namespace, no permission): TCP still works.
   FERRY_LOG(kInfo, "engine", "%s; using TCP", c.status().to_string().c_str());

@@ -317,7 +317,7 @@ Status TcpListener::serve_control(uint64_t handshake_id, platform::Socket& s, co
   welcome.engine_id = ctx_->engine_id;
   welcome.auth_required = !o.auth_token.empty();
   welcome.host_id = ctx_->host_id;
-  welcome.local_ok = o.transport != "tcp";
+  welcome.local_ok = o.transport != TransportChoice::kTcp;
   welcome.addresses = ctx_->addresses;
   platform::fill_random(welcome.nonce.data(), welcome.nonce.size());
   FERRY_RETURN_IF_ERROR(write_handshake_frame(fd, wire::encode(welcome), deadline));
