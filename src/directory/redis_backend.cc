@@ -16,11 +16,12 @@
 #include <sys/socket.h>
 
 #include <cerrno>
-#include <cstring>
+#include <cstdlib>
 #include <set>
 
 #include "directory/entry.h"
 #include "platform/socket.h"
+#include "platform/system_error.h"
 
 namespace ferry::directory {
 namespace {
@@ -224,7 +225,7 @@ class RedisBackend final : public Backend {
     sock_ = std::move(s).value();
     int flags = ::fcntl(sock_.fd(), F_GETFL);
     if (flags < 0 || ::fcntl(sock_.fd(), F_SETFL, flags | O_NONBLOCK) != 0) {
-      return fail(Code::kUnavailable, std::string("fcntl: ") + std::strerror(errno));
+      return fail(Code::kUnavailable, platform::errno_message("fcntl"));
     }
     reader_ = redisReaderCreateWithFunctions(&kReplyFunctions);
     if (reader_ == nullptr) return fail(Code::kResourceExhausted, "cannot create a reply reader");
@@ -279,7 +280,7 @@ class RedisBackend final : public Backend {
         continue;
       }
       closed_before_reply_ = errno == EPIPE || errno == ECONNRESET;
-      return fail(Code::kUnavailable, "send: " + std::string(std::strerror(errno)));
+      return fail(Code::kUnavailable, platform::errno_message("send"));
     }
     t_max_elements = max_reply / 4 + 1;  // every element takes at least 4 bytes
     size_t received = 0;
@@ -321,7 +322,7 @@ class RedisBackend final : public Backend {
         FERRY_RETURN_IF_ERROR(wait_fd(POLLIN, deadline, args[0]));
         continue;
       }
-      return fail(Code::kUnavailable, "recv: " + std::string(std::strerror(errno)));
+      return fail(Code::kUnavailable, platform::errno_message("recv"));
     }
   }
 
@@ -332,7 +333,7 @@ class RedisBackend final : public Backend {
       pollfd p{sock_.fd(), events, 0};
       int rc = ::poll(&p, 1, left);
       if (rc > 0) return Status();
-      if (rc < 0 && errno != EINTR) return fail(Code::kUnavailable, std::string("poll: ") + std::strerror(errno));
+      if (rc < 0 && errno != EINTR) return fail(Code::kUnavailable, platform::errno_message("poll"));
     }
   }
 

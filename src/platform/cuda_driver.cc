@@ -1,65 +1,80 @@
 // Loading the CUDA driver's entry points by name.
 #include "platform/cuda_driver.h"
 
-#include <dlfcn.h>
-
 #include <atomic>
 #include <mutex>
+
+#include "platform/dynamic_library.h"
 
 namespace ferry::platform {
 namespace {
 
-template <typename Fn>
-bool load(void* lib, const char* name, Fn& out) {
-  out = reinterpret_cast<Fn>(::dlsym(lib, name));
-  return out != nullptr;
-}
-
 CudaDriver load_driver() {
   CudaDriver d;
-  void* lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) return d;
+  auto lib = DynamicLibrary::open({"libcuda.so.1"});
+  if (!lib.ok()) return d;
+  // Never unloaded: the table below is the process's for good, and a driver
+  // that cuInit touched is not to be unloaded under its own threads.
+  lib->keep_loaded();
+  Status missing;
+  auto need = [&](const char* name, auto& fn) {
+    if (missing.ok()) missing = lib->lookup(name, fn);
+  };
   decltype(d.init) init = nullptr;
-  bool ok = load(lib, "cuInit", init) && load(lib, "cuGetErrorName", d.get_error_name) &&
-            load(lib, "cuGetErrorString", d.get_error_string) && load(lib, "cuDeviceGet", d.device_get) &&
-            load(lib, "cuDeviceGetCount", d.device_get_count) &&
-            load(lib, "cuDeviceGetPCIBusId", d.device_get_pci_bus_id) &&
-            load(lib, "cuDevicePrimaryCtxRetain", d.primary_ctx_retain) &&
-            load(lib, "cuDevicePrimaryCtxRelease_v2", d.primary_ctx_release) &&
-            load(lib, "cuCtxSetCurrent", d.ctx_set_current) && load(lib, "cuCtxGetCurrent", d.ctx_get_current) &&
-            load(lib, "cuPointerGetAttribute", d.pointer_get_attribute) &&
-            load(lib, "cuMemGetAddressRange_v2", d.mem_get_address_range) &&
-            load(lib, "cuIpcGetMemHandle", d.ipc_get_mem_handle) &&
-            load(lib, "cuIpcOpenMemHandle_v2", d.ipc_open_mem_handle) &&
-            load(lib, "cuIpcCloseMemHandle", d.ipc_close_mem_handle) &&
-            load(lib, "cuMemRetainAllocationHandle", d.mem_retain_allocation_handle) &&
-            load(lib, "cuMemRelease", d.mem_release) &&
-            load(lib, "cuMemExportToShareableHandle", d.mem_export_to_shareable_handle) &&
-            load(lib, "cuMemImportFromShareableHandle", d.mem_import_from_shareable_handle) &&
-            load(lib, "cuMemGetAllocationPropertiesFromHandle", d.mem_get_allocation_properties) &&
-            load(lib, "cuMemAddressReserve", d.mem_address_reserve) &&
-            load(lib, "cuMemAddressFree", d.mem_address_free) && load(lib, "cuMemMap", d.mem_map) &&
-            load(lib, "cuMemUnmap", d.mem_unmap) && load(lib, "cuMemSetAccess", d.mem_set_access) &&
-            load(lib, "cuMemCreate", d.mem_create) &&
-            load(lib, "cuMemGetAllocationGranularity", d.mem_get_allocation_granularity) &&
-            load(lib, "cuStreamCreate", d.stream_create) && load(lib, "cuStreamDestroy_v2", d.stream_destroy) &&
-            load(lib, "cuStreamSynchronize", d.stream_synchronize) &&
-            load(lib, "cuStreamQuery", d.stream_query) && load(lib, "cuEventCreate", d.event_create) &&
-            load(lib, "cuEventDestroy_v2", d.event_destroy) && load(lib, "cuEventRecord", d.event_record) &&
-            load(lib, "cuEventQuery", d.event_query) && load(lib, "cuEventSynchronize", d.event_synchronize) &&
-            load(lib, "cuMemcpyAsync", d.memcpy_async) &&
-            load(lib, "cuMemcpyDtoDAsync_v2", d.memcpy_dtod_async) &&
-            load(lib, "cuMemcpyHtoDAsync_v2", d.memcpy_htod_async) &&
-            load(lib, "cuMemcpyDtoHAsync_v2", d.memcpy_dtoh_async) && load(lib, "cuMemcpy", d.memcpy) &&
-            load(lib, "cuMemAlloc_v2", d.mem_alloc) && load(lib, "cuMemFree_v2", d.mem_free) &&
-            load(lib, "cuMemHostAlloc", d.mem_host_alloc) && load(lib, "cuMemFreeHost", d.mem_free_host) &&
-            load(lib, "cuMemGetInfo_v2", d.mem_get_info) && load(lib, "cuCtxSynchronize", d.ctx_synchronize) &&
-            load(lib, "cuDevicePrimaryCtxGetState", d.primary_ctx_get_state) &&
-            load(lib, "cuModuleLoadData", d.module_load_data) && load(lib, "cuModuleUnload", d.module_unload) &&
-            load(lib, "cuModuleGetFunction", d.module_get_function) &&
-            load(lib, "cuLaunchKernel", d.launch_kernel);
+  need("cuInit", init);
+  need("cuGetErrorName", d.get_error_name);
+  need("cuGetErrorString", d.get_error_string);
+  need("cuDeviceGet", d.device_get);
+  need("cuDeviceGetCount", d.device_get_count);
+  need("cuDeviceGetPCIBusId", d.device_get_pci_bus_id);
+  need("cuDevicePrimaryCtxRetain", d.primary_ctx_retain);
+  need("cuDevicePrimaryCtxRelease_v2", d.primary_ctx_release);
+  need("cuCtxSetCurrent", d.ctx_set_current);
+  need("cuCtxGetCurrent", d.ctx_get_current);
+  need("cuPointerGetAttribute", d.pointer_get_attribute);
+  need("cuMemGetAddressRange_v2", d.mem_get_address_range);
+  need("cuIpcGetMemHandle", d.ipc_get_mem_handle);
+  need("cuIpcOpenMemHandle_v2", d.ipc_open_mem_handle);
+  need("cuIpcCloseMemHandle", d.ipc_close_mem_handle);
+  need("cuMemRetainAllocationHandle", d.mem_retain_allocation_handle);
+  need("cuMemRelease", d.mem_release);
+  need("cuMemExportToShareableHandle", d.mem_export_to_shareable_handle);
+  need("cuMemImportFromShareableHandle", d.mem_import_from_shareable_handle);
+  need("cuMemGetAllocationPropertiesFromHandle", d.mem_get_allocation_properties);
+  need("cuMemAddressReserve", d.mem_address_reserve);
+  need("cuMemAddressFree", d.mem_address_free);
+  need("cuMemMap", d.mem_map);
+  need("cuMemUnmap", d.mem_unmap);
+  need("cuMemSetAccess", d.mem_set_access);
+  need("cuMemCreate", d.mem_create);
+  need("cuMemGetAllocationGranularity", d.mem_get_allocation_granularity);
+  need("cuStreamCreate", d.stream_create);
+  need("cuStreamDestroy_v2", d.stream_destroy);
+  need("cuStreamSynchronize", d.stream_synchronize);
+  need("cuStreamQuery", d.stream_query);
+  need("cuEventCreate", d.event_create);
+  need("cuEventDestroy_v2", d.event_destroy);
+  need("cuEventRecord", d.event_record);
+  need("cuEventQuery", d.event_query);
+  need("cuEventSynchronize", d.event_synchronize);
+  need("cuMemcpyAsync", d.memcpy_async);
+  need("cuMemcpyDtoDAsync_v2", d.memcpy_dtod_async);
+  need("cuMemcpyHtoDAsync_v2", d.memcpy_htod_async);
+  need("cuMemcpyDtoHAsync_v2", d.memcpy_dtoh_async);
+  need("cuMemcpy", d.memcpy);
+  need("cuMemAlloc_v2", d.mem_alloc);
+  need("cuMemFree_v2", d.mem_free);
+  need("cuMemHostAlloc", d.mem_host_alloc);
+  need("cuMemFreeHost", d.mem_free_host);
+  need("cuMemGetInfo_v2", d.mem_get_info);
+  need("cuCtxSynchronize", d.ctx_synchronize);
+  need("cuDevicePrimaryCtxGetState", d.primary_ctx_get_state);
+  need("cuModuleLoadData", d.module_load_data);
+  need("cuModuleUnload", d.module_unload);
+  need("cuModuleGetFunction", d.module_get_function);
+  need("cuLaunchKernel", d.launch_kernel);
   // A driver without a device (or too old for one entry point) counts as none.
-  if (!ok || init(0) != cu::kSuccess) return CudaDriver{};
+  if (!missing.ok() || init(0) != cu::kSuccess) return CudaDriver{};
   d.init = init;
   return d;
 }

@@ -7,8 +7,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
+
+#include "platform/system_error.h"
 
 namespace ferry::platform {
 namespace fs = std::filesystem;
@@ -22,7 +23,7 @@ std::string under_root(std::string_view root, std::string_view path) {
 }
 
 Status errno_status(int err, std::string_view action, const std::string& path) {
-  std::string text = std::string(action) + " " + path + ": " + std::strerror(err);
+  std::string text = errno_message(std::string(action) + " " + path, err);
   switch (err) {
     case ENOENT:
     case ENOTDIR:

@@ -49,7 +49,9 @@ Result<std::vector<std::string>> list_dir(const std::string& path);
 // kNotFound when `path` is not a symlink.
 Result<std::string> link_target_name(const std::string& path);
 
-// Status text for an errno value and a path: "open /x/y: Permission denied".
+// Status text for an errno value and a path: "open /x/y: Permission denied",
+// with a code chosen from the error (kNotFound for ENOENT, kPermissionDenied
+// for EACCES, ...). For errors that are not about a file: system_error.h.
 Status errno_status(int err, std::string_view action, const std::string& path);
 
 // The files of one host (or of a fixture tree) addressed by absolute paths

@@ -6,9 +6,9 @@
 #include <net/if.h>
 #include <netinet/in.h>
 
-#include <cerrno>
-#include <cstring>
 #include <fstream>
+
+#include "platform/system_error.h"
 
 namespace ferry::platform {
 
@@ -22,9 +22,7 @@ bool parse_ipv4(std::string_view text, uint32_t& out) {
 
 Result<std::vector<Interface>> list_interfaces() {
   struct ifaddrs* all = nullptr;
-  if (::getifaddrs(&all) != 0) {
-    return Status(Code::kUnavailable, std::string("getifaddrs: ") + std::strerror(errno));
-  }
+  if (::getifaddrs(&all) != 0) return errno_status(Code::kUnavailable, "getifaddrs");
   std::vector<Interface> out;
   for (struct ifaddrs* i = all; i != nullptr; i = i->ifa_next) {
     if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;

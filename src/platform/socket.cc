@@ -14,12 +14,11 @@
 #include <cerrno>
 #include <climits>
 #include <charconv>
-#include <cstring>
+
+#include "platform/system_error.h"
 
 namespace ferry::platform {
 namespace {
-
-std::string errno_text(int e) { return std::string(std::strerror(e)); }
 
 int poll_ms(Deadline deadline) {
   if (deadline == kNoDeadline) return -1;
@@ -37,7 +36,7 @@ Status wait_fd(int fd, short events, Deadline deadline, const char* what) {
     if (r == 0 || Clock::now() >= deadline) {
       return Status(Code::kDeadlineExceeded, std::string(what) + " did not finish by its deadline");
     }
-    if (errno != EINTR) return Status(Code::kInternal, std::string("poll: ") + errno_text(errno));
+    if (errno != EINTR) return errno_status(Code::kInternal, "poll");
   }
 }
 
@@ -125,14 +124,14 @@ Result<Socket> listen_tcp(const HostPort& at, int backlog) {
   for (struct addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
     Socket s(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
     if (!s.valid()) {
-      last = Status(Code::kResourceExhausted, "socket: " + errno_text(errno));
+      last = errno_status(Code::kResourceExhausted, "socket");
       continue;
     }
     int one = 1;
     ::setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (::bind(s.fd(), ai->ai_addr, ai->ai_addrlen) != 0 || ::listen(s.fd(), backlog) != 0) {
-      last = Status(Code::kUnavailable,
-                    "cannot listen on " + at.host + ":" + std::to_string(at.port) + ": " + errno_text(errno));
+      int err = errno;
+      last = errno_status(Code::kUnavailable, "cannot listen on " + at.host + ":" + std::to_string(at.port), err);
       continue;
     }
     ::freeaddrinfo(res);
@@ -146,7 +145,7 @@ Result<uint16_t> local_port(const Socket& s) {
   struct sockaddr_storage ss {};
   socklen_t len = sizeof(ss);
   if (::getsockname(s.fd(), reinterpret_cast<struct sockaddr*>(&ss), &len) != 0) {
-    return Status(Code::kInternal, "getsockname: " + errno_text(errno));
+    return errno_status(Code::kInternal, "getsockname");
   }
   if (ss.ss_family == AF_INET) return ntohs(reinterpret_cast<struct sockaddr_in*>(&ss)->sin_port);
   return ntohs(reinterpret_cast<struct sockaddr_in6*>(&ss)->sin6_port);
@@ -177,7 +176,7 @@ Result<Socket> connect_tcp(const HostPort& to, Deadline deadline, std::string_vi
   for (struct addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
     Socket s(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
     if (!s.valid()) {
-      last = Status(Code::kResourceExhausted, "socket: " + errno_text(errno));
+      last = errno_status(Code::kResourceExhausted, "socket");
       continue;
     }
     if (!source_ip.empty() && ai->ai_family == AF_INET) {
@@ -186,13 +185,15 @@ Result<Socket> connect_tcp(const HostPort& to, Deadline deadline, std::string_vi
       std::string ip(source_ip);
       if (::inet_pton(AF_INET, ip.c_str(), &src.sin_addr) != 1 ||
           ::bind(s.fd(), reinterpret_cast<struct sockaddr*>(&src), sizeof(src)) != 0) {
-        last = Status(Code::kUnavailable, "bind to source " + ip + " for " + where + ": " + errno_text(errno));
+        int err = errno;
+        last = errno_status(Code::kUnavailable, "bind to source " + ip + " for " + where, err);
         continue;
       }
     }
     int rc = ::connect(s.fd(), ai->ai_addr, ai->ai_addrlen);
     if (rc != 0 && errno != EINPROGRESS) {
-      last = Status(Code::kUnavailable, "connect to " + where + ": " + errno_text(errno));
+      int err = errno;
+      last = errno_status(Code::kUnavailable, "connect to " + where, err);
       continue;
     }
     if (rc != 0) {
@@ -205,7 +206,7 @@ Result<Socket> connect_tcp(const HostPort& to, Deadline deadline, std::string_vi
       socklen_t len = sizeof(err);
       ::getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &err, &len);
       if (err != 0) {
-        last = Status(Code::kUnavailable, "connect to " + where + ": " + errno_text(err));
+        last = errno_status(Code::kUnavailable, "connect to " + where, err);
         continue;
       }
     }
@@ -221,7 +222,7 @@ Result<Socket> connect_tcp(const HostPort& to, Deadline deadline, std::string_vi
 Status tune_stream(const Socket& s, size_t buffer_bytes, unsigned user_timeout_ms) {
   int one = 1;
   if (::setsockopt(s.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) {
-    return Status(Code::kInternal, "TCP_NODELAY: " + errno_text(errno));
+    return errno_status(Code::kInternal, "TCP_NODELAY");
   }
   if (buffer_bytes > 0) {
     int v = static_cast<int>(buffer_bytes);
@@ -230,7 +231,7 @@ Status tune_stream(const Socket& s, size_t buffer_bytes, unsigned user_timeout_m
   }
   if (user_timeout_ms > 0 &&
       ::setsockopt(s.fd(), IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms)) != 0) {
-    return Status(Code::kInternal, "TCP_USER_TIMEOUT: " + errno_text(errno));
+    return errno_status(Code::kInternal, "TCP_USER_TIMEOUT");
   }
   return Status();
 }
@@ -258,7 +259,7 @@ Status send_all(int fd, struct iovec* iov, int iovcnt) {
     ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Status(Code::kPeerLost, "send: " + errno_text(errno));
+      return errno_status(Code::kPeerLost, "send");
     }
     advance(iov, iovcnt, static_cast<size_t>(n));
   }
@@ -277,7 +278,7 @@ Status recv_all(int fd, struct iovec* iov, int iovcnt) {
     ssize_t n = ::recvmsg(fd, &msg, MSG_WAITALL);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Status(Code::kPeerLost, "recv: " + errno_text(errno));
+      return errno_status(Code::kPeerLost, "recv");
     }
     if (n == 0) return end_of_stream(fd);
     advance(iov, iovcnt, static_cast<size_t>(n));
@@ -297,7 +298,7 @@ Status send_all_by(int fd, const void* buf, size_t len, Deadline deadline) {
     ssize_t n = ::send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
-      return Status(Code::kPeerLost, "send: " + errno_text(errno));
+      return errno_status(Code::kPeerLost, "send");
     }
     p += n;
     len -= static_cast<size_t>(n);
@@ -312,7 +313,7 @@ Status recv_exact_by(int fd, void* buf, size_t len, Deadline deadline) {
     ssize_t n = ::recv(fd, p, len, MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
-      return Status(Code::kPeerLost, "recv: " + errno_text(errno));
+      return errno_status(Code::kPeerLost, "recv");
     }
     if (n == 0) return Status(Code::kPeerLost, "stream closed by the peer during the handshake");
     p += n;

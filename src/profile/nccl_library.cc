@@ -1,8 +1,6 @@
 // Finding and loading NCCL at run time.
 #include "profile/nccl_library.h"
 
-#include <dlfcn.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -39,20 +37,20 @@ Result<std::unique_ptr<NcclLibrary>> NcclLibrary::load() {
     }
   }
   for (const std::string& c : candidates) {
-    void* lib = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) {
-      tried += "; " + std::string(dlerror());
+    auto lib = platform::DynamicLibrary::open({c});
+    if (!lib.ok()) {
+      tried += "; " + lib.status().message();
       continue;
     }
     std::unique_ptr<NcclLibrary> n(new NcclLibrary());
-    n->lib_ = lib;
+    n->lib_ = std::move(lib).value();
     n->path_ = c;
     bool missing = false;
     auto sym = [&](auto& fn, const char* name, bool required = true) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
-      if (fn == nullptr && required) {
+      Status s = n->lib_.lookup(name, fn);
+      if (!s.ok() && required) {
         missing = true;
-        tried += "; " + c + " lacks " + name;
+        tried += "; " + s.message();
       }
     };
     sym(n->get_version, "ncclGetVersion");
@@ -72,10 +70,6 @@ Result<std::unique_ptr<NcclLibrary>> NcclLibrary::load() {
   std::string where = std::getenv(kNcclLibraryEnv) ? std::string(kNcclLibraryEnv) + "=" + candidates[0]
                                                    : "libnccl.so.2 and the Python environment";
   return Status(Code::kUnavailable, "NCCL not found (looked at " + where + ")" + tried);
-}
-
-NcclLibrary::~NcclLibrary() {
-  if (lib_ != nullptr) dlclose(lib_);
 }
 
 std::string NcclLibrary::version() const {

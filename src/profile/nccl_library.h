@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ferry/status.h"
+#include "platform/dynamic_library.h"
 
 namespace ferry::profile {
 
@@ -42,7 +43,7 @@ class NcclLibrary {
   // Loads NCCL from the first place above that has it. kUnavailable listing
   // every place tried and why each failed.
   static Result<std::unique_ptr<NcclLibrary>> load();
-  ~NcclLibrary();
+  ~NcclLibrary() = default;  // closes the library
 
   const std::string& path() const { return path_; }
   // "2.28.3" (from ncclGetVersion).
@@ -65,7 +66,7 @@ class NcclLibrary {
 
  private:
   NcclLibrary() = default;
-  void* lib_ = nullptr;
+  platform::DynamicLibrary lib_;
   std::string path_;
 };
 

@@ -3,10 +3,10 @@
 // the versions current drivers export).
 #include "profile/nvml.h"
 
-#include <dlfcn.h>
-
 #include <cctype>
 #include <cstring>
+
+#include "platform/dynamic_library.h"
 
 namespace ferry::profile {
 namespace {
@@ -58,7 +58,7 @@ std::string canonical_pci(const std::string& id) {
 }  // namespace
 
 struct Nvml::Api {
-  void* lib = nullptr;
+  platform::DynamicLibrary lib;  // closed when the Api goes, after nvmlShutdown
   nvmlReturn_t (*init)() = nullptr;
   nvmlReturn_t (*shutdown)() = nullptr;
   const char* (*error_string)(nvmlReturn_t) = nullptr;
@@ -89,14 +89,18 @@ struct Nvml::Api {
 };
 
 Result<std::unique_ptr<Nvml>> Nvml::load() {
-  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) return Status(Code::kUnavailable, std::string("NVML: ") + dlerror());
+  auto lib = platform::DynamicLibrary::open({"libnvidia-ml.so.1"});
+  if (!lib.ok()) return Status(Code::kUnavailable, "NVML: " + lib.status().message());
   auto api = std::make_unique<Api>();
-  api->lib = lib;
-  bool missing = false;
+  api->lib = std::move(lib).value();
+  Status missing;  // the first required entry point the library lacks
   auto sym = [&](auto& fn, const char* name, bool required = true) {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
-    if (fn == nullptr && required) missing = true;
+    if (!required) {
+      api->lib.lookup_optional(name, fn);
+      return;
+    }
+    Status s = api->lib.lookup(name, fn);
+    if (missing.ok()) missing = s;
   };
   sym(api->init, "nvmlInit_v2");
   sym(api->shutdown, "nvmlShutdown");
@@ -119,15 +123,11 @@ Result<std::unique_ptr<Nvml>> Nvml::load() {
   sym(api->common_ancestor, "nvmlDeviceGetTopologyCommonAncestor", false);
   sym(api->nvlink_state, "nvmlDeviceGetNvLinkState", false);
   sym(api->nvlink_remote, "nvmlDeviceGetNvLinkRemotePciInfo_v2", false);
-  if (missing) {
-    dlclose(lib);
-    return Status(Code::kUnavailable, "NVML: libnvidia-ml.so.1 lacks an entry point ferry needs");
-  }
+  // Returning an error drops `api`, which closes the library.
+  if (!missing.ok()) return Status(Code::kUnavailable, "NVML: " + missing.message());
   nvmlReturn_t r = api->init();
   if (r != kNvmlSuccess) {
-    std::string why = api->error_string(r);
-    dlclose(lib);
-    return Status(Code::kUnavailable, "NVML: nvmlInit failed: " + why);
+    return Status(Code::kUnavailable, std::string("NVML: nvmlInit failed: ") + api->error_string(r));
   }
   return std::unique_ptr<Nvml>(new Nvml(std::move(api)));
 }
@@ -135,8 +135,7 @@ Result<std::unique_ptr<Nvml>> Nvml::load() {
 Nvml::Nvml(std::unique_ptr<Api> api) : api_(std::move(api)) {}
 
 Nvml::~Nvml() {
-  api_->shutdown();
-  dlclose(api_->lib);
+  api_->shutdown();  // then api_'s destruction closes the library
 }
 
 std::string Nvml::driver_version() const {

@@ -6,8 +6,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <string>
+
+#include "platform/system_error.h"
 
 namespace ferry::local {
 namespace {
@@ -35,8 +36,8 @@ Status cross(pid_t pid, const std::vector<iovec>& local, const std::vector<iovec
     if (n < 0) {
       if (errno == EINTR) continue;
       int e = errno;
-      std::string what = std::string(write ? "process_vm_writev" : "process_vm_readv") + " into process " +
-                         std::to_string(pid) + ": " + std::strerror(e);
+      std::string what = platform::errno_message(
+          std::string(write ? "process_vm_writev" : "process_vm_readv") + " into process " + std::to_string(pid), e);
       if (e == ESRCH) return Status(Code::kPeerLost, what);
       if (e == EPERM) return Status(Code::kPermissionDenied, what);
       return Status(Code::kOutOfRange, what);
@@ -61,15 +62,16 @@ Status cross_read(pid_t pid, const std::vector<iovec>& local, const std::vector<
 Result<int> fetch_peer_fd(pid_t pid, int fd) {
   int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
   if (pidfd < 0) {
-    return Status(errno == ESRCH ? Code::kPeerLost : Code::kUnavailable,
-                  "pidfd_open(" + std::to_string(pid) + "): " + std::strerror(errno));
+    int e = errno;
+    return platform::errno_status(e == ESRCH ? Code::kPeerLost : Code::kUnavailable,
+                                  "pidfd_open(" + std::to_string(pid) + ")", e);
   }
   int got = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, fd, 0));
   int e = errno;
   ::close(pidfd);
   if (got < 0) {
-    return Status(e == EPERM ? Code::kPermissionDenied : Code::kUnavailable,
-                  "pidfd_getfd(process " + std::to_string(pid) + ", fd " + std::to_string(fd) + "): " + std::strerror(e));
+    return platform::errno_status(e == EPERM ? Code::kPermissionDenied : Code::kUnavailable,
+                                  "pidfd_getfd(process " + std::to_string(pid) + ", fd " + std::to_string(fd) + ")", e);
   }
   return got;
 }

@@ -12,14 +12,13 @@
 #include <cstring>
 
 #include "platform/crypto.h"
+#include "platform/system_error.h"
 
 namespace ferry::local {
 namespace {
 
 constexpr std::string_view kNamePrefix = "ferry-local-";
 constexpr size_t kNameHexDigits = 32;
-
-std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
 // An abstract address: a NUL, then the name (no terminator counts).
 socklen_t abstract_address(std::string_view name, sockaddr_un& addr) {
@@ -33,7 +32,7 @@ Result<PeerCredentials> credentials_of(int fd) {
   ucred cred{};
   socklen_t len = sizeof(cred);
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || len != sizeof(cred) || cred.pid <= 0) {
-    return Status(Code::kUnavailable, errno_text("SO_PEERCRED of the local peer"));
+    return platform::errno_status(Code::kUnavailable, "SO_PEERCRED of the local peer");
   }
   return PeerCredentials{cred.pid, cred.uid};
 }
@@ -70,7 +69,7 @@ Status send_fd(int sock, int fd) {
   c->cmsg_len = CMSG_LEN(sizeof(int));
   std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
   while (::sendmsg(sock, &msg, MSG_NOSIGNAL) != 1) {
-    if (errno != EINTR) return Status(Code::kUnavailable, errno_text("passing the local channel to the peer"));
+    if (errno != EINTR) return platform::errno_status(Code::kUnavailable, "passing the local channel to the peer");
   }
   return Status();
 }
@@ -134,11 +133,11 @@ Result<RendezvousListener> RendezvousListener::open() {
     r.name_ += hex[b & 15];
   }
   r.listener_ = platform::Socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!r.listener_.valid()) return Status(Code::kResourceExhausted, errno_text("socket(AF_UNIX)"));
+  if (!r.listener_.valid()) return platform::errno_status(Code::kResourceExhausted, "socket(AF_UNIX)");
   sockaddr_un addr;
   socklen_t len = abstract_address(r.name_, addr);
   if (::bind(r.listener_.fd(), reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(r.listener_.fd(), 4) != 0) {
-    return Status(Code::kUnavailable, errno_text("listening for the local peer"));
+    return platform::errno_status(Code::kUnavailable, "listening for the local peer");
   }
   return r;
 }
@@ -148,7 +147,7 @@ Result<PeerCredentials> RendezvousListener::hand_over(int fd, int control_fd, co
   for (;;) {
     pollfd p[2] = {{listener_.fd(), POLLIN, 0}, {control_fd, POLLIN, 0}};
     int n = ::poll(p, 2, poll_ms(deadline));
-    if (n < 0 && errno != EINTR) return Status(Code::kUnavailable, errno_text("poll"));
+    if (n < 0 && errno != EINTR) return platform::errno_status(Code::kUnavailable, "poll");
     if (p[1].revents != 0) return Status(Code::kCancelled, "the peer answered on the control stream");
     if (n <= 0 || p[0].revents == 0) {
       if (deadline != kNoDeadline && Clock::now() >= deadline) {
@@ -159,7 +158,7 @@ Result<PeerCredentials> RendezvousListener::hand_over(int fd, int control_fd, co
     platform::Socket conn(::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC));
     if (!conn.valid()) {
       if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) continue;
-      return Status(Code::kUnavailable, errno_text("accepting the local peer"));
+      return platform::errno_status(Code::kUnavailable, "accepting the local peer");
     }
     // A prober that read the name from /proc/net/unix lacks the ticket:
     // dropped, and the wait goes on for the real peer.
@@ -178,13 +177,13 @@ Result<ReceivedChannel> fetch_channel(std::string_view name, const Ticket& ticke
     return Status(Code::kDataLoss, "LOCAL_SETUP names no valid rendezvous (expected ferry-local- and 32 hex digits)");
   }
   platform::Socket s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!s.valid()) return Status(Code::kResourceExhausted, errno_text("socket(AF_UNIX)"));
+  if (!s.valid()) return platform::errno_status(Code::kResourceExhausted, "socket(AF_UNIX)");
   sockaddr_un addr;
   socklen_t len = abstract_address(name, addr);
   // A Unix connect completes at once or fails (a full backlog: EAGAIN).
   if (::connect(s.fd(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
-    return Status(Code::kUnavailable,
-                  errno_text("connecting to the local peer's rendezvous (another network namespace?)"));
+    return platform::errno_status(Code::kUnavailable,
+                                  "connecting to the local peer's rendezvous (another network namespace?)");
   }
   FERRY_ASSIGN_OR_RETURN(PeerCredentials peer, credentials_of(s.fd()));
   FERRY_RETURN_IF_ERROR(check_peer(peer, policy));
@@ -194,7 +193,7 @@ Result<ReceivedChannel> fetch_channel(std::string_view name, const Ticket& ticke
   for (;;) {
     int n = ::poll(&p, 1, poll_ms(deadline));
     if (n > 0) break;
-    if (n < 0 && errno != EINTR) return Status(Code::kUnavailable, errno_text("poll"));
+    if (n < 0 && errno != EINTR) return platform::errno_status(Code::kUnavailable, "poll");
     if (deadline != kNoDeadline && Clock::now() >= deadline) {
       return Status(Code::kDeadlineExceeded, "the local peer did not pass its channel by the deadline");
     }
@@ -211,7 +210,7 @@ Result<ReceivedChannel> fetch_channel(std::string_view name, const Ticket& ticke
   do {
     got = ::recvmsg(s.fd(), &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
   } while (got < 0 && errno == EINTR);
-  if (got < 0) return Status(Code::kUnavailable, errno_text("receiving the local channel"));
+  if (got < 0) return platform::errno_status(Code::kUnavailable, "receiving the local channel");
   if (got == 0) return Status(Code::kUnavailable, "the local peer closed the rendezvous without passing its channel");
   int fd = -1;
   size_t fds = take_fds(msg, fd);

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <ctime>
 
+#include "platform/system_error.h"
+
 namespace ferry::local {
 
 namespace {
@@ -84,17 +86,17 @@ uint8_t* ShmChannel::data(int i) const { return base_ + align8(sizeof(Layout)) +
 Result<ShmChannel> ShmChannel::create(size_t ring_bytes, uint64_t nonce) {
   ShmChannel c;
   c.fd_ = static_cast<int>(::syscall(SYS_memfd_create, "ferry-local", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (c.fd_ < 0) return Status(Code::kResourceExhausted, std::string("memfd_create: ") + std::strerror(errno));
+  if (c.fd_ < 0) return platform::errno_status(Code::kResourceExhausted, "memfd_create");
   c.ring_bytes_ = ring_bytes;
   c.map_bytes_ = align8(sizeof(Layout)) + 2 * ring_bytes;
   if (::ftruncate(c.fd_, static_cast<off_t>(c.map_bytes_)) != 0) {
-    return Status(Code::kResourceExhausted, std::string("ftruncate of the local channel: ") + std::strerror(errno));
+    return platform::errno_status(Code::kResourceExhausted, "ftruncate of the local channel");
   }
   if (::fcntl(c.fd_, F_ADD_SEALS, kRequiredSeals | F_SEAL_SEAL) != 0) {
-    return Status(Code::kUnavailable, std::string("sealing the local channel: ") + std::strerror(errno));
+    return platform::errno_status(Code::kUnavailable, "sealing the local channel");
   }
   void* p = ::mmap(nullptr, c.map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, c.fd_, 0);
-  if (p == MAP_FAILED) return Status(Code::kResourceExhausted, std::string("mmap: ") + std::strerror(errno));
+  if (p == MAP_FAILED) return platform::errno_status(Code::kResourceExhausted, "mmap");
   c.base_ = static_cast<uint8_t*>(p);
   auto* l = new (c.base_) Layout{};  // zero-filled by ftruncate; placement makes the atomics live
   l->nonce = nonce;
@@ -127,7 +129,7 @@ Result<ShmChannel> ShmChannel::attach(int fd, uint64_t nonce) {
                                        " bytes, its header announces " + std::to_string(c.map_bytes_));
   }
   void* p = ::mmap(nullptr, c.map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return Status(Code::kResourceExhausted, std::string("mmap: ") + std::strerror(errno));
+  if (p == MAP_FAILED) return platform::errno_status(Code::kResourceExhausted, "mmap");
   c.base_ = static_cast<uint8_t*>(p);
   c.side_ = 1;
   return c;
