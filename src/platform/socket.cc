@@ -71,13 +71,12 @@ void advance(struct iovec*& iov, int& iovcnt, size_t n) {
 // (CLOSE_WAIT). An abort closes it, and its error goes to whichever call
 // comes first: the sender's thread may take the ETIMEDOUT of
 // TCP_USER_TIMEOUT, and the reader then sees only the end of the stream.
-Status end_of_stream(int fd) {
+Status end_of_stream(int fd, StreamEnd* end) {
   struct tcp_info info {};
   socklen_t len = sizeof(info);
-  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && info.tcpi_state == TCP_CLOSE) {
-    return Status(Code::kPeerLost, std::string(kAbortedStream));
-  }
-  return Status(Code::kPeerLost, std::string(kClosedByPeer));
+  bool aborted = ::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && info.tcpi_state == TCP_CLOSE;
+  if (end != nullptr) *end = aborted ? StreamEnd::kAborted : StreamEnd::kClosedInOrder;
+  return Status(Code::kPeerLost, std::string(aborted ? kAbortedStream : kClosedByPeer));
 }
 
 }  // namespace
@@ -266,7 +265,8 @@ Status send_all(int fd, struct iovec* iov, int iovcnt) {
   return Status();
 }
 
-Status recv_all(int fd, struct iovec* iov, int iovcnt) {
+Status recv_all(int fd, struct iovec* iov, int iovcnt, StreamEnd* end) {
+  if (end != nullptr) *end = StreamEnd::kError;
   while (iovcnt > 0 && iov->iov_len == 0) {
     ++iov;
     --iovcnt;
@@ -280,15 +280,15 @@ Status recv_all(int fd, struct iovec* iov, int iovcnt) {
       if (errno == EINTR) continue;
       return errno_status(Code::kPeerLost, "recv");
     }
-    if (n == 0) return end_of_stream(fd);
+    if (n == 0) return end_of_stream(fd, end);
     advance(iov, iovcnt, static_cast<size_t>(n));
   }
   return Status();
 }
 
-Status recv_exact(int fd, void* buf, size_t len) {
+Status recv_exact(int fd, void* buf, size_t len, StreamEnd* end) {
   struct iovec iov = {buf, len};
-  return recv_all(fd, &iov, 1);
+  return recv_all(fd, &iov, 1, end);
 }
 
 Status send_all_by(int fd, const void* buf, size_t len, Deadline deadline) {

@@ -87,12 +87,20 @@ inline constexpr std::string_view kClosedByPeer = "stream closed by the peer";
 inline constexpr std::string_view kAbortedStream =
     "stream aborted (unacknowledged data timed out, or reset) with no close from the peer";
 
+// How a failed read ended, for a caller that decides on it.
+enum class StreamEnd : uint8_t {
+  kError,          // reset, timeout or another error
+  kClosedInOrder,  // the peer closed the stream (FIN): kClosedByPeer
+  kAborted,        // no bytes, the stream already aborted: kAbortedStream
+};
+
 // Sends every byte of `iov` (modified in place). Blocks. Errors: kPeerLost.
 Status send_all(int fd, struct iovec* iov, int iovcnt);
 // Receives exactly the bytes described by `iov` (modified in place). Blocks.
-// EOF or reset: kPeerLost (kClosedByPeer or kAbortedStream for an EOF).
-Status recv_all(int fd, struct iovec* iov, int iovcnt);
-Status recv_exact(int fd, void* buf, size_t len);
+// EOF or reset: kPeerLost (kClosedByPeer or kAbortedStream for an EOF), and
+// how it ended in `*end` when given.
+Status recv_all(int fd, struct iovec* iov, int iovcnt, StreamEnd* end = nullptr);
+Status recv_exact(int fd, void* buf, size_t len, StreamEnd* end = nullptr);
 
 // The same with a deadline, for handshakes (kDeadlineExceeded).
 Status send_all_by(int fd, const void* buf, size_t len, Deadline deadline);

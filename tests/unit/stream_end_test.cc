@@ -1,7 +1,8 @@
 // How recv_all reports the end of a TCP stream over loopback: a peer's
 // orderly close reads as kClosedByPeer; an aborted stream whose error another
 // call already took (the data path's sender takes TCP_USER_TIMEOUT's
-// ETIMEDOUT while its reader waits) reads as kAbortedStream, not as a close.
+// ETIMEDOUT while its reader waits) reads as kAbortedStream, not as a close;
+// and the StreamEnd a caller decides on says which.
 #include "platform/socket.h"
 
 #include <gtest/gtest.h>
@@ -48,9 +49,11 @@ TEST(StreamEnd, APeersCloseIsAnOrderlyEnd) {
   p.server = -1;
   await_readable(p.client.fd());
   char byte = 0;
-  Status s = recv_exact(p.client.fd(), &byte, 1);
+  StreamEnd end = StreamEnd::kError;
+  Status s = recv_exact(p.client.fd(), &byte, 1, &end);
   EXPECT_EQ(s.code(), Code::kPeerLost);
   EXPECT_EQ(s.message(), kClosedByPeer);
+  EXPECT_EQ(end, StreamEnd::kClosedInOrder);
 }
 
 TEST(StreamEnd, AnAbortWhoseErrorWasTakenIsNotAClose) {
@@ -68,9 +71,26 @@ TEST(StreamEnd, AnAbortWhoseErrorWasTakenIsNotAClose) {
   ASSERT_EQ(::getsockopt(p.client.fd(), SOL_SOCKET, SO_ERROR, &err, &len), 0);
   ASSERT_EQ(err, ECONNRESET);
   char byte = 0;
-  Status s = recv_exact(p.client.fd(), &byte, 1);
+  StreamEnd end = StreamEnd::kClosedInOrder;
+  Status s = recv_exact(p.client.fd(), &byte, 1, &end);
   EXPECT_EQ(s.code(), Code::kPeerLost);
   EXPECT_EQ(s.message(), kAbortedStream);
+  EXPECT_EQ(end, StreamEnd::kAborted);
+}
+
+TEST(StreamEnd, AResetIsAnError) {
+  Pair p;
+  connect_pair(p);
+  linger hard{1, 0};  // close with a reset, and let the read take its error
+  ASSERT_EQ(::setsockopt(p.server, SOL_SOCKET, SO_LINGER, &hard, sizeof(hard)), 0);
+  ::close(p.server);
+  p.server = -1;
+  await_readable(p.client.fd());
+  char byte = 0;
+  StreamEnd end = StreamEnd::kClosedInOrder;
+  Status s = recv_exact(p.client.fd(), &byte, 1, &end);
+  EXPECT_EQ(s.code(), Code::kPeerLost);
+  EXPECT_EQ(end, StreamEnd::kError);
 }
 
 }  // namespace

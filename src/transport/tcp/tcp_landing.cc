@@ -71,9 +71,11 @@ void TcpTransport::path_rx_loop(int path) {
       }
     }
     wire::HeaderBytes hb;
-    s = platform::recv_exact(fd, hb.data(), hb.size());
+    platform::StreamEnd end;
+    s = platform::recv_exact(fd, hb.data(), hb.size(), &end);
     if (!s.ok()) {
-      path_failed(path, s);
+      // Between frames, a peer closing in order (FIN) is closing or exiting.
+      path_failed(path, s, end == platform::StreamEnd::kClosedInOrder);
       break;
     }
     last_rx_ns_.store(now_ns(), std::memory_order_relaxed);

@@ -203,7 +203,7 @@ void TcpTransport::tick(Clock::time_point now) {
   }
 }
 
-void TcpTransport::path_failed(int path, const Status& why) {
+void TcpTransport::path_failed(int path, const Status& why, bool orderly) {
   if (core_.failed()) return;
   if (path_dead_[static_cast<size_t>(path)].exchange(true)) return;
   {
@@ -215,7 +215,6 @@ void TcpTransport::path_failed(int path, const Status& why) {
   // An orderly close of a data stream means the peer is closing or exiting
   // (its control stream follows at once): not worth a warning. A link that
   // fails gives a reset or a timeout instead.
-  bool orderly = why.message() == platform::kClosedByPeer;
   if (orderly) {
     FERRY_LOG(kInfo, "tcp", "%s: data path %d (%s) closed by the peer", where().c_str(), path, name.c_str());
   } else {

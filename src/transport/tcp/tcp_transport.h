@@ -320,8 +320,9 @@ class TcpTransport final : public transport::Transport {
   // The paths a bulk transfer of `source` may use (Options::nic_policy).
   uint64_t paths_for(const core::SegmentList& source) const;
   // A data path failed: its unconfirmed chunks move to the others; the
-  // connection fails only when no path is left.
-  void path_failed(int path, const Status& why);
+  // connection fails only when no path is left. `orderly`: the peer closed
+  // it between frames (it is closing or exiting).
+  void path_failed(int path, const Status& why, bool orderly = false);
 
   // Matching a message with a receive.
   void match_rendezvous(transport::PostedRecv recv, uint64_t op, uint64_t size);
