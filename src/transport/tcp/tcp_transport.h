@@ -31,11 +31,12 @@
 // Host memory keeps the zero-copy path.
 //
 // Failure: the first error on any stream, a CLOSE from the peer, or heartbeat
-// silence calls fail(): every socket is shut down (which wakes every blocked
-// thread), and every pending transfer finishes with the reason. The last
-// worker to end closes the sockets and gives the connection's admission back
-// (a failed connection the application still holds keeps neither threads nor
-// descriptors). close() and the destructor join the threads.
+// silence fails the connection (ConnectionCore::fail, then failed() here):
+// every socket is shut down (which wakes every blocked thread), and every
+// pending transfer finishes with the reason. The last worker to end closes
+// the sockets and gives the connection's admission back (a failed
+// connection the application still holds keeps neither threads nor
+// descriptors). close() joins the threads.
 //
 // What the peer makes it hold: messages nobody posted a receive for,
 // notifications not yet taken, replies the peer does not read and state of
@@ -124,9 +125,6 @@ class TcpTransport final : public transport::Transport {
   void tick(Clock::time_point now) override;
   void failed(const Status& why) override;
   void close() override;
-
-  // Data paths still carrying traffic.
-  int live_paths() const { return chunks_.live_paths(); }
 
  private:
   // Where DATA frames for a token land (a matched receive, or a read).
@@ -315,7 +313,6 @@ class TcpTransport final : public transport::Transport {
   // A path released the last chunk of `op`, whose ACK was held for it.
   void finish_acknowledged(const OutOp& op);
   Status handle_read_req(const wire::FrameHeader& h);
-  Status handle_notify(const wire::FrameHeader& h, std::string& aux);
   Status drain(int fd, uint64_t n);
   // The paths a bulk transfer of `source` may use (Options::nic_policy).
   uint64_t paths_for(const core::SegmentList& source) const;
