@@ -12,13 +12,31 @@ using namespace internal;
 using wire::FrameHeader;
 using wire::FrameType;
 
-bool TcpTransport::await_answer(uint64_t op, const std::shared_ptr<TransferState>& state) {
+bool TcpTransport::await_answer(uint64_t op, const std::shared_ptr<TransferState>& state,
+                                std::shared_ptr<OutOp> cts, std::shared_ptr<Landing> landing) {
   platform::MutexLock lock(mu_);
-  // failed() empties pending_ after the latch is set: an entry added later
-  // would never be answered.
+  // failed() empties these tables after the latch is set: an entry added
+  // later would never be answered.
   if (core_.failed()) return false;
   pending_.emplace(op, state);
+  if (cts) awaiting_cts_.emplace(op, std::move(cts));
+  if (landing) landings_.emplace(op, std::move(landing));
   return true;
+}
+
+void TcpTransport::written_or_failed(uint64_t op, const Status& s, const std::shared_ptr<TransferState>& state,
+                                     bool whole) {
+  // kPeerLost failed the connection, which finishes the operation.
+  if (s.ok() || s.code() == Code::kPeerLost) return;
+  {
+    platform::MutexLock lock(mu_);
+    pending_.erase(op);
+  }
+  if (whole) {
+    state->finish(s.with_context(where()));
+  } else {
+    state->finish_part(s.with_context(where()));
+  }
 }
 
 void TcpTransport::start_send(const std::shared_ptr<TransferState>& state, core::SegmentList source) {
@@ -33,16 +51,7 @@ void TcpTransport::start_send(const std::shared_ptr<TransferState>& state, core:
     out->paths = paths_for(out->source);
     out->chunk_bytes = chunk_for(out->source, out->paths);
   }
-  bool up;
-  {
-    platform::MutexLock lock(mu_);
-    up = !core_.failed();  // see await_answer()
-    if (up) {
-      pending_.emplace(op, state);
-      if (out) awaiting_cts_.emplace(op, out);
-    }
-  }
-  if (!up) {
+  if (!await_answer(op, state, out)) {
     state->finish(core_.usable());
     return;
   }
@@ -51,14 +60,7 @@ void TcpTransport::start_send(const std::shared_ptr<TransferState>& state, core:
   h.id = op;
   h.a = size;
   if (eager) h.payload_len = static_cast<uint32_t>(size);
-  Status s = write_control(h, {}, eager ? &source : nullptr);
-  if (!s.ok() && s.code() != Code::kPeerLost) {
-    {
-      platform::MutexLock lock(mu_);
-      pending_.erase(op);
-    }
-    state->finish(s.with_context(where()));
-  }
+  written_or_failed(op, write_control(h, {}, eager ? &source : nullptr), state, /*whole=*/true);
 }
 
 void TcpTransport::start_write(const std::shared_ptr<TransferState>& state, transport::RemoteItem item,
@@ -80,14 +82,7 @@ void TcpTransport::start_write(const std::shared_ptr<TransferState>& state, tran
   if (size <= ctx_->options.inline_max) {
     h.payload_len = static_cast<uint32_t>(size);
     h.aux_len = static_cast<uint16_t>(note.size());
-    Status s = write_control(h, note, &item.local);
-    if (!s.ok() && s.code() != Code::kPeerLost) {
-      {
-        platform::MutexLock lock(mu_);
-        pending_.erase(op);
-      }
-      state->finish_part(s.with_context(where()));
-    }
+    written_or_failed(op, write_control(h, note, &item.local), state, /*whole=*/false);
     return;
   }
   auto out = std::make_shared<OutOp>();
@@ -109,16 +104,7 @@ void TcpTransport::start_read(const std::shared_ptr<TransferState>& state, trans
   uint64_t size = item.local.total();
   auto landing = std::make_shared<Landing>(state, std::move(item.local), size, /*reply=*/0);
   uint64_t op = core_.next_op();
-  bool up;
-  {
-    platform::MutexLock lock(mu_);
-    up = !core_.failed();  // see await_answer()
-    if (up) {
-      pending_.emplace(op, state);
-      landings_.emplace(op, landing);
-    }
-  }
-  if (!up) {
+  if (!await_answer(op, state, nullptr, landing)) {
     state->finish_part(core_.usable());
     return;
   }

@@ -198,9 +198,14 @@ class TcpTransport final : public transport::Transport {
   // Closes every socket and gives the admission back; idempotent. Only when
   // no worker is left to use the sockets.
   void release_sockets();
-  // Records `state` as waiting for the peer's answer to `op`; false (and
-  // `state` is left alone) once the connection failed.
-  bool await_answer(uint64_t op, const std::shared_ptr<TransferState>& state);
+  // Records `state` as waiting for the peer's answer to `op` (and `cts` as
+  // waiting for its clear-to-send, `landing` for its data); false, recording
+  // nothing, once the connection failed.
+  bool await_answer(uint64_t op, const std::shared_ptr<TransferState>& state, std::shared_ptr<OutOp> cts = nullptr,
+                    std::shared_ptr<Landing> landing = nullptr);
+  // After `op`'s frame was written with result `s`: a local failure (not
+  // the connection's) ends `state` (`whole`) or its part.
+  void written_or_failed(uint64_t op, const Status& s, const std::shared_ptr<TransferState>& state, bool whole);
 
   // Takes control_write_mu_ if it comes free within 100 ms (tried once a
   // millisecond: ThreadSanitizer does not follow the clock-based lock behind
