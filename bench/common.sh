@@ -18,5 +18,30 @@ to_gbytes() {
 # A free TCP port on loopback.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo $((20000 + RANDOM % 20000)); }
 
+# iperf3 with one stream over loopback for 5 s: the receiver's GB/s.
+iperf3_gbytes() {
+  local port srv line
+  port=$(free_port)
+  iperf3 -s -1 -p "$port" >/dev/null 2>&1 &
+  srv=$!
+  sleep 0.3
+  line=$(iperf3 -c 127.0.0.1 -p "$port" -P 1 -t 5 -f g | grep receiver | tail -1)
+  wait "$srv" || true
+  to_gbytes "$(echo "$line" | awk '{print $(NF-2)}')" "$(echo "$line" | awk '{print $(NF-1)}')"
+}
+
+# sockperf's TCP ping-pong of 16 bytes over loopback for 5 s: the median full
+# round trip in us.
+sockperf_p50_us() {
+  local port srv
+  port=$(free_port)
+  sockperf server --tcp -i 127.0.0.1 -p "$port" >/dev/null 2>&1 &
+  srv=$!
+  sleep 0.5
+  sockperf ping-pong --tcp -i 127.0.0.1 -p "$port" -m 16 -t 5 --full-rtt 2>&1 | awk '/percentile 50.000/ {print $NF}'
+  kill "$srv" 2>/dev/null
+  wait "$srv" 2>/dev/null || true
+}
+
 # The value of column $2 in the row whose first field is $1, from `ferry bench` table output on stdin.
 table_value() { awk -v size="$1" -v col="$2" '$1 == size { print $col }'; }

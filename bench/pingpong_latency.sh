@@ -12,13 +12,7 @@ command -v sockperf >/dev/null || { echo "sockperf missing: scripts/setup.sh" >&
 
 sp=(); fy=()
 for r in $(seq "$rounds"); do
-  port=$(free_port)
-  sockperf server --tcp -i 127.0.0.1 -p "$port" >/dev/null 2>&1 &
-  srv=$!
-  sleep 0.5
-  sp+=("$(sockperf ping-pong --tcp -i 127.0.0.1 -p "$port" -m 16 -t 5 --full-rtt 2>&1 |
-          awk '/percentile 50.000/ {print $NF}')")
-  kill "$srv" 2>/dev/null; wait "$srv" 2>/dev/null || true
+  sp+=("$(sockperf_p50_us)")
   fy+=("$($ferry bench --local --op pingpong --sizes 16 --iters 20000 --warmup 500 2>/dev/null | table_value 16 3)")
   echo "round $r: sockperf p50 ${sp[-1]} us, ferry p50 ${fy[-1]} us" >&2
 done

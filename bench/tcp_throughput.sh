@@ -12,13 +12,7 @@ command -v iperf3 >/dev/null || { echo "iperf3 missing: scripts/setup.sh" >&2; e
 
 iperf=(); send=(); write=()
 for r in $(seq "$rounds"); do
-  port=$(free_port)
-  iperf3 -s -1 -p "$port" >/dev/null 2>&1 &
-  srv=$!
-  sleep 0.3
-  line=$(iperf3 -c 127.0.0.1 -p "$port" -P 1 -t 5 -f g | grep receiver | tail -1)
-  wait "$srv" || true
-  iperf+=("$(to_gbytes "$(echo "$line" | awk '{print $(NF-2)}')" "$(echo "$line" | awk '{print $(NF-1)}')")")
+  iperf+=("$(iperf3_gbytes)")
   send+=("$($ferry bench --local --op send --sizes 64M --streams 1 --iters 60 --warmup 5 2>/dev/null | table_value 64M 2)")
   write+=("$($ferry bench --local --op write --sizes 64M --streams 1 --iters 60 --warmup 5 2>/dev/null | table_value 64M 2)")
   echo "round $r: iperf3 ${iperf[-1]} GB/s, ferry send ${send[-1]} GB/s, ferry write ${write[-1]} GB/s" >&2
