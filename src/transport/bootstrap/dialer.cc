@@ -2,7 +2,6 @@
 #include "transport/bootstrap/dialer.h"
 
 #include <cinttypes>
-#include <system_error>
 
 #include "core/log.h"
 #include "platform/crypto.h"

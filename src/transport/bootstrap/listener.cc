@@ -9,14 +9,14 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <system_error>
 
 #include "core/log.h"
 #include "platform/crypto.h"
+#include "platform/system_error.h"
 #include "platform/thread.h"
+#include "transport/bootstrap/handshake_io.h"
 #include "transport/local/local_handshake.h"
 #include "transport/tcp/tcp_transport.h"
-#include "transport/bootstrap/handshake_io.h"
 #include "wire/handshake.h"
 
 namespace ferry::bootstrap {
@@ -43,10 +43,10 @@ Result<std::unique_ptr<TcpListener>> TcpListener::bind(std::shared_ptr<core::Eng
   FERRY_ASSIGN_OR_RETURN(uint16_t port, platform::local_port(s));
   int flags = ::fcntl(s.fd(), F_GETFL);
   if (flags < 0 || ::fcntl(s.fd(), F_SETFL, flags | O_NONBLOCK) != 0) {
-    return Status(Code::kInternal, "listening socket: fcntl: " + std::system_category().message(errno));
+    return platform::errno_status(Code::kInternal, "listening socket: fcntl");
   }
   platform::Socket wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!wake.valid()) return Status(Code::kResourceExhausted, "eventfd: " + std::system_category().message(errno));
+  if (!wake.valid()) return platform::errno_status(Code::kResourceExhausted, "eventfd");
   return std::unique_ptr<TcpListener>(new TcpListener(std::move(ctx), std::move(s), std::move(wake), port,
                                                       std::move(on_connection), std::move(next_id)));
 }
