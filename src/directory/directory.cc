@@ -5,7 +5,6 @@
 #include <cinttypes>
 #include <cstdio>
 #include <map>
-#include <mutex>
 #include <thread>
 
 #include "directory/backend.h"
@@ -56,8 +55,7 @@ bool Directory::valid_name(std::string_view name) {
 
 // ---- Impl --------------------------------------------------------------------
 
-Status Directory::Impl::lock(std::unique_lock<platform::DeadlineMutex>& lock, Deadline deadline) const {
-  if (lock.try_lock_until(deadline)) return Status();
+Status Directory::Impl::busy() const {
   return Status(Code::kUnavailable,
                 "directory " + url.redacted + ": another call held the connection past this call's deadline");
 }
@@ -68,10 +66,10 @@ Result<DirectoryEntry> Directory::Impl::lookup(std::string_view name, Deadline d
                                               "\" is not a name (1-128 bytes of [A-Za-z0-9._-])");
   }
   std::string key = directory::entry_key(url.ns, name);
-  std::unique_lock<platform::DeadlineMutex> guard(mu, std::defer_lock);
-  FERRY_RETURN_IF_ERROR(lock(guard, deadline));
-  FERRY_ASSIGN_OR_RETURN(auto value, backend->get(key, Directory::kMaxEntryBytes, deadline));
-  guard.unlock();
+  if (!mu.try_lock_until(deadline)) return busy();
+  auto got = backend->get(key, Directory::kMaxEntryBytes, deadline);
+  mu.unlock();
+  FERRY_ASSIGN_OR_RETURN(auto value, std::move(got));
   if (!value.has_value()) {
     return Status(Code::kNotFound, "directory " + url.redacted + ": no engine named \"" + std::string(name) +
                                        "\" (no entry " + key + ")");
@@ -81,10 +79,10 @@ Result<DirectoryEntry> Directory::Impl::lookup(std::string_view name, Deadline d
 
 Result<DirectoryListing> Directory::Impl::list(Deadline deadline) {
   std::string prefix = directory::entries_prefix(url.ns);
-  std::unique_lock<platform::DeadlineMutex> guard(mu, std::defer_lock);
-  FERRY_RETURN_IF_ERROR(lock(guard, deadline));
-  FERRY_ASSIGN_OR_RETURN(auto kvs, backend->list(prefix, Directory::kMaxEntries, Directory::kMaxEntryBytes, deadline));
-  guard.unlock();
+  if (!mu.try_lock_until(deadline)) return busy();
+  auto listed = backend->list(prefix, Directory::kMaxEntries, Directory::kMaxEntryBytes, deadline);
+  mu.unlock();
+  FERRY_ASSIGN_OR_RETURN(auto kvs, std::move(listed));
   DirectoryListing out;
   for (auto& [key, value] : kvs) {
     std::string_view name = std::string_view(key).substr(prefix.size());
@@ -107,10 +105,8 @@ Directory::~Directory() = default;
 
 Result<std::unique_ptr<Directory>> Directory::open(std::string_view url) {
   FERRY_ASSIGN_OR_RETURN(directory::DirectoryUrl u, directory::parse_directory_url(url));
-  auto impl = std::make_shared<Impl>();
-  impl->backend = directory::make_backend(u);
-  impl->url = std::move(u);
-  return std::make_unique<Directory>(std::move(impl));
+  auto backend = directory::make_backend(u);
+  return std::make_unique<Directory>(std::make_shared<Impl>(std::move(u), std::move(backend)));
 }
 
 std::string Directory::url() const { return impl_->url.redacted; }

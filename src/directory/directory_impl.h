@@ -3,7 +3,7 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
+#include <utility>
 
 #include "directory/backend.h"
 #include "directory/url.h"
@@ -13,12 +13,14 @@
 namespace ferry {
 
 struct Directory::Impl {
+  Impl(directory::DirectoryUrl u, std::unique_ptr<directory::Backend> b) : url(std::move(u)), backend(std::move(b)) {}
+
   directory::DirectoryUrl url;
   platform::DeadlineMutex mu;
-  std::unique_ptr<directory::Backend> backend;  // guarded by mu
+  std::unique_ptr<directory::Backend> backend GUARDED_BY(mu);
 
-  // Takes `mu` by `deadline` (kUnavailable otherwise).
-  Status lock(std::unique_lock<platform::DeadlineMutex>& lock, Deadline deadline) const;
+  // Why a call gave up waiting for `mu` (kUnavailable).
+  Status busy() const;
   Result<DirectoryEntry> lookup(std::string_view name, Deadline deadline);
   Result<DirectoryListing> list(Deadline deadline);
 };
