@@ -46,17 +46,17 @@ bool from_hex(const std::string& hex, std::string* out) {
 Clock::duration op_budget(uint64_t bytes) { return 20s + std::chrono::milliseconds(bytes / (4u << 10)); }
 
 void Roster::add(LaneRegions* r) {
-  std::lock_guard<std::mutex> lock(mu_);
+  platform::MutexLock lock(mu_);
   lanes_.push_back(r);
 }
 
 void Roster::remove(LaneRegions* r) {
-  std::lock_guard<std::mutex> lock(mu_);
+  platform::MutexLock lock(mu_);
   lanes_.erase(std::remove(lanes_.begin(), lanes_.end(), r), lanes_.end());
 }
 
 std::string Roster::strike(Engine& engine, Watchdog& watchdog, std::mt19937_64& rng, std::chrono::milliseconds pause) {
-  std::lock_guard<std::mutex> lock(mu_);
+  platform::MutexLock lock(mu_);
   std::vector<std::pair<LaneRegions*, bool>> candidates;  // (lane, inbox?)
   for (LaneRegions* r : lanes_) {
     if (r->local_in_use && r->local_live) candidates.push_back({r, false});
@@ -65,7 +65,7 @@ std::string Roster::strike(Engine& engine, Watchdog& watchdog, std::mt19937_64& 
   if (candidates.empty()) return "";
   auto [r, inbox] = candidates[std::uniform_int_distribution<size_t>(0, candidates.size() - 1)(rng)];
   if (pause.count() > 0) std::this_thread::sleep_for(pause);
-  std::lock_guard<std::mutex> lane_lock(r->mu);
+  platform::MutexLock lane_lock(r->mu);
   bool& live = inbox ? r->inbox_live : r->local_live;
   // The operation seen busy may have ended since: the lane may be filling
   // its memory for the next one, where a canary would be overwritten.
@@ -97,7 +97,7 @@ class LaneRun {
     // Closing first: once close() returns no transfer of this lane runs, so
     // its memory can be deregistered and given to the next lane.
     close();
-    std::lock_guard<std::mutex> lock(regions_.mu);
+    platform::MutexLock lock(regions_.mu);
     check_canary(regions_.local_canary, *mem_.local, "local buffer");
     check_canary(regions_.inbox_canary, *mem_.inbox, "inbox");
     Armed armed(*ctx_.watchdog, "dereg of a lane's memory", after(10s));
@@ -106,8 +106,7 @@ class LaneRun {
     regions_.local_live = regions_.inbox_live = false;
   }
 
-  // REQUIRES: regions_.mu held.
-  void check_canary(bool laid, SoakMemory& m, const char* which) {
+  void check_canary(bool laid, SoakMemory& m, const char* which) REQUIRES(regions_.mu) {
     if (!laid) return;
     auto bad = m.check(0, m.size(), LaneRegions::kCanarySeed, 0);
     ctx_.counters->add("canary_checked");
@@ -132,7 +131,7 @@ class LaneRun {
       return in.status().with_context("reg inbox");
     }
     {
-      std::lock_guard<std::mutex> lock(regions_.mu);
+      platform::MutexLock lock(regions_.mu);
       regions_.local = l.value();
       regions_.inbox = in.value();
       regions_.local_live = regions_.inbox_live = true;
@@ -234,7 +233,7 @@ class LaneRun {
         // One step with the strike's check: a region deregistered between two
         // operations (after the last one's check of `struck`) is seen here,
         // before this operation fills or reads it.
-        std::lock_guard<std::mutex> lock(regions_.mu);
+        platform::MutexLock lock(regions_.mu);
         if (regions_.struck) break;
         regions_.op = describe(p);
         regions_.local_receives_only = receives_only;
@@ -245,7 +244,7 @@ class LaneRun {
       ctx_.counters->add("op." + std::string(op_kind_name(p.kind)));
       Status s = run_op(p, me_init);
       {
-        std::lock_guard<std::mutex> lock(regions_.mu);
+        platform::MutexLock lock(regions_.mu);
         regions_.local_in_use = regions_.inbox_in_use = false;
       }
       if (!s.ok()) {
@@ -382,7 +381,7 @@ class LaneRun {
     // Held while checking, so that the dereg fault cannot lay its canary
     // under the check. A region deregistered under this operation holds the
     // canary now, not the operation's bytes; it is checked when the lane ends.
-    std::lock_guard<std::mutex> lock(regions_.mu);
+    platform::MutexLock lock(regions_.mu);
     if ((&mem == mem_.local && regions_.local_canary) || (&mem == mem_.inbox && regions_.inbox_canary)) {
       ctx_.counters->add("unchecked_after_dereg");
       return Status();

@@ -13,12 +13,12 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "ferry/ferry.h"
+#include "platform/mutex.h"
 #include "soak/memory.h"
 #include "soak/plan.h"
 #include "soak/report_line.h"
@@ -34,23 +34,24 @@ struct DebugFaults {
 
 // The regions a lane has registered, for the dereg fault.
 struct LaneRegions {
-  std::mutex mu;
+  platform::Mutex mu;
   Region local, inbox;
   bool local_live = false, inbox_live = false;
   // What the operation running now touches (set by the lane thread, under
   // mu, so a strike that holds mu sees one operation's state whole).
   std::atomic<bool> local_in_use{false}, inbox_in_use{false};
   std::atomic<bool> struck{false};
-  std::string op;  // guarded by mu
+  std::string op GUARDED_BY(mu);
   // The local buffer only receives in the operation running now (a receive,
   // or a read this end initiated): nothing of this end reads it.
   std::atomic<bool> local_receives_only{false};
   // After a dereg of a region that only receives, the soak fills it with a
-  // canary (guarded by mu); when the lane is over, a byte that differs
-  // landed after dereg returned, which the API rules out.
+  // canary; when the lane is over, a byte that differs landed after dereg
+  // returned, which the API rules out.
   SoakMemory* local_mem = nullptr;
   SoakMemory* inbox_mem = nullptr;
-  bool local_canary = false, inbox_canary = false;
+  bool local_canary GUARDED_BY(mu) = false;
+  bool inbox_canary GUARDED_BY(mu) = false;
   static constexpr uint64_t kCanarySeed = 0xca9a41;
 };
 
@@ -66,8 +67,8 @@ class Roster {
                      std::chrono::milliseconds pause = std::chrono::milliseconds(0));
 
  private:
-  std::mutex mu_;
-  std::vector<LaneRegions*> lanes_;
+  platform::Mutex mu_;
+  std::vector<LaneRegions*> lanes_ GUARDED_BY(mu_);
 };
 
 // What a process shares among its lanes.

@@ -10,11 +10,11 @@
 namespace ferry::soak {
 
 namespace {
-std::mutex g_out;
+platform::Mutex g_out;  // one line at a time on stdout
 }
 
 void emit(std::string_view line) {
-  std::lock_guard<std::mutex> lock(g_out);
+  platform::MutexLock lock(g_out);
   std::string s(line);
   s += '\n';
   // One write per line, so lines of different threads never interleave.
@@ -29,23 +29,23 @@ void emit(std::string_view line) {
 void name_this_thread(const std::string& name) { ::pthread_setname_np(::pthread_self(), name.substr(0, 15).c_str()); }
 
 void Counters::add(const std::string& name, uint64_t v) {
-  std::lock_guard<std::mutex> lock(mu_);
+  platform::MutexLock lock(mu_);
   values_[name] += v;
 }
 
 void Counters::set(const std::string& name, uint64_t v) {
-  std::lock_guard<std::mutex> lock(mu_);
+  platform::MutexLock lock(mu_);
   values_[name] = v;
 }
 
 uint64_t Counters::get(const std::string& name) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  platform::MutexLock lock(mu_);
   auto it = values_.find(name);
   return it == values_.end() ? 0 : it->second;
 }
 
 std::string Counters::line() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  platform::MutexLock lock(mu_);
   std::string s;
   for (const auto& [k, v] : values_) {
     if (!s.empty()) s += ' ';
@@ -57,8 +57,8 @@ std::string Counters::line() const {
 Ticker::Ticker(const Counters& counters) : counters_(counters) {
   thread_ = std::thread([this] {
     name_this_thread("soak-tick");
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_; })) {
+    platform::UniqueLock lock(mu_);
+    while (!cv_.wait_for(lock.native(), std::chrono::seconds(1), [this]() REQUIRES(mu_) { return stop_; })) {
       emit("TICK " + counters_.line());
     }
   });
@@ -66,7 +66,7 @@ Ticker::Ticker(const Counters& counters) : counters_(counters) {
 
 Ticker::~Ticker() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    platform::MutexLock lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();

@@ -10,10 +10,11 @@
 #include <condition_variable>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
+
+#include "platform/mutex.h"
 
 namespace ferry::soak {
 
@@ -33,8 +34,8 @@ class Counters {
   std::string line() const;
 
  private:
-  mutable std::mutex mu_;
-  std::map<std::string, uint64_t> values_;
+  mutable platform::Mutex mu_;
+  std::map<std::string, uint64_t> values_ GUARDED_BY(mu_);
 };
 
 // Prints "TICK <counters>" every second from a thread of its own until
@@ -46,9 +47,9 @@ class Ticker {
 
  private:
   const Counters& counters_;
-  std::mutex mu_;
+  platform::Mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;
+  bool stop_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -114,13 +114,18 @@ std::string check_late_strike() {
   std::thread fault([&] { struck = roster.strike(*engine.value(), watchdog, rng, std::chrono::milliseconds(300)); });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   {
-    std::lock_guard<std::mutex> lock(lane.mu);  // as the lane does when its operation ends
+    platform::MutexLock lock(lane.mu);  // as the lane does when its operation ends
     lane.local_in_use = false;
   }
   fault.join();
   roster.remove(&lane);
   if (!struck.empty()) return "struck an operation that had ended: " + struck;
-  if (lane.struck || lane.local_canary || !lane.local_live) return "the lane was marked struck";
+  bool canary;
+  {
+    platform::MutexLock lock(lane.mu);
+    canary = lane.local_canary;
+  }
+  if (lane.struck || canary || !lane.local_live) return "the lane was marked struck";
   Status s = engine.value()->dereg(region.value());
   if (!s.ok()) return "the region was deregistered by the strike: " + s.to_string();
   return "";

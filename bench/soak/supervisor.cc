@@ -17,13 +17,13 @@
 #include <list>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <sstream>
 #include <thread>
 #include <vector>
 
 #include "ferry/transfer.h"
+#include "platform/mutex.h"
 #include "soak/memory.h"
 #include "soak/process.h"
 #include "soak/report.h"
@@ -69,7 +69,7 @@ class Supervisor {
     if (started) {
       std::thread sampler([this] { sampler_loop(); });
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        platform::MutexLock lock(mu_);
         for (int i = 0; i < a_.peers; ++i) peers_.push_back(start_proc("peer", i));
       }
       std::thread faults([this] { fault_loop(); });
@@ -96,7 +96,7 @@ class Supervisor {
     stop_monitor_ = true;
     monitor.join();
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      platform::MutexLock lock(mu_);
       for (auto& p : procs_) p->child.reset();  // kills anything left, joins the readers
     }
     return judge();
@@ -184,8 +184,7 @@ class Supervisor {
     return f;
   }
 
-  // REQUIRES: mu_ held (except for the survivor, started before any thread reads procs_).
-  std::shared_ptr<Proc> start_proc(const std::string& role, int index) {
+  std::shared_ptr<Proc> start_proc(const std::string& role, int index) REQUIRES(mu_) {
     auto p = std::make_shared<Proc>();
     p->role = role;
     p->index = index;
@@ -235,11 +234,12 @@ class Supervisor {
 
   bool start_survivor() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      platform::MutexLock lock(mu_);
       survivor_ = start_proc("survivor", 0);
     }
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_for(lock, 30s, [this] { return survivor_->ready || survivor_->exited; }) || !survivor_->ready) {
+    platform::UniqueLock lock(mu_);
+    if (!cv_.wait_for(lock.native(), 30s, [this]() REQUIRES(mu_) { return survivor_->ready || survivor_->exited; }) ||
+        !survivor_->ready) {
       problem("the survivor did not start (see " + dir_ + "/survivor.log)");
       return false;
     }
@@ -262,7 +262,7 @@ class Supervisor {
 
   // ---- children's lines ------------------------------------------------
   void on_line(Proc& p, const std::string& line) {
-    std::lock_guard<std::mutex> lock(mu_);
+    platform::MutexLock lock(mu_);
     p.last_line = Clock::now();
     p.withheld_at_line = withheld_;
     if (line.rfind("TICK ", 0) == 0) {
@@ -304,7 +304,7 @@ class Supervisor {
     auto last = Clock::now();
     while (!stop_monitor_) {
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        platform::MutexLock lock(mu_);
         auto now = Clock::now();
         if (now - last > 150ms) withheld_ += now - last - 100ms;
         last = now;
@@ -343,8 +343,7 @@ class Supervisor {
     }
   }
 
-  // REQUIRES: mu_ held.
-  void on_exit(Proc& p, int st) {
+  void on_exit(Proc& p, int st) REQUIRES(mu_) {
     std::string how = describe_wait_status(st);
     log(p.name() + " exited: " + how);
     bool sigkill = WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
@@ -372,19 +371,19 @@ class Supervisor {
   }
 
   bool survivor_gone() {
-    std::lock_guard<std::mutex> lock(mu_);
+    platform::MutexLock lock(mu_);
     return survivor_->exited;
   }
   pid_t survivor_pid() {
-    std::lock_guard<std::mutex> lock(mu_);
+    platform::MutexLock lock(mu_);
     return survivor_->child ? survivor_->child->pid() : -1;
   }
 
   // ---- faults --------------------------------------------------------------
   // Sleeps `d` unless the run ends first; false then.
   bool pause(Clock::duration d) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return !cv_.wait_for(lock, d, [this] { return stop_faults_.load(); });
+    platform::UniqueLock lock(mu_);
+    return !cv_.wait_for(lock.native(), d, [this] { return stop_faults_.load(); });
   }
 
   double uniform(double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng_); }
@@ -409,8 +408,8 @@ class Supervisor {
     }
   }
 
-  // A live lane peer, or null. REQUIRES: mu_ held.
-  std::shared_ptr<Proc> live_peer() {
+  // A live lane peer, or null.
+  std::shared_ptr<Proc> live_peer() REQUIRES(mu_) {
     std::vector<std::shared_ptr<Proc>> live;
     for (auto& p : peers_) {
       if (!p->exited && !p->stopped && p->child) live.push_back(p);
@@ -421,7 +420,7 @@ class Supervisor {
 
   // False when the fault found no target.
   bool inject(const std::string& kind) {
-    std::unique_lock<std::mutex> lock(mu_);
+    platform::UniqueLock lock(mu_);
     if (kind == "kill") {
       auto p = live_peer();
       if (!p) return log("fault kill: no live peer, later"), false;
@@ -450,7 +449,7 @@ class Supervisor {
       // A garbage process judges the survivor by how soon it closes its
       // streams; with the link down, the survivor's FIN cannot reach it.
       // So the link goes down only once no garbage process is running.
-      cv_.wait_for(lock, 15s, [this] {
+      cv_.wait_for(lock.native(), 15s, [this]() REQUIRES(mu_) {
         return std::none_of(procs_.begin(), procs_.end(), [](auto& p) { return p->role == "garbage" && !p->exited; });
       });
       auto d = std::chrono::milliseconds(static_cast<int64_t>(uniform(500, a_.engine.peer_timeout.count() + 2000)));
@@ -480,8 +479,7 @@ class Supervisor {
     return true;
   }
 
-  // REQUIRES: mu_ held.
-  void count_fault(const std::string& kind, const std::string& what) {
+  void count_fault(const std::string& kind, const std::string& what) REQUIRES(mu_) {
     ++faults_[kind];
     log("FAULT " + kind + ": " + what);
   }
@@ -490,11 +488,11 @@ class Supervisor {
   bool probe(const std::string& why) {
     std::shared_ptr<Proc> p;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      platform::MutexLock lock(mu_);
       p = start_proc("probe", 0);
     }
-    std::unique_lock<std::mutex> lock(mu_);
-    bool done = cv_.wait_for(lock, 60s, [&] { return p->exited; });
+    platform::UniqueLock lock(mu_);
+    bool done = cv_.wait_for(lock.native(), 60s, [&] { return p->exited; });
     bool ok = done && WIFEXITED(p->exit_status) && WEXITSTATUS(p->exit_status) == 0;
     if (ok) {
       ++probes_ok_;
@@ -519,7 +517,7 @@ class Supervisor {
       Sample s;
       s.t = std::chrono::duration<double>(Clock::now() - t0_).count();
       if (sample_process(pid, &s)) {
-        std::lock_guard<std::mutex> lock(mu_);
+        platform::MutexLock lock(mu_);
         samples_.push_back(s);
         samples_log_ << s.t << "," << s.rss_kib << "," << s.threads << "," << s.fds << std::endl;
       }
@@ -529,8 +527,8 @@ class Supervisor {
 
   // ---- the end -----------------------------------------------------------------
   bool wait_sessions_ended(Clock::duration within) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, within, [this] {
+    platform::UniqueLock lock(mu_);
+    return cv_.wait_for(lock.native(), within, [this]() REQUIRES(mu_) {
       auto it = survivor_->tick.find("sessions_live");
       return survivor_->exited || (it != survivor_->tick.end() && it->second == 0);
     });
@@ -543,15 +541,16 @@ class Supervisor {
     {
       // The survivor must know before any peer leaves, or it counts the
       // peers' goodbyes as failures: wait for it to say so.
-      std::unique_lock<std::mutex> lock(mu_);
+      platform::UniqueLock lock(mu_);
       survivor_->child->command("ENDING");
-      if (!cv_.wait_for(lock, 20s, [this] { return survivor_->ending_seen || survivor_->exited; })) {
+      if (!cv_.wait_for(lock.native(), 20s,
+                        [this]() REQUIRES(mu_) { return survivor_->ending_seen || survivor_->exited; })) {
         problem("the survivor did not acknowledge ENDING within 20 s");
       }
     }
     std::vector<std::shared_ptr<Proc>> others;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      platform::MutexLock lock(mu_);
       for (auto& p : procs_) {
         if (p->exited || !p->child || p->role == "survivor") continue;
         if (p->role == "peer") p->child->command("QUIT");
@@ -559,9 +558,10 @@ class Supervisor {
       }
     }
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      bool all = cv_.wait_for(
-          lock, 45s, [&] { return std::all_of(others.begin(), others.end(), [](auto& p) { return p->exited; }); });
+      platform::UniqueLock lock(mu_);
+      bool all = cv_.wait_for(lock.native(), 45s, [&] {
+        return std::all_of(others.begin(), others.end(), [](auto& p) { return p->exited; });
+      });
       if (!all) {
         for (auto& p : others) {
           if (p->exited) continue;
@@ -591,14 +591,14 @@ class Supervisor {
   void quit_survivor() {
     std::shared_ptr<Proc> s;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      platform::MutexLock lock(mu_);
       s = survivor_;
       if (!s || s->exited || !s->child) return;
       s->child->command("QUIT");
       s->child->close_stdin();
     }
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_for(lock, 60s, [&] { return s->exited; })) {
+    platform::UniqueLock lock(mu_);
+    if (!cv_.wait_for(lock.native(), 60s, [&] { return s->exited; })) {
       ++hangs_;
       problem("the survivor did not exit within 60 s of QUIT");
       s->child->signal(SIGKILL);
@@ -614,7 +614,7 @@ class Supervisor {
     r.max_op_bytes = a_.max_op_bytes;
     r.memory = a_.gpu ? "GPU" : "host";
     r.dir = dir_;
-    std::lock_guard<std::mutex> lock(mu_);
+    platform::MutexLock lock(mu_);
     for (auto& p : procs_) {
       auto& dst = p->role == "survivor" ? r.survivor : r.others;
       for (auto& [k, v] : p->tick) {
@@ -683,16 +683,17 @@ class Supervisor {
   int gpu_server_ = -1, gpu_client_ = -1;
   Clock::time_point t0_;
 
-  std::mutex mu_;
+  // Taken for what follows and for the fields of every Proc.
+  platform::Mutex mu_;
   std::condition_variable cv_;
-  std::list<std::shared_ptr<Proc>> procs_;
-  std::shared_ptr<Proc> survivor_;
-  std::vector<std::shared_ptr<Proc>> peers_;
-  std::map<size_t, Clock::time_point> restart_at_;
+  std::list<std::shared_ptr<Proc>> procs_ GUARDED_BY(mu_);
+  std::shared_ptr<Proc> survivor_ GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<Proc>> peers_ GUARDED_BY(mu_);
+  std::map<size_t, Clock::time_point> restart_at_ GUARDED_BY(mu_);
   // How late the monitor's wakeups came, summed: CPU the host withheld.
-  Clock::duration withheld_{};
-  std::string address_;
-  std::map<std::string, uint64_t> faults_;
+  Clock::duration withheld_ GUARDED_BY(mu_){};
+  std::string address_ GUARDED_BY(mu_);
+  std::map<std::string, uint64_t> faults_ GUARDED_BY(mu_);
   uint64_t corrupt_ = 0, hangs_ = 0, violations_ = 0, crashes_ = 0, restarts_ = 0;
   uint64_t probes_ok_ = 0, probes_failed_ = 0;
   bool final_probe_ok_ = false;

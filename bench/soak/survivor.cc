@@ -11,12 +11,12 @@
 #include <cstring>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "ferry/ferry.h"
+#include "platform/mutex.h"
 #include "soak/lane.h"
 #include "soak/memory.h"
 #include "soak/report_line.h"
@@ -65,6 +65,7 @@ class Survivor {
       if (!in.ok()) return fatal("slot memory", in.status());
       s.local = std::move(l).value();
       s.inbox = std::move(in).value();
+      platform::MutexLock lock(slots_mu_);
       slots_.push_back(std::move(s));
     }
     debug_.corrupt_one = a_.corrupt_one;
@@ -142,7 +143,7 @@ class Survivor {
         continue;
       }
       counters_.add("sessions_accepted");
-      std::lock_guard<std::mutex> lock(sessions_mu_);
+      platform::MutexLock lock(sessions_mu_);
       if (sessions_.size() >= kMaxSessions) {
         counters_.add("sessions_refused");
         c.value()->close();
@@ -160,7 +161,7 @@ class Survivor {
   }
 
   void join_sessions(bool all) {
-    std::lock_guard<std::mutex> lock(sessions_mu_);
+    platform::MutexLock lock(sessions_mu_);
     for (auto it = sessions_.begin(); it != sessions_.end();) {
       if (all || *it->second) {
         it->first.join();
@@ -173,7 +174,7 @@ class Survivor {
   }
 
   Slot* take_slot() {
-    std::lock_guard<std::mutex> lock(slots_mu_);
+    platform::MutexLock lock(slots_mu_);
     for (auto& s : slots_) {
       if (!s.busy) {
         s.busy = true;
@@ -184,7 +185,7 @@ class Survivor {
   }
 
   void give_slot(Slot* s) {
-    std::lock_guard<std::mutex> lock(slots_mu_);
+    platform::MutexLock lock(slots_mu_);
     s->busy = false;
   }
 
@@ -265,16 +266,16 @@ class Survivor {
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<SoakMemory> source_;
   uint64_t source_seed_ = 0;
-  std::mutex slots_mu_;
-  std::vector<Slot> slots_;
+  platform::Mutex slots_mu_;
+  std::vector<Slot> slots_ GUARDED_BY(slots_mu_);  // and each Slot's `busy`
   Counters counters_;
   Roster roster_;
   DebugFaults debug_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> ending_{false};
   EndContext ctx_;
-  std::mutex sessions_mu_;
-  std::list<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> sessions_;
+  platform::Mutex sessions_mu_;
+  std::list<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> sessions_ GUARDED_BY(sessions_mu_);
 };
 
 }  // namespace

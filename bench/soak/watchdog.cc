@@ -36,10 +36,10 @@ pid_t this_tid() { return static_cast<pid_t>(::syscall(SYS_gettid)); }
 Watchdog::Watchdog(Counters& counters, std::chrono::milliseconds margin) : counters_(counters), margin_(margin) {
   thread_ = std::thread([this] {
     name_this_thread("soak-watchdog");
-    std::unique_lock<std::mutex> lock(mu_);
+    platform::UniqueLock lock(mu_);
     auto last = Clock::now();
     const auto tick = std::chrono::milliseconds(100);
-    while (!cv_.wait_for(lock, tick, [this] { return stop_; })) {
+    while (!cv_.wait_for(lock.native(), tick, [this]() REQUIRES(mu_) { return stop_; })) {
       auto now = Clock::now();
       if (now - last > tick + std::chrono::milliseconds(50)) withheld_ += now - last - tick;
       last = now;
@@ -62,7 +62,7 @@ Watchdog::Watchdog(Counters& counters, std::chrono::milliseconds margin) : count
 
 Watchdog::~Watchdog() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    platform::MutexLock lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
@@ -72,14 +72,14 @@ Watchdog::~Watchdog() {
 uint64_t Watchdog::arm(std::string what, Deadline deadline) {
   pid_t tid = this_tid();
   uint64_t waited = runnable_wait_ns(tid);
-  std::lock_guard<std::mutex> lock(mu_);
+  platform::MutexLock lock(mu_);
   uint64_t t = next_++;
   entries_.emplace(t, Entry{std::move(what), deadline, false, tid, waited, withheld_});
   return t;
 }
 
 void Watchdog::disarm(uint64_t token) {
-  std::lock_guard<std::mutex> lock(mu_);
+  platform::MutexLock lock(mu_);
   entries_.erase(token);
 }
 

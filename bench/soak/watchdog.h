@@ -13,11 +13,11 @@
 #include <condition_variable>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "ferry/transfer.h"
+#include "platform/mutex.h"
 #include "soak/report_line.h"
 
 namespace ferry::soak {
@@ -42,14 +42,14 @@ class Watchdog {
   };
   Counters& counters_;
   const std::chrono::milliseconds margin_;
-  std::mutex mu_;
+  platform::Mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;
-  uint64_t next_ = 1;
-  std::map<uint64_t, Entry> entries_;
+  bool stop_ GUARDED_BY(mu_) = false;
+  uint64_t next_ GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, Entry> entries_ GUARDED_BY(mu_);
   // How late this watchdog's own wakeups came, summed: CPU the host
   // withheld from this process.
-  Clock::duration withheld_{};
+  Clock::duration withheld_ GUARDED_BY(mu_){};
   std::thread thread_;
 };
 

@@ -3,13 +3,15 @@
 
 #include <map>
 
+#include "platform/mutex.h"
+
 namespace ferry::core {
 
 struct Admission::State {
-  std::mutex mu;
-  int connections = 0;                 // guarded by mu
-  int streams = 0;                     // guarded by mu
-  std::map<std::string, int> by_peer;  // guarded by mu
+  platform::Mutex mu;
+  int connections GUARDED_BY(mu) = 0;
+  int streams GUARDED_BY(mu) = 0;
+  std::map<std::string, int> by_peer GUARDED_BY(mu);
 };
 
 Admission::Admission() : state_(std::make_shared<State>()) {}
@@ -19,7 +21,7 @@ Admission::Ticket::Ticket(std::shared_ptr<State> state, std::string peer, int st
 
 void Admission::Ticket::release() {
   std::call_once(released_, [this] {
-    std::lock_guard lock(state_->mu);
+    platform::MutexLock lock(state_->mu);
     --state_->connections;
     state_->streams -= streams_;
     if (--state_->by_peer[peer_] <= 0) state_->by_peer.erase(peer_);
@@ -28,15 +30,15 @@ void Admission::Ticket::release() {
 
 Result<std::unique_ptr<Admission::Ticket>> Admission::admit(const Options& o, const std::string& peer_host,
                                                             int streams) {
-  std::lock_guard lock(state_->mu);
   State& n = *state_;
+  platform::MutexLock lock(n.mu);
   auto refuse = [&](const std::string& why) { return Status(Code::kResourceExhausted, why); };
   if (n.connections >= o.max_connections) {
     return refuse("the engine holds " + std::to_string(n.connections) + " connections, its max_connections (" +
                   std::to_string(o.max_connections) + ")");
   }
-  auto peer = state_->by_peer.find(peer_host);
-  int from_peer = peer == state_->by_peer.end() ? 0 : peer->second;
+  auto peer = n.by_peer.find(peer_host);
+  int from_peer = peer == n.by_peer.end() ? 0 : peer->second;
   if (from_peer >= o.max_connections_per_peer) {
     return refuse("the engine holds " + std::to_string(from_peer) + " connections from " + peer_host +
                   ", its max_connections_per_peer (" + std::to_string(o.max_connections_per_peer) + ")");
@@ -47,7 +49,7 @@ Result<std::unique_ptr<Admission::Ticket>> Admission::admit(const Options& o, co
   }
   ++n.connections;
   n.streams += streams;
-  ++state_->by_peer[peer_host];
+  ++n.by_peer[peer_host];
   return std::make_unique<Ticket>(state_, peer_host, streams);
 }
 

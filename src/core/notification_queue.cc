@@ -18,7 +18,7 @@ Status NotificationQueue::check_size(std::string_view note, const char* op) {
 void NotificationQueue::push_locked(std::string note) {
   std::function<void()> listener;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     notes_.push_back(std::move(note));
     listener = listener_;
   }
@@ -28,7 +28,7 @@ void NotificationQueue::push_locked(std::string note) {
 }
 
 void NotificationQueue::set_listener(std::function<void()> listener) {
-  std::lock_guard lock(mu_);
+  platform::MutexLock lock(mu_);
   listener_ = std::move(listener);
 }
 
@@ -45,7 +45,7 @@ Status NotificationQueue::push_numbered(uint64_t seq, bool skip, std::string not
     return Status(Code::kDataLoss, "notification of " + std::to_string(note.size()) + " bytes, past the limit of " +
                                        std::to_string(Connection::kMaxNotification) + " that every sender keeps");
   }
-  std::lock_guard lock(order_mu_);
+  platform::MutexLock lock(order_mu_);
   if (seq != 0 && seq < next_due_) {  // already delivered or skipped
     if (accepted) accepted();
     return Status();
@@ -88,7 +88,7 @@ void NotificationQueue::wake() {
   // check of it, so no waiter sleeps through this wake-up.
   std::function<void()> listener;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     listener = listener_;
   }
   cv_.notify_all();
@@ -96,11 +96,11 @@ void NotificationQueue::wake() {
 }
 
 NotificationQueue::Wait NotificationQueue::wait(Deadline deadline, const std::atomic<bool>& stopped, std::string& out) {
-  std::unique_lock lock(mu_);
-  auto ready = [&] { return !notes_.empty() || stopped.load(std::memory_order_acquire); };
+  platform::UniqueLock lock(mu_);
+  auto ready = [&]() REQUIRES(mu_) { return !notes_.empty() || stopped.load(std::memory_order_acquire); };
   if (deadline == kNoDeadline) {
-    cv_.wait(lock, ready);
-  } else if (!cv_.wait_until(lock, deadline, ready)) {
+    cv_.wait(lock.native(), ready);
+  } else if (!cv_.wait_until(lock.native(), deadline, ready)) {
     return Wait::kDeadline;
   }
   if (notes_.empty()) return Wait::kStopped;
@@ -109,7 +109,7 @@ NotificationQueue::Wait NotificationQueue::wait(Deadline deadline, const std::at
 }
 
 std::optional<std::string> NotificationQueue::poll() {
-  std::lock_guard lock(mu_);
+  platform::MutexLock lock(mu_);
   if (notes_.empty()) return std::nullopt;
   return pop_locked();
 }

@@ -15,7 +15,6 @@
 #include <deque>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -23,6 +22,7 @@
 #include "core/notification_signal.h"
 #include "ferry/status.h"
 #include "ferry/transfer.h"
+#include "platform/mutex.h"
 
 namespace ferry::core {
 
@@ -92,21 +92,21 @@ class NotificationQueue {
   std::optional<std::string> poll();
 
  private:
-  void push_locked(std::string note);  // caller holds order_mu_
-  std::string pop_locked();            // caller holds mu_; notes_ is not empty
+  void push_locked(std::string note) REQUIRES(order_mu_) EXCLUDES(mu_);
+  std::string pop_locked() REQUIRES(mu_);  // notes_ is not empty
 
   ByteBudget own_{kMaxHeldBytes};
   ByteBudget* const budget_;
   NotificationSignal* const signal_;
 
-  std::mutex mu_;
+  platform::Mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::string> notes_;   // guarded by mu_
-  std::function<void()> listener_;  // guarded by mu_
+  std::deque<std::string> notes_ GUARDED_BY(mu_);
+  std::function<void()> listener_ GUARDED_BY(mu_);
 
-  std::mutex order_mu_;                                  // taken before mu_
-  uint64_t next_due_ = 1;                                // guarded by order_mu_
-  std::map<uint64_t, std::optional<std::string>> held_;  // guarded by order_mu_: arrived early
+  platform::Mutex order_mu_ ACQUIRED_BEFORE(mu_);
+  uint64_t next_due_ GUARDED_BY(order_mu_) = 1;
+  std::map<uint64_t, std::optional<std::string>> held_ GUARDED_BY(order_mu_);  // arrived early
 };
 
 }  // namespace ferry::core

@@ -8,9 +8,9 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 
 #include "ferry/transfer.h"
+#include "platform/mutex.h"
 
 namespace ferry::core {
 
@@ -21,7 +21,7 @@ class NotificationSignal {
   void notify() {
     std::function<void()> listener;
     {
-      std::lock_guard lock(mu_);
+      platform::MutexLock lock(mu_);
       ++seq_;
       listener = listener_;
     }
@@ -30,30 +30,30 @@ class NotificationSignal {
   }
   // Engine::set_notification_listener.
   void set_listener(std::function<void()> listener) {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     listener_ = std::move(listener);
   }
   // The count of notify() calls so far; pass it to wait_past().
   uint64_t seq() {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     return seq_;
   }
   // Waits until notify() is called after `seen` was read; false at `deadline`.
   bool wait_past(uint64_t seen, Deadline deadline) {
-    std::unique_lock lock(mu_);
-    auto moved = [&] { return seq_ != seen; };
+    platform::UniqueLock lock(mu_);
+    auto moved = [&]() REQUIRES(mu_) { return seq_ != seen; };
     if (deadline == kNoDeadline) {
-      cv_.wait(lock, moved);
+      cv_.wait(lock.native(), moved);
       return true;
     }
-    return cv_.wait_until(lock, deadline, moved);
+    return cv_.wait_until(lock.native(), deadline, moved);
   }
 
  private:
-  std::mutex mu_;
+  platform::Mutex mu_;
   std::condition_variable cv_;
-  uint64_t seq_ = 0;                // guarded by mu_
-  std::function<void()> listener_;  // guarded by mu_
+  uint64_t seq_ GUARDED_BY(mu_) = 0;
+  std::function<void()> listener_ GUARDED_BY(mu_);
 };
 
 }  // namespace ferry::core

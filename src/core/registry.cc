@@ -3,7 +3,6 @@
 
 #include <cinttypes>
 #include <cstdio>
-#include <mutex>
 
 #include "platform/crypto.h"
 
@@ -23,7 +22,7 @@ Result<Region> Registry::add(void* data, size_t size, platform::PointerKind kind
   if (size == 0) return Status(Code::kInvalidArgument, "reg: zero size at " + range_text(data, size));
   auto base = reinterpret_cast<uintptr_t>(data);
   if (base + size < base) return Status(Code::kInvalidArgument, "reg: range wraps around " + range_text(data, size));
-  std::unique_lock lock(mu_);
+  platform::WriterLock lock(mu_);
   auto [lo, hi] = by_base_.equal_range(base);
   for (auto it = lo; it != hi; ++it) {
     if (it->second->region.length == size) {
@@ -42,7 +41,7 @@ Result<Region> Registry::add(void* data, size_t size, platform::PointerKind kind
 Status Registry::remove(uint64_t region_id) {
   RegionRef entry;
   {
-    std::unique_lock lock(mu_);
+    platform::WriterLock lock(mu_);
     auto it = by_id_.find(region_id);
     if (it == by_id_.end()) {
       return Status(Code::kNotFound, "dereg: region " + std::to_string(region_id) + " is not registered");
@@ -63,14 +62,14 @@ Status Registry::remove(uint64_t region_id) {
     }
   }
   // Outside the table lock: wait for bytes moving in the region right now.
-  std::unique_lock retire(entry->access);
+  platform::WriterLock retire(entry->access);
   entry->alive = false;
   return Status();
 }
 
 Result<RemoteDescriptor> Registry::export_slice(uint64_t engine_id, uint64_t region_id, uint64_t offset,
                                                 uint64_t length) {
-  std::unique_lock lock(mu_);
+  platform::WriterLock lock(mu_);
   auto it = by_id_.find(region_id);
   if (it == by_id_.end()) {
     return Status(Code::kNotFound, "export: region " + std::to_string(region_id) + " is not registered");
@@ -100,7 +99,7 @@ Result<RemoteDescriptor> Registry::export_slice(uint64_t engine_id, uint64_t reg
 
 Result<MemorySpan> Registry::resolve_local(const void* p, size_t size, const char* what) const {
   auto addr = reinterpret_cast<uintptr_t>(p);
-  std::shared_lock lock(mu_);
+  platform::ReaderLock lock(mu_);
   const RegionEntry* partial = nullptr;
   auto it = by_base_.upper_bound(addr);
   while (it != by_base_.begin()) {
@@ -125,7 +124,7 @@ Result<MemorySpan> Registry::resolve_local(const void* p, size_t size, const cha
 }
 
 Result<MemorySpan> Registry::resolve_export(uint64_t export_id, uint64_t key, uint64_t offset, uint64_t size) const {
-  std::shared_lock lock(mu_);
+  platform::ReaderLock lock(mu_);
   auto it = exports_.find(export_id);
   if (it == exports_.end()) {
     return Status(Code::kNotFound, "export " + std::to_string(export_id) +
@@ -146,12 +145,12 @@ Result<MemorySpan> Registry::resolve_export(uint64_t export_id, uint64_t key, ui
 }
 
 size_t Registry::region_count() const {
-  std::shared_lock lock(mu_);
+  platform::ReaderLock lock(mu_);
   return by_id_.size();
 }
 
 bool Registry::contains(uint64_t region_id) const {
-  std::shared_lock lock(mu_);
+  platform::ReaderLock lock(mu_);
   return by_id_.count(region_id) != 0;
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
 #include <vector>
@@ -18,14 +19,15 @@
 #include "ferry/memory.h"
 #include "ferry/status.h"
 #include "platform/memory_kind.h"
+#include "platform/mutex.h"
 
 namespace ferry::core {
 
 struct RegionEntry {
   Region region;
-  int registrations = 1;     // guarded by the registry lock
-  std::shared_mutex access;  // shared: bytes moving; exclusive: retiring
-  bool alive = true;         // guarded by `access`
+  int registrations = 1;         // guarded by the lock of the Registry that holds it
+  platform::SharedMutex access;  // shared: bytes moving; exclusive: retiring
+  bool alive GUARDED_BY(access) = true;
 };
 using RegionRef = std::shared_ptr<RegionEntry>;
 
@@ -39,11 +41,14 @@ struct MemorySpan {
 // Holds a region open while bytes move; ok() is false once it was deregistered.
 class RegionAccess {
  public:
-  explicit RegionAccess(const RegionRef& r) : lock_(r->access), alive_(r->alive) {}
+  explicit RegionAccess(const RegionRef& r) : lock_(r->access) {
+    r->access.assert_shared_held();  // by lock_, for as long as this object lives
+    alive_ = r->alive;
+  }
   bool ok() const { return alive_; }
 
  private:
-  std::shared_lock<std::shared_mutex> lock_;
+  std::shared_lock<platform::SharedMutex> lock_;
   bool alive_;
 };
 
@@ -78,17 +83,17 @@ class Registry {
     uint64_t length;
   };
 
-  mutable std::shared_mutex mu_;
-  std::multimap<uintptr_t, RegionRef> by_base_;        // guarded by mu_
-  std::unordered_map<uint64_t, RegionRef> by_id_;      // guarded by mu_
-  std::unordered_map<uint64_t, ExportEntry> exports_;  // guarded by mu_
-  size_t max_length_ = 0;                              // guarded by mu_; bounds the backward scan
-  uint64_t next_region_id_ = 1;                        // guarded by mu_
-  uint64_t next_export_id_ = 1;                        // guarded by mu_
+  mutable platform::SharedMutex mu_;
+  std::multimap<uintptr_t, RegionRef> by_base_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, RegionRef> by_id_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, ExportEntry> exports_ GUARDED_BY(mu_);
+  size_t max_length_ GUARDED_BY(mu_) = 0;  // bounds the backward scan
+  uint64_t next_region_id_ GUARDED_BY(mu_) = 1;
+  uint64_t next_export_id_ GUARDED_BY(mu_) = 1;
 
   // Export ids of each region that has any, so that a dereg costs the
-  // region's own exports rather than the whole table. Guarded by mu_.
-  std::unordered_map<uint64_t, std::vector<uint64_t>> exports_by_region_;
+  // region's own exports rather than the whole table.
+  std::unordered_map<uint64_t, std::vector<uint64_t>> exports_by_region_ GUARDED_BY(mu_);
 };
 
 }  // namespace ferry::core

@@ -6,14 +6,15 @@
 
 #include <algorithm>
 #include <memory>
-#include <mutex>
 #include <system_error>
+
+#include "platform/mutex.h"
 
 namespace ferry::platform {
 namespace {
 
-std::mutex fault_mu;
-std::function<bool(std::string_view)> start_fault;  // guarded by fault_mu
+Mutex fault_mu;
+std::function<bool(std::string_view)> start_fault GUARDED_BY(fault_mu);
 
 }  // namespace
 
@@ -30,7 +31,7 @@ Result<std::thread> try_start_thread(std::string name, std::function<void()> fn)
                                                 " (the process or its user is out of threads or memory)");
   };
   {
-    std::lock_guard lock(fault_mu);
+    MutexLock lock(fault_mu);
     if (start_fault && start_fault(name)) return refused("Resource temporarily unavailable (injected)");
   }
   try {
@@ -43,7 +44,7 @@ Result<std::thread> try_start_thread(std::string name, std::function<void()> fn)
 }
 
 void set_thread_start_fault(std::function<bool(std::string_view name)> fault) {
-  std::lock_guard lock(fault_mu);
+  MutexLock lock(fault_mu);
   start_fault = std::move(fault);
 }
 

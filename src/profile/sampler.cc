@@ -32,7 +32,7 @@ void TemperatureSampler::start() {
 
 void TemperatureSampler::stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    platform::MutexLock lock(mu_);
     if (stopping_ || !thread_.joinable()) return;
     stopping_ = true;
   }
@@ -44,8 +44,8 @@ void TemperatureSampler::stop() {
 void TemperatureSampler::loop() {
   auto interval = std::chrono::duration<double>(interval_s_);
   auto next = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(interval);
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!cv_.wait_until(lock, next, [this] { return stopping_; })) {
+  platform::UniqueLock lock(mu_);
+  while (!cv_.wait_until(lock.native(), next, [this]() REQUIRES(mu_) { return stopping_; })) {
     lock.unlock();
     sample_once();
     lock.lock();
@@ -61,12 +61,17 @@ void TemperatureSampler::sample_once() {
     batch.push_back(TemperatureRow{monotonic_ns(), g.ordinal, s->temperature_c, s->power_w, s->sm_clock_mhz,
                                    s->mem_clock_mhz});
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  platform::MutexLock lock(mu_);
   rows_.insert(rows_.end(), batch.begin(), batch.end());
 }
 
+std::vector<TemperatureRow> TemperatureSampler::rows() const {
+  platform::MutexLock lock(mu_);
+  return rows_;
+}
+
 int TemperatureSampler::latest_temperature(int ordinal) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  platform::MutexLock lock(mu_);
   for (auto it = rows_.rbegin(); it != rows_.rend(); ++it) {
     if (it->gpu == ordinal) return it->temperature_c;
   }

@@ -1,16 +1,17 @@
 // A background thread that samples every GPU's temperature, power and clocks
 // through NVML at a fixed interval, for temperatures.csv.
 //
-// Thread-safety: start() and stop() from one thread; rows() after stop().
+// Thread-safety: start() and stop() from one thread; rows() and
+// latest_temperature() from any.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "platform/mutex.h"
 #include "profile/nvml.h"
 #include "profile/run_files.h"
 
@@ -31,22 +32,23 @@ class TemperatureSampler {
   void start();
   // Takes a last sample and joins the thread. Idempotent.
   void stop();
-  const std::vector<TemperatureRow>& rows() const { return rows_; }
+  // The samples so far (all of them, after stop()).
+  std::vector<TemperatureRow> rows() const;
   // The latest temperature of `ordinal`, or -1.
   int latest_temperature(int ordinal) const;
 
  private:
-  void sample_once();
-  void loop();
+  void sample_once() EXCLUDES(mu_);
+  void loop() EXCLUDES(mu_);
 
   const Nvml& nvml_;
   std::vector<Gpu> gpus_;
   double interval_s_;
   std::thread thread_;
-  mutable std::mutex mu_;
+  mutable platform::Mutex mu_;
   std::condition_variable cv_;
-  bool stopping_ = false;  // guarded by mu_
-  std::vector<TemperatureRow> rows_;  // guarded by mu_ while running
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::vector<TemperatureRow> rows_ GUARDED_BY(mu_);
 };
 
 }  // namespace ferry::profile

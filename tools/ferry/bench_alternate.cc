@@ -4,11 +4,11 @@
 
 #include <condition_variable>
 #include <cstdio>
-#include <mutex>
 #include <thread>
 
 #include "ferry/bench_pairs.h"
 #include "ferry/bench_sizes.h"
+#include "platform/mutex.h"
 #include "profile/stats.h"
 
 namespace ferry::cli {
@@ -21,22 +21,22 @@ class Turns {
  public:
   explicit Turns(std::vector<int> order) : order_(std::move(order)) {}
   void wait_for(int set) {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return next_ < order_.size() && order_[next_] == set; });
+    platform::UniqueLock lock(mu_);
+    cv_.wait(lock.native(), [&]() REQUIRES(mu_) { return next_ < order_.size() && order_[next_] == set; });
   }
   void pass() {
     {
-      std::lock_guard lock(mu_);
+      platform::MutexLock lock(mu_);
       ++next_;
     }
     cv_.notify_all();
   }
 
  private:
-  std::mutex mu_;
+  platform::Mutex mu_;
   std::condition_variable cv_;
-  std::vector<int> order_;
-  size_t next_ = 0;
+  const std::vector<int> order_;
+  size_t next_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace

@@ -459,7 +459,7 @@ Status serve_admitted(Engine& engine, Connection& c, const Buffers& boot, const 
 MemoryBudget::MemoryBudget(uint64_t limit) : limit_(limit != 0 ? limit : available_memory() / 2) {}
 
 Status MemoryBudget::reserve(uint64_t bytes, std::string_view what) {
-  std::lock_guard lock(mu_);
+  platform::MutexLock lock(mu_);
   if (bytes > limit_ || used_ > limit_ - bytes) {
     return Status(Code::kResourceExhausted,
                   std::string(what) + " need " + human_bytes(bytes) + " (" + std::to_string(bytes) +
@@ -471,7 +471,7 @@ Status MemoryBudget::reserve(uint64_t bytes, std::string_view what) {
 }
 
 void MemoryBudget::release(uint64_t bytes) {
-  std::lock_guard lock(mu_);
+  platform::MutexLock lock(mu_);
   used_ -= std::min(bytes, used_);
 }
 

@@ -8,12 +8,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "ferry/ferry.h"
+#include "platform/mutex.h"
 
 namespace ferry::cli {
 
@@ -35,8 +35,8 @@ class MemoryBudget {
 
  private:
   uint64_t limit_;
-  std::mutex mu_;
-  uint64_t used_ = 0;  // guarded by mu_
+  platform::Mutex mu_;
+  uint64_t used_ GUARDED_BY(mu_) = 0;
 };
 
 struct RunConfig {

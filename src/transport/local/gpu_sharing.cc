@@ -87,7 +87,7 @@ Status GpuExports::describe(const core::MemorySpan& span, std::vector<SharedSpan
   while (at < end) {
     Alloc a;
     {
-      std::lock_guard lock(mu_);
+      platform::MutexLock lock(mu_);
       // The allocation containing `at`, if made before for this region.
       auto it = allocs_.upper_bound({r.id, at});
       if (it != allocs_.begin()) {
@@ -97,7 +97,7 @@ Status GpuExports::describe(const core::MemorySpan& span, std::vector<SharedSpan
     }
     if (a.size == 0) {
       FERRY_ASSIGN_OR_RETURN(a, make(at, r.device));
-      std::lock_guard lock(mu_);
+      platform::MutexLock lock(mu_);
       auto [it, fresh] = allocs_.emplace(std::make_pair(r.id, a.base), a);
       if (fresh) it->second.id = next_id_++;
       if (!fresh && a.fd >= 0) ::close(a.fd);  // another thread made it first
@@ -122,7 +122,7 @@ Status GpuExports::describe(const core::MemorySpan& span, std::vector<SharedSpan
 }
 
 void GpuExports::retire(uint64_t region_id) {
-  std::lock_guard lock(mu_);
+  platform::MutexLock lock(mu_);
   for (auto it = allocs_.lower_bound({region_id, 0}); it != allocs_.end() && it->first.first == region_id;) {
     if (it->second.fd >= 0) ::close(it->second.fd);
     it = allocs_.erase(it);
@@ -151,7 +151,7 @@ void GpuImports::close(const Mapping& m) {
 Result<uint8_t*> GpuImports::map(const void* user, uint64_t peer_engine, pid_t peer_pid, const SharedSpan& span,
                                  int device) {
   auto key = std::make_tuple(peer_pid, peer_engine, span.alloc_base, span.alloc_id, device);
-  std::lock_guard lock(mu_);
+  platform::MutexLock lock(mu_);
   auto it = maps_.find(key);
   if (it == maps_.end()) {
     const auto& d = platform::cuda();
@@ -209,7 +209,7 @@ Result<uint8_t*> GpuImports::map(const void* user, uint64_t peer_engine, pid_t p
 }
 
 void GpuImports::forget(const void* user, uint64_t peer_engine, pid_t peer_pid, uint64_t alloc_base) {
-  std::lock_guard lock(mu_);
+  platform::MutexLock lock(mu_);
   for (auto it = maps_.begin(); it != maps_.end();) {
     if (std::get<0>(it->first) == peer_pid && std::get<1>(it->first) == peer_engine &&
         (alloc_base == 0 || std::get<2>(it->first) == alloc_base)) {

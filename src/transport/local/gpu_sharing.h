@@ -19,12 +19,12 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <set>
 #include <tuple>
 #include <vector>
 
 #include "core/registry.h"
+#include "platform/mutex.h"
 #include "transport/local/shared_span.h"
 
 namespace ferry::local {
@@ -49,9 +49,9 @@ class GpuExports {
   };
   Result<Alloc> make(uint64_t address, int device);
 
-  std::mutex mu_;
-  std::map<std::pair<uint64_t, uint64_t>, Alloc> allocs_;  // guarded by mu_; (region id, base)
-  uint64_t next_id_ = 1;                                   // guarded by mu_
+  platform::Mutex mu_;
+  std::map<std::pair<uint64_t, uint64_t>, Alloc> allocs_ GUARDED_BY(mu_);  // (region id, base)
+  uint64_t next_id_ GUARDED_BY(mu_) = 1;
 };
 
 class GpuImports {
@@ -80,15 +80,15 @@ class GpuImports {
   };
   void close(const Mapping& m);
 
-  std::mutex mu_;
-  // Guarded by mu_; by (peer pid, peer engine, base, alloc_id, device). The
+  platform::Mutex mu_;
+  // By (peer pid, peer engine, base, alloc_id, device). The
   // pid is the kernel's word (peer_proof.h), the engine id the peer's: a
   // peer that names another engine's id still finds only mappings opened
   // for its own process, never another peer's memory. The id keeps a
   // mapping that another connection still holds (one that failed and is not
   // closed yet) from standing in for memory the peer allocated at the same
   // base after it deregistered the old.
-  std::map<std::tuple<pid_t, uint64_t, uint64_t, uint64_t, int>, Mapping> maps_;
+  std::map<std::tuple<pid_t, uint64_t, uint64_t, uint64_t, int>, Mapping> maps_ GUARDED_BY(mu_);
 };
 
 // The local ordinal of the GPU with PCI address `pci` (as in SharedSpan), or -1.

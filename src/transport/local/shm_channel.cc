@@ -52,6 +52,10 @@ ShmChannel::ShmChannel(ShmChannel&& o) noexcept { *this = std::move(o); }
 
 ShmChannel& ShmChannel::operator=(ShmChannel&& o) noexcept {
   if (this != &o) {
+    // Nothing posts on a channel while it moves; the locks only let the
+    // analysis see head_ taken under its lock.
+    platform::MutexLock mine(post_mu_);
+    platform::MutexLock theirs(o.post_mu_);
     release();
     fd_ = o.fd_;
     side_ = o.side_;
@@ -140,7 +144,7 @@ Result<ShmChannel> ShmChannel::attach(int fd, uint64_t nonce) {
 bool ShmChannel::fits(size_t bytes) const { return align8(4 + bytes) <= ring_bytes_ / 2; }
 
 bool ShmChannel::try_post(std::string_view head, std::string_view body) {
-  std::lock_guard lock(post_mu_);
+  platform::MutexLock lock(post_mu_);
   Ring& r = ring(side_);
   uint8_t* d = data(side_);
   size_t len = head.size() + body.size();

@@ -15,11 +15,11 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <string_view>
 
 #include "ferry/status.h"
+#include "platform/mutex.h"
 
 namespace ferry::local {
 
@@ -88,12 +88,12 @@ class ShmChannel {
   size_t ring_bytes_ = 0;
   size_t map_bytes_ = 0;
   uint8_t* base_ = nullptr;
-  std::mutex post_mu_;  // producers of this process
+  platform::Mutex post_mu_;  // producers of this process
   // The shared page is the peer's to write: each side keeps its own index
   // here, publishes it there, and only checks what it reads there.
-  uint64_t head_ = 0;                // guarded by post_mu_: bytes this side published
-  std::atomic<uint64_t> tail_{0};    // the consumer thread's: bytes this side consumed (readable() reads it)
-  std::atomic<bool> broken_{false};  // the peer's tail was garbage: set by a producer, reported by receive()
+  uint64_t head_ GUARDED_BY(post_mu_) = 0;  // bytes this side published
+  std::atomic<uint64_t> tail_{0};           // the consumer thread's: bytes this side consumed (readable() reads it)
+  std::atomic<bool> broken_{false};         // the peer's tail was garbage: set by a producer, reported by receive()
 };
 
 }  // namespace ferry::local

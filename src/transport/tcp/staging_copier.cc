@@ -5,9 +5,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <mutex>
 #include <thread>
 
+#include "platform/mutex.h"
 #include "platform/thread.h"
 
 namespace ferry::tcp {
@@ -22,7 +22,7 @@ class HostCopier final : public Copier {
   }
   ~HostCopier() override {
     {
-      std::lock_guard lock(mu_);
+      platform::MutexLock lock(mu_);
       stop_ = true;
     }
     cv_.notify_all();
@@ -38,7 +38,7 @@ class HostCopier final : public Copier {
 
   Status copy(int, void* dst, const void* src, size_t n) override {
     {
-      std::lock_guard lock(mu_);
+      platform::MutexLock lock(mu_);
       queue_.push_back(Job{dst, src, n, 0});
     }
     cv_.notify_all();
@@ -48,7 +48,7 @@ class HostCopier final : public Copier {
   Result<uint64_t> fence() override {
     uint64_t t;
     {
-      std::lock_guard lock(mu_);
+      platform::MutexLock lock(mu_);
       t = ++issued_;
       queue_.push_back(Job{nullptr, nullptr, 0, t});
     }
@@ -57,13 +57,13 @@ class HostCopier final : public Copier {
   }
 
   Result<bool> done(uint64_t ticket) override {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     return completed_ >= ticket;
   }
 
   Status wait(uint64_t ticket) override {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return completed_ >= ticket; });
+    platform::UniqueLock lock(mu_);
+    cv_.wait(lock.native(), [&]() REQUIRES(mu_) { return completed_ >= ticket; });
     return Status();
   }
 
@@ -77,10 +77,10 @@ class HostCopier final : public Copier {
     uint64_t ticket;  // nonzero: a fence
   };
 
-  void run() {
-    std::unique_lock lock(mu_);
+  void run() EXCLUDES(mu_) {
+    platform::UniqueLock lock(mu_);
     for (;;) {
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      cv_.wait(lock.native(), [&]() REQUIRES(mu_) { return stop_ || !queue_.empty(); });
       if (queue_.empty()) return;
       Job j = queue_.front();
       queue_.pop_front();
@@ -99,17 +99,17 @@ class HostCopier final : public Copier {
 
   const std::chrono::microseconds delay_;
   const CopyWatch watch_;
-  std::mutex mu_;
+  platform::Mutex mu_;
   std::condition_variable cv_;
-  std::deque<Job> queue_;   // guarded by mu_
-  uint64_t issued_ = 0;     // guarded by mu_
-  uint64_t completed_ = 0;  // guarded by mu_
-  bool stop_ = false;       // guarded by mu_
+  std::deque<Job> queue_ GUARDED_BY(mu_);
+  uint64_t issued_ GUARDED_BY(mu_) = 0;
+  uint64_t completed_ GUARDED_BY(mu_) = 0;
+  bool stop_ GUARDED_BY(mu_) = false;
   std::thread worker_;
 };
 
-std::mutex hooks_mu;
-StagingHooks hooks;  // guarded by hooks_mu
+platform::Mutex hooks_mu;
+StagingHooks hooks GUARDED_BY(hooks_mu);
 
 }  // namespace
 
@@ -118,12 +118,12 @@ std::unique_ptr<Copier> make_host_copier(std::chrono::microseconds delay, CopyWa
 }
 
 StagingHooks staging_hooks() {
-  std::lock_guard lock(hooks_mu);
+  platform::MutexLock lock(hooks_mu);
   return hooks;
 }
 
 void set_staging_hooks_for_tests(StagingHooks h) {
-  std::lock_guard lock(hooks_mu);
+  platform::MutexLock lock(hooks_mu);
   hooks = std::move(h);
 }
 

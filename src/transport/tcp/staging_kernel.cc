@@ -121,7 +121,7 @@ bool StagingKernels::fits(const void* dst, const void* src, size_t n) {
 platform::cu::Function StagingKernels::function(int device) {
   Loaded& l = loaded_[static_cast<size_t>(device)];
   if (l.tried.load(std::memory_order_acquire)) return l.function;
-  std::lock_guard lock(load_mu_);
+  platform::MutexLock lock(load_mu_);
   if (l.tried.load(std::memory_order_relaxed)) return l.function;
   const platform::CudaDriver& d = platform::cuda();
   Status s = d.check(d.module_load_data(&l.module, kPtx), "cuModuleLoadData");

@@ -19,10 +19,10 @@
 #include <array>
 #include <atomic>
 #include <cstddef>
-#include <mutex>
 
 #include "ferry/status.h"
 #include "platform/cuda_driver.h"
+#include "platform/mutex.h"
 
 namespace ferry::tcp {
 
@@ -54,7 +54,7 @@ class StagingKernels {
     platform::cu::Module module = nullptr;
     platform::cu::Function function = nullptr;
   };
-  std::mutex load_mu_;  // serialises loading
+  platform::Mutex load_mu_;  // serialises loading
   std::array<Loaded, platform::kMaxDevices> loaded_;
 };
 
