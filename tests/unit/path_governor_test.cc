@@ -9,10 +9,13 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <random>
+#include <thread>
 
 #include "core/registry.h"
 #include "transport/tcp/chunk_queue.h"
@@ -460,6 +463,45 @@ TEST(PathGovernorQueue, OnlyActivePathsClaimNewChunksButAnyTakesOrphans) {
   auto c = q.try_claim(1);
   ASSERT_TRUE(c.has_value()) << "the first live path takes new chunks";
   EXPECT_EQ(c->offset, 4u * 4096);
+}
+
+// The queue reads the CPU meter (/proc/stat) without holding its lock, so
+// the transmit workers are not kept waiting on it, and still uses what it read.
+TEST(PathGovernorQueue, ReadsTheCpuOutsideItsLock) {
+  core::Registry registry;
+  std::vector<uint8_t> buf(1 << 16, 7);
+  ASSERT_TRUE(registry.add(buf.data(), buf.size(), platform::PointerKind{}).ok());
+  ChunkQueue* queue = nullptr;
+  int readings = 0;
+  bool lock_free = false;
+  std::future<int> other;  // outlives the reading: its thread may need the lock the reading held
+  auto meter = [&]() -> std::optional<platform::CpuReading> {
+    ++readings;
+    // Another thread takes the queue's lock; it would wait for this
+    // reading to end if the reading held it.
+    other = std::async(std::launch::async, [&] { return queue->active_paths(); });
+    lock_free = other.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+    return platform::CpuReading{0.1, 0.1};  // idle cores: climb at once
+  };
+  // A reading is due after every nanosecond of busy time.
+  ChunkQueue q(4096, /*window=*/4, /*paths=*/2, PathGovernor(true, 2, /*sample_ns=*/1, meter, /*start=*/1));
+  queue = &q;
+  ASSERT_EQ(q.active_paths(), 1);
+  auto op = std::make_shared<OutOp>();
+  op->header.type = wire::FrameType::kData;
+  auto span = registry.resolve_local(buf.data(), 4 * 4096, "test buffer");
+  ASSERT_TRUE(span.ok());
+  op->source.add(*span);
+  ASSERT_TRUE(q.push(op));
+  ASSERT_TRUE(q.try_claim(0).has_value());
+  // Busy time well above the moment of idle time before the push, so the
+  // reading is not dropped as spanning idle time.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  q.on_landed(0, 1);
+  if (other.valid()) other.wait();
+  EXPECT_EQ(readings, 1);
+  EXPECT_TRUE(lock_free) << "the queue held its lock while reading the CPU";
+  EXPECT_EQ(q.active_paths(), 2) << "the reading reached the governor";
 }
 
 }  // namespace

@@ -55,7 +55,8 @@ ChunkQueue::ChunkQueue(uint64_t chunk_bytes, int window, int paths, PathGovernor
       alive_(static_cast<size_t>(paths), true),
       path_cv_(static_cast<size_t>(paths)),
       governor_(governor),
-      idle_since_ns_(now_ns()) {}
+      idle_since_ns_(now_ns()),
+      meter_(governor.meter()) {}
 
 void ChunkQueue::wake_all() {
   for (auto& cv : path_cv_) cv.notify_all();
@@ -63,7 +64,7 @@ void ChunkQueue::wake_all() {
 
 bool ChunkQueue::push(std::shared_ptr<OutOp> op) {
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     if (stopped_) return false;
     if (busy_since_ns_ < 0) {
       busy_since_ns_ = now_ns();
@@ -128,16 +129,16 @@ std::optional<Chunk> ChunkQueue::claim_locked(int path) {
 }
 
 std::optional<Chunk> ChunkQueue::claim(int path) {
-  std::unique_lock lock(mu_);
+  platform::UniqueLock lock(mu_);
   for (;;) {
     if (stopped_ || !alive_[static_cast<size_t>(path)]) return std::nullopt;
     if (auto c = claim_locked(path)) return c;
-    path_cv_[static_cast<size_t>(path)].wait(lock);
+    path_cv_[static_cast<size_t>(path)].wait(lock.native());
   }
 }
 
 std::optional<Chunk> ChunkQueue::try_claim(int path) {
-  std::lock_guard lock(mu_);
+  platform::MutexLock lock(mu_);
   if (stopped_) return std::nullopt;
   return claim_locked(path);
 }
@@ -146,7 +147,7 @@ void ChunkQueue::on_landed(int path, uint64_t landed) {
   auto p = static_cast<size_t>(path);
   bool more_paths = false;
   {
-    std::lock_guard lock(mu_);
+    platform::UniqueLock lock(mu_);
     if (p >= landed_.size()) return;
     // Confirmations are cumulative; a stale or bogus one must not open the window.
     uint64_t now = std::clamp(landed, landed_[p], sent_[p]);
@@ -157,29 +158,17 @@ void ChunkQueue::on_landed(int path, uint64_t landed) {
     }
     landed_[p] = now;
     if (governor_.judges() && busy_since_ns_ >= 0) {
-      if (flushing_) {
-        flushing_ = false;
-        // Up to the last chunk that asked for a confirmation: a path the
-        // governor stopped using may never confirm the few after it.
-        for (size_t i = 0; i < landed_.size(); ++i) {
-          flushing_ |= alive_[i] && landed_[i] < flush_sent_[i] - flush_sent_[i] % ack_every_;
-        }
+      std::optional<platform::CpuReading> reading;
+      if (!reading_cpu_ && governor_.reading_due(now_ns() - busy_since_ns_)) {
+        // Reading /proc/stat takes ~11 us; the transmit workers claim
+        // chunks meanwhile.
+        reading_cpu_ = true;
+        lock.unlock();
+        reading = meter_();
+        lock.lock();
+        reading_cpu_ = false;
       }
-      int before = governor_.target();
-      int64_t t = now_ns();
-      governor_.on_landed(bytes, t - busy_since_ns_, !flushing_);
-      busy_since_ns_ = idle_locked() ? -1 : t;
-      if (busy_since_ns_ < 0) idle_since_ns_ = t;
-      more_paths = governor_.target() > before;
-      if (governor_.target() != before) {
-        // Judge the new count only once what the old one sent has landed.
-        flush_sent_ = sent_;
-        flushing_ = true;
-        FERRY_LOG(kDebug, "tcp",
-                  "paths taking new chunks: %d -> %d (last sample %.3f GB/s at %d, host CPUs %.0f%% busy, %.0f%% ours)",
-                  before, governor_.target(), governor_.last_rate(), governor_.kept(), 100 * governor_.last_cpu(),
-                  100 * governor_.last_own_cpu());
-      }
+      more_paths = report_locked(bytes, reading);
     }
   }
   // Only this path's window opened, unless the governor let more paths in.
@@ -190,18 +179,48 @@ void ChunkQueue::on_landed(int path, uint64_t landed) {
   }
 }
 
+bool ChunkQueue::report_locked(uint64_t bytes, const std::optional<platform::CpuReading>& reading) {
+  if (flushing_) {
+    flushing_ = false;
+    // Up to the last chunk that asked for a confirmation: a path the
+    // governor stopped using may never confirm the few after it.
+    for (size_t i = 0; i < landed_.size(); ++i) {
+      flushing_ |= alive_[i] && landed_[i] < flush_sent_[i] - flush_sent_[i] % ack_every_;
+    }
+  }
+  int before = governor_.target();
+  int64_t t = now_ns();
+  // While the meter was read, another report may have found the queue idle:
+  // the busy time up to then went with it.
+  bool busy = busy_since_ns_ >= 0;
+  governor_.on_landed(bytes, busy ? t - busy_since_ns_ : 0, !flushing_, reading);
+  if (busy) {
+    busy_since_ns_ = idle_locked() ? -1 : t;
+    if (busy_since_ns_ < 0) idle_since_ns_ = t;
+  }
+  if (governor_.target() == before) return false;
+  // Judge the new count only once what the old one sent has landed.
+  flush_sent_ = sent_;
+  flushing_ = true;
+  FERRY_LOG(kDebug, "tcp",
+            "paths taking new chunks: %d -> %d (last sample %.3f GB/s at %d, host CPUs %.0f%% busy, %.0f%% ours)",
+            before, governor_.target(), governor_.last_rate(), governor_.kept(), 100 * governor_.last_cpu(),
+            100 * governor_.last_own_cpu());
+  return governor_.target() > before;
+}
+
 bool ChunkQueue::abort(const std::shared_ptr<OutOp>& op) {
-  std::lock_guard lock(mu_);
+  platform::MutexLock lock(mu_);
   return !std::exchange(op->aborted, true);
 }
 
 bool ChunkQueue::aborted(const OutOp& op) const {
-  std::lock_guard lock(mu_);
+  platform::MutexLock lock(mu_);
   return op.aborted;
 }
 
 bool ChunkQueue::claimed_all(const OutOp& op) const {
-  std::lock_guard lock(mu_);
+  platform::MutexLock lock(mu_);
   return op.next >= op.source.total();
 }
 
@@ -218,7 +237,7 @@ bool ChunkQueue::release(const Chunk& c) {
 int ChunkQueue::fail_path(int path) {
   int live = 0;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     auto p = static_cast<size_t>(path);
     if (p >= alive_.size()) return live_paths_locked();
     if (alive_[p]) {
@@ -241,12 +260,12 @@ uint64_t ChunkQueue::live_mask_locked() const {
 }
 
 std::vector<bool> ChunkQueue::alive() const {
-  std::lock_guard lock(mu_);
+  platform::MutexLock lock(mu_);
   return alive_;
 }
 
 int ChunkQueue::live_paths() const {
-  std::lock_guard lock(mu_);
+  platform::MutexLock lock(mu_);
   return live_paths_locked();
 }
 
@@ -259,7 +278,7 @@ bool ChunkQueue::idle_locked() const {
 }
 
 int ChunkQueue::active_paths() const {
-  std::lock_guard lock(mu_);
+  platform::MutexLock lock(mu_);
   return governor_.active(live_paths_locked());
 }
 
@@ -268,7 +287,7 @@ int ChunkQueue::live_paths_locked() const { return static_cast<int>(std::count(a
 std::vector<std::shared_ptr<OutOp>> ChunkQueue::stop() {
   std::vector<std::shared_ptr<OutOp>> left;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     stopped_ = true;
     left.assign(queue_.begin(), queue_.end());
     for (const Chunk& c : retry_) left.push_back(c.op);
@@ -281,7 +300,7 @@ std::vector<std::shared_ptr<OutOp>> ChunkQueue::stop() {
 }
 
 uint64_t ChunkQueue::in_flight(int path) const {
-  std::lock_guard lock(mu_);
+  platform::MutexLock lock(mu_);
   auto p = static_cast<size_t>(path);
   return sent_[p] - landed_[p];
 }

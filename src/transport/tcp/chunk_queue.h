@@ -8,7 +8,8 @@
 // never fill up with nothing left to confirm it.
 //
 // Which paths take new chunks is the PathGovernor's call: it adds paths
-// while they add throughput (see path_governor.h).
+// while they add throughput (see path_governor.h). Its CPU readings (of
+// /proc/stat) are taken outside the queue's lock.
 //
 // Failover: each path remembers the chunks it sent and the peer has not yet
 // confirmed. When a path dies, those chunks go first in line for the paths
@@ -24,7 +25,6 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,6 +32,7 @@
 #include "core/segments.h"
 #include "core/transfer_state.h"
 #include "ferry/status.h"
+#include "platform/mutex.h"
 #include "transport/tcp/path_governor.h"
 #include "wire/frame.h"
 
@@ -48,7 +49,7 @@ struct OutOp {
   uint64_t paths = 0;                    // bit p: path p may carry it; 0: any path
   uint64_t chunk_bytes = 0;              // chunk size of this op (GPU memory: the staging slot); 0: the queue's
   std::shared_ptr<void> hold;            // read replies: what it holds of its connection's budget, until it goes
-  // Claim cursor and abort flag: guarded by the queue's lock.
+  // Claim cursor and abort flag: guarded by the lock of the queue it is in.
   uint64_t next = 0;
   bool aborted = false;
   // Chunks of it that paths claimed and are not done with (they may still
@@ -138,31 +139,38 @@ class ChunkQueue {
   static constexpr int64_t kGovernorSampleNs = 10'000'000;
 
  private:
-  std::optional<Chunk> claim_locked(int path);
-  int live_paths_locked() const;
-  bool idle_locked() const;  // nothing queued, waiting for retry or in flight
+  std::optional<Chunk> claim_locked(int path) REQUIRES(mu_);
+  int live_paths_locked() const REQUIRES(mu_);
+  bool idle_locked() const REQUIRES(mu_);  // nothing queued, waiting for retry or in flight
   void wake_all();
-  uint64_t live_mask_locked() const;
+  uint64_t live_mask_locked() const REQUIRES(mu_);
+  // Feeds the governor a landing report of `bytes`; true if it let more
+  // paths take new chunks.
+  bool report_locked(uint64_t bytes, const std::optional<platform::CpuReading>& reading) REQUIRES(mu_);
 
   const uint64_t chunk_bytes_;
   const uint64_t window_;
   const uint64_t ack_every_;
-  mutable std::mutex mu_;
-  std::deque<std::shared_ptr<OutOp>> queue_;  // guarded by mu_
-  std::vector<uint64_t> sent_;                // guarded by mu_; chunks sent per path
-  std::vector<uint64_t> landed_;              // guarded by mu_; chunks confirmed per path
-  std::vector<std::deque<Chunk>> inflight_;   // guarded by mu_; per path: sent, unconfirmed, in order
-  std::vector<bool> alive_;                   // guarded by mu_
-  std::deque<Chunk> retry_;                   // guarded by mu_; chunks of dead paths, sent first
-  bool stopped_ = false;                      // guarded by mu_
+  mutable platform::Mutex mu_;
+  std::deque<std::shared_ptr<OutOp>> queue_ GUARDED_BY(mu_);
+  std::vector<uint64_t> sent_ GUARDED_BY(mu_);               // chunks sent per path
+  std::vector<uint64_t> landed_ GUARDED_BY(mu_);             // chunks confirmed per path
+  std::vector<std::deque<Chunk>> inflight_ GUARDED_BY(mu_);  // per path: sent, unconfirmed, in order
+  std::vector<bool> alive_ GUARDED_BY(mu_);
+  std::deque<Chunk> retry_ GUARDED_BY(mu_);  // chunks of dead paths, sent first
+  bool stopped_ GUARDED_BY(mu_) = false;
   // One per path: a confirmation wakes only the path whose window it opens,
   // not every transmit worker of the connection.
   std::vector<std::condition_variable> path_cv_;
-  PathGovernor governor_;             // guarded by mu_
-  int64_t busy_since_ns_ = -1;        // guarded by mu_; when unreported busy time began, -1 while idle
-  int64_t idle_since_ns_;             // guarded by mu_; when the queue last went idle (or was made)
-  std::vector<uint64_t> flush_sent_;  // guarded by mu_; sent_ when the governor last changed its count
-  bool flushing_ = false;             // guarded by mu_; some of those chunks have not landed yet
+  PathGovernor governor_ GUARDED_BY(mu_);
+  int64_t busy_since_ns_ GUARDED_BY(mu_) = -1;        // when unreported busy time began, -1 while idle
+  int64_t idle_since_ns_ GUARDED_BY(mu_);             // when the queue last went idle (or was made)
+  std::vector<uint64_t> flush_sent_ GUARDED_BY(mu_);  // sent_ when the governor last changed its count
+  bool flushing_ GUARDED_BY(mu_) = false;             // some of those chunks have not landed yet
+  // The governor's CPU meter, read outside mu_ by one landing report at a
+  // time: the one that set reading_cpu_ (the meter is not thread-safe).
+  const PathGovernor::CpuMeter meter_;
+  bool reading_cpu_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace ferry::tcp

@@ -41,14 +41,27 @@ void PathGovernor::restart_sample() {
   sample_reports_ = 0;
 }
 
+bool PathGovernor::reading_due(int64_t busy_ns) const {
+  return judges() && cpu_ && cpu_window_ns_ + std::max<int64_t>(0, busy_ns) >= reading_every_ns_;
+}
+
 void PathGovernor::on_landed(uint64_t bytes, int64_t busy_ns, bool flushed) {
   if (!judges()) return;
+  std::optional<platform::CpuReading> reading;
+  if (reading_due(busy_ns)) reading = cpu_();
+  on_landed(bytes, busy_ns, flushed, reading);
+}
+
+void PathGovernor::on_landed(uint64_t bytes, int64_t busy_ns, bool flushed,
+                             std::optional<platform::CpuReading> reading) {
+  if (!judges()) return;
   int before = current_;
-  landed(bytes, busy_ns, flushed);
+  landed(bytes, busy_ns, flushed, reading);
   if (current_ != before) reading_every_ns_ = sample_ns_;  // judge the new count's load soon
 }
 
-void PathGovernor::landed(uint64_t bytes, int64_t busy_ns, bool flushed) {
+void PathGovernor::landed(uint64_t bytes, int64_t busy_ns, bool flushed,
+                          const std::optional<platform::CpuReading>& reading) {
   int64_t ns = std::max<int64_t>(0, busy_ns);
   const bool warming = warmup_left_ns_ > 0;
   if (warming) {
@@ -58,7 +71,7 @@ void PathGovernor::landed(uint64_t bytes, int64_t busy_ns, bool flushed) {
   cpu_window_ns_ += ns;
   if (cpu_ && cpu_window_ns_ >= reading_every_ns_) {
     int before = current_;
-    read_cpu();
+    read_cpu(reading);
     if (current_ != before) return;  // climbed: the throughput sample restarted
   }
   if (!flushed || warming) {
@@ -78,8 +91,7 @@ void PathGovernor::on_idle(int64_t idle_ns) {
   if (judges()) cpu_idle_ns_ += std::max<int64_t>(0, idle_ns);
 }
 
-void PathGovernor::read_cpu() {
-  std::optional<platform::CpuReading> r = cpu_();
+void PathGovernor::read_cpu(const std::optional<platform::CpuReading>& r) {
   if (!r) return;  // too soon for /proc/stat's ticks: the window grows
   bool diluted = static_cast<double>(cpu_idle_ns_) > kMaxIdleShare * static_cast<double>(cpu_idle_ns_ + cpu_window_ns_);
   cpu_window_ns_ = 0;

@@ -62,7 +62,9 @@
 //
 // Pure logic, no clock or locking of its own: the ChunkQueue feeds it under
 // its lock, and the CPU reading comes through a function, which lets the tests
-// drive it with modelled links and hosts.
+// drive it with modelled links and hosts. The queue reads that function
+// outside its lock (reading_due(), then the reading passed to on_landed), so
+// its transmit workers never wait on /proc/stat.
 #pragma once
 
 #include <cstddef>
@@ -138,7 +140,17 @@ class PathGovernor {
   // `bytes` landed after `busy_ns` of busy time since the previous report.
   // `flushed`: every chunk sent before the last change of target() has
   // landed (until then the report only restarts the throughput sample).
+  // Reads the meter when a CPU reading is due.
   void on_landed(uint64_t bytes, int64_t busy_ns, bool flushed = true);
+  // The same with the reading taken by the caller, who asked reading_due()
+  // first and called meter() if so: a report that takes a reading uses
+  // `reading` (nullopt: none yet, as when the meter has none), one that takes
+  // none ignores it.
+  void on_landed(uint64_t bytes, int64_t busy_ns, bool flushed, std::optional<platform::CpuReading> reading);
+  // Whether a report of `busy_ns` more busy time would take a CPU reading.
+  bool reading_due(int64_t busy_ns) const;
+  // The CPU meter (empty: none).
+  const CpuMeter& meter() const { return cpu_; }
   // The connection had nothing queued or in flight for `idle_ns`.
   void on_idle(int64_t idle_ns);
 
@@ -159,8 +171,8 @@ class PathGovernor {
 
  private:
   enum class Phase { kBase, kProbe };
-  void landed(uint64_t bytes, int64_t busy_ns, bool flushed);
-  void read_cpu();
+  void landed(uint64_t bytes, int64_t busy_ns, bool flushed, const std::optional<platform::CpuReading>& reading);
+  void read_cpu(const std::optional<platform::CpuReading>& r);
   void finish_sample(double rate);
   void record(int n, double rate);
   void restart_sample();
