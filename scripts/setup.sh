@@ -11,7 +11,7 @@ packages=(
   libhiredis-dev libcurl4-openssl-dev  # the directory's clients: Redis (hiredis), etcd's JSON gateway (libcurl)
   redis-server etcd-server etcd-client # directory tests start real servers (etcdctl for poking at one by hand)
   libgtest-dev                     # tests
-  clang libclang-rt-dev            # fuzzing: libFuzzer and the sanitizers (scripts/fuzz.sh)
+  clang libclang-rt-dev            # fuzzing: libFuzzer and the sanitizers (scripts/fuzz.sh); lock annotations checked (scripts/thread_safety.sh)
   iperf3 sockperf                  # anchors the benchmarks compare against
   iproute2 procps                  # ip/tc for network labs, ps/pgrep for scripts
   python3-dev pybind11-dev         # the Python module

@@ -2,6 +2,8 @@
 # Sets up, builds and runs every test; CI calls this. Stages:
 #   suites     the unit, integration, CLI, Python and network-lab tests, and a
 #              two-minute soak with faults on both transports (ctest)
+#   locks      everything built (not run) with clang's thread-safety analysis:
+#              fails where code breaks a lock annotation (scripts/thread_safety.sh)
 #   address    the unit, integration and Python suites under AddressSanitizer
 #              and UndefinedBehaviorSanitizer (scripts/sanitize.sh)
 #   thread     the unit and integration suites under ThreadSanitizer
@@ -39,6 +41,7 @@ stage() {
 
 stage suites ctest --test-dir build --output-on-failure --timeout 300 "$@"
 if [ "$quick" -eq 0 ]; then
+  stage locks scripts/thread_safety.sh
   stage address scripts/sanitize.sh address
   stage thread scripts/sanitize.sh thread
   stage fuzz scripts/fuzz.sh --jobs 2 60
