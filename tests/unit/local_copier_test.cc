@@ -108,8 +108,8 @@ TEST(LocalCopierHelpers, LargeCopiesShareOneFixedSetOfNamedPinnedHelpers) {
 
   ASSERT_TRUE(copy(copier, src, dst).ok());
   EXPECT_EQ(dst, src);
-  EXPECT_TRUE(eventually([] { return threads_named("ferry-tcopy-").size() == 3; }))
-      << "the caller and three helpers share a large copy";
+  EXPECT_TRUE(eventually([] { return threads_named("ferry-tcopy-").size() == 4; }))
+      << "four helpers: three share a large copy with the caller, four one handed to them alone";
   std::set<pid_t> helpers = threads_named("ferry-tcopy-");
   for (pid_t tid : helpers) {
     EXPECT_TRUE(eventually([&] { return pinned_to(tid, cpu); })) << "helper " << tid << " is not pinned to " << cpu;
@@ -173,6 +173,35 @@ TEST(LocalCopierHelpers, APeerThatGivesUpStopsEveryHelperBeforeItsNextPiece) {
   }
   EXPECT_EQ(copied, 2) << "the two pieces checked before the peer gave up";
   EXPECT_EQ(untouched, 6) << "nothing may be written into the peer's memory once it gave up";
+}
+
+// A copy handed to the helpers alone (HostCopyBy::kHelpers, what the
+// progress thread asks for) returns at once; its completion runs on a
+// helper once every byte is in place, and drain() waits for it.
+TEST(LocalCopierHelpers, ACopyHandedToTheHelpersEndsOnAHelper) {
+  const size_t size = (24u << 20) + 5;
+  std::vector<uint8_t> src = random_bytes(size, 11), dst(size, 0);
+  for (size_t i = 0; i < size; i += 997) src[i] = static_cast<uint8_t>(i * 31);
+  GpuImports imports;
+  LocalCopier copier(imports, 1, ::getpid(), [] { return Status(); }, {"ferry-toff", {}});
+  std::atomic<bool> ended{false};
+  std::atomic<pid_t> ended_on{0};
+  Status result = Status(Code::kInternal, "no completion");
+  Status s = copier.start(
+      near_list(src), far_spans(dst), size, /*to_remote=*/true,
+      [&](const Status& st) {
+        result = st;
+        ended_on = static_cast<pid_t>(::gettid());
+        ended = true;
+      },
+      LocalCopier::HostCopyBy::kHelpers);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  copier.drain();
+  ASSERT_TRUE(ended.load()) << "drain() returned before the handed-over copy ended";
+  EXPECT_TRUE(result.ok()) << result.to_string();
+  EXPECT_NE(ended_on.load(), static_cast<pid_t>(::gettid())) << "the caller copied it itself";
+  EXPECT_EQ(threads_named("ferry-toff-").count(ended_on.load()), 1u) << "it ended on a thread that is no helper";
+  EXPECT_EQ(dst, src);
 }
 
 }  // namespace

@@ -427,10 +427,10 @@ void LocalCopier::left(HostCopy* job, std::unique_lock<std::mutex>& lock) {
 
 size_t LocalCopier::start_helpers() {
   std::lock_guard lock(helpers_mu_);
-  if (helpers_.size() >= kCrossThreads - 1 || helpers_end_) return helpers_.size();
+  if (helpers_.size() >= kHelperThreads || helpers_end_) return helpers_.size();
   auto now = std::chrono::steady_clock::now();
   if (now < retry_at_) return helpers_.size();
-  while (helpers_.size() < kCrossThreads - 1) {
+  while (helpers_.size() < kHelperThreads) {
     size_t index = helpers_.size();
     auto t = platform::try_start_thread(helpers_config_.name + "-" + std::to_string(index),
                                         [this, index] { helper_loop(index); });

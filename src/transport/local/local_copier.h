@@ -16,7 +16,8 @@
 // peer_timeout in the middle of a copy resumes it).
 //
 // A large host copy is cut into pieces that the thread calling start() and
-// the copier's helper threads take in turn. The helpers are a fixed set,
+// the copier's helper threads take in turn (or the helpers alone, for a
+// caller that must not stall: HostCopyBy). The helpers are a fixed set,
 // started on the first large host copy and kept until stop(): no thread is
 // started per copy. A helper the kernel refuses leaves its share to the
 // caller (slower, never a failure); the copier tries again a second later.
@@ -119,6 +120,8 @@ class LocalCopier {
   // caller and kCrossThreads - 1 helpers.
   static constexpr size_t kParallelCrossBytes = 16u << 20;
   static constexpr size_t kCrossThreads = 4;
+  // The helpers: a copy handed to them alone gets kCrossThreads threads too.
+  static constexpr size_t kHelperThreads = kCrossThreads;
   // Host copies go in pieces of at most this size, the peer checked before
   // each: what a resumed copy can still write into memory its owner gave up.
   static constexpr size_t kCrossPiece = 8u << 20;
