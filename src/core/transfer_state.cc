@@ -9,7 +9,7 @@ namespace ferry {
 
 bool TransferState::finish_part(const Status& s) {
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     if (done_.load(std::memory_order_relaxed)) return false;
     if (!s.ok() && status_.ok()) status_ = s;
     if (--parts_left_ > 0) return false;
@@ -23,7 +23,7 @@ bool TransferState::finish_part(const Status& s) {
 
 bool TransferState::finish(const Status& s) {
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     if (done_.load(std::memory_order_relaxed)) return false;
     if (status_.ok()) status_ = s;
     parts_left_ = 0;
@@ -37,7 +37,7 @@ bool TransferState::finish(const Status& s) {
 
 void TransferState::on_finish(std::function<void(const Status&)> fn) {
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     if (!done_.load(std::memory_order_relaxed)) {
       finish_hooks_.push_back(std::move(fn));
       return;
@@ -50,7 +50,7 @@ void TransferState::run_finish_hooks() {
   std::vector<std::function<void(const Status&)>> hooks;
   Status s;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     hooks.swap(finish_hooks_);
     s = status_;
   }
@@ -67,17 +67,17 @@ Status TransferState::wait(Deadline deadline) {
     auto spin_until = std::min(deadline, Clock::now() + spin_);
     while (!done_.load(std::memory_order_acquire) && Clock::now() < spin_until) std::this_thread::yield();
   }
-  std::unique_lock lock(mu_);
+  platform::UniqueLock lock(mu_);
   if (deadline == kNoDeadline) {
-    cv_.wait(lock, [&] { return done_.load(std::memory_order_relaxed); });
-  } else if (!cv_.wait_until(lock, deadline, [&] { return done_.load(std::memory_order_relaxed); })) {
+    cv_.wait(lock.native(), [&] { return done_.load(std::memory_order_relaxed); });
+  } else if (!cv_.wait_until(lock.native(), deadline, [&] { return done_.load(std::memory_order_relaxed); })) {
     return Status(Code::kDeadlineExceeded, "transfer " + std::to_string(id_) + " still running at its deadline");
   }
   return status_;
 }
 
 Status TransferState::status() const {
-  std::lock_guard lock(mu_);
+  platform::MutexLock lock(mu_);
   if (!done_.load(std::memory_order_relaxed)) {
     return Status(Code::kDeadlineExceeded, "transfer " + std::to_string(id_) + " is still running");
   }
@@ -85,14 +85,14 @@ Status TransferState::status() const {
 }
 
 void TransferState::set_canceller(std::function<bool()> fn) {
-  std::lock_guard lock(mu_);
+  platform::MutexLock lock(mu_);
   if (!done_.load(std::memory_order_relaxed)) canceller_ = std::move(fn);
 }
 
 bool TransferState::cancel() {
   std::function<bool()> fn;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     fn = canceller_;
   }
   return fn ? fn() : false;

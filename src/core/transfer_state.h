@@ -9,11 +9,11 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <vector>
 
 #include "ferry/status.h"
 #include "ferry/transfer.h"
+#include "platform/mutex.h"
 
 namespace ferry {
 
@@ -62,12 +62,12 @@ class TransferState {
   const std::chrono::microseconds spin_;
   std::atomic<size_t> bytes_{0};
   std::atomic<bool> done_{false};
-  mutable std::mutex mu_;
+  mutable platform::Mutex mu_;
   std::condition_variable cv_;
-  int parts_left_;                                  // guarded by mu_
-  Status status_;                                   // guarded by mu_; first error
-  std::function<bool()> canceller_;                 // guarded by mu_
-  std::vector<std::function<void(const Status&)>> finish_hooks_;  // guarded by mu_
+  int parts_left_ GUARDED_BY(mu_);
+  Status status_ GUARDED_BY(mu_);  // first error
+  std::function<bool()> canceller_ GUARDED_BY(mu_);
+  std::vector<std::function<void(const Status&)>> finish_hooks_ GUARDED_BY(mu_);
 };
 
 }  // namespace ferry

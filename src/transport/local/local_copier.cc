@@ -85,7 +85,7 @@ LocalCopier::~LocalCopier() {
   stop_helpers();
   drain();
   const auto& d = platform::cuda();
-  std::lock_guard lock(mu_);
+  platform::MutexLock lock(mu_);
   for (auto& [device, s] : streams_) {
     platform::DeviceScope on(device);
     d.stream_destroy(s);
@@ -141,7 +141,7 @@ Status LocalCopier::copy_gpu_piece(uint8_t* local, int local_device, const Share
   } else {
     return Status(Code::kInternal, "local copier: GPU memory paired with the peer's host memory");
   }
-  std::lock_guard lock(mu_);
+  platform::MutexLock lock(mu_);
   FERRY_ASSIGN_OR_RETURN(cu::Stream s, stream_for(device));
   uint8_t* dst = to_remote ? far : local;
   uint8_t* src = to_remote ? local : far;
@@ -168,7 +168,7 @@ Status LocalCopier::start(const core::SegmentList& local, const std::vector<Shar
     when_done(st.ok() ? peer_check_() : st);
   };
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     if (stopped_) return Status(Code::kCancelled, "local copier: the connection is closing");
     host_copies_.fetch_add(1, std::memory_order_acq_rel);
   }
@@ -186,7 +186,7 @@ Status LocalCopier::start(const core::SegmentList& local, const std::vector<Shar
       platform::DeviceScope on(device);
       cu::Stream s = nullptr;
       {
-        std::lock_guard lock(mu_);
+        platform::MutexLock lock(mu_);
         s = streams_[device];
       }
       d.stream_synchronize(s);
@@ -244,7 +244,7 @@ Status LocalCopier::start(const core::SegmentList& local, const std::vector<Shar
     // stream saves recording an event.
     std::vector<cu::Stream> streams;
     {
-      std::lock_guard lock(mu_);
+      platform::MutexLock lock(mu_);
       for (int device : used) streams.push_back(streams_[device]);
     }
     auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
@@ -271,7 +271,7 @@ Status LocalCopier::start(const core::SegmentList& local, const std::vector<Shar
   f.done = std::move(finish);
   Status recorded;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     for (int device : used) {
       platform::DeviceScope on(device);
       auto e = take_event(device);
@@ -317,17 +317,19 @@ struct LocalCopier::HostCopy {
   std::vector<std::vector<iovec>> near, far;
   bool to_remote = false;
   size_t wanted = 0;   // helpers it can use
-  size_t joined = 0;   // helpers that took it so far; guarded by helpers_mu_
-  size_t working = 0;  // helpers copying it now; guarded by helpers_mu_
+  // Guarded by the copier's helpers_mu_ (the analysis cannot name another
+  // object's lock here).
+  size_t joined = 0;   // helpers that took it so far
+  size_t working = 0;  // helpers copying it now
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
-  std::mutex mu;
-  Status first_error;  // guarded by mu
+  platform::Mutex mu;
+  Status first_error GUARDED_BY(mu);
   // Offloaded (the helpers alone copy it): what ends it, and the copy
   // itself, held until the last helper out ends it.
   Done on_end;
   std::shared_ptr<HostCopy> keep;
-  bool ended = false;  // guarded by the copier's helpers_mu_
+  bool ended = false;  // guarded by the copier's helpers_mu_, as joined and working
 
   bool all_taken() const { return failed.load(std::memory_order_acquire) || next.load() >= near.size(); }
 
@@ -339,7 +341,7 @@ struct LocalCopier::HostCopy {
       Status s = c.peer_check_();
       if (s.ok()) s = to_remote ? cross_write(c.peer_pid_, near[i], far[i]) : cross_read(c.peer_pid_, near[i], far[i]);
       if (!s.ok()) {
-        std::lock_guard lock(mu);
+        platform::MutexLock lock(mu);
         if (first_error.ok()) first_error = s;
         failed.store(true, std::memory_order_release);
         return;
@@ -362,7 +364,7 @@ Status LocalCopier::cross_copy(const std::vector<iovec>& near, const std::vector
   job.wanted = std::min(threads, job.near.size()) - 1;
   if (job.wanted > 0 && start_helpers() > 0) {
     {
-      std::lock_guard lock(helpers_mu_);
+      platform::MutexLock lock(helpers_mu_);
       wanting_.push_back(&job);
     }
     work_cv_.notify_all();
@@ -371,12 +373,12 @@ Status LocalCopier::cross_copy(const std::vector<iovec>& near, const std::vector
   if (job.wanted > 0) {
     // No piece is left to take: no helper may join any more, and the memory
     // is the caller's again once those that did have left.
-    std::unique_lock lock(helpers_mu_);
+    platform::UniqueLock lock(helpers_mu_);
     auto it = std::find(wanting_.begin(), wanting_.end(), &job);
     if (it != wanting_.end()) wanting_.erase(it);
-    left_cv_.wait(lock, [&] { return job.working == 0; });
+    left_cv_.wait(lock.native(), [&] { return job.working == 0; });
   }
-  std::lock_guard lock(job.mu);
+  platform::MutexLock lock(job.mu);
   return job.first_error;
 }
 
@@ -397,36 +399,37 @@ bool LocalCopier::offload(const std::vector<iovec>& near, const std::vector<iove
   host_copies_.fetch_add(1, std::memory_order_acq_rel);
   offloaded_.fetch_add(1, std::memory_order_acq_rel);
   {
-    std::lock_guard lock(helpers_mu_);
+    platform::MutexLock lock(helpers_mu_);
     wanting_.push_back(job.get());
   }
   work_cv_.notify_all();
   return true;
 }
 
-void LocalCopier::left(HostCopy* job, std::unique_lock<std::mutex>& lock) {
+std::shared_ptr<LocalCopier::HostCopy> LocalCopier::left(HostCopy* job) {
   if (--job->working == 0) left_cv_.notify_all();
-  if (!job->on_end || job->working != 0 || job->ended || !job->all_taken()) return;
+  if (!job->on_end || job->working != 0 || job->ended || !job->all_taken()) return nullptr;
   // No piece is left and nobody copies: no helper may join any more.
   job->ended = true;
   auto it = std::find(wanting_.begin(), wanting_.end(), job);
   if (it != wanting_.end()) wanting_.erase(it);
-  std::shared_ptr<HostCopy> keep = std::move(job->keep);
-  lock.unlock();
+  return std::move(job->keep);
+}
+
+void LocalCopier::end_offloaded(std::shared_ptr<HostCopy> job) {
   Status s;
   {
-    std::lock_guard l(keep->mu);
-    s = keep->first_error;
+    platform::MutexLock l(job->mu);
+    s = job->first_error;
   }
-  keep->on_end(s);
-  keep.reset();
+  job->on_end(s);
+  job.reset();
   offloaded_.fetch_sub(1, std::memory_order_acq_rel);
   host_copies_.fetch_sub(1, std::memory_order_acq_rel);
-  lock.lock();
 }
 
 size_t LocalCopier::start_helpers() {
-  std::lock_guard lock(helpers_mu_);
+  platform::MutexLock lock(helpers_mu_);
   if (helpers_.size() >= kHelperThreads || helpers_end_) return helpers_.size();
   auto now = std::chrono::steady_clock::now();
   if (now < retry_at_) return helpers_.size();
@@ -459,9 +462,9 @@ void LocalCopier::helper_loop(size_t index) {
               helpers_config_.name.c_str(), index, platform::format_cpu_list(want).c_str(),
               platform::format_cpu_list(actual).c_str());
   }
-  std::unique_lock lock(helpers_mu_);
+  platform::UniqueLock lock(helpers_mu_);
   for (;;) {
-    work_cv_.wait(lock, [&] { return helpers_end_ || !wanting_.empty(); });
+    work_cv_.wait(lock.native(), [&]() REQUIRES(helpers_mu_) { return helpers_end_ || !wanting_.empty(); });
     if (helpers_end_) return;
     HostCopy* job = wanting_.front();
     if (++job->joined >= job->wanted) wanting_.pop_front();
@@ -469,14 +472,18 @@ void LocalCopier::helper_loop(size_t index) {
     lock.unlock();
     job->run(*this);
     lock.lock();
-    left(job, lock);
+    if (std::shared_ptr<HostCopy> ended = left(job)) {
+      lock.unlock();
+      end_offloaded(std::move(ended));
+      lock.lock();
+    }
   }
 }
 
 void LocalCopier::stop_helpers() {
   std::vector<std::thread> helpers;
   {
-    std::lock_guard lock(helpers_mu_);
+    platform::MutexLock lock(helpers_mu_);
     helpers_end_ = true;
     helpers.swap(helpers_);
   }
@@ -491,7 +498,7 @@ bool LocalCopier::poll() {
   const auto& d = platform::cuda();
   std::vector<std::pair<Done, Status>> finished;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     for (auto it = inflight_.begin(); it != inflight_.end();) {
       Status st;
       bool ready = true;
@@ -526,7 +533,7 @@ void LocalCopier::drain() {
   const auto& d = platform::cuda();
   if (!d.available()) return;
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     for (auto& [device, s] : streams_) {
       platform::DeviceScope on(device);
       d.stream_synchronize(s);
@@ -537,7 +544,7 @@ void LocalCopier::drain() {
 
 void LocalCopier::stop() {
   {
-    std::lock_guard lock(mu_);
+    platform::MutexLock lock(mu_);
     stopped_ = true;
   }
   // Cross-memory copies run on the threads that started them (helped by

@@ -34,7 +34,7 @@
 #include <deque>
 #include <functional>
 #include <map>
-#include <mutex>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,6 +42,7 @@
 #include "core/segments.h"
 #include "platform/cpu_binding.h"
 #include "platform/cuda_driver.h"
+#include "platform/mutex.h"
 #include "transport/local/gpu_sharing.h"
 #include "transport/local/shared_span.h"
 
@@ -138,16 +139,19 @@ class LocalCopier {
   // Hands a host copy to the helpers alone; `done` runs on the one that ends
   // it. False (nothing taken) when no helper runs.
   bool offload(const std::vector<iovec>& near, const std::vector<iovec>& far, bool to_remote, Done& done);
-  // A helper left `job`: the last one out of an offloaded copy ends it.
-  // Called with `lock` (on helpers_mu_) held; may release it meanwhile.
-  void left(HostCopy* job, std::unique_lock<std::mutex>& lock);
+  // A helper left `job`: an offloaded copy whose last helper this was is
+  // returned, for end_offloaded() outside the lock.
+  std::shared_ptr<HostCopy> left(HostCopy* job) REQUIRES(helpers_mu_);
+  // Runs an offloaded copy's completion and lets it go.
+  void end_offloaded(std::shared_ptr<HostCopy> job);
   // Starts the helpers that are not running (at most once per kHelperRetry
   // after a refusal); returns how many run.
   size_t start_helpers();
   void helper_loop(size_t index);
   void stop_helpers();
-  Result<platform::cu::Stream> stream_for(int device);  // caller holds mu_ and made the context current
-  Result<platform::cu::Event> take_event(int device);   // caller holds mu_ and made the context current
+  // The caller made the device's context current.
+  Result<platform::cu::Stream> stream_for(int device) REQUIRES(mu_);
+  Result<platform::cu::Event> take_event(int device) REQUIRES(mu_);
   Status copy_gpu_piece(uint8_t* local, int local_device, const SharedSpan& remote, uint64_t n, bool to_remote,
                         std::vector<int>& used);
 
@@ -155,23 +159,23 @@ class LocalCopier {
   const uint64_t peer_engine_;
   const pid_t peer_pid_;
   const PeerCheck peer_check_;
-  mutable std::mutex mu_;
-  std::map<int, platform::cu::Stream> streams_;  // guarded by mu_; by local device
-  std::map<int, std::vector<platform::cu::Event>> spare_events_;  // guarded by mu_; events belong to a context
-  std::vector<InFlight> inflight_;               // guarded by mu_
+  mutable platform::Mutex mu_;
+  std::map<int, platform::cu::Stream> streams_ GUARDED_BY(mu_);  // by local device
+  std::map<int, std::vector<platform::cu::Event>> spare_events_ GUARDED_BY(mu_);  // events belong to a context
+  std::vector<InFlight> inflight_ GUARDED_BY(mu_);
   std::atomic<size_t> inflight_count_{0};        // inflight_.size(), readable without mu_
-  bool stopped_ = false;                         // guarded by mu_
+  bool stopped_ GUARDED_BY(mu_) = false;
   std::atomic<int> host_copies_{0};              // cross-memory copies running (on callers' threads or offloaded)
   std::atomic<int> offloaded_{0};                // of which the helpers run alone
 
   const CopyHelpers helpers_config_;
-  std::mutex helpers_mu_;
+  platform::Mutex helpers_mu_;
   std::condition_variable work_cv_;                    // a copy wants helpers, or they must end
   std::condition_variable left_cv_;                    // a helper left a copy
-  std::deque<HostCopy*> wanting_;                      // guarded by helpers_mu_; copies that want more helpers
-  std::vector<std::thread> helpers_;                   // guarded by helpers_mu_
-  bool helpers_end_ = false;                           // guarded by helpers_mu_
-  std::chrono::steady_clock::time_point retry_at_{};  // guarded by helpers_mu_; next start after a refusal
+  std::deque<HostCopy*> wanting_ GUARDED_BY(helpers_mu_);  // copies that want more helpers
+  std::vector<std::thread> helpers_ GUARDED_BY(helpers_mu_);
+  bool helpers_end_ GUARDED_BY(helpers_mu_) = false;
+  std::chrono::steady_clock::time_point retry_at_ GUARDED_BY(helpers_mu_){};  // next start after a refusal
 };
 
 }  // namespace ferry::local
