@@ -241,9 +241,8 @@ Status ConnectionCore::check_remote(const RemoteDescriptor& r, uint64_t offset, 
 namespace {
 
 template <typename Access>
-Result<std::vector<RemoteItem>> resolve(const core::Registry& registry, std::span<const Access> items, const char* op,
-                                        const char* what, const std::function<Status(const Access&)>& check,
-                                        const std::string& where) {
+Result<std::vector<RemoteItem>> resolve(const core::Registry& registry, std::span<const Access> items, const char* what,
+                                        const std::function<Status(const Access&)>& check, const std::string& where) {
   std::vector<RemoteItem> out;
   out.reserve(items.size());
   for (const Access& a : items) {
@@ -266,13 +265,13 @@ Result<std::vector<RemoteItem>> resolve(const core::Registry& registry, std::spa
 
 Result<std::vector<RemoteItem>> ConnectionCore::resolve_items(std::span<const WriteItem> items, const char* op) const {
   return resolve<WriteItem>(
-      ctx_->registry, items, op, "write source",
+      ctx_->registry, items, "write source",
       [&](const WriteItem& a) { return check_remote(a.remote, a.remote_offset, a.size, op); }, where());
 }
 
 Result<std::vector<RemoteItem>> ConnectionCore::resolve_items(std::span<const ReadItem> items, const char* op) const {
   return resolve<ReadItem>(
-      ctx_->registry, items, op, "read destination",
+      ctx_->registry, items, "read destination",
       [&](const ReadItem& a) { return check_remote(a.remote, a.remote_offset, a.size, op); }, where());
 }
 
