@@ -37,17 +37,23 @@ class ByteBudget {
     do {
       if (n > limit_ || held > limit_ - n) return false;
     } while (!held_.compare_exchange_weak(held, held + n, std::memory_order_relaxed));
+    size_t peak = peak_.load(std::memory_order_relaxed);
+    while (held + n > peak && !peak_.compare_exchange_weak(peak, held + n, std::memory_order_relaxed)) {
+    }
     return true;
   }
   // Gives back `n` bytes taken before.
   void give(size_t n) { held_.fetch_sub(n, std::memory_order_relaxed); }
 
   size_t held() const { return held_.load(std::memory_order_relaxed); }
+  // The most ever held at once.
+  size_t peak() const { return peak_.load(std::memory_order_relaxed); }
   size_t limit() const { return limit_; }
 
  private:
   const size_t limit_;
   std::atomic<size_t> held_{0};
+  std::atomic<size_t> peak_{0};
 };
 
 class NotificationQueue {

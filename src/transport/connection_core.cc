@@ -6,6 +6,7 @@
 #include <cinttypes>
 
 #include "core/log.h"
+#include "platform/heap.h"
 
 namespace ferry::transport {
 namespace {
@@ -33,6 +34,10 @@ ConnectionCore::ConnectionCore(std::shared_ptr<core::EngineContext> ctx, uint64_
 ConnectionCore::~ConnectionCore() {
   close();
   transport_.reset();  // its threads are joined: nothing calls back any more
+}
+
+ConnectionCore::HeapReturn::~HeapReturn() {
+  if (budget.peak() >= kHeapReturnBytes) platform::return_free_heap();
 }
 
 // ---- the latch -----------------------------------------------------------------

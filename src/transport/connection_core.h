@@ -136,14 +136,24 @@ class ConnectionCore final : public Connection, public std::enable_shared_from_t
   mutable platform::Mutex health_mu_;
   Status health_ GUARDED_BY(health_mu_);
 
+  // What the peer can make this side hold (unmatched messages,
+  // notifications not yet taken, and the transport's own holdings).
+  const std::shared_ptr<core::ByteBudget> budget_;
+  // Declared before what it outlives: once the messages and notes below are
+  // freed, gives their pages back to the system if the peer ever made this
+  // connection hold kHeapReturnBytes or more.
+  struct HeapReturn {
+    static constexpr size_t kHeapReturnBytes = size_t{4} << 20;
+    const core::ByteBudget& budget;
+    ~HeapReturn();
+  };
+  const HeapReturn heap_return_{*budget_};
+
   platform::Mutex mu_;
   std::deque<PostedRecv> posted_ GUARDED_BY(mu_);
   std::deque<ArrivedMessage> unexpected_ GUARDED_BY(mu_);
   std::condition_variable arrived_;  // with mu_: a message joined unexpected_, or the connection failed
 
-  // What the peer can make this side hold (unmatched messages,
-  // notifications not yet taken, and the transport's own holdings).
-  const std::shared_ptr<core::ByteBudget> budget_;
   core::NotificationQueue notes_;
 };
 
