@@ -1,6 +1,8 @@
 // Giving freed heap memory back to the system (see heap.h).
 #include "platform/heap.h"
 
+#include <cstdlib>  // defines __GLIBC__ under the GNU C library
+
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
