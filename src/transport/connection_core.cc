@@ -290,10 +290,12 @@ Transfer ConnectionCore::writev_async(std::span<const WriteItem> items, std::str
   // taken now (NotificationQueue::push_numbered); a write that fails gives
   // it up with a skip.
   uint64_t seq = notification.empty() ? 0 : next_note_seq_.fetch_add(1, std::memory_order_relaxed);
-  if (seq != 0 && (resolved->size() > 1 || !transport_->notes_ride_with_writes())) {
+  if (seq != 0 && !transport_->notes_ride_with_writes()) {
     return writes_with_trailing_note(std::move(resolved).value(), notification, seq);
   }
-  auto state = new_state(static_cast<int>(resolved->size()));
+  // Many items travel as one operation.
+  const bool batch = resolved->size() > 1;
+  auto state = new_state();
   size_t total = 0;
   for (const RemoteItem& it : *resolved) total += it.local.total();
   state->set_bytes(total);
@@ -303,7 +305,11 @@ Transfer ConnectionCore::writev_async(std::span<const WriteItem> items, std::str
       if (auto core = self.lock(); core && !s.ok() && !core->failed()) core->transport_->skip_note(seq);
     });
   }
-  for (RemoteItem& it : *resolved) transport_->start_write(state, std::move(it), seq != 0 ? notification : "", seq);
+  if (batch) {
+    transport_->start_write_batch(state, std::move(resolved).value(), notification, seq);
+  } else {
+    transport_->start_write(state, std::move(resolved->front()), notification, seq);
+  }
   return Transfer(state);
 }
 
@@ -316,7 +322,7 @@ Transfer ConnectionCore::writes_with_trailing_note(std::vector<RemoteItem> items
   size_t total = 0;
   for (const RemoteItem& it : items) total += it.local.total();
   outer->set_bytes(total);
-  auto parts = std::make_shared<TransferState>(0, static_cast<int>(items.size()));
+  auto parts = std::make_shared<TransferState>(0, 1);
   std::weak_ptr<ConnectionCore> self = weak_from_this();
   // Runs on a ferry thread: the transport queues the note, never blocks here.
   parts->on_finish([self, outer, seq, note = std::string(note)](const Status& s) {
@@ -336,7 +342,11 @@ Transfer ConnectionCore::writes_with_trailing_note(std::vector<RemoteItem> items
     }
     core->transport_->send_note(outer, seq, note, /*caller_thread=*/false);
   });
-  for (RemoteItem& it : items) transport_->start_write(parts, std::move(it), "", 0);
+  if (items.size() > 1) {
+    transport_->start_write_batch(parts, std::move(items), "", 0);
+  } else {
+    transport_->start_write(parts, std::move(items.front()), "", 0);
+  }
   return Transfer(outer);
 }
 

@@ -93,6 +93,13 @@ class Transport {
   // notes_ride_with_writes() and the write has one item.
   virtual void start_write(const std::shared_ptr<TransferState>& state, RemoteItem item, std::string_view note,
                            uint64_t note_seq) = 0;
+  // Writes `items` (two or more) into the peer's exports as one operation
+  // (a KV cache's scattered blocks); finishes one part of `state` once every
+  // item is in place, or with the first failure. `note` (number
+  // `note_seq`) is empty unless notes_ride_with_writes(); it is delivered
+  // after every item is in place.
+  virtual void start_write_batch(const std::shared_ptr<TransferState>& state, std::vector<RemoteItem> items,
+                                 std::string_view note, uint64_t note_seq) = 0;
   // Reads the peer's export into `item.local`; finishes one part of `state`.
   virtual void start_read(const std::shared_ptr<TransferState>& state, RemoteItem item) = 0;
   // Sends notification number `seq`; finishes `state` once the peer queued

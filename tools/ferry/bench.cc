@@ -33,6 +33,7 @@
 #include <thread>
 
 #include "ferry/bench_alternate.h"
+#include "ferry/bench_blocks.h"
 #include "ferry/bench_gate.h"
 #include "ferry/bench_pairs.h"
 #include "ferry/bench_session.h"
@@ -83,6 +84,10 @@ struct BenchFlags {
   int rounds = 30;
   // Host memory the buffers may take at once (a target: all its sessions).
   std::string max_memory;
+  // --blocks N --block-size S [--scatter]: a KV cache's write (bench_blocks.h).
+  uint64_t blocks = 0;
+  std::string block_size;
+  bool scatter = false;
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -416,6 +421,19 @@ int run_gpus(const BenchFlags& f, const Options& o, RunConfig cfg, const std::st
 }
 
 void print_table(const RunConfig& cfg, const std::vector<SizeResult>& rs) {
+  if (cfg.blocks > 0) {
+    // The ratio is of times per operation: contiguous p50 over the batch's.
+    std::printf("%-22s %10s %12s %14s %14s %8s%s\n", "blocks", "GB/s", "p50_us", "contig_GB/s", "contig_p50_us",
+                "ratio", cfg.verify ? "   verify" : "");
+    for (const auto& r : rs) {
+      std::string what = std::to_string(cfg.blocks) + " x " + format_bytes(cfg.block_bytes) +
+                         (cfg.scatter ? " scattered" : " adjacent");
+      std::printf("%-22s %10.3f %12.1f %14.3f %14.1f %8.2f%s%s\n", what.c_str(), r.bytes_per_s / 1e9, r.p50_us,
+                  r.contiguous_bytes_per_s / 1e9, r.contiguous_p50_us,
+                  r.p50_us > 0 ? r.contiguous_p50_us / r.p50_us : 0.0, cfg.verify ? "   " : "", r.verified.c_str());
+    }
+    return;
+  }
   std::printf("%-12s %10s %12s %12s%s\n", "size", "GB/s", "p50_us", "p99_us", cfg.verify ? "   verify" : "");
   for (const auto& r : rs) {
     std::printf("%-12s %10.3f %12.1f %12.1f%s%s\n", format_bytes(r.bytes).c_str(), r.bytes_per_s / 1e9, r.p50_us,
@@ -432,6 +450,11 @@ void write_json(const BenchFlags& f, const RunConfig& cfg, const Options& o, std
   config["window"] = o.window;
   config["inflight"] = cfg.inflight;
   config["footprint"] = cfg.footprint;
+  if (cfg.blocks > 0) {
+    config["blocks"] = cfg.blocks;
+    config["block_bytes"] = cfg.block_bytes;
+    config["scatter"] = cfg.scatter;
+  }
   config["transport"] = transport;
   config["peer"] = f.local ? "local" : f.peer;
   json results = json::array();
@@ -442,6 +465,12 @@ void write_json(const BenchFlags& f, const RunConfig& cfg, const Options& o, std
            {"bytes_per_s", r.bytes_per_s},
            {"lat_us", {{"p50", r.p50_us}, {"p99", r.p99_us}}}};
     if (!r.verified.empty()) j["verified"] = r.verified == "ok";
+    if (cfg.blocks > 0) {
+      j["blocks"] = cfg.blocks;
+      j["block_bytes"] = cfg.block_bytes;
+      j["contiguous"] = {{"bytes_per_s", r.contiguous_bytes_per_s}, {"lat_us", {{"p50", r.contiguous_p50_us}}}};
+      j["ratio"] = r.p50_us > 0 ? r.contiguous_p50_us / r.p50_us : 0.0;
+    }
     results.push_back(j);
   }
   std::string text = json{{"config", config}, {"results", results}}.dump(2) + "\n";
@@ -545,6 +574,30 @@ int run_bench(const BenchFlags& f) {
   cfg.bidir = f.bidir;
   cfg.verify = f.verify;
   if (!f.footprint.empty()) cfg.footprint = must(parse_bytes(f.footprint), "--footprint");
+  if (f.blocks > 0 || !f.block_size.empty() || f.scatter) {
+    if (f.blocks == 0 || f.block_size.empty()) {
+      std::fprintf(stderr, "ferry bench: --blocks N and --block-size S go together (--scatter with them)\n");
+      return 2;
+    }
+    if (f.op != "send" && f.op != "write") {
+      std::fprintf(stderr, "ferry bench: --blocks measures a write; --op %s does not apply\n", f.op.c_str());
+      return 2;
+    }
+    if (!f.footprint.empty()) {
+      std::fprintf(stderr, "ferry bench: --blocks sets the pools to twice the blocks' bytes; drop --footprint\n");
+      return 2;
+    }
+    cfg.op = "write";
+    cfg.blocks = f.blocks;
+    cfg.block_bytes = must(parse_bytes(f.block_size), "--block-size");
+    cfg.scatter = f.scatter;
+    if (cfg.block_bytes == 0 || cfg.block_bytes > (uint64_t{1} << 30) / cfg.blocks) {
+      std::fprintf(stderr, "ferry bench: --blocks x --block-size must be 1 byte to 1 GiB\n");
+      return 2;
+    }
+    cfg.sizes = {cfg.blocks * cfg.block_bytes};
+    cfg.footprint = 2 * cfg.sizes[0];
+  }
   if (cfg.iters < 1 || cfg.warmup < 0) {
     std::fprintf(stderr, "ferry bench: --iters must be >= 1 and --warmup >= 0\n");
     return 2;
@@ -637,6 +690,10 @@ void add_bench_command(CLI::App& app) {
   b->add_option("--max-memory", f->max_memory,
                 "host memory the buffers may take at once, e.g. 8G (a target: all its sessions together); a "
                 "session asking for more is refused (default: half the memory available at start)");
+  b->add_option("--blocks", f->blocks, "write N blocks as one operation (a KV cache's), against one contiguous write")
+      ->check(CLI::Range(uint64_t{1}, kMaxBlocks));
+  b->add_option("--block-size", f->block_size, "--blocks: bytes of each block, e.g. 16K");
+  b->add_flag("--scatter", f->scatter, "--blocks: at random aligned places in pools twice their bytes (else adjacent)");
   b->add_option("--json", f->json_out, "also write results as JSON to FILE, or - for stdout");
   b->add_option("--nics", f->nics, "NICs to serve and stripe over, e.g. eth1,eth2 (FERRY_NICS)");
   b->add_option("--gpus", f->gpus,

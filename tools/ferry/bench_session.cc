@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "core/pattern.h"
+#include "ferry/bench_blocks.h"
 #include "ferry/bench_sizes.h"
 #include "platform/cuda_driver.h"
 
@@ -72,7 +73,8 @@ uint64_t available_memory() {
 json to_json(const RunConfig& c) {
   return json{
       {"op", c.op},       {"sizes", c.sizes},   {"iters", c.iters},  {"warmup", c.warmup}, {"inflight", c.inflight},
-      {"bidir", c.bidir}, {"verify", c.verify}, {"gpu", c.peer_gpu}, {"group", c.group},   {"footprint", c.footprint}};
+      {"bidir", c.bidir}, {"verify", c.verify}, {"gpu", c.peer_gpu}, {"group", c.group},   {"footprint", c.footprint},
+      {"blocks", c.blocks}, {"block_bytes", c.block_bytes}, {"scatter", c.scatter}};
 }
 
 Status bad_config(const std::string& what) { return Status(Code::kInvalidArgument, "session configuration: " + what); }
@@ -251,6 +253,8 @@ Status unexpected(const std::string& want, const std::string& got) {
 
 struct Descriptors {
   RemoteDescriptor src, dst;
+  // --blocks, initiator: operation i writes batches[i % kBlockLayouts].
+  std::vector<std::vector<WriteItem>> batches;
 };
 
 std::string encode(const Descriptors& d) { return d.src.serialize() + d.dst.serialize(); }
@@ -267,7 +271,7 @@ Result<Descriptors> decode(const std::string& s, uint64_t span) {
                                        std::to_string(std::min(src.length, dst.length)) +
                                        " bytes where the session needs " + std::to_string(span));
   }
-  return Descriptors{src, dst};
+  return Descriptors{src, dst, {}};
 }
 
 Result<Descriptors> export_buffers(Engine& e, const Buffers& b) {
@@ -275,12 +279,13 @@ Result<Descriptors> export_buffers(Engine& e, const Buffers& b) {
   const Region& r = b.device != nullptr ? b.device_region : b.region;
   FERRY_ASSIGN_OR_RETURN(RemoteDescriptor src, e.export_region(r, 0, b.max));
   FERRY_ASSIGN_OR_RETURN(RemoteDescriptor dst, e.export_region(r, b.max, b.max));
-  return Descriptors{src, dst};
+  return Descriptors{src, dst, {}};
 }
 
 // Posts operation `i` of the directional workload of `op` (send, write or
 // read) from this side.
 Transfer post(Connection& c, const Buffers& b, const Descriptors& remote, const std::string& op, uint64_t size, int i) {
+  if (!remote.batches.empty()) return c.writev_async(remote.batches[static_cast<size_t>(i) % remote.batches.size()]);
   size_t at = b.at(i, size);
   if (op == "send") return c.send_async(b.src() + at, size);
   if (op == "write") return c.write_async(b.src() + at, size, remote.dst, at, {});
@@ -374,7 +379,24 @@ Status start(std::thread& t, Fn&& fn) {
 }
 
 // Checksums of src and dst where the last of `count` operations put its bytes.
-Result<std::string> checksums(const Buffers& b, uint64_t size, int count) {
+// --blocks: the hashes of the last operation's blocks, gathered in order,
+// from src (as the initiator read them) and from dst (as the target got them).
+Result<std::string> block_checksums(const Buffers& b, const RunConfig& cfg, int count) {
+  std::vector<uint8_t> src, dst, block(cfg.block_bytes);
+  for (const BlockPlace& p : block_layout(cfg.blocks, cfg.block_bytes, cfg.scatter, count - 1)) {
+    FERRY_RETURN_IF_ERROR(b.get(b.src() + p.src, block.data(), block.size()));
+    src.insert(src.end(), block.begin(), block.end());
+    FERRY_RETURN_IF_ERROR(b.get(b.dst() + p.dst, block.data(), block.size()));
+    dst.insert(dst.end(), block.begin(), block.end());
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%016" PRIx64 " %016" PRIx64, fnv1a(src.data(), src.size()),
+                fnv1a(dst.data(), dst.size()));
+  return std::string(buf);
+}
+
+Result<std::string> checksums(const Buffers& b, const RunConfig& cfg, uint64_t size, int count) {
+  if (cfg.blocks > 0) return block_checksums(b, cfg, count);
   size_t at = b.at(count - 1, size);
   FERRY_ASSIGN_OR_RETURN(uint64_t src, hash_of(b, b.src() + at, size));
   FERRY_ASSIGN_OR_RETURN(uint64_t dst, hash_of(b, b.dst() + at, size));
@@ -426,7 +448,7 @@ Status serve_size(Connection& c, const Buffers& b, const RunConfig& cfg, const D
   FERRY_RETURN_IF_ERROR(reverse_status.with_context("reverse direction"));
   FERRY_ASSIGN_OR_RETURN(std::string end, recv_text(c, b));
   if (end != "end") return unexpected("end", end);
-  FERRY_ASSIGN_OR_RETURN(std::string sums, checksums(b, size, count));
+  FERRY_ASSIGN_OR_RETURN(std::string sums, checksums(b, cfg, size, count));
   return send_text(c, b, sums);
 }
 
@@ -497,6 +519,23 @@ Status validate(const RunConfig& c) {
   if (!in(c.gpu, -1, kMaxGpu)) return range("gpu", c.gpu, -1, kMaxGpu);
   if (!in(c.peer_gpu, -1, kMaxGpu)) return range("peer gpu", c.peer_gpu, -1, kMaxGpu);
   if (!in(c.group, 1, kMaxGroup)) return range("group", c.group, 1, kMaxGroup);
+  if (c.blocks > 0) {
+    if (c.op != "write") return Status(Code::kInvalidArgument, "blocks: a batch of blocks is a write (op write)");
+    if (c.bidir) return Status(Code::kInvalidArgument, "blocks: one direction only (no bidir)");
+    if (c.blocks > kMaxBlocks) {
+      return Status(Code::kInvalidArgument, "blocks is " + std::to_string(c.blocks) + "; at most " +
+                                                std::to_string(kMaxBlocks));
+    }
+    if (c.block_bytes == 0 || c.block_bytes > (uint64_t{1} << 30) / c.blocks) {
+      return Status(Code::kInvalidArgument, "block_bytes is " + std::to_string(c.block_bytes) +
+                                                "; blocks of 1 byte or more, at most 1 GiB in all");
+    }
+    if (c.sizes.size() != 1 || c.sizes[0] != c.blocks * c.block_bytes || c.footprint != 2 * c.sizes[0]) {
+      return Status(Code::kInvalidArgument, "blocks: the size must be blocks x block_bytes and the footprint twice it");
+    }
+  } else if (c.block_bytes != 0 || c.scatter) {
+    return Status(Code::kInvalidArgument, "block_bytes and scatter need blocks");
+  }
   return Status();
 }
 
@@ -523,6 +562,9 @@ Result<RunConfig> parse_config(std::string_view text) {
   FERRY_RETURN_IF_ERROR(get_int(j, "gpu", -1, kMaxGpu, -1, c.peer_gpu));
   FERRY_RETURN_IF_ERROR(get_int(j, "group", 1, kMaxGroup, 1, c.group));
   if (auto f = j.find("footprint"); f != j.end()) FERRY_RETURN_IF_ERROR(get_bytes(*f, "footprint", c.footprint));
+  if (auto f = j.find("blocks"); f != j.end()) FERRY_RETURN_IF_ERROR(get_bytes(*f, "blocks", c.blocks));
+  if (auto f = j.find("block_bytes"); f != j.end()) FERRY_RETURN_IF_ERROR(get_bytes(*f, "block_bytes", c.block_bytes));
+  if (j.contains("scatter")) FERRY_RETURN_IF_ERROR(get_bool(j, "scatter", c.scatter));
   Status v = validate(c);
   if (!v.ok()) return bad_config(v.message());
   return c;
@@ -594,6 +636,14 @@ std::vector<SizeResult> run_initiator(Engine& engine, Connection& conn, const Ru
   Buffers b(&engine);
   must(b.allocate(max, cfg.gpu, cfg.footprint), "buffers");
   Descriptors remote = must(decode(reply, b.max), "the target's descriptors");
+  // --blocks: the contiguous anchor writes through `plain`, the batches through `remote`.
+  const Descriptors plain = remote;
+  for (int k = 0; cfg.blocks > 0 && k < kBlockLayouts; ++k) {
+    std::vector<WriteItem>& items = remote.batches.emplace_back();
+    for (const BlockPlace& p : block_layout(cfg.blocks, cfg.block_bytes, cfg.scatter, k)) {
+      items.push_back({b.src() + p.src, cfg.block_bytes, remote.dst, p.dst});
+    }
+  }
   must(send_text(conn, boot, encode(must(export_buffers(engine, b), "export buffers"))), "descriptors");
   std::vector<SizeResult> results;
   int count = cfg.warmup + cfg.iters;
@@ -601,7 +651,10 @@ std::vector<SizeResult> run_initiator(Engine& engine, Connection& conn, const Ru
   for (uint64_t size : cfg.sizes) {
     if (cfg.stop != nullptr && cfg.stop->load()) break;
     ++n;
-    if (cfg.verify) must(fill_src(b, b.at(count - 1, size), size, size * 2), "fill the source");
+    if (cfg.verify) {
+      must(cfg.blocks > 0 ? fill_src(b, 0, b.max, size * 2) : fill_src(b, b.at(count - 1, size), size, size * 2),
+           "fill the source");
+    }
     must(send_text(conn, b, "begin " + std::to_string(size)), "begin");
     std::string ready = must(recv_text(conn, b), "ready");
     if (ready != "ready") die("ready", unexpected("ready", ready));
@@ -612,6 +665,17 @@ std::vector<SizeResult> run_initiator(Engine& engine, Connection& conn, const Ru
     if (cfg.bidir) {
       must(start(reverse, [&] { reverse_status = serve_passive(conn, b, cfg.op, size, count, cfg.inflight); }),
            "reverse direction");
+    }
+    SizeResult contiguous{};
+    if (cfg.blocks > 0) {
+      // The anchor: the same bytes as one contiguous write, same connection, just before.
+      std::vector<int64_t> anchor;
+      must(drive(conn, b, plain, cfg.op, size, 0, cfg.warmup, cfg.inflight, nullptr), "contiguous warmup");
+      auto a0 = Clock::now();
+      must(drive(conn, b, plain, cfg.op, size, cfg.warmup, cfg.iters, cfg.inflight, &anchor), "contiguous phase");
+      double a_secs = std::chrono::duration<double>(Clock::now() - a0).count();
+      contiguous.bytes_per_s = a_secs > 0 ? static_cast<double>(size) * cfg.iters / a_secs : 0;
+      contiguous.p50_us = percentile(anchor, 0.5);
     }
     must(drive(conn, b, remote, cfg.op, size, 0, cfg.warmup, cfg.inflight, nullptr), "warmup");
     if (cfg.sync) cfg.sync();  // every GPU's session starts its timed phase together
@@ -624,14 +688,15 @@ std::vector<SizeResult> run_initiator(Engine& engine, Connection& conn, const Ru
     double secs = std::chrono::duration<double>(t1 - t0).count();
     must(send_text(conn, b, "end"), "end");
     std::string theirs = must(recv_text(conn, b), "the target's checksums");
-    SizeResult r{size, cfg.iters, 0, percentile(lat, 0.5), percentile(lat, 0.99), "", t0, t1};
+    SizeResult r{size, cfg.iters, 0, percentile(lat, 0.5), percentile(lat, 0.99), "", t0, t1,
+                 contiguous.bytes_per_s, contiguous.p50_us};
     double moved = static_cast<double>(size) * cfg.iters * (cfg.bidir ? 2 : 1);
     if (cfg.op == "pingpong") moved *= 2;
     r.bytes_per_s = secs > 0 ? moved / secs : 0;
     if (cfg.verify) {
       char their_src[17] = {}, their_dst[17] = {};
       std::sscanf(theirs.c_str(), "%16s %16s", their_src, their_dst);
-      std::string mine = must(checksums(b, size, count), "checksums");
+      std::string mine = must(checksums(b, cfg, size, count), "checksums");
       std::string my_src = mine.substr(0, 16), my_dst = mine.substr(17);
       bool ok = true;
       if (cfg.op == "read")

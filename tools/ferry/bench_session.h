@@ -61,6 +61,12 @@ struct RunConfig {
   // so that consecutive operations touch different memory: buffers that stay
   // in the CPU's caches from one operation to the next measure the caches.
   uint64_t footprint = 0;
+  // A KV cache's write (bench_blocks.h): each operation writes `blocks`
+  // blocks of `block_bytes` as one vector write, scattered (`scatter`) or
+  // adjacent; the size is their sum, each pool twice that. 0: plain ops.
+  uint64_t blocks = 0;
+  uint64_t block_bytes = 0;
+  bool scatter = false;
   // Called by the initiator just before and just after each size's timed
   // phase, so that concurrent sessions time the same interval (a barrier).
   std::function<void()> sync;
@@ -98,6 +104,10 @@ struct SizeResult {
   double p50_us, p99_us;
   std::string verified;          // "ok", "FAILED", or "" when not checked
   Clock::time_point start, end;  // the timed phase
+  // --blocks: the anchor measured in the same session just before, one
+  // contiguous write of the same bytes (0 otherwise).
+  double contiguous_bytes_per_s = 0;
+  double contiguous_p50_us = 0;
 };
 
 // Target side: serves one initiator's session on `conn` and returns its

@@ -359,6 +359,15 @@ void LocalTransport::start_write(const std::shared_ptr<TransferState>& state, tr
   start_item(state, std::move(item), /*is_write=*/true);
 }
 
+void LocalTransport::start_write_batch(const std::shared_ptr<TransferState>& state,
+                                       std::vector<transport::RemoteItem> items, std::string_view /*note*/,
+                                       uint64_t /*note_seq*/) {
+  // Each item is copied on its own; the batch ends with the last of them.
+  auto items_state = std::make_shared<TransferState>(0, static_cast<int>(items.size()));
+  items_state->on_finish([state](const Status& s) { state->finish_part(s); });
+  for (transport::RemoteItem& item : items) start_item(items_state, std::move(item), /*is_write=*/true);
+}
+
 void LocalTransport::start_read(const std::shared_ptr<TransferState>& state, transport::RemoteItem item) {
   start_item(state, std::move(item), /*is_write=*/false);
 }

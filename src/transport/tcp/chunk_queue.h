@@ -33,6 +33,7 @@
 #include "core/transfer_state.h"
 #include "ferry/status.h"
 #include "platform/mutex.h"
+#include "transport/tcp/block_table.h"
 #include "transport/tcp/path_governor.h"
 #include "wire/frame.h"
 
@@ -45,6 +46,7 @@ struct OutOp {
   core::SegmentList source;              // local bytes, in order
   uint64_t remote_base = 0;              // WRITE: export offset of byte 0 (chunk c = base + offset)
   std::string first_aux;                 // WRITE: the notification, carried by the first chunk
+  std::shared_ptr<const BlockTable> blocks;  // WRITE of many blocks: where each stream byte goes (else null)
   std::shared_ptr<TransferState> state;  // null for read replies
   uint64_t paths = 0;                    // bit p: path p may carry it; 0: any path
   uint64_t chunk_bytes = 0;              // chunk size of this op (GPU memory: the staging slot); 0: the queue's

@@ -14,12 +14,14 @@ using namespace internal;
 using wire::FrameHeader;
 using wire::FrameType;
 
-Status TcpTransport::write_control(const FrameHeader& h, std::string_view aux, const core::SegmentList* payload) {
+Status TcpTransport::write_control(const FrameHeader& h, std::string_view aux, const core::SegmentList* payload,
+                                   std::string_view prefix) {
   wire::HeaderBytes hb;
   encode_header(h, hb);
   std::vector<struct iovec> iov;
   iov.push_back({hb.data(), hb.size()});
   if (!aux.empty()) iov.push_back({const_cast<char*>(aux.data()), aux.size()});
+  if (!prefix.empty()) iov.push_back({const_cast<char*>(prefix.data()), prefix.size()});
   std::optional<core::ChunkAccess> access;
   std::string staged;  // GPU payloads (small: the control stream carries at most inline_max) go through here
   if (payload != nullptr && payload->total() > 0) {

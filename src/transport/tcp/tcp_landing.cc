@@ -258,9 +258,11 @@ void TcpTransport::give_up_stalled_path(int stalled, int path, uint64_t offset) 
                                                       " while this path was still bringing it (the peer gave it up)"));
 }
 
-Status TcpTransport::land_write(int fd, int path, const FrameHeader& h, std::string& aux) {
+Status TcpTransport::land_write(int fd, int path, const FrameHeader& frame, std::string& aux) {
+  FrameHeader h = frame;  // a batch's payload_len shrinks by its block table once read
   uint64_t op = h.id;
   const bool aborted = (h.flags & kFlagAborted) != 0;
+  const bool blocks = (h.flags & kFlagBlocks) != 0;
   if (aux.size() > Connection::kMaxNotification) {
     return Status(Code::kDataLoss, where() + ": write " + std::to_string(op) + " carries a notification of " +
                                        std::to_string(aux.size()) + " bytes, past the limit of " +
@@ -273,8 +275,16 @@ Status TcpTransport::land_write(int fd, int path, const FrameHeader& h, std::str
                   where() + ": empty chunk of write " + std::to_string(op) + " of " + std::to_string(h.d) + " bytes");
   }
   // The key and the bounds are checked before any state is kept for a write.
-  Result<core::MemorySpan> span = Status(Code::kCancelled, "aborted");
-  if (!aborted) span = ctx_->registry.resolve_export(h.a, h.b, h.c, h.payload_len);
+  core::SegmentList dest;
+  Status resolved = aborted ? Status(Code::kCancelled, "aborted") : Status();
+  if (!aborted && blocks) {
+    FERRY_RETURN_IF_ERROR(receive_block_table(fd, path, h));
+    resolved = resolve_blocks(path, dest);
+  } else if (!aborted) {
+    Result<core::MemorySpan> span = ctx_->registry.resolve_export(h.a, h.b, h.c, h.payload_len);
+    resolved = span.status();
+    if (span.ok()) dest.add(std::move(span).value());
+  }
   ChunkArrivals::Begin begin;
   Status refused;  // a write refused at its first chunk: answered now, and nothing of it kept
   bool over = false;
@@ -302,8 +312,8 @@ Status TcpTransport::land_write(int fd, int path, const FrameHeader& h, std::str
     } else {
       auto it = incoming_.find(op);
       if (it == incoming_.end()) {
-        refused = span.status();
-        if (refused.ok()) refused = ctx_->registry.resolve_export(h.a, h.b, 0, h.d).status();  // its whole size fits
+        refused = resolved;
+        if (refused.ok() && !blocks) refused = ctx_->registry.resolve_export(h.a, h.b, 0, h.d).status();  // its whole size fits
         if (refused.ok() && !(over = !held_->budget->take(kWriteBytes))) {
           it = incoming_.try_emplace(op).first;
           it->second.arrivals = ChunkArrivals(h.d);
@@ -368,21 +378,19 @@ Status TcpTransport::land_write(int fd, int path, const FrameHeader& h, std::str
     held_->budget->give(done.charged);
     return complete_write(op, done);
   };
-  if (!span.ok()) {
+  if (!resolved.ok()) {
     if (Status s = drain(fd, h.payload_len); !s.ok()) {
       abandon();
       return s;
     }
-    return account_in_order(path, std::move(account), std::move(abandon), span.status());
+    return account_in_order(path, std::move(account), std::move(abandon), resolved);
   }
-  core::SegmentList dest;
-  dest.add(std::move(span).value());
   Result<Direct> direct = receive_direct(fd, path, dest, 0, dest.total());
   if (!direct.ok()) {
     abandon();
     return direct.status();
   }
-  uint64_t export_id = h.a;
+  uint64_t export_id = blocks ? rx_scratch(path).blocks.front().export_id : h.a;
   auto gone = [export_id] { return "export " + std::to_string(export_id) + " was deregistered during the write"; };
   switch (*direct) {
     case Direct::kInPlace:
@@ -433,9 +441,36 @@ Status TcpTransport::complete_write(uint64_t op, IncomingWrite& done) {
   return Status();
 }
 
+Status TcpTransport::receive_block_table(int fd, int path, FrameHeader& h) {
+  if (h.a == 0 || h.a > BlockTable::kMaxEntriesPerChunk || h.a * BlockTable::kEntryBytes > h.payload_len) {
+    return Status(Code::kDataLoss, where() + ": chunk of write " + std::to_string(h.id) + " names " +
+                                       std::to_string(h.a) + " blocks in a payload of " +
+                                       std::to_string(h.payload_len) + " bytes");
+  }
+  RxScratch& scratch = rx_scratch(path);
+  size_t table_bytes = h.a * BlockTable::kEntryBytes;
+  scratch.table.resize(table_bytes);
+  FERRY_RETURN_IF_ERROR(platform::recv_exact(fd, scratch.table.data(), table_bytes));
+  h.payload_len -= static_cast<uint32_t>(table_bytes);
+  if (h.payload_len == 0) {
+    return Status(Code::kDataLoss, where() + ": chunk of write " + std::to_string(h.id) + " carries no bytes");
+  }
+  Status s = decode_block_table(scratch.table, h.a, h.payload_len, scratch.blocks);
+  return s.ok() ? s : s.with_context(where() + ": chunk of write " + std::to_string(h.id));
+}
+
+Status TcpTransport::resolve_blocks(int path, core::SegmentList& dest) {
+  for (const RemoteBlock& b : rx_scratch(path).blocks) {
+    Result<core::MemorySpan> span = ctx_->registry.resolve_export(b.export_id, b.key, b.offset, b.size);
+    if (!span.ok()) return span.status();
+    dest.add(std::move(span).value());
+  }
+  return Status();
+}
+
 Result<TcpTransport::Direct> TcpTransport::receive_direct(int fd, int path, const core::SegmentList& dest,
                                                          uint64_t offset, uint64_t size) {
-  RxScratch& scratch = rx_scratch_[path < 0 ? data_.size() : static_cast<size_t>(path)];
+  RxScratch& scratch = rx_scratch(path);
   scratch.pieces.clear();
   // Holds the regions open until the bytes are in place.
   core::ChunkAccess access(dest, offset, size);

@@ -150,6 +150,13 @@ Status TcpTransport::transmit_chunk(int fd, TxEntry& e, TxStager* stager) {
     h.c = op.remote_base + c.offset;
     if (c.offset == 0) aux = op.first_aux;
   }
+  e.table.clear();
+  if (op.blocks) {
+    // c is the chunk's place in the batch's stream; the table says where it lands.
+    h.flags |= kFlagBlocks;
+    h.a = op.blocks->encode(c.offset, c.size, e.table);
+    h.payload_len = static_cast<uint32_t>(e.table.size() + c.size);
+  }
   if (e.abort.ok() && chunks_.aborted(op)) {
     // An earlier chunk of this op was aborted after this one was claimed.
     e.abort = Status(Code::kCancelled, "transfer aborted (" + where() + ")");
@@ -187,6 +194,7 @@ Status TcpTransport::transmit_chunk(int fd, TxEntry& e, TxStager* stager) {
   encode_header(h, hb);
   iov.push_back({hb.data(), hb.size()});
   if (!aux.empty()) iov.push_back({const_cast<char*>(aux.data()), aux.size()});
+  if (!e.table.empty()) iov.push_back({e.table.data(), e.table.size()});
   if (e.staging) {
     iov.insert(iov.end(), e.staged.iov.begin(), e.staged.iov.end());
   } else {

@@ -100,6 +100,49 @@ void TcpTransport::start_write(const std::shared_ptr<TransferState>& state, tran
   if (!chunks_.push(std::move(out))) state->finish_part(core_.usable());
 }
 
+void TcpTransport::start_write_batch(const std::shared_ptr<TransferState>& state,
+                                     std::vector<transport::RemoteItem> items, std::string_view note,
+                                     uint64_t note_seq) {
+  auto table = std::make_shared<BlockTable>();
+  auto out = std::make_shared<OutOp>();
+  for (const transport::RemoteItem& item : items) {
+    table->add({item.remote.export_id, item.remote.key, item.offset, item.local.total()});
+    for (const core::MemorySpan& s : item.local.spans()) out->source.add(s);
+  }
+  uint64_t op = core_.next_op();
+  if (!await_answer(op, state)) {
+    state->finish_part(core_.usable());
+    return;
+  }
+  FrameHeader h;
+  h.type = FrameType::kWrite;
+  h.id = op;
+  h.d = table->total();
+  h.e = note_seq;  // every chunk carries it: any may arrive first
+  if (h.d <= ctx_->options.inline_max && table->size() <= BlockTable::kMaxEntriesPerChunk) {
+    // A small batch goes whole on the control stream, as a small write does.
+    std::string encoded;
+    h.flags = kFlagBlocks;
+    h.a = table->encode(0, h.d, encoded);
+    h.payload_len = static_cast<uint32_t>(encoded.size() + h.d);
+    h.aux_len = static_cast<uint16_t>(note.size());
+    written_or_failed(op, write_control(h, note, &out->source, encoded), state, /*whole=*/false);
+    return;
+  }
+  out->header = h;
+  out->first_aux = std::string(note);
+  out->state = state;
+  out->paths = paths_for(out->source);
+  uint64_t chunk = chunk_for(out->source, out->paths);
+  out->chunk_bytes = table->chunk_limit(chunk != 0 ? chunk : ctx_->options.chunk_bytes);
+  out->blocks = std::move(table);
+  {
+    platform::MutexLock lock(mu_);
+    sending_[op] = out;
+  }
+  if (!chunks_.push(std::move(out))) state->finish_part(core_.usable());
+}
+
 void TcpTransport::start_read(const std::shared_ptr<TransferState>& state, transport::RemoteItem item) {
   uint64_t size = item.local.total();
   auto landing = std::make_shared<Landing>(state, std::move(item.local), size, /*reply=*/0);

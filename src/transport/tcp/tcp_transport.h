@@ -113,6 +113,8 @@ class TcpTransport final : public transport::Transport {
   std::chrono::microseconds wait_spin() const override { return TransferState::kSpinBeforeSleep; }
   bool notes_ride_with_writes() const override { return true; }
   void start_send(const std::shared_ptr<TransferState>& state, core::SegmentList source) override;
+  void start_write_batch(const std::shared_ptr<TransferState>& state, std::vector<transport::RemoteItem> items,
+                         std::string_view note, uint64_t note_seq) override;
   void start_write(const std::shared_ptr<TransferState>& state, transport::RemoteItem item, std::string_view note,
                    uint64_t note_seq) override;
   void start_read(const std::shared_ptr<TransferState>& state, transport::RemoteItem item) override;
@@ -212,8 +214,10 @@ class TcpTransport final : public transport::Transport {
   // std::timed_mutex and reports each of its unlocks as an error).
   bool try_lock_control_stream() TRY_ACQUIRE(true, control_write_mu_);
 
-  // Writing on the control stream.
-  Status write_control(const wire::FrameHeader& h, std::string_view aux, const core::SegmentList* payload);
+  // Writing on the control stream: the header, `aux`, then `prefix` and
+  // `payload` as the frame's payload.
+  Status write_control(const wire::FrameHeader& h, std::string_view aux, const core::SegmentList* payload,
+                       std::string_view prefix = {});
   void queue_control(Outgoing out);
   void ack(uint64_t op, const Status& s, uint8_t flags = 0);
 
@@ -232,7 +236,8 @@ class TcpTransport final : public transport::Transport {
     std::shared_ptr<core::ChunkAccess> access;  // held until sent
     bool staging = false;
     TxStager::Staged staged;
-    Status abort;  // not OK: send an aborted frame and fail the transfer
+    Status abort;       // not OK: send an aborted frame and fail the transfer
+    std::string table;  // a batched write's chunk: its block table
   };
   void prepare_chunk(TxEntry& e, std::unique_ptr<TxStager>& stager);
   // Waits for a staged chunk's copies (a failure aborts the chunk).
@@ -246,6 +251,13 @@ class TcpTransport final : public transport::Transport {
   // Records `op` among the recently finished writes.
   void remember_finished_write(uint64_t op) REQUIRES(mu_);
   Status land_write(int fd, int path, const wire::FrameHeader& h, std::string& aux);
+  // A batched write's chunk: reads and checks the block table that opens
+  // its payload into rx_scratch(path), and takes it off h.payload_len.
+  // kDataLoss for a malformed table (a protocol violation).
+  Status receive_block_table(int fd, int path, wire::FrameHeader& h);
+  // The memory that table names, into `dest`; the first block refused (a
+  // wrong key, past an export's end, deregistered) is its status.
+  Status resolve_blocks(int path, core::SegmentList& dest);
   // A chunk of a landing or a write that began arriving on `path` and was
   // never accounted (its path broke off): it no longer holds the operation.
   // `conn` is null once the connection is being destroyed: the landing then
@@ -395,7 +407,11 @@ class TcpTransport final : public transport::Transport {
   struct RxScratch {
     std::vector<Piece> pieces;
     std::vector<struct iovec> iov;
+    std::vector<uint8_t> table;       // a batched write's chunk: its block table as received
+    std::vector<RemoteBlock> blocks;  // and decoded
   };
+  // The scratch of data path `path`, or of the control stream (-1).
+  RxScratch& rx_scratch(int path) { return rx_scratch_[path < 0 ? data_.size() : static_cast<size_t>(path)]; }
   std::vector<RxScratch> rx_scratch_;
   platform::Mutex control_copy_mu_;                                        // serialises the control copier
   std::unique_ptr<Copier> control_copier_ GUARDED_BY(control_copy_mu_);  // made on first use
