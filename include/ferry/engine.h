@@ -89,6 +89,9 @@ class Connection {
   Transfer write_async(const void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset,
                                std::string_view notification = {});
   // All items, then the notification once every item's data is in place.
+  // The items go as one operation (a KV cache's hundreds of scattered
+  // blocks cost about what their bytes in one piece do); items that continue
+  // each other, locally and in one export, travel as one.
   Transfer writev_async(std::span<const WriteItem> items, std::string_view notification = {});
   // Reads the peer's exported memory into local memory. Non-blocking.
   Transfer read_async(void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset);

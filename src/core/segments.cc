@@ -8,9 +8,31 @@ namespace ferry::core {
 
 void SegmentList::add(MemorySpan span) {
   if (span.size == 0) return;
+  if (!spans_.empty()) {
+    // Continues the last span in the same region: one span (one I/O vector).
+    MemorySpan& last = spans_.back();
+    if (last.region.get() == span.region.get() && last.data + last.size == span.data) {
+      last.size += span.size;
+      total_ += span.size;
+      return;
+    }
+  }
   starts_.push_back(total_);
   total_ += span.size;
   spans_.push_back(std::move(span));
+}
+
+SegmentList SegmentList::part(uint64_t offset, uint64_t size) const {
+  SegmentList out;
+  if (size == 0) return out;
+  uint64_t inner = 0;
+  for (size_t i = locate(offset, inner); size > 0; ++i, inner = 0) {
+    const MemorySpan& s = spans_[i];
+    uint64_t take = std::min<uint64_t>(s.size - inner, size);
+    out.add(MemorySpan{s.region, s.data + inner, static_cast<size_t>(take)});
+    size -= take;
+  }
+  return out;
 }
 
 size_t SegmentList::locate(uint64_t offset, uint64_t& inner) const {
@@ -68,14 +90,13 @@ void SegmentList::copy_in(uint64_t offset, const uint8_t* src, uint64_t len) con
 ChunkAccess::ChunkAccess(const SegmentList& list, uint64_t offset, uint64_t size) {
   std::vector<const RegionRef*> refs;
   list.regions(offset, size, refs);
-  accesses_.reserve(refs.size());
-  for (size_t i = 0; i < refs.size(); ++i) {
-    const RegionRef* r = refs[i];
-    // A region appears once even if several spans of the chunk lie in it:
-    // its lock is not recursive.
-    bool seen = false;
-    for (size_t j = 0; j < i; ++j) seen = seen || refs[j]->get() == r->get();
-    if (seen) continue;
+  // A region appears once even if several spans of the chunk lie in it (its
+  // lock is not recursive). A chunk of a batched write has hundreds of spans
+  // in a few regions: each is compared with the distinct ones only.
+  std::vector<const void*> held;
+  for (const RegionRef* r : refs) {
+    if (std::find(held.begin(), held.end(), r->get()) != held.end()) continue;
+    held.push_back(r->get());
     accesses_.emplace_back(*r);
     if (!accesses_.back().ok()) ok_ = false;
   }

@@ -46,6 +46,10 @@ class SegmentList {
   // The spans touched by [offset, offset+size), for region access checks.
   void regions(uint64_t offset, uint64_t size, std::vector<const RegionRef*>& out) const;
 
+  // The list of [offset, offset+size) of this one.
+  // REQUIRES: offset + size <= total().
+  SegmentList part(uint64_t offset, uint64_t size) const;
+
   // Copies [offset, offset+len) of `src` into the list at `offset`.
   void copy_in(uint64_t offset, const uint8_t* src, uint64_t len) const;
 

@@ -268,12 +268,6 @@ Result<std::vector<RemoteItem>> resolve(const core::Registry& registry, std::spa
 
 }  // namespace
 
-Result<std::vector<RemoteItem>> ConnectionCore::resolve_items(std::span<const WriteItem> items, const char* op) const {
-  return resolve<WriteItem>(
-      ctx_->registry, items, "write source",
-      [&](const WriteItem& a) { return check_remote(a.remote, a.remote_offset, a.size, op); }, where());
-}
-
 Result<std::vector<RemoteItem>> ConnectionCore::resolve_items(std::span<const ReadItem> items, const char* op) const {
   return resolve<ReadItem>(
       ctx_->registry, items, "read destination",
@@ -284,44 +278,59 @@ Transfer ConnectionCore::writev_async(std::span<const WriteItem> items, std::str
   if (Status u = usable(); !u.ok()) return failed_transfer(u);
   if (items.empty()) return failed_transfer(Status(Code::kInvalidArgument, "writev: no items"));
   if (Status c = core::NotificationQueue::check_size(notification, "write"); !c.ok()) return failed_transfer(c);
-  auto resolved = resolve_items(items, "write");
-  if (!resolved.ok()) return failed_transfer(resolved.status());
+  WriteBatch batch;
+  batch.targets.reserve(items.size());
+  for (const WriteItem& a : items) {
+    if (Status c = check_remote(a.remote, a.remote_offset, a.size, "write"); !c.ok()) return failed_transfer(c);
+    if (a.size > 0) {
+      auto span = ctx_->registry.resolve_local(a.local, a.size, "write source");
+      if (!span.ok()) return failed_transfer(span.status().with_context(where()));
+      batch.source.add(std::move(span).value());
+    }
+    batch.targets.push_back({a.remote, a.remote_offset, a.size});
+  }
+  return post_writes(std::move(batch), notification);
+}
+
+Transfer ConnectionCore::post_writes(WriteBatch batch, std::string_view notification) {
   // The notification's place among this connection's notifications is
   // taken now (NotificationQueue::push_numbered); a write that fails gives
   // it up with a skip.
   uint64_t seq = notification.empty() ? 0 : next_note_seq_.fetch_add(1, std::memory_order_relaxed);
   if (seq != 0 && !transport_->notes_ride_with_writes()) {
-    return writes_with_trailing_note(std::move(resolved).value(), notification, seq);
+    return writes_with_trailing_note(std::move(batch), notification, seq);
   }
-  // Many items travel as one operation.
-  const bool batch = resolved->size() > 1;
   auto state = new_state();
-  size_t total = 0;
-  for (const RemoteItem& it : *resolved) total += it.local.total();
-  state->set_bytes(total);
+  state->set_bytes(batch.source.total());
   if (seq != 0) {
     std::weak_ptr<ConnectionCore> self = weak_from_this();
     state->on_finish([self, seq](const Status& s) {
       if (auto core = self.lock(); core && !s.ok() && !core->failed()) core->transport_->skip_note(seq);
     });
   }
-  if (batch) {
-    transport_->start_write_batch(state, std::move(resolved).value(), notification, seq);
-  } else {
-    transport_->start_write(state, std::move(resolved->front()), notification, seq);
-  }
+  start_writes(state, std::move(batch), notification, seq);
   return Transfer(state);
 }
 
-Transfer ConnectionCore::writes_with_trailing_note(std::vector<RemoteItem> items, std::string_view note,
-                                                   uint64_t seq) {
+void ConnectionCore::start_writes(const std::shared_ptr<TransferState>& state, WriteBatch batch,
+                                  std::string_view note, uint64_t seq) {
+  if (batch.targets.size() > 1) {
+    transport_->start_write_batch(state, std::move(batch), note, seq);
+    return;
+  }
+  RemoteItem item;
+  item.local = std::move(batch.source);
+  item.remote = batch.targets.front().remote;
+  item.offset = batch.targets.front().offset;
+  transport_->start_write(state, std::move(item), note, seq);
+}
+
+Transfer ConnectionCore::writes_with_trailing_note(WriteBatch batch, std::string_view note, uint64_t seq) {
   // The items may land in any order: the notification follows once every
   // one of them is in place, or is skipped if one failed (the peer then
   // delivers the notifications after it without waiting).
   auto outer = new_state();
-  size_t total = 0;
-  for (const RemoteItem& it : items) total += it.local.total();
-  outer->set_bytes(total);
+  outer->set_bytes(batch.source.total());
   auto parts = std::make_shared<TransferState>(0, 1);
   std::weak_ptr<ConnectionCore> self = weak_from_this();
   // Runs on a ferry thread: the transport queues the note, never blocks here.
@@ -342,11 +351,7 @@ Transfer ConnectionCore::writes_with_trailing_note(std::vector<RemoteItem> items
     }
     core->transport_->send_note(outer, seq, note, /*caller_thread=*/false);
   });
-  if (items.size() > 1) {
-    transport_->start_write_batch(parts, std::move(items), "", 0);
-  } else {
-    transport_->start_write(parts, std::move(items.front()), "", 0);
-  }
+  start_writes(parts, std::move(batch), "", 0);
   return Transfer(outer);
 }
 

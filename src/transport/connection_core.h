@@ -118,10 +118,14 @@ class ConnectionCore final : public Connection, public std::enable_shared_from_t
   ConnectionCore(std::shared_ptr<core::EngineContext> ctx, uint64_t id, PeerIdentity peer);
   // What a message kept for a later receive counts against the budget.
   static size_t held_cost(const ArrivedMessage& msg);
-  Result<std::vector<RemoteItem>> resolve_items(std::span<const WriteItem> items, const char* op) const;
   Result<std::vector<RemoteItem>> resolve_items(std::span<const ReadItem> items, const char* op) const;
   Status check_remote(const RemoteDescriptor& r, uint64_t offset, uint64_t size, const char* op) const;
-  Transfer writes_with_trailing_note(std::vector<RemoteItem> items, std::string_view note, uint64_t seq);
+  // A checked batch of writes (one item or more) and its notification, posted.
+  Transfer post_writes(WriteBatch batch, std::string_view notification);
+  // Hands `batch` to the transport: one item as a write, more as a batch.
+  void start_writes(const std::shared_ptr<TransferState>& state, WriteBatch batch, std::string_view note,
+                    uint64_t seq);
+  Transfer writes_with_trailing_note(WriteBatch batch, std::string_view note, uint64_t seq);
 
   const std::shared_ptr<core::EngineContext> ctx_;
   const uint64_t id_;

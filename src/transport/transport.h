@@ -25,6 +25,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/segments.h"
 #include "core/transfer_state.h"
@@ -65,6 +66,19 @@ struct RemoteItem {
   uint64_t offset = 0;  // into the peer's export
 };
 
+// Many writes posted as one operation (a KV cache's blocks): every item's
+// local bytes as one stream, and where each item's part of it goes, in
+// order (the sizes add up to source.total()). Checked by the core.
+struct WriteBatch {
+  struct Target {
+    RemoteDescriptor remote;
+    uint64_t offset = 0;  // into the peer's export
+    uint64_t size = 0;
+  };
+  core::SegmentList source;
+  std::vector<Target> targets;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -93,13 +107,12 @@ class Transport {
   // notes_ride_with_writes() and the write has one item.
   virtual void start_write(const std::shared_ptr<TransferState>& state, RemoteItem item, std::string_view note,
                            uint64_t note_seq) = 0;
-  // Writes `items` (two or more) into the peer's exports as one operation
-  // (a KV cache's scattered blocks); finishes one part of `state` once every
-  // item is in place, or with the first failure. `note` (number
-  // `note_seq`) is empty unless notes_ride_with_writes(); it is delivered
-  // after every item is in place.
-  virtual void start_write_batch(const std::shared_ptr<TransferState>& state, std::vector<RemoteItem> items,
-                                 std::string_view note, uint64_t note_seq) = 0;
+  // Writes `batch` (two or more items) into the peer's exports as one
+  // operation; finishes one part of `state` once every item is in place, or
+  // with the first failure. `note` (number `note_seq`) is empty unless
+  // notes_ride_with_writes(); it is delivered after every item is in place.
+  virtual void start_write_batch(const std::shared_ptr<TransferState>& state, WriteBatch batch, std::string_view note,
+                                 uint64_t note_seq) = 0;
   // Reads the peer's export into `item.local`; finishes one part of `state`.
   virtual void start_read(const std::shared_ptr<TransferState>& state, RemoteItem item) = 0;
   // Sends notification number `seq`; finishes `state` once the peer queued

@@ -71,6 +71,40 @@ TEST_F(SegmentsTest, AddTracksTotalAndSkipsEmptySpans) {
   EXPECT_EQ(list.spans()[1].data, buf_.data() + 500);
 }
 
+TEST_F(SegmentsTest, AdjacentSpansOfOneRegionBecomeOne) {
+  SegmentList list;
+  list.add(span(100, 50));
+  list.add(span(150, 25));  // continues it
+  list.add(span(400, 10));  // does not
+  list.add(span(175, 5));   // continues the first, but not the last
+  EXPECT_EQ(list.total(), 90u);
+  ASSERT_EQ(list.spans().size(), 3u);
+  EXPECT_EQ(list.spans()[0].size, 75u);
+  std::vector<uint8_t> expect(buf_.begin() + 100, buf_.begin() + 175);
+  expect.insert(expect.end(), buf_.begin() + 400, buf_.begin() + 410);
+  expect.insert(expect.end(), buf_.begin() + 175, buf_.begin() + 180);
+  std::vector<struct iovec> iov;
+  list.slice(0, list.total(), iov);
+  EXPECT_EQ(gather(iov), expect);
+}
+
+TEST_F(SegmentsTest, PartHoldsTheSameBytesAsASlice) {
+  std::mt19937_64 rng(11);
+  std::vector<uint8_t> expected;
+  SegmentList list = random_list(rng, 40, expected);
+  for (int k = 0; k < 300; ++k) {
+    uint64_t off = rng() % list.total();
+    uint64_t len = rng() % (list.total() - off + 1);
+    SegmentList part = list.part(off, len);
+    ASSERT_EQ(part.total(), len);
+    std::vector<struct iovec> iov;
+    part.slice(0, len, iov);
+    ASSERT_EQ(gather(iov), std::vector<uint8_t>(expected.begin() + static_cast<long>(off),
+                                                expected.begin() + static_cast<long>(off + len)))
+        << "part at " << off << " of " << len;
+  }
+}
+
 TEST_F(SegmentsTest, SliceMatchesReferenceBytes) {
   std::mt19937_64 rng(7);
   for (int round = 0; round < 50; ++round) {

@@ -359,13 +359,20 @@ void LocalTransport::start_write(const std::shared_ptr<TransferState>& state, tr
   start_item(state, std::move(item), /*is_write=*/true);
 }
 
-void LocalTransport::start_write_batch(const std::shared_ptr<TransferState>& state,
-                                       std::vector<transport::RemoteItem> items, std::string_view /*note*/,
-                                       uint64_t /*note_seq*/) {
+void LocalTransport::start_write_batch(const std::shared_ptr<TransferState>& state, transport::WriteBatch batch,
+                                       std::string_view /*note*/, uint64_t /*note_seq*/) {
   // Each item is copied on its own; the batch ends with the last of them.
-  auto items_state = std::make_shared<TransferState>(0, static_cast<int>(items.size()));
+  auto items_state = std::make_shared<TransferState>(0, static_cast<int>(batch.targets.size()));
   items_state->on_finish([state](const Status& s) { state->finish_part(s); });
-  for (transport::RemoteItem& item : items) start_item(items_state, std::move(item), /*is_write=*/true);
+  uint64_t at = 0;
+  for (const transport::WriteBatch::Target& t : batch.targets) {
+    transport::RemoteItem item;
+    item.local = batch.source.part(at, t.size);
+    item.remote = t.remote;
+    item.offset = t.offset;
+    at += t.size;
+    start_item(items_state, std::move(item), /*is_write=*/true);
+  }
 }
 
 void LocalTransport::start_read(const std::shared_ptr<TransferState>& state, transport::RemoteItem item) {

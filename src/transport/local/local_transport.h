@@ -89,7 +89,7 @@ class LocalTransport final : public transport::Transport {
   std::chrono::microseconds wait_spin() const override { return kWaitSpin; }
   bool notes_ride_with_writes() const override { return false; }
   void start_send(const std::shared_ptr<TransferState>& state, core::SegmentList source) override;
-  void start_write_batch(const std::shared_ptr<TransferState>& state, std::vector<transport::RemoteItem> items,
+  void start_write_batch(const std::shared_ptr<TransferState>& state, transport::WriteBatch batch,
                          std::string_view note, uint64_t note_seq) override;
   void start_write(const std::shared_ptr<TransferState>& state, transport::RemoteItem item, std::string_view note,
                    uint64_t note_seq) override;

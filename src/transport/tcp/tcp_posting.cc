@@ -100,15 +100,14 @@ void TcpTransport::start_write(const std::shared_ptr<TransferState>& state, tran
   if (!chunks_.push(std::move(out))) state->finish_part(core_.usable());
 }
 
-void TcpTransport::start_write_batch(const std::shared_ptr<TransferState>& state,
-                                     std::vector<transport::RemoteItem> items, std::string_view note,
-                                     uint64_t note_seq) {
+void TcpTransport::start_write_batch(const std::shared_ptr<TransferState>& state, transport::WriteBatch batch,
+                                     std::string_view note, uint64_t note_seq) {
   auto table = std::make_shared<BlockTable>();
-  auto out = std::make_shared<OutOp>();
-  for (const transport::RemoteItem& item : items) {
-    table->add({item.remote.export_id, item.remote.key, item.offset, item.local.total()});
-    for (const core::MemorySpan& s : item.local.spans()) out->source.add(s);
+  for (const transport::WriteBatch::Target& t : batch.targets) {
+    table->add({t.remote.export_id, t.remote.key, t.offset, t.size});
   }
+  auto out = std::make_shared<OutOp>();
+  out->source = std::move(batch.source);
   uint64_t op = core_.next_op();
   if (!await_answer(op, state)) {
     state->finish_part(core_.usable());

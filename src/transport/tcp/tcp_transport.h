@@ -113,7 +113,7 @@ class TcpTransport final : public transport::Transport {
   std::chrono::microseconds wait_spin() const override { return TransferState::kSpinBeforeSleep; }
   bool notes_ride_with_writes() const override { return true; }
   void start_send(const std::shared_ptr<TransferState>& state, core::SegmentList source) override;
-  void start_write_batch(const std::shared_ptr<TransferState>& state, std::vector<transport::RemoteItem> items,
+  void start_write_batch(const std::shared_ptr<TransferState>& state, transport::WriteBatch batch,
                          std::string_view note, uint64_t note_seq) override;
   void start_write(const std::shared_ptr<TransferState>& state, transport::RemoteItem item, std::string_view note,
                    uint64_t note_seq) override;
