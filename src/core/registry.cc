@@ -123,7 +123,16 @@ Result<MemorySpan> Registry::resolve_local(const void* p, size_t size, const cha
                                      " is not inside any registered region (register it with reg())");
 }
 
-Result<MemorySpan> Registry::resolve_export(uint64_t export_id, uint64_t key, uint64_t offset, uint64_t size) const {
+Result<MemorySpan> within_export(const MemorySpan& whole, uint64_t offset, uint64_t size, uint64_t export_id) {
+  if (offset > whole.size || size > whole.size - offset) {
+    return Status(Code::kOutOfRange, "access [" + std::to_string(offset) + ", +" + std::to_string(size) +
+                                         ") leaves export " + std::to_string(export_id) + " of " +
+                                         std::to_string(whole.size) + " bytes");
+  }
+  return MemorySpan{whole.region, whole.data + offset, static_cast<size_t>(size)};
+}
+
+Result<MemorySpan> Registry::resolve_whole_export(uint64_t export_id, uint64_t key) const {
   platform::ReaderLock lock(mu_);
   auto it = exports_.find(export_id);
   if (it == exports_.end()) {
@@ -135,13 +144,13 @@ Result<MemorySpan> Registry::resolve_export(uint64_t export_id, uint64_t key, ui
                                      sizeof(key))) {
     return Status(Code::kPermissionDenied, "wrong key for export " + std::to_string(export_id));
   }
-  if (offset > e.length || size > e.length - offset) {
-    return Status(Code::kOutOfRange, "access [" + std::to_string(offset) + ", +" + std::to_string(size) +
-                                         ") leaves export " + std::to_string(export_id) + " of " +
-                                         std::to_string(e.length) + " bytes");
-  }
-  auto* base = static_cast<uint8_t*>(e.region->region.base) + e.offset + offset;
-  return MemorySpan{e.region, base, static_cast<size_t>(size)};
+  auto* base = static_cast<uint8_t*>(e.region->region.base) + e.offset;
+  return MemorySpan{e.region, base, static_cast<size_t>(e.length)};
+}
+
+Result<MemorySpan> Registry::resolve_export(uint64_t export_id, uint64_t key, uint64_t offset, uint64_t size) const {
+  FERRY_ASSIGN_OR_RETURN(MemorySpan whole, resolve_whole_export(export_id, key));
+  return within_export(whole, offset, size, export_id);
 }
 
 size_t Registry::region_count() const {

@@ -38,6 +38,16 @@ struct MemorySpan {
   size_t size = 0;
 };
 
+// Whether [p, p+size) lies inside `r`.
+inline bool holds(const Region& r, const uint8_t* p, size_t size) {
+  auto* base = static_cast<const uint8_t*>(r.base);
+  return p >= base && static_cast<size_t>(p - base) <= r.length && size <= r.length - static_cast<size_t>(p - base);
+}
+
+// [offset, offset+size) of `whole`, export `export_id` (resolve_whole_export),
+// or kOutOfRange if it leaves it.
+Result<MemorySpan> within_export(const MemorySpan& whole, uint64_t offset, uint64_t size, uint64_t export_id);
+
 // Holds a region open while bytes move; ok() is false once it was deregistered.
 class RegionAccess {
  public:
@@ -70,6 +80,10 @@ class Registry {
   // kNotFound (unknown or revoked export), kPermissionDenied (key),
   // kOutOfRange (bounds).
   Result<MemorySpan> resolve_export(uint64_t export_id, uint64_t key, uint64_t offset, uint64_t size) const;
+  // The whole of an export, its key checked: a span of its `length` bytes.
+  // For many accesses to one export (a batch's blocks), each then checked
+  // against it with within(). kNotFound / kPermissionDenied.
+  Result<MemorySpan> resolve_whole_export(uint64_t export_id, uint64_t key) const;
 
   size_t region_count() const;
   // Whether `region_id` is registered (still counted).

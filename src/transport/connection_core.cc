@@ -280,12 +280,19 @@ Transfer ConnectionCore::writev_async(std::span<const WriteItem> items, std::str
   if (Status c = core::NotificationQueue::check_size(notification, "write"); !c.ok()) return failed_transfer(c);
   WriteBatch batch;
   batch.targets.reserve(items.size());
+  core::RegionRef last;  // the region of the previous item: a KV cache's blocks share a pool
   for (const WriteItem& a : items) {
     if (Status c = check_remote(a.remote, a.remote_offset, a.size, "write"); !c.ok()) return failed_transfer(c);
     if (a.size > 0) {
-      auto span = ctx_->registry.resolve_local(a.local, a.size, "write source");
-      if (!span.ok()) return failed_transfer(span.status().with_context(where()));
-      batch.source.add(std::move(span).value());
+      auto* p = static_cast<uint8_t*>(const_cast<void*>(a.local));
+      if (last != nullptr && core::holds(last->region, p, a.size)) {
+        batch.source.add(core::MemorySpan{last, p, a.size});
+      } else {
+        auto span = ctx_->registry.resolve_local(a.local, a.size, "write source");
+        if (!span.ok()) return failed_transfer(span.status().with_context(where()));
+        last = span->region;
+        batch.source.add(std::move(span).value());
+      }
     }
     batch.targets.push_back({a.remote, a.remote_offset, a.size});
   }

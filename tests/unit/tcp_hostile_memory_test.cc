@@ -103,9 +103,12 @@ TEST(TcpHostileMemory, WhatAFloodMadeTheEngineHoldGoesBackWithTheConnection) {
   size_t full = resident_bytes();
   EXPECT_GT(full, before + kHeld / 2) << "the flood did not make the engine hold its budget: the test shows nothing";
   t.conn.reset();  // the engine closes and frees it on its next heartbeat
+  // At least three quarters of what the flood added goes (the rest: other
+  // tests of this process may hold pages of the same heap).
+  const size_t allowed = before + (full - before) / 4;
   size_t after_close = 0;
-  eventually([&] { return (after_close = resident_bytes()) < before + (8u << 20); }, after(5s));
-  EXPECT_LT(after_close, before + (8u << 20)) << "the engine stayed " << ((after_close - before) >> 20)
+  eventually([&] { return (after_close = resident_bytes()) < allowed; }, after(5s));
+  EXPECT_LT(after_close, allowed) << "the engine stayed " << ((after_close - before) >> 20)
                                               << " MiB larger after the flooding connection was gone";
   still_serves_others(*t.engine);
 }

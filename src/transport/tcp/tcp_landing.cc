@@ -460,8 +460,16 @@ Status TcpTransport::receive_block_table(int fd, int path, FrameHeader& h) {
 }
 
 Status TcpTransport::resolve_blocks(int path, core::SegmentList& dest) {
+  // Blocks of one export follow each other: its key is checked once a run.
+  Result<core::MemorySpan> whole = Status(Code::kNotFound, "no export yet");
+  const RemoteBlock* run = nullptr;
   for (const RemoteBlock& b : rx_scratch(path).blocks) {
-    Result<core::MemorySpan> span = ctx_->registry.resolve_export(b.export_id, b.key, b.offset, b.size);
+    if (run == nullptr || b.export_id != run->export_id || b.key != run->key) {
+      whole = ctx_->registry.resolve_whole_export(b.export_id, b.key);
+      if (!whole.ok()) return whole.status();
+      run = &b;
+    }
+    Result<core::MemorySpan> span = core::within_export(*whole, b.offset, b.size, b.export_id);
     if (!span.ok()) return span.status();
     dest.add(std::move(span).value());
   }
