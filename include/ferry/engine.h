@@ -93,6 +93,17 @@ class Connection {
   // blocks cost about what their bytes in one piece do); items that continue
   // each other, locally and in one export, travel as one.
   Transfer writev_async(std::span<const WriteItem> items, std::string_view notification = {});
+  // Checks `local` (regions of this engine) and `remote` (exports of the
+  // peer) once for write_blocks_async. kInvalidArgument for another
+  // engine's descriptor or no pools; kNotFound for a region not registered.
+  Result<BlockPools> prepare_blocks(std::span<const Region> local, std::span<const RemoteDescriptor> remote);
+  // Writes `blocks` between the prepared pools as one operation, as
+  // writev_async does, then the notification. Each block is checked against
+  // its pools: kInvalidArgument (a pool index past the pools, pools of
+  // another connection), kOutOfRange (past a pool's end); nothing is posted
+  // then.
+  Transfer write_blocks_async(const BlockPools& pools, std::span<const Block> blocks,
+                              std::string_view notification = {});
   // Reads the peer's exported memory into local memory. Non-blocking.
   Transfer read_async(void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset);
   Transfer readv_async(std::span<const ReadItem> items);

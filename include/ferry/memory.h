@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -78,6 +79,37 @@ struct ReadItem {
   size_t size = 0;
   RemoteDescriptor remote;
   uint64_t remote_offset = 0;
+};
+
+// One block of a block write (Connection::write_blocks_async): `size` bytes
+// at `local_offset` of local pool `local_pool` go to `remote_offset` of the
+// peer's pool `remote_pool` (indices into the pools it was prepared with).
+struct Block {
+  uint32_t local_pool = 0;
+  uint32_t remote_pool = 0;
+  uint64_t local_offset = 0;
+  uint64_t remote_offset = 0;
+  uint64_t size = 0;
+};
+
+namespace transport {
+class ConnectionCore;
+struct PreparedPools;
+}  // namespace transport
+
+// Local regions and the peer's exports checked once, for block writes on one
+// connection (a KV cache's pools; NIXL's prepared descriptor lists): each
+// write then checks only its blocks' bounds. A plain value, cheap to copy.
+// A region deregistered later fails the writes that use it (not_found).
+class BlockPools {
+ public:
+  BlockPools() = default;
+  size_t local_pools() const;
+  size_t remote_pools() const;
+
+ private:
+  friend class transport::ConnectionCore;
+  std::shared_ptr<const transport::PreparedPools> pools_;
 };
 
 }  // namespace ferry

@@ -299,6 +299,71 @@ Transfer ConnectionCore::writev_async(std::span<const WriteItem> items, std::str
   return post_writes(std::move(batch), notification);
 }
 
+Result<BlockPools> ConnectionCore::prepare_blocks(std::span<const Region> local,
+                                                  std::span<const RemoteDescriptor> remote) {
+  if (local.empty() || remote.empty()) {
+    return Status(Code::kInvalidArgument, "prepare_blocks: give at least one local region and one remote export");
+  }
+  if (local.size() > UINT32_MAX || remote.size() > UINT32_MAX) {
+    return Status(Code::kInvalidArgument, "prepare_blocks: more pools than a block can name");
+  }
+  auto pools = std::make_shared<PreparedPools>();
+  pools->engine = ctx_.get();
+  pools->connection = id_;
+  for (size_t i = 0; i < local.size(); ++i) {
+    auto span = ctx_->registry.resolve_local(local[i].base, local[i].length, "local pool");
+    if (!span.ok()) return span.status().with_context("prepare_blocks: local pool " + std::to_string(i));
+    pools->local.push_back(std::move(span).value());
+  }
+  for (size_t i = 0; i < remote.size(); ++i) {
+    if (Status c = check_remote(remote[i], 0, 0, "prepare_blocks"); !c.ok()) {
+      return c.with_context("remote pool " + std::to_string(i));
+    }
+    pools->remote.push_back(remote[i]);
+  }
+  BlockPools out;
+  out.pools_ = std::move(pools);
+  return out;
+}
+
+Transfer ConnectionCore::write_blocks_async(const BlockPools& pools, std::span<const Block> blocks,
+                                            std::string_view notification) {
+  if (Status u = usable(); !u.ok()) return failed_transfer(u);
+  const PreparedPools* p = pools.pools_.get();
+  if (p == nullptr || p->engine != ctx_.get() || p->connection != id_) {
+    return failed_transfer(Status(Code::kInvalidArgument,
+                                  "write_blocks: the pools were not prepared on " + where() + " (prepare_blocks)"));
+  }
+  if (blocks.empty()) return failed_transfer(Status(Code::kInvalidArgument, "write_blocks: no blocks"));
+  if (Status c = core::NotificationQueue::check_size(notification, "write"); !c.ok()) return failed_transfer(c);
+  WriteBatch batch;
+  batch.targets.reserve(blocks.size());
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const Block& b = blocks[i];
+    if (b.local_pool >= p->local.size() || b.remote_pool >= p->remote.size()) {
+      return failed_transfer(Status(Code::kInvalidArgument,
+                                    "write_blocks: block " + std::to_string(i) + " names local pool " +
+                                        std::to_string(b.local_pool) + " and remote pool " +
+                                        std::to_string(b.remote_pool) + "; there are " +
+                                        std::to_string(p->local.size()) + " and " + std::to_string(p->remote.size())));
+    }
+    const core::MemorySpan& from = p->local[b.local_pool];
+    const RemoteDescriptor& to = p->remote[b.remote_pool];
+    if (b.local_offset > from.size || b.size > from.size - b.local_offset || b.remote_offset > to.length ||
+        b.size > to.length - b.remote_offset) {
+      return failed_transfer(Status(
+          Code::kOutOfRange, "write_blocks: block " + std::to_string(i) + " ([" + std::to_string(b.local_offset) +
+                                 ", +" + std::to_string(b.size) + ") of local pool " + std::to_string(b.local_pool) +
+                                 " of " + std::to_string(from.size) + " bytes to offset " +
+                                 std::to_string(b.remote_offset) + " of remote pool " + std::to_string(b.remote_pool) +
+                                 " of " + std::to_string(to.length) + ") runs past a pool's end"));
+    }
+    batch.source.add(core::MemorySpan{from.region, from.data + b.local_offset, static_cast<size_t>(b.size)});
+    batch.targets.push_back({to, b.remote_offset, b.size});
+  }
+  return post_writes(std::move(batch), notification);
+}
+
 Transfer ConnectionCore::post_writes(WriteBatch batch, std::string_view notification) {
   // The notification's place among this connection's notifications is
   // taken now (NotificationQueue::push_numbered); a write that fails gives
@@ -432,6 +497,15 @@ Transfer Connection::write_async(const void* local, size_t size, const RemoteDes
 Transfer Connection::writev_async(std::span<const WriteItem> items, std::string_view notification) {
   return core_of(this).writev_async(items, notification);
 }
+Result<BlockPools> Connection::prepare_blocks(std::span<const Region> local, std::span<const RemoteDescriptor> remote) {
+  return core_of(this).prepare_blocks(local, remote);
+}
+Transfer Connection::write_blocks_async(const BlockPools& pools, std::span<const Block> blocks,
+                                        std::string_view notification) {
+  return core_of(this).write_blocks_async(pools, blocks, notification);
+}
+size_t BlockPools::local_pools() const { return pools_ ? pools_->local.size() : 0; }
+size_t BlockPools::remote_pools() const { return pools_ ? pools_->remote.size() : 0; }
 Transfer Connection::read_async(void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset) {
   ReadItem item{local, size, remote, remote_offset};
   return core_of(this).readv_async(std::span<const ReadItem>(&item, 1));

@@ -37,6 +37,14 @@ struct PeerIdentity {
   std::string where;
 };
 
+// BlockPools' checked state: the pools as resolved for one connection.
+struct PreparedPools {
+  const void* engine = nullptr;  // the EngineContext and connection it was checked for
+  uint64_t connection = 0;
+  std::vector<core::MemorySpan> local;  // each a whole region
+  std::vector<RemoteDescriptor> remote;
+};
+
 class ConnectionCore final : public Connection, public std::enable_shared_from_this<ConnectionCore> {
  public:
   // Makes the core and its transport (`make` builds it around the core).
@@ -52,6 +60,8 @@ class ConnectionCore final : public Connection, public std::enable_shared_from_t
   Transfer recvv_async(std::span<const MutableBuffer> parts);
   Result<uint64_t> probe(Deadline deadline);
   Transfer writev_async(std::span<const WriteItem> items, std::string_view notification);
+  Result<BlockPools> prepare_blocks(std::span<const Region> local, std::span<const RemoteDescriptor> remote);
+  Transfer write_blocks_async(const BlockPools& pools, std::span<const Block> blocks, std::string_view notification);
   Transfer readv_async(std::span<const ReadItem> items);
   Transfer notify_async(std::string_view message);
   Result<std::string> wait_notification(Deadline deadline);

@@ -183,6 +183,93 @@ TEST_P(BlockWrite, ABatchIntoAWithdrawnExportFailsAndItsNotificationIsSkipped) {
   EXPECT_TRUE(p.ca->health().ok()) << p.ca->health().to_string();
 }
 
+std::vector<ferry::Block> blocks_of(const std::vector<Block>& blocks) {
+  std::vector<ferry::Block> out;
+  for (const Block& b : blocks) {
+    out.push_back({static_cast<uint32_t>(b.src_pool), static_cast<uint32_t>(b.dst_pool), b.src_offset, b.dst_offset,
+                   b.size});
+  }
+  return out;
+}
+
+TEST_P(BlockWrite, PreparedPoolsCarryManyBlockWritesOfDifferentBlocks) {
+  EnginePair p = connect_pair(GetParam());
+  ASSERT_TRUE(p.ca && p.cb);
+  std::mt19937_64 rng(71);
+  Pools pools = make_pools(p, 3, 2 << 20, rng);
+  auto prepared = p.ca->prepare_blocks(pools.src_regions, pools.dst_exports);
+  ASSERT_TRUE(prepared.ok()) << prepared.status().to_string();
+  EXPECT_EQ(prepared->local_pools(), 3u);
+  EXPECT_EQ(prepared->remote_pools(), 3u);
+  for (int round = 0; round < 4; ++round) {
+    std::vector<Block> blocks = scatter(pools, 300, 1, 20000, rng);
+    ASSERT_EQ(blocks.size(), 300u) << "no room for the blocks: the test is wrong";
+    for (auto& d : pools.dst) std::fill(d.begin(), d.end(), kUntouched);
+    std::string note = "round " + std::to_string(round);
+    Transfer t = p.ca->write_blocks_async(*prepared, blocks_of(blocks), note);
+    ASSERT_TRUE(t.wait(after(30s)).ok()) << t.status().to_string();
+    auto got = p.cb->wait_notification(after(10s));
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    EXPECT_EQ(*got, note);
+    ASSERT_NO_FATAL_FAILURE(expect_landed(pools, blocks)) << "round " << round;
+  }
+}
+
+TEST_P(BlockWrite, BlocksOutsideTheirPoolsAreRefusedAndNothingIsPosted) {
+  EnginePair p = connect_pair(GetParam());
+  ASSERT_TRUE(p.ca && p.cb);
+  std::mt19937_64 rng(83);
+  Pools pools = make_pools(p, 2, 1 << 20, rng);
+  auto prepared = p.ca->prepare_blocks(pools.src_regions, pools.dst_exports).value();
+  const uint64_t n = 1 << 20;
+  struct Bad {
+    ferry::Block block;
+    Code code;
+  };
+  for (const Bad& bad : {Bad{{2, 0, 0, 0, 16}, Code::kInvalidArgument}, Bad{{0, 5, 0, 0, 16}, Code::kInvalidArgument},
+                         Bad{{0, 0, n - 8, 0, 16}, Code::kOutOfRange}, Bad{{0, 0, 0, n - 8, 16}, Code::kOutOfRange},
+                         Bad{{1, 1, ~uint64_t{0} - 4, 0, 16}, Code::kOutOfRange},
+                         Bad{{1, 1, 0, 0, ~uint64_t{0}}, Code::kOutOfRange}}) {
+    // A good block first: the bad one must stop the whole write.
+    std::vector<ferry::Block> blocks = {{0, 0, 0, 4096, 100}, bad.block};
+    Status s = p.ca->write_blocks_async(prepared, blocks, "bad").wait(after(10s));
+    EXPECT_EQ(s.code(), bad.code) << s.to_string();
+    EXPECT_NE(s.message().find("block 1"), std::string::npos) << s.to_string();
+  }
+  EXPECT_EQ(pools.dst[0], std::vector<uint8_t>(n, kUntouched));
+  EXPECT_FALSE(p.cb->poll_notification().has_value());
+  // Pools prepared on another connection are not this one's.
+  EnginePair q = connect_pair(GetParam());
+  ASSERT_TRUE(q.ca);
+  Status s = q.ca->write_blocks_async(prepared, std::vector<ferry::Block>{{0, 0, 0, 0, 8}}).wait(after(10s));
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.to_string();
+  // Nor are a descriptor of another engine, or a region not registered.
+  EXPECT_FALSE(p.ca->prepare_blocks(pools.src_regions, std::vector<RemoteDescriptor>{
+                                                           q.b->export_region(q.b->reg(pools.dst[0].data(), 64).value())
+                                                               .value()})
+                   .ok());
+  Region unregistered{0, pools.src[0].data() + 1, 10, MemoryKind::kHost, -1};
+  std::vector<uint8_t> elsewhere(64);
+  unregistered.base = elsewhere.data();
+  EXPECT_EQ(p.ca->prepare_blocks(std::vector<Region>{unregistered}, pools.dst_exports).status().code(),
+            Code::kNotFound);
+}
+
+TEST_P(BlockWrite, APoolDeregisteredAfterPreparingFailsTheWritesThatUseIt) {
+  EnginePair p = connect_pair(GetParam());
+  ASSERT_TRUE(p.ca && p.cb);
+  std::mt19937_64 rng(97);
+  Pools pools = make_pools(p, 2, 1 << 20, rng);
+  auto prepared = p.ca->prepare_blocks(pools.src_regions, pools.dst_exports).value();
+  ASSERT_TRUE(p.a->dereg(pools.src_regions[1]).ok());
+  Status s = p.ca->write_blocks_async(prepared, std::vector<ferry::Block>{{1, 0, 0, 0, 4096}, {0, 0, 8192, 8192, 64}})
+                 .wait(after(10s));
+  EXPECT_EQ(s.code(), Code::kNotFound) << s.to_string();
+  // The other pool still works.
+  ASSERT_TRUE(p.ca->write_blocks_async(prepared, std::vector<ferry::Block>{{0, 1, 100, 200, 5000}}).wait(after(10s)).ok());
+  EXPECT_EQ(0, std::memcmp(pools.dst[1].data() + 200, pools.src[0].data() + 100, 5000));
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, BlockWrite, ::testing::Values("tcp", "local"));
 
 }  // namespace
