@@ -42,6 +42,7 @@ from typing import Any, Optional
 
 from . import _ferry
 from ._ferry import (
+    BlockPools,
     BufferTooSmall,
     Cancelled,
     Code,
@@ -86,7 +87,7 @@ from . import aio  # noqa: E402  (makes a Transfer awaitable)
 NotRegistered = NotFound
 
 __all__ = [
-    "BufferTooSmall", "Cancelled", "Code", "Connection", "DataLoss", "DeadlineExceeded", "Directory",
+    "BlockPools", "BufferTooSmall", "Cancelled", "Code", "Connection", "DataLoss", "DeadlineExceeded", "Directory",
     "DirectoryEntry", "DirectoryEvent", "DirectoryWatch", "Engine",
     "FerryError", "InternalError", "InvalidArgument", "LogLevel", "MemoryKind", "NotFound", "Notification",
     "Options", "OutOfRange", "PeerLost", "PermissionDenied", "Region", "RemoteDescriptor",

@@ -142,6 +142,64 @@ Posted post_writev(PyConnection& c, pyb::handle items, pyb::handle notification)
   return post(locals_of(it), [&] { return conn->writev_async(v, note); });
 }
 
+// Blocks: a sequence of (local_pool, remote_pool, local_offset,
+// remote_offset, size), or a 2-D array of unsigned 64-bit integers with
+// five columns in that order (NumPy's uint64, C order).
+std::vector<Block> blocks_from(pyb::handle blocks) {
+  std::vector<Block> out;
+  pyb::buffer_info view;
+  if (pyb::isinstance<pyb::buffer>(blocks)) {
+    view = pyb::reinterpret_borrow<pyb::buffer>(blocks).request();
+    if (view.ndim != 2 || view.shape[1] != 5 || view.itemsize != 8 || (view.format != "Q" && view.format != "L" &&
+                                                                         view.format != "<Q" && view.format != "=Q")) {
+      throw pyb::type_error("blocks: an array of blocks must be 2-D uint64 with 5 columns (local_pool, remote_pool, "
+                            "local_offset, remote_offset, size), not ndim " + std::to_string(view.ndim) +
+                            " format '" + view.format + "'");
+    }
+    if (view.strides[1] != 8 || view.strides[0] != 40) {
+      throw pyb::type_error("blocks: the array of blocks must be C-contiguous");
+    }
+    const auto* v = static_cast<const uint64_t*>(view.ptr);
+    for (pyb::ssize_t i = 0; i < view.shape[0]; ++i, v += 5) {
+      if (v[0] > UINT32_MAX || v[1] > UINT32_MAX) throw pyb::value_error("blocks: row " + std::to_string(i) + ": pool index too large");
+      out.push_back({static_cast<uint32_t>(v[0]), static_cast<uint32_t>(v[1]), v[2], v[3], v[4]});
+    }
+    return out;
+  }
+  size_t i = 0;
+  for (pyb::handle row : pyb::reinterpret_borrow<pyb::iterable>(blocks)) {
+    auto t = pyb::reinterpret_borrow<pyb::sequence>(row);
+    if (pyb::len(t) != 5) {
+      throw pyb::type_error("blocks[" + std::to_string(i) + "]: a block is (local_pool, remote_pool, local_offset, "
+                            "remote_offset, size)");
+    }
+    uint64_t f[5];
+    for (size_t k = 0; k < 5; ++k) {
+      long long v = t[k].cast<long long>();
+      if (v < 0) throw pyb::value_error("blocks[" + std::to_string(i) + "]: negative field");
+      f[k] = static_cast<uint64_t>(v);
+    }
+    if (f[0] > UINT32_MAX || f[1] > UINT32_MAX) throw pyb::value_error("blocks[" + std::to_string(i) + "]: pool index too large");
+    out.push_back({static_cast<uint32_t>(f[0]), static_cast<uint32_t>(f[1]), f[2], f[3], f[4]});
+    ++i;
+  }
+  return out;
+}
+
+Posted post_write_blocks(PyConnection& c, pyb::object pools, pyb::handle blocks, pyb::handle notification) {
+  const BlockPools& prepared = pools.cast<const BlockPools&>();
+  std::vector<Block> v = blocks_from(blocks);
+  std::string note = notification.is_none() ? std::string() : text(notification, "notification");
+  auto conn = c.conn;
+  sweep_graveyard();
+  Posted p{Transfer(), {pools}};
+  {
+    pyb::gil_scoped_release nogil;
+    p.transfer = conn->write_blocks_async(prepared, v, note);
+  }
+  return p;
+}
+
 Posted post_read(PyConnection& c, pyb::handle local, const Remote& remote, const Offset& offset,
                  const Size& size) {
   std::vector<BufferArg> b{resolve_buffer(local, size.value, Access::kWrite, "local")};
@@ -318,6 +376,40 @@ void bind_connection(pyb::module_& m) {
       },
       arg("items"), arg("notification") = none, pyb::kw_only(), arg("timeout") = none,
       ("Blocking writev_async." + finish_t).c_str());
+  pyb::class_<BlockPools>(m, "BlockPools",
+                          "Local regions and the peer's exports checked once (Connection.prepare_blocks), for "
+                          "write_blocks on that connection.")
+      .def_property_readonly("local_pools", &BlockPools::local_pools)
+      .def_property_readonly("remote_pools", &BlockPools::remote_pools);
+  c.def(
+      "prepare_blocks",
+      [](PyConnection& c, const std::vector<Region>& local, pyb::sequence remote) {
+        std::vector<RemoteDescriptor> r;
+        for (size_t i = 0; i < pyb::len(remote); ++i) r.push_back(remote_from(remote[i], "remote[" + std::to_string(i) + "]"));
+        Result<BlockPools> p = c.conn->prepare_blocks(local, r);
+        throw_if_error(p.status());
+        return std::move(p).value();
+      },
+      arg("local"), arg("remote"),
+      "Checks `local` (Regions of this engine, from Engine.reg) and `remote` (the peer's RemoteDescriptors or "
+      "their bytes) once, for write_blocks: a KV cache's pools.");
+  c.def(
+      "write_blocks_async",
+      [](PyConnection& c, pyb::object pools, pyb::handle blocks, pyb::handle note) {
+        return async(post_write_blocks(c, std::move(pools), blocks, note));
+      },
+      arg("pools"), arg("blocks"), arg("notification") = none,
+      "Writes `blocks` between prepared pools as one operation: (local_pool, remote_pool, local_offset, "
+      "remote_offset, size) tuples, or a (n, 5) uint64 NumPy array; the notification follows once every block "
+      "is in place. Returns a Transfer." ASYNC_DOC);
+  c.def(
+      "write_blocks",
+      [](PyConnection& c, pyb::object pools, pyb::handle blocks, pyb::handle note, const Timeout& timeout) {
+        Deadline deadline = timeout.deadline;
+        finish(post_write_blocks(c, std::move(pools), blocks, note), deadline, PastDeadline::kCancelOrFinish);
+      },
+      arg("pools"), arg("blocks"), arg("notification") = none, pyb::kw_only(), arg("timeout") = none,
+      ("Blocking write_blocks_async." + finish_t).c_str());
   c.def(
       "read_async",
       [](PyConnection& c, pyb::handle local, const Remote& remote, const Offset& offset, const Size& size) {

@@ -409,3 +409,34 @@ def test_threads_share_a_connection(link):
 
     sent = [hashlib.sha1(make_data("uint8", count, 70 + i).tobytes()).hexdigest() for i in range(per_thread * threads)]
     assert sorted(digests) == sorted(sent)
+
+
+def test_block_writes_between_prepared_pools(link):
+    # A KV cache's write: blocks of odd sizes from a local pool to scattered
+    # places of the peer's pool, as tuples and as a (n, 5) uint64 array.
+    rng = np.random.default_rng(31)
+    desc = ferry.RemoteDescriptor.parse(link.peer.call("export", "kv", "uint8", 1 << 20, None, 0, 0))
+    pool = np.zeros(1 << 20, dtype=np.uint8)
+    region = link.engine.reg(pool)
+    pools = link.conn.prepare_blocks([region], [desc])
+    assert (pools.local_pools, pools.remote_pools) == (1, 1)
+    for form in ("tuples", "array"):
+        sizes = rng.integers(1, 9000, size=40)
+        slots = rng.permutation(100)[:40] * 10_000  # disjoint places on both sides
+        dst = rng.permutation(100)[:40] * 10_000 + 7
+        blocks = []
+        for k, (size, s, d) in enumerate(zip(sizes, slots, dst)):
+            seed = seed_of("kv", form, k)
+            pool[s:s + size] = make_data("uint8", int(size), seed)
+            blocks.append((0, 0, int(s), int(d), int(size)))
+        arg = blocks if form == "tuples" else np.array(blocks, dtype=np.uint64)
+        assert link.conn.write_blocks_async(pools, arg, notification=b"kv").wait(WAIT) == int(sizes.sum())
+        for k, (_, _, _, d, size) in enumerate(blocks):
+            assert link.peer.call("check", "kv", d, "uint8", size, seed_of("kv", form, k)), (form, k)
+    with pytest.raises(ferry.OutOfRange, match="block 1"):
+        link.conn.write_blocks(pools, [(0, 0, 0, 0, 8), (0, 0, (1 << 20) - 4, 0, 8)], timeout=WAIT)
+    with pytest.raises(ferry.InvalidArgument, match="pool"):
+        link.conn.write_blocks(pools, [(1, 0, 0, 0, 8)], timeout=WAIT)
+    with pytest.raises(TypeError, match="5 columns"):
+        link.conn.write_blocks(pools, np.zeros((2, 4), dtype=np.uint64), timeout=WAIT)
+    link.peer.call("unexport", "kv")
