@@ -253,8 +253,10 @@ Status unexpected(const std::string& want, const std::string& got) {
 
 struct Descriptors {
   RemoteDescriptor src, dst;
-  // --blocks, initiator: operation i writes batches[i % kBlockLayouts].
-  std::vector<std::vector<WriteItem>> batches;
+  // --blocks, initiator: operation i writes batches[i % kBlockLayouts]
+  // between the prepared pools (this side's src, the target's dst).
+  BlockPools pools;
+  std::vector<std::vector<Block>> batches;
 };
 
 std::string encode(const Descriptors& d) { return d.src.serialize() + d.dst.serialize(); }
@@ -271,7 +273,7 @@ Result<Descriptors> decode(const std::string& s, uint64_t span) {
                                        std::to_string(std::min(src.length, dst.length)) +
                                        " bytes where the session needs " + std::to_string(span));
   }
-  return Descriptors{src, dst, {}};
+  return Descriptors{src, dst, {}, {}};
 }
 
 Result<Descriptors> export_buffers(Engine& e, const Buffers& b) {
@@ -279,13 +281,15 @@ Result<Descriptors> export_buffers(Engine& e, const Buffers& b) {
   const Region& r = b.device != nullptr ? b.device_region : b.region;
   FERRY_ASSIGN_OR_RETURN(RemoteDescriptor src, e.export_region(r, 0, b.max));
   FERRY_ASSIGN_OR_RETURN(RemoteDescriptor dst, e.export_region(r, b.max, b.max));
-  return Descriptors{src, dst, {}};
+  return Descriptors{src, dst, {}, {}};
 }
 
 // Posts operation `i` of the directional workload of `op` (send, write or
 // read) from this side.
 Transfer post(Connection& c, const Buffers& b, const Descriptors& remote, const std::string& op, uint64_t size, int i) {
-  if (!remote.batches.empty()) return c.writev_async(remote.batches[static_cast<size_t>(i) % remote.batches.size()]);
+  if (!remote.batches.empty()) {
+    return c.write_blocks_async(remote.pools, remote.batches[static_cast<size_t>(i) % remote.batches.size()]);
+  }
   size_t at = b.at(i, size);
   if (op == "send") return c.send_async(b.src() + at, size);
   if (op == "write") return c.write_async(b.src() + at, size, remote.dst, at, {});
@@ -638,10 +642,15 @@ std::vector<SizeResult> run_initiator(Engine& engine, Connection& conn, const Ru
   Descriptors remote = must(decode(reply, b.max), "the target's descriptors");
   // --blocks: the contiguous anchor writes through `plain`, the batches through `remote`.
   const Descriptors plain = remote;
-  for (int k = 0; cfg.blocks > 0 && k < kBlockLayouts; ++k) {
-    std::vector<WriteItem>& items = remote.batches.emplace_back();
-    for (const BlockPlace& p : block_layout(cfg.blocks, cfg.block_bytes, cfg.scatter, k)) {
-      items.push_back({b.src() + p.src, cfg.block_bytes, remote.dst, p.dst});
+  if (cfg.blocks > 0) {
+    const Region& mine = b.device != nullptr ? b.device_region : b.region;
+    const uint64_t src_at = static_cast<uint64_t>(b.src() - static_cast<uint8_t*>(mine.base));
+    remote.pools = must(conn.prepare_blocks(std::span(&mine, 1), std::span(&remote.dst, 1)), "prepare the pools");
+    for (int k = 0; k < kBlockLayouts; ++k) {
+      std::vector<Block>& blocks = remote.batches.emplace_back();
+      for (const BlockPlace& p : block_layout(cfg.blocks, cfg.block_bytes, cfg.scatter, k)) {
+        blocks.push_back({0, 0, src_at + p.src, p.dst, cfg.block_bytes});
+      }
     }
   }
   must(send_text(conn, boot, encode(must(export_buffers(engine, b), "export buffers"))), "descriptors");
