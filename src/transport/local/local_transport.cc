@@ -361,6 +361,66 @@ void LocalTransport::start_write(const std::shared_ptr<TransferState>& state, tr
 
 void LocalTransport::start_write_batch(const std::shared_ptr<TransferState>& state, transport::WriteBatch batch,
                                        std::string_view /*note*/, uint64_t /*note_seq*/) {
+  const RemoteDescriptor& first = batch.targets.front().remote;
+  bool one_export = std::all_of(batch.targets.begin(), batch.targets.end(), [&](const auto& t) {
+    return t.remote.export_id == first.export_id && t.remote.key == first.key;
+  });
+  if (!one_export) {
+    start_each(state, std::move(batch));
+    return;
+  }
+  // A KV cache's blocks all go into one pool: one copy of every block.
+  std::weak_ptr<transport::ConnectionCore> self = core_.weak_from_this();
+  auto shared = std::make_shared<transport::WriteBatch>(std::move(batch));
+  with_export(first, [this, self, state, shared](Result<const ExportInfo*> info) {
+    auto core = self.lock();  // the transport lives as long as its core
+    if (!core) return;
+    if (!info.ok()) {
+      state->finish_part(info.status());
+      return;
+    }
+    run_batch(state, shared, **info);
+  });
+}
+
+void LocalTransport::run_batch(const std::shared_ptr<TransferState>& state,
+                               const std::shared_ptr<transport::WriteBatch>& batch, const ExportInfo& info) {
+  std::vector<SharedSpan> remote;
+  for (const transport::WriteBatch::Target& t : batch->targets) {
+    if (t.offset > info.length || t.size > info.length - t.offset) {
+      state->finish_part(Status(Code::kOutOfRange, where() + ": access past the end of export " +
+                                                       std::to_string(t.remote.export_id)));
+      return;
+    }
+    std::vector<SharedSpan> part = slice_spans(info.spans, t.offset, t.size);
+    remote.insert(remote.end(), part.begin(), part.end());
+  }
+  const uint64_t size = batch->source.total();
+  if (size == 0) {
+    state->finish_part(Status());
+    return;
+  }
+  if (!LocalCopier::can_execute(batch->source, remote)) {
+    start_each(state, std::move(*batch));  // the peer copies its parts
+    return;
+  }
+  // Held until the copy ends (the completion owns it): dereg waits for it.
+  auto access = std::make_shared<core::ChunkAccess>(batch->source, 0, size);
+  if (!access->ok()) {
+    state->finish_part(Status(Code::kNotFound, where() + ": local buffer was deregistered"));
+    return;
+  }
+  Status s = copier_.start(
+      batch->source, remote, size, /*to_remote=*/true,
+      [state, access, batch](const Status& st) { state->finish_part(st); }, copy_by());
+  if (!s.ok()) state->finish_part(s.with_context(where()));
+  if (copier_.busy()) {
+    local_work_.store(true, std::memory_order_release);
+    channel_.kick();
+  }
+}
+
+void LocalTransport::start_each(const std::shared_ptr<TransferState>& state, transport::WriteBatch batch) {
   // Each item is copied on its own; the batch ends with the last of them.
   auto items_state = std::make_shared<TransferState>(0, static_cast<int>(batch.targets.size()));
   items_state->on_finish([state](const Status& s) { state->finish_part(s); });

@@ -118,6 +118,12 @@ class LocalTransport final : public transport::Transport {
   using Item = transport::RemoteItem;
 
   const std::string& where() const { return core_.where(); }
+  // A batch into one export, once the peer opened it: one copy of every
+  // item (or each on its own where this side cannot copy it).
+  void run_batch(const std::shared_ptr<TransferState>& state, const std::shared_ptr<transport::WriteBatch>& batch,
+                 const ExportInfo& info);
+  // A batch item by item; finishes one part of `state` with the last.
+  void start_each(const std::shared_ptr<TransferState>& state, transport::WriteBatch batch);
 
   // Posting messages. post() never blocks the progress thread: what does not
   // fit in the ring now waits in outbox_ (order kept); a message that could
