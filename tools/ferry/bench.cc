@@ -319,6 +319,8 @@ class InterruptLatch {
 };
 
 // One session per GPU, all at once; per-GPU and aggregate bandwidth per size.
+void print_table(const RunConfig& cfg, const std::vector<SizeResult>& rs);
+
 int run_gpus(const BenchFlags& f, const Options& o, RunConfig cfg, const std::string& peer) {
   std::vector<int> gpus = parse_gpu_list(f.gpus);
   std::vector<int> peers = f.peer_gpus.empty() ? gpus : parse_gpu_list(f.peer_gpus);
@@ -393,6 +395,16 @@ int run_gpus(const BenchFlags& f, const Options& o, RunConfig cfg, const std::st
                               .c_str());
     }
     return 0;
+  }
+  if (cfg.blocks > 0) {
+    // Each pair's batch against its own contiguous anchor.
+    bool bad = false;
+    for (size_t i = 0; i < n; ++i) {
+      std::printf("%s->%s\n", side_name(gpus[i]).c_str(), side_name(peers[i]).c_str());
+      print_table(cfg, results[i]);
+      for (const SizeResult& r : results[i]) bad = bad || r.verified == "FAILED";
+    }
+    return bad ? 3 : 0;
   }
   std::printf("%-12s", "size");
   for (size_t i = 0; i < n; ++i) std::printf(" %9s", (side_name(gpus[i]) + "->" + side_name(peers[i])).c_str());

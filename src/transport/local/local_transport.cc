@@ -392,8 +392,16 @@ void LocalTransport::run_batch(const std::shared_ptr<TransferState>& state,
                                                        std::to_string(t.remote.export_id)));
       return;
     }
-    std::vector<SharedSpan> part = slice_spans(info.spans, t.offset, t.size);
-    remote.insert(remote.end(), part.begin(), part.end());
+    for (const SharedSpan& part : slice_spans(info.spans, t.offset, t.size)) {
+      // Blocks that continue each other in one allocation: one span, one copy.
+      SharedSpan* last = remote.empty() ? nullptr : &remote.back();
+      if (last != nullptr && last->kind == part.kind && last->alloc_id == part.alloc_id &&
+          last->alloc_base == part.alloc_base && last->address + last->length == part.address) {
+        last->length += part.length;
+      } else {
+        remote.push_back(part);
+      }
+    }
   }
   const uint64_t size = batch->source.total();
   if (size == 0) {
