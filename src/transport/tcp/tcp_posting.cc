@@ -63,6 +63,32 @@ void TcpTransport::start_send(const std::shared_ptr<TransferState>& state, core:
   written_or_failed(op, write_control(h, {}, eager ? &source : nullptr), state, /*whole=*/true);
 }
 
+namespace {
+
+// A write's or read's frame: operation `op` on `size` bytes of the peer's
+// export at `item.offset`.
+FrameHeader remote_access(FrameType type, uint64_t op, const transport::RemoteItem& item, uint64_t size) {
+  FrameHeader h;
+  h.type = type;
+  h.id = op;
+  h.a = item.remote.export_id;
+  h.b = item.remote.key;
+  h.c = item.offset;
+  h.d = size;
+  return h;
+}
+
+}  // namespace
+
+void TcpTransport::queue_chunks(uint64_t op, std::shared_ptr<OutOp> out) {
+  std::shared_ptr<TransferState> state = out->state;
+  {
+    platform::MutexLock lock(mu_);
+    sending_[op] = out;
+  }
+  if (!chunks_.push(std::move(out))) state->finish_part(core_.usable());
+}
+
 void TcpTransport::start_write(const std::shared_ptr<TransferState>& state, transport::RemoteItem item,
                                std::string_view note, uint64_t note_seq) {
   uint64_t size = item.local.total();
@@ -71,13 +97,7 @@ void TcpTransport::start_write(const std::shared_ptr<TransferState>& state, tran
     state->finish_part(core_.usable());
     return;
   }
-  FrameHeader h;
-  h.type = FrameType::kWrite;
-  h.id = op;
-  h.a = item.remote.export_id;
-  h.b = item.remote.key;
-  h.c = item.offset;
-  h.d = size;
+  FrameHeader h = remote_access(FrameType::kWrite, op, item, size);
   h.e = note_seq;  // every chunk carries it: any may arrive first
   if (size <= ctx_->options.inline_max) {
     h.payload_len = static_cast<uint32_t>(size);
@@ -93,11 +113,7 @@ void TcpTransport::start_write(const std::shared_ptr<TransferState>& state, tran
   out->state = state;
   out->paths = paths_for(out->source);
   out->chunk_bytes = chunk_for(out->source, out->paths);
-  {
-    platform::MutexLock lock(mu_);
-    sending_[op] = out;
-  }
-  if (!chunks_.push(std::move(out))) state->finish_part(core_.usable());
+  queue_chunks(op, std::move(out));
 }
 
 void TcpTransport::start_write_batch(const std::shared_ptr<TransferState>& state, transport::WriteBatch batch,
@@ -135,11 +151,7 @@ void TcpTransport::start_write_batch(const std::shared_ptr<TransferState>& state
   uint64_t chunk = chunk_for(out->source, out->paths);
   out->chunk_bytes = table->chunk_limit(chunk != 0 ? chunk : ctx_->options.chunk_bytes);
   out->blocks = std::move(table);
-  {
-    platform::MutexLock lock(mu_);
-    sending_[op] = out;
-  }
-  if (!chunks_.push(std::move(out))) state->finish_part(core_.usable());
+  queue_chunks(op, std::move(out));
 }
 
 void TcpTransport::start_read(const std::shared_ptr<TransferState>& state, transport::RemoteItem item) {
@@ -150,13 +162,7 @@ void TcpTransport::start_read(const std::shared_ptr<TransferState>& state, trans
     state->finish_part(core_.usable());
     return;
   }
-  FrameHeader h;
-  h.type = FrameType::kReadReq;
-  h.id = op;
-  h.a = item.remote.export_id;
-  h.b = item.remote.key;
-  h.c = item.offset;
-  h.d = landing->size;
+  FrameHeader h = remote_access(FrameType::kReadReq, op, item, landing->size);
   (void)write_control(h, {}, nullptr);  // a failure fails the connection, which finishes the read
 }
 

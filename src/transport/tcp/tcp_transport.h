@@ -208,6 +208,9 @@ class TcpTransport final : public transport::Transport {
   // After `op`'s frame was written with result `s`: a local failure (not
   // the connection's) ends `state` (`whole`) or its part.
   void written_or_failed(uint64_t op, const Status& s, const std::shared_ptr<TransferState>& state, bool whole);
+  // Lists write `op` as sending and hands its chunks to the paths; fails
+  // one part of its state if the queue stopped.
+  void queue_chunks(uint64_t op, std::shared_ptr<OutOp> out);
 
   // Takes control_write_mu_ if it comes free within 100 ms (tried once a
   // millisecond: ThreadSanitizer does not follow the clock-based lock behind
