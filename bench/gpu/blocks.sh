@@ -46,3 +46,5 @@ echo "== results ($(date -u +%F), $(nvidia-smi --query-gpu=name --format=csv,noh
 echo "block gpu tests rc=$block_rc  tcp gpu tests rc=$tcp_rc  local multi-GPU rc=$multi_rc"
 echo "transport  blocks  GB/s  p50_us  contig_GB/s  contig_p50_us  ratio  verify"
 printf '%s\n' "${rows[@]}"
+bad=$(printf '%s\n' "${rows[@]}" | grep -c -v " ok$")
+[ "$block_rc$tcp_rc$multi_rc" = 000 ] && [ "$bad" = 0 ] || { echo "FAILED: a test failed or a row did not verify"; exit 1; }

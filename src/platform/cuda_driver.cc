@@ -73,6 +73,9 @@ CudaDriver load_driver() {
   need("cuModuleUnload", d.module_unload);
   need("cuModuleGetFunction", d.module_get_function);
   need("cuLaunchKernel", d.launch_kernel);
+  if (missing.ok() && !lib->lookup_optional("cuMemcpyBatchAsync_v2", d.memcpy_batch_async_v2)) {
+    (void)lib->lookup_optional("cuMemcpyBatchAsync", d.memcpy_batch_async_v1);
+  }
   // A driver without a device (or too old for one entry point) counts as none.
   if (!missing.ok() || init(0) != cu::kSuccess) return CudaDriver{};
   d.init = init;
@@ -80,6 +83,18 @@ CudaDriver load_driver() {
 }
 
 }  // namespace
+
+cu::Result CudaDriver::memcpy_batch(cu::DevicePtr* dsts, cu::DevicePtr* srcs, size_t* sizes, size_t count,
+                                    cu::Stream stream) const {
+  cu::MemcpyAttributes attrs{};
+  attrs.src_access_order = cu::kMemcpySrcAccessOrderStream;
+  size_t first = 0;  // every copy takes attrs
+  if (memcpy_batch_async_v2 != nullptr) {
+    return memcpy_batch_async_v2(dsts, srcs, sizes, count, &attrs, &first, 1, stream);
+  }
+  size_t failed_at = 0;
+  return memcpy_batch_async_v1(dsts, srcs, sizes, count, &attrs, &first, 1, &failed_at, stream);
+}
 
 Status CudaDriver::check(cu::Result r, const char* call, Code code) const {
   if (r == cu::kSuccess) return Status();

@@ -48,6 +48,14 @@ struct MemAccessDesc {
   MemLocation location;
   int flags;
 };
+// CUmemcpyAttributes (cuMemcpyBatchAsync, CUDA 12.8 on).
+struct MemcpyAttributes {
+  int src_access_order;
+  MemLocation src_loc_hint;
+  MemLocation dst_loc_hint;
+  unsigned flags;
+};
+inline constexpr int kMemcpySrcAccessOrderStream = 1;
 
 inline constexpr Result kSuccess = 0;
 inline constexpr Result kNotReady = 600;
@@ -123,6 +131,17 @@ struct CudaDriver {
   cu::Result (*module_get_function)(cu::Function*, cu::Module, const char*) = nullptr;
   cu::Result (*launch_kernel)(cu::Function, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                               cu::Stream, void**, void**) = nullptr;
+  // Optional: many copies in one call (drivers of CUDA 12.8 on; the CUDA 13
+  // entry point drops the failure index). Null where the driver lacks both.
+  cu::Result (*memcpy_batch_async_v2)(cu::DevicePtr*, cu::DevicePtr*, size_t*, size_t, cu::MemcpyAttributes*, size_t*,
+                                      size_t, cu::Stream) = nullptr;
+  cu::Result (*memcpy_batch_async_v1)(cu::DevicePtr*, cu::DevicePtr*, size_t*, size_t, cu::MemcpyAttributes*, size_t*,
+                                      size_t, size_t*, cu::Stream) = nullptr;
+  bool has_memcpy_batch() const { return memcpy_batch_async_v2 != nullptr || memcpy_batch_async_v1 != nullptr; }
+  // `count` device-to-device copies queued on `stream` in one call, each
+  // ordered on the stream. REQUIRES: has_memcpy_batch().
+  cu::Result memcpy_batch(cu::DevicePtr* dsts, cu::DevicePtr* srcs, size_t* sizes, size_t count,
+                          cu::Stream stream) const;
 
   // True when libcuda loaded, every entry point resolved and cuInit succeeded.
   bool available() const { return init != nullptr; }

@@ -121,8 +121,8 @@ Result<cu::Event> LocalCopier::take_event(int device) {
   return e;
 }
 
-Status LocalCopier::copy_gpu_piece(uint8_t* local, int local_device, const SharedSpan& remote, uint64_t n,
-                                   bool to_remote, std::vector<int>& used) {
+Result<LocalCopier::GpuCopy> LocalCopier::gpu_piece(uint8_t* local, int local_device, const SharedSpan& remote,
+                                                     uint64_t n, bool to_remote) {
   const auto& d = platform::cuda();
   if (!d.available()) return Status(Code::kUnimplemented, "GPU memory on a host without a CUDA driver");
   // The copy runs in the context of the local GPU. With only host memory
@@ -133,30 +133,61 @@ Status LocalCopier::copy_gpu_piece(uint8_t* local, int local_device, const Share
     return Status(Code::kUnavailable, "the peer's GPU " + std::string(remote.pci.data()) +
                                           " is not visible to this process (CUDA_VISIBLE_DEVICES?)");
   }
+  if (!remote.gpu()) return Status(Code::kInternal, "local copier: GPU memory paired with the peer's host memory");
   platform::DeviceScope on(device);
   FERRY_RETURN_IF_ERROR(on.status());
-  uint8_t* far = nullptr;
-  if (remote.gpu()) {
-    FERRY_ASSIGN_OR_RETURN(far, imports_.map(this, peer_engine_, peer_pid_, remote, device));
-  } else {
-    return Status(Code::kInternal, "local copier: GPU memory paired with the peer's host memory");
+  FERRY_ASSIGN_OR_RETURN(uint8_t* far, imports_.map(this, peer_engine_, peer_pid_, remote, device));
+  GpuCopy c;
+  c.device = device;
+  c.dst = to_remote ? far : local;
+  c.src = to_remote ? local : far;
+  c.n = n;
+  c.host_dst = to_remote ? false : local_device < 0;  // `far` is always GPU memory
+  c.host_src = to_remote ? local_device < 0 : false;
+  return c;
+}
+
+Status LocalCopier::queue_gpu_copies(const std::vector<GpuCopy>& copies, std::vector<int>& used) {
+  const auto& d = platform::cuda();
+  std::vector<cu::DevicePtr> dsts, srcs;
+  std::vector<size_t> sizes;
+  for (size_t i = 0; i < copies.size();) {
+    const GpuCopy& c = copies[i];
+    platform::DeviceScope on(c.device);
+    FERRY_RETURN_IF_ERROR(on.status());
+    platform::MutexLock lock(mu_);
+    FERRY_ASSIGN_OR_RETURN(cu::Stream s, stream_for(c.device));
+    if (std::find(used.begin(), used.end(), c.device) == used.end()) used.push_back(c.device);
+    // The run of device-to-device copies on this device that starts here.
+    size_t end = i;
+    while (end < copies.size() && copies[end].device == c.device && !copies[end].host_src && !copies[end].host_dst) {
+      ++end;
+    }
+    if (end - i >= 2 && d.has_memcpy_batch()) {
+      dsts.clear();
+      srcs.clear();
+      sizes.clear();
+      for (size_t k = i; k < end; ++k) {
+        dsts.push_back(reinterpret_cast<cu::DevicePtr>(copies[k].dst));
+        srcs.push_back(reinterpret_cast<cu::DevicePtr>(copies[k].src));
+        sizes.push_back(copies[k].n);
+      }
+      FERRY_RETURN_IF_ERROR(d.check(d.memcpy_batch(dsts.data(), srcs.data(), sizes.data(), sizes.size(), s),
+                                    "cuMemcpyBatchAsync", Code::kInternal));
+      i = end;
+      continue;
+    }
+    cu::Result r;
+    if (c.host_src) {
+      r = d.memcpy_htod_async(reinterpret_cast<cu::DevicePtr>(c.dst), c.src, c.n, s);
+    } else if (c.host_dst) {
+      r = d.memcpy_dtoh_async(c.dst, reinterpret_cast<cu::DevicePtr>(c.src), c.n, s);
+    } else {
+      r = d.memcpy_dtod_async(reinterpret_cast<cu::DevicePtr>(c.dst), reinterpret_cast<cu::DevicePtr>(c.src), c.n, s);
+    }
+    FERRY_RETURN_IF_ERROR(d.check(r, "cuMemcpyAsync", Code::kInternal));
+    ++i;
   }
-  platform::MutexLock lock(mu_);
-  FERRY_ASSIGN_OR_RETURN(cu::Stream s, stream_for(device));
-  uint8_t* dst = to_remote ? far : local;
-  uint8_t* src = to_remote ? local : far;
-  bool host_dst = to_remote ? false : local_device < 0;  // `far` is always GPU memory
-  bool host_src = to_remote ? local_device < 0 : false;
-  cu::Result r;
-  if (host_src) {
-    r = d.memcpy_htod_async(reinterpret_cast<cu::DevicePtr>(dst), src, n, s);
-  } else if (host_dst) {
-    r = d.memcpy_dtoh_async(dst, reinterpret_cast<cu::DevicePtr>(src), n, s);
-  } else {
-    r = d.memcpy_dtod_async(reinterpret_cast<cu::DevicePtr>(dst), reinterpret_cast<cu::DevicePtr>(src), n, s);
-  }
-  FERRY_RETURN_IF_ERROR(d.check(r, "cuMemcpyAsync", Code::kInternal));
-  if (std::find(used.begin(), used.end(), device) == used.end()) used.push_back(device);
   return Status();
 }
 
@@ -177,6 +208,7 @@ Status LocalCopier::start(const core::SegmentList& local, const std::vector<Shar
     ~Running() { n.fetch_sub(1, std::memory_order_acq_rel); }
   } running{host_copies_};
   std::vector<iovec> near_iov, far_iov;
+  std::vector<GpuCopy> gpu;  // queued after the walk, runs of them in one call
   std::vector<int> used;
   // A failure after GPU pieces were queued: they end before the caller hears
   // of it (and lets go of the memory they use).
@@ -216,8 +248,9 @@ Status LocalCopier::start(const core::SegmentList& local, const std::vector<Shar
         return abandon(
             Status(Code::kUnimplemented, "this side cannot copy between its GPU and the peer's host memory"));
       }
-      Status s = copy_gpu_piece(near, near_gpu ? l.region->region.device : -1, part, n, to_remote, used);
-      if (!s.ok()) return abandon(s);
+      auto piece = gpu_piece(near, near_gpu ? l.region->region.device : -1, part, n, to_remote);
+      if (!piece.ok()) return abandon(piece.status());
+      gpu.push_back(*piece);
     }
     left -= n;
     loff += n;
@@ -225,6 +258,7 @@ Status LocalCopier::start(const core::SegmentList& local, const std::vector<Shar
     if (loff == l.size) ++li, loff = 0;
     if (roff == r.length) ++ri, roff = 0;
   }
+  if (Status q = queue_gpu_copies(gpu, used); !q.ok()) return abandon(q);
   if (by == HostCopyBy::kHelpers && used.empty() && size >= kOffloadBytes &&
       offload(near_iov, far_iov, to_remote, done)) {
     return Status();

@@ -152,8 +152,19 @@ class LocalCopier {
   // The caller made the device's context current.
   Result<platform::cu::Stream> stream_for(int device) REQUIRES(mu_);
   Result<platform::cu::Event> take_event(int device) REQUIRES(mu_);
-  Status copy_gpu_piece(uint8_t* local, int local_device, const SharedSpan& remote, uint64_t n, bool to_remote,
-                        std::vector<int>& used);
+  // One GPU piece of a copy, mapped, in the context of `device`.
+  struct GpuCopy {
+    int device = -1;
+    uint8_t* dst = nullptr;
+    uint8_t* src = nullptr;
+    uint64_t n = 0;
+    bool host_src = false, host_dst = false;
+  };
+  Result<GpuCopy> gpu_piece(uint8_t* local, int local_device, const SharedSpan& remote, uint64_t n, bool to_remote);
+  // Queues `copies` on their devices' streams, adding each device to `used`:
+  // runs of device-to-device copies on one device in one driver call where
+  // the driver has cuMemcpyBatchAsync (a KV cache's blocks), the rest one by one.
+  Status queue_gpu_copies(const std::vector<GpuCopy>& copies, std::vector<int>& used);
 
   GpuImports& imports_;
   const uint64_t peer_engine_;
