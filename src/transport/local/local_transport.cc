@@ -392,14 +392,26 @@ void LocalTransport::run_batch(const std::shared_ptr<TransferState>& state,
                                                        std::to_string(t.remote.export_id)));
       return;
     }
-    for (const SharedSpan& part : slice_spans(info.spans, t.offset, t.size)) {
+    // The export's spans that hold [offset, offset + size), walked in place.
+    uint64_t skip = t.offset, left = t.size;
+    for (const SharedSpan& s : info.spans) {
+      if (left == 0) break;
+      if (skip >= s.length) {
+        skip -= s.length;
+        continue;
+      }
+      uint64_t address = s.address + skip, length = std::min(left, s.length - skip);
+      skip = 0;
+      left -= length;
       // Blocks that continue each other in one allocation: one span, one copy.
       SharedSpan* last = remote.empty() ? nullptr : &remote.back();
-      if (last != nullptr && last->kind == part.kind && last->alloc_id == part.alloc_id &&
-          last->alloc_base == part.alloc_base && last->address + last->length == part.address) {
-        last->length += part.length;
+      if (last != nullptr && last->kind == s.kind && last->alloc_id == s.alloc_id &&
+          last->alloc_base == s.alloc_base && last->address + last->length == address) {
+        last->length += length;
       } else {
-        remote.push_back(part);
+        remote.push_back(s);
+        remote.back().address = address;
+        remote.back().length = length;
       }
     }
   }
