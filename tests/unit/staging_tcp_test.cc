@@ -160,6 +160,38 @@ TEST_F(StagedTcp, SendvRecvvScatterGatherThroughSlotsSmallerThanTheSendersChunks
   EXPECT_EQ(got, want);
 }
 
+// A KV cache's write staged on both sides: hundreds of small scattered
+// blocks go through slots many to a slot (split where a slot ends), with
+// slow copies, and land whole before the write completes.
+TEST_F(StagedTcp, ScatteredBlocksLandThroughSharedSlots) {
+  Options o;
+  o.staging_chunk_bytes = 64 * 1024;
+  start(o, o, /*copy_delay=*/100us);
+  auto desc = y_.engine->export_region(y_.region);
+  ASSERT_TRUE(desc.ok());
+  auto pools = xc_->prepare_blocks(std::span(&x_.region, 1), std::span(&desc.value(), 1));
+  ASSERT_TRUE(pools.ok()) << pools.status().to_string();
+  std::mt19937_64 rng(23);
+  fill(x_.at(0), 8 << 20, 3);
+  std::vector<Block> blocks;
+  std::vector<size_t> dst_slots(600);
+  for (size_t i = 0; i < dst_slots.size(); ++i) dst_slots[i] = i;
+  std::shuffle(dst_slots.begin(), dst_slots.end(), rng);
+  for (size_t i = 0; i < 300; ++i) {
+    uint64_t size = 1 + rng() % 20000;  // odd sizes, some past a 64 KiB slot in a few blocks
+    blocks.push_back({0, 0, (rng() % 400) * 20000 + rng() % 16, dst_slots[i] * 20032 + 3, size});
+  }
+  std::memset(y_.at(0), 0, 16 << 20);
+  ASSERT_TRUE(xc_->write_blocks_async(*pools, blocks, "kv").wait(after(30s)).ok());
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const Block& b = blocks[i];
+    ASSERT_EQ(0, std::memcmp(y_.at(b.remote_offset), x_.at(b.local_offset), b.size)) << "block " << i;
+  }
+  auto note = yc_->wait_notification(after(5s));
+  ASSERT_TRUE(note.ok()) << note.status().to_string();
+  EXPECT_EQ(note.value(), "kv");
+}
+
 TEST_F(StagedTcp, WriteReadAndNotificationsSeeTheirDataInPlace) {
   Options o;
   o.staging_chunk_bytes = 128 * 1024;

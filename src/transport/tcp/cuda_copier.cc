@@ -74,6 +74,31 @@ class CudaCopier final : public Copier {
     return Status();
   }
 
+  Status copy_many(int device, std::span<const Op> many) override {
+    const platform::CudaDriver& d = platform::cuda();
+    if (many.size() < 2 || !d.available() || !d.has_memcpy_batch() || device < 0) {
+      return Copier::copy_many(device, many);
+    }
+    platform::DeviceScope scope(device);
+    if (!scope.ok()) return scope.status();
+    auto stream = stream_of(device);
+    if (!stream.ok()) return stream.status();
+    dsts_.clear();
+    srcs_.clear();
+    sizes_.clear();
+    for (const Op& op : many) {
+      dsts_.push_back(dptr(op.dst));
+      srcs_.push_back(dptr(op.src));
+      sizes_.push_back(op.n);
+    }
+    FERRY_RETURN_IF_ERROR(d.check(d.memcpy_batch(dsts_.data(), srcs_.data(), sizes_.data(), sizes_.size(),
+                                                 stream.value()),
+                                  "cuMemcpyBatchAsync"));
+    devices_[static_cast<size_t>(device)].dirty = true;
+    last_device_ = device;
+    return Status();
+  }
+
   Result<uint64_t> fence() override {
     const platform::CudaDriver& d = platform::cuda();
     Pending p;
@@ -192,6 +217,8 @@ class CudaCopier final : public Copier {
   uint64_t issued_ = 0;
   uint64_t completed_ = 0;
   int last_device_ = -1;
+  std::vector<DevicePtr> dsts_, srcs_;  // copy_many's arguments, kept between calls
+  std::vector<size_t> sizes_;
 };
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 
 #include "ferry/status.h"
 
@@ -35,6 +36,18 @@ class Copier {
   // Queues a copy of `n` bytes from `src` to `dst` (either may be device
   // memory of `device`, addressed by unified addressing). Non-blocking.
   virtual Status copy(int device, void* dst, const void* src, size_t n) = 0;
+  // Queues every copy of `many` on `device`, in order: as copy() one by one,
+  // unless a copier can queue them at once (a chunk of many small blocks).
+  // On failure, some of them may have been queued. Non-blocking.
+  struct Op {
+    void* dst;
+    const void* src;
+    size_t n;
+  };
+  virtual Status copy_many(int device, std::span<const Op> many) {
+    for (const Op& op : many) FERRY_RETURN_IF_ERROR(copy(device, op.dst, op.src, op.n));
+    return Status();
+  }
   // A ticket for every copy queued so far. Non-blocking. A failed fence
   // covers nothing: the caller sync()s before it lets the copies' memory go.
   virtual Result<uint64_t> fence() = 0;

@@ -44,23 +44,35 @@ Status TxStager::stage(std::span<const Piece> pieces, Staged& out) {
     if (!slot.ok()) return slot.status();
     out.slot = slot.value();
   }
+  // The staged pieces go to the copier together, a run per device (a chunk
+  // of a KV cache's blocks is hundreds of them).
   size_t at = 0;
+  ops_.clear();
+  int ops_device = -1;
+  Status s;
   for (const Piece& p : pieces) {
     if (!p.staged) {
       out.iov.push_back({p.data, p.size});
       continue;
     }
-    uint8_t* dst = out.slot->data + at;
-    Status s = copier_->copy(p.device, dst, p.data, p.size);
-    if (!s.ok()) {
-      // The pieces before this one are being copied from the source into
-      // the slot: both stay untouched until they end.
-      if (at > 0) copier_->wait_all();
-      release(out);
-      return s;
+    if (!ops_.empty() && p.device != ops_device) {
+      s = copier_->copy_many(ops_device, ops_);
+      ops_.clear();
+      if (!s.ok()) break;
     }
+    ops_device = p.device;
+    uint8_t* dst = out.slot->data + at;
+    ops_.push_back({dst, p.data, p.size});
     out.iov.push_back({dst, p.size});
     at += p.size;
+  }
+  if (s.ok() && !ops_.empty()) s = copier_->copy_many(ops_device, ops_);
+  if (!s.ok()) {
+    // Pieces already queued are being copied from the source into the
+    // slot: both stay untouched until they end.
+    if (at > 0) copier_->wait_all();
+    release(out);
+    return s;
   }
   if (out.slot != nullptr) {
     auto t = copier_->fence();
@@ -104,33 +116,58 @@ Status RxStager::receive(int fd, std::span<const Piece> pieces, Done done) {
     if (ticket != 0) (void)copier_->wait(ticket);
     return why;
   };
+  // Staged bytes are gathered: as many pieces (or parts of one) of a device
+  // as a slot holds arrive with one receive and leave with one fence (a
+  // chunk of a KV cache's blocks is hundreds of small pieces).
+  StagingRing::Slot* slot = nullptr;
+  int slot_device = -1;
+  size_t filled = 0;
+  ops_.clear();
+  auto flush = [&]() -> Status {
+    if (slot == nullptr) return Status();
+    StagingRing::Slot* s = slot;
+    slot = nullptr;
+    Status st = platform::recv_exact(fd, s->data, filled);
+    bool queued = false;
+    if (st.ok()) {
+      st = copier_->copy_many(slot_device, ops_);
+      queued = true;  // some of them, perhaps, even on failure
+    }
+    ops_.clear();
+    filled = 0;
+    Result<uint64_t> t = st.ok() ? copier_->fence() : Result<uint64_t>(st);
+    // A copy out of the slot that no fence covers ends before the slot
+    // can be reused.
+    if (!t.ok() && queued) (void)copier_->sync();
+    ring_.release(s);
+    if (!t.ok()) return t.status();
+    s->ticket = ticket = last_ticket_ = t.value();
+    return Status();
+  };
   for (const Piece& p : pieces) {
     if (!p.staged) {
+      if (Status st = flush(); !st.ok()) return abandon(st);
       struct iovec v = {p.data, p.size};
       if (Status st = platform::recv_all(fd, &v, 1); !st.ok()) return abandon(st);
       continue;
     }
     for (size_t off = 0; off < p.size;) {
-      size_t n = std::min(ring_.slot_bytes(), p.size - off);
-      auto slot = ring_.acquire(p.device);
-      if (!slot.ok()) return abandon(slot.status());
-      StagingRing::Slot* s = slot.value();
-      Status st = platform::recv_exact(fd, s->data, n);
-      bool queued = false;
-      if (st.ok()) {
-        st = copier_->copy(p.device, p.data + off, s->data, n);
-        queued = st.ok();
+      if (slot != nullptr && (slot_device != p.device || filled == ring_.slot_bytes())) {
+        if (Status st = flush(); !st.ok()) return abandon(st);
       }
-      Result<uint64_t> t = st.ok() ? copier_->fence() : Result<uint64_t>(st);
-      // A copy out of the slot that no fence covers ends before the slot
-      // can be reused.
-      if (!t.ok() && queued) (void)copier_->sync();
-      ring_.release(s);
-      if (!t.ok()) return abandon(t.status());
-      s->ticket = ticket = last_ticket_ = t.value();
+      if (slot == nullptr) {
+        auto acquired = ring_.acquire(p.device);
+        if (!acquired.ok()) return abandon(acquired.status());
+        slot = acquired.value();
+        slot_device = p.device;
+      }
+      size_t n = std::min(ring_.slot_bytes() - filled, p.size - off);
+      ops_.push_back({p.data + off, slot->data + filled, n});
+      filled += n;
       off += n;
     }
   }
+  if (Status st = flush(); !st.ok()) return abandon(st);
   if (ticket == 0) return then(std::move(done));
   fifo_.push_back(Entry{ticket, std::move(done)});
   return Status();

@@ -89,6 +89,7 @@ class TxStager {
   std::unique_ptr<Copier> copier_;
   StagingRing ring_;
   uint64_t last_ticket_ = 0;
+  std::vector<Copier::Op> ops_;  // stage()'s copies, kept between calls
 };
 
 class RxStager {
@@ -131,6 +132,7 @@ class RxStager {
   StagingRing ring_;
   std::deque<Entry> fifo_;
   uint64_t last_ticket_ = 0;
+  std::vector<Copier::Op> ops_;  // receive()'s copies of one slot, kept between calls
 };
 
 }  // namespace ferry::tcp
