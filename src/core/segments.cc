@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 namespace ferry::core {
 
@@ -91,12 +92,20 @@ ChunkAccess::ChunkAccess(const SegmentList& list, uint64_t offset, uint64_t size
   std::vector<const RegionRef*> refs;
   list.regions(offset, size, refs);
   // A region appears once even if several spans of the chunk lie in it (its
-  // lock is not recursive). A chunk of a batched write has hundreds of spans
-  // in a few regions: each is compared with the distinct ones only.
-  std::vector<const void*> held;
+  // lock is not recursive), and the regions are taken in one order, by
+  // address, whatever order the spans name them in: two chunks of batched
+  // writes over the same pools, taken on two threads, never wait on each
+  // other's regions. A chunk has hundreds of spans in a few regions: each is
+  // compared with the distinct ones only.
+  std::vector<const RegionRef*> distinct;
   for (const RegionRef* r : refs) {
-    if (std::find(held.begin(), held.end(), r->get()) != held.end()) continue;
-    held.push_back(r->get());
+    auto same = [r](const RegionRef* d) { return d->get() == r->get(); };
+    if (std::find_if(distinct.begin(), distinct.end(), same) == distinct.end()) distinct.push_back(r);
+  }
+  std::sort(distinct.begin(), distinct.end(),
+            [](const RegionRef* a, const RegionRef* b) { return std::less<>()(a->get(), b->get()); });
+  accesses_.reserve(distinct.size());
+  for (const RegionRef* r : distinct) {
     accesses_.emplace_back(*r);
     if (!accesses_.back().ok()) ok_ = false;
   }

@@ -4,6 +4,7 @@
 // past it the connection fails with kResourceExhausted, and the engine goes
 // on serving other peers.
 #include "hostile_peer.h"
+#include "sanitizer_build.h"
 
 namespace ferry::hostile {
 namespace {
@@ -86,6 +87,7 @@ TEST(TcpHostileMemory, WhatAFloodMadeTheEngineHoldGoesBackWithTheConnection) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "AddressSanitizer keeps freed memory in quarantine";
 #endif
+  if (sanitizer_build::kThread) GTEST_SKIP() << "ThreadSanitizer's allocator keeps freed memory for itself";
   constexpr size_t kHeld = 48u << 20;
   Options o = Target::options();
   o.connection_memory_bytes = kHeld;
