@@ -19,6 +19,7 @@
 #include "platform/interfaces.h"
 
 namespace ferry::local {
+class GatherKernels;
 class GpuExports;
 class GpuImports;
 }  // namespace ferry::local
@@ -47,6 +48,8 @@ struct EngineContext {
   // GPU memory shared with and opened from same-host peers (local transport).
   std::shared_ptr<local::GpuExports> gpu_exports;
   std::shared_ptr<local::GpuImports> gpu_imports;
+  // The kernel that copies batches of small GPU blocks (null: copy engines).
+  std::shared_ptr<local::GatherKernels> gather_kernels;
 };
 
 }  // namespace ferry::core

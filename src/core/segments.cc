@@ -23,6 +23,19 @@ void SegmentList::add(MemorySpan span) {
   spans_.push_back(std::move(span));
 }
 
+void SegmentList::add(const RegionRef& region, uint8_t* data, size_t size) {
+  if (size == 0) return;
+  if (!spans_.empty()) {
+    MemorySpan& last = spans_.back();
+    if (last.region.get() == region.get() && last.data + last.size == data) {
+      last.size += size;
+      total_ += size;
+      return;
+    }
+  }
+  add(MemorySpan{region, data, size});
+}
+
 SegmentList SegmentList::part(uint64_t offset, uint64_t size) const {
   SegmentList out;
   if (size == 0) return out;

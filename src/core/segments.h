@@ -28,6 +28,9 @@ struct SpanPiece {
 class SegmentList {
  public:
   void add(MemorySpan span);
+  // The same for `size` bytes at `data` of `region`, taking a reference to
+  // the region only for a new span (a batch of blocks adds thousands).
+  void add(const RegionRef& region, uint8_t* data, size_t size);
   uint64_t total() const { return total_; }
   bool empty() const { return spans_.empty(); }
   const std::vector<MemorySpan>& spans() const { return spans_; }

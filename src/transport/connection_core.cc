@@ -286,7 +286,7 @@ Transfer ConnectionCore::writev_async(std::span<const WriteItem> items, std::str
     if (a.size > 0) {
       auto* p = static_cast<uint8_t*>(const_cast<void*>(a.local));
       if (last != nullptr && core::holds(last->region, p, a.size)) {
-        batch.source.add(core::MemorySpan{last, p, a.size});
+        batch.source.add(last, p, a.size);
       } else {
         auto span = ctx_->registry.resolve_local(a.local, a.size, "write source");
         if (!span.ok()) return failed_transfer(span.status().with_context(where()));
@@ -358,7 +358,7 @@ Transfer ConnectionCore::write_blocks_async(const BlockPools& pools, std::span<c
                                  std::to_string(b.remote_offset) + " of remote pool " + std::to_string(b.remote_pool) +
                                  " of " + std::to_string(to.length) + ") runs past a pool's end"));
     }
-    batch.source.add(core::MemorySpan{from.region, from.data + b.local_offset, static_cast<size_t>(b.size)});
+    batch.source.add(from.region, from.data + b.local_offset, static_cast<size_t>(b.size));
     batch.targets.push_back({to, b.remote_offset, b.size});
   }
   return post_writes(std::move(batch), notification);

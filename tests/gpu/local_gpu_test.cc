@@ -1,7 +1,10 @@
 // Two processes on one host move GPU memory through the local transport:
 // every operation, GPU->GPU both ways, host->GPU and GPU->host, sizes from
 // 1 B to 1 GiB (odd ones, odd offsets, regions inside larger allocations),
-// data verified by the receiving process; memory from CUDA's virtual memory
+// data verified by the receiving process; batches of thousands of scattered
+// blocks of odd sizes and alignments GPU->GPU (the gather kernel's batches:
+// pieces cut, several launches, bytes copied one by one where the two ends
+// disagree modulo 16), every byte of the target checked; memory from CUDA's virtual memory
 // API split over several physical allocations; a region deregistered while
 // the peer holds its handle; memory allocated again at a freed address while
 // a failed connection still holds the old mapping; and no memory taken on a
@@ -13,11 +16,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -170,6 +175,71 @@ void one_case(Side& s, const char* op, bool a_sends, bool src_gpu, bool dst_gpu,
   }
 }
 
+// Block writes into the peer's GPU region: A writes batches of scattered
+// blocks (both sides draw the same layout from `seed`), B checks its whole
+// target span, blocks and the gaps between them.
+void block_batches(Side& s, const Region& gpu_region) {
+  constexpr size_t kSpan = 64u << 20;
+  std::optional<BlockPools> pools;
+  if (s.is_a) {
+    auto p = s.conn->prepare_blocks(std::span(&gpu_region, 1), std::span(&s.peer_gpu, 1));
+    EXPECT_OK(p.status(), "prepare_blocks");
+    if (p.ok()) pools = *p;
+  }
+  struct Shape {
+    size_t count;
+    uint64_t hi;    // sizes 1..hi, or exactly hi when `exact`
+    bool exact;
+    uint64_t align; // offsets are multiples of this
+  };
+  uint64_t seed = 4000;
+  for (Shape shape : {Shape{256, 16384, true, 16}, Shape{1024, 4096, true, 4096}, Shape{2500, 9000, false, 1},
+                      Shape{40, 300000, false, 16}}) {
+    ++seed;
+    std::mt19937_64 rng(seed);
+    const uint64_t slot = (shape.hi + 64 + shape.align - 1) / shape.align * shape.align;
+    std::vector<uint64_t> a(kSpan / slot), b(kSpan / slot);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = b[i] = i;
+    std::shuffle(a.begin(), a.end(), rng);
+    std::shuffle(b.begin(), b.end(), rng);
+    std::vector<Block> blocks;
+    for (size_t i = 0; i < shape.count && i < a.size(); ++i) {
+      uint64_t wiggle = shape.align == 1 ? 64 : 1;  // odd offsets on either side, independently
+      uint64_t n = shape.exact ? shape.hi : 1 + rng() % shape.hi;
+      blocks.push_back({0, 0, a[i] * slot + rng() % wiggle, b[i] * slot + rng() % wiggle, n});
+    }
+    std::string what = "block write of " + std::to_string(blocks.size()) + " blocks up to " +
+                       std::to_string(shape.hi) + " B GPU->GPU";
+    std::string note = "blocks" + std::to_string(seed);
+    if (s.is_a) {
+      fill(s.gpu_base, kSpan, seed);
+      sync(s);
+      if (pools) EXPECT_OK(s.conn->write_blocks_async(*pools, blocks, note).wait(soon()), what);
+      report(s, false, "", what);
+    } else {
+      poison(s.gpu_base, kSpan);
+      sync(s);
+      auto got = s.conn->wait_notification(soon());
+      std::string problem;
+      if (!got.ok() || *got != note) {
+        problem = got.ok() ? "notification '" + *got + "'" : got.status().to_string();
+      } else {
+        std::vector<uint8_t> expect(kSpan, 0), have(kSpan);
+        for (const Block& k : blocks) {
+          for (uint64_t i = 0; i < k.size; ++i) expect[k.remote_offset + i] = pattern_byte(seed, k.local_offset + i);
+        }
+        if (!copy_to(have.data(), s.gpu_base, kSpan)) problem = "copy back failed";
+        auto diff = std::mismatch(expect.begin(), expect.end(), have.begin());
+        if (problem.empty() && diff.first != expect.end()) {
+          problem = "byte " + std::to_string(diff.first - expect.begin()) + " of the target is " +
+                    std::to_string(*diff.second) + ", expected " + std::to_string(*diff.first);
+        }
+      }
+      report(s, true, problem, what);
+    }
+  }
+}
+
 size_t free_bytes(int device) {
   const auto& d = platform::cuda();
   platform::use_device(device);
@@ -235,6 +305,8 @@ int run(Side& s, int device) {
       }
     }
   }
+
+  block_batches(s, *gr);
 
   // sendv/recvv with parts in both kinds of memory on both sides.
   {

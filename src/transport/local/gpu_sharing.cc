@@ -150,6 +150,25 @@ void GpuImports::close(const Mapping& m) {
 
 Result<uint8_t*> GpuImports::map(const void* user, uint64_t peer_engine, pid_t peer_pid, const SharedSpan& span,
                                  int device) {
+  FERRY_ASSIGN_OR_RETURN(Opened opened, open(user, peer_engine, peer_pid, span, device));
+  return locate(opened, span);
+}
+
+Result<uint8_t*> GpuImports::locate(const Opened& opened, const SharedSpan& span) {
+  // decode_spans checked the span against the allocation it names; the
+  // mapping's size is what was opened (the first claim, or less).
+  uint64_t at = span.address - span.alloc_base;
+  if (span.alloc_base != opened.base || span.alloc_id != opened.alloc_id || span.address < span.alloc_base ||
+      at > opened.size || span.length > opened.size - at) {
+    return Status(Code::kDataLoss, "a GPU span of " + std::to_string(span.length) + " bytes at offset " +
+                                       std::to_string(at) + " runs past the peer's allocation of " +
+                                       std::to_string(opened.size) + " bytes");
+  }
+  return opened.local + at;
+}
+
+Result<GpuImports::Opened> GpuImports::open(const void* user, uint64_t peer_engine, pid_t peer_pid,
+                                            const SharedSpan& span, int device) {
   auto key = std::make_tuple(peer_pid, peer_engine, span.alloc_base, span.alloc_id, device);
   platform::MutexLock lock(mu_);
   auto it = maps_.find(key);
@@ -195,17 +214,9 @@ Result<uint8_t*> GpuImports::map(const void* user, uint64_t peer_engine, pid_t p
     }
     it = maps_.emplace(key, m).first;
   }
-  const Mapping& m = it->second;
-  // decode_spans checked the span against the allocation it names; the
-  // mapping's size is what was opened (the first claim, or less).
-  uint64_t at = span.address - span.alloc_base;
-  if (span.address < span.alloc_base || at > m.size || span.length > m.size - at) {
-    return Status(Code::kDataLoss, "a GPU span of " + std::to_string(span.length) + " bytes at offset " +
-                                       std::to_string(at) + " runs past the peer's allocation of " +
-                                       std::to_string(m.size) + " bytes");
-  }
   it->second.users.insert(user);
-  return reinterpret_cast<uint8_t*>(m.local + at);
+  const Mapping& m = it->second;
+  return Opened{span.alloc_base, span.alloc_id, reinterpret_cast<uint8_t*>(m.local), m.size};
 }
 
 void GpuImports::forget(const void* user, uint64_t peer_engine, pid_t peer_pid, uint64_t alloc_base) {

@@ -65,6 +65,19 @@ class GpuImports {
   // kPermissionDenied with the reason; kDataLoss if the span runs past the
   // allocation as it was opened.
   Result<uint8_t*> map(const void* user, uint64_t peer_engine, pid_t peer_pid, const SharedSpan& span, int device);
+  // An opened allocation: where it starts here and how much of it was opened.
+  struct Opened {
+    uint64_t base = 0;       // the peer's address of its first byte (SharedSpan::alloc_base)
+    uint64_t alloc_id = 0;   // SharedSpan::alloc_id
+    uint8_t* local = nullptr;
+    uint64_t size = 0;
+  };
+  // As map(), and what it opened, for finding more spans of the same
+  // allocation with locate() while the caller's use of it lasts.
+  Result<Opened> open(const void* user, uint64_t peer_engine, pid_t peer_pid, const SharedSpan& span, int device);
+  // The local address of `span` in `opened` (the allocation it names).
+  // kDataLoss if it runs past what was opened.
+  static Result<uint8_t*> locate(const Opened& opened, const SharedSpan& span);
   // `user` stops using the peer's allocation at `alloc_base` (0: all of the
   // peer's); a mapping closes when its last user stops. The caller
   // guarantees none of its copies uses them any more.

@@ -74,8 +74,9 @@ CopyHelpers with_cpus(CopyHelpers h) {
 }  // namespace
 
 LocalCopier::LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid, PeerCheck peer_check,
-                         CopyHelpers helpers)
+                         CopyHelpers helpers, std::shared_ptr<GatherKernels> gather)
     : imports_(imports),
+      gather_(std::move(gather)),
       peer_engine_(peer_engine),
       peer_pid_(peer_pid),
       peer_check_(std::move(peer_check)),
@@ -122,21 +123,42 @@ Result<cu::Event> LocalCopier::take_event(int device) {
 }
 
 Result<LocalCopier::GpuCopy> LocalCopier::gpu_piece(uint8_t* local, int local_device, const SharedSpan& remote,
-                                                     uint64_t n, bool to_remote) {
+                                                     uint64_t offset, uint64_t n, bool to_remote, PieceCache& cache) {
   const auto& d = platform::cuda();
   if (!d.available()) return Status(Code::kUnimplemented, "GPU memory on a host without a CUDA driver");
   // The copy runs in the context of the local GPU. With only host memory
   // here, in a context this process already has (the peer's GPU is reached
   // through peer access); only a process with none takes the peer GPU's.
-  int device = local_device >= 0 ? local_device : active_device(local_ordinal_of(remote.pci));
+  int device = local_device;
+  if (device < 0) {
+    if (cache.peer_device < 0 || cache.peer_pci != remote.pci) {
+      cache.peer_pci = remote.pci;
+      cache.peer_device = active_device(local_ordinal_of(remote.pci));
+    }
+    device = cache.peer_device;
+  }
   if (device < 0) {
     return Status(Code::kUnavailable, "the peer's GPU " + std::string(remote.pci.data()) +
                                           " is not visible to this process (CUDA_VISIBLE_DEVICES?)");
   }
   if (!remote.gpu()) return Status(Code::kInternal, "local copier: GPU memory paired with the peer's host memory");
-  platform::DeviceScope on(device);
-  FERRY_RETURN_IF_ERROR(on.status());
-  FERRY_ASSIGN_OR_RETURN(uint8_t* far, imports_.map(this, peer_engine_, peer_pid_, remote, device));
+  if (cache.device != device || !cache.scope) {
+    cache.scope.reset();
+    cache.scope.emplace(device);
+    cache.device = device;
+  }
+  FERRY_RETURN_IF_ERROR(cache.scope->status());
+  if (!cache.opened || cache.opened_on != device || cache.opened->base != remote.alloc_base ||
+      cache.opened->alloc_id != remote.alloc_id) {
+    FERRY_ASSIGN_OR_RETURN(cache.opened, imports_.open(this, peer_engine_, peer_pid_, remote, device));
+    cache.opened_on = device;
+    cache.located_span = nullptr;
+  }
+  if (cache.located_span != &remote) {
+    FERRY_ASSIGN_OR_RETURN(cache.located, GpuImports::locate(*cache.opened, remote));
+    cache.located_span = &remote;
+  }
+  uint8_t* far = cache.located + offset;  // the walk keeps offset + n within the span
   GpuCopy c;
   c.device = device;
   c.dst = to_remote ? far : local;
@@ -151,6 +173,7 @@ Status LocalCopier::queue_gpu_copies(const std::vector<GpuCopy>& copies, std::ve
   const auto& d = platform::cuda();
   std::vector<cu::DevicePtr> dsts, srcs;
   std::vector<size_t> sizes;
+  std::vector<GatherPiece> pieces;
   for (size_t i = 0; i < copies.size();) {
     const GpuCopy& c = copies[i];
     platform::DeviceScope on(c.device);
@@ -162,6 +185,18 @@ Status LocalCopier::queue_gpu_copies(const std::vector<GpuCopy>& copies, std::ve
     size_t end = i;
     while (end < copies.size() && copies[end].device == c.device && !copies[end].host_src && !copies[end].host_dst) {
       ++end;
+    }
+    uint64_t run_bytes = 0;
+    for (size_t k = i; k < end; ++k) run_bytes += copies[k].n;
+    if (gather_ && GatherKernels::suits(end - i, run_bytes)) {
+      pieces.clear();
+      for (size_t k = i; k < end; ++k) pieces.push_back({copies[k].dst, copies[k].src, copies[k].n});
+      Status g = gather_->copy(c.device, s, pieces);
+      if (g.ok()) {
+        i = end;
+        continue;
+      }
+      if (g.code() != Code::kUnimplemented) return g;
     }
     if (end - i >= 2 && d.has_memcpy_batch()) {
       dsts.clear();
@@ -209,6 +244,7 @@ Status LocalCopier::start(const core::SegmentList& local, const std::vector<Shar
   } running{host_copies_};
   std::vector<iovec> near_iov, far_iov;
   std::vector<GpuCopy> gpu;  // queued after the walk, runs of them in one call
+  gpu.reserve(remote.size());
   std::vector<int> used;
   // A failure after GPU pieces were queued: they end before the caller hears
   // of it (and lets go of the memory they use).
@@ -225,6 +261,7 @@ Status LocalCopier::start(const core::SegmentList& local, const std::vector<Shar
     }
     return why;
   };
+  PieceCache cache;
   size_t li = 0, ri = 0;
   uint64_t loff = 0, roff = 0, left = size;
   const auto& spans = local.spans();
@@ -241,14 +278,11 @@ Status LocalCopier::start(const core::SegmentList& local, const std::vector<Shar
       near_iov.push_back({near, static_cast<size_t>(n)});
       far_iov.push_back({reinterpret_cast<void*>(r.address + roff), static_cast<size_t>(n)});
     } else {
-      SharedSpan part = r;
-      part.address += roff;
-      part.length = n;
       if (near_gpu && !r.gpu()) {
         return abandon(
             Status(Code::kUnimplemented, "this side cannot copy between its GPU and the peer's host memory"));
       }
-      auto piece = gpu_piece(near, near_gpu ? l.region->region.device : -1, part, n, to_remote);
+      auto piece = gpu_piece(near, near_gpu ? l.region->region.device : -1, r, roff, n, to_remote, cache);
       if (!piece.ok()) return abandon(piece.status());
       gpu.push_back(*piece);
     }
@@ -258,6 +292,7 @@ Status LocalCopier::start(const core::SegmentList& local, const std::vector<Shar
     if (loff == l.size) ++li, loff = 0;
     if (roff == r.length) ++ri, roff = 0;
   }
+  cache.scope.reset();  // the thread's own context again
   if (Status q = queue_gpu_copies(gpu, used); !q.ok()) return abandon(q);
   if (by == HostCopyBy::kHelpers && used.empty() && size >= kOffloadBytes &&
       offload(near_iov, far_iov, to_remote, done)) {

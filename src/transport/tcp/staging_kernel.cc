@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "core/log.h"
 
 namespace ferry::tcp {
 namespace {
@@ -105,34 +104,10 @@ constexpr unsigned kMaxBlocks = 16;
 
 }  // namespace
 
-StagingKernels::~StagingKernels() {
-  const platform::CudaDriver& d = platform::cuda();
-  for (size_t dev = 0; dev < loaded_.size(); ++dev) {
-    if (loaded_[dev].module == nullptr) continue;
-    platform::DeviceScope scope(static_cast<int>(dev));
-    d.module_unload(loaded_[dev].module);
-  }
-}
+StagingKernels::StagingKernels() : kernels_(kPtx, {"ferry_stage_copy"}, "staging copy kernel") {}
 
 bool StagingKernels::fits(const void* dst, const void* src, size_t n) {
   return ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | n) & 15) == 0;
-}
-
-platform::cu::Function StagingKernels::function(int device) {
-  Loaded& l = loaded_[static_cast<size_t>(device)];
-  if (l.tried.load(std::memory_order_acquire)) return l.function;
-  platform::MutexLock lock(load_mu_);
-  if (l.tried.load(std::memory_order_relaxed)) return l.function;
-  const platform::CudaDriver& d = platform::cuda();
-  Status s = d.check(d.module_load_data(&l.module, kPtx), "cuModuleLoadData");
-  if (s.ok()) s = d.check(d.module_get_function(&l.function, l.module, "ferry_stage_copy"), "cuModuleGetFunction");
-  if (!s.ok()) {
-    FERRY_LOG(kWarn, "tcp", "staging on GPU %d uses the copy engines: the copy kernel did not load: %s", device,
-              s.message().c_str());
-    l.function = nullptr;
-  }
-  l.tried.store(true, std::memory_order_release);
-  return l.function;
 }
 
 Status StagingKernels::copy(int device, platform::cu::Stream stream, void* dst, const void* src, size_t n) {
@@ -140,7 +115,7 @@ Status StagingKernels::copy(int device, platform::cu::Stream stream, void* dst, 
   if (device < 0 || device >= platform::kMaxDevices) {
     return Status(Code::kInvalidArgument, "staging copy on CUDA device " + std::to_string(device));
   }
-  platform::cu::Function f = function(device);
+  platform::cu::Function f = kernels_.function(device, 0);
   if (f == nullptr) return Status(Code::kUnimplemented, "no staging copy kernel on GPU " + std::to_string(device));
   unsigned long long n16 = n / 16;
   unsigned blocks = static_cast<unsigned>(std::clamp<size_t>(n / kBytesPerBlock, 1, kMaxBlocks));

@@ -16,22 +16,17 @@
 // Thread-safe.
 #pragma once
 
-#include <array>
-#include <atomic>
 #include <cstddef>
 
 #include "ferry/status.h"
 #include "platform/cuda_driver.h"
-#include "platform/mutex.h"
+#include "platform/ptx_kernels.h"
 
 namespace ferry::tcp {
 
 class StagingKernels {
  public:
-  StagingKernels() = default;
-  ~StagingKernels();
-  StagingKernels(const StagingKernels&) = delete;
-  StagingKernels& operator=(const StagingKernels&) = delete;
+  StagingKernels();
 
   // Whether the kernel can copy these bytes: both addresses and the length
   // multiples of 16 (other copies use the copy engines).
@@ -44,18 +39,7 @@ class StagingKernels {
   Status copy(int device, platform::cu::Stream stream, void* dst, const void* src, size_t n);
 
  private:
-  // The kernel of `device`, loaded on its first copy; null where it cannot load.
-  platform::cu::Function function(int device);
-
-  struct Loaded {
-    // Set (release) once the load was tried; `module` and `function` are
-    // written before and only read after, so copies take no lock.
-    std::atomic<bool> tried{false};
-    platform::cu::Module module = nullptr;
-    platform::cu::Function function = nullptr;
-  };
-  platform::Mutex load_mu_;  // serialises loading
-  std::array<Loaded, platform::kMaxDevices> loaded_;
+  platform::PtxKernels kernels_;
 };
 
 }  // namespace ferry::tcp

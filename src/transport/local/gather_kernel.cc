@@ -1,0 +1,69 @@
+// GatherKernels: the gather kernel's PTX, the list it takes and its launch.
+#include "transport/local/gather_kernel.h"
+
+#include <algorithm>
+#include <array>
+
+namespace ferry::local {
+namespace {
+
+constexpr char kPtx[] =
+#include "transport/local/gather_kernel_ptx.inc"
+    ;
+
+
+// The kernel's parameters, laid out as gather_kernel.cu declares them.
+struct Item {
+  uint64_t dst, src, n;
+};
+static_assert(sizeof(Item) == 24);
+
+// Blocks of threads a launch starts at most; they take the items in turn.
+constexpr unsigned kMaxGrid = 1024;
+
+}  // namespace
+
+GatherKernels::GatherKernels()
+    : kernels_(kPtx, {"ferry_gather_small", "ferry_gather_medium", "ferry_gather_large"},
+               "gather kernel for batches of blocks") {}
+
+bool GatherKernels::suits(size_t pieces, uint64_t bytes) {
+  return pieces >= 2 && bytes <= kMaxAveragePiece * pieces;
+}
+
+Status GatherKernels::copy(int device, platform::cu::Stream stream, std::span<const GatherPiece> pieces) {
+  const platform::CudaDriver& d = platform::cuda();
+  uint64_t items_total = 0;
+  for (const GatherPiece& p : pieces) items_total += (p.n + kItemBytes - 1) / kItemBytes;
+  // The entry points in the order PtxKernels was given them.
+  const size_t entry = items_total <= kSmallItems ? 0 : items_total <= kMediumItems ? 1 : 2;
+  platform::cu::Function f = kernels_.function(device, entry);
+  if (f == nullptr) return Status(Code::kUnimplemented, "no gather kernel on GPU " + std::to_string(device));
+  const size_t capacity = std::array{kSmallItems, kMediumItems, kLargeItems}[entry];
+  std::array<Item, kLargeItems> list;  // 32 KiB: the launch copies it, so it may live on the stack
+  unsigned count = 0;
+  uint64_t listed = 0;
+  auto launch = [&]() -> Status {
+    // 16-byte words: a thread per word of the average item, 128 to 512.
+    unsigned threads = static_cast<unsigned>(std::clamp<uint64_t>(listed / count / 16, 128, 512));
+    unsigned grid = std::min(count, kMaxGrid);
+    void* params[] = {list.data(), &count};
+    Status s = d.check(d.launch_kernel(f, grid, 1, 1, threads, 1, 1, 0, stream, params, nullptr),
+                       "cuLaunchKernel (gather kernel)");
+    count = 0;
+    listed = 0;
+    return s;
+  };
+  for (const GatherPiece& p : pieces) {
+    for (uint64_t at = 0; at < p.n; at += kItemBytes) {
+      uint64_t n = std::min(kItemBytes, p.n - at);
+      list[count++] = Item{reinterpret_cast<uint64_t>(p.dst + at), reinterpret_cast<uint64_t>(p.src + at), n};
+      listed += n;
+      if (count == capacity) FERRY_RETURN_IF_ERROR(launch());
+    }
+  }
+  if (count > 0) FERRY_RETURN_IF_ERROR(launch());
+  return Status();
+}
+
+}  // namespace ferry::local

@@ -1,0 +1,61 @@
+// GatherKernels: a batch of small GPU copies as one kernel launch.
+//
+// Why: a KV cache moves as hundreds of 4-64 KiB blocks. On 2 x H100 the copy
+// engines take about 1 us per call, batched (cuMemcpyBatchAsync) or not:
+// 256 x 16 KiB blocks took 246 us against 21.5 us for the same 4 MiB in one
+// copy, while one launch of a gather kernel over peer pointers moves them in
+// about the time of the one copy. The kernel runs on the GPU that issues
+// the copies and reads or writes the peer's memory through the mapping
+// GpuImports opened for that GPU, which exists only where the two GPUs
+// reach each other (peer access), so no copy reaches memory it could not.
+//
+// The kernel is PTX (gather_kernel.cu holds its source), loaded once per
+// device and engine. Options::staging_copy "engine" leaves every SM to the
+// application and every batch to the copy engines.
+//
+// Thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "ferry/status.h"
+#include "platform/cuda_driver.h"
+#include "platform/ptx_kernels.h"
+
+namespace ferry::local {
+
+struct GatherPiece {
+  uint8_t* dst = nullptr;
+  const uint8_t* src = nullptr;
+  uint64_t n = 0;
+};
+
+class GatherKernels {
+ public:
+  GatherKernels();
+
+  // Whether `pieces` copies of `bytes` in all go faster as one launch than
+  // on the copy engines: two or more, averaging at most kMaxAveragePiece.
+  static bool suits(size_t pieces, uint64_t bytes);
+
+  // Queues the copies on `stream` of `device` (whose context the caller made
+  // current), as one launch per kLargeItems pieces (pieces over kItemBytes
+  // are cut, so that no block of threads holds up the rest), through the
+  // entry point with the fewest parameter bytes that holds them.
+  // kUnimplemented, nothing queued, if the kernel cannot load on `device`;
+  // an error after a first launch leaves that launch queued.
+  Status copy(int device, platform::cu::Stream stream, std::span<const GatherPiece> pieces);
+
+  static constexpr uint64_t kMaxAveragePiece = 256 * 1024;
+  static constexpr uint64_t kItemBytes = 64 * 1024;
+  static constexpr size_t kSmallItems = 168;   // gather_kernel.cu: 4 KiB of parameters
+  static constexpr size_t kMediumItems = 340;  // 8 KiB
+  static constexpr size_t kLargeItems = 1360;  // 32 KiB
+
+ private:
+  platform::PtxKernels kernels_;
+};
+
+}  // namespace ferry::local

@@ -1,0 +1,86 @@
+// The gather kernel alone, on one GPU: lists of pieces of odd sizes at
+// offsets that agree modulo 16 and offsets that do not, pieces cut into
+// several items, lists for each of the three entry points and lists
+// that take several launches; every byte of the target checked, the gaps
+// between pieces included. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "gpu/gpu_memory.h"
+#include "transport/local/gather_kernel.h"
+
+namespace ferry::testing {
+namespace {
+
+constexpr size_t kPool = 32u << 20;
+
+struct Case {
+  const char* name;
+  size_t pieces;
+  uint64_t hi;       // sizes 1..hi
+  bool same_phase;   // source and target offsets agree modulo 16
+};
+
+void gather_case(const Case& c, local::GatherKernels& kernels, uint8_t* src, uint8_t* dst, cu::Stream stream,
+                 std::mt19937_64& rng) {
+  SCOPED_TRACE(c.name);
+  const std::vector<uint8_t> source = pattern(11, kPool);
+  ASSERT_TRUE(copy_to(src, source.data(), kPool));
+  ASSERT_TRUE(poison(dst, kPool));
+  const uint64_t slot = c.hi + 64;
+  std::vector<uint64_t> a(kPool / slot), b(kPool / slot);
+  ASSERT_GE(a.size(), c.pieces);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = b[i] = i;
+  std::shuffle(a.begin(), a.end(), rng);
+  std::shuffle(b.begin(), b.end(), rng);
+  std::vector<local::GatherPiece> pieces;
+  std::vector<uint8_t> expect(kPool, 0);
+  for (size_t i = 0; i < c.pieces; ++i) {
+    uint64_t phase = rng() % 16;
+    uint64_t from = a[i] * slot + phase, to = b[i] * slot + (c.same_phase ? phase : (phase + 1 + rng() % 15) % 16);
+    uint64_t n = 1 + rng() % c.hi;
+    pieces.push_back({dst + to, src + from, n});
+    std::copy_n(source.begin() + static_cast<long>(from), n, expect.begin() + static_cast<long>(to));
+  }
+  ASSERT_TRUE(kernels.copy(0, stream, pieces).ok());
+  ASSERT_EQ(platform::cuda().stream_synchronize(stream), cu::kSuccess);
+  std::vector<uint8_t> got(kPool);
+  ASSERT_TRUE(copy_to(got.data(), dst, kPool));
+  auto diff = std::mismatch(expect.begin(), expect.end(), got.begin());
+  ASSERT_TRUE(diff.first == expect.end()) << "the target differs at byte " << (diff.first - expect.begin());
+}
+
+TEST(GatherKernel, CopiesEveryPieceAndNothingElse) {
+  if (gpu_count() == 0) GTEST_SKIP() << "no GPU";
+  GpuBuffer src = gpu_alloc(0, kPool), dst = gpu_alloc(0, kPool);
+  ASSERT_NE(src.ptr, nullptr);
+  ASSERT_NE(dst.ptr, nullptr);
+  const auto& d = platform::cuda();
+  ASSERT_TRUE(platform::use_device(0).ok());
+  cu::Stream stream = nullptr;
+  ASSERT_EQ(d.stream_create(&stream, cu::kStreamNonBlocking), cu::kSuccess);
+  local::GatherKernels kernels;
+  std::mt19937_64 rng(31);
+  for (const Case& c : {Case{"a few small pieces (small entry point)", 100, 4096, true},
+                        Case{"pieces cut into several items", 60, 300000, true},
+                        Case{"300 pieces (medium entry point)", 300, 4096, true},
+                        Case{"1,000 pieces, offsets out of phase", 1000, 5000, false},
+                        Case{"3,000 pieces: several launches", 3000, 9000, true},
+                        Case{"single bytes", 500, 1, false}}) {
+    gather_case(c, kernels, src.ptr, dst.ptr, stream, rng);
+  }
+  d.stream_destroy(stream);
+}
+
+TEST(GatherKernel, SuitsBatchesOfSmallPiecesOnly) {
+  EXPECT_FALSE(local::GatherKernels::suits(1, 4096));
+  EXPECT_TRUE(local::GatherKernels::suits(256, 256u << 14));
+  EXPECT_TRUE(local::GatherKernels::suits(2, 2 * local::GatherKernels::kMaxAveragePiece));
+  EXPECT_FALSE(local::GatherKernels::suits(2, 2 * local::GatherKernels::kMaxAveragePiece + 1));
+}
+
+}  // namespace
+}  // namespace ferry::testing
