@@ -50,6 +50,17 @@ namespace transport {
 class ConnectionCore;
 }
 
+// A notification as Connection::wait_note gives it: the message, and what
+// became of the write that carried it.
+struct Note {
+  std::string message;
+  // False: the write (or batch of blocks) that carried `message` as its
+  // notification failed or was cancelled, and no byte of it lands in this
+  // engine's memory from now on: its blocks may be used again. Which of its
+  // bytes landed before is unspecified.
+  bool delivered = true;
+};
+
 // A bidirectional link to one peer engine. Thread-safe: any thread may post
 // operations; operations posted from one thread keep their order.
 //
@@ -116,6 +127,12 @@ class Connection {
   Result<std::string> wait_notification(Deadline deadline);
   // Non-blocking: the next notification, if one is queued.
   std::optional<std::string> poll_notification();
+  // As wait_notification and poll_notification, and also the messages of
+  // writes aimed here that failed or were cancelled (Note::delivered
+  // false), in the order their writes were posted. wait_notification and
+  // poll_notification drop those: use these where blocks are reused.
+  Result<Note> wait_note(Deadline deadline);
+  std::optional<Note> poll_note();
   // Calls `listener` each time a notification is queued, and once when the
   // connection fails or closes, on the ferry thread that does it: it must
   // not block (an event loop's wake-up: write to an eventfd). Replaces the

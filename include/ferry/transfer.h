@@ -94,10 +94,18 @@ class Transfer {
   // Meaningful once finished with OK.
   size_t bytes() const;
 
-  // Asks to stop the operation. Only operations that have not started moving
-  // data can stop (an unmatched receive, a send not yet accepted by the peer);
-  // they finish with kCancelled and true is returned. Otherwise returns false
-  // and the operation runs to its end.
+  // Asks to stop the operation. Operations that have not started moving
+  // data stop (an unmatched receive, a send not yet accepted by the peer), and
+  // so do writes (write, writev, write_blocks) while they move data: cancel
+  // then blocks until no byte of the write will land in the peer's memory any
+  // more (up to Options::peer_timeout; past it the connection fails), and the
+  // peer's application learns the write's notification as not delivered
+  // (Connection::wait_note), so both sides may reuse the blocks. What landed
+  // before is unspecified. A stopped operation finishes with kCancelled and
+  // true is returned. Otherwise returns false and the operation runs to its
+  // end (or had ended); a write's cancel returns once it ended either way.
+  // The waits of wait_or_cancel withdraw only what has not started moving
+  // data.
   bool cancel() const;
 
   // Runs `fn(final status)` once the operation finishes: on the ferry thread

@@ -15,11 +15,11 @@ Status NotificationQueue::check_size(std::string_view note, const char* op) {
                                             std::to_string(Connection::kMaxNotification));
 }
 
-void NotificationQueue::push_locked(std::string note) {
+void NotificationQueue::push_locked(Entry entry) {
   std::function<void()> listener;
   {
     platform::MutexLock lock(mu_);
-    notes_.push_back(std::move(note));
+    notes_.push_back(std::move(entry));
     listener = listener_;
   }
   cv_.notify_all();
@@ -32,11 +32,15 @@ void NotificationQueue::set_listener(std::function<void()> listener) {
   listener_ = std::move(listener);
 }
 
-std::string NotificationQueue::pop_locked() {
-  std::string n = std::move(notes_.front());
+NotificationQueue::Entry NotificationQueue::pop_locked() {
+  Entry e = std::move(notes_.front());
   notes_.pop_front();
-  budget_->give(kNoteOverhead + n.size());
-  return n;
+  budget_->give(kNoteOverhead + e.text.size());
+  return e;
+}
+
+void NotificationQueue::drop_undelivered_locked() {
+  while (!notes_.empty() && !notes_.front().delivered) (void)pop_locked();
 }
 
 Status NotificationQueue::push_numbered(uint64_t seq, bool skip, std::string note,
@@ -55,8 +59,10 @@ Status NotificationQueue::push_numbered(uint64_t seq, bool skip, std::string not
     if (accepted) accepted();
     return Status();
   }
-  // A skip of the number due holds nothing; one that waits holds its entry.
-  size_t cost = (skip && (seq == 0 || seq == next_due_)) ? 0 : kNoteOverhead + (skip ? 0 : note.size());
+  // A skip with a tag is queued like a note. One without holds nothing if its
+  // number is due, and its entry while it waits.
+  const bool queued = !skip || !note.empty();
+  size_t cost = queued ? kNoteOverhead + note.size() : (seq == 0 || seq == next_due_) ? 0 : kNoteOverhead;
   if (!budget_->take(cost)) {
     return Status(Code::kResourceExhausted, "notifications not yet taken by the application (or waiting for number " +
                                                 std::to_string(next_due_) + ") would hold more than " +
@@ -64,13 +70,13 @@ Status NotificationQueue::push_numbered(uint64_t seq, bool skip, std::string not
   }
   if (accepted) accepted();
   if (seq == 0) {
-    if (!skip) push_locked(std::move(note));
+    if (queued) push_locked(Entry{std::move(note), !skip});
     return Status();
   }
   if (held != held_.end()) {  // a second copy of a number: the latest wins
-    budget_->give(kNoteOverhead + (held->second ? held->second->size() : 0));
+    budget_->give(kNoteOverhead + (held->second ? held->second->text.size() : 0));
   }
-  held_[seq] = skip ? std::nullopt : std::optional<std::string>(std::move(note));
+  held_[seq] = queued ? std::optional<Entry>(Entry{std::move(note), !skip}) : std::nullopt;
   for (auto it = held_.begin(); it != held_.end() && it->first == next_due_;) {
     if (it->second) {
       push_locked(std::move(*it->second));  // its bytes stay taken until the application takes it
@@ -95,9 +101,13 @@ void NotificationQueue::wake() {
   if (listener) listener();
 }
 
-NotificationQueue::Wait NotificationQueue::wait(Deadline deadline, const std::atomic<bool>& stopped, std::string& out) {
+NotificationQueue::Wait NotificationQueue::wait(Deadline deadline, const std::atomic<bool>& stopped, Entry& out,
+                                                bool delivered_only) {
   platform::UniqueLock lock(mu_);
-  auto ready = [&]() REQUIRES(mu_) { return !notes_.empty() || stopped.load(std::memory_order_acquire); };
+  auto ready = [&]() REQUIRES(mu_) {
+    if (delivered_only) drop_undelivered_locked();
+    return !notes_.empty() || stopped.load(std::memory_order_acquire);
+  };
   if (deadline == kNoDeadline) {
     cv_.wait(lock.native(), ready);
   } else if (!cv_.wait_until(lock.native(), deadline, ready)) {
@@ -108,8 +118,9 @@ NotificationQueue::Wait NotificationQueue::wait(Deadline deadline, const std::at
   return Wait::kNote;
 }
 
-std::optional<std::string> NotificationQueue::poll() {
+std::optional<NotificationQueue::Entry> NotificationQueue::poll(bool delivered_only) {
   platform::MutexLock lock(mu_);
+  if (delivered_only) drop_undelivered_locked();
   if (notes_.empty()) return std::nullopt;
   return pop_locked();
 }

@@ -65,10 +65,18 @@ class NotificationQueue {
   // `signal` (the engine's, if given; must outlive the queue) of each note.
   explicit NotificationQueue(ByteBudget* budget = nullptr, NotificationSignal* signal = nullptr);
 
+  // What the application takes out: a note, or with `delivered` false the
+  // tag of a write that failed or was cancelled (Connection::wait_note).
+  struct Entry {
+    std::string text;
+    bool delivered = true;
+  };
+
   // Queues notifications numbered by their sender (from 1) in number order:
   // one that arrives early waits for those before it, and `skip` gives a
-  // number up (the write that carried it failed); a skip never replaces a
-  // note that arrived, a second one is ignored. 0: not numbered, queued at
+  // number up (the write that carried it failed): with a `note` (the
+  // write's tag) it is queued as not delivered, without one nothing is; a
+  // skip never replaces a note that arrived, a second one is ignored. 0: not numbered, queued at
   // once. `accepted`, if given, runs once the note is taken and before any
   // waiter can see it (a confirmation to the sender must not trail the
   // application's reaction to the note). Errors, nothing queued:
@@ -91,15 +99,19 @@ class NotificationQueue {
   // it must not block) for every note queued from now on and on every
   // wake(); replaces the previous one. Empty: none.
   void set_listener(std::function<void()> listener);
-  // Blocks until a note is queued (kNote, moved into `out`), `stopped` is set
-  // with nothing queued (kStopped), or `deadline` passes (kDeadline).
-  Wait wait(Deadline deadline, const std::atomic<bool>& stopped, std::string& out);
-  // The next note, if one is queued. Never blocks.
-  std::optional<std::string> poll();
+  // Blocks until an entry is queued (kNote, moved into `out`), `stopped` is
+  // set with nothing queued (kStopped), or `deadline` passes (kDeadline).
+  // With `delivered_only`, entries not delivered are dropped on the way.
+  Wait wait(Deadline deadline, const std::atomic<bool>& stopped, Entry& out, bool delivered_only);
+  // The next entry, if one is queued (with `delivered_only`, the next
+  // delivered one, dropping the others before it). Never blocks.
+  std::optional<Entry> poll(bool delivered_only);
 
  private:
-  void push_locked(std::string note) REQUIRES(order_mu_) EXCLUDES(mu_);
-  std::string pop_locked() REQUIRES(mu_);  // notes_ is not empty
+  void push_locked(Entry entry) REQUIRES(order_mu_) EXCLUDES(mu_);
+  Entry pop_locked() REQUIRES(mu_);  // notes_ is not empty
+  // Drops entries not delivered from the front of notes_.
+  void drop_undelivered_locked() REQUIRES(mu_);
 
   ByteBudget own_{kMaxHeldBytes};
   ByteBudget* const budget_;
@@ -107,12 +119,13 @@ class NotificationQueue {
 
   platform::Mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::string> notes_ GUARDED_BY(mu_);
+  std::deque<Entry> notes_ GUARDED_BY(mu_);
   std::function<void()> listener_ GUARDED_BY(mu_);
 
   platform::Mutex order_mu_ ACQUIRED_BEFORE(mu_);
   uint64_t next_due_ GUARDED_BY(order_mu_) = 1;
-  std::map<uint64_t, std::optional<std::string>> held_ GUARDED_BY(order_mu_);  // arrived early
+  // Arrived early; nullopt: a number given up with no tag.
+  std::map<uint64_t, std::optional<Entry>> held_ GUARDED_BY(order_mu_);
 };
 
 }  // namespace ferry::core

@@ -14,6 +14,7 @@ bool TransferState::finish_part(const Status& s) {
     if (!s.ok() && status_.ok()) status_ = s;
     if (--parts_left_ > 0) return false;
     canceller_ = nullptr;
+    stopper_ = nullptr;
     done_.store(true, std::memory_order_release);
     cv_.notify_all();
   }
@@ -28,6 +29,7 @@ bool TransferState::finish(const Status& s) {
     if (status_.ok()) status_ = s;
     parts_left_ = 0;
     canceller_ = nullptr;
+    stopper_ = nullptr;
     done_.store(true, std::memory_order_release);
     cv_.notify_all();
   }
@@ -89,13 +91,20 @@ void TransferState::set_canceller(std::function<bool()> fn) {
   if (!done_.load(std::memory_order_relaxed)) canceller_ = std::move(fn);
 }
 
-bool TransferState::cancel() {
-  std::function<bool()> fn;
+void TransferState::set_stopper(std::function<bool()> fn) {
+  platform::MutexLock lock(mu_);
+  if (!done_.load(std::memory_order_relaxed)) stopper_ = std::move(fn);
+}
+
+bool TransferState::cancel(bool moving_too) {
+  std::function<bool()> withdraw, stop;
   {
     platform::MutexLock lock(mu_);
-    fn = canceller_;
+    withdraw = canceller_;
+    if (moving_too) stop = stopper_;
   }
-  return fn ? fn() : false;
+  if (withdraw && withdraw()) return true;
+  return stop && !done() && stop();
 }
 
 // ---- Transfer -----------------------------------------------------------
@@ -117,7 +126,7 @@ Status Transfer::wait_or_cancel(Deadline deadline, PastDeadline rule,
   };
   auto what = [&] { return "transfer " + std::to_string(state_->id()); };
   auto stopped = [&] {
-    bool cancelled = rule == PastDeadline::kCancelOrFinish && cancel();
+    bool cancelled = rule == PastDeadline::kCancelOrFinish && state_->cancel(/*moving_too=*/false);
     return Status(Code::kCancelled,
                   "the wait on " + what() + " was interrupted" + (cancelled || test() ? "" : "; it goes on"));
   };
@@ -129,7 +138,7 @@ Status Transfer::wait_or_cancel(Deadline deadline, PastDeadline rule,
   if (rule == PastDeadline::kLeave) {
     return Status(Code::kDeadlineExceeded, what() + " still running at its deadline; it goes on");
   }
-  if (cancel()) {
+  if (state_->cancel(/*moving_too=*/false)) {
     return Status(Code::kDeadlineExceeded, what() + " had not started moving data by its deadline and was cancelled");
   }
   // A receive, write or read moving data ends by itself (or fails within
@@ -146,7 +155,7 @@ Status Transfer::status() const {
 
 size_t Transfer::bytes() const { return state_ == nullptr ? 0 : state_->bytes(); }
 
-bool Transfer::cancel() const { return state_ != nullptr && state_->cancel(); }
+bool Transfer::cancel() const { return state_ != nullptr && state_->cancel(/*moving_too=*/true); }
 void Transfer::on_finish(std::function<void(const Status&)> fn) const {
   if (state_ == nullptr) {
     fn(status());

@@ -48,7 +48,15 @@ class TransferState {
   // Installed by the transport while the operation can still be withdrawn;
   // returns true if it withdrew it (and finished the state).
   void set_canceller(std::function<bool()> fn);
-  bool cancel();
+  // Installed for a write: stops it even while it moves data, returning once
+  // none of its bytes will land any more; true if it stopped it (the state
+  // finished kCancelled). Blocks.
+  void set_stopper(std::function<bool()> fn);
+  // The canceller's answer, and with `moving_too` the stopper's after it.
+  bool cancel(bool moving_too);
+  // Set by a stopper: copies of the operation not begun yet must not begin.
+  void request_stop() { stop_requested_.store(true, std::memory_order_release); }
+  bool stop_requested() const { return stop_requested_.load(std::memory_order_acquire); }
 
   // Runs `fn(final status)` once, on the thread that finishes the transfer,
   // outside any lock (at once if already finished). It must not block. Hooks
@@ -67,6 +75,8 @@ class TransferState {
   int parts_left_ GUARDED_BY(mu_);
   Status status_ GUARDED_BY(mu_);  // first error
   std::function<bool()> canceller_ GUARDED_BY(mu_);
+  std::function<bool()> stopper_ GUARDED_BY(mu_);
+  std::atomic<bool> stop_requested_{false};
   std::vector<std::function<void(const Status&)>> finish_hooks_ GUARDED_BY(mu_);
 };
 

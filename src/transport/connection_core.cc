@@ -376,12 +376,30 @@ Transfer ConnectionCore::post_writes(WriteBatch batch, std::string_view notifica
   state->set_bytes(batch.source.total());
   if (seq != 0) {
     std::weak_ptr<ConnectionCore> self = weak_from_this();
-    state->on_finish([self, seq](const Status& s) {
-      if (auto core = self.lock(); core && !s.ok() && !core->failed()) core->transport_->skip_note(seq);
+    state->on_finish([self, seq, note = std::string(notification)](const Status& s) {
+      if (auto core = self.lock(); core && !s.ok() && !core->failed()) core->transport_->skip_note(seq, note);
     });
   }
   start_writes(state, std::move(batch), notification, seq);
+  let_stop(state, state);
   return Transfer(state);
+}
+
+void ConnectionCore::let_stop(const std::shared_ptr<TransferState>& shown,
+                              const std::shared_ptr<TransferState>& started) {
+  std::weak_ptr<ConnectionCore> self = weak_from_this();
+  std::weak_ptr<TransferState> weak_shown = shown, weak_started = started;
+  shown->set_stopper([self, weak_shown, weak_started] {
+    auto core = self.lock();
+    auto outer = weak_shown.lock();
+    if (!core || !outer) return false;
+    auto started = weak_started.lock();  // gone once the write ended (its notification may still be on its way)
+    bool stopped = started && core->transport_->stop_write(started);
+    // The handle the application holds ends with it (on the thread that
+    // ended the write, which also sends the notification or the skip).
+    if (outer != started) (void)outer->wait(Clock::now() + core->ctx_->options.peer_timeout);
+    return stopped;
+  });
 }
 
 void ConnectionCore::start_writes(const std::shared_ptr<TransferState>& state, WriteBatch batch,
@@ -413,7 +431,7 @@ Transfer ConnectionCore::writes_with_trailing_note(WriteBatch batch, std::string
       return;
     }
     if (!s.ok()) {
-      if (!core->failed()) core->transport_->skip_note(seq);
+      if (!core->failed()) core->transport_->skip_note(seq, note);
       outer->finish(s);
       return;
     }
@@ -424,6 +442,7 @@ Transfer ConnectionCore::writes_with_trailing_note(WriteBatch batch, std::string
     core->transport_->send_note(outer, seq, note, /*caller_thread=*/false);
   });
   start_writes(parts, std::move(batch), "", 0);
+  let_stop(outer, parts);
   return Transfer(outer);
 }
 
@@ -451,17 +470,36 @@ Transfer ConnectionCore::notify_async(std::string_view message) {
   return Transfer(state);
 }
 
-Result<std::string> ConnectionCore::wait_notification(Deadline deadline) {
-  std::string note;
-  switch (notes_.wait(deadline, failed_, note)) {
+Result<Note> ConnectionCore::wait_note(Deadline deadline, bool delivered_only) {
+  core::NotificationQueue::Entry e;
+  switch (notes_.wait(deadline, failed_, e, delivered_only)) {
     case core::NotificationQueue::Wait::kNote:
-      return note;
+      return Note{std::move(e.text), e.delivered};
     case core::NotificationQueue::Wait::kStopped:
       return usable();
     case core::NotificationQueue::Wait::kDeadline:
       break;
   }
   return Status(Code::kDeadlineExceeded, "no notification from " + where() + " by the deadline");
+}
+
+Result<Note> ConnectionCore::wait_note(Deadline deadline) { return wait_note(deadline, /*delivered_only=*/false); }
+
+Result<std::string> ConnectionCore::wait_notification(Deadline deadline) {
+  FERRY_ASSIGN_OR_RETURN(Note n, wait_note(deadline, /*delivered_only=*/true));
+  return std::move(n.message);
+}
+
+std::optional<Note> ConnectionCore::poll_note() {
+  auto e = notes_.poll(/*delivered_only=*/false);
+  if (!e) return std::nullopt;
+  return Note{std::move(e->text), e->delivered};
+}
+
+std::optional<std::string> ConnectionCore::poll_notification() {
+  auto e = notes_.poll(/*delivered_only=*/true);
+  if (!e) return std::nullopt;
+  return std::move(e->text);
 }
 
 }  // namespace ferry::transport
@@ -516,6 +554,8 @@ Result<std::string> Connection::wait_notification(Deadline deadline) {
   return core_of(this).wait_notification(deadline);
 }
 std::optional<std::string> Connection::poll_notification() { return core_of(this).poll_notification(); }
+Result<Note> Connection::wait_note(Deadline deadline) { return core_of(this).wait_note(deadline); }
+std::optional<Note> Connection::poll_note() { return core_of(this).poll_note(); }
 void Connection::set_notification_listener(std::function<void()> listener) {
   core_of(this).set_notification_listener(std::move(listener));
 }

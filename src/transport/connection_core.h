@@ -65,7 +65,9 @@ class ConnectionCore final : public Connection, public std::enable_shared_from_t
   Transfer readv_async(std::span<const ReadItem> items);
   Transfer notify_async(std::string_view message);
   Result<std::string> wait_notification(Deadline deadline);
-  std::optional<std::string> poll_notification() { return notes_.poll(); }
+  std::optional<std::string> poll_notification();
+  Result<Note> wait_note(Deadline deadline);
+  std::optional<Note> poll_note();
   void set_notification_listener(std::function<void()> listener) { notes_.set_listener(std::move(listener)); }
   void close();
   Status health() const;
@@ -125,6 +127,10 @@ class ConnectionCore final : public Connection, public std::enable_shared_from_t
   Status peer_status(uint32_t code, std::string_view message) const;
 
  private:
+  // Lets Transfer::cancel of `shown` (the application's handle) stop the
+  // write started on `started` while it moves data (Transport::stop_write).
+  void let_stop(const std::shared_ptr<TransferState>& shown, const std::shared_ptr<TransferState>& started);
+  Result<Note> wait_note(Deadline deadline, bool delivered_only);
   ConnectionCore(std::shared_ptr<core::EngineContext> ctx, uint64_t id, PeerIdentity peer);
   // What a message kept for a later receive counts against the budget.
   static size_t held_cost(const ArrivedMessage& msg);

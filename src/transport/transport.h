@@ -121,9 +121,19 @@ class Transport {
   // write, which must only queue it.
   virtual void send_note(const std::shared_ptr<TransferState>& state, uint64_t seq, std::string_view note,
                          bool caller_thread) = 0;
-  // Gives number `seq` up (its write failed), so that the peer delivers the
-  // later ones without it. Any thread; must not block.
-  virtual void skip_note(uint64_t seq) = 0;
+  // Gives number `seq` up (its write failed or was cancelled), so that the
+  // peer delivers the later ones without it, and tells the peer's
+  // application the write's `note` (its tag) as not delivered (Note). Sent
+  // only once no byte of the write will land any more. Any thread; must not
+  // block.
+  virtual void skip_note(uint64_t seq, std::string_view note) = 0;
+  // Stops the write or batch started on `state` (start_write,
+  // start_write_batch) and returns once none of its bytes will land in the
+  // peer's memory any more: true if it stopped it (`state` finished
+  // kCancelled), false if it ended otherwise. The application's thread
+  // (Transfer::cancel); blocks, up to Options::peer_timeout, past which the
+  // connection fails.
+  virtual bool stop_write(const std::shared_ptr<TransferState>& state) = 0;
 
   // ---- receiving ---------------------------------------------------------
   // A receive met its message (caller thread from a receive, inbound thread

@@ -312,18 +312,18 @@ TEST(TransferState, SeveralHooksAllRunInOrder) {
 
 TEST(TransferState, CancelCallsTheCanceller) {
   TransferState st(8, 1);
-  EXPECT_FALSE(st.cancel());  // no canceller yet
+  EXPECT_FALSE(st.cancel(true));  // no canceller yet
   int calls = 0;
   st.set_canceller([&] {
     ++calls;
     return st.finish(Status(Code::kCancelled, "withdrawn"));
   });
-  EXPECT_TRUE(st.cancel());
+  EXPECT_TRUE(st.cancel(true));
   EXPECT_EQ(calls, 1);
   EXPECT_TRUE(st.done());
   EXPECT_EQ(st.status().code(), Code::kCancelled);
   // Finishing dropped the canceller: nothing to call any more.
-  EXPECT_FALSE(st.cancel());
+  EXPECT_FALSE(st.cancel(true));
   EXPECT_EQ(calls, 1);
 }
 
@@ -335,12 +335,12 @@ TEST(TransferState, CancellerIsDroppedOnceFinishedAndIgnoredAfter) {
     return true;
   });
   ASSERT_TRUE(st.finish_part(Status()));
-  EXPECT_FALSE(st.cancel());
+  EXPECT_FALSE(st.cancel(true));
   st.set_canceller([&] {
     ++calls;
     return true;
   });
-  EXPECT_FALSE(st.cancel());
+  EXPECT_FALSE(st.cancel(true));
   EXPECT_EQ(calls, 0);
 }
 

@@ -227,8 +227,9 @@ Status LocalCopier::queue_gpu_copies(const std::vector<GpuCopy>& copies, std::ve
 }
 
 Status LocalCopier::start(const core::SegmentList& local, const std::vector<SharedSpan>& remote, uint64_t size,
-                          bool to_remote, Done when_done, HostCopyBy by) {
+                          bool to_remote, Done when_done, HostCopyBy by, StopCheck stop) {
   FERRY_RETURN_IF_ERROR(peer_check_());
+  if (stop) FERRY_RETURN_IF_ERROR(stop());
   // Every way a copy ends passes here, after its last byte moved.
   Done done = [this, when_done = std::move(when_done)](const Status& st) {
     when_done(st.ok() ? peer_check_() : st);
@@ -295,11 +296,11 @@ Status LocalCopier::start(const core::SegmentList& local, const std::vector<Shar
   cache.scope.reset();  // the thread's own context again
   if (Status q = queue_gpu_copies(gpu, used); !q.ok()) return abandon(q);
   if (by == HostCopyBy::kHelpers && used.empty() && size >= kOffloadBytes &&
-      offload(near_iov, far_iov, to_remote, done)) {
+      offload(near_iov, far_iov, to_remote, done, stop)) {
     return Status();
   }
   Status host_status;
-  if (!near_iov.empty()) host_status = cross_copy(near_iov, far_iov, to_remote);
+  if (!near_iov.empty()) host_status = cross_copy(near_iov, far_iov, to_remote, stop);
   if (used.empty()) {
     if (!host_status.ok()) return host_status;
     done(Status());
@@ -385,6 +386,7 @@ std::vector<std::vector<iovec>> cut(const std::vector<iovec>& in, size_t per) {
 struct LocalCopier::HostCopy {
   std::vector<std::vector<iovec>> near, far;
   bool to_remote = false;
+  StopCheck stop;  // asked before each piece, after the peer
   size_t wanted = 0;   // helpers it can use
   // Guarded by the copier's helpers_mu_ (the analysis cannot name another
   // object's lock here).
@@ -408,6 +410,7 @@ struct LocalCopier::HostCopy {
       size_t i = next.fetch_add(1, std::memory_order_relaxed);
       if (i >= near.size()) return;
       Status s = c.peer_check_();
+      if (s.ok() && stop) s = stop();
       if (s.ok()) s = to_remote ? cross_write(c.peer_pid_, near[i], far[i]) : cross_read(c.peer_pid_, near[i], far[i]);
       if (!s.ok()) {
         platform::MutexLock lock(mu);
@@ -419,7 +422,8 @@ struct LocalCopier::HostCopy {
   }
 };
 
-Status LocalCopier::cross_copy(const std::vector<iovec>& near, const std::vector<iovec>& far, bool to_remote) {
+Status LocalCopier::cross_copy(const std::vector<iovec>& near, const std::vector<iovec>& far, bool to_remote,
+                               const StopCheck& stop) {
   size_t total = 0;
   for (const iovec& v : near) total += v.iov_len;
   // One thread copies at about 0.6x memcpy (the kernel pins each page of the
@@ -430,6 +434,7 @@ Status LocalCopier::cross_copy(const std::vector<iovec>& near, const std::vector
   job.near = cut(near, per);
   job.far = cut(far, per);
   job.to_remote = to_remote;
+  job.stop = stop;
   job.wanted = std::min(threads, job.near.size()) - 1;
   if (job.wanted > 0 && start_helpers() > 0) {
     {
@@ -452,7 +457,7 @@ Status LocalCopier::cross_copy(const std::vector<iovec>& near, const std::vector
 }
 
 bool LocalCopier::offload(const std::vector<iovec>& near, const std::vector<iovec>& far, bool to_remote,
-                          Done& done) {
+                          Done& done, const StopCheck& stop) {
   size_t helpers = start_helpers();
   if (helpers == 0) return false;
   size_t total = 0;
@@ -462,6 +467,7 @@ bool LocalCopier::offload(const std::vector<iovec>& near, const std::vector<iove
   job->near = cut(near, per);
   job->far = cut(far, per);
   job->to_remote = to_remote;
+  job->stop = stop;
   job->wanted = std::min(helpers, job->near.size());
   job->on_end = std::move(done);
   job->keep = job;

@@ -73,6 +73,8 @@ class LocalCopier {
   using Done = std::function<void(const Status&)>;
   // OK while the peer still stands by the connection; why not, once it gave up.
   using PeerCheck = std::function<Status()>;
+  // OK while the copy may go on; why not once its transfer was cancelled.
+  using StopCheck = std::function<Status()>;
 
   // `gather` (null: copy engines only) copies runs of small device-to-device
   // pieces in one launch.
@@ -98,9 +100,12 @@ class LocalCopier {
   // hands them to the helpers (a copy with GPU parts, a small one, or one no
   // helper can take is the caller's after all); GPU parts are queued and
   // finish in poll(). `done` runs exactly once, on the thread that finishes
-  // the last part, unless start returns an error (then never).
+  // the last part, unless start returns an error (then never). `stop`, if
+  // given, is asked before the copy starts and before each piece of a host
+  // copy: a copy it stops ends with its status (GPU copies, queued at
+  // once, end as queued).
   Status start(const core::SegmentList& local, const std::vector<SharedSpan>& remote, uint64_t size, bool to_remote,
-               Done done, HostCopyBy by = HostCopyBy::kCallerAndHelpers);
+               Done done, HostCopyBy by = HostCopyBy::kCallerAndHelpers, StopCheck stop = {});
   // Completes queued copies whose events fired; true if any did. Never blocks.
   bool poll();
   bool busy() const;
@@ -142,10 +147,12 @@ class LocalCopier {
 
   struct HostCopy;  // the pieces of one host copy and who copies them (local_copier.cc)
 
-  Status cross_copy(const std::vector<iovec>& near, const std::vector<iovec>& far, bool to_remote);
+  Status cross_copy(const std::vector<iovec>& near, const std::vector<iovec>& far, bool to_remote,
+                    const StopCheck& stop);
   // Hands a host copy to the helpers alone; `done` runs on the one that ends
   // it. False (nothing taken) when no helper runs.
-  bool offload(const std::vector<iovec>& near, const std::vector<iovec>& far, bool to_remote, Done& done);
+  bool offload(const std::vector<iovec>& near, const std::vector<iovec>& far, bool to_remote, Done& done,
+               const StopCheck& stop);
   // A helper left `job`: an offloaded copy whose last helper this was is
   // returned, for end_offloaded() outside the lock.
   std::shared_ptr<HostCopy> left(HostCopy* job) REQUIRES(helpers_mu_);

@@ -432,7 +432,7 @@ void LocalTransport::run_batch(const std::shared_ptr<TransferState>& state,
   }
   Status s = copier_.start(
       batch->source, remote, size, /*to_remote=*/true,
-      [state, access, batch](const Status& st) { state->finish_part(st); }, copy_by());
+      [state, access, batch](const Status& st) { state->finish_part(st); }, copy_by(), stop_check(state));
   if (!s.ok()) state->finish_part(s.with_context(where()));
   if (copier_.busy()) {
     local_work_.store(true, std::memory_order_release);
@@ -451,7 +451,7 @@ void LocalTransport::start_each(const std::shared_ptr<TransferState>& state, tra
     item.remote = t.remote;
     item.offset = t.offset;
     at += t.size;
-    start_item(items_state, std::move(item), /*is_write=*/true);
+    start_item(items_state, std::move(item), /*is_write=*/true, state);
   }
 }
 
@@ -489,26 +489,47 @@ void LocalTransport::with_export(const RemoteDescriptor& r, std::function<void(R
   post(h);
 }
 
-void LocalTransport::start_item(const std::shared_ptr<TransferState>& state, Item item, bool is_write) {
+LocalCopier::StopCheck LocalTransport::stop_check(std::shared_ptr<TransferState> transfer) {
+  return [transfer = std::move(transfer)] {
+    if (!transfer->stop_requested()) return Status();
+    return Status(Code::kCancelled, "the write was cancelled by the application");
+  };
+}
+
+bool LocalTransport::stop_write(const std::shared_ptr<TransferState>& state) {
+  // This side does every copy of a write (or the peer does, and answers once
+  // it did): a copy not begun does not begin, a host copy stops before its
+  // next piece, and the write is over once the copies that run have ended.
+  state->request_stop();
+  if (!state->wait(Clock::now() + ctx_->options.peer_timeout).ok() && !state->done()) {
+    core_.fail(Status(Code::kPeerLost, where() + ": a cancelled write did not end within peer_timeout"));
+    (void)state->wait(Clock::now() + ctx_->options.peer_timeout);
+  }
+  return state->done() && state->status().code() == Code::kCancelled;
+}
+
+void LocalTransport::start_item(const std::shared_ptr<TransferState>& state, Item item, bool is_write,
+                                std::shared_ptr<TransferState> stop_from) {
   if (item.local.total() == 0) {
     state->finish_part(Status());
     return;
   }
+  if (!stop_from) stop_from = state;
   std::weak_ptr<transport::ConnectionCore> self = core_.weak_from_this();
   auto shared = std::make_shared<Item>(std::move(item));
-  with_export(shared->remote, [this, self, state, shared, is_write](Result<const ExportInfo*> info) {
+  with_export(shared->remote, [this, self, state, shared, is_write, stop_from](Result<const ExportInfo*> info) {
     auto core = self.lock();  // the transport lives as long as its core
     if (!core) return;
     if (!info.ok()) {
       state->finish_part(info.status());
       return;
     }
-    run_item(state, *shared, **info, is_write);
+    run_item(state, *shared, **info, is_write, stop_from);
   });
 }
 
 void LocalTransport::run_item(const std::shared_ptr<TransferState>& state, const Item& item, const ExportInfo& info,
-                               bool is_write) {
+                               bool is_write, const std::shared_ptr<TransferState>& stop_from) {
   uint64_t size = item.local.total();
   if (item.offset + size > info.length) {
     state->finish_part(Status(Code::kOutOfRange,
@@ -527,7 +548,8 @@ void LocalTransport::run_item(const std::shared_ptr<TransferState>& state, const
     // once the peer opened it (on_export): a large host copy then goes to
     // the copier's helpers, so acks and notifications do not wait for it.
     Status s = copier_.start(
-        item.local, remote, size, is_write, [state, access](const Status& st) { state->finish_part(st); }, copy_by());
+        item.local, remote, size, is_write, [state, access](const Status& st) { state->finish_part(st); }, copy_by(),
+        is_write ? stop_check(stop_from) : LocalCopier::StopCheck());
     if (!s.ok()) state->finish_part(s.with_context(where()));
     if (copier_.busy()) {
       // Queued GPU copies complete on the progress thread. A small copy has
@@ -570,7 +592,7 @@ void LocalTransport::post_note(uint64_t op, uint64_t seq, bool skip, std::string
   h.id = op;
   h.a = seq;
   h.flags = skip ? kNoteSkip : 0;
-  post(h, skip ? std::string_view() : note);
+  post(h, note);
 }
 
 void LocalTransport::send_note(const std::shared_ptr<TransferState>& state, uint64_t seq, std::string_view note,
@@ -580,7 +602,7 @@ void LocalTransport::send_note(const std::shared_ptr<TransferState>& state, uint
   post_note(op, seq, false, note);
 }
 
-void LocalTransport::skip_note(uint64_t seq) { post_note(0, seq, true, {}); }
+void LocalTransport::skip_note(uint64_t seq, std::string_view note) { post_note(0, seq, true, note); }
 
 // ---- liveness and failure ------------------------------------------------------------
 

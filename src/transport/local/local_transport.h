@@ -96,7 +96,8 @@ class LocalTransport final : public transport::Transport {
   void start_read(const std::shared_ptr<TransferState>& state, transport::RemoteItem item) override;
   void send_note(const std::shared_ptr<TransferState>& state, uint64_t seq, std::string_view note,
                  bool caller_thread) override;
-  void skip_note(uint64_t seq) override;
+  void skip_note(uint64_t seq, std::string_view note) override;
+  bool stop_write(const std::shared_ptr<TransferState>& state) override;
   void match(transport::PostedRecv recv, transport::ArrivedMessage msg) override;
   void tick(Clock::time_point now) override;
   void region_retired(uint64_t region_id) override;
@@ -142,8 +143,13 @@ class LocalTransport final : public transport::Transport {
   // Operations.
   // Copies an eager message into a receive buffer of any memory kind.
   Status copy_into(const core::SegmentList& dest, const std::string& bytes);
-  void start_item(const std::shared_ptr<TransferState>& state, Item item, bool is_write);
-  void run_item(const std::shared_ptr<TransferState>& state, const Item& item, const ExportInfo& info, bool is_write);
+  // `stop_from`: the transfer whose cancel stops the copy (null: `state`'s).
+  void start_item(const std::shared_ptr<TransferState>& state, Item item, bool is_write,
+                  std::shared_ptr<TransferState> stop_from = nullptr);
+  void run_item(const std::shared_ptr<TransferState>& state, const Item& item, const ExportInfo& info, bool is_write,
+                const std::shared_ptr<TransferState>& stop_from);
+  // What a copy for `transfer` asks before it goes on: whether it was cancelled.
+  static LocalCopier::StopCheck stop_check(std::shared_ptr<TransferState> transfer);
   void with_export(const RemoteDescriptor& r, std::function<void(Result<const ExportInfo*>)> then);
   // Posts notification `seq` (`op` 0: the peer confirms nothing).
   void post_note(uint64_t op, uint64_t seq, bool skip, std::string_view note);

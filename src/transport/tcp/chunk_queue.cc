@@ -214,6 +214,26 @@ bool ChunkQueue::abort(const std::shared_ptr<OutOp>& op) {
   return !std::exchange(op->aborted, true);
 }
 
+ChunkQueue::Stop ChunkQueue::stop(const std::shared_ptr<OutOp>& op) {
+  {
+    platform::MutexLock lock(mu_);
+    if (std::exchange(op->aborted, true)) return Stop::kAbortedBefore;
+    auto queued = std::find(queue_.begin(), queue_.end(), op);
+    if (queued != queue_.end() && op->next == 0) {
+      queue_.erase(queued);
+      return Stop::kNothingSent;
+    }
+    Chunk c;
+    c.op = op;
+    c.offset = std::min(op->next, op->source.total());
+    c.size = 0;
+    c.counted = false;
+    retry_.push_front(std::move(c));
+  }
+  wake_all();
+  return Stop::kAbortGoes;
+}
+
 bool ChunkQueue::aborted(const OutOp& op) const {
   platform::MutexLock lock(mu_);
   return op.aborted;

@@ -59,6 +59,10 @@ struct OutOp {
   // completes when both hold (ChunkQueue::acknowledge and release).
   std::atomic<uint64_t> on_paths{0};
   Status answer;  // the peer's ACK; written before kAcked is set
+  // Why this side aborted it (a cancel, its memory gone), which the
+  // operation ends with whatever the peer answers. Guarded by the owning
+  // transport's lock.
+  Status abort_reason;
   static constexpr uint64_t kAcked = uint64_t{1} << 63;
 };
 
@@ -96,6 +100,13 @@ class ChunkQueue {
   bool abort(const std::shared_ptr<OutOp>& op);
   // Whether `op` was aborted (chunks claimed before that must not carry data).
   bool aborted(const OutOp& op) const;
+  // Aborts `op` for its sender's application (a cancelled write):
+  //   kNothingSent   no chunk of it was handed out; it is off the queue;
+  //   kAbortGoes     an empty chunk marked aborted goes first on the next
+  //                  path free (the peer may hold every chunk already);
+  //   kAbortedBefore it was aborted already (its aborted chunk went or goes).
+  enum class Stop { kNothingSent, kAbortGoes, kAbortedBefore };
+  Stop stop(const std::shared_ptr<OutOp>& op);
   // Whether every chunk of `op` was handed to a path (the peer may have all
   // of it only then).
   bool claimed_all(const OutOp& op) const;

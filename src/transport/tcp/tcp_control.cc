@@ -331,6 +331,10 @@ Status TcpTransport::handle_ack(const FrameHeader& h, std::string& aux) {
                                              " before all of it was sent");
         }
         if (ChunkQueue::acknowledged(*op)) return Status();  // repeated: the first one stands
+        // A write this side aborted ends with its own reason (the peer's
+        // refusal only says it is over); one the peer completed is done.
+        if (h.code != 0 && !op->abort_reason.ok()) answer = op->abort_reason;
+        if (h.code == 0 && op->header.e != 0) peer_tells_note_.erase(op->header.e);  // delivered after all
         // Refused: the rest of it goes out empty, marked aborted.
         if (h.code != 0) chunks_.abort(op);
         // A path still sending a chunk of it finishes it (finish_acknowledged).

@@ -288,6 +288,11 @@ Status TcpTransport::land_write(int fd, int path, const FrameHeader& frame, std:
   ChunkArrivals::Begin begin;
   Status refused;  // a write refused at its first chunk: answered now, and nothing of it kept
   bool over = false;
+  // An aborted write over, none of its chunks landing any more: its
+  // notification, told to the application as not delivered.
+  uint64_t aborted_seq = 0;
+  std::string aborted_note;
+  bool answer_abort = false;  // and it is answered: the initiator waits for that
   {
     platform::MutexLock lock(mu_);
     if (finished_writes_.count(op) > 0) {
@@ -302,7 +307,15 @@ Status TcpTransport::land_write(int fd, int path, const FrameHeader& frame, std:
       ChunkArrivals::Abort abort =
           it != incoming_.end() ? it->second.arrivals.abort(h.c, path) : ChunkArrivals::Abort{true, -1};
       begin.stalled_path = abort.stalled_path;
+      if (it != incoming_.end()) {
+        // The aborted chunk carries the write's notification (one that landed may not have).
+        if (h.e != 0) it->second.note_seq = h.e;
+        if (it->second.notification.empty()) it->second.notification = aux;
+      }
       if (abort.over) {
+        answer_abort = true;
+        aborted_seq = it != incoming_.end() ? it->second.note_seq : h.e;
+        aborted_note = it != incoming_.end() ? std::move(it->second.notification) : aux;
         if (it != incoming_.end()) {
           held_->budget->give(it->second.charged);
           incoming_.erase(it);
@@ -339,12 +352,22 @@ Status TcpTransport::land_write(int fd, int path, const FrameHeader& frame, std:
   }
   if (over) return fail_with(core_.exhausted("writes still arriving"));
   if (begin.stalled_path >= 0) give_up_stalled_path(begin.stalled_path, path, h.c);
+  if (aborted && (aborted_seq != 0 || answer_abort)) {
+    if (aborted_seq != 0) {
+      Status told = core_.notes().push_numbered(aborted_seq, /*skip=*/true, std::move(aborted_note));
+      if (!told.ok()) return fail_with(told.with_context(where()));
+    }
+    ack(op, aborted_by_initiator(op));
+  }
   // Drained outside the lock: a payload that stalls holds up nothing else.
   if (!refused.ok()) {
     FERRY_RETURN_IF_ERROR(drain(fd, h.payload_len));
-    // As for a write that failed: its notification's number is given up, and the initiator told.
-    if (h.e != 0) {
-      Status skipped = core_.notes().push_numbered(h.e, /*skip=*/true, {});
+    // As for a write that failed: its notification's number is given up and
+    // told as not delivered (nothing of the write lands: its later chunks
+    // are dropped), and the initiator told. A chunk without the notification
+    // leaves it to the initiator's skip, which brings it.
+    if (h.e != 0 && !aux.empty()) {
+      Status skipped = core_.notes().push_numbered(h.e, /*skip=*/true, aux);
       if (!skipped.ok()) return fail_with(skipped.with_context(where()));
     }
     ack(op, refused);
@@ -403,6 +426,11 @@ Status TcpTransport::land_write(int fd, int path, const FrameHeader& frame, std:
   return receive_staged(fd, path, dest, 0, dest.total(), guarded(std::move(account), std::move(abandon)), gone);
 }
 
+Status TcpTransport::aborted_by_initiator(uint64_t op) {
+  return Status(Code::kCancelled, "write " + std::to_string(op) + " was aborted by its initiator; " + where() +
+                                      " lands none of it any more");
+}
+
 void TcpTransport::remember_finished_write(uint64_t op) {
   finished_writes_.insert(op);
   finished_order_.push_back(op);
@@ -430,9 +458,17 @@ void TcpTransport::write_chunk_abandoned(uint64_t op, uint64_t offset, int path)
 }
 
 Status TcpTransport::complete_write(uint64_t op, IncomingWrite& done) {
-  // The initiator aborted it: it expects no answer, and sends its
-  // notification's skip itself.
-  if (done.arrivals.aborted()) return Status();
+  // The initiator aborted it: now that nothing of it lands any more, its
+  // notification (the aborted chunk carried it) is told as not delivered,
+  // and the initiator, which waits for that, is answered.
+  if (done.arrivals.aborted()) {
+    if (done.note_seq != 0) {
+      Status told = core_.notes().push_numbered(done.note_seq, /*skip=*/true, std::move(done.notification));
+      if (!told.ok()) return fail_with(told.with_context(where()));
+    }
+    ack(op, aborted_by_initiator(op));
+    return Status();
+  }
   if (done.note_seq != 0 || !done.notification.empty()) {
     Status queued = core_.notes().push_numbered(done.note_seq, !done.error.ok(), std::move(done.notification));
     if (!queued.ok()) return fail_with(queued.with_context(where()));

@@ -151,15 +151,15 @@ Status TcpTransport::transmit_chunk(int fd, TxEntry& e, TxStager* stager) {
     if (c.offset == 0) aux = op.first_aux;
   }
   e.table.clear();
-  if (op.blocks) {
+  if (e.abort.ok() && chunks_.aborted(op)) {
+    // An earlier chunk of this op was aborted after this one was claimed.
+    e.abort = Status(Code::kCancelled, "transfer aborted (" + where() + ")");
+  }
+  if (op.blocks && e.abort.ok()) {
     // c is the chunk's place in the batch's stream; the table says where it lands.
     h.flags |= kFlagBlocks;
     h.a = op.blocks->encode(c.offset, c.size, e.table);
     h.payload_len = static_cast<uint32_t>(e.table.size() + c.size);
-  }
-  if (e.abort.ok() && chunks_.aborted(op)) {
-    // An earlier chunk of this op was aborted after this one was claimed.
-    e.abort = Status(Code::kCancelled, "transfer aborted (" + where() + ")");
   }
   wire::HeaderBytes hb;
   std::vector<struct iovec> iov;
@@ -172,10 +172,21 @@ Status TcpTransport::transmit_chunk(int fd, TxEntry& e, TxStager* stager) {
     h.flags |= kFlagAborted;
     h.payload_len = 0;
     h.code = static_cast<uint32_t>(e.abort.code());
-    h.aux_len = 0;
+    // A write's aborted chunk carries its notification: the peer, once none
+    // of the write's chunks is landing any more, tells its application the
+    // write's tag as not delivered (this side sends no skip for it).
+    std::string_view note = h.type == FrameType::kWrite && h.e != 0 ? std::string_view(op.first_aux) : std::string_view();
+    h.aux_len = static_cast<uint16_t>(note.size());
     encode_header(h, hb);
     iov.push_back({hb.data(), hb.size()});
-    if (op.state && first) {
+    if (!note.empty()) iov.push_back({const_cast<char*>(note.data()), note.size()});
+    if (op.state && first && h.type == FrameType::kWrite) {
+      // The peer answers an aborted write once none of its chunks lands any
+      // more; the write ends then, with this reason.
+      platform::MutexLock lock(mu_);
+      if (op.abort_reason.ok()) op.abort_reason = e.abort;
+      if (!note.empty() && !ChunkQueue::acknowledged(op)) peer_tells_note_.insert(h.e);
+    } else if (op.state && first) {
       bool was_pending;
       {
         platform::MutexLock lock(mu_);

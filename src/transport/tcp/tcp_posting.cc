@@ -188,12 +188,65 @@ void TcpTransport::send_note(const std::shared_ptr<TransferState>& state, uint64
   queue_control(std::move(o));
 }
 
-void TcpTransport::skip_note(uint64_t seq) {
+bool TcpTransport::stop_write(const std::shared_ptr<TransferState>& state) {
+  std::shared_ptr<OutOp> op;
+  uint64_t id = 0;
+  {
+    platform::MutexLock lock(mu_);
+    for (const auto& [k, weak] : sending_) {
+      std::shared_ptr<OutOp> o = weak.lock();
+      if (o && o->state == state && o->header.type == FrameType::kWrite) {
+        op = std::move(o);
+        id = k;
+        break;
+      }
+    }
+  }
+  // A write not found here is on its way whole (on the control stream) or
+  // answered already: it ends as it goes.
+  if (op) {
+    switch (chunks_.stop(op)) {
+      case ChunkQueue::Stop::kNothingSent: {
+        bool was_pending;
+        {
+          platform::MutexLock lock(mu_);
+          was_pending = pending_.erase(id) > 0;
+          sending_.erase(id);
+        }
+        // The peer saw nothing of it: the skip the write's end sends tells the note.
+        if (was_pending) state->finish_part(Status(Code::kCancelled, "write cancelled before any of it was sent"));
+        return was_pending;
+      }
+      case ChunkQueue::Stop::kAbortGoes: {
+        platform::MutexLock lock(mu_);
+        if (op->abort_reason.ok()) op->abort_reason = Status(Code::kCancelled, "write cancelled by the application");
+        if (op->header.e != 0 && !op->first_aux.empty()) peer_tells_note_.insert(op->header.e);
+        break;
+      }
+      case ChunkQueue::Stop::kAbortedBefore:
+        break;
+    }
+  }
+  // The peer answers once none of the write's chunks lands any more.
+  if (!state->wait(Clock::now() + ctx_->options.peer_timeout).ok() && !state->done()) {
+    core_.fail(Status(Code::kPeerLost, where() + ": the peer did not answer a cancelled write within peer_timeout"));
+    (void)state->wait(Clock::now() + ctx_->options.peer_timeout);
+  }
+  return state->done() && state->status().code() == Code::kCancelled;
+}
+
+void TcpTransport::skip_note(uint64_t seq, std::string_view note) {
   if (core_.failed()) return;
+  {
+    platform::MutexLock lock(mu_);
+    if (peer_tells_note_.erase(seq) > 0) return;  // an aborted chunk of the write carried it
+  }
   Outgoing o;
   o.header.type = FrameType::kNotify;
   o.header.flags = kFlagNoteSkip;
   o.header.e = seq;  // id 0: nothing to confirm
+  o.header.aux_len = static_cast<uint16_t>(note.size());
+  o.aux = std::string(note);
   queue_control(std::move(o));
 }
 

@@ -120,7 +120,8 @@ class TcpTransport final : public transport::Transport {
   void start_read(const std::shared_ptr<TransferState>& state, transport::RemoteItem item) override;
   void send_note(const std::shared_ptr<TransferState>& state, uint64_t seq, std::string_view note,
                  bool caller_thread) override;
-  void skip_note(uint64_t seq) override;
+  void skip_note(uint64_t seq, std::string_view note) override;
+  bool stop_write(const std::shared_ptr<TransferState>& state) override;
   void match(transport::PostedRecv recv, transport::ArrivedMessage msg) override;
   // Declares the peer lost after peer_timeout of silence, queues a
   // heartbeat after heartbeat_interval without control traffic.
@@ -253,6 +254,8 @@ class TcpTransport final : public transport::Transport {
   Status land_data(int fd, int path, const wire::FrameHeader& h);
   // Records `op` among the recently finished writes.
   void remember_finished_write(uint64_t op) REQUIRES(mu_);
+  // What this side answers a write its initiator aborted, once none of it lands.
+  Status aborted_by_initiator(uint64_t op);
   Status land_write(int fd, int path, const wire::FrameHeader& h, std::string& aux);
   // A batched write's chunk: reads and checks the block table that opens
   // its payload into rx_scratch(path), and takes it off h.payload_len.
@@ -399,6 +402,9 @@ class TcpTransport final : public transport::Transport {
   // Writes finished recently, so a chunk resent after a path died is dropped
   // instead of landing again over newer data.
   std::unordered_set<uint64_t> finished_writes_ GUARDED_BY(mu_);  // aborted ones too
+  // Notification numbers of writes this side aborted whose aborted chunk
+  // carried the notification: the peer tells it (skip_note sends nothing).
+  std::unordered_set<uint64_t> peer_tells_note_ GUARDED_BY(mu_);
   std::deque<uint64_t> finished_order_ GUARDED_BY(mu_);
   std::vector<uint64_t> landed_chunks_;           // per path; only its rx thread
 

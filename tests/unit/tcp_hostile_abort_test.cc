@@ -1,0 +1,117 @@
+// Aborted writes from a hostile peer: each one's notification is told to the
+// application once, as not delivered, counts toward the connection's
+// budget like any notification, and nothing of the write lands after it.
+#include "hostile_peer.h"
+#include "transport/tcp/tcp_internals.h"
+
+namespace ferry::hostile {
+namespace {
+
+std::string encoded(const wire::FrameHeader& h, const std::string& after = {}) {
+  wire::HeaderBytes hb;
+  wire::encode_header(h, hb);
+  return std::string(reinterpret_cast<const char*>(hb.data()), hb.size()) + after;
+}
+
+// A WRITE chunk of op `op` (a write of `total` bytes into `d`) at `offset`:
+// `payload` bytes, or none and aborted; `note` as its aux.
+std::string write_chunk(const RemoteDescriptor& d, uint64_t op, uint64_t total, uint64_t offset, uint64_t seq,
+                        const std::string& note, const std::string& payload, bool aborted) {
+  wire::FrameHeader h;
+  h.type = wire::FrameType::kWrite;
+  h.id = op;
+  h.a = d.export_id;
+  h.b = d.key;
+  h.c = offset;
+  h.d = total;
+  h.e = seq;
+  h.flags = aborted ? tcp::internal::kFlagAborted : 0;
+  h.aux_len = static_cast<uint16_t>(note.size());
+  h.payload_len = static_cast<uint32_t>(payload.size());
+  return encoded(h, note + payload);
+}
+
+TEST(TcpHostileAbort, AnAbortedWriteIsToldOnceAndNothingOfItLandsAfter) {
+  Target t;
+  ASSERT_NO_FATAL_FAILURE(t.open());
+  std::vector<uint8_t> mem(8192, 0);
+  Region r = t.engine->reg(mem.data(), mem.size()).value();
+  RemoteDescriptor d = t.engine->export_region(r, 0, mem.size()).value();
+  const std::string first(4096, 'a');
+  const std::string late(4096, 'b');
+
+  ASSERT_TRUE(t.peer.send_unless_stalled(write_chunk(d, 5, 8192, 0, 1, "tag", first, false)));
+  ASSERT_TRUE(t.peer.send_unless_stalled(write_chunk(d, 5, 8192, 4096, 1, "tag", {}, true)));
+  // The abort is answered once nothing of the write lands any more.
+  std::string why;
+  auto ack = t.peer.next_control_frame(after(5s), &why);
+  ASSERT_TRUE(ack.ok()) << ack.status().to_string();
+  EXPECT_EQ(ack->type, wire::FrameType::kAck);
+  EXPECT_EQ(ack->id, 5u);
+  EXPECT_EQ(ack->code, static_cast<uint32_t>(Code::kCancelled)) << why;
+
+  // Its chunks again, aborted and not: dropped, and not told a second time.
+  ASSERT_TRUE(t.peer.send_unless_stalled(write_chunk(d, 5, 8192, 4096, 1, "tag again", {}, true)));
+  ASSERT_TRUE(t.peer.send_unless_stalled(write_chunk(d, 5, 8192, 4096, 1, "tag", late, false)));
+  wire::FrameHeader fence;
+  fence.type = wire::FrameType::kNotify;
+  fence.e = 2;
+  fence.aux_len = 5;
+  ASSERT_TRUE(t.peer.send_unless_stalled(encoded(fence, "fence")));
+
+  auto told = t.conn->wait_note(after(5s));
+  ASSERT_TRUE(told.ok()) << told.status().to_string();
+  EXPECT_EQ(told->message, "tag");
+  EXPECT_FALSE(told->delivered);
+  auto next = t.conn->wait_note(after(5s));
+  ASSERT_TRUE(next.ok()) << next.status().to_string();
+  EXPECT_EQ(next->message, "fence");
+  EXPECT_TRUE(next->delivered);
+  EXPECT_FALSE(t.conn->poll_note().has_value());
+  EXPECT_EQ(std::string(mem.begin(), mem.begin() + 4096), first);
+  EXPECT_EQ(std::string(mem.begin() + 4096, mem.end()), std::string(4096, '\0')) << "a chunk landed after the abort";
+  EXPECT_TRUE(t.conn->health().ok()) << t.conn->health().to_string();
+}
+
+// Aborted writes of ops the engine never saw, each with a notification the
+// application never takes: past the budget the connection fails, and the
+// application never held more than the budget.
+TEST(TcpHostileAbort, AbortedWritesNobodyPollsPastTheBudgetFailTheConnection) {
+  constexpr size_t kBudget = 1 << 20;
+  Options o = Target::options();
+  o.connection_memory_bytes = kBudget;
+  Target t;
+  ASSERT_NO_FATAL_FAILURE(t.open(o));
+  std::vector<uint8_t> mem(4096, 0);
+  Region r = t.engine->reg(mem.data(), mem.size()).value();
+  RemoteDescriptor d = t.engine->export_region(r, 0, mem.size()).value();
+  const std::string note(Connection::kMaxNotification, 'n');
+  uint64_t op = 1;
+  for (int batches = 0; batches < 64 && t.conn->health().ok(); ++batches) {
+    std::string batch;
+    // Numbered from 1 and unnumbered in turn: both are queued for the application.
+    while (batch.size() < (256u << 10)) {
+      batch += write_chunk(d, op, mem.size(), 0, op % 2 == 1 ? (op + 1) / 2 : 0, note, {}, true);
+      ++op;
+    }
+    if (!t.peer.send_unless_stalled(batch)) break;
+  }
+  Status s = t.failure(after(5s));
+  EXPECT_EQ(s.code(), Code::kResourceExhausted) << s.to_string();
+  EXPECT_NE(s.message().find("connection_memory_bytes"), std::string::npos) << s.to_string();
+  size_t held = 0;
+  size_t count = 0;
+  while (auto n = t.conn->poll_note()) {
+    EXPECT_FALSE(n->delivered);
+    EXPECT_EQ(n->message, note);
+    held += n->message.size();
+    ++count;
+  }
+  EXPECT_GT(count, 0u) << "no aborted write's notification was told";
+  EXPECT_LE(held, kBudget);
+  EXPECT_EQ(mem, std::vector<uint8_t>(4096, 0));
+  still_serves_others(*t.engine);
+}
+
+}  // namespace
+}  // namespace ferry::hostile
