@@ -59,6 +59,7 @@ from ._ferry import (
     LogLevel,
     MemoryKind,
     NotFound,
+    Note,
     Notification,
     Options,
     OutOfRange,
@@ -89,7 +90,7 @@ NotRegistered = NotFound
 __all__ = [
     "BlockPools", "BufferTooSmall", "Cancelled", "Code", "Connection", "DataLoss", "DeadlineExceeded", "Directory",
     "DirectoryEntry", "DirectoryEvent", "DirectoryWatch", "Engine",
-    "FerryError", "InternalError", "InvalidArgument", "LogLevel", "MemoryKind", "NotFound", "Notification",
+    "FerryError", "InternalError", "InvalidArgument", "LogLevel", "MemoryKind", "NotFound", "Note", "Notification",
     "Options", "OutOfRange", "PeerLost", "PermissionDenied", "Region", "RemoteDescriptor",
     "ResourceExhausted", "Status", "Transfer", "Unauthenticated", "Unavailable", "Unimplemented",
     "apply_environment", "code_name", "describe_tunables", "make_options", "validate",

@@ -236,6 +236,21 @@ pyb::bytes wait_notification(PyConnection& c, const Timeout& timeout) {
   return pyb::bytes(value_or_throw(std::move(r)));
 }
 
+ferry::Note wait_note(PyConnection& c, const Timeout& timeout) {
+  Deadline deadline = timeout.deadline;
+  auto conn = c.conn;
+  Result<ferry::Note> r = Status(Code::kDeadlineExceeded, "no notification by the deadline");
+  bool done = wait_in_slices(deadline, [&](Deadline d) {
+    r = conn->wait_note(d);
+    return r.ok() || r.status().code() != Code::kDeadlineExceeded;
+  });
+  if (!done) {
+    throw StatusError(Status(Code::kDeadlineExceeded, "no notification from connection " + std::to_string(conn->id()) +
+                                                          " to " + conn->peer_address() + " by the deadline"));
+  }
+  return value_or_throw(std::move(r));
+}
+
 const char* kTimeoutDoc =
     " Blocks until then or for `timeout` seconds (None: no deadline), with the GIL released; Ctrl-C raises "
     "KeyboardInterrupt. Raises the failure as a ferry.FerryError subclass (PeerLost, NotFound, OutOfRange, "
@@ -463,6 +478,21 @@ void bind_connection(pyb::module_& m) {
       },
       "Non-blocking: the next notification (bytes), or None.");
 
+  c.def("wait_note", &wait_note, arg("timeout") = none,
+        ("As wait_notification, and also the notifications of writes aimed here that failed or were cancelled: "
+         "returns a ferry.Note (message, delivered), in the order the writes were posted. delivered False: no "
+         "byte of that write lands here any more, its blocks may be reused. Raises DeadlineExceeded, or the "
+         "connection's failure." +
+         t)
+            .c_str());
+  c.def(
+      "poll_note",
+      [](PyConnection& c) -> pyb::object {
+        auto n = c.conn->poll_note();
+        if (!n) return pyb::none();
+        return pyb::cast(std::move(*n));
+      },
+      "Non-blocking: the next ferry.Note, or None.");
   c.def(
       "_set_notification_waker",
       [](PyConnection& c, std::shared_ptr<Waker> waker) {

@@ -471,6 +471,19 @@ void bind_engine(pyb::module_& m) {
                               n.peer_address + " (" + std::to_string(n.message.size()) + " bytes)>");
       });
 
+  pyb::class_<ferry::Note>(m, "Note",
+                          "A notification as Connection.wait_note gives it: the message, and whether the write that "
+                          "carried it was delivered.")
+      .def_property_readonly(
+          "message", [](const ferry::Note& n) { return pyb::bytes(n.message); }, "The notification (bytes).")
+      .def_readonly("delivered", &ferry::Note::delivered,
+                    "False: the write that carried it failed or was cancelled, and none of its bytes land here "
+                    "any more (which landed before is unspecified).")
+      .def("__repr__", [](const ferry::Note& n) {
+        return text_to_python(std::string("<ferry.Note ") + (n.delivered ? "delivered" : "not delivered") + " (" +
+                              std::to_string(n.message.size()) + " bytes)>");
+      });
+
   pyb::class_<PyEngine>(m, "Engine",
                         "The process's transfer engine: registers memory, listens for peers, connects. "
                         "Thread-safe. Every blocking call releases the GIL and can be interrupted with Ctrl-C.")
