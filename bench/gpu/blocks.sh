@@ -57,9 +57,9 @@ ratios=()
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 NCCL_DIR=$(python3 -c "import nvidia.nccl as n; print(list(n.__path__)[0])" 2>/dev/null || true)
 if [[ -n "$NCCL_DIR" && -e "$NCCL_DIR/lib/libnccl.so.2" ]]; then
-  export FERRY_NCCL_LIB="$NCCL_DIR/lib/libnccl.so.2"
-elif [[ ! -e "${FERRY_NCCL_LIB:-}" ]]; then
-  unset FERRY_NCCL_LIB
+  export FERRY_NCCL_LIBRARY="$NCCL_DIR/lib/libnccl.so.2"
+elif [[ ! -e "${FERRY_NCCL_LIBRARY:-}" ]]; then
+  unset FERRY_NCCL_LIBRARY
   anchors+=("nccl: not found")
 fi
 if [ "$(nvidia-smi -L | wc -l)" -lt 2 ]; then
@@ -84,7 +84,7 @@ else
     else
       ratio=n/a
     fi
-    [ -z "${FERRY_NCCL_LIB:-}" ] || ratios+=("$1 x $3: nccl_group p50 ${nccl_p50:-?} us / ferry local scatter p50 ${ferry_p50:-?} us = $ratio")
+    [ -z "${FERRY_NCCL_LIBRARY:-}" ] || ratios+=("$1 x $3: nccl_group p50 ${nccl_p50:-?} us / ferry local scatter p50 ${ferry_p50:-?} us = $ratio")
   done
 fi
 
@@ -97,7 +97,7 @@ if [ -x build-gpu/nccl_blocks ]; then
     f=$(FERRY_TRANSPORT=local timeout 120 build-gpu/bin/ferry bench --local --op write --sizes $size --gpus 0 \
       --peer-gpus $peer --iters 3000 --warmup 300 2>&1 >/dev/null | tee -a "$out/bench.err" |
       sed -n 's/.*\] write .*p50 \([0-9.]*\) us.*/\1/p' | tail -1)
-    ce=$(FERRY_NCCL_LIB= timeout 120 build-gpu/nccl_blocks 1 $bytes 3000 2>>"$out/nccl_blocks.err" |
+    ce=$(FERRY_NCCL_LIBRARY= timeout 120 build-gpu/nccl_blocks 1 $bytes 3000 2>>"$out/nccl_blocks.err" |
       awk '$1 == "contiguous" { print $4; exit }')
     latency+=("$size  ferry ${f:-?} us  copy engine ${ce:-?} us  above $(awk -v a="${f:-0}" -v b="${ce:-0}" 'BEGIN { printf "%.1f", a - b }') us")
   done

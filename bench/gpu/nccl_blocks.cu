@@ -16,11 +16,11 @@
 //   nccl_group         ncclSend/ncclRecv a block, all in one ncclGroupStart/
 //                      ncclGroupEnd, communicators from ncclCommInitAll; NCCL
 //                      is loaded with dlopen (its headers need not be
-//                      installed) from FERRY_NCCL_LIB, and the row is skipped
+//                      installed) from FERRY_NCCL_LIBRARY, and the row is skipped
 //                      when that is unset or does not load.
 //
 //   nvcc -O2 -std=c++17 -arch=sm_90 bench/gpu/nccl_blocks.cu -o nccl_blocks -ldl
-//   FERRY_NCCL_LIB=/path/to/libnccl.so.2 nccl_blocks BLOCKS BLOCK_SIZE ITERS
+//   FERRY_NCCL_LIBRARY=/path/to/libnccl.so.2 nccl_blocks BLOCKS BLOCK_SIZE ITERS
 //   (e.g. nccl_blocks 256 16384 100)
 //
 // Each batch is timed on the host from posting to completion (steady_clock
@@ -123,11 +123,11 @@ bool load(void* lib, const char* name, F& f) {
   return f != nullptr;
 }
 
-// NCCL from FERRY_NCCL_LIB, or false (with a note) when it is unset or does not load.
+// NCCL from FERRY_NCCL_LIBRARY, or false (with a note) when it is unset or does not load.
 bool load_nccl(Nccl& nccl) {
-  const char* path = std::getenv("FERRY_NCCL_LIB");
+  const char* path = std::getenv("FERRY_NCCL_LIBRARY");
   if (path == nullptr || *path == '\0') {
-    std::fprintf(stderr, "nccl_blocks: FERRY_NCCL_LIB is not set: no nccl_group row\n");
+    std::fprintf(stderr, "nccl_blocks: FERRY_NCCL_LIBRARY is not set: no nccl_group row\n");
     return false;
   }
   void* lib = dlopen(path, RTLD_NOW);

@@ -1,6 +1,6 @@
 // nccl_sendrecv: the NCCL anchor of bench/gpu/tcp_gpu.sh. Two processes, rank
 // 0 on GPU 0 sends to rank 1 on GPU 1 with ncclSend/ncclRecv; NCCL is loaded
-// with dlopen (its headers need not be installed) from FERRY_NCCL_LIB.
+// with dlopen (its headers need not be installed) from FERRY_NCCL_LIBRARY.
 //
 //   nccl_sendrecv RANK ID_FILE ITERS SIZE...
 //
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
   int iters = std::atoi(argv[3]);
   std::vector<size_t> sizes;
   for (int i = 4; i < argc; ++i) sizes.push_back(std::strtoull(argv[i], nullptr, 10));
-  const char* path = std::getenv("FERRY_NCCL_LIB");
+  const char* path = std::getenv("FERRY_NCCL_LIBRARY");
   void* lib = dlopen(path != nullptr ? path : "libnccl.so.2", RTLD_NOW);
   if (lib == nullptr) {
     std::fprintf(stderr, "nccl_sendrecv: cannot load NCCL: %s\n", dlerror());

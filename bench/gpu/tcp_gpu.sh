@@ -74,7 +74,7 @@ HAVE_NCCL=0
 if [[ -n "$NCCL_DIR" && -e "$NCCL_DIR/lib/libnccl.so.2" ]] &&
   timeout 120 "$NVCC" -O2 -std=c++17 bench/gpu/nccl_sendrecv.cu -o build-gpu/nccl_sendrecv -ldl >"$OUT/nvcc.log" 2>&1; then
   HAVE_NCCL=1
-  export FERRY_NCCL_LIB="$NCCL_DIR/lib/libnccl.so.2"
+  export FERRY_NCCL_LIBRARY="$NCCL_DIR/lib/libnccl.so.2"
 else
   say "NCCL not found or nvcc failed: the NCCL columns stay empty (see $OUT/nvcc.log)"
 fi

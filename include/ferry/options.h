@@ -42,7 +42,8 @@ enum class PathPolicy : uint8_t {
 };
 
 // Options::staging_copy: what copies GPU memory to and from the pinned host
-// slots it rides TCP through.
+// slots it rides TCP through, and a batch of small GPU blocks on the local
+// transport.
 enum class StagingCopy : uint8_t {
   kKernel = 0,      // "kernel": a copy kernel on a few of the GPU's SMs
   kCopyEngine = 1,  // "engine": the GPU's copy engines; every SM stays the application's
@@ -116,7 +117,10 @@ struct Options {
   // the GPU's SMs (faster, and fair among the paths, on the two-H200 host),
   // or kCopyEngine ("engine"), the copy engines (leaves every SM to the
   // application). Copies the kernel cannot do (addresses or sizes not
-  // multiples of 16 bytes) use the engines either way.
+  // multiples of 16 bytes) use the engines either way. On the local
+  // transport, kKernel also moves a batch of small blocks between GPUs
+  // (write_blocks, writev) with one gather kernel launch where the engines
+  // would take one copy per block.
   StagingCopy staging_copy = StagingCopy::kKernel;
   // Messages and writes up to this size ride inline on the control stream.
   size_t inline_max = 64 * 1024;
