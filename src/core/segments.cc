@@ -33,12 +33,16 @@ void SegmentList::add(const RegionRef& region, uint8_t* data, size_t size) {
       return;
     }
   }
-  add(MemorySpan{region, data, size});
+  // Held once for the run of spans in this region; the span's reference
+  // shares no ownership (aliasing an empty pointer), so copying it is free.
+  if (held_.empty() || held_.back().get() != region.get()) held_.push_back(region);
+  add(MemorySpan{RegionRef(RegionRef(), region.get()), data, size});
 }
 
 SegmentList SegmentList::part(uint64_t offset, uint64_t size) const {
   SegmentList out;
   if (size == 0) return out;
+  out.held_ = held_;  // what its spans borrow from
   uint64_t inner = 0;
   for (size_t i = locate(offset, inner); size > 0; ++i, inner = 0) {
     const MemorySpan& s = spans_[i];

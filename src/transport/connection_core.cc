@@ -337,6 +337,7 @@ Transfer ConnectionCore::write_blocks_async(const BlockPools& pools, std::span<c
   if (blocks.empty()) return failed_transfer(Status(Code::kInvalidArgument, "write_blocks: no blocks"));
   if (Status c = core::NotificationQueue::check_size(notification, "write"); !c.ok()) return failed_transfer(c);
   WriteBatch batch;
+  batch.source.reserve(blocks.size());
   batch.targets.reserve(blocks.size());
   for (size_t i = 0; i < blocks.size(); ++i) {
     const Block& b = blocks[i];

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -86,6 +87,35 @@ TEST_F(SegmentsTest, AdjacentSpansOfOneRegionBecomeOne) {
   std::vector<struct iovec> iov;
   list.slice(0, list.total(), iov);
   EXPECT_EQ(gather(iov), expect);
+}
+
+// Blocks added by region: one reference for a run of them, not one a block,
+// and a part keeps the region alive after the list it came from is gone.
+TEST_F(SegmentsTest, BlocksOfOneRegionHoldItOnceAndPartsKeepItAlive) {
+  MemorySpan whole = span(0, buf_.size());
+  const long before = whole.region.use_count();
+  std::mt19937_64 rng(5);
+  std::vector<uint8_t> expected;
+  std::optional<SegmentList> list(std::in_place);
+  list->reserve(1000);
+  for (int i = 0; i < 1000; ++i) {
+    size_t off = (rng() % 1000) * 64 + 1;  // never continuing the last block
+    size_t len = 1 + rng() % 63;
+    list->add(whole.region, whole.data + off, len);
+    expected.insert(expected.end(), buf_.begin() + off, buf_.begin() + off + len);
+  }
+  EXPECT_EQ(whole.region.use_count(), before + 1) << "a reference a block";
+  SegmentList copy = *list;
+  EXPECT_EQ(whole.region.use_count(), before + 2);
+  SegmentList part = list->part(17, list->total() - 40);
+  list.reset();
+  copy = SegmentList();
+  EXPECT_EQ(whole.region.use_count(), before + 1) << "the part's spans lost their region";
+  ChunkAccess access(part, 0, part.total());
+  EXPECT_TRUE(access.ok());
+  std::vector<struct iovec> iov;
+  part.slice(0, part.total(), iov);
+  EXPECT_EQ(gather(iov), std::vector<uint8_t>(expected.begin() + 17, expected.end() - 23));
 }
 
 TEST_F(SegmentsTest, PartHoldsTheSameBytesAsASlice) {

@@ -263,6 +263,10 @@ Status LocalCopier::start(const core::SegmentList& local, const std::vector<Shar
     return why;
   };
   PieceCache cache;
+  // A long list of small GPU pieces goes in two launches, the first once
+  // half of it is walked: the GPU copies that half while this thread walks
+  // the rest.
+  size_t early_launch = gather_ && remote.size() >= kEarlyLaunchSpans ? remote.size() / 2 : 0;
   size_t li = 0, ri = 0;
   uint64_t loff = 0, roff = 0, left = size;
   const auto& spans = local.spans();
@@ -286,6 +290,11 @@ Status LocalCopier::start(const core::SegmentList& local, const std::vector<Shar
       auto piece = gpu_piece(near, near_gpu ? l.region->region.device : -1, r, roff, n, to_remote, cache);
       if (!piece.ok()) return abandon(piece.status());
       gpu.push_back(*piece);
+      if (gpu.size() == early_launch) {
+        if (Status q = queue_gpu_copies(gpu, used); !q.ok()) return abandon(q);
+        gpu.clear();
+        early_launch = 0;
+      }
     }
     left -= n;
     loff += n;

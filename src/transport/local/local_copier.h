@@ -129,6 +129,9 @@ class LocalCopier {
   // copy engines move 1 MiB to a peer GPU in about 11 us on 2 x H100, and
   // handing the completion to the progress thread added about 4 us to it.
   static constexpr uint64_t kCompleteInline = 1024 * 1024;
+  // A copy of at least this many remote spans queues its GPU pieces in two
+  // parts when the gather kernel takes them (start()).
+  static constexpr size_t kEarlyLaunchSpans = 64;
   // Host copies from this size on are shared by kCrossThreads threads: the
   // caller and kCrossThreads - 1 helpers.
   static constexpr size_t kParallelCrossBytes = 16u << 20;

@@ -386,6 +386,7 @@ void LocalTransport::start_write_batch(const std::shared_ptr<TransferState>& sta
 void LocalTransport::run_batch(const std::shared_ptr<TransferState>& state,
                                const std::shared_ptr<transport::WriteBatch>& batch, const ExportInfo& info) {
   std::vector<SharedSpan> remote;
+  remote.reserve(batch->targets.size());
   for (const transport::WriteBatch::Target& t : batch->targets) {
     if (t.offset > info.length || t.size > info.length - t.offset) {
       state->finish_part(Status(Code::kOutOfRange, where() + ": access past the end of export " +
