@@ -96,6 +96,30 @@ class Child {
   std::string line_;
 };
 
+// Whether every thread of `pid` is in the stopped state ('T' or 't' in
+// /proc/PID/task/TID/stat, after the name's closing parenthesis).
+inline bool all_threads_stopped(pid_t pid) {
+  std::error_code ec;
+  std::filesystem::directory_iterator tasks("/proc/" + std::to_string(pid) + "/task", ec);
+  if (ec) return false;
+  bool any = false;
+  for (const auto& task : tasks) {
+    int fd = ::open((task.path() / "stat").c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;  // the thread ended
+    char buf[512];
+    ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
+    ::close(fd);
+    if (n <= 0) continue;
+    std::string stat(buf, static_cast<size_t>(n));
+    size_t close_paren = stat.rfind(')');
+    if (close_paren == std::string::npos || close_paren + 2 >= stat.size()) return false;
+    char state = stat[close_paren + 2];
+    if (state != 'T' && state != 't') return false;
+    any = true;
+  }
+  return any;
+}
+
 inline uint16_t free_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
@@ -194,6 +218,18 @@ class DirectoryServer {
   }
   void kill() { child_.kill_now(); }
   void stop_signal(int sig) { child_.signal(sig); }
+  // SIGSTOP, returning once every thread of the server has stopped (within
+  // 2 s): a thread running on another CPU, or in a system call, takes the
+  // signal a moment after kill() returned, and may answer a request meanwhile.
+  bool freeze() {
+    child_.signal(SIGSTOP);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (all_threads_stopped(child_.pid())) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return false;
+  }
 
  private:
   Kind kind_;
