@@ -114,7 +114,12 @@ size_t PyTransfer::wait(const Timeout& timeout) {
 }
 
 bool PyTransfer::cancel() {
-  bool stopped = t_.cancel();
+  bool stopped = false;
+  {
+    // A write's cancel waits until none of it lands any more.
+    pyb::gil_scoped_release unlocked;
+    stopped = t_.cancel();
+  }
   release_if_done();
   return stopped;
 }
@@ -138,8 +143,12 @@ void bind_transfer(pyb::module_& m) {
       .def_property_readonly("id", &PyTransfer::id, "Id of the operation, unique within its connection.")
       .def_property_readonly("done", &PyTransfer::test, "Same as test().")
       .def("cancel", &PyTransfer::cancel,
-           "Stops an operation that has not started moving data (an unmatched receive): it fails with Cancelled "
-           "and True is returned. Otherwise False; the operation runs to its end.")
+           "Stops an operation that has not started moving data (an unmatched receive, a send not yet accepted), or "
+           "a write (write, writev, write_blocks) while it moves data: it fails with Cancelled and True is "
+           "returned. A write's cancel blocks (GIL released) until none of its bytes lands in the peer's memory "
+           "any more, up to the peer_timeout option; the peer's Connection.wait_note then gives its notification "
+           "with delivered False, so both sides may reuse the blocks. Otherwise False; the operation runs to its "
+           "end.")
       .def("_wake_when_done", &PyTransfer::wake_when_done, pyb::arg("waker"),
            "Signals the ferry._Waker once the operation has finished (ferry.aio).")
       .def("__repr__", [](PyTransfer& t) {
