@@ -221,27 +221,15 @@ Posted post_notify(PyConnection& c, pyb::handle message) {
   return post({}, [&] { return conn->notify_async(m); });
 }
 
-pyb::bytes wait_notification(PyConnection& c, const Timeout& timeout) {
+// The next value `wait(connection, deadline)` gives (wait_notification or
+// wait_note), waited for in slices that let Ctrl-C through.
+template <typename T, typename Wait>
+T next_notification(PyConnection& c, const Timeout& timeout, Wait wait) {
   Deadline deadline = timeout.deadline;
   auto conn = c.conn;
-  Result<std::string> r = Status(Code::kDeadlineExceeded, "no notification by the deadline");
+  Result<T> r = Status(Code::kDeadlineExceeded, "no notification by the deadline");
   bool done = wait_in_slices(deadline, [&](Deadline d) {
-    r = conn->wait_notification(d);
-    return r.ok() || r.status().code() != Code::kDeadlineExceeded;
-  });
-  if (!done) {
-    throw StatusError(Status(Code::kDeadlineExceeded, "no notification from connection " + std::to_string(conn->id()) +
-                                                          " to " + conn->peer_address() + " by the deadline"));
-  }
-  return pyb::bytes(value_or_throw(std::move(r)));
-}
-
-ferry::Note wait_note(PyConnection& c, const Timeout& timeout) {
-  Deadline deadline = timeout.deadline;
-  auto conn = c.conn;
-  Result<ferry::Note> r = Status(Code::kDeadlineExceeded, "no notification by the deadline");
-  bool done = wait_in_slices(deadline, [&](Deadline d) {
-    r = conn->wait_note(d);
+    r = wait(*conn, d);
     return r.ok() || r.status().code() != Code::kDeadlineExceeded;
   });
   if (!done) {
@@ -249,6 +237,16 @@ ferry::Note wait_note(PyConnection& c, const Timeout& timeout) {
                                                           " to " + conn->peer_address() + " by the deadline"));
   }
   return value_or_throw(std::move(r));
+}
+
+pyb::bytes wait_notification(PyConnection& c, const Timeout& timeout) {
+  return pyb::bytes(next_notification<std::string>(
+      c, timeout, [](Connection& conn, Deadline d) { return conn.wait_notification(d); }));
+}
+
+ferry::Note wait_note(PyConnection& c, const Timeout& timeout) {
+  return next_notification<ferry::Note>(c, timeout,
+                                        [](Connection& conn, Deadline d) { return conn.wait_note(d); });
 }
 
 const char* kTimeoutDoc =

@@ -64,6 +64,8 @@ def test_failed_write_note_comes_in_order_as_not_delivered(pair):
     assert ca.wait_notification(timeout=WAIT) == b"after it"
     assert ca.poll_notification() is None
     assert ca.poll_note() is None
+    with pytest.raises(ferry.DeadlineExceeded, match="no notification from connection"):
+        ca.wait_note(timeout=0.1)
 
 
 def test_cancelled_write_note_says_whether_it_landed(pair):
