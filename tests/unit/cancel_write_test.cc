@@ -129,7 +129,9 @@ TEST_P(CancelWrite, CancelStopsAWriteMovingDataAndNothingOfItLandsAfter) {
   }
   // Over TCP the write is still on its way when its first chunk landed: it
   // stops. The local transport may copy 512 MiB before cancel is heard.
-  if (tcp()) EXPECT_TRUE(stopped) << "a 512 MiB write over loopback finished before cancel";
+  if (tcp()) {
+    EXPECT_TRUE(stopped) << "a 512 MiB write over loopback finished before cancel";
+  }
   still_works();
 }
 
