@@ -5,8 +5,10 @@
 // The queue must deliver in number order with nothing invented, lost or
 // repeated, refuse what would pass its budget without holding any of it,
 // and count against the budget exactly what it holds: the text and a fixed
-// overhead of every note queued or waiting for an earlier number, and the
-// overhead of every skip waiting for one.
+// overhead of every note queued or waiting for an earlier number (a skip
+// that carries its write's tag is one, marked not delivered), and the
+// overhead of every skip without a tag waiting for one. Taken out with
+// delivered_only, the notes not delivered are dropped on the way.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cstddef>
@@ -32,36 +34,39 @@ void require(bool ok) {
 
 // What the contract says the queue holds, and the bytes that costs.
 struct Model {
+  using Entry = NotificationQueue::Entry;
   static constexpr size_t kOverhead = NotificationQueue::kNoteOverhead;
   uint64_t next = 1;
-  std::map<uint64_t, std::optional<std::string>> waiting;
-  std::deque<std::string> queued;
+  std::map<uint64_t, std::optional<Entry>> waiting;  // nullopt: a skip without a tag
+  std::deque<Entry> queued;
   size_t bytes = 0;  // kept as it changes: recounting after every step is quadratic
 
   size_t recount() const {
     size_t n = 0;
-    for (const std::string& q : queued) n += kOverhead + q.size();
-    for (const auto& [seq, note] : waiting) n += kOverhead + (note ? note->size() : 0);
+    for (const Entry& q : queued) n += kOverhead + q.text.size();
+    for (const auto& [seq, note] : waiting) n += kOverhead + (note ? note->text.size() : 0);
     return n;
   }
+  static bool is_queued(bool skip, const std::string& note) { return !skip || !note.empty(); }
   // The bytes a push takes before anything it replaces is given back.
   size_t cost(uint64_t seq, bool skip, const std::string& note) const {
-    if (skip && (seq == 0 || seq == next)) return 0;
-    return kOverhead + (skip ? 0 : note.size());
+    if (is_queued(skip, note)) return kOverhead + note.size();
+    return seq == 0 || seq == next ? 0 : kOverhead;
   }
   void push(uint64_t seq, bool skip, std::string note) {
+    const bool q = is_queued(skip, note);
     if (seq == 0) {
-      if (!skip) {
+      if (q) {
         bytes += kOverhead + note.size();
-        queued.push_back(std::move(note));
+        queued.push_back(Entry{std::move(note), !skip});
       }
       return;
     }
     if (auto old = waiting.find(seq); old != waiting.end()) {
-      bytes -= kOverhead + (old->second ? old->second->size() : 0);
+      bytes -= kOverhead + (old->second ? old->second->text.size() : 0);
     }
-    bytes += kOverhead + (skip ? 0 : note.size());
-    waiting[seq] = skip ? std::nullopt : std::optional<std::string>(std::move(note));
+    bytes += kOverhead + (q ? note.size() : 0);
+    waiting[seq] = q ? std::optional<Entry>(Entry{std::move(note), !skip}) : std::nullopt;
     for (auto it = waiting.begin(); it != waiting.end() && it->first == next; it = waiting.erase(it), ++next) {
       if (it->second) {
         queued.push_back(std::move(*it->second));  // its bytes stay counted
@@ -70,13 +75,24 @@ struct Model {
       }
     }
   }
-  std::string pop() {
-    std::string n = std::move(queued.front());
+  // The next entry (with `delivered_only`, dropping those not delivered
+  // before it); nullopt if none.
+  std::optional<Entry> pop(bool delivered_only) {
+    while (delivered_only && !queued.empty() && !queued.front().delivered) take();
+    if (queued.empty()) return std::nullopt;
+    return take();
+  }
+  Entry take() {
+    Entry e = std::move(queued.front());
     queued.pop_front();
-    bytes -= kOverhead + n.size();
-    return n;
+    bytes -= kOverhead + e.text.size();
+    return e;
   }
 };
+
+bool same(const NotificationQueue::Entry& a, const NotificationQueue::Entry& b) {
+  return a.text == b.text && a.delivered == b.delivered;
+}
 
 }  // namespace
 
@@ -128,18 +144,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       }
       case 2: {
-        auto got = queue.poll();
-        require(got.has_value() == !model.queued.empty());
-        if (got) require(*got == model.pop());
+        bool delivered_only = in.ConsumeBool();
+        auto got = queue.poll(delivered_only);
+        auto want = model.pop(delivered_only);
+        require(got.has_value() == want.has_value());
+        if (got) require(same(*got, *want));
         break;
       }
       case 3: {
-        std::string out;
-        auto w = queue.wait(ferry::Clock::now(), stopped, out);
+        bool delivered_only = in.ConsumeBool();
+        NotificationQueue::Entry out;
+        auto w = queue.wait(ferry::Clock::now(), stopped, out, delivered_only);
+        auto want = model.pop(delivered_only);
         if (w == NotificationQueue::Wait::kNote) {
-          require(!model.queued.empty() && out == model.pop());
+          require(want.has_value() && same(out, *want));
         } else {
-          require(model.queued.empty());
+          require(!want.has_value());
         }
         break;
       }
