@@ -15,6 +15,7 @@ packages=(
   iperf3 sockperf                  # anchors the benchmarks compare against
   iproute2 procps                  # ip/tc for network labs, ps/pgrep for scripts
   python3-dev pybind11-dev         # the Python module
+  python3-setuptools python3-wheel python3-pip python3-venv  # pip install . (offline) and its test
   python3-numpy python3-pytest python3-torch         # Python API tests (CPU tensors)
   python3-pandas python3-matplotlib                  # ferry.analysis plots
 )
