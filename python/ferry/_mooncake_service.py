@@ -1,0 +1,177 @@
+"""The background side of a ferry.mooncake engine: accepts peers, answers
+their requests for this engine's segment table, and queues the TransferNotify
+messages that arrive, for get_notifies.
+
+Two named threads: one accepts (ferry hands over every connection a peer
+opens), one takes the engine's notifications in order. Both block in ferry
+and wake when the engine closes; neither polls.
+
+Limits against a hostile or careless peer: one table reply in flight per
+connection (a request while one is pending is dropped; the asker times out
+and asks again); notifications wait here only up to MAX_PENDING_NOTIFIES,
+past which this thread stops taking more, so they stay in ferry, whose
+per-connection budget (connection_memory_bytes) then fails the connection
+that floods.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from typing import Callable, Deque, Dict, List, Tuple
+
+import numpy as np
+
+import ferry
+from . import _mooncake_wire as wire
+
+log = logging.getLogger("ferry.mooncake")
+
+MAX_PENDING_NOTIFIES = 65536
+# How long a request waits for its connection to come out of accept().
+ACCEPT_GRACE_S = 5.0
+
+
+class _Reply:
+    """A table message in flight to one peer, with the memory it is sent from."""
+
+    __slots__ = ("transfer", "region", "buffer")
+
+    def __init__(self, transfer: ferry.Transfer, region: ferry.Region, buffer: np.ndarray) -> None:
+        self.transfer = transfer
+        self.region = region
+        self.buffer = buffer
+
+
+class Service:
+    """Runs until the engine closes. `table()` gives the segments to send."""
+
+    def __init__(self, engine: ferry.Engine, table: Callable[[], List[wire.Segment]]) -> None:
+        self._engine = engine
+        self._table = table
+        self._lock = threading.Condition()
+        self._accepted: Dict[int, ferry.Connection] = {}
+        self._replies: Dict[int, _Reply] = {}
+        self._notifies: Deque[Tuple[str, str]] = deque()
+        self._closing = False
+        self._threads = [
+            threading.Thread(target=self._accept_loop, name="ferry-mc-accept", daemon=True),
+            threading.Thread(target=self._notification_loop, name="ferry-mc-notify", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    # ---- what the engine asks of it ---------------------------------------
+
+    def take_notifies(self) -> List[Tuple[str, str]]:
+        with self._lock:
+            out = list(self._notifies)
+            self._notifies.clear()
+            self._lock.notify_all()
+        return out
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Call after the engine closed (that wakes both threads)."""
+        with self._lock:
+            self._closing = True
+            self._lock.notify_all()
+        for t in self._threads:
+            t.join(timeout)
+        with self._lock:
+            for reply in self._replies.values():
+                reply.transfer.cancel()
+            self._replies.clear()
+            self._accepted.clear()
+
+    # ---- the threads ------------------------------------------------------
+
+    def _accept_loop(self) -> None:
+        while True:
+            try:
+                conn = self._engine.accept(timeout=None)
+            except ferry.FerryError as e:
+                if self._engine.closed:
+                    return
+                log.warning("mooncake: accepting a peer failed: %s", e)
+                continue
+            with self._lock:
+                self._forget_closed()
+                self._accepted[conn.id] = conn
+                self._lock.notify_all()
+
+    def _notification_loop(self) -> None:
+        while True:
+            with self._lock:
+                while len(self._notifies) >= MAX_PENDING_NOTIFIES and not self._closing:
+                    self._lock.wait()
+                if self._closing:
+                    return
+            try:
+                note = self._engine.wait_notification(timeout=None)
+            except ferry.FerryError as e:
+                if self._engine.closed:
+                    return
+                log.warning("mooncake: waiting for notifications failed: %s", e)
+                continue
+            try:
+                self._handle(note)
+            except wire.WireError as e:
+                log.warning("mooncake: dropped a message from %s (connection %d): %s",
+                            note.peer_address, note.connection_id, e)
+
+    def _handle(self, note: ferry.Notification) -> None:
+        message = note.message
+        sequence = wire.decode_request(message)
+        if sequence is not None:
+            self._answer(note.connection_id, sequence)
+            return
+        named = wire.decode_notify(message)
+        if named is None:  # a plain ferry notification from an engine that is no facade
+            named = ("", message.decode(errors="replace"))
+        with self._lock:
+            self._notifies.append(named)
+
+    def _answer(self, connection_id: int, sequence: int) -> None:
+        with self._lock:
+            if not self._lock.wait_for(lambda: connection_id in self._accepted or self._closing, ACCEPT_GRACE_S):
+                log.warning("mooncake: a table request on connection %d, which was never accepted", connection_id)
+                return
+            if self._closing:
+                return
+            conn = self._accepted[connection_id]
+            pending = self._replies.get(connection_id)
+            if pending is not None and not pending.transfer.test():
+                log.debug("mooncake: connection %d asked again while its table is on the way: dropped", connection_id)
+                return
+            if pending is not None:
+                self._release(connection_id)
+        payload = wire.encode_table(sequence, self._table())
+        buffer = np.frombuffer(bytearray(payload), dtype=np.uint8)
+        region = self._engine.reg(buffer)
+        try:
+            transfer = conn.send_async(buffer)
+        except ferry.FerryError as e:
+            self._engine.dereg(region)
+            log.info("mooncake: cannot answer connection %d: %s", connection_id, e)
+            return
+        with self._lock:
+            self._replies[connection_id] = _Reply(transfer, region, buffer)
+
+    # ---- bookkeeping (under _lock) ------------------------------------------
+
+    def _release(self, connection_id: int) -> None:
+        reply = self._replies.pop(connection_id)
+        try:
+            self._engine.dereg(reply.region)
+        except ferry.FerryError as e:
+            log.debug("mooncake: deregistering a sent table: %s", e)
+
+    def _forget_closed(self) -> None:
+        for cid in [cid for cid, c in self._accepted.items() if not c.health().ok()]:
+            del self._accepted[cid]
+            reply = self._replies.get(cid)
+            if reply is not None:
+                reply.transfer.cancel()
+                self._release(cid)
+

@@ -1,0 +1,807 @@
+"""ferry.mooncake: the Python API of Mooncake's Transfer Engine, on ferry.
+
+Code written for ``mooncake.engine`` runs on ferry with the import changed::
+
+    from ferry.mooncake import TransferEngine, TransferOpcode, TransferNotify
+    engine = TransferEngine()
+    engine.initialize("10.0.0.1", "P2PHANDSHAKE", "tcp", "")
+    session = f"10.0.0.1:{engine.get_rpc_port()}"       # what peers name this engine by
+    engine.register_memory(kv_pool.data_ptr(), kv_pool.nbytes)
+    engine.batch_transfer_sync_write("10.0.0.2:15001", local_addrs, remote_addrs, lengths)
+
+Same signatures, same returns: 0 on success and a negative number on failure
+(never an exception for a failed transfer; the reason is logged on the
+``ferry.mooncake`` logger and kept in ``engine.last_error``), batch ids,
+``transfer_check_status`` 1 / 0 / -1 / -2.
+
+Remote memory is named by raw address. An engine learns a peer's registered
+segments (address ranges, each with the ferry descriptor that exports it)
+when it first talks to it, and again when an address is not in what it knows;
+an address is turned into (segment, offset) here, and the peer's engine still
+checks every byte against what it exported. An address outside the peer's
+segments, a length past a segment's end, a local buffer outside this engine's
+registered memory, a dead peer: a negative return, nothing written, and the
+engine goes on working. A batch to one peer is one ferry operation (writes:
+one block write between pools prepared once per pair of tables).
+
+Differences from Mooncake, all stated:
+- ``metadata_server``: ``"P2PHANDSHAKE"`` (peers named ``host:rpc_port``, no
+  server), or a directory URL ``redis://host:port[/ns]`` / ``etcd://host:port[/ns]``
+  (a bare ``host:port`` means etcd, as in Mooncake). With a directory the
+  engine publishes itself under its ``local_hostname`` and resolves peers'
+  names there; a name's ``:`` and other characters outside ``[A-Za-z0-9._-]``
+  become ``_`` in the directory. ``http://`` metadata servers are refused.
+- ``protocol``: ``"tcp"`` and ``"rdma"`` both run on ferry's transports (TCP
+  between hosts, the same-host transport within one); other names are refused.
+- ``device_name``: NICs to use, comma-separated interface names (ferry's
+  ``nics``); names that are no network interface here (RDMA devices such as
+  ``mlx5_0``) are ignored with a log line.
+- Local buffers must lie in memory registered with ``register_memory`` or
+  ``allocate_managed_buffer``; anything else is refused (-1), as Mooncake's
+  RDMA transport does.
+- A failure inside ``*_on_cuda`` work is logged and counted in
+  ``engine.cuda_failures``; the process is not ended.
+- ``MC_TRANSFER_TIMEOUT`` (seconds, default 30) bounds every transfer and
+  connection; ``MC_TCP_BIND_ADDRESS`` picks the address to listen on (default
+  every address).
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import logging
+import os
+import re
+import threading
+import time
+import weakref
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+import ferry
+from . import _mooncake_wire as wire
+from ._cuda_stream import StreamWork
+from ._mooncake_segments import SegmentIndex, Unmapped
+from ._mooncake_service import Service
+
+__all__ = ["TransferEngine", "TransferOpcode", "TransferNotify", "P2P_HANDSHAKE"]
+
+log = logging.getLogger("ferry.mooncake")
+
+P2P_HANDSHAKE = "P2PHANDSHAKE"
+DEFAULT_TIMEOUT_S = 30.0
+
+# Returns, Mooncake's codes where one fits.
+OK = 0
+ERR_INVALID_ARGUMENT = -1
+ERR_ADDRESS_NOT_REGISTERED = -3
+ERR_ADDRESS_OVERLAPPED = -7
+ERR_SOCKET = -101
+ERR_METADATA = -200
+ERR_MEMORY = -302
+ERR_NOT_IMPLEMENTED = -400
+ERR_TRANSFER = -1
+
+STATUS_COMPLETED = 1
+STATUS_WAITING = 0
+STATUS_FAILED = -1
+STATUS_TIMEOUT = -2
+
+
+class TransferOpcode(enum.IntEnum):
+    READ = 0
+    WRITE = 1
+
+
+class TransferNotify:
+    """A notification: `name` and `msg`, delivered to the target after the data."""
+
+    __slots__ = ("name", "msg")
+
+    def __init__(self, name: str = "", msg: str = "") -> None:
+        self.name = name
+        self.msg = msg
+
+    def __repr__(self) -> str:
+        return f"TransferNotify(name={self.name!r}, msg={self.msg!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TransferNotify) and (self.name, self.msg) == (other.name, other.msg)
+
+
+class _Failure(Exception):
+    """A request this facade refuses or that failed: its return code and why."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _timeout_s() -> float:
+    text = os.environ.get("MC_TRANSFER_TIMEOUT", "")
+    try:
+        value = float(text) if text else DEFAULT_TIMEOUT_S
+    except ValueError:
+        raise ValueError(f"MC_TRANSFER_TIMEOUT={text!r}: expected seconds") from None
+    if value <= 0:
+        raise ValueError(f"MC_TRANSFER_TIMEOUT={text!r}: expected seconds > 0")
+    return value
+
+
+def _directory_name(session: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", session)[:128]
+
+
+def _split_host_port(text: str) -> Tuple[str, Optional[int]]:
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        return host, int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else None
+    if text.count(":") == 1:
+        host, port = text.split(":")
+        if port.isdigit():
+            return host, int(port)
+    return text, None
+
+
+def _addresses(values: Sequence[int], what: str) -> np.ndarray:
+    try:
+        out = np.asarray(values, dtype=np.uint64)
+    except (OverflowError, TypeError, ValueError):
+        raise _Failure(ERR_INVALID_ARGUMENT, f"{what}: expected integers in 0..2**64-1") from None
+    if out.ndim != 1:
+        raise _Failure(ERR_INVALID_ARGUMENT, f"{what}: expected a flat list of integers")
+    return out
+
+
+class _Peer:
+    """One target: the connection to it and the segment table it last sent."""
+
+    def __init__(self, name: str, conn: ferry.Connection) -> None:
+        self.name = name
+        self.conn = conn
+        self.lock = threading.Lock()  # one table fetch at a time
+        self.segments: SegmentIndex[ferry.RemoteDescriptor] = SegmentIndex()
+        self.sequence = itertools.count(1)
+        self.pools: Optional[Tuple[int, int, ferry.BlockPools]] = None  # (local version, remote version, pools)
+
+
+class _Batch:
+    __slots__ = ("transfers", "deadline", "notify", "peer")
+
+    def __init__(self, transfers: List[ferry.Transfer], deadline: float, peer: _Peer,
+                 notify: Optional[bytes]) -> None:
+        self.transfers = transfers
+        self.deadline = deadline
+        self.peer = peer
+        self.notify = notify  # sent after a read completes (a write carries its own)
+
+
+def _shutdown(held: List[object]) -> None:
+    """Closes the engine and stops its threads; runs at close(), when the
+    TransferEngine is collected, or at interpreter exit, whichever is first
+    (ferry's threads must not outlive the interpreter)."""
+    if not held:
+        return
+    engine, service = held
+    held.clear()
+    engine.close()
+    service.stop()
+
+
+class TransferEngine:
+    """Mooncake's TransferEngine on a ferry engine. Thread-safe."""
+
+    def __init__(self) -> None:
+        self.last_error = ""
+        self.cuda_failures = 0
+        self._engine: Optional[ferry.Engine] = None
+        self._service: Optional[Service] = None
+        self._session = ""
+        self._use_directory = False
+        self._timeout = DEFAULT_TIMEOUT_S
+        self._lock = threading.Lock()
+        self._local: SegmentIndex[ferry.Region] = SegmentIndex()
+        self._registration_order: List[int] = []
+        self._managed: Dict[int, Tuple[np.ndarray, int]] = {}
+        self._peers: Dict[str, _Peer] = {}
+        self._batches: Dict[int, _Batch] = {}
+        self._batch_ids = itertools.count(1)
+        self._stream_work = StreamWork()
+        self._held: List[object] = []
+        self._closer = weakref.finalize(self, _shutdown, self._held)
+
+    # ---- failures ----------------------------------------------------------
+
+    def _fail(self, what: str, code: int, message: str) -> int:
+        self.last_error = f"{what}: {message}"
+        log.warning("mooncake %s failed (%d): %s", what, code, message)
+        return code
+
+    def _guard(self, what: str, body) -> int:
+        try:
+            return body()
+        except _Failure as f:
+            return self._fail(what, f.code, str(f))
+        except ferry.FerryError as e:
+            code = ERR_SOCKET if isinstance(e, (ferry.Unavailable, ferry.PeerLost)) else ERR_TRANSFER
+            return self._fail(what, code, f"{type(e).__name__}: {e}")
+
+    def _ferry(self) -> ferry.Engine:
+        if self._engine is None:
+            raise _Failure(ERR_INVALID_ARGUMENT, "the engine is not initialized (call initialize first)")
+        return self._engine
+
+    # ---- initialization ---------------------------------------------------
+
+    def initialize(self, local_hostname: str, metadata_server: str, protocol: str, device_name: str) -> int:
+        kind = "p2p" if metadata_server == P2P_HANDSHAKE else ""
+        return self.initialize_ext(local_hostname, metadata_server, protocol, device_name, kind)
+
+    def initialize_ext(self, local_hostname: str, metadata_server: str, protocol: str, device_name: str,
+                       metadata_type: str) -> int:
+        return self._guard("initialize", lambda: self._initialize(local_hostname, metadata_server, protocol,
+                                                                   device_name, metadata_type))
+
+    def _initialize(self, local_hostname: str, metadata_server: str, protocol: str, device_name: str,
+                    metadata_type: str) -> int:
+        if self._engine is not None:
+            raise _Failure(ERR_INVALID_ARGUMENT, "already initialized")
+        if protocol not in ("tcp", "rdma"):
+            raise _Failure(ERR_NOT_IMPLEMENTED, f"protocol {protocol!r}: ferry's engine speaks tcp (and takes rdma "
+                                                "as its alias)")
+        if protocol == "rdma":
+            log.info("mooncake: protocol 'rdma' runs on ferry's transports (TCP, and same-host copies)")
+        directory = self._directory_url(metadata_server, metadata_type)
+        host, port = _split_host_port(local_hostname)
+        if not host:
+            raise _Failure(ERR_INVALID_ARGUMENT, f"local_hostname {local_hostname!r} names no host")
+        bind = os.environ.get("MC_TCP_BIND_ADDRESS", "") or "0.0.0.0"
+        fields = {"listen": f"{bind}:{port or 0}"}
+        nics = [n for n in device_name.split(",") if n.strip()] if device_name else []
+        usable = [n.strip() for n in nics if os.path.exists(f"/sys/class/net/{n.strip()}")]
+        if len(usable) != len(nics):
+            log.info("mooncake: device_name %r: %s are no network interfaces here; ignored", device_name,
+                     [n for n in nics if n.strip() not in usable])
+        if usable:
+            fields["nics"] = ",".join(usable)
+        if directory:
+            fields["directory"] = directory
+            fields["name"] = _directory_name(local_hostname)
+        self._timeout = _timeout_s()
+        try:
+            engine = ferry.Engine(**fields)
+        except ferry.FerryError as e:
+            code = ERR_METADATA if directory else ERR_SOCKET
+            raise _Failure(code, f"cannot start the engine ({fields}): {e}") from None
+        self._engine = engine
+        self._use_directory = bool(directory)
+        self._session = local_hostname if directory else f"{host}:{self.get_rpc_port()}"
+        method = weakref.WeakMethod(self._table_for_peers)  # the service must not keep this object alive
+        self._service = Service(engine, lambda: method()() if method() is not None else [])
+        self._held[:] = [engine, self._service]
+        return OK
+
+    @staticmethod
+    def _directory_url(metadata_server: str, metadata_type: str) -> str:
+        if metadata_server == P2P_HANDSHAKE or metadata_type == "p2p":
+            return ""
+        if metadata_server.startswith(("redis://", "etcd://")):
+            return metadata_server
+        if metadata_server.startswith("http"):
+            raise _Failure(ERR_NOT_IMPLEMENTED, f"metadata_server {metadata_server!r}: HTTP metadata servers are not "
+                                                "supported; use P2PHANDSHAKE, redis:// or etcd://")
+        kind = metadata_type or "etcd"
+        if kind not in ("etcd", "redis"):
+            raise _Failure(ERR_NOT_IMPLEMENTED, f"metadata_type {metadata_type!r}: expected p2p, etcd or redis")
+        if not metadata_server:
+            raise _Failure(ERR_INVALID_ARGUMENT, "metadata_server is empty")
+        return f"{kind}://{metadata_server}"
+
+    def get_rpc_port(self) -> int:
+        if self._engine is None:
+            return -1
+        return int(self._engine.address.rsplit(":", 1)[1])
+
+    def get_engine(self) -> Optional[ferry.Engine]:
+        """The ferry.Engine underneath (Mooncake returns its inner engine here)."""
+        return self._engine
+
+    @property
+    def session_id(self) -> str:
+        """The name peers reach this engine by: host:rpc_port, or local_hostname with a directory."""
+        return self._session
+
+    def close(self) -> None:
+        """Closes the engine: peers' connections end, registrations go."""
+        if self._engine is None:
+            return
+        self._engine = None
+        self._closer()
+        with self._lock:
+            self._peers.clear()
+            self._batches.clear()
+            self._managed.clear()
+            self._local = SegmentIndex()
+
+    # ---- memory -----------------------------------------------------------
+
+    def _table_for_peers(self) -> List[wire.Segment]:
+        local = self._local
+        engine = self._engine
+        if engine is None:
+            return []
+        return [wire.Segment(int(b), int(e - b), engine.export_region(r))
+                for b, e, r in zip(local.bases, local.ends, local.payloads)]
+
+    def _register(self, addr: int, length: int) -> None:
+        engine = self._ferry()
+        if isinstance(addr, bool) or not isinstance(addr, int) or not isinstance(length, int):
+            raise _Failure(ERR_INVALID_ARGUMENT, f"address {addr!r} and capacity {length!r} must be ints")
+        if addr <= 0 or length <= 0 or addr + length > 1 << 64:
+            raise _Failure(ERR_INVALID_ARGUMENT, f"[{addr:#x}, +{length}) is no memory range")
+        with self._lock:
+            i = self._local.find_base(addr)
+            if i >= 0 and int(self._local.ends[i]) - addr == length:
+                return  # already registered, as Mooncake allows
+            if self._local.overlaps(addr, length):
+                raise _Failure(ERR_ADDRESS_OVERLAPPED, f"[{addr:#x}, +{length}) overlaps a registered buffer")
+            region = engine.reg((addr, length))
+            self._replace_local([(int(b), int(e - b), r) for b, e, r in
+                                 zip(self._local.bases, self._local.ends, self._local.payloads)] + [(addr, length, region)])
+            self._registration_order.append(addr)
+
+    def _unregister(self, addr: int) -> None:
+        engine = self._ferry()
+        with self._lock:
+            i = self._local.find_base(addr) if isinstance(addr, int) else -1
+            if i < 0:
+                raise _Failure(ERR_ADDRESS_NOT_REGISTERED, f"no buffer is registered at {addr!r}")
+            region = self._local.payloads[i]
+            kept = [(int(b), int(e - b), r) for j, (b, e, r) in
+                    enumerate(zip(self._local.bases, self._local.ends, self._local.payloads)) if j != i]
+            self._replace_local(kept)
+            self._registration_order.remove(addr)
+        engine.dereg(region)
+
+    def _replace_local(self, segments: List[Tuple[int, int, ferry.Region]]) -> None:
+        self._local = SegmentIndex(segments, self._local.version + 1)
+
+    def register_memory(self, buffer_addr: int, capacity: int) -> int:
+        return self._guard("register_memory", lambda: self._register(buffer_addr, capacity) or OK)
+
+    def unregister_memory(self, buffer_addr: int) -> int:
+        return self._guard("unregister_memory", lambda: self._unregister(buffer_addr) or OK)
+
+    def batch_register_memory(self, buffer_addresses: Sequence[int], capacities: Sequence[int]) -> int:
+        def body() -> int:
+            if len(buffer_addresses) != len(capacities):
+                raise _Failure(ERR_INVALID_ARGUMENT, f"{len(buffer_addresses)} addresses but {len(capacities)} capacities")
+            done: List[int] = []
+            try:
+                for a, c in zip(buffer_addresses, capacities):
+                    fresh = not isinstance(a, int) or self._local.find_base(a) < 0
+                    self._register(a, c)
+                    if fresh:
+                        done.append(a)
+            except BaseException:
+                for a in done:  # all or nothing
+                    self._unregister(a)
+                raise
+            return OK
+        return self._guard("batch_register_memory", body)
+
+    def batch_unregister_memory(self, buffer_addresses: Sequence[int]) -> int:
+        def body() -> int:
+            missing = [a for a in buffer_addresses if not isinstance(a, int) or self._local.find_base(a) < 0]
+            if missing:
+                raise _Failure(ERR_ADDRESS_NOT_REGISTERED, f"not registered: {missing[:8]}")
+            for a in buffer_addresses:
+                self._unregister(a)
+            return OK
+        return self._guard("batch_unregister_memory", body)
+
+    def allocate_managed_buffer(self, length: int) -> int:
+        """Host memory, page-aligned and registered; its address, or 0 on failure."""
+        def body() -> int:
+            if isinstance(length, bool) or not isinstance(length, int) or length <= 0:
+                raise _Failure(ERR_INVALID_ARGUMENT, f"length {length!r}: expected bytes > 0")
+            raw = np.zeros(length + 4096, dtype=np.uint8)
+            start = (-raw.ctypes.data) % 4096
+            view = raw[start:start + length]
+            addr = view.ctypes.data
+            self._register(addr, length)
+            with self._lock:
+                self._managed[addr] = (raw, length)
+            return addr
+        out = self._guard("allocate_managed_buffer", body)
+        return out if out > 0 else 0
+
+    def free_managed_buffer(self, buffer_addr: int, length: int) -> int:
+        def body() -> int:
+            with self._lock:
+                held = self._managed.get(buffer_addr)
+            if held is None:
+                raise _Failure(ERR_ADDRESS_NOT_REGISTERED, f"{buffer_addr!r} is no managed buffer of this engine")
+            if held[1] != length:
+                raise _Failure(ERR_INVALID_ARGUMENT, f"buffer {buffer_addr:#x} has {held[1]} bytes, not {length}")
+            self._unregister(buffer_addr)
+            with self._lock:
+                del self._managed[buffer_addr]
+            return OK
+        return self._guard("free_managed_buffer", body)
+
+    def _host_span(self, address: int, length: int, what: str) -> None:
+        try:
+            i, _ = self._local.locate_one(address, length)
+        except (Unmapped, OverflowError, TypeError):
+            raise _Failure(ERR_ADDRESS_NOT_REGISTERED, f"{what}: [{address!r}, +{length!r}) is not inside "
+                                                       "registered memory of this engine") from None
+        if self._local.payloads[i].kind == ferry.MemoryKind.CUDA:
+            raise _Failure(ERR_INVALID_ARGUMENT, f"{what}: [{address:#x}, +{length}) is GPU memory")
+
+    def write_bytes_to_buffer(self, dest_address: int, src_ptr: bytes, length: int) -> int:
+        def body() -> int:
+            data = bytes(src_ptr)
+            if length < 0 or length > len(data):
+                raise _Failure(ERR_INVALID_ARGUMENT, f"length {length} with {len(data)} bytes given")
+            self._host_span(dest_address, length, "write_bytes_to_buffer")
+            import ctypes
+            ctypes.memmove(dest_address, data, length)
+            return OK
+        return self._guard("write_bytes_to_buffer", body)
+
+    def read_bytes_from_buffer(self, source_address: int, length: int) -> bytes:
+        import ctypes
+        try:
+            self._host_span(source_address, length, "read_bytes_from_buffer")
+        except _Failure as f:
+            self._fail("read_bytes_from_buffer", f.code, str(f))
+            return b""
+        return ctypes.string_at(source_address, length)
+
+    def get_first_buffer_address(self, segment_name: str) -> int:
+        """The first buffer registered in segment `segment_name` (this engine's
+        session id, or a peer's), or 0."""
+        if segment_name == self._session:
+            with self._lock:
+                return self._registration_order[0] if self._registration_order else 0
+        try:
+            peer = self._peer(segment_name, time.monotonic() + self._timeout)
+            if len(peer.segments) == 0:
+                self._refresh(peer, time.monotonic() + self._timeout)
+            return int(peer.segments.bases[0]) if len(peer.segments) else 0
+        except (_Failure, ferry.FerryError) as e:
+            self._fail("get_first_buffer_address", ERR_SOCKET, str(e))
+            return 0
+
+    # ---- peers ------------------------------------------------------------
+
+    def _peer(self, name: str, deadline: float) -> _Peer:
+        engine = self._ferry()
+        if not isinstance(name, str) or not name:
+            raise _Failure(ERR_INVALID_ARGUMENT, f"target_hostname {name!r}: expected host:port")
+        with self._lock:
+            peer = self._peers.get(name)
+        if peer is not None and peer.conn.health().ok():
+            return peer
+        address = _directory_name(name) if self._use_directory else name
+        conn = engine.connect(address, timeout=max(deadline - time.monotonic(), 0.001))
+        fresh = _Peer(name, conn)
+        self._refresh(fresh, deadline)
+        with self._lock:
+            old = self._peers.get(name)
+            if old is not None and old is not peer and old.conn.health().ok():
+                conn.close()  # another thread connected first
+                return old
+            self._peers[name] = fresh
+        if peer is not None:
+            peer.conn.close()
+        return fresh
+
+    def _refresh(self, peer: _Peer, deadline: float) -> None:
+        """Asks `peer` for its segment table and waits for the answer."""
+        engine = self._ferry()
+        with peer.lock:
+            sequence = next(peer.sequence)
+            peer.conn.notify(wire.encode_request(sequence), timeout=max(deadline - time.monotonic(), 0.001))
+            while True:
+                size = peer.conn.probe(timeout=max(deadline - time.monotonic(), 0.001))
+                if size > wire.MAX_TABLE_BYTES:
+                    peer.conn.close()
+                    raise _Failure(ERR_SOCKET, f"{peer.name} sent a {size}-byte table (at most "
+                                               f"{wire.MAX_TABLE_BYTES}): connection closed")
+                buffer = np.empty(max(size, 1), dtype=np.uint8)
+                region = engine.reg(buffer)
+                try:
+                    got = peer.conn.recv(buffer, timeout=max(deadline - time.monotonic(), 0.001))
+                finally:
+                    engine.dereg(region)
+                try:
+                    answered, segments = wire.decode_table(buffer[:got].tobytes())
+                except wire.WireError as e:
+                    peer.conn.close()
+                    raise _Failure(ERR_SOCKET, f"{peer.name}: {e}: connection closed") from None
+                if answered == sequence:
+                    break
+                # an answer to an earlier request that timed out: skip it
+            peer.segments = SegmentIndex([(s.base, s.length, s.descriptor) for s in segments],
+                                         peer.segments.version + 1)
+
+    def _resolve_remote(self, peer: _Peer, addresses: np.ndarray, lengths: np.ndarray,
+                        deadline: float) -> Tuple[np.ndarray, np.ndarray, SegmentIndex]:
+        table = peer.segments
+        try:
+            index, offsets = table.locate(addresses, lengths)
+            return index, offsets, table
+        except Unmapped:
+            self._refresh(peer, deadline)  # registered after we last asked?
+        table = peer.segments
+        try:
+            index, offsets = table.locate(addresses, lengths)
+        except Unmapped as u:
+            raise _Failure(ERR_ADDRESS_NOT_REGISTERED, f"entry {u.index}: peer {peer.name}: {u}") from None
+        return index, offsets, table
+
+    def _resolve_local(self, addresses: np.ndarray, lengths: np.ndarray) -> Tuple[np.ndarray, np.ndarray, SegmentIndex]:
+        table = self._local
+        try:
+            index, offsets = table.locate(addresses, lengths)
+        except Unmapped as u:
+            raise _Failure(ERR_ADDRESS_NOT_REGISTERED, f"entry {u.index}: local buffer {u}: register it first") from None
+        return index, offsets, table
+
+    def send_probe(self, peer_server_name: str) -> int:
+        """0 when the peer answers (its segment table arrives), non-zero otherwise."""
+        def body() -> int:
+            deadline = time.monotonic() + self._timeout
+            self._refresh(self._peer(peer_server_name, deadline), deadline)
+            return OK
+        return self._guard("send_probe", body)
+
+    # ---- posting ----------------------------------------------------------
+
+    def _post(self, target: str, buffers: Sequence[int], peer_addresses: Sequence[int], lengths: Sequence[int],
+              opcode: TransferOpcode, notify: Optional[TransferNotify]) -> _Batch:
+        if not (len(buffers) == len(peer_addresses) == len(lengths)):
+            raise _Failure(ERR_INVALID_ARGUMENT, f"{len(buffers)} buffers, {len(peer_addresses)} peer addresses and "
+                                                 f"{len(lengths)} lengths")
+        try:
+            opcode = TransferOpcode(opcode)
+        except ValueError:
+            raise _Failure(ERR_INVALID_ARGUMENT, f"opcode {opcode!r}: expected TransferOpcode.READ or WRITE") from None
+        note = wire.encode_notify(notify.name, notify.msg) if notify is not None else None
+        local = _addresses(buffers, "buffers")
+        remote = _addresses(peer_addresses, "peer_buffer_addresses")
+        sizes = _addresses(lengths, "lengths")
+        keep = sizes > 0
+        if not keep.all():
+            local, remote, sizes = local[keep], remote[keep], sizes[keep]
+        deadline = time.monotonic() + self._timeout
+        local_index, local_offsets, local_table = self._resolve_local(local, sizes)
+        peer = self._peer(target, deadline)
+        remote_index, remote_offsets, remote_table = self._resolve_remote(peer, remote, sizes, deadline)
+        conn = peer.conn
+        n = len(sizes)
+        if opcode == TransferOpcode.WRITE:
+            if n == 0:
+                transfers = [conn.notify_async(note)] if note else []
+            elif n == 1:
+                transfers = [conn.write_async((int(local[0]), int(sizes[0])), remote_table.payloads[int(remote_index[0])],
+                                              int(remote_offsets[0]), note)]
+            else:
+                pools = self._pools(peer, local_table, remote_table)
+                blocks = np.empty((n, 5), dtype=np.uint64)
+                blocks[:, 0] = local_index
+                blocks[:, 1] = remote_index
+                blocks[:, 2] = local_offsets
+                blocks[:, 3] = remote_offsets
+                blocks[:, 4] = sizes
+                transfers = [conn.write_blocks_async(pools, blocks, note)]
+            return _Batch(transfers, deadline, peer, None)
+        if n == 0:
+            transfers = []
+        elif n == 1:
+            transfers = [conn.read_async((int(local[0]), int(sizes[0])), remote_table.payloads[int(remote_index[0])],
+                                         int(remote_offsets[0]))]
+        else:
+            descriptors = remote_table.payloads
+            transfers = [conn.readv_async([(int(a), descriptors[int(i)], int(o), int(s)) for a, i, o, s in
+                                           zip(local, remote_index, remote_offsets, sizes)])]
+        return _Batch(transfers, deadline, peer, note)
+
+    def _pools(self, peer: _Peer, local: SegmentIndex, remote: SegmentIndex) -> ferry.BlockPools:
+        cached = peer.pools
+        if cached is not None and cached[0] == local.version and cached[1] == remote.version:
+            return cached[2]
+        pools = peer.conn.prepare_blocks(local.payloads, remote.payloads)
+        peer.pools = (local.version, remote.version, pools)
+        return pools
+
+    def _finish(self, batch: _Batch, block: bool) -> int:
+        """STATUS_COMPLETED / WAITING / FAILED / TIMEOUT of `batch`; with `block`,
+        waits until it ends or its deadline passes."""
+        for t in batch.transfers:
+            if not t.test():
+                if not block:
+                    if time.monotonic() < batch.deadline:
+                        return STATUS_WAITING
+                    t.cancel()
+                    return self._ended(batch, STATUS_TIMEOUT)
+                try:
+                    t.wait(timeout=max(batch.deadline - time.monotonic(), 0.0))
+                except ferry.DeadlineExceeded:
+                    t.cancel()
+                    return self._ended(batch, STATUS_TIMEOUT)
+                except ferry.FerryError:
+                    pass
+            if not t.status().ok():
+                self._fail("transfer", ERR_TRANSFER, f"to {batch.peer.name}: {t.status().to_string()}")
+                return self._ended(batch, STATUS_FAILED)
+        if batch.notify is not None:
+            batch.peer.conn.notify(batch.notify, timeout=max(batch.deadline - time.monotonic(), 0.001))
+            batch.notify = None
+        return STATUS_COMPLETED
+
+    def _ended(self, batch: _Batch, status: int) -> int:
+        for t in batch.transfers:
+            t.cancel()
+        if status == STATUS_TIMEOUT:
+            self._fail("transfer", ERR_TRANSFER, f"to {batch.peer.name}: not done within {self._timeout} s "
+                                                 "(MC_TRANSFER_TIMEOUT)")
+        return status
+
+    def _sync(self, what: str, target: str, buffers, peer_addresses, lengths, opcode, notify=None) -> int:
+        def body() -> int:
+            status = self._finish(self._post(target, buffers, peer_addresses, lengths, opcode, notify), block=True)
+            return OK if status == STATUS_COMPLETED else ERR_TRANSFER
+        return self._guard(what, body)
+
+    def _submit(self, what: str, target: str, buffers, peer_addresses, lengths, opcode) -> int:
+        def body() -> int:
+            batch = self._post(target, buffers, peer_addresses, lengths, opcode, None)
+            with self._lock:
+                batch_id = next(self._batch_ids)
+                self._batches[batch_id] = batch
+            return batch_id
+        return self._guard(what, body)
+
+    # ---- one buffer ---------------------------------------------------------
+
+    def transfer_sync_write(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
+                            transport_hint: str = "") -> int:
+        return self._sync("transfer_sync_write", target_hostname, [buffer], [peer_buffer_address], [length],
+                          TransferOpcode.WRITE)
+
+    def transfer_sync_read(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
+                           transport_hint: str = "") -> int:
+        return self._sync("transfer_sync_read", target_hostname, [buffer], [peer_buffer_address], [length],
+                          TransferOpcode.READ)
+
+    def transfer_sync(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
+                      opcode: TransferOpcode, notify: Optional[TransferNotify] = None, transport_hint: str = "") -> int:
+        return self._sync("transfer_sync", target_hostname, [buffer], [peer_buffer_address], [length], opcode, notify)
+
+    def transfer_submit_write(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
+                              transport_hint: str = "") -> int:
+        """A batch id (>= 1), or a negative number if the write could not be posted."""
+        return self._submit("transfer_submit_write", target_hostname, [buffer], [peer_buffer_address], [length],
+                            TransferOpcode.WRITE)
+
+    def transfer_check_status(self, batch_id: int) -> int:
+        """1 done, 0 still moving, -1 failed (or no such batch), -2 past MC_TRANSFER_TIMEOUT.
+        A batch reported done, failed or timed out is forgotten."""
+        with self._lock:
+            batch = self._batches.get(batch_id)
+        if batch is None:
+            self._fail("transfer_check_status", ERR_INVALID_ARGUMENT, f"no batch {batch_id!r}")
+            return STATUS_FAILED
+        try:
+            status = self._finish(batch, block=False)
+        except ferry.FerryError as e:
+            self._fail("transfer_check_status", ERR_TRANSFER, str(e))
+            status = STATUS_FAILED
+        if status != STATUS_WAITING:
+            with self._lock:
+                self._batches.pop(batch_id, None)
+        return status
+
+    # ---- batches ----------------------------------------------------------
+
+    def batch_transfer_sync_write(self, target_hostname: str, buffers: Sequence[int],
+                                  peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
+                                  transport_hint: str = "") -> int:
+        return self._sync("batch_transfer_sync_write", target_hostname, buffers, peer_buffer_addresses, lengths,
+                          TransferOpcode.WRITE)
+
+    def batch_transfer_sync_read(self, target_hostname: str, buffers: Sequence[int],
+                                 peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
+                                 transport_hint: str = "") -> int:
+        return self._sync("batch_transfer_sync_read", target_hostname, buffers, peer_buffer_addresses, lengths,
+                          TransferOpcode.READ)
+
+    def batch_transfer_sync(self, target_hostname: str, buffers: Sequence[int], peer_buffer_addresses: Sequence[int],
+                            lengths: Sequence[int], opcode: TransferOpcode, notify: Optional[TransferNotify] = None,
+                            transport_hint: str = "") -> int:
+        return self._sync("batch_transfer_sync", target_hostname, buffers, peer_buffer_addresses, lengths, opcode,
+                          notify)
+
+    def batch_transfer_async_write(self, target_hostname: str, buffers: Sequence[int],
+                                   peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
+                                   transport_hint: str = "") -> int:
+        """A batch id, or 0 if the batch could not be posted."""
+        return max(self._submit("batch_transfer_async_write", target_hostname, buffers, peer_buffer_addresses,
+                                lengths, TransferOpcode.WRITE), 0)
+
+    def batch_transfer_async_read(self, target_hostname: str, buffers: Sequence[int],
+                                  peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
+                                  transport_hint: str = "") -> int:
+        return max(self._submit("batch_transfer_async_read", target_hostname, buffers, peer_buffer_addresses,
+                                lengths, TransferOpcode.READ), 0)
+
+    def batch_transfer_async(self, target_hostname: str, buffers: Sequence[int], peer_buffer_addresses: Sequence[int],
+                             lengths: Sequence[int], opcode: TransferOpcode, transport_hint: str = "") -> int:
+        return max(self._submit("batch_transfer_async", target_hostname, buffers, peer_buffer_addresses, lengths,
+                                opcode), 0)
+
+    def get_batch_transfer_status(self, batch_ids: Sequence[int]) -> int:
+        """Waits for every batch of `batch_ids`: 0 if all completed, -1 if any
+        failed, timed out or is unknown. The batches are forgotten."""
+        result = OK
+        for batch_id in batch_ids:
+            with self._lock:
+                batch = self._batches.pop(batch_id, None)
+            if batch is None:
+                result = self._fail("get_batch_transfer_status", ERR_INVALID_ARGUMENT, f"no batch {batch_id!r}")
+                continue
+            try:
+                status = self._finish(batch, block=True)
+            except ferry.FerryError as e:
+                self._fail("get_batch_transfer_status", ERR_TRANSFER, str(e))
+                status = STATUS_FAILED
+            if status != STATUS_COMPLETED:
+                result = ERR_TRANSFER
+        return result
+
+    # ---- ordered on a CUDA stream ---------------------------------------------
+
+    def _on_stream(self, what: str, stream_ptr: int, target: str, buffers, peer_addresses, lengths,
+                   opcode: TransferOpcode) -> None:
+        def work() -> None:
+            if self._sync(what, target, buffers, peer_addresses, lengths, opcode) != OK:
+                self.cuda_failures += 1
+                log.error("mooncake %s on CUDA stream %#x failed: %s", what, stream_ptr, self.last_error)
+        if self._engine is None:
+            raise RuntimeError(f"{what}: the engine is not initialized")
+        self._stream_work.launch(int(stream_ptr), work)
+
+    def transfer_write_on_cuda(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
+                               stream_ptr: int = 0, transport_hint: str = "") -> None:
+        self._on_stream("transfer_write_on_cuda", stream_ptr, target_hostname, [buffer], [peer_buffer_address],
+                        [length], TransferOpcode.WRITE)
+
+    def transfer_read_on_cuda(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
+                              stream_ptr: int = 0, transport_hint: str = "") -> None:
+        self._on_stream("transfer_read_on_cuda", stream_ptr, target_hostname, [buffer], [peer_buffer_address],
+                        [length], TransferOpcode.READ)
+
+    def batch_transfer_write_on_cuda(self, target_hostname: str, buffers: Sequence[int],
+                                     peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
+                                     stream_ptr: int = 0, transport_hint: str = "") -> None:
+        self._on_stream("batch_transfer_write_on_cuda", stream_ptr, target_hostname, list(buffers),
+                        list(peer_buffer_addresses), list(lengths), TransferOpcode.WRITE)
+
+    def batch_transfer_read_on_cuda(self, target_hostname: str, buffers: Sequence[int],
+                                    peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
+                                    stream_ptr: int = 0, transport_hint: str = "") -> None:
+        self._on_stream("batch_transfer_read_on_cuda", stream_ptr, target_hostname, list(buffers),
+                        list(peer_buffer_addresses), list(lengths), TransferOpcode.READ)
+
+    # ---- notifications -----------------------------------------------------
+
+    def get_notifies(self) -> List[TransferNotify]:
+        """The notifications that arrived since the last call, oldest first."""
+        if self._service is None:
+            return []
+        return [TransferNotify(name, msg) for name, msg in self._service.take_notifies()]
