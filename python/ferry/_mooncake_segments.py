@@ -1,5 +1,5 @@
-"""Raw addresses to (segment, offset), many at once: ferry.mooncake names
-memory by address, as Mooncake does, and ferry by region and offset.
+"""Segment tables: ferry.mooncake names memory by raw address, as Mooncake
+does, and ferry by region and offset; a table says which is which.
 
 A SegmentIndex is immutable: a registration makes a new one, so a transfer
 resolves against one consistent table without holding a lock.
@@ -50,24 +50,11 @@ class SegmentIndex(Generic[T]):
         i = int(np.searchsorted(self.bases, np.uint64(base), side="left"))
         return i if i < len(self.payloads) and int(self.bases[i]) == base else -1
 
-    def locate(self, addresses: np.ndarray, lengths: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-        """(segment index, offset in it) of every [address, +length); raises
-        Unmapped for the first entry that does not lie inside one segment."""
-        if len(self.payloads) == 0:
-            if len(addresses):
-                raise Unmapped(0, int(addresses[0]), int(lengths[0]))
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint64)
-        index = np.searchsorted(self.bases, addresses, side="right").astype(np.int64) - 1
-        clipped = np.maximum(index, 0)
-        ends = self.ends[clipped]
-        # addresses >= bases[index] wherever index >= 0 (searchsorted's
-        # promise); the second test keeps ends - addresses from wrapping.
-        inside = (index >= 0) & (addresses < ends) & (lengths <= ends - np.minimum(addresses, ends))
-        if not inside.all():
-            bad = int(np.argmin(inside))
-            raise Unmapped(bad, int(addresses[bad]), int(lengths[bad]))
-        return index, addresses - self.bases[index]
-
     def locate_one(self, address: int, length: int) -> Tuple[int, int]:
-        index, offsets = self.locate(np.array([address], dtype=np.uint64), np.array([length], dtype=np.uint64))
-        return int(index[0]), int(offsets[0])
+        """(segment index, offset in it) of [address, +length); raises Unmapped
+        if that does not lie inside one segment. (Batches are resolved by
+        ferry._ferry._address_blocks against bases and ends.)"""
+        i = int(np.searchsorted(self.bases, np.uint64(address), side="right")) - 1
+        if i < 0 or address >= int(self.ends[i]) or length > int(self.ends[i]) - address:
+            raise Unmapped(0, address, length)
+        return i, address - int(self.bases[i])

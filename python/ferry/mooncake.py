@@ -145,16 +145,6 @@ def _split_host_port(text: str) -> Tuple[str, Optional[int]]:
     return text, None
 
 
-def _addresses(values: Sequence[int], what: str) -> np.ndarray:
-    try:
-        out = np.asarray(values, dtype=np.uint64)
-    except (OverflowError, TypeError, ValueError):
-        raise _Failure(ERR_INVALID_ARGUMENT, f"{what}: expected integers in 0..2**64-1") from None
-    if out.ndim != 1:
-        raise _Failure(ERR_INVALID_ARGUMENT, f"{what}: expected a flat list of integers")
-    return out
-
-
 class _Peer:
     """One target: the connection to it and the segment table it last sent."""
 
@@ -529,29 +519,6 @@ class TransferEngine:
             peer.segments = SegmentIndex([(s.base, s.length, s.descriptor) for s in segments],
                                          peer.segments.version + 1)
 
-    def _resolve_remote(self, peer: _Peer, addresses: np.ndarray, lengths: np.ndarray,
-                        deadline: float) -> Tuple[np.ndarray, np.ndarray, SegmentIndex]:
-        table = peer.segments
-        try:
-            index, offsets = table.locate(addresses, lengths)
-            return index, offsets, table
-        except Unmapped:
-            self._refresh(peer, deadline)  # registered after we last asked?
-        table = peer.segments
-        try:
-            index, offsets = table.locate(addresses, lengths)
-        except Unmapped as u:
-            raise _Failure(ERR_ADDRESS_NOT_REGISTERED, f"entry {u.index}: peer {peer.name}: {u}") from None
-        return index, offsets, table
-
-    def _resolve_local(self, addresses: np.ndarray, lengths: np.ndarray) -> Tuple[np.ndarray, np.ndarray, SegmentIndex]:
-        table = self._local
-        try:
-            index, offsets = table.locate(addresses, lengths)
-        except Unmapped as u:
-            raise _Failure(ERR_ADDRESS_NOT_REGISTERED, f"entry {u.index}: local buffer {u}: register it first") from None
-        return index, offsets, table
-
     def send_probe(self, peer_server_name: str) -> int:
         """0 when the peer answers (its segment table arrives), non-zero otherwise."""
         def body() -> int:
@@ -564,52 +531,58 @@ class TransferEngine:
 
     def _post(self, target: str, buffers: Sequence[int], peer_addresses: Sequence[int], lengths: Sequence[int],
               opcode: TransferOpcode, notify: Optional[TransferNotify]) -> _Batch:
-        if not (len(buffers) == len(peer_addresses) == len(lengths)):
-            raise _Failure(ERR_INVALID_ARGUMENT, f"{len(buffers)} buffers, {len(peer_addresses)} peer addresses and "
-                                                 f"{len(lengths)} lengths")
         try:
             opcode = TransferOpcode(opcode)
         except ValueError:
             raise _Failure(ERR_INVALID_ARGUMENT, f"opcode {opcode!r}: expected TransferOpcode.READ or WRITE") from None
         note = wire.encode_notify(notify.name, notify.msg) if notify is not None else None
-        local = _addresses(buffers, "buffers")
-        remote = _addresses(peer_addresses, "peer_buffer_addresses")
-        sizes = _addresses(lengths, "lengths")
-        keep = sizes > 0
-        if not keep.all():
-            local, remote, sizes = local[keep], remote[keep], sizes[keep]
         deadline = time.monotonic() + self._timeout
-        local_index, local_offsets, local_table = self._resolve_local(local, sizes)
         peer = self._peer(target, deadline)
-        remote_index, remote_offsets, remote_table = self._resolve_remote(peer, remote, sizes, deadline)
+        local = self._local
+        blocks, remote = self._blocks(peer, local, buffers, peer_addresses, lengths, last_try=False)
+        if blocks is None:
+            self._refresh(peer, deadline)  # the peer may have registered it after we last asked
+            blocks, remote = self._blocks(peer, local, buffers, peer_addresses, lengths, last_try=True)
         conn = peer.conn
-        n = len(sizes)
+        n = len(blocks)
         if opcode == TransferOpcode.WRITE:
             if n == 0:
                 transfers = [conn.notify_async(note)] if note else []
-            elif n == 1:
-                transfers = [conn.write_async((int(local[0]), int(sizes[0])), remote_table.payloads[int(remote_index[0])],
-                                              int(remote_offsets[0]), note)]
             else:
-                pools = self._pools(peer, local_table, remote_table)
-                blocks = np.empty((n, 5), dtype=np.uint64)
-                blocks[:, 0] = local_index
-                blocks[:, 1] = remote_index
-                blocks[:, 2] = local_offsets
-                blocks[:, 3] = remote_offsets
-                blocks[:, 4] = sizes
-                transfers = [conn.write_blocks_async(pools, blocks, note)]
+                transfers = [conn.write_blocks_async(self._pools(peer, local, remote), blocks, note)]
             return _Batch(transfers, deadline, peer, None)
+        items = [(int(local.bases[b[0]] + b[2]), remote.payloads[int(b[1])], int(b[3]), int(b[4])) for b in blocks]
         if n == 0:
             transfers = []
         elif n == 1:
-            transfers = [conn.read_async((int(local[0]), int(sizes[0])), remote_table.payloads[int(remote_index[0])],
-                                         int(remote_offsets[0]))]
+            a, d, o, size = items[0]
+            transfers = [conn.read_async((a, size), d, o)]
         else:
-            descriptors = remote_table.payloads
-            transfers = [conn.readv_async([(int(a), descriptors[int(i)], int(o), int(s)) for a, i, o, s in
-                                           zip(local, remote_index, remote_offsets, sizes)])]
+            transfers = [conn.readv_async(items)]
         return _Batch(transfers, deadline, peer, note)
+
+    def _blocks(self, peer: _Peer, local: SegmentIndex, buffers: Sequence[int], peer_addresses: Sequence[int],
+                lengths: Sequence[int], last_try: bool) -> Tuple[Optional[np.ndarray], SegmentIndex]:
+        """Block rows (local segment, remote segment, offsets, length) of a request;
+        None if an address lies outside the peer's table as last received,
+        unless this is the `last_try`."""
+        remote = peer.segments
+        try:
+            blocks, side, index = ferry._ferry._address_blocks(local.bases, local.ends, remote.bases, remote.ends,
+                                                               buffers, peer_addresses, lengths)
+        except (TypeError, ValueError) as e:
+            raise _Failure(ERR_INVALID_ARGUMENT, str(e)) from None
+        if side == "local":
+            raise _Failure(ERR_ADDRESS_NOT_REGISTERED,
+                           f"entry {index}: local buffer [{buffers[index]:#x}, +{lengths[index]}) is not inside "
+                           "memory registered with this engine (register_memory)")
+        if side == "remote":
+            if last_try:
+                raise _Failure(ERR_ADDRESS_NOT_REGISTERED,
+                               f"entry {index}: [{peer_addresses[index]:#x}, +{lengths[index]}) is not inside memory "
+                               f"that {peer.name} registered")
+            return None, remote
+        return blocks, remote
 
     def _pools(self, peer: _Peer, local: SegmentIndex, remote: SegmentIndex) -> ferry.BlockPools:
         cached = peer.pools

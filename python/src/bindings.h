@@ -4,6 +4,7 @@
 //   transfer.cc    deadlines, interruptible waits, Transfer
 //   engine.cc      Options, Region, RemoteDescriptor, Engine
 //   connection.cc  Connection
+//   address_blocks.cc  raw addresses to block rows (ferry.mooncake)
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -36,5 +37,6 @@ struct PyDirectory {
 void bind_engine(pyb::module_& m);
 void bind_directory(pyb::module_& m);
 void bind_connection(pyb::module_& m);
+void bind_address_blocks(pyb::module_& m);
 
 }  // namespace ferry::py

@@ -17,5 +17,6 @@ PYBIND11_MODULE(_ferry, m) {
   ferry::py::bind_engine(m);
   ferry::py::bind_directory(m);
   ferry::py::bind_connection(m);
+  ferry::py::bind_address_blocks(m);
   ferry::py::publish_text_signatures(m);
 }

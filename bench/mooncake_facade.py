@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""What ferry.mooncake costs over ferry's own API, on SGLang's pattern: a KV
+cache's 256 blocks of 16 KiB at random places in a registered pool, written
+with one `batch_transfer_sync_write` call, against the same blocks written by
+ferry's fastest path (`Connection.write_blocks` with pools prepared once and
+the block table already built) over the same two engines, rounds alternating.
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/mooncake_facade.py [--blocks 256] [--block-size 16384]
+    FERRY_TRANSPORT=tcp ... (both processes inherit it)
+
+Runs the target as a child process. Prints p50 time per batch of each and
+facade / ferry (1.00: the facade costs nothing), and verifies the target's
+bytes after the last round.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from ferry.mooncake import TransferEngine
+
+
+def target(pool_bytes: int) -> None:
+    engine = TransferEngine()
+    assert engine.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0, engine.last_error
+    pool = np.zeros(pool_bytes, dtype=np.uint8)
+    assert engine.register_memory(pool.ctypes.data, pool.nbytes) == 0, engine.last_error
+    print(json.dumps({"session": engine.session_id, "pool": pool.ctypes.data}), flush=True)
+    for line in sys.stdin:  # "sum OFFSETS SIZE": a checksum of the blocks, for the initiator's check
+        offsets, size = json.loads(line)
+        print(json.dumps(int(sum(int(pool[o:o + size].astype(np.uint64).sum()) for o in offsets))), flush=True)
+
+
+def p50(samples):
+    return float(np.median(samples))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--blocks", type=int, default=256)
+    ap.add_argument("--block-size", type=int, default=16384)
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--iters", type=int, default=50, help="batches per round and path")
+    ap.add_argument("--target", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    footprint = args.blocks * args.block_size
+    if args.target:
+        target(2 * footprint)
+        return
+
+    child = subprocess.Popen([sys.executable, __file__, "--target", "--blocks", str(args.blocks),
+                              "--block-size", str(args.block_size)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        hello = json.loads(child.stdout.readline())
+        session, remote_pool = hello["session"], hello["pool"]
+        engine = TransferEngine()
+        assert engine.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0, engine.last_error
+        local = np.random.default_rng().integers(0, 256, 2 * footprint, dtype=np.uint8)
+        assert engine.register_memory(local.ctypes.data, local.nbytes) == 0, engine.last_error
+        rng = np.random.default_rng(7)
+        slots = 2 * footprint // args.block_size
+        local_offsets = (rng.choice(slots, args.blocks, replace=False) * args.block_size).tolist()
+        remote_offsets = (rng.choice(slots, args.blocks, replace=False) * args.block_size).tolist()
+        buffers = [local.ctypes.data + o for o in local_offsets]
+        peer_addresses = [remote_pool + o for o in remote_offsets]
+        lengths = [args.block_size] * args.blocks
+        assert engine.batch_transfer_sync_write(session, buffers, peer_addresses, lengths) == 0, engine.last_error
+
+        # ferry's own API over the same engines: a connection of its own, the
+        # pools the facade registered and learned (read from its insides).
+        fe = engine.get_engine()
+        conn = fe.connect(session, timeout=10)
+        region = engine._local.payloads[engine._local.find_base(local.ctypes.data)]
+        descriptor = engine._peers[session].segments.payloads[0]
+        pools = conn.prepare_blocks([region], [descriptor])
+        blocks = np.zeros((args.blocks, 5), dtype=np.uint64)
+        blocks[:, 2] = local_offsets
+        blocks[:, 3] = remote_offsets
+        blocks[:, 4] = args.block_size
+
+        facade, native = [], []
+        for _ in range(args.rounds):
+            for _ in range(args.iters):
+                t = time.perf_counter()
+                rc = engine.batch_transfer_sync_write(session, buffers, peer_addresses, lengths)
+                facade.append(time.perf_counter() - t)
+                assert rc == 0, engine.last_error
+            for _ in range(args.iters):
+                t = time.perf_counter()
+                conn.write_blocks(pools, blocks, timeout=30)
+                native.append(time.perf_counter() - t)
+
+        child.stdin.write(json.dumps([remote_offsets, args.block_size]) + "\n")
+        child.stdin.flush()
+        got = json.loads(child.stdout.readline())
+        want = int(sum(int(local[o:o + args.block_size].astype(np.uint64).sum()) for o in local_offsets))
+        assert got == want, f"target's blocks sum to {got}, the sent ones to {want}"
+
+        f, n = p50(facade), p50(native)
+        transport = conn.transport_name
+        print(f"{'transport':<10} {'blocks':>7} {'block':>7} {'facade us':>10} {'ferry us':>9} {'facade/ferry':>13}")
+        print(f"{transport:<10} {args.blocks:>7} {args.block_size:>7} {f * 1e6:>10.1f} {n * 1e6:>9.1f} {f / n:>13.3f}")
+    finally:
+        child.stdin.close()
+        child.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()
