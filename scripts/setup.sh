@@ -6,6 +6,7 @@ set -euo pipefail
 
 packages=(
   cmake ninja-build g++            # build
+  ccache                           # repeated builds of the same sources (the sanitizer trees, CI after a local run)
   libssl-dev                       # HMAC-SHA256 for the handshake (libcrypto)
   libcli11-dev nlohmann-json3-dev  # the ferry CLI
   libhiredis-dev libcurl4-openssl-dev  # the directory's clients: Redis (hiredis), etcd's JSON gateway (libcurl)

@@ -22,6 +22,7 @@ if [ "${1:-}" = "--quick" ]; then
 fi
 
 scripts/setup.sh || exit 1
+source scripts/compiler_cache.sh
 scripts/build.sh || exit 1
 
 results=()
