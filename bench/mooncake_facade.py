@@ -6,6 +6,7 @@ ferry's fastest path (`Connection.write_blocks` with pools prepared once and
 the block table already built) over the same two engines, rounds alternating.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/mooncake_facade.py [--blocks 256] [--block-size 16384]
+        [--device cpu|gpu --gpu 0 --peer-gpu 1]      (gpu: pools are torch CUDA tensors)
     FERRY_TRANSPORT=tcp ... (both processes inherit it)
 
 Runs the target as a child process. Prints p50 time per batch of each and
@@ -25,14 +26,25 @@ import numpy as np
 from ferry.mooncake import TransferEngine
 
 
-def target(pool_bytes: int) -> None:
+def pool_of(nbytes: int, gpu, random: bool):
+    """(host view as NumPy, address, keep-alive) of a pool on the host or GPU `gpu`."""
+    data = np.random.default_rng().integers(0, 256, nbytes, dtype=np.uint8) if random else np.zeros(nbytes, np.uint8)
+    if gpu is None:
+        return (lambda: data), data.ctypes.data, data
+    import torch
+    tensor = torch.from_numpy(data).to(f"cuda:{gpu}")
+    return (lambda: tensor.cpu().numpy()), tensor.data_ptr(), tensor
+
+
+def target(pool_bytes: int, gpu) -> None:
     engine = TransferEngine()
     assert engine.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0, engine.last_error
-    pool = np.zeros(pool_bytes, dtype=np.uint8)
-    assert engine.register_memory(pool.ctypes.data, pool.nbytes) == 0, engine.last_error
-    print(json.dumps({"session": engine.session_id, "pool": pool.ctypes.data}), flush=True)
-    for line in sys.stdin:  # "sum OFFSETS SIZE": a checksum of the blocks, for the initiator's check
+    view, address, _pool = pool_of(pool_bytes, gpu, random=False)
+    assert engine.register_memory(address, pool_bytes) == 0, engine.last_error
+    print(json.dumps({"session": engine.session_id, "pool": address}), flush=True)
+    for line in sys.stdin:  # [OFFSETS, SIZE]: a checksum of those blocks, for the initiator's check
         offsets, size = json.loads(line)
+        pool = view()
         print(json.dumps(int(sum(int(pool[o:o + size].astype(np.uint64).sum()) for o in offsets))), flush=True)
 
 
@@ -46,28 +58,33 @@ def main() -> None:
     ap.add_argument("--block-size", type=int, default=16384)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--iters", type=int, default=50, help="batches per round and path")
+    ap.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
+    ap.add_argument("--gpu", type=int, default=0, help="this side's GPU (--device gpu)")
+    ap.add_argument("--peer-gpu", type=int, default=0, help="the target's GPU (--device gpu)")
     ap.add_argument("--target", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     footprint = args.blocks * args.block_size
     if args.target:
-        target(2 * footprint)
+        target(2 * footprint, args.peer_gpu if args.device == "gpu" else None)
         return
 
     child = subprocess.Popen([sys.executable, __file__, "--target", "--blocks", str(args.blocks),
-                              "--block-size", str(args.block_size)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              "--block-size", str(args.block_size), "--device", args.device,
+                              "--peer-gpu", str(args.peer_gpu)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              text=True)
     try:
         hello = json.loads(child.stdout.readline())
         session, remote_pool = hello["session"], hello["pool"]
         engine = TransferEngine()
         assert engine.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0, engine.last_error
-        local = np.random.default_rng().integers(0, 256, 2 * footprint, dtype=np.uint8)
-        assert engine.register_memory(local.ctypes.data, local.nbytes) == 0, engine.last_error
+        view, base, _local = pool_of(2 * footprint, args.gpu if args.device == "gpu" else None, random=True)
+        local = view()
+        assert engine.register_memory(base, 2 * footprint) == 0, engine.last_error
         rng = np.random.default_rng(7)
         slots = 2 * footprint // args.block_size
         local_offsets = (rng.choice(slots, args.blocks, replace=False) * args.block_size).tolist()
         remote_offsets = (rng.choice(slots, args.blocks, replace=False) * args.block_size).tolist()
-        buffers = [local.ctypes.data + o for o in local_offsets]
+        buffers = [base + o for o in local_offsets]
         peer_addresses = [remote_pool + o for o in remote_offsets]
         lengths = [args.block_size] * args.blocks
         assert engine.batch_transfer_sync_write(session, buffers, peer_addresses, lengths) == 0, engine.last_error
@@ -76,7 +93,7 @@ def main() -> None:
         # pools the facade registered and learned (read from its insides).
         fe = engine.get_engine()
         conn = fe.connect(session, timeout=10)
-        region = engine._local.payloads[engine._local.find_base(local.ctypes.data)]
+        region = engine._local.payloads[engine._local.find_base(base)]
         descriptor = engine._peers[session].segments.payloads[0]
         pools = conn.prepare_blocks([region], [descriptor])
         blocks = np.zeros((args.blocks, 5), dtype=np.uint64)
@@ -104,8 +121,10 @@ def main() -> None:
 
         f, n = p50(facade), p50(native)
         transport = conn.transport_name
-        print(f"{'transport':<10} {'blocks':>7} {'block':>7} {'facade us':>10} {'ferry us':>9} {'facade/ferry':>13}")
-        print(f"{transport:<10} {args.blocks:>7} {args.block_size:>7} {f * 1e6:>10.1f} {n * 1e6:>9.1f} {f / n:>13.3f}")
+        print(f"{'device':<7} {'transport':<10} {'blocks':>7} {'block':>7} {'facade us':>10} {'ferry us':>9} "
+              f"{'facade/ferry':>13}")
+        print(f"{args.device:<7} {transport:<10} {args.blocks:>7} {args.block_size:>7} {f * 1e6:>10.1f} {n * 1e6:>9.1f} "
+              f"{f / n:>13.3f}")
     finally:
         child.stdin.close()
         child.wait(timeout=30)

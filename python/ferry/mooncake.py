@@ -155,6 +155,7 @@ class _Peer:
         self.segments: SegmentIndex[ferry.RemoteDescriptor] = SegmentIndex()
         self.sequence = itertools.count(1)
         self.pools: Optional[Tuple[int, int, ferry.BlockPools]] = None  # (local version, remote version, pools)
+        self.lost = False  # the connection failed: the next request connects anew
 
 
 class _Batch:
@@ -472,17 +473,16 @@ class TransferEngine:
         engine = self._ferry()
         if not isinstance(name, str) or not name:
             raise _Failure(ERR_INVALID_ARGUMENT, f"target_hostname {name!r}: expected host:port")
-        with self._lock:
-            peer = self._peers.get(name)
-        if peer is not None and peer.conn.health().ok():
-            return peer
+        peer = self._peers.get(name)
+        if peer is not None and not peer.lost:
+            return peer  # a lost connection is noticed where a transfer on it fails (_lost)
         address = _directory_name(name) if self._use_directory else name
         conn = engine.connect(address, timeout=max(deadline - time.monotonic(), 0.001))
         fresh = _Peer(name, conn)
         self._refresh(fresh, deadline)
         with self._lock:
             old = self._peers.get(name)
-            if old is not None and old is not peer and old.conn.health().ok():
+            if old is not None and old is not peer and not old.lost:
                 conn.close()  # another thread connected first
                 return old
             self._peers[name] = fresh
@@ -539,10 +539,18 @@ class TransferEngine:
         deadline = time.monotonic() + self._timeout
         peer = self._peer(target, deadline)
         local = self._local
-        blocks, remote = self._blocks(peer, local, buffers, peer_addresses, lengths, last_try=False)
-        if blocks is None:
-            self._refresh(peer, deadline)  # the peer may have registered it after we last asked
-            blocks, remote = self._blocks(peer, local, buffers, peer_addresses, lengths, last_try=True)
+        try:
+            blocks, remote = self._blocks(peer, local, buffers, peer_addresses, lengths, last_try=False)
+            if blocks is None:
+                self._refresh(peer, deadline)  # the peer may have registered it after we last asked
+                blocks, remote = self._blocks(peer, local, buffers, peer_addresses, lengths, last_try=True)
+            return self._start(peer, local, remote, blocks, opcode, note, deadline)
+        except (ferry.PeerLost, ferry.Unavailable, ferry.DeadlineExceeded):
+            peer.lost = True  # the next request connects anew
+            raise
+
+    def _start(self, peer: _Peer, local: SegmentIndex, remote: SegmentIndex, blocks: np.ndarray,
+               opcode: TransferOpcode, note: Optional[bytes], deadline: float) -> _Batch:
         conn = peer.conn
         n = len(blocks)
         if opcode == TransferOpcode.WRITE:
@@ -609,8 +617,11 @@ class TransferEngine:
                     return self._ended(batch, STATUS_TIMEOUT)
                 except ferry.FerryError:
                     pass
-            if not t.status().ok():
-                self._fail("transfer", ERR_TRANSFER, f"to {batch.peer.name}: {t.status().to_string()}")
+            status = t.status()
+            if not status.ok():
+                if status.code in (ferry.Code.PEER_LOST, ferry.Code.UNAVAILABLE) or not batch.peer.conn.health().ok():
+                    batch.peer.lost = True
+                self._fail("transfer", ERR_TRANSFER, f"to {batch.peer.name}: {status.to_string()}")
                 return self._ended(batch, STATUS_FAILED)
         if batch.notify is not None:
             batch.peer.conn.notify(batch.notify, timeout=max(batch.deadline - time.monotonic(), 0.001))
