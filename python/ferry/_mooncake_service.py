@@ -8,7 +8,9 @@ and wake when the engine closes; neither polls.
 
 Limits against a hostile or careless peer: one table reply in flight per
 connection (a request while one is pending is dropped; the asker times out
-and asks again); notifications wait here only up to MAX_PENDING_NOTIFIES,
+and asks again); a request on a connection accept() has not handed over yet
+waits, one per connection and at most MAX_PARKED in all, for the accepting
+thread to answer it, so no request ever stalls this thread; notifications wait here only up to MAX_PENDING_NOTIFIES,
 past which this thread stops taking more, so they stay in ferry, whose
 per-connection budget (connection_memory_bytes) then fails the connection
 that floods.
@@ -18,8 +20,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
-from typing import Callable, Deque, Dict, List, Tuple
+from collections import OrderedDict, deque
+from typing import Callable, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -29,8 +31,7 @@ from . import _mooncake_wire as wire
 log = logging.getLogger("ferry.mooncake")
 
 MAX_PENDING_NOTIFIES = 65536
-# How long a request waits for its connection to come out of accept().
-ACCEPT_GRACE_S = 5.0
+MAX_PARKED = 1024
 
 
 class _Reply:
@@ -47,11 +48,16 @@ class _Reply:
 class Service:
     """Runs until the engine closes. `table()` gives the segments to send."""
 
-    def __init__(self, engine: ferry.Engine, table: Callable[[], List[wire.Segment]]) -> None:
+    def __init__(self, engine: ferry.Engine, table: Callable[[], List[wire.Segment]],
+                 outgoing: Callable[[int], Optional[ferry.Connection]]) -> None:
+        """`outgoing(id)`: the connection of that id this engine opened, if any."""
         self._engine = engine
         self._table = table
+        self._outgoing = outgoing
         self._lock = threading.Condition()
+        self._answering = threading.Lock()
         self._accepted: Dict[int, ferry.Connection] = {}
+        self._parked: "OrderedDict[int, int]" = OrderedDict()  # connection id -> sequence asked for
         self._replies: Dict[int, _Reply] = {}
         self._notifies: Deque[Tuple[str, str]] = deque()
         self._closing = False
@@ -83,6 +89,7 @@ class Service:
                 reply.transfer.cancel()
             self._replies.clear()
             self._accepted.clear()
+            self._parked.clear()
 
     # ---- the threads ------------------------------------------------------
 
@@ -98,7 +105,9 @@ class Service:
             with self._lock:
                 self._forget_closed()
                 self._accepted[conn.id] = conn
-                self._lock.notify_all()
+                sequence = self._parked.pop(conn.id, None)
+            if sequence is not None:
+                self._answer(conn.id, sequence)
 
     def _notification_loop(self) -> None:
         while True:
@@ -133,13 +142,20 @@ class Service:
             self._notifies.append(named)
 
     def _answer(self, connection_id: int, sequence: int) -> None:
+        with self._answering:  # both threads answer; one reply per connection at a time
+            self._answer_locked(connection_id, sequence)
+
+    def _answer_locked(self, connection_id: int, sequence: int) -> None:
         with self._lock:
-            if not self._lock.wait_for(lambda: connection_id in self._accepted or self._closing, ACCEPT_GRACE_S):
-                log.warning("mooncake: a table request on connection %d, which was never accepted", connection_id)
-                return
             if self._closing:
                 return
-            conn = self._accepted[connection_id]
+            conn = self._accepted.get(connection_id) or self._outgoing(connection_id)
+            if conn is None:  # not out of accept() yet: the accepting thread answers it
+                self._parked[connection_id] = sequence
+                self._parked.move_to_end(connection_id)
+                while len(self._parked) > MAX_PARKED:
+                    self._parked.popitem(last=False)
+                return
             pending = self._replies.get(connection_id)
             if pending is not None and not pending.transfer.test():
                 log.debug("mooncake: connection %d asked again while its table is on the way: dropped", connection_id)
@@ -170,8 +186,8 @@ class Service:
     def _forget_closed(self) -> None:
         for cid in [cid for cid, c in self._accepted.items() if not c.health().ok()]:
             del self._accepted[cid]
-            reply = self._replies.get(cid)
-            if reply is not None:
-                reply.transfer.cancel()
-                self._release(cid)
+            self._parked.pop(cid, None)
+        for cid in [cid for cid in self._replies if cid not in self._accepted and self._outgoing(cid) is None]:
+            self._replies[cid].transfer.cancel()
+            self._release(cid)
 

@@ -79,7 +79,8 @@ def encode_table(sequence: int, segments: Sequence[Segment]) -> bytes:
 
 
 def decode_table(data: bytes) -> Tuple[int, List[Segment]]:
-    """(sequence, segments sorted by base); raises WireError on anything else."""
+    """(sequence, segments in the order sent: the peer's registration order);
+    raises WireError on anything else."""
     if len(data) > MAX_TABLE_BYTES:
         raise WireError(f"table: {len(data)} bytes, at most {MAX_TABLE_BYTES}")
     if len(data) < _TABLE_HEAD.size:
@@ -112,8 +113,8 @@ def decode_table(data: bytes) -> Tuple[int, List[Segment]]:
         segments.append(Segment(base, length, descriptor))
     if at != len(data):
         raise WireError(f"table: {len(data) - at} bytes after the last of {count} segments")
-    segments.sort(key=lambda s: s.base)
-    for a, b in zip(segments, segments[1:]):
+    by_base = sorted(segments, key=lambda s: s.base)
+    for a, b in zip(by_base, by_base[1:]):
         if a.base + a.length > b.base:
             raise WireError(f"table: segments [{a.base:#x}, +{a.length}) and [{b.base:#x}, +{b.length}) overlap")
     return sequence, segments

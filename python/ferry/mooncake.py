@@ -52,6 +52,7 @@ import enum
 import itertools
 import logging
 import os
+import queue
 import re
 import threading
 import time
@@ -156,6 +157,8 @@ class _Peer:
         self.sequence = itertools.count(1)
         self.pools: Optional[Tuple[int, int, ferry.BlockPools]] = None  # (local version, remote version, pools)
         self.lost = False  # the connection failed: the next request connects anew
+        self.stale = False  # an export in `segments` was revoked: ask for the table again
+        self.first = 0  # the address of the first buffer the peer registered, 0 if none
 
 
 class _Batch:
@@ -167,6 +170,31 @@ class _Batch:
         self.deadline = deadline
         self.peer = peer
         self.notify = notify  # sent after a read completes (a write carries its own)
+
+
+class _Reaper:
+    """Cancels transfers past their deadline on a thread of its own (started
+    on first use), so that the call that gave up on them returns at once."""
+
+    def __init__(self) -> None:
+        self._queue: "queue.SimpleQueue[List[ferry.Transfer]]" = queue.SimpleQueue()
+        self._thread: Optional[threading.Thread] = None
+        self._lock = threading.Lock()
+
+    def cancel(self, transfers: List[ferry.Transfer]) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="ferry-mc-cancel", daemon=True)
+                self._thread.start()
+        self._queue.put(transfers)
+
+    def _run(self) -> None:
+        while True:
+            for t in self._queue.get():  # blocks until there is work
+                try:
+                    t.cancel()
+                except ferry.FerryError as e:
+                    log.debug("mooncake: cancelling a transfer past its deadline: %s", e)
 
 
 def _shutdown(held: List[object]) -> None:
@@ -200,6 +228,7 @@ class TransferEngine:
         self._batches: Dict[int, _Batch] = {}
         self._batch_ids = itertools.count(1)
         self._stream_work = StreamWork()
+        self._reaper = _Reaper()
         self._held: List[object] = []
         self._closer = weakref.finalize(self, _shutdown, self._held)
 
@@ -261,6 +290,11 @@ class TransferEngine:
             fields["directory"] = directory
             fields["name"] = _directory_name(local_hostname)
         self._timeout = _timeout_s()
+        # A silent peer fails its connection within MC_TRANSFER_TIMEOUT too.
+        defaults = ferry.Options()
+        if self._timeout < defaults.peer_timeout:
+            fields["peer_timeout"] = self._timeout
+            fields["heartbeat_interval"] = min(defaults.heartbeat_interval, self._timeout / 4)
         try:
             engine = ferry.Engine(**fields)
         except ferry.FerryError as e:
@@ -270,7 +304,9 @@ class TransferEngine:
         self._use_directory = bool(directory)
         self._session = local_hostname if directory else f"{host}:{self.get_rpc_port()}"
         method = weakref.WeakMethod(self._table_for_peers)  # the service must not keep this object alive
-        self._service = Service(engine, lambda: method()() if method() is not None else [])
+        peers = self._peers
+        self._service = Service(engine, lambda: method()() if method() is not None else [],
+                                lambda cid: next((p.conn for p in list(peers.values()) if p.conn.id == cid), None))
         self._held[:] = [engine, self._service]
         return OK
 
@@ -319,12 +355,17 @@ class TransferEngine:
     # ---- memory -----------------------------------------------------------
 
     def _table_for_peers(self) -> List[wire.Segment]:
-        local = self._local
+        with self._lock:
+            local, order = self._local, list(self._registration_order)
         engine = self._engine
         if engine is None:
             return []
-        return [wire.Segment(int(b), int(e - b), engine.export_region(r))
-                for b, e, r in zip(local.bases, local.ends, local.payloads)]
+        out = []
+        for base in order:  # registration order: the first is get_first_buffer_address's
+            i = local.find_base(base)
+            if i >= 0:
+                out.append(wire.Segment(base, int(local.ends[i]) - base, engine.export_region(local.payloads[i])))
+        return out
 
     def _register(self, addr: int, length: int) -> None:
         engine = self._ferry()
@@ -460,9 +501,8 @@ class TransferEngine:
                 return self._registration_order[0] if self._registration_order else 0
         try:
             peer = self._peer(segment_name, time.monotonic() + self._timeout)
-            if len(peer.segments) == 0:
-                self._refresh(peer, time.monotonic() + self._timeout)
-            return int(peer.segments.bases[0]) if len(peer.segments) else 0
+            self._refresh(peer, time.monotonic() + self._timeout)
+            return peer.first
         except (_Failure, ferry.FerryError) as e:
             self._fail("get_first_buffer_address", ERR_SOCKET, str(e))
             return 0
@@ -518,6 +558,7 @@ class TransferEngine:
                 # an answer to an earlier request that timed out: skip it
             peer.segments = SegmentIndex([(s.base, s.length, s.descriptor) for s in segments],
                                          peer.segments.version + 1)
+            peer.first = segments[0].base if segments else 0
 
     def send_probe(self, peer_server_name: str) -> int:
         """0 when the peer answers (its segment table arrives), non-zero otherwise."""
@@ -535,11 +576,17 @@ class TransferEngine:
             opcode = TransferOpcode(opcode)
         except ValueError:
             raise _Failure(ERR_INVALID_ARGUMENT, f"opcode {opcode!r}: expected TransferOpcode.READ or WRITE") from None
-        note = wire.encode_notify(notify.name, notify.msg) if notify is not None else None
+        try:
+            note = wire.encode_notify(notify.name, notify.msg) if notify is not None else None
+        except (ValueError, AttributeError, UnicodeError) as e:
+            raise _Failure(ERR_INVALID_ARGUMENT, f"notify: {e}") from None
         deadline = time.monotonic() + self._timeout
         peer = self._peer(target, deadline)
         local = self._local
         try:
+            if peer.stale:
+                peer.stale = False
+                self._refresh(peer, deadline)
             blocks, remote = self._blocks(peer, local, buffers, peer_addresses, lengths, last_try=False)
             if blocks is None:
                 self._refresh(peer, deadline)  # the peer may have registered it after we last asked
@@ -602,24 +649,25 @@ class TransferEngine:
 
     def _finish(self, batch: _Batch, block: bool) -> int:
         """STATUS_COMPLETED / WAITING / FAILED / TIMEOUT of `batch`; with `block`,
-        waits until it ends or its deadline passes."""
+        waits until it ends or its deadline passes. Never blocks past the deadline."""
         for t in batch.transfers:
             if not t.test():
                 if not block:
                     if time.monotonic() < batch.deadline:
                         return STATUS_WAITING
-                    t.cancel()
                     return self._ended(batch, STATUS_TIMEOUT)
                 try:
                     t.wait(timeout=max(batch.deadline - time.monotonic(), 0.0))
                 except ferry.DeadlineExceeded:
-                    t.cancel()
-                    return self._ended(batch, STATUS_TIMEOUT)
+                    if not t.test():
+                        return self._ended(batch, STATUS_TIMEOUT)
                 except ferry.FerryError:
                     pass
             status = t.status()
             if not status.ok():
-                if status.code in (ferry.Code.PEER_LOST, ferry.Code.UNAVAILABLE) or not batch.peer.conn.health().ok():
+                if status.code == ferry.Code.NOT_FOUND:
+                    batch.peer.stale = True  # an export it told us of is gone: ask again next time
+                elif status.code in (ferry.Code.PEER_LOST, ferry.Code.UNAVAILABLE) or not batch.peer.conn.health().ok():
                     batch.peer.lost = True
                 self._fail("transfer", ERR_TRANSFER, f"to {batch.peer.name}: {status.to_string()}")
                 return self._ended(batch, STATUS_FAILED)
@@ -629,16 +677,26 @@ class TransferEngine:
         return STATUS_COMPLETED
 
     def _ended(self, batch: _Batch, status: int) -> int:
-        for t in batch.transfers:
-            t.cancel()
+        """Cancels what of `batch` still runs, on the reaper thread: a cancel
+        waits until no byte lands any more, which for a silent peer is ferry's
+        peer_timeout (at most MC_TRANSFER_TIMEOUT), and no call may block that long."""
+        unfinished = [t for t in batch.transfers if not t.test()]
+        if unfinished:
+            self._reaper.cancel(unfinished)
         if status == STATUS_TIMEOUT:
+            batch.peer.lost = True
             self._fail("transfer", ERR_TRANSFER, f"to {batch.peer.name}: not done within {self._timeout} s "
                                                  "(MC_TRANSFER_TIMEOUT)")
         return status
 
     def _sync(self, what: str, target: str, buffers, peer_addresses, lengths, opcode, notify=None) -> int:
         def body() -> int:
-            status = self._finish(self._post(target, buffers, peer_addresses, lengths, opcode, notify), block=True)
+            batch = self._post(target, buffers, peer_addresses, lengths, opcode, notify)
+            status = self._finish(batch, block=True)
+            if status == STATUS_FAILED and batch.peer.stale:
+                # The peer revoked an export after it told us of it (unregistered
+                # and registered again, say): once more with its table as it is now.
+                status = self._finish(self._post(target, buffers, peer_addresses, lengths, opcode, notify), block=True)
             return OK if status == STATUS_COMPLETED else ERR_TRANSFER
         return self._guard(what, body)
 
