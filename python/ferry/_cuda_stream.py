@@ -2,10 +2,13 @@
 queued on the stream before it has finished, and holds back what is queued
 after it until the callable returns (cuLaunchHostFunc).
 
-The callable runs on a thread of the CUDA driver and must not call CUDA
-itself; ferry's own copies run on ferry's non-blocking streams, so a transfer
-may run there. The driver is loaded on first use; without one, launching
-raises RuntimeError.
+A host function must make no CUDA call, and a ferry transfer makes some
+(its copies, on ferry's own non-blocking streams, may be issued by the thread
+that posts). So the host function only hands the callable to a thread of
+this object ("ferry-mc-stream") and waits for it: the stream stays held
+while the transfer runs, and no CUDA call is made on the driver's thread.
+The driver is loaded on first use; without one, launching raises
+RuntimeError.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from __future__ import annotations
 import ctypes
 import itertools
 import logging
+import queue
 import threading
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 log = logging.getLogger("ferry.mooncake")
 
@@ -28,6 +32,8 @@ class StreamWork:
         self._keys = itertools.count(1)
         self._launch: Optional[Callable[..., int]] = None
         self._trampoline = _HOST_FN(self._run)  # kept alive as long as this object
+        self._work: "queue.SimpleQueue[Tuple[Callable[[], None], threading.Event]]" = queue.SimpleQueue()
+        self._worker: Optional[threading.Thread] = None
 
     def _driver(self) -> Callable[..., int]:
         if self._launch is None:
@@ -46,6 +52,9 @@ class StreamWork:
         the legacy default stream). Raises RuntimeError if the driver refuses."""
         launch = self._driver()
         with self._lock:
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._serve, name="ferry-mc-stream", daemon=True)
+                self._worker.start()
             key = next(self._keys)
             self._pending[key] = work
         rc = launch(ctypes.c_void_p(stream_ptr or None), self._trampoline, ctypes.c_void_p(key))
@@ -55,11 +64,22 @@ class StreamWork:
             raise RuntimeError(f"cuLaunchHostFunc on stream {stream_ptr:#x} failed: CUresult {rc}")
 
     def _run(self, key: Optional[int]) -> None:
+        """The host function, on the driver's thread: holds the stream until
+        the worker has run the work queued under `key`."""
         with self._lock:
             work = self._pending.pop(key or 0, None)
         if work is None:
             return
-        try:
-            work()
-        except BaseException:  # nothing may unwind into the driver's thread
-            log.exception("mooncake: work on a CUDA stream failed")
+        done = threading.Event()
+        self._work.put((work, done))
+        done.wait()
+
+    def _serve(self) -> None:
+        while True:
+            work, done = self._work.get()  # blocks until a stream reaches its work
+            try:
+                work()
+            except BaseException:  # the stream must be let go whatever happened
+                log.exception("mooncake: work on a CUDA stream failed")
+            finally:
+                done.set()
