@@ -39,8 +39,10 @@ Differences from Mooncake, all stated:
 - Local buffers must lie in memory registered with ``register_memory`` or
   ``allocate_managed_buffer``; anything else is refused (-1), as Mooncake's
   RDMA transport does.
-- A failure inside ``*_on_cuda`` work is logged and counted in
-  ``engine.cuda_failures``; the process is not ended.
+- ``*_on_cuda(stream_ptr)`` keeps the stream's order by waiting for the
+  stream, then transferring, then returning (Mooncake returns at once and
+  runs the transfer in a host function queued on the stream). A failure is
+  logged and counted in ``engine.cuda_failures``; the process is not ended.
 - ``MC_TRANSFER_TIMEOUT`` (seconds, default 30) bounds every transfer and
   connection; ``MC_TCP_BIND_ADDRESS`` picks the address to listen on (default
   every address).
@@ -816,7 +818,7 @@ class TransferEngine:
                 log.error("mooncake %s on CUDA stream %#x failed: %s", what, stream_ptr, self.last_error)
         if self._engine is None:
             raise RuntimeError(f"{what}: the engine is not initialized")
-        self._stream_work.launch(int(stream_ptr), work)
+        self._stream_work.run(int(stream_ptr), work)
 
     def transfer_write_on_cuda(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
                                stream_ptr: int = 0, transport_hint: str = "") -> None:
