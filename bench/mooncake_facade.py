@@ -5,7 +5,7 @@ with one `batch_transfer_sync_write` call, against the same blocks written by
 ferry's fastest path (`Connection.write_blocks` with pools prepared once and
 the block table already built) and by its vector write from prebuilt tuples
 (`Connection.writev`, what a caller holding lists of addresses would use),
-over the same two engines, rounds alternating.
+over the same connection, batch by batch in turn.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/mooncake_facade.py [--blocks 256] [--block-size 16384]
         [--device cpu|gpu --gpu 0 --peer-gpu 1]      (gpu: pools are torch CUDA tensors)
@@ -59,7 +59,7 @@ def main() -> None:
     ap.add_argument("--blocks", type=int, default=256)
     ap.add_argument("--block-size", type=int, default=16384)
     ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--iters", type=int, default=50, help="batches per round and path")
+    ap.add_argument("--iters", type=int, default=50, help="batches per round and path (rounds x iters in all)")
     ap.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
     ap.add_argument("--gpu", type=int, default=0, help="this side's GPU (--device gpu)")
     ap.add_argument("--peer-gpu", type=int, default=0, help="the target's GPU (--device gpu)")
@@ -91,10 +91,9 @@ def main() -> None:
         lengths = [args.block_size] * args.blocks
         assert engine.batch_transfer_sync_write(session, buffers, peer_addresses, lengths) == 0, engine.last_error
 
-        # ferry's own API over the same engines: a connection of its own, the
-        # pools the facade registered and learned (read from its insides).
-        fe = engine.get_engine()
-        conn = fe.connect(session, timeout=10)
+        # ferry's own API over the facade's own connection, with the pools the
+        # facade registered and learned (read from its insides).
+        conn = engine._peers[session].conn
         region = engine._local.payloads[engine._local.find_base(base)]
         descriptor = engine._peers[session].segments.payloads[0]
         pools = conn.prepare_blocks([region], [descriptor])
@@ -108,20 +107,17 @@ def main() -> None:
         items = [(base + lo, descriptor, ro, args.block_size) for lo, ro in zip(local_offsets, remote_offsets)]
 
         facade, native, vector = [], [], []
-        for _ in range(args.rounds):
-            for _ in range(args.iters):
-                t = time.perf_counter()
-                rc = engine.batch_transfer_sync_write(session, buffers, peer_addresses, lengths)
-                facade.append(time.perf_counter() - t)
-                assert rc == 0, engine.last_error
-            for _ in range(args.iters):
-                t = time.perf_counter()
-                conn.write_blocks(pools, blocks, timeout=30)
-                native.append(time.perf_counter() - t)
-            for _ in range(args.iters):
-                t = time.perf_counter()
-                conn.writev(items, timeout=30)
-                vector.append(time.perf_counter() - t)
+        for _ in range(args.rounds * args.iters):  # the three take turns, batch by batch
+            t = time.perf_counter()
+            rc = engine.batch_transfer_sync_write(session, buffers, peer_addresses, lengths)
+            facade.append(time.perf_counter() - t)
+            assert rc == 0, engine.last_error
+            t = time.perf_counter()
+            conn.write_blocks(pools, blocks, timeout=30)
+            native.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            conn.writev(items, timeout=30)
+            vector.append(time.perf_counter() - t)
 
         child.stdin.write(json.dumps([remote_offsets, args.block_size]) + "\n")
         child.stdin.flush()
