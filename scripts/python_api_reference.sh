@@ -12,7 +12,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
 out=${2:-$build/docs/python}
 py=/usr/bin/python3
-modules=(ferry ferry.aio ferry.p2p ferry._ferry)
+modules=(ferry ferry.aio ferry.p2p ferry.mooncake ferry._ferry)
 mkdir -p "$out"
 cd "$out"
 PYTHONPATH="$build/python" "$py" -m pydoc -w "${modules[@]}" >/dev/null

@@ -35,7 +35,8 @@ Engines find each other by name through Redis or etcd:
     engine.directory.list()                           # [DirectoryEntry, ...]
     ferry.Directory("etcd://10.0.0.1:2379").watch().next(timeout=60)
 
-`ferry.p2p` is a facade with the Endpoint API of UCCL's P2P engine.
+`ferry.p2p` is a facade with the Endpoint API of UCCL's P2P engine;
+`ferry.mooncake` one with the TransferEngine API of Mooncake's Transfer Engine.
 """
 
 from typing import Any, Optional
