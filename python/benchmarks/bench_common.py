@@ -63,6 +63,19 @@ def parse_sizes(text: str) -> List[int]:
     return sizes
 
 
+def add_endpoint_flags(parser: argparse.ArgumentParser, default_sizes: str, default_iters: int) -> None:
+    """The flags UCCL's ferry-side scripts share: GPU index, streams, device, sizes, iterations."""
+    parser.add_argument("--local-gpu-idx", type=int, default=0,
+                        help="local GPU index to bind buffers (also names the endpoint's port); "
+                             "with several ranks per host, each rank adds its LOCAL_RANK")
+    parser.add_argument("--num-cpus", type=int, default=4, help="data streams per connection (ferry.p2p's num_cpus)")
+    parser.add_argument("--device", choices=["cpu", "gpu"], default="gpu", help="buffer location (cpu or gpu)")
+    parser.add_argument("--sizes", type=parse_sizes, default=parse_sizes(default_sizes),
+                        help="comma separated list of message sizes in bytes")
+    parser.add_argument("--iters", type=int, default=default_iters,
+                        help="iterations per message size (excluding 1 warm-up)")
+
+
 def add_timeout_flag(parser: argparse.ArgumentParser) -> None:
     """--timeout: ferry's addition to UCCL's flags (UCCL's scripts can wait forever)."""
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,

@@ -36,15 +36,8 @@ DEFAULT_SIZES = "256,1024,4096,16384,65536,262144,1048576,10485760,16777216,1048
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Benchmark ferry P2P (ferry.p2p Endpoint) bandwidth")
-    p.add_argument("--local-gpu-idx", type=int, default=0,
-                   help="local GPU index to bind buffers (also names the endpoint's port); "
-                        "with several ranks per host, each rank adds its LOCAL_RANK")
-    p.add_argument("--num-cpus", type=int, default=4, help="data streams per connection (ferry.p2p's num_cpus)")
-    p.add_argument("--device", choices=["cpu", "gpu"], default="gpu", help="buffer location (cpu or gpu)")
+    bc.add_endpoint_flags(p, DEFAULT_SIZES, default_iters=10)
     p.add_argument("--pinned", action="store_true", help="use pinned (page-locked) memory for CPU buffers")
-    p.add_argument("--sizes", type=bc.parse_sizes, default=bc.parse_sizes(DEFAULT_SIZES),
-                   help="comma separated list of message sizes in bytes")
-    p.add_argument("--iters", type=int, default=10, help="iterations per message size (excluding 1 warm-up)")
     p.add_argument("--num-kvblocks", type=int, default=1,
                    help="number of blocks sent/received as one message (sendv/recvv)")
     p.add_argument("--async-api", "--async-transfer", dest="async_api", action="store_true",

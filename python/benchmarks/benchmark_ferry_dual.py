@@ -33,14 +33,7 @@ DEFAULT_SIZES = "256,1024,4096,16384,65536,262144,1048576,10485760,104857600"
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Benchmark ferry P2P (ferry.p2p Endpoint) bandwidth, both directions")
-    p.add_argument("--local-gpu-idx", type=int, default=0,
-                   help="local GPU index to bind buffers (also names the endpoint's port); "
-                        "with several ranks per host, each rank adds its LOCAL_RANK")
-    p.add_argument("--num-cpus", type=int, default=4, help="data streams per connection (ferry.p2p's num_cpus)")
-    p.add_argument("--device", choices=["cpu", "gpu"], default="gpu", help="buffer location (cpu or gpu)")
-    p.add_argument("--sizes", type=bc.parse_sizes, default=bc.parse_sizes(DEFAULT_SIZES),
-                   help="comma separated list of message sizes in bytes")
-    p.add_argument("--iters", type=int, default=1000, help="iterations per message size (excluding 1 warm-up)")
+    bc.add_endpoint_flags(p, DEFAULT_SIZES, default_iters=1000)
     p.add_argument("--async-transfer", "--async-api", dest="async_api", action="store_true",
                    help="accepted for UCCL's command lines; this test always uses the asynchronous calls")
     bc.add_timeout_flag(p)

@@ -35,14 +35,7 @@ DEFAULT_SIZES = "256,1024,4096,16384,65536,262144,1048576,10485760,67108864,1048
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description="ferry READ benchmark (one-sided)")
-    p.add_argument("--local-gpu-idx", type=int, default=0,
-                   help="local GPU index to bind buffers (also names the endpoint's port); "
-                        "with several ranks per host, each rank adds its LOCAL_RANK")
-    p.add_argument("--num-cpus", type=int, default=4, help="data streams per connection (ferry.p2p's num_cpus)")
-    p.add_argument("--device", choices=["cpu", "gpu"], default="gpu", help="buffer location (cpu or gpu)")
-    p.add_argument("--sizes", type=bc.parse_sizes, default=bc.parse_sizes(DEFAULT_SIZES),
-                   help="comma separated list of message sizes in bytes")
-    p.add_argument("--iters", type=int, default=10, help="iterations per message size (excluding 1 warm-up)")
+    bc.add_endpoint_flags(p, DEFAULT_SIZES, default_iters=10)
     p.add_argument("--async-api", action="store_true", help="use read_async/readv_async, polled until done")
     p.add_argument("--num-iovs", type=int, default=1, help="number of blocks read in a single call")
     bc.add_timeout_flag(p)

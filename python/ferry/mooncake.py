@@ -678,6 +678,14 @@ class TransferEngine:
             batch.notify = None
         return STATUS_COMPLETED
 
+    def _settle(self, what: str, batch: _Batch, block: bool) -> int:
+        """_finish, with a failure of its own (the notify after a read) as STATUS_FAILED."""
+        try:
+            return self._finish(batch, block)
+        except ferry.FerryError as e:
+            self._fail(what, ERR_TRANSFER, str(e))
+            return STATUS_FAILED
+
     def _ended(self, batch: _Batch, status: int) -> int:
         """Cancels what of `batch` still runs, on the reaper thread: a cancel
         waits until no byte lands any more, which for a silent peer is ferry's
@@ -741,11 +749,7 @@ class TransferEngine:
         if batch is None:
             self._fail("transfer_check_status", ERR_INVALID_ARGUMENT, f"no batch {batch_id!r}")
             return STATUS_FAILED
-        try:
-            status = self._finish(batch, block=False)
-        except ferry.FerryError as e:
-            self._fail("transfer_check_status", ERR_TRANSFER, str(e))
-            status = STATUS_FAILED
+        status = self._settle("transfer_check_status", batch, block=False)
         if status != STATUS_WAITING:
             with self._lock:
                 self._batches.pop(batch_id, None)
@@ -799,11 +803,7 @@ class TransferEngine:
             if batch is None:
                 result = self._fail("get_batch_transfer_status", ERR_INVALID_ARGUMENT, f"no batch {batch_id!r}")
                 continue
-            try:
-                status = self._finish(batch, block=True)
-            except ferry.FerryError as e:
-                self._fail("get_batch_transfer_status", ERR_TRANSFER, str(e))
-                status = STATUS_FAILED
+            status = self._settle("get_batch_transfer_status", batch, block=True)
             if status != STATUS_COMPLETED:
                 result = ERR_TRANSFER
         return result
