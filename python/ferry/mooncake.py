@@ -50,6 +50,7 @@ Differences from Mooncake, all stated:
 
 from __future__ import annotations
 
+import ctypes
 import enum
 import itertools
 import logging
@@ -301,7 +302,7 @@ class TransferEngine:
             engine = ferry.Engine(**fields)
         except ferry.FerryError as e:
             code = ERR_METADATA if directory else ERR_SOCKET
-            raise _Failure(code, f"cannot start the engine ({fields}): {e}") from None
+            raise _Failure(code, f"cannot start the engine listening on {fields['listen']}: {e}") from None
         self._engine = engine
         self._use_directory = bool(directory)
         self._session = local_hostname if directory else f"{host}:{self.get_rpc_port()}"
@@ -481,13 +482,11 @@ class TransferEngine:
             if length < 0 or length > len(data):
                 raise _Failure(ERR_INVALID_ARGUMENT, f"length {length} with {len(data)} bytes given")
             self._host_span(dest_address, length, "write_bytes_to_buffer")
-            import ctypes
             ctypes.memmove(dest_address, data, length)
             return OK
         return self._guard("write_bytes_to_buffer", body)
 
     def read_bytes_from_buffer(self, source_address: int, length: int) -> bytes:
-        import ctypes
         try:
             self._host_span(source_address, length, "read_bytes_from_buffer")
         except _Failure as f:
@@ -517,7 +516,7 @@ class TransferEngine:
             raise _Failure(ERR_INVALID_ARGUMENT, f"target_hostname {name!r}: expected host:port")
         peer = self._peers.get(name)
         if peer is not None and not peer.lost:
-            return peer  # a lost connection is noticed where a transfer on it fails (_lost)
+            return peer  # a lost connection is noticed where a transfer on it fails (_finish, _post)
         address = _directory_name(name) if self._use_directory else name
         conn = engine.connect(address, timeout=max(deadline - time.monotonic(), 0.001))
         fresh = _Peer(name, conn)
@@ -542,6 +541,7 @@ class TransferEngine:
                 size = peer.conn.probe(timeout=max(deadline - time.monotonic(), 0.001))
                 if size > wire.MAX_TABLE_BYTES:
                     peer.conn.close()
+                    peer.lost = True
                     raise _Failure(ERR_SOCKET, f"{peer.name} sent a {size}-byte table (at most "
                                                f"{wire.MAX_TABLE_BYTES}): connection closed")
                 buffer = np.empty(max(size, 1), dtype=np.uint8)
@@ -554,6 +554,7 @@ class TransferEngine:
                     answered, segments = wire.decode_table(buffer[:got].tobytes())
                 except wire.WireError as e:
                     peer.conn.close()
+                    peer.lost = True
                     raise _Failure(ERR_SOCKET, f"{peer.name}: {e}: connection closed") from None
                 if answered == sequence:
                     break
