@@ -143,7 +143,10 @@ class Service:
 
     def _answer(self, connection_id: int, sequence: int) -> None:
         with self._answering:  # both threads answer; one reply per connection at a time
-            self._answer_locked(connection_id, sequence)
+            try:
+                self._answer_locked(connection_id, sequence)
+            except (ferry.FerryError, wire.WireError) as e:  # neither thread may end over one reply
+                log.warning("mooncake: cannot answer connection %d: %s", connection_id, e)
 
     def _answer_locked(self, connection_id: int, sequence: int) -> None:
         with self._lock:
@@ -167,10 +170,9 @@ class Service:
         region = self._engine.reg(buffer)
         try:
             transfer = conn.send_async(buffer)
-        except ferry.FerryError as e:
+        except ferry.FerryError:
             self._engine.dereg(region)
-            log.info("mooncake: cannot answer connection %d: %s", connection_id, e)
-            return
+            raise
         with self._lock:
             self._replies[connection_id] = _Reply(transfer, region, buffer)
 

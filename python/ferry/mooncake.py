@@ -382,6 +382,8 @@ class TransferEngine:
                 return  # already registered, as Mooncake allows
             if self._local.overlaps(addr, length):
                 raise _Failure(ERR_ADDRESS_OVERLAPPED, f"[{addr:#x}, +{length}) overlaps a registered buffer")
+            if len(self._local) >= wire.MAX_SEGMENTS:  # what one segment table carries to peers
+                raise _Failure(ERR_MEMORY, f"{len(self._local)} buffers are registered, at most {wire.MAX_SEGMENTS}")
             region = engine.reg((addr, length))
             self._replace_local([(int(b), int(e - b), r) for b, e, r in
                                  zip(self._local.bases, self._local.ends, self._local.payloads)] + [(addr, length, region)])

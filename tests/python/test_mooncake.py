@@ -1042,6 +1042,30 @@ def test_batch_register_and_unregister_memory(engine, peer, target):
     assert engine.batch_register_memory(addrs, [10, 10]) < 0, "mismatched lists"
 
 
+def test_registrations_past_what_one_table_carries_are_refused(peer, target, monkeypatch):
+    """Peers learn an engine's buffers as one table of at most MAX_SEGMENTS:
+    a registration past that is refused (negative), and what is registered
+    still works."""
+    from ferry import _mooncake_wire
+    monkeypatch.setattr(_mooncake_wire, "MAX_SEGMENTS", 8)
+    e = new_engine()
+    try:
+        rng = seeded("segment-limit")
+        bufs = [random_bytes(rng, 4096 + i) for i in range(9)]
+        for b in bufs[:8]:
+            assert e.register_memory(b.ctypes.data, b.size) == 0, e.last_error
+        assert e.register_memory(bufs[8].ctypes.data, bufs[8].size) < 0, "a ninth buffer past a limit of 8"
+        assert "at most 8" in e.last_error, e.last_error
+        t = target(64 * KiB, seed=41)
+        assert e.transfer_sync_write(session_of(peer), bufs[7].ctypes.data, t.addr + 3, bufs[7].size) == 0, e.last_error
+        t.expect(3, bufs[7])
+        t.check("a write out of the last buffer that fit")
+        assert e.unregister_memory(bufs[0].ctypes.data) == 0, e.last_error
+        assert e.register_memory(bufs[8].ctypes.data, bufs[8].size) == 0, "room again after an unregister"
+    finally:
+        e.close()
+
+
 # ---- hostile peers ------------------------------------------------------------------
 #
 # A plain ferry.Engine poses as a ferry.mooncake target. The facade asks a
