@@ -18,7 +18,6 @@ the target's bytes after the last round.
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time

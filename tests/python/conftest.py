@@ -1,4 +1,5 @@
-"""Shared fixtures: a peer process on loopback, free ports, deadlines.
+"""Shared fixtures: a peer process on loopback, two engines of this process
+joined by one connection, free ports, deadlines.
 
 Run with Debian's interpreter and the build's package on the path:
     PYTHONPATH=build/python /usr/bin/python3 -m pytest -q tests/python
@@ -6,6 +7,7 @@ Run with Debian's interpreter and the build's package on the path:
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import random
@@ -22,6 +24,24 @@ import peers  # noqa: E402
 
 CALL_TIMEOUT = 60.0  # seconds a peer may take to answer one command
 SPAWN = multiprocessing.get_context("spawn")
+
+
+@contextlib.contextmanager
+def engine_pair(**options):
+    """Two engines of this process (ferry.Options fields as keywords) and one
+    connection between them: yields (a, a's end, b, b's end); closes both."""
+    a, b = ferry.Engine(**options), ferry.Engine(**options)
+    try:
+        got = {}
+        t = threading.Thread(target=lambda: got.setdefault("conn", a.accept(timeout=10)), name="pair-accept")
+        t.start()
+        cb = b.connect(a.address, timeout=10)
+        t.join(10)
+        assert "conn" in got, "the engine accepted no connection within 10 s"
+        yield a, got["conn"], b, cb
+    finally:
+        b.close()
+        a.close()
 
 
 class PeerError(Exception):

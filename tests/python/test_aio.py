@@ -9,19 +9,13 @@ import numpy as np
 import pytest
 
 import ferry
+from conftest import engine_pair
 
 
 @pytest.fixture()
 def pair():
-    a, b = ferry.Engine(), ferry.Engine()
-    got = {}
-    t = threading.Thread(target=lambda: got.setdefault("conn", a.accept(timeout=10)))
-    t.start()
-    cb = b.connect(a.address, timeout=10)
-    t.join(10)
-    yield a, got["conn"], b, cb
-    a.close()
-    b.close()
+    with engine_pair() as p:
+        yield p
 
 
 def run(coro, within=20):

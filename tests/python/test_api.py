@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import ferry
+from conftest import engine_pair
 
 # ---- the Status -> exception table ------------------------------------------
 
@@ -208,15 +209,8 @@ def test_torch_cpu_registration():
 
 @pytest.fixture(scope="module")
 def pair():
-    a, b = ferry.Engine(), ferry.Engine()
-    got = {}
-    t = threading.Thread(target=lambda: got.setdefault("conn", a.accept(timeout=10)))
-    t.start()
-    cb = b.connect(a.address, timeout=10)
-    t.join(10)
-    yield a, got["conn"], b, cb
-    a.close()
-    b.close()
+    with engine_pair() as p:
+        yield p
 
 
 def test_buffer_arguments_are_checked(pair):

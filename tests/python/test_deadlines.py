@@ -8,31 +8,22 @@ DeadlineExceeded at its deadline and goes on. Over both transports, between
 two engines of this process.
 """
 
-import threading
 import time
 
 import numpy as np
 import pytest
 
 import ferry
+from conftest import engine_pair
 
 BIG = 128 << 20  # takes tens of milliseconds on either transport: far past a 1 ms deadline
 
 
 @pytest.fixture(params=["tcp", "local"])
 def pair(request):
-    options = dict(transport=request.param, local_same_process=True)
-    a, b = ferry.Engine(**options), ferry.Engine(**options)
-    got = {}
-    t = threading.Thread(target=lambda: got.setdefault("conn", a.accept(timeout=10)))
-    t.start()
-    cb = b.connect(a.address, timeout=10)
-    t.join(10)
-    ca = got["conn"]
-    assert ca.transport_name == request.param
-    yield a, ca, b, cb
-    a.close()
-    b.close()
+    with engine_pair(transport=request.param, local_same_process=True) as p:
+        assert p[1].transport_name == request.param
+        yield p
 
 
 def pattern(n, seed):

@@ -5,28 +5,20 @@ this process, over each transport."""
 
 from __future__ import annotations
 
-import threading
 
 import numpy as np
 import pytest
 
 import ferry
+from conftest import engine_pair
 
 WAIT = 30
 
 
 @pytest.fixture(params=["tcp", "local"])
-def pair(request, monkeypatch):
-    monkeypatch.setenv("FERRY_LOCAL_SAME_PROCESS", "1")  # two engines of this process on the local transport
-    a, b = ferry.Engine(transport=request.param), ferry.Engine(transport=request.param)
-    got = {}
-    t = threading.Thread(target=lambda: got.setdefault("conn", a.accept(timeout=10)))
-    t.start()
-    cb = b.connect(a.address, timeout=10)
-    t.join(10)
-    yield a, got["conn"], b, cb
-    b.close()
-    a.close()
+def pair(request):
+    with engine_pair(transport=request.param, local_same_process=True) as p:
+        yield p
 
 
 def random_bytes(n: int, seed: int) -> np.ndarray:
