@@ -26,6 +26,13 @@ namespace ferry::hostile {
 
 using namespace std::chrono_literals;
 
+// A frame's header and the bytes after it (aux, then payload), as one string to send.
+inline std::string encoded(const wire::FrameHeader& h, const std::string& after = {}) {
+  wire::HeaderBytes hb;
+  wire::encode_header(h, hb);
+  return std::string(reinterpret_cast<const char*>(hb.data()), hb.size()) + after;
+}
+
 // Connects as an engine would (no secret), then frames, on the control stream
 // or on a data stream.
 struct Peer {

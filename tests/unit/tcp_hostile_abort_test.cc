@@ -7,12 +7,6 @@
 namespace ferry::hostile {
 namespace {
 
-std::string encoded(const wire::FrameHeader& h, const std::string& after = {}) {
-  wire::HeaderBytes hb;
-  wire::encode_header(h, hb);
-  return std::string(reinterpret_cast<const char*>(hb.data()), hb.size()) + after;
-}
-
 // A WRITE chunk of op `op` (a write of `total` bytes into `d`) at `offset`:
 // `payload` bytes, or none and aborted; `note` as its aux.
 std::string write_chunk(const RemoteDescriptor& d, uint64_t op, uint64_t total, uint64_t offset, uint64_t seq,

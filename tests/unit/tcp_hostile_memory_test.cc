@@ -29,12 +29,6 @@ void flood(Peer& p, const std::string& frame, size_t bytes) {
   }
 }
 
-std::string encoded(const wire::FrameHeader& h, const std::string& after = {}) {
-  wire::HeaderBytes hb;
-  wire::encode_header(h, hb);
-  return std::string(reinterpret_cast<const char*>(hb.data()), hb.size()) + after;
-}
-
 void expect_exhausted(Target& t, const std::string& what) {
   Status s = t.failure(after(5s));
   EXPECT_EQ(s.code(), Code::kResourceExhausted) << s.to_string();
