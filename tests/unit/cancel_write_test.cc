@@ -21,16 +21,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-class CancelWrite : public ::testing::TestWithParam<const char*> {
+class CancelWrite : public PairTest {
  protected:
-  void SetUp() override {
-    EnginePair p = connect_pair(GetParam());
-    ASSERT_TRUE(p.ca && p.cb);
-    a_ = std::move(p.a);
-    b_ = std::move(p.b);
-    ca_ = std::move(p.ca);
-    cb_ = std::move(p.cb);
-  }
   bool tcp() const { return std::string_view(GetParam()) == "tcp"; }
 
   // The connection still carries a write and its notification.
@@ -46,9 +38,6 @@ class CancelWrite : public ::testing::TestWithParam<const char*> {
     EXPECT_TRUE(note->delivered);
     EXPECT_EQ(dst.back(), 0x5a);
   }
-
-  std::unique_ptr<Engine> a_, b_;
-  std::shared_ptr<Connection> ca_, cb_;
 };
 
 TEST_P(CancelWrite, AFailedWritesTagReachesTheTargetInItsPlace) {

@@ -41,4 +41,20 @@ inline EnginePair connect_pair(std::string_view transport, Options o = {}) {
   return p;
 }
 
+// A test run over each transport its parameter names ("tcp", "local") that
+// starts from a connected pair: engines a_ and b_, their ends ca_ and cb_.
+class PairTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    EnginePair p = connect_pair(GetParam());
+    ASSERT_TRUE(p.ca && p.cb);
+    a_ = std::move(p.a);
+    b_ = std::move(p.b);
+    ca_ = std::move(p.ca);
+    cb_ = std::move(p.cb);
+  }
+  std::unique_ptr<Engine> a_, b_;
+  std::shared_ptr<Connection> ca_, cb_;
+};
+
 }  // namespace ferry

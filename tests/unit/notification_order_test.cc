@@ -25,19 +25,7 @@ bool heard_within(const std::atomic<int>& heard, int n, std::chrono::millisecond
   return heard.load() >= n;
 }
 
-class NotificationOrder : public ::testing::TestWithParam<const char*> {
- protected:
-  void SetUp() override {
-    EnginePair p = connect_pair(GetParam());
-    ASSERT_TRUE(p.ca && p.cb);
-    a_ = std::move(p.a);
-    b_ = std::move(p.b);
-    ca_ = std::move(p.ca);
-    cb_ = std::move(p.cb);
-  }
-  std::unique_ptr<Engine> a_, b_;
-  std::shared_ptr<Connection> ca_, cb_;
-};
+class NotificationOrder : public PairTest {};
 
 TEST_P(NotificationOrder, AStandaloneNoteDoesNotOvertakeAnEarlierWritesNote) {
   const size_t n = (size_t{32} << 20) + 5;
