@@ -44,7 +44,8 @@ Differences from Mooncake, all stated:
   runs the transfer in a host function queued on the stream). A failure is
   logged and counted in ``engine.cuda_failures``; the process is not ended.
 - ``MC_TRANSFER_TIMEOUT`` (seconds, default 30) bounds every transfer and
-  connection; ``MC_TCP_BIND_ADDRESS`` picks the address to listen on (default
+  connection (reaching a peer takes at most 3 s of it, so a dead peer fails
+  each call within that); ``MC_TCP_BIND_ADDRESS`` picks the address to listen on (default
   every address).
 """
 
@@ -76,6 +77,7 @@ log = logging.getLogger("ferry.mooncake")
 
 P2P_HANDSHAKE = "P2PHANDSHAKE"
 DEFAULT_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 3.0  # at most this long to reach a peer, within MC_TRANSFER_TIMEOUT
 
 # Returns, Mooncake's codes where one fits.
 OK = 0
@@ -520,7 +522,9 @@ class TransferEngine:
         if peer is not None and not peer.lost:
             return peer  # a lost connection is noticed where a transfer on it fails (_finish, _post)
         address = _directory_name(name) if self._use_directory else name
-        conn = engine.connect(address, timeout=max(deadline - time.monotonic(), 0.001))
+        # A refused address is dialled again until the deadline; a dead peer
+        # should cost each call little more than that, not MC_TRANSFER_TIMEOUT.
+        conn = engine.connect(address, timeout=max(min(deadline - time.monotonic(), CONNECT_TIMEOUT_S), 0.001))
         fresh = _Peer(name, conn)
         self._refresh(fresh, deadline)
         with self._lock:

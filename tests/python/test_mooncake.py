@@ -841,6 +841,24 @@ def test_unknown_targets_fail_within_the_timeout(quick):
             assert time.monotonic() - start < QUICK_TIMEOUT_S + MARGIN_S, f"{what} to {name!r}"
 
 
+def test_a_dead_target_costs_each_call_seconds_not_the_whole_timeout():
+    """Nothing listens at the target: with MC_TRANSFER_TIMEOUT at Mooncake's
+    default 30 s, each call still fails within the few seconds that reaching
+    a peer may take."""
+    from ferry import mooncake
+    e = new_engine(timeout=30.0)
+    lb = Local(e, 4096, seeded("dead-target"))
+    name = f"127.0.0.1:{closed_port()}"
+    try:
+        for _ in range(2):
+            start = time.monotonic()
+            assert e.transfer_sync_write(name, lb.addr, 1 << 20, 10) < 0
+            took = time.monotonic() - start
+            assert took < mooncake.CONNECT_TIMEOUT_S + MARGIN_S, f"a call to a dead target took {took:.1f} s"
+    finally:
+        e.close()
+
+
 def test_buffer_the_target_unregistered_is_refused(engine, pool, peer, target):
     session = session_of(peer)
     t = target(64 * KiB, seed=21)
