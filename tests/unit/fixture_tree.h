@@ -16,9 +16,11 @@
 
 namespace ferry::testing {
 
-// tests/fixtures/<name> in the source tree (found from this header's path).
+// tests/fixtures/<name> in the source tree. The build names the folder
+// (FERRY_TEST_FIXTURES): __FILE__ may be relative to the build tree, as it is
+// when ccache compiles with paths relative to the source root.
 inline std::string fixture_dir(const std::string& name) {
-  return (std::filesystem::path(__FILE__).parent_path().parent_path() / "fixtures" / name).string();
+  return (std::filesystem::path(FERRY_TEST_FIXTURES) / name).string();
 }
 
 // A fresh temporary folder, removed with everything in it on destruction.
