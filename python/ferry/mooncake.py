@@ -21,8 +21,11 @@ an address is turned into (segment, offset) here, and the peer's engine still
 checks every byte against what it exported. An address outside the peer's
 segments, a length past a segment's end, a local buffer outside this engine's
 registered memory, a dead peer: a negative return, nothing written, and the
-engine goes on working. A batch to one peer is one ferry operation (writes:
-one block write between pools prepared once per pair of tables).
+engine goes on working. (A buffer the peer unregistered after telling of it
+is refused by the peer when the bytes arrive: that block fails the batch,
+and the batch's other blocks may have landed, as in Mooncake.) A batch to
+one peer is one ferry operation (writes: one block write between pools
+prepared once per pair of tables).
 
 Differences from Mooncake, all stated:
 - ``metadata_server``: ``"P2PHANDSHAKE"`` (peers named ``host:rpc_port``, no
