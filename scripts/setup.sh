@@ -19,7 +19,24 @@ packages=(
   python3-setuptools python3-wheel python3-pip python3-venv  # pip install . (offline) and its test
   python3-numpy python3-pytest python3-torch         # Python API tests (CPU tensors)
   python3-pandas python3-matplotlib                  # ferry.analysis plots
+  meson pkg-config                 # NIXL, built from its offline kit for the FERRY plugin (below)
 )
+
+# NIXL is in no package registry: its offline kit (sources and
+# build-nixl.sh) lives beside the checkout, in shared/third_party/nixl, or
+# where FERRY_NIXL_KIT says. It installs into .deps/nixl, where the build
+# finds it (plugins/nixl); a second run returns at once.
+root=$(cd "$(dirname "$0")/.." && pwd)
+nixl_kit=${FERRY_NIXL_KIT:-$root/../shared/third_party/nixl}
+nixl_prefix=$root/.deps/nixl
+build_nixl() {
+  if [ ! -x "$nixl_kit/build-nixl.sh" ]; then
+    echo "setup: no NIXL kit at $nixl_kit; the FERRY NIXL plugin will not be built"
+    return 0
+  fi
+  mkdir -p "$root/.deps"
+  "$nixl_kit/build-nixl.sh" "$nixl_prefix"
+}
 
 missing=()
 for p in "${packages[@]}"; do
@@ -27,6 +44,7 @@ for p in "${packages[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#packages[@]} packages present"
+  build_nixl
   exit 0
 fi
 sudo=""
@@ -36,3 +54,4 @@ export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "setup: done"
+build_nixl
