@@ -3,11 +3,14 @@
 # bare GPU host. Headers the host may lack (OpenSSL's) travel as Debian
 # packages in .deps and are unpacked into /tmp/deps.
 #
-#   gpu_configure LOG   configure build-gpu (Release, Ninja, sm_90, the Python
+#   gpu_configure LOG [CMAKE ARGS...]
+#                       configure build-gpu (Release, Ninja, sm_90, the Python
 #                       module when pybind11 is found); 1 on failure, with
 #                       the log's tail printed
 gpu_configure() {
   local log=$1 extra=() py pybind
+  shift
+  extra+=("$@")
   command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
   if ! [ -e /usr/include/openssl/hmac.h ] && ls .deps/libssl-dev*.deb >/dev/null 2>&1; then
     mkdir -p /tmp/deps && dpkg -x .deps/libssl-dev*.deb /tmp/deps

@@ -1,6 +1,8 @@
 // The FERRY NIXL backend (ferry_backend.h).
 #include "ferry_backend.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <unordered_map>
 #include <utility>
@@ -394,7 +396,13 @@ nixl_status_t nixlFerryEngine::checkXfer(nixlBackendReqH* handle) const {
   auto* request = static_cast<FerryRequest*>(handle);
   // An empty handle stands for an empty request, finished at once.
   const bool data_done = !request->data.state() || request->data.test();
-  if (!data_done) return NIXL_IN_PROG;
+  if (!data_done) {
+    // NIXL's users poll this in a loop; on a host with few cores such a
+    // loop takes a core from ferry's stream workers. Yielding costs a
+    // caller that polls now and then one syscall.
+    sched_yield();
+    return NIXL_IN_PROG;
+  }
   const Status data = request->data.state() ? request->data.status() : Status();
   if (request->read_note) {
     if (!request->note_sent) {
