@@ -18,7 +18,7 @@ export LD_LIBRARY_PATH=$PWD/.deps/nixl/lib:${LD_LIBRARY_PATH:-}
 t0=$(date +%s)
 gpu_configure "$out/cmake.log" -DFERRY_NIXL_PREFIX="$PWD/.deps/nixl" || exit 1
 if ! ninja -C build-gpu plugin_FERRY ferry_nixl_unit_tests ferry_nixl_plugin_tests ferry_nixl_gpu_tests \
-    ferry_nixl_bench nixl_agent_peer >"$out/build.log" 2>&1; then
+    ferry_nixl_bench nixl_agent_peer ferry_block_gpu_tests >"$out/build.log" 2>&1; then
   grep -E "error|Error" "$out/build.log" | head -30
   exit 1
 fi
@@ -26,7 +26,7 @@ echo "build: $(( $(date +%s) - t0 )) s"
 
 # NIXL's Python bindings are built for the build machine's interpreter; the
 # Python test runs there (CI).
-ctest --test-dir build-gpu -R "Nixl|AgentNote|MemoryMetadata|BackendParams" --timeout 300 >"$out/ctest.log" 2>&1
+ctest --test-dir build-gpu -R "Nixl|AgentNote|MemoryMetadata|BackendParams|GpuBlocks" --output-on-failure --timeout 300 >"$out/ctest.log" 2>&1
 ctest_rc=$?
 grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)|Skipped|Not Run" "$out/ctest.log" | head -20
 

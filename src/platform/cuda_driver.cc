@@ -31,6 +31,7 @@ CudaDriver load_driver() {
   need("cuDevicePrimaryCtxRelease_v2", d.primary_ctx_release);
   need("cuCtxSetCurrent", d.ctx_set_current);
   need("cuCtxGetCurrent", d.ctx_get_current);
+  need("cuCtxEnablePeerAccess", d.ctx_enable_peer_access);
   need("cuPointerGetAttribute", d.pointer_get_attribute);
   need("cuMemGetAddressRange_v2", d.mem_get_address_range);
   need("cuIpcGetMemHandle", d.ipc_get_mem_handle);

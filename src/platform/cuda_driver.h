@@ -67,6 +67,7 @@ inline constexpr int kPointerRangeSize = 12;
 inline constexpr unsigned kMemoryTypeHost = 1;
 inline constexpr unsigned kMemoryTypeDevice = 2;
 inline constexpr unsigned kIpcLazyPeerAccess = 1;
+inline constexpr Result kPeerAccessAlreadyEnabled = 704;
 inline constexpr int kHandleTypePosixFd = 1;
 inline constexpr int kLocationDevice = 1;
 inline constexpr int kAllocationPinned = 1;
@@ -87,6 +88,7 @@ struct CudaDriver {
   cu::Result (*primary_ctx_release)(cu::Device) = nullptr;
   cu::Result (*ctx_set_current)(cu::Context) = nullptr;
   cu::Result (*ctx_get_current)(cu::Context*) = nullptr;
+  cu::Result (*ctx_enable_peer_access)(cu::Context, unsigned) = nullptr;
   cu::Result (*pointer_get_attribute)(void*, int, cu::DevicePtr) = nullptr;
   cu::Result (*mem_get_address_range)(cu::DevicePtr*, size_t*, cu::DevicePtr) = nullptr;
   cu::Result (*ipc_get_mem_handle)(cu::IpcMemHandle*, cu::DevicePtr) = nullptr;

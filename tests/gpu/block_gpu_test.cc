@@ -1,7 +1,9 @@
 // A KV cache's block write in GPU memory, between two engines of this
-// process over TCP (staged through host memory): hundreds of scattered
-// blocks of odd sizes GPU->GPU, GPU->host and host->GPU through prepared
-// pools, every byte of the target pool checked (the ones no block aims at
+// process, over TCP (staged through host memory) and over the local
+// transport (Options::local_same_process: the peer's GPU memory is this
+// process's own, used in place): hundreds of scattered blocks of odd sizes
+// GPU->GPU, GPU->host and host->GPU through prepared pools, then one large
+// block, every byte of the target pool checked (the ones no block aims at
 // included). Skips without a GPU. The source pool is on GPU 0, a GPU target
 // pool on GPU 1 when there is one (else GPU 0 too).
 #include <gtest/gtest.h>
@@ -55,10 +57,11 @@ std::vector<Placed> scatter(size_t n, uint64_t hi, std::mt19937_64& rng) {
   return out;
 }
 
-void blocks_between(int from_device, int to_device) {
+void blocks_between(int from_device, int to_device, TransportChoice transport) {
   if (gpu_count() == 0) GTEST_SKIP() << "no GPU";
   Options o;
-  o.transport = TransportChoice::kTcp;
+  o.transport = transport;
+  o.local_same_process = true;
   o.listen = "127.0.0.1:0";
   auto a = Engine::create(o).value();
   auto b = Engine::create(o).value();
@@ -80,7 +83,7 @@ void blocks_between(int from_device, int to_device) {
   std::mt19937_64 rng(static_cast<uint64_t>(from_device * 10 + to_device + 20));
   const std::vector<uint8_t> source = pattern(5, kPool);
   std::vector<uint8_t> expect(kPool, kUntouched);
-  for (auto [n, hi] : {std::pair<size_t, uint64_t>{256, 16384}, {1024, 4096}, {300, 9000}}) {
+  for (auto [n, hi] : {std::pair<size_t, uint64_t>{256, 16384}, {1024, 4096}, {300, 9000}, {1, 4u << 20}}) {
     std::vector<Placed> placed = scatter(n, hi, rng);
     std::vector<Block> blocks;
     for (const Placed& p : placed) {
@@ -101,9 +104,16 @@ void blocks_between(int from_device, int to_device) {
 
 int second_gpu() { return gpu_count() > 1 ? 1 : 0; }
 
-TEST(GpuBlocks, GpuToGpuOverTcp) { blocks_between(0, second_gpu()); }
-TEST(GpuBlocks, GpuToHostOverTcp) { blocks_between(0, -1); }
-TEST(GpuBlocks, HostToGpuOverTcp) { blocks_between(-1, second_gpu()); }
+constexpr TransportChoice kTcp = TransportChoice::kTcp;
+constexpr TransportChoice kLocal = TransportChoice::kLocal;
+
+TEST(GpuBlocks, GpuToGpuOverTcp) { blocks_between(0, second_gpu(), kTcp); }
+TEST(GpuBlocks, GpuToHostOverTcp) { blocks_between(0, -1, kTcp); }
+TEST(GpuBlocks, HostToGpuOverTcp) { blocks_between(-1, second_gpu(), kTcp); }
+TEST(GpuBlocks, GpuToGpuOnTheLocalTransportInOneProcess) { blocks_between(0, second_gpu(), kLocal); }
+TEST(GpuBlocks, GpuToTheSameGpuOnTheLocalTransportInOneProcess) { blocks_between(0, 0, kLocal); }
+TEST(GpuBlocks, GpuToHostOnTheLocalTransportInOneProcess) { blocks_between(0, -1, kLocal); }
+TEST(GpuBlocks, HostToGpuOnTheLocalTransportInOneProcess) { blocks_between(-1, second_gpu(), kLocal); }
 
 }  // namespace
 }  // namespace ferry::testing

@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -59,6 +61,24 @@ class AgentProcess {
 
   bool started() const { return pid_ > 0; }
   void signal(int sig) const { ::kill(pid_, sig); }
+
+  // SIGSTOP, then waits (up to `within`) until the kernel shows the process
+  // stopped: a signal is delivered after kill() returns. False if it never
+  // showed.
+  bool freeze(std::chrono::milliseconds within = std::chrono::seconds(5)) const {
+    ::kill(pid_, SIGSTOP);
+    const auto deadline = std::chrono::steady_clock::now() + within;
+    const std::string stat = "/proc/" + std::to_string(pid_) + "/stat";
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::ifstream in(stat);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      // "pid (comm) S ...": the state follows the last ')'.
+      const size_t close = text.rfind(')');
+      if (close != std::string::npos && close + 2 < text.size() && text[close + 2] == 'T') return true;
+      ::usleep(1000);
+    }
+    return false;
+  }
 
   // Sends `command` and returns the answer line, or nullopt when none came
   // by `within` (or the process is gone).

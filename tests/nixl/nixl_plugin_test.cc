@@ -336,7 +336,7 @@ TEST_F(NixlPlugin, AReadOfDeregisteredMemoryFailsAndTheTargetIsToldSo) {
 TEST_F(NixlPlugin, AFrozenPeerFailsTheTransferWithinThePeerTimeout) {
   nixlXferReqH* request = nullptr;
   ASSERT_EQ(create(NIXL_WRITE, {{0, 0, 64u << 20}}, nullptr, request), NIXL_SUCCESS);
-  peer_->signal(SIGSTOP);
+  ASSERT_TRUE(peer_->freeze());
   const auto start = Clock::now();
   nixl_status_t s = agent_->postXferReq(request);
   if (s == NIXL_IN_PROG) {
@@ -356,7 +356,7 @@ TEST_F(NixlPlugin, AFrozenPeerFailsTheTransferWithinThePeerTimeout) {
 TEST_F(NixlPlugin, APeerKilledMidTransferFailsItWithinThePeerTimeout) {
   nixlXferReqH* request = nullptr;
   ASSERT_EQ(create(NIXL_READ, {{0, 0, 64u << 20}}, nullptr, request), NIXL_SUCCESS);
-  peer_->signal(SIGSTOP);
+  ASSERT_TRUE(peer_->freeze());
   const auto start = Clock::now();
   nixl_status_t s = agent_->postXferReq(request);
   std::this_thread::sleep_for(100ms);

@@ -90,6 +90,18 @@ def block_lists(agent, local, base):
             agent.prep_xfer_dlist("prefill", remote_blocks, "DRAM", backends=["FERRY"]))
 
 
+def freeze(proc, timeout=5.0):
+    """SIGSTOP, then wait until the kernel shows the process stopped."""
+    proc.send_signal(signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(f"/proc/{proc.pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                return
+        time.sleep(0.001)
+    raise AssertionError("the peer did not stop")
+
+
 def wait_done(agent, handle, timeout=30.0):
     """"DONE", "PROC" past the deadline, or "ERR"; NIXL's Python raises for
     some failures (a lost peer: nixlRemoteDisconnectError), which count as
@@ -180,7 +192,7 @@ def test_a_killed_peer_fails_the_transfer_within_the_peer_timeout(pair):
     src = agent.get_xfer_descs([(local.ctypes.data, 64 << 20, 0)], "DRAM")
     dst = agent.get_xfer_descs([(base, 64 << 20, 0)], "DRAM")
     handle = agent.initialize_xfer("READ", src, dst, "prefill")
-    peer.proc.send_signal(signal.SIGSTOP)
+    freeze(peer.proc)
     start = time.monotonic()
     state = agent.transfer(handle)
     time.sleep(0.1)

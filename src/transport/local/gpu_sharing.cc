@@ -138,6 +138,7 @@ GpuImports::~GpuImports() {
 void GpuImports::close(const Mapping& m) {
   const auto& d = platform::cuda();
   if (!d.available()) return;
+  if (m.own) return;
   platform::DeviceScope on(m.device);
   if (!on.status().ok()) return;
   if (m.type == HandleType::kLegacy) {
@@ -178,7 +179,10 @@ Result<GpuImports::Opened> GpuImports::open(const void* user, uint64_t peer_engi
     m.device = device;
     m.type = span.handle_type;
     m.size = span.alloc_size;
-    if (span.handle_type == HandleType::kLegacy) {
+    if (span.handle_type == HandleType::kLegacy && peer_pid == ::getpid()) {
+      // CUDA opens no IPC handle in the process that made it.
+      FERRY_ASSIGN_OR_RETURN(m, map_own(span, device));
+    } else if (span.handle_type == HandleType::kLegacy) {
       platform::cu::IpcMemHandle h;
       std::memcpy(h.reserved, span.ipc.data(), sizeof(h.reserved));
       FERRY_RETURN_IF_ERROR(d.check(d.ipc_open_mem_handle(&m.local, h, platform::cu::kIpcLazyPeerAccess),
@@ -217,6 +221,47 @@ Result<GpuImports::Opened> GpuImports::open(const void* user, uint64_t peer_engi
   it->second.users.insert(user);
   const Mapping& m = it->second;
   return Opened{span.alloc_base, span.alloc_id, reinterpret_cast<uint8_t*>(m.local), m.size};
+}
+
+Result<GpuImports::Mapping> GpuImports::map_own(const SharedSpan& span, int device) {
+  const auto& d = platform::cuda();
+  // The span's claim is checked against the allocation the driver knows at
+  // that address, as an opened handle's would be. (Pointer attributes
+  // answer for any GPU's memory; cuMemGetAddressRange only for the current
+  // context's.)
+  platform::cu::DevicePtr base = 0;
+  size_t real = 0;
+  int owner = -1;
+  if (d.pointer_get_attribute(&base, platform::cu::kPointerRangeStart, span.alloc_base) != platform::cu::kSuccess ||
+      d.pointer_get_attribute(&real, platform::cu::kPointerRangeSize, span.alloc_base) != platform::cu::kSuccess ||
+      d.pointer_get_attribute(&owner, platform::cu::kPointerDeviceOrdinal, span.alloc_base) != platform::cu::kSuccess ||
+      base != span.alloc_base) {
+    return Status(Code::kDataLoss, "a GPU span names " + std::to_string(span.alloc_base) +
+                                       ", which is not the start of a GPU allocation of this process");
+  }
+  if (owner != device) {
+    // Copies and the gather kernel on `device` reach the owner's memory
+    // directly, as an IPC handle opened with lazy peer access would.
+    platform::cu::Device owner_device = 0;
+    platform::cu::Context owner_context = nullptr;
+    FERRY_RETURN_IF_ERROR(d.check(d.device_get(&owner_device, owner), "cuDeviceGet", Code::kUnavailable));
+    FERRY_RETURN_IF_ERROR(
+        d.check(d.primary_ctx_retain(&owner_context, owner_device), "cuDevicePrimaryCtxRetain", Code::kUnavailable));
+    // The retain is kept: peer access lasts as long as the owner's context,
+    // which must not end under this mapping.
+    const platform::cu::Result r = d.ctx_enable_peer_access(owner_context, 0);
+    if (r != platform::cu::kSuccess && r != platform::cu::kPeerAccessAlreadyEnabled) {
+      return d.check(r, "cuCtxEnablePeerAccess", Code::kUnavailable)
+          .with_context("GPU " + std::to_string(device) + " reaching GPU " + std::to_string(owner));
+    }
+  }
+  Mapping m;
+  m.local = span.alloc_base;
+  m.size = std::min<uint64_t>(span.alloc_size, real);
+  m.type = span.handle_type;
+  m.device = device;
+  m.own = true;
+  return m;
 }
 
 void GpuImports::forget(const void* user, uint64_t peer_engine, pid_t peer_pid, uint64_t alloc_base) {

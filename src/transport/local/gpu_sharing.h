@@ -89,8 +89,13 @@ class GpuImports {
     uint64_t size = 0;
     HandleType type = HandleType::kNone;
     int device = -1;
+    // The allocation is this process's own (a peer engine of this process,
+    // Options::local_same_process): used where it is, nothing to close.
+    bool own = false;
     std::set<const void*> users;
   };
+  // Maps this process's own allocation of `span` for use from `device`.
+  static Result<Mapping> map_own(const SharedSpan& span, int device);
   void close(const Mapping& m);
 
   platform::Mutex mu_;
