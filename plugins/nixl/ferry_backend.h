@@ -91,6 +91,8 @@ class nixlFerryEngine : public nixlBackendEngine {
   // there is none or the last one failed. Blocks up to connect_timeout.
   Result<std::shared_ptr<Connection>> connection_to(const std::string& agent) const;
   Result<std::string> encode_note(const std::string& message, bool failed) const;
+  // Sleeps briefly when the caller polls `request` in a tight loop.
+  static void pause_if_spinning(FerryRequest& request);
   // Records a finished transfer's rate toward `agent` for estimateXferCost.
   void record_rate(const std::string& agent, uint64_t bytes, Clock::duration took) const;
 

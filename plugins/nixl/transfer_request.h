@@ -7,7 +7,9 @@
 // from one thread at a time; nothing here is shared with other requests.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -17,8 +19,17 @@
 #include <backend/backend_aux.h>
 
 #include "ferry/engine.h"
+#include "platform/mutex.h"
 
 namespace ferry::nixl {
+
+// Set when a posted operation finishes (Transfer::on_finish), for a caller
+// that polls in a tight loop to sleep on instead of spinning.
+struct FinishSignal {
+  platform::Mutex mu;
+  std::condition_variable changed;
+  std::atomic<bool> done{false};
+};
 
 class FerryRequest : public nixlBackendReqH {
  public:
@@ -42,6 +53,9 @@ class FerryRequest : public nixlBackendReqH {
   Transfer note;
   bool note_sent = false;
   Clock::time_point posted{};
+  std::shared_ptr<FinishSignal> finished;
+  // When checkXfer last answered "in progress".
+  Clock::time_point last_in_progress{};
 };
 
 }  // namespace ferry::nixl
