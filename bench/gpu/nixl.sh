@@ -41,10 +41,16 @@ run() {  # LABEL ENV... -- ARGS...
   local rc=$?
   while read -r line; do rows+=("$label rc=$rc $line"); done < <(grep -E "^(64MiB|16KiB)" "$out/bench-$label.log")
 }
-run host-tcp FERRY_TRANSPORT=tcp -- --memory host --rounds 15
-run host-tcp-pause20 FERRY_TRANSPORT=tcp -- --memory host --rounds 15 --poll-pause-us 20
-run gpu-local FERRY_TRANSPORT=local -- --memory gpu --rounds 15
-run gpu-tcp FERRY_TRANSPORT=tcp -- --memory gpu --rounds 15
+# Every path on both connections: the adaptive policy settles each
+# connection's path count on its own, which would compare unlike things.
+# Host memory three times: runs of a few hundred microseconds vary by some
+# percent from run to run.
+for i in 1 2 3; do
+  run host-tcp-$i FERRY_TRANSPORT=tcp FERRY_PATH_POLICY=all -- --memory host --rounds 31
+done
+run host-tcp-pause20 FERRY_TRANSPORT=tcp FERRY_PATH_POLICY=all -- --memory host --rounds 31 --poll-pause-us 20
+run gpu-local FERRY_TRANSPORT=local -- --memory gpu --rounds 31
+run gpu-tcp FERRY_TRANSPORT=tcp FERRY_PATH_POLICY=all -- --memory gpu --rounds 31
 
 echo "== summary (ctest rc=$ctest_rc)"
 printf '%-18s %-4s %-12s %12s %12s %12s %12s %8s\n' run rc shape "ferry GB/s" "nixl GB/s" "ferry us" "nixl us" ratio
