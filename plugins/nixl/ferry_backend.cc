@@ -62,7 +62,9 @@ struct nixlFerryEngine::State {
   std::set<const LocalMemory*> local GUARDED_BY(mu);
   std::set<const RemoteMemory*> remote GUARDED_BY(mu);
   std::unordered_map<std::string, Rate> rates GUARDED_BY(mu);
-  std::atomic<uint64_t> malformed_notes{0};
+  // Which connection speaks for each agent name (claim_sender).
+  std::unordered_map<std::string, std::weak_ptr<Connection>> senders GUARDED_BY(mu);
+  std::atomic<uint64_t> dropped_notes{0};
 };
 
 nixlFerryEngine::nixlFerryEngine(const nixlBackendInitParams* init_params)
@@ -493,14 +495,25 @@ nixl_status_t nixlFerryEngine::getNotifs(notif_list_t& notif_list) {
       if (peer.connection) connections.push_back(peer.connection);
     }
   }
+  std::vector<const Connection*> ended;
   for (const auto& c : connections) {
+    // Checked before draining: an ended connection queues nothing more, so
+    // once drained it can go.
+    if (!c->health().ok()) ended.push_back(c.get());
     while (auto note = c->poll_note()) {
       auto decoded = decode_agent_note(note->message);
       if (!decoded.ok()) {
         // A peer's garbage is its own loss; the engine goes on.
-        if (state_->malformed_notes.fetch_add(1) == 0) {
+        if (state_->dropped_notes.fetch_add(1) == 0) {
           NIXL_WARN << "FERRY backend: dropped a notification from " << c->peer_address() << ": "
                     << decoded.status().message();
+        }
+        continue;
+      }
+      if (!claim_sender(decoded->agent, c)) {
+        if (state_->dropped_notes.fetch_add(1) == 0) {
+          NIXL_WARN << "FERRY backend: dropped a notification from " << c->peer_address() << " that names agent '"
+                    << decoded->agent << "', whose notifications come on another live connection";
         }
         continue;
       }
@@ -509,13 +522,26 @@ nixl_status_t nixlFerryEngine::getNotifs(notif_list_t& notif_list) {
                               failed ? settings_.failed_prefix + decoded->message : std::move(decoded->message));
     }
   }
-  // Inbound connections that ended have nothing more to give.
   platform::MutexLock lock(state_->mu);
-  std::erase_if(state_->inbound, [](const std::shared_ptr<Connection>& c) {
-    if (c->health().ok()) return false;
-    return !c->poll_note().has_value();
+  std::erase_if(state_->inbound, [&](const std::shared_ptr<Connection>& c) {
+    return std::find(ended.begin(), ended.end(), c.get()) != ended.end();
   });
   return NIXL_SUCCESS;
+}
+
+bool nixlFerryEngine::claim_sender(const std::string& agent, const std::shared_ptr<Connection>& connection) {
+  // A name belongs to the first connection that carries it, while that
+  // connection lives: another peer cannot speak for an agent that is talking
+  // to us (a forged "done" would free a KV block still being read). A
+  // restarted agent comes on a new connection once its old one has failed.
+  platform::MutexLock lock(state_->mu);
+  auto [it, fresh] = state_->senders.try_emplace(agent, connection);
+  if (fresh) return true;
+  std::shared_ptr<Connection> holder = it->second.lock();
+  if (holder == connection) return true;
+  if (holder && holder->health().ok()) return false;
+  it->second = connection;
+  return true;
 }
 
 nixl_status_t nixlFerryEngine::genNotif(const std::string& remote_agent, const std::string& msg) const {

@@ -13,7 +13,9 @@
 //                    here once its data is in
 //   getNotifs        every connection's poll_note; a write that failed or was
 //                    cancelled reaches the target as failed_notif_prefix +
-//                    its message
+//                    its message; an agent's name is bound to the live
+//                    connection that first carried it, so no other peer
+//                    speaks for it
 //   genNotif         notify_async
 // Same-host peers use ferry's local transport (GPU memory included), others
 // TCP; transfers within one agent are not offered (supportsLocal false), so
@@ -91,6 +93,9 @@ class nixlFerryEngine : public nixlBackendEngine {
   // there is none or the last one failed. Blocks up to connect_timeout.
   Result<std::shared_ptr<Connection>> connection_to(const std::string& agent) const;
   Result<std::string> encode_note(const std::string& message, bool failed) const;
+  // Whether a note naming `agent` that came on `connection` is taken: the
+  // name is bound to the first live connection that carried it.
+  bool claim_sender(const std::string& agent, const std::shared_ptr<Connection>& connection);
   // Sleeps briefly when the caller polls `request` in a tight loop.
   static void pause_if_spinning(FerryRequest& request);
   // Records a finished transfer's rate toward `agent` for estimateXferCost.

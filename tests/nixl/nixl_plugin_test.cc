@@ -278,6 +278,27 @@ TEST_F(NixlPlugin, NotificationsGoBothWaysWithTheSendersName) {
   EXPECT_EQ(got["target"][0], binary);
 }
 
+TEST_F(NixlPlugin, APeerCannotSpeakForAnAgentThatIsTalkingToTheTarget) {
+  ASSERT_EQ(agent_->genNotif("target", "mine"), NIXL_SUCCESS);
+  auto first = target_notifs(1);
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_EQ(first[0].agent, "initiator");
+  // Another process that calls itself "initiator" too, with the target's
+  // metadata, as any peer on the network could.
+  ferry::test::AgentProcess impostor(NIXL_AGENT_PEER, {"initiator", "4096"});
+  ASSERT_TRUE(impostor.started());
+  auto md = peer_->ask("md");
+  ASSERT_TRUE(md);
+  ASSERT_EQ(impostor.ask("load " + md->substr(3)), "ok target");
+  ASSERT_EQ(impostor.ask("gennotif target " + hex("free blocks 1-9")), "ok");
+  EXPECT_TRUE(target_notifs(1, 2s).empty()) << "the target took a forged notification";
+  // The real agent still speaks.
+  ASSERT_EQ(agent_->genNotif("target", "still mine"), NIXL_SUCCESS);
+  auto later = target_notifs(1);
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_EQ(later[0].message, "still mine");
+}
+
 TEST_F(NixlPlugin, ATooLongNotificationIsRefused) {
   EXPECT_NE(agent_->genNotif("target", std::string(64 * 1024, 'x')), NIXL_SUCCESS);
   EXPECT_EQ(agent_->genNotif("target", std::string(32 * 1024, 'x')), NIXL_SUCCESS);
