@@ -1,14 +1,9 @@
 // The backend metadata NIXL keeps beside each descriptor: what this engine
-// registered (LocalMemory) and what a peer said it exported (RemoteMemory),
-// and the public-data string that travels between them in NIXL's agent
-// metadata.
-//
-// Public data: byte 0 kMemoryDataVersion, bytes 1..8 the region's address in
-// the exporting process (little endian), then RemoteDescriptor::serialize().
-// A peer's string is hostile: parse_memory_data checks its form, and
-// RemoteMemory::make checks it against the descriptor NIXL loaded it with.
-// Whatever passes, the exporting engine checks every access against its
-// exports again.
+// registered (LocalMemory) and what a peer said it exported (RemoteMemory).
+// Between them travels the public data of memory_data.h. A peer's is
+// hostile: parse_memory_data checks its form, and RemoteMemory::make checks
+// it against the descriptor NIXL loaded it with. Whatever passes, the
+// exporting engine checks every access against its exports again.
 #pragma once
 
 #include <cstdint>
@@ -20,10 +15,9 @@
 
 #include "ferry/memory.h"
 #include "ferry/status.h"
+#include "memory_data.h"
 
 namespace ferry::nixl {
-
-inline constexpr uint8_t kMemoryDataVersion = 1;
 
 // A registration of this engine: the ferry region and its export.
 class LocalMemory : public nixlBackendMD {
@@ -57,17 +51,5 @@ class RemoteMemory : public nixlBackendMD {
 
 // The public data of `memory`.
 std::string memory_data(const LocalMemory& memory);
-
-struct MemoryData {
-  uintptr_t base = 0;
-  RemoteDescriptor exported;
-};
-// Parses public data; kDataLoss names what is malformed.
-Result<MemoryData> parse_memory_data(std::string_view data);
-
-// Where [address, address + size) lies in a registration of `length` bytes
-// at `base`: its offset, or kOutOfRange when any byte falls outside
-// (overflow-safe). `what` names the side in the message.
-Result<uint64_t> offset_within(uintptr_t base, size_t length, uintptr_t address, size_t size, std::string_view what);
 
 }  // namespace ferry::nixl

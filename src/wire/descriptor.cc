@@ -47,6 +47,10 @@ Result<RemoteDescriptor> RemoteDescriptor::parse(std::string_view bytes) {
   if (p[4] > static_cast<uint8_t>(MemoryKind::kCuda)) {
     return Status(Code::kInvalidArgument, "remote descriptor has unknown memory kind " + std::to_string(p[4]));
   }
+  if (p[5] != 0 || p[6] != 0 || p[7] != 0 || wire::get_u32(p + 12) != 0) {
+    // serialize() writes zeros there: one form per descriptor.
+    return Status(Code::kInvalidArgument, "remote descriptor has non-zero reserved bytes (5-7, 12-15)");
+  }
   RemoteDescriptor d;
   d.kind = static_cast<MemoryKind>(p[4]);
   d.device = static_cast<int32_t>(wire::get_u32(p + 8));

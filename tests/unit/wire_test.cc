@@ -513,6 +513,14 @@ TEST(RemoteDescriptor, RejectsWrongSizeBadMagicAndBadKind) {
     ASSERT_FALSE(r.ok()) << int(kind);
     EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
   }
+  // One form per descriptor: the reserved bytes are zero.
+  for (size_t at : {5, 6, 7, 12, 13, 14, 15}) {
+    bad = s;
+    bad[at] = 1;
+    r = RemoteDescriptor::parse(bad);
+    ASSERT_FALSE(r.ok()) << at;
+    EXPECT_NE(r.status().message().find("reserved"), std::string::npos);
+  }
 }
 
 TEST(RemoteDescriptor, KindNames) {
