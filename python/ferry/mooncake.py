@@ -298,10 +298,13 @@ class TransferEngine:
             fields["directory"] = directory
             fields["name"] = _directory_name(local_hostname)
         self._timeout = _timeout_s()
-        # A silent peer fails its connection within MC_TRANSFER_TIMEOUT too.
+        # A silent peer fails its connection soon after MC_TRANSFER_TIMEOUT:
+        # a transfer to it reports -2 (timed out) at the timeout, never -1
+        # from a connection declared lost a moment before it.
         defaults = ferry.Options()
-        if self._timeout < defaults.peer_timeout:
-            fields["peer_timeout"] = self._timeout
+        peer_timeout = 1.5 * self._timeout
+        if peer_timeout < defaults.peer_timeout:
+            fields["peer_timeout"] = peer_timeout
             fields["heartbeat_interval"] = min(defaults.heartbeat_interval, self._timeout / 4)
         try:
             engine = ferry.Engine(**fields)
@@ -699,7 +702,7 @@ class TransferEngine:
     def _ended(self, batch: _Batch, status: int) -> int:
         """Cancels what of `batch` still runs, on the reaper thread: a cancel
         waits until no byte lands any more, which for a silent peer is ferry's
-        peer_timeout (at most MC_TRANSFER_TIMEOUT), and no call may block that long."""
+        peer_timeout (1.5 x MC_TRANSFER_TIMEOUT at most), and no call may block that long."""
         unfinished = [t for t in batch.transfers if not t.test()]
         if unfinished:
             self._reaper.cancel(unfinished)
