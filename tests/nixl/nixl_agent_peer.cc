@@ -25,27 +25,10 @@
 #include <vector>
 
 #include "core/pattern.h"
+#include "nixl/nixl_test_data.h"
 
-namespace {
-
-std::string hex(const std::string& bytes) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char c : bytes) {
-    out.push_back(digits[c >> 4]);
-    out.push_back(digits[c & 15]);
-  }
-  return out;
-}
-
-std::string unhex(const std::string& text) {
-  std::string out;
-  for (size_t i = 0; i + 1 < text.size(); i += 2) out.push_back(static_cast<char>(std::stoi(text.substr(i, 2), nullptr, 16)));
-  return out;
-}
-
-}  // namespace
+using ferry::test::hex;
+using ferry::test::unhex;
 
 int main(int argc, char** argv) {
   if (argc < 3) {

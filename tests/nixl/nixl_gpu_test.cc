@@ -8,12 +8,12 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "gpu/gpu_memory.h"
+#include "nixl/nixl_test_data.h"
 
 namespace {
 
@@ -23,23 +23,11 @@ namespace gpu = ferry::testing;
 
 constexpr size_t kBytes = (64u << 20) + (1u << 20);
 
-struct Range {
-  size_t a = 0;  // offset in GPU 0's buffer
-  size_t b = 0;  // offset in GPU 1's buffer
-  size_t size = 0;
-};
+using ferry::test::Range;
 
+// GPU 0's buffer is the local side, GPU 1's the remote.
 std::vector<Range> scattered(size_t count, size_t max_size, uint32_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<Range> out;
-  size_t a = 1 + rng() % 61, b = 3 + rng() % 97;
-  for (size_t i = 0; i < count; ++i) {
-    const size_t size = 1 + rng() % max_size;
-    out.push_back({a, b, size});
-    a += size + 1 + rng() % 29;
-    b += size + 1 + rng() % 31;
-  }
-  return out;
+  return ferry::test::scattered(count, max_size, seed, kBytes);
 }
 
 class NixlGpu : public ::testing::Test {
@@ -70,8 +58,8 @@ class NixlGpu : public ::testing::Test {
   void transfer(nixl_xfer_op_t op, const std::vector<Range>& ranges, const std::string& note) {
     nixl_xfer_dlist_t local(VRAM_SEG), remote(VRAM_SEG);
     for (const Range& r : ranges) {
-      local.addDesc(nixlBasicDesc(reinterpret_cast<uintptr_t>(buf_[0].ptr) + r.a, r.size, 0));
-      remote.addDesc(nixlBasicDesc(reinterpret_cast<uintptr_t>(buf_[1].ptr) + r.b, r.size, 1));
+      local.addDesc(nixlBasicDesc(reinterpret_cast<uintptr_t>(buf_[0].ptr) + r.local, r.size, 0));
+      remote.addDesc(nixlBasicDesc(reinterpret_cast<uintptr_t>(buf_[1].ptr) + r.remote, r.size, 1));
     }
     nixl_opt_args_t extra;
     extra.notif = note;
@@ -83,9 +71,9 @@ class NixlGpu : public ::testing::Test {
     ASSERT_EQ(s, NIXL_SUCCESS);
     for (const Range& r : ranges) {
       if (op == NIXL_WRITE) {
-        std::copy_n(image_[0].data() + r.a, r.size, image_[1].data() + r.b);
+        std::copy_n(image_[0].data() + r.local, r.size, image_[1].data() + r.remote);
       } else {
-        std::copy_n(image_[1].data() + r.b, r.size, image_[0].data() + r.a);
+        std::copy_n(image_[1].data() + r.remote, r.size, image_[0].data() + r.local);
       }
     }
     nixl_notifs_t notifs;

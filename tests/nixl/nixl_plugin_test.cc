@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
-#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -19,6 +18,7 @@
 
 #include "core/pattern.h"
 #include "nixl/agent_process.h"
+#include "nixl/nixl_test_data.h"
 
 namespace {
 
@@ -29,43 +29,12 @@ constexpr size_t kBufferBytes = (64u << 20) + 64 * 1024;
 constexpr uint64_t kTargetSeed = 0x7a26e7;
 constexpr const char* kPeerTimeoutMs = "1000";
 
-std::string hex(const std::string& bytes) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out.push_back(digits[c >> 4]);
-    out.push_back(digits[c & 15]);
-  }
-  return out;
-}
+using ferry::test::hex;
+using ferry::test::Range;
+using ferry::test::unhex;
 
-std::string unhex(const std::string& text) {
-  std::string out;
-  for (size_t i = 0; i + 1 < text.size(); i += 2) out.push_back(static_cast<char>(std::stoi(text.substr(i, 2), nullptr, 16)));
-  return out;
-}
-
-// One descriptor pair: bytes at `local` here and `remote` in the target.
-struct Range {
-  size_t local = 0;
-  size_t remote = 0;
-  size_t size = 0;
-};
-
-// `count` ranges of 1..max_size bytes, at odd offsets with gaps between
-// them on both sides, all inside kBufferBytes.
 std::vector<Range> scattered(size_t count, size_t max_size, uint32_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<Range> out;
-  size_t local = 1 + rng() % 61, remote = 3 + rng() % 97;
-  for (size_t i = 0; i < count; ++i) {
-    const size_t size = 1 + rng() % max_size;
-    out.push_back({local, remote, size});
-    local += size + 1 + rng() % 29;
-    remote += size + 1 + rng() % 31;
-  }
-  EXPECT_LE(std::max(local, remote), kBufferBytes);
-  return out;
+  return ferry::test::scattered(count, max_size, seed, kBufferBytes);
 }
 
 struct Notification {
