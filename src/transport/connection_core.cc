@@ -336,9 +336,7 @@ Transfer ConnectionCore::write_blocks_async(const BlockPools& pools, std::span<c
   }
   if (blocks.empty()) return failed_transfer(Status(Code::kInvalidArgument, "write_blocks: no blocks"));
   if (Status c = core::NotificationQueue::check_size(notification, "write"); !c.ok()) return failed_transfer(c);
-  WriteBatch batch;
-  batch.source.reserve(blocks.size());
-  batch.targets.reserve(blocks.size());
+  uint64_t total = 0;
   for (size_t i = 0; i < blocks.size(); ++i) {
     const Block& b = blocks[i];
     if (b.local_pool >= p->local.size() || b.remote_pool >= p->remote.size()) {
@@ -359,29 +357,50 @@ Transfer ConnectionCore::write_blocks_async(const BlockPools& pools, std::span<c
                                  std::to_string(b.remote_offset) + " of remote pool " + std::to_string(b.remote_pool) +
                                  " of " + std::to_string(to.length) + ") runs past a pool's end"));
     }
-    batch.source.add(from.region, from.data + b.local_offset, static_cast<size_t>(b.size));
-    batch.targets.push_back({to, b.remote_offset, b.size});
+    total += b.size;
   }
-  return post_writes(std::move(batch), notification);
+  // The transport's own way with the blocks where it has one, else a batch.
+  // Called on this thread before post_writes returns: the references hold.
+  return post_writes(total, notification, [&](const std::shared_ptr<TransferState>& state, std::string_view note,
+                                              uint64_t seq) {
+    if (note.empty() && transport_->start_pool_blocks(state, *p, blocks, total)) return;
+    WriteBatch batch;
+    batch.source.reserve(blocks.size());
+    batch.targets.reserve(blocks.size());
+    for (const Block& b : blocks) {
+      const core::MemorySpan& from = p->local[b.local_pool];
+      batch.source.add(from.region, from.data + b.local_offset, static_cast<size_t>(b.size));
+      batch.targets.push_back({p->remote[b.remote_pool], b.remote_offset, b.size});
+    }
+    start_writes(state, std::move(batch), note, seq);
+  });
 }
 
 Transfer ConnectionCore::post_writes(WriteBatch batch, std::string_view notification) {
+  const uint64_t bytes = batch.source.total();
+  return post_writes(bytes, notification,
+                     [&](const std::shared_ptr<TransferState>& state, std::string_view note, uint64_t seq) {
+                       start_writes(state, std::move(batch), note, seq);
+                     });
+}
+
+Transfer ConnectionCore::post_writes(uint64_t bytes, std::string_view notification, const StartWrites& start) {
   // The notification's place among this connection's notifications is
   // taken now (NotificationQueue::push_numbered); a write that fails gives
   // it up with a skip.
   uint64_t seq = notification.empty() ? 0 : next_note_seq_.fetch_add(1, std::memory_order_relaxed);
   if (seq != 0 && !transport_->notes_ride_with_writes()) {
-    return writes_with_trailing_note(std::move(batch), notification, seq);
+    return writes_with_trailing_note(bytes, start, notification, seq);
   }
   auto state = new_state();
-  state->set_bytes(batch.source.total());
+  state->set_bytes(bytes);
   if (seq != 0) {
     std::weak_ptr<ConnectionCore> self = weak_from_this();
     state->on_finish([self, seq, note = std::string(notification)](const Status& s) {
       if (auto core = self.lock(); core && !s.ok() && !core->failed()) core->transport_->skip_note(seq, note);
     });
   }
-  start_writes(state, std::move(batch), notification, seq);
+  start(state, notification, seq);
   let_stop(state, state);
   return Transfer(state);
 }
@@ -416,12 +435,13 @@ void ConnectionCore::start_writes(const std::shared_ptr<TransferState>& state, W
   transport_->start_write(state, std::move(item), note, seq);
 }
 
-Transfer ConnectionCore::writes_with_trailing_note(WriteBatch batch, std::string_view note, uint64_t seq) {
+Transfer ConnectionCore::writes_with_trailing_note(uint64_t bytes, const StartWrites& start, std::string_view note,
+                                                   uint64_t seq) {
   // The items may land in any order: the notification follows once every
   // one of them is in place, or is skipped if one failed (the peer then
   // delivers the notifications after it without waiting).
   auto outer = new_state();
-  outer->set_bytes(batch.source.total());
+  outer->set_bytes(bytes);
   auto parts = std::make_shared<TransferState>(0, 1);
   std::weak_ptr<ConnectionCore> self = weak_from_this();
   // Runs on a ferry thread: the transport queues the note, never blocks here.
@@ -442,7 +462,7 @@ Transfer ConnectionCore::writes_with_trailing_note(WriteBatch batch, std::string
     }
     core->transport_->send_note(outer, seq, note, /*caller_thread=*/false);
   });
-  start_writes(parts, std::move(batch), "", 0);
+  start(parts, "", 0);
   let_stop(outer, parts);
   return Transfer(outer);
 }

@@ -136,12 +136,20 @@ class ConnectionCore final : public Connection, public std::enable_shared_from_t
   static size_t held_cost(const ArrivedMessage& msg);
   Result<std::vector<RemoteItem>> resolve_items(std::span<const ReadItem> items, const char* op) const;
   Status check_remote(const RemoteDescriptor& r, uint64_t offset, uint64_t size, const char* op) const;
+  // Starts checked writes on `state` with the note (and its number) that
+  // rides with them; runs once, on the posting thread, before post_writes
+  // returns.
+  using StartWrites =
+      std::function<void(const std::shared_ptr<TransferState>& state, std::string_view note, uint64_t seq)>;
+  // Checked writes of `bytes` in all and their notification, posted.
+  Transfer post_writes(uint64_t bytes, std::string_view notification, const StartWrites& start);
   // A checked batch of writes (one item or more) and its notification, posted.
   Transfer post_writes(WriteBatch batch, std::string_view notification);
   // Hands `batch` to the transport: one item as a write, more as a batch.
   void start_writes(const std::shared_ptr<TransferState>& state, WriteBatch batch, std::string_view note,
                     uint64_t seq);
-  Transfer writes_with_trailing_note(WriteBatch batch, std::string_view note, uint64_t seq);
+  // The writes first, their notification once they all landed.
+  Transfer writes_with_trailing_note(uint64_t bytes, const StartWrites& start, std::string_view note, uint64_t seq);
 
   const std::shared_ptr<core::EngineContext> ctx_;
   const uint64_t id_;

@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -113,6 +114,18 @@ class Transport {
   // notes_ride_with_writes(); it is delivered after every item is in place.
   virtual void start_write_batch(const std::shared_ptr<TransferState>& state, WriteBatch batch, std::string_view note,
                                  uint64_t note_seq) = 0;
+  // Writes a batch of blocks between prepared pools straight from the
+  // application's list (a KV cache's blocks), where the transport has a way
+  // that needs no WriteBatch; the core checked every block against the
+  // pools' descriptors, and `bytes` is their sum. True if the transport took
+  // it: it then finishes one part of `state` as start_write_batch does.
+  // False, with nothing started: the core builds a WriteBatch. Called only
+  // without a note (the core sends it after the write when
+  // !notes_ride_with_writes()).
+  virtual bool start_pool_blocks(const std::shared_ptr<TransferState>& /*state*/, const struct PreparedPools& /*pools*/,
+                                 std::span<const Block> /*blocks*/, uint64_t /*bytes*/) {
+    return false;
+  }
   // Reads the peer's export into `item.local`; finishes one part of `state`.
   virtual void start_read(const std::shared_ptr<TransferState>& state, RemoteItem item) = 0;
   // Sends notification number `seq`; finishes `state` once the peer queued

@@ -250,16 +250,7 @@ Status LocalCopier::start(const core::SegmentList& local, const std::vector<Shar
   // A failure after GPU pieces were queued: they end before the caller hears
   // of it (and lets go of the memory they use).
   auto abandon = [&](const Status& why) {
-    const auto& d = platform::cuda();
-    for (int device : used) {
-      platform::DeviceScope on(device);
-      cu::Stream s = nullptr;
-      {
-        platform::MutexLock lock(mu_);
-        s = streams_[device];
-      }
-      d.stream_synchronize(s);
-    }
+    sync_streams(used);
     return why;
   };
   PieceCache cache;
@@ -315,8 +306,83 @@ Status LocalCopier::start(const core::SegmentList& local, const std::vector<Shar
     done(Status());
     return Status();
   }
-  const auto& d = platform::cuda();
   Done finish = host_status.ok() ? std::move(done) : Done([host_status, done](const Status&) { done(host_status); });
+  return complete_gpu(used, size, std::move(finish));
+}
+
+Status LocalCopier::start_blocks(int device, std::span<uint8_t* const> local, std::span<const SharedSpan> remote,
+                                 std::span<const Block> blocks, uint64_t size, Done when_done, StopCheck stop) {
+  if (!gather_) return Status(Code::kUnimplemented, "no gather kernel");
+  FERRY_RETURN_IF_ERROR(peer_check_());
+  if (stop) FERRY_RETURN_IF_ERROR(stop());
+  Done done = [this, when_done = std::move(when_done)](const Status& st) {
+    when_done(st.ok() ? peer_check_() : st);
+  };
+  {
+    platform::MutexLock lock(mu_);
+    if (stopped_) return Status(Code::kCancelled, "local copier: the connection is closing");
+    host_copies_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  struct Running {
+    std::atomic<int>& n;
+    ~Running() { n.fetch_sub(1, std::memory_order_acq_rel); }
+  } running{host_copies_};
+  platform::DeviceScope on(device);
+  FERRY_RETURN_IF_ERROR(on.status());
+  // Where each of the peer's pools begins in this GPU's address space: one
+  // lookup a pool, not a block.
+  std::vector<uint8_t*> far(remote.size());
+  for (size_t i = 0; i < remote.size(); ++i) {
+    FERRY_ASSIGN_OR_RETURN(GpuImports::Opened opened, imports_.open(this, peer_engine_, peer_pid_, remote[i], device));
+    FERRY_ASSIGN_OR_RETURN(far[i], GpuImports::locate(opened, remote[i]));
+  }
+  // Blocks that continue each other on both sides are one piece.
+  std::vector<GatherPiece> pieces;
+  pieces.reserve(blocks.size());
+  for (const Block& b : blocks) {
+    if (b.size == 0) continue;
+    uint8_t* dst = far[b.remote_pool] + b.remote_offset;
+    const uint8_t* src = local[b.local_pool] + b.local_offset;
+    if (!pieces.empty()) {
+      GatherPiece& last = pieces.back();
+      if (last.dst + last.n == dst && last.src + last.n == src) {
+        last.n += b.size;
+        continue;
+      }
+    }
+    pieces.push_back({dst, src, b.size});
+  }
+  if (!GatherKernels::suits(pieces.size(), size)) return Status(Code::kUnimplemented, "blocks too large to gather");
+  std::vector<int> used{device};
+  Status queued;
+  {
+    platform::MutexLock lock(mu_);
+    auto s = stream_for(device);
+    queued = s.ok() ? gather_->copy(device, s.value(), pieces) : s.status();
+  }
+  if (queued.code() == Code::kUnimplemented) return queued;  // nothing queued: the kernel did not load
+  if (!queued.ok()) {
+    sync_streams(used);
+    return queued;
+  }
+  return complete_gpu(used, size, std::move(done));
+}
+
+void LocalCopier::sync_streams(const std::vector<int>& used) {
+  const auto& d = platform::cuda();
+  for (int device : used) {
+    platform::DeviceScope on(device);
+    cu::Stream s = nullptr;
+    {
+      platform::MutexLock lock(mu_);
+      s = streams_[device];
+    }
+    d.stream_synchronize(s);
+  }
+}
+
+Status LocalCopier::complete_gpu(const std::vector<int>& used, uint64_t size, Done finish) {
+  const auto& d = platform::cuda();
   if (size <= kCompleteInline) {
     // A small copy finishes within microseconds: waiting for it here costs
     // less than handing its completion to another thread, and asking the
@@ -366,7 +432,10 @@ Status LocalCopier::start(const core::SegmentList& local, const std::vector<Shar
       for (auto& [device, e] : f.events) spare_events_[device].push_back(e);
     }
   }
-  if (!recorded.ok()) return abandon(recorded);
+  if (!recorded.ok()) {
+    sync_streams(used);
+    return recorded;
+  }
   return Status();
 }
 

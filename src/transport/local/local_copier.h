@@ -37,11 +37,13 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/segments.h"
+#include "ferry/memory.h"
 #include "platform/cpu_binding.h"
 #include "platform/cuda_driver.h"
 #include "platform/mutex.h"
@@ -106,6 +108,16 @@ class LocalCopier {
   // once, end as queued).
   Status start(const core::SegmentList& local, const std::vector<SharedSpan>& remote, uint64_t size, bool to_remote,
                Done done, HostCopyBy by = HostCopyBy::kCallerAndHelpers, StopCheck stop = {});
+  // A batch of blocks from this process's GPU memory on `device` into the
+  // peer's GPU allocations (a KV cache's blocks between pools prepared
+  // once): block b copies b.size bytes at local[b.local_pool] +
+  // b.local_offset to b.remote_offset of remote[b.remote_pool], a span each
+  // pool. The caller checked every block against both pools. Queued as one
+  // gather launch (a few for over 1,360 pieces); `done` and `stop` as
+  // start()'s. kUnimplemented, with nothing queued, where the kernel cannot
+  // take them (no kernel, blocks too large): the caller copies another way.
+  Status start_blocks(int device, std::span<uint8_t* const> local, std::span<const SharedSpan> remote,
+                      std::span<const Block> blocks, uint64_t size, Done done, StopCheck stop = {});
   // Completes queued copies whose events fired; true if any did. Never blocks.
   bool poll();
   bool busy() const;
@@ -192,6 +204,14 @@ class LocalCopier {
   // `n` bytes at `offset` of `remote` and at `local`.
   Result<GpuCopy> gpu_piece(uint8_t* local, int local_device, const SharedSpan& remote, uint64_t offset, uint64_t n,
                             bool to_remote, PieceCache& cache);
+  // Waits for every copy queued on the streams of `used` (a copy given up
+  // after some of its pieces were queued).
+  void sync_streams(const std::vector<int>& used);
+  // Finishes a copy whose GPU pieces are queued on the streams of `used`:
+  // at once if it is small and ends within microseconds, else by events the
+  // progress thread polls. An error (after waiting for the streams) means
+  // `finish` never runs.
+  Status complete_gpu(const std::vector<int>& used, uint64_t size, Done finish);
   // Queues `copies` on their devices' streams, adding each device to `used`:
   // a run of device-to-device copies on one device (a KV cache's blocks) as
   // one gather launch where it suits and loads, else in one driver call where

@@ -383,6 +383,53 @@ void LocalTransport::start_write_batch(const std::shared_ptr<TransferState>& sta
   });
 }
 
+bool LocalTransport::start_pool_blocks(const std::shared_ptr<TransferState>& state,
+                                       const transport::PreparedPools& pools, std::span<const Block> blocks,
+                                       uint64_t bytes) {
+  // This side's pools: GPU memory, all on one device.
+  const int device = pools.local.front().region->region.device;
+  std::vector<uint8_t*> local;
+  local.reserve(pools.local.size());
+  for (const core::MemorySpan& m : pools.local) {
+    if (m.region->region.kind != MemoryKind::kCuda || m.region->region.device != device) return false;
+    local.push_back(m.data);
+  }
+  platform::ReaderLock gate(revoke_mu_);  // no export of the peer's closes while the copy is queued
+  std::vector<SharedSpan> remote;
+  remote.reserve(pools.remote.size());
+  {
+    platform::MutexLock lock(mu_);
+    for (const RemoteDescriptor& r : pools.remote) {
+      auto it = exports_.find(std::make_pair(r.export_id, r.key));
+      // Not opened yet, or not one GPU allocation reaching as far as the
+      // descriptor says: the general path opens it, or fails the blocks
+      // that reach past it.
+      if (it == exports_.end() || it->second.spans.size() != 1) return false;
+      const SharedSpan& span = it->second.spans.front();
+      if (!span.gpu() || r.length > it->second.length || r.length > span.length) return false;
+      remote.push_back(span);
+    }
+  }
+  // Held until the copy ends: deregistering a pool waits for it.
+  core::SegmentList held;
+  for (const core::MemorySpan& m : pools.local) held.add(m);
+  auto access = std::make_shared<core::ChunkAccess>(held, 0, held.total());
+  if (!access->ok()) {
+    state->finish_part(Status(Code::kNotFound, where() + ": a local pool was deregistered"));
+    return true;
+  }
+  Status s = copier_.start_blocks(
+      device, local, remote, blocks, bytes, [state, access](const Status& st) { state->finish_part(st); },
+      stop_check(state));
+  if (s.code() == Code::kUnimplemented) return false;
+  if (!s.ok()) state->finish_part(s.with_context(where()));
+  if (copier_.busy()) {
+    local_work_.store(true, std::memory_order_release);
+    channel_.kick();
+  }
+  return true;
+}
+
 void LocalTransport::run_batch(const std::shared_ptr<TransferState>& state,
                                const std::shared_ptr<transport::WriteBatch>& batch, const ExportInfo& info) {
   std::vector<SharedSpan> remote;

@@ -22,6 +22,10 @@
 
 #include "ferry/status.h"
 
+namespace ferry::local {
+class GatherKernels;
+}
+
 namespace ferry::tcp {
 
 class Copier {
@@ -74,10 +78,13 @@ using CopierFactory = std::function<std::unique_ptr<Copier>()>;
 // The CUDA copier: one non-blocking stream per device it is asked to copy
 // on (created on first use, in the device's primary context), events as
 // fences. Copies go through `kernels` where they fit (staging_kernel.h), the
-// copy engines otherwise or without them. Without a driver every call
-// returns kUnimplemented.
+// copy engines otherwise or without them; copy_many's runs of small blocks
+// through `gather` (one launch a run), which may touch only device memory
+// and pinned host memory (never pageable memory: the kernel would fault).
+// Without a driver every call returns kUnimplemented.
 class StagingKernels;
-std::unique_ptr<Copier> make_cuda_copier(std::shared_ptr<StagingKernels> kernels = nullptr);
+std::unique_ptr<Copier> make_cuda_copier(std::shared_ptr<StagingKernels> kernels = nullptr,
+                                         std::shared_ptr<local::GatherKernels> gather = nullptr);
 
 // A stand-in that moves host memory with memcpy on its own thread, each copy
 // after `delay`, so copies finish later than they were queued, as DMA does.

@@ -10,7 +10,8 @@
 namespace ferry::tcp {
 
 std::unique_ptr<Copier> TcpTransport::new_copier() const {
-  return hooks_.make ? hooks_.make() : make_cuda_copier(kernels_);
+  // Path copiers move between GPU memory and the pinned slots only.
+  return hooks_.make ? hooks_.make() : make_cuda_copier(kernels_, ctx_->gather_kernels);
 }
 
 std::unique_ptr<Copier> TcpTransport::new_control_copier() const {
