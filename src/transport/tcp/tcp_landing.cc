@@ -505,9 +505,12 @@ Status TcpTransport::resolve_blocks(int path, core::SegmentList& dest) {
       if (!whole.ok()) return whole.status();
       run = &b;
     }
-    Result<core::MemorySpan> span = core::within_export(*whole, b.offset, b.size, b.export_id);
-    if (!span.ok()) return span.status();
-    dest.add(std::move(span).value());
+    if (b.offset > whole->size || b.size > whole->size - b.offset) {
+      return core::within_export(*whole, b.offset, b.size, b.export_id).status();  // says why
+    }
+    // Borrows the run's reference: no count written per block (the paths
+    // landing blocks of one pool at once would pass it between cores).
+    dest.add(whole->region, whole->data + b.offset, static_cast<size_t>(b.size));
   }
   return Status();
 }
