@@ -1,12 +1,14 @@
 // The gather kernel alone, on one GPU: lists of pieces of odd sizes at
 // offsets that agree modulo 16 and offsets that do not, pieces cut into
-// several items, lists for each of the three entry points and lists
-// that take several launches; every byte of the target checked, the gaps
-// between pieces included. Skips without a GPU.
+// several items, lists for each of the three entry points that carry them
+// in their parameters, lists that take several launches, and the same lists
+// read from pinned host memory (copy_table); every byte of the target
+// checked, the gaps between pieces included. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gpu/gpu_memory.h"
@@ -24,9 +26,10 @@ struct Case {
   bool same_phase;   // source and target offsets agree modulo 16
 };
 
+// `table`: pinned host memory for the list, copy_table's way (null: copy()).
 void gather_case(const Case& c, local::GatherKernels& kernels, uint8_t* src, uint8_t* dst, cu::Stream stream,
-                 std::mt19937_64& rng) {
-  SCOPED_TRACE(c.name);
+                 std::mt19937_64& rng, local::GatherPiece* table = nullptr) {
+  SCOPED_TRACE(std::string(c.name) + (table != nullptr ? ", listed in memory" : ", listed in parameters"));
   const std::vector<uint8_t> source = pattern(11, kPool);
   ASSERT_TRUE(copy_to(src, source.data(), kPool));
   ASSERT_TRUE(poison(dst, kPool));
@@ -45,7 +48,18 @@ void gather_case(const Case& c, local::GatherKernels& kernels, uint8_t* src, uin
     pieces.push_back({dst + to, src + from, n});
     std::copy_n(source.begin() + static_cast<long>(from), n, expect.begin() + static_cast<long>(to));
   }
-  ASSERT_TRUE(kernels.copy(0, stream, pieces).ok());
+  if (table == nullptr) {
+    ASSERT_TRUE(kernels.copy(0, stream, pieces).ok());
+  } else {
+    constexpr uint64_t kItem = local::GatherKernels::kItemBytes;
+    unsigned k = 0;
+    uint64_t bytes = 0;
+    for (const local::GatherPiece& p : pieces) {
+      for (uint64_t at = 0; at < p.n; at += kItem) table[k++] = {p.dst + at, p.src + at, std::min(kItem, p.n - at)};
+      bytes += p.n;
+    }
+    ASSERT_TRUE(kernels.copy_table(0, stream, table, k, bytes).ok());
+  }
   ASSERT_EQ(platform::cuda().stream_synchronize(stream), cu::kSuccess);
   std::vector<uint8_t> got(kPool);
   ASSERT_TRUE(copy_to(got.data(), dst, kPool));
@@ -72,6 +86,17 @@ TEST(GatherKernel, CopiesEveryPieceAndNothingElse) {
                         Case{"single bytes", 500, 1, false}}) {
     gather_case(c, kernels, src.ptr, dst.ptr, stream, rng);
   }
+  void* table = nullptr;
+  constexpr size_t kTableItems = 8192;
+  ASSERT_EQ(d.mem_host_alloc(&table, kTableItems * sizeof(local::GatherPiece), cu::kHostAllocPortable), cu::kSuccess);
+  for (const Case& c : {Case{"a few small pieces", 100, 4096, true},
+                        Case{"pieces cut into several items", 60, 300000, true},
+                        Case{"1,000 pieces, offsets out of phase", 1000, 5000, false},
+                        Case{"3,000 pieces: more items than blocks of threads", 3000, 9000, true},
+                        Case{"single bytes", 500, 1, false}}) {
+    gather_case(c, kernels, src.ptr, dst.ptr, stream, rng, static_cast<local::GatherPiece*>(table));
+  }
+  d.mem_free_host(table);
   d.stream_destroy(stream);
 }
 

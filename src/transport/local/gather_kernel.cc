@@ -21,11 +21,18 @@ static_assert(sizeof(Item) == 24);
 // Blocks of threads a launch starts at most; they take the items in turn.
 constexpr unsigned kMaxGrid = 1024;
 
+// 16-byte words: a thread per word of the average item, 128 to 512.
+unsigned threads_for(uint64_t bytes, uint64_t items) {
+  return static_cast<unsigned>(std::clamp<uint64_t>(bytes / items / 16, 128, 512));
+}
+
 }  // namespace
 
 GatherKernels::GatherKernels()
-    : kernels_(kPtx, {"ferry_gather_small", "ferry_gather_medium", "ferry_gather_large"},
+    : kernels_(kPtx, {"ferry_gather_small", "ferry_gather_medium", "ferry_gather_large", "ferry_gather_table"},
                "gather kernel for batches of blocks") {}
+
+static_assert(sizeof(GatherPiece) == sizeof(Item), "a table of GatherPieces is the kernel's list of items");
 
 bool GatherKernels::suits(size_t pieces, uint64_t bytes) {
   return pieces >= 2 && bytes <= kMaxAveragePiece * pieces;
@@ -44,8 +51,7 @@ Status GatherKernels::copy(int device, platform::cu::Stream stream, std::span<co
   unsigned count = 0;
   uint64_t listed = 0;
   auto launch = [&]() -> Status {
-    // 16-byte words: a thread per word of the average item, 128 to 512.
-    unsigned threads = static_cast<unsigned>(std::clamp<uint64_t>(listed / count / 16, 128, 512));
+    unsigned threads = threads_for(listed, count);
     unsigned grid = std::min(count, kMaxGrid);
     void* params[] = {list.data(), &count};
     Status s = d.check(d.launch_kernel(f, grid, 1, 1, threads, 1, 1, 0, stream, params, nullptr),
@@ -64,6 +70,19 @@ Status GatherKernels::copy(int device, platform::cu::Stream stream, std::span<co
   }
   if (count > 0) FERRY_RETURN_IF_ERROR(launch());
   return Status();
+}
+
+Status GatherKernels::copy_table(int device, platform::cu::Stream stream, const GatherPiece* table, unsigned count,
+                                 uint64_t bytes) {
+  if (count == 0) return Status();
+  const platform::CudaDriver& d = platform::cuda();
+  platform::cu::Function f = kernels_.function(device, 3);
+  if (f == nullptr) return Status(Code::kUnimplemented, "no gather kernel on GPU " + std::to_string(device));
+  const GatherPiece* list = table;
+  void* params[] = {&list, &count};
+  return d.check(d.launch_kernel(f, std::min(count, kMaxGrid), 1, 1, threads_for(bytes, count), 1, 1, 0, stream,
+                                 params, nullptr),
+                 "cuLaunchKernel (gather kernel, listed in memory)");
 }
 
 }  // namespace ferry::local

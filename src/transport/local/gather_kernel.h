@@ -48,6 +48,15 @@ class GatherKernels {
   // an error after a first launch leaves that launch queued.
   Status copy(int device, platform::cu::Stream stream, std::span<const GatherPiece> pieces);
 
+  // Queues one launch copying `count` pieces listed at `table`: memory
+  // `device` reads directly (pinned host memory), none longer than
+  // kItemBytes, left unchanged until the copy ended. `bytes` is their sum.
+  // Posting it costs the same whatever the count, unlike copy(), whose list
+  // rides in the launch's parameters. kUnimplemented, nothing queued, if the
+  // kernel cannot load on `device`.
+  Status copy_table(int device, platform::cu::Stream stream, const GatherPiece* table, unsigned count,
+                    uint64_t bytes);
+
   static constexpr uint64_t kMaxAveragePiece = 256 * 1024;
   static constexpr uint64_t kItemBytes = 64 * 1024;
   static constexpr size_t kSmallItems = 168;   // gather_kernel.cu: 4 KiB of parameters

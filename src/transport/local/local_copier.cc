@@ -95,6 +95,11 @@ LocalCopier::~LocalCopier() {
     platform::DeviceScope on(device);
     for (cu::Event e : events) d.event_destroy(e);
   }
+  for (PieceTable& t : tables_) {
+    if (t.items == nullptr) continue;
+    platform::DeviceScope on(t.device);
+    d.mem_free_host(t.items);
+  }
 }
 
 Result<cu::Stream> LocalCopier::stream_for(int device) {
@@ -353,19 +358,69 @@ Status LocalCopier::start_blocks(int device, std::span<uint8_t* const> local, st
     pieces.push_back({dst, src, b.size});
   }
   if (!GatherKernels::suits(pieces.size(), size)) return Status(Code::kUnimplemented, "blocks too large to gather");
-  std::vector<int> used{device};
-  Status queued;
+  constexpr uint64_t kItem = GatherKernels::kItemBytes;
+  uint64_t items = 0;
+  for (const GatherPiece& p : pieces) items += (p.n + kItem - 1) / kItem;
+  cu::Stream stream = nullptr;
+  PieceTable* table = nullptr;
   {
     platform::MutexLock lock(mu_);
-    auto s = stream_for(device);
-    queued = s.ok() ? gather_->copy(device, s.value(), pieces) : s.status();
+    FERRY_ASSIGN_OR_RETURN(stream, stream_for(device));
+    if (items <= kTableItems) table = take_table(device);
+  }
+  auto give_back = [this](PieceTable* t) {
+    platform::MutexLock lock(mu_);
+    t->busy = false;
+  };
+  Status queued;
+  if (table != nullptr) {
+    // The list goes in the table, pieces cut as copy() cuts them.
+    size_t k = 0;
+    for (const GatherPiece& p : pieces) {
+      for (uint64_t at = 0; at < p.n; at += kItem) {
+        table->items[k++] = {p.dst + at, p.src + at, std::min(kItem, p.n - at)};
+      }
+    }
+    queued = gather_->copy_table(device, stream, table->items, static_cast<unsigned>(k), size);
+    if (!queued.ok()) give_back(table);
+  } else {
+    queued = gather_->copy(device, stream, pieces);
   }
   if (queued.code() == Code::kUnimplemented) return queued;  // nothing queued: the kernel did not load
+  std::vector<int> used{device};
   if (!queued.ok()) {
     sync_streams(used);
     return queued;
   }
-  return complete_gpu(used, size, std::move(done));
+  if (table != nullptr) {
+    done = [table, give_back, done = std::move(done)](const Status& st) {
+      give_back(table);  // the kernel read it long ago
+      done(st);
+    };
+  }
+  Status s = complete_gpu(used, size, std::move(done));
+  if (!s.ok() && table != nullptr) give_back(table);  // complete_gpu waited for the copy
+  return s;
+}
+
+LocalCopier::PieceTable* LocalCopier::take_table(int device) {
+  for (PieceTable& t : tables_) {
+    if (t.busy) continue;
+    if (t.items == nullptr) {
+      // Allocated in the current context, portable: any of this process's
+      // GPUs reads it.
+      void* p = nullptr;
+      const auto& d = platform::cuda();
+      if (d.mem_host_alloc(&p, kTableItems * sizeof(GatherPiece), cu::kHostAllocPortable) != cu::kSuccess) {
+        return nullptr;
+      }
+      t.items = static_cast<GatherPiece*>(p);
+      t.device = device;
+    }
+    t.busy = true;
+    return &t;
+  }
+  return nullptr;
 }
 
 void LocalCopier::sync_streams(const std::vector<int>& used) {

@@ -204,6 +204,21 @@ class LocalCopier {
   // `n` bytes at `offset` of `remote` and at `local`.
   Result<GpuCopy> gpu_piece(uint8_t* local, int local_device, const SharedSpan& remote, uint64_t offset, uint64_t n,
                             bool to_remote, PieceCache& cache);
+  // Pinned host memory that start_blocks lists a launch's pieces in
+  // (GatherKernels::copy_table), each held from its launch until its copy
+  // ended; freed with the copier.
+  struct PieceTable {
+    GatherPiece* items = nullptr;
+    int device = -1;  // whose context allocated it
+    bool busy = false;
+  };
+  static constexpr size_t kTableItems = 2048;  // 48 KiB a table
+  static constexpr size_t kTables = 4;
+  // A free table, allocated on first use in the context of `device` (the
+  // current one); null when
+  // all are busy or no pinned memory can be had (copy() then lists the
+  // pieces in the launch's parameters).
+  PieceTable* take_table(int device) REQUIRES(mu_);
   // Waits for every copy queued on the streams of `used` (a copy given up
   // after some of its pieces were queued).
   void sync_streams(const std::vector<int>& used);
@@ -227,6 +242,7 @@ class LocalCopier {
   std::map<int, platform::cu::Stream> streams_ GUARDED_BY(mu_);  // by local device
   std::map<int, std::vector<platform::cu::Event>> spare_events_ GUARDED_BY(mu_);  // events belong to a context
   std::vector<InFlight> inflight_ GUARDED_BY(mu_);
+  std::array<PieceTable, kTables> tables_ GUARDED_BY(mu_);  // items null: not allocated yet
   std::atomic<size_t> inflight_count_{0};        // inflight_.size(), readable without mu_
   bool stopped_ GUARDED_BY(mu_) = false;
   std::atomic<int> host_copies_{0};              // cross-memory copies running (on callers' threads or offloaded)
