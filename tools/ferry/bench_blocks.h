@@ -22,6 +22,9 @@ struct BlockPlace {
 
 // Operations cycle through this many layouts (built once, before timing).
 inline constexpr int kBlockLayouts = 8;
+// The timed operations go in this many slices, a slice of contiguous writes
+// then one of batches, in turn.
+inline constexpr int kBlockSlices = 10;
 // The most blocks one operation may have.
 inline constexpr uint64_t kMaxBlocks = uint64_t{1} << 20;
 
