@@ -205,6 +205,63 @@ TEST(GpuBlocks, AcrossPoolsOnTheLocalTransportAndAfterThePeerLetsOneGo) {
   check_pool(0);
 }
 
+// Many batches in flight at once on the local transport between GPUs, more
+// than the copier has pinned tables for its piece lists (the rest list
+// theirs in the launch's parameters), and one batch longer than a table;
+// every batch aims at its own part of the target pool.
+TEST(GpuBlocks, ManyBatchesInFlightAndALongOneOnTheLocalTransport) {
+  if (gpu_count() == 0) GTEST_SKIP() << "no GPU";
+  Options o;
+  o.transport = TransportChoice::kLocal;
+  o.local_same_process = true;
+  o.listen = "127.0.0.1:0";
+  auto a = Engine::create(o).value();
+  auto b = Engine::create(o).value();
+  std::shared_ptr<Connection> ca;
+  std::thread t([&] { ca = a->connect(b->address(), after(10s)).value(); });
+  auto cb = b->accept(after(10s));
+  t.join();
+  ASSERT_TRUE(ca && cb.ok());
+  Pool src = make_pool(0), dst = make_pool(second_gpu());
+  ASSERT_TRUE(fill(src.data(), kPool, 13));
+  ASSERT_TRUE(poison(dst.data(), kPool));
+  Region mine = a->reg(src.data(), kPool).value();
+  Region theirs = b->reg(dst.data(), kPool).value();
+  RemoteDescriptor to = b->export_region(theirs).value();
+  auto pools = ca->prepare_blocks(std::span(&mine, 1), std::span(&to, 1));
+  ASSERT_TRUE(pools.ok()) << pools.status().to_string();
+  const std::vector<uint8_t> source = pattern(13, kPool);
+  std::vector<uint8_t> expect(kPool, kUntouched);
+  std::mt19937_64 rng(43);
+  // Batch k writes blocks of 1..stride-100 bytes, `stride` apart from byte
+  // 3 of its own part of the target, read from anywhere in the source.
+  constexpr size_t kBatches = 12;
+  constexpr uint64_t kPart = kPool / (kBatches + 1);
+  auto batch_into = [&](uint64_t part_at, size_t blocks, uint64_t stride = 700) {
+    std::vector<Block> out;
+    for (size_t i = 0; i < blocks; ++i) {
+      uint64_t size = 1 + rng() % (stride - 100), from = rng() % (kPool - size), at = part_at + 3 + i * stride;
+      out.push_back({0, 0, from, at, size});
+      std::copy_n(source.begin() + static_cast<long>(from), size, expect.begin() + static_cast<long>(at));
+    }
+    return out;
+  };
+  // The first opens the peer's pool (the general path); the rest go at once.
+  std::vector<Block> first = batch_into(0, 100);
+  ASSERT_TRUE(ca->write_blocks_async(*pools, first).wait(after(60s)).ok());
+  std::vector<std::vector<Block>> batches;
+  for (size_t k = 1; k < kBatches; ++k) batches.push_back(batch_into(k * kPart, 400));
+  batches.push_back(batch_into(kBatches * kPart, 2100, 256));  // more pieces than a table holds (2,048)
+  ASSERT_LT(3 + 2100 * 256, kPart);
+  std::vector<Transfer> posted;
+  for (const auto& batch : batches) posted.push_back(ca->write_blocks_async(*pools, batch));
+  for (Transfer& w : posted) ASSERT_TRUE(w.wait(after(60s)).ok()) << w.status().to_string();
+  std::vector<uint8_t> got(kPool);
+  ASSERT_TRUE(copy_to(got.data(), dst.data(), kPool));
+  auto diff = std::mismatch(expect.begin(), expect.end(), got.begin());
+  ASSERT_TRUE(diff.first == expect.end()) << "the target pool differs at byte " << (diff.first - expect.begin());
+}
+
 constexpr TransportChoice kTcp = TransportChoice::kTcp;
 constexpr TransportChoice kLocal = TransportChoice::kLocal;
 
