@@ -68,8 +68,10 @@ extern "C" __global__ void ferry_gather_large(const __grid_constant__ GatherList
 // The list in memory the launching GPU reads (pinned host memory, written
 // before the launch): a launch of two parameters posts in a fraction of the
 // time of one that carries 8-32 KiB of them (about 10 and 15 us against 2 on
-// the two-H200 host). Thread 0 of a block fetches its item for the others.
-extern "C" __global__ void ferry_gather_table(const GatherItem* __restrict__ table, unsigned count) {
+// the two-H200 host). Thread 0 of a block fetches its item for the others,
+// through the coherent path (no read-only cache): a table is written again
+// for a later launch.
+extern "C" __global__ void ferry_gather_table(const GatherItem* table, unsigned count) {
   __shared__ GatherItem it;
   for (unsigned k = blockIdx.x; k < count; k += gridDim.x) {
     if (threadIdx.x == 0) it = table[k];

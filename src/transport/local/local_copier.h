@@ -215,9 +215,8 @@ class LocalCopier {
   static constexpr size_t kTableItems = 2048;  // 48 KiB a table
   static constexpr size_t kTables = 4;
   // A free table, allocated on first use in the context of `device` (the
-  // current one); null when
-  // all are busy or no pinned memory can be had (copy() then lists the
-  // pieces in the launch's parameters).
+  // current one); null when all are busy or no pinned memory can be had
+  // (copy() then lists the pieces in the launch's parameters).
   PieceTable* take_table(int device) REQUIRES(mu_);
   // Waits for every copy queued on the streams of `used` (a copy given up
   // after some of its pieces were queued).

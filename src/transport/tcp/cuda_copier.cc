@@ -96,10 +96,9 @@ class CudaCopier final : public Copier {
       }
       Status s = gather_->copy(device, stream.value(), pieces_);
       if (s.code() != Code::kUnimplemented) {
-        if (s.ok()) {
-          devices_[static_cast<size_t>(device)].dirty = true;
-          last_device_ = device;
-        }
+        // Even a failure may follow a first launch: the next fence covers it.
+        devices_[static_cast<size_t>(device)].dirty = true;
+        last_device_ = device;
         return s;
       }
       if (!d.has_memcpy_batch()) return Copier::copy_many(device, many);
