@@ -1,0 +1,324 @@
+// LocalCopier's GPU side: the per-device streams and events, the peer's
+// allocations opened and located piece by piece, runs of pieces queued as
+// one gather launch (or one batched copy-engine call), a batch of blocks
+// between prepared pools in one launch whose list the kernel reads from a
+// pinned table, and a copy's completion once its GPU pieces are queued.
+#include <algorithm>
+#include <chrono>
+
+#include "transport/local/local_copier.h"
+
+namespace ferry::local {
+
+namespace cu = platform::cu;
+
+Result<cu::Stream> LocalCopier::stream_for(int device) {
+  auto it = streams_.find(device);
+  if (it != streams_.end()) return it->second;
+  const auto& d = platform::cuda();
+  cu::Stream s = nullptr;
+  FERRY_RETURN_IF_ERROR(
+      d.check(d.stream_create(&s, cu::kStreamNonBlocking), "cuStreamCreate", Code::kResourceExhausted));
+  streams_[device] = s;
+  return s;
+}
+
+Result<cu::Event> LocalCopier::take_event(int device) {
+  auto& spare = spare_events_[device];
+  if (!spare.empty()) {
+    cu::Event e = spare.back();
+    spare.pop_back();
+    return e;
+  }
+  const auto& d = platform::cuda();
+  cu::Event e = nullptr;
+  FERRY_RETURN_IF_ERROR(
+      d.check(d.event_create(&e, cu::kEventDisableTiming), "cuEventCreate", Code::kResourceExhausted));
+  return e;
+}
+
+Result<LocalCopier::GpuCopy> LocalCopier::gpu_piece(uint8_t* local, int local_device, const SharedSpan& remote,
+                                                     uint64_t offset, uint64_t n, bool to_remote, PieceCache& cache) {
+  const auto& d = platform::cuda();
+  if (!d.available()) return Status(Code::kUnimplemented, "GPU memory on a host without a CUDA driver");
+  // The copy runs in the context of the local GPU. With only host memory
+  // here, in a context this process already has (the peer's GPU is reached
+  // through peer access); only a process with none takes the peer GPU's.
+  int device = local_device;
+  if (device < 0) {
+    if (cache.peer_device < 0 || cache.peer_pci != remote.pci) {
+      cache.peer_pci = remote.pci;
+      cache.peer_device = active_device(local_ordinal_of(remote.pci));
+    }
+    device = cache.peer_device;
+  }
+  if (device < 0) {
+    return Status(Code::kUnavailable, "the peer's GPU " + std::string(remote.pci.data()) +
+                                          " is not visible to this process (CUDA_VISIBLE_DEVICES?)");
+  }
+  if (!remote.gpu()) return Status(Code::kInternal, "local copier: GPU memory paired with the peer's host memory");
+  if (cache.device != device || !cache.scope) {
+    cache.scope.reset();
+    cache.scope.emplace(device);
+    cache.device = device;
+  }
+  FERRY_RETURN_IF_ERROR(cache.scope->status());
+  if (!cache.opened || cache.opened_on != device || cache.opened->base != remote.alloc_base ||
+      cache.opened->alloc_id != remote.alloc_id) {
+    FERRY_ASSIGN_OR_RETURN(cache.opened, imports_.open(this, peer_engine_, peer_pid_, remote, device));
+    cache.opened_on = device;
+    cache.located_span = nullptr;
+  }
+  if (cache.located_span != &remote) {
+    FERRY_ASSIGN_OR_RETURN(cache.located, GpuImports::locate(*cache.opened, remote));
+    cache.located_span = &remote;
+  }
+  uint8_t* far = cache.located + offset;  // the walk keeps offset + n within the span
+  GpuCopy c;
+  c.device = device;
+  c.dst = to_remote ? far : local;
+  c.src = to_remote ? local : far;
+  c.n = n;
+  c.host_dst = to_remote ? false : local_device < 0;  // `far` is always GPU memory
+  c.host_src = to_remote ? local_device < 0 : false;
+  return c;
+}
+
+Status LocalCopier::queue_gpu_copies(const std::vector<GpuCopy>& copies, std::vector<int>& used) {
+  const auto& d = platform::cuda();
+  std::vector<cu::DevicePtr> dsts, srcs;
+  std::vector<size_t> sizes;
+  std::vector<GatherPiece> pieces;
+  for (size_t i = 0; i < copies.size();) {
+    const GpuCopy& c = copies[i];
+    platform::DeviceScope on(c.device);
+    FERRY_RETURN_IF_ERROR(on.status());
+    platform::MutexLock lock(mu_);
+    FERRY_ASSIGN_OR_RETURN(cu::Stream s, stream_for(c.device));
+    if (std::find(used.begin(), used.end(), c.device) == used.end()) used.push_back(c.device);
+    // The run of device-to-device copies on this device that starts here.
+    size_t end = i;
+    while (end < copies.size() && copies[end].device == c.device && !copies[end].host_src && !copies[end].host_dst) {
+      ++end;
+    }
+    uint64_t run_bytes = 0;
+    for (size_t k = i; k < end; ++k) run_bytes += copies[k].n;
+    if (gather_ && GatherKernels::suits(end - i, run_bytes)) {
+      pieces.clear();
+      for (size_t k = i; k < end; ++k) pieces.push_back({copies[k].dst, copies[k].src, copies[k].n});
+      Status g = gather_->copy(c.device, s, pieces);
+      if (g.ok()) {
+        i = end;
+        continue;
+      }
+      if (g.code() != Code::kUnimplemented) return g;
+    }
+    if (end - i >= 2 && d.has_memcpy_batch()) {
+      dsts.clear();
+      srcs.clear();
+      sizes.clear();
+      for (size_t k = i; k < end; ++k) {
+        dsts.push_back(reinterpret_cast<cu::DevicePtr>(copies[k].dst));
+        srcs.push_back(reinterpret_cast<cu::DevicePtr>(copies[k].src));
+        sizes.push_back(copies[k].n);
+      }
+      FERRY_RETURN_IF_ERROR(d.check(d.memcpy_batch(dsts.data(), srcs.data(), sizes.data(), sizes.size(), s),
+                                    "cuMemcpyBatchAsync", Code::kInternal));
+      i = end;
+      continue;
+    }
+    cu::Result r;
+    if (c.host_src) {
+      r = d.memcpy_htod_async(reinterpret_cast<cu::DevicePtr>(c.dst), c.src, c.n, s);
+    } else if (c.host_dst) {
+      r = d.memcpy_dtoh_async(c.dst, reinterpret_cast<cu::DevicePtr>(c.src), c.n, s);
+    } else {
+      r = d.memcpy_dtod_async(reinterpret_cast<cu::DevicePtr>(c.dst), reinterpret_cast<cu::DevicePtr>(c.src), c.n, s);
+    }
+    FERRY_RETURN_IF_ERROR(d.check(r, "cuMemcpyAsync", Code::kInternal));
+    ++i;
+  }
+  return Status();
+}
+
+
+Status LocalCopier::start_blocks(int device, std::span<uint8_t* const> local, std::span<const SharedSpan> remote,
+                                 std::span<const Block> blocks, uint64_t size, Done when_done, StopCheck stop) {
+  if (!gather_) return Status(Code::kUnimplemented, "no gather kernel");
+  FERRY_RETURN_IF_ERROR(peer_check_());
+  if (stop) FERRY_RETURN_IF_ERROR(stop());
+  Done done = [this, when_done = std::move(when_done)](const Status& st) {
+    when_done(st.ok() ? peer_check_() : st);
+  };
+  {
+    platform::MutexLock lock(mu_);
+    if (stopped_) return Status(Code::kCancelled, "local copier: the connection is closing");
+    host_copies_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  struct Running {
+    std::atomic<int>& n;
+    ~Running() { n.fetch_sub(1, std::memory_order_acq_rel); }
+  } running{host_copies_};
+  platform::DeviceScope on(device);
+  FERRY_RETURN_IF_ERROR(on.status());
+  // Where each of the peer's pools begins in this GPU's address space: one
+  // lookup a pool, not a block.
+  std::vector<uint8_t*> far(remote.size());
+  for (size_t i = 0; i < remote.size(); ++i) {
+    FERRY_ASSIGN_OR_RETURN(GpuImports::Opened opened, imports_.open(this, peer_engine_, peer_pid_, remote[i], device));
+    FERRY_ASSIGN_OR_RETURN(far[i], GpuImports::locate(opened, remote[i]));
+  }
+  // Blocks that continue each other on both sides are one piece.
+  std::vector<GatherPiece> pieces;
+  pieces.reserve(blocks.size());
+  for (const Block& b : blocks) {
+    if (b.size == 0) continue;
+    uint8_t* dst = far[b.remote_pool] + b.remote_offset;
+    const uint8_t* src = local[b.local_pool] + b.local_offset;
+    if (!pieces.empty()) {
+      GatherPiece& last = pieces.back();
+      if (last.dst + last.n == dst && last.src + last.n == src) {
+        last.n += b.size;
+        continue;
+      }
+    }
+    pieces.push_back({dst, src, b.size});
+  }
+  if (!GatherKernels::suits(pieces.size(), size)) return Status(Code::kUnimplemented, "blocks too large to gather");
+  constexpr uint64_t kItem = GatherKernels::kItemBytes;
+  uint64_t items = 0;
+  for (const GatherPiece& p : pieces) items += (p.n + kItem - 1) / kItem;
+  cu::Stream stream = nullptr;
+  PieceTable* table = nullptr;
+  {
+    platform::MutexLock lock(mu_);
+    FERRY_ASSIGN_OR_RETURN(stream, stream_for(device));
+    if (items <= kTableItems) table = take_table(device);
+  }
+  auto give_back = [this](PieceTable* t) {
+    platform::MutexLock lock(mu_);
+    t->busy = false;
+  };
+  Status queued;
+  if (table != nullptr) {
+    // The list goes in the table, pieces cut as copy() cuts them.
+    size_t k = 0;
+    for (const GatherPiece& p : pieces) {
+      for (uint64_t at = 0; at < p.n; at += kItem) {
+        table->items[k++] = {p.dst + at, p.src + at, std::min(kItem, p.n - at)};
+      }
+    }
+    queued = gather_->copy_table(device, stream, table->items, static_cast<unsigned>(k), size);
+    if (!queued.ok()) give_back(table);
+  } else {
+    queued = gather_->copy(device, stream, pieces);
+  }
+  if (queued.code() == Code::kUnimplemented) return queued;  // nothing queued: the kernel did not load
+  std::vector<int> used{device};
+  if (!queued.ok()) {
+    sync_streams(used);
+    return queued;
+  }
+  if (table != nullptr) {
+    done = [table, give_back, done = std::move(done)](const Status& st) {
+      give_back(table);  // the kernel read it long ago
+      done(st);
+    };
+  }
+  Status s = complete_gpu(used, size, std::move(done));
+  if (!s.ok() && table != nullptr) give_back(table);  // complete_gpu waited for the copy
+  return s;
+}
+
+LocalCopier::PieceTable* LocalCopier::take_table(int device) {
+  for (PieceTable& t : tables_) {
+    if (t.busy) continue;
+    if (t.items == nullptr) {
+      // Allocated in the current context, portable: any of this process's
+      // GPUs reads it.
+      void* p = nullptr;
+      const auto& d = platform::cuda();
+      if (d.mem_host_alloc(&p, kTableItems * sizeof(GatherPiece), cu::kHostAllocPortable) != cu::kSuccess) {
+        return nullptr;
+      }
+      t.items = static_cast<GatherPiece*>(p);
+      t.device = device;
+    }
+    t.busy = true;
+    return &t;
+  }
+  return nullptr;
+}
+
+void LocalCopier::sync_streams(const std::vector<int>& used) {
+  const auto& d = platform::cuda();
+  for (int device : used) {
+    platform::DeviceScope on(device);
+    cu::Stream s = nullptr;
+    {
+      platform::MutexLock lock(mu_);
+      s = streams_[device];
+    }
+    d.stream_synchronize(s);
+  }
+}
+
+Status LocalCopier::complete_gpu(const std::vector<int>& used, uint64_t size, Done finish) {
+  const auto& d = platform::cuda();
+  if (size <= kCompleteInline) {
+    // A small copy finishes within microseconds: waiting for it here costs
+    // less than handing its completion to another thread, and asking the
+    // stream saves recording an event.
+    std::vector<cu::Stream> streams;
+    {
+      platform::MutexLock lock(mu_);
+      for (int device : used) streams.push_back(streams_[device]);
+    }
+    auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+    Status st;
+    bool ready = false;
+    while (!ready && std::chrono::steady_clock::now() < until) {
+      ready = true;
+      for (cu::Stream s : streams) {
+        cu::Result r = d.stream_query(s);
+        if (r == cu::kNotReady) {
+          ready = false;
+        } else if (r != cu::kSuccess && st.ok()) {
+          st = d.check(r, "GPU copy (cuStreamQuery)", Code::kInternal);
+        }
+      }
+    }
+    if (ready) {
+      finish(st);
+      return Status();
+    }
+  }
+  // Completion by an event on each stream used, polled by the progress thread.
+  InFlight f;
+  f.done = std::move(finish);
+  Status recorded;
+  {
+    platform::MutexLock lock(mu_);
+    for (int device : used) {
+      platform::DeviceScope on(device);
+      auto e = take_event(device);
+      recorded = e.ok() ? d.check(d.event_record(e.value(), streams_[device]), "cuEventRecord") : e.status();
+      if (e.ok() && !recorded.ok()) spare_events_[device].push_back(e.value());
+      if (!recorded.ok()) break;
+      f.events.emplace_back(device, e.value());
+    }
+    if (recorded.ok()) {
+      inflight_.push_back(std::move(f));
+      inflight_count_.store(inflight_.size(), std::memory_order_release);
+    } else {
+      for (auto& [device, e] : f.events) spare_events_[device].push_back(e);
+    }
+  }
+  if (!recorded.ok()) {
+    sync_streams(used);
+    return recorded;
+  }
+  return Status();
+}
+
+}  // namespace ferry::local
