@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Makes src/transport/local/gather_kernel_ptx.inc from gather_kernel.cu: the
-# PTX of the local transport's gather kernel, for sm_80 and newer, its header
+# Makes src/platform/gather_kernel_ptx.inc from gather_kernel.cu: the
+# PTX of the gather kernel (both transports' batches of small GPU blocks), for sm_80 and newer, its header
 # lowered to PTX ISA 8.1 (the first with 32 KiB of kernel parameters) so that
 # drivers from CUDA 12.1 on load it.
 #
 #   scripts/gather_ptx.sh      (needs nvcc)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-src=src/transport/local/gather_kernel.cu
-out=src/transport/local/gather_kernel_ptx.inc
+src=src/platform/gather_kernel.cu
+out=src/platform/gather_kernel_ptx.inc
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
 nvcc -ptx -arch=compute_80 -O3 "$src" -o "$tmp"

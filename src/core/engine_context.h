@@ -18,8 +18,11 @@
 #include "ferry/options.h"
 #include "platform/interfaces.h"
 
-namespace ferry::local {
+namespace ferry::platform {
 class GatherKernels;
+}  // namespace ferry::platform
+
+namespace ferry::local {
 class GpuExports;
 class GpuImports;
 }  // namespace ferry::local
@@ -49,7 +52,7 @@ struct EngineContext {
   std::shared_ptr<local::GpuExports> gpu_exports;
   std::shared_ptr<local::GpuImports> gpu_imports;
   // The kernel that copies batches of small GPU blocks (null: copy engines).
-  std::shared_ptr<local::GatherKernels> gather_kernels;
+  std::shared_ptr<platform::GatherKernels> gather_kernels;
 };
 
 }  // namespace ferry::core

@@ -58,29 +58,64 @@ std::vector<Placed> scatter(size_t n, uint64_t hi, std::mt19937_64& rng) {
   return out;
 }
 
-void blocks_between(int from_device, int to_device, TransportChoice transport) {
-  if (gpu_count() == 0) GTEST_SKIP() << "no GPU";
+// Two engines of this process over `transport`, `ca` connected to `cb`.
+struct EnginePair {
+  std::unique_ptr<Engine> a, b;
+  std::shared_ptr<Connection> ca, cb;
+};
+
+EnginePair connected(TransportChoice transport) {
   Options o;
   o.transport = transport;
   o.local_same_process = true;
   o.listen = "127.0.0.1:0";
-  auto a = Engine::create(o).value();
-  auto b = Engine::create(o).value();
-  std::shared_ptr<Connection> ca;
-  std::thread t([&] { ca = a->connect(b->address(), after(10s)).value(); });
-  auto cb = b->accept(after(10s));
+  EnginePair p;
+  p.a = Engine::create(o).value();
+  p.b = Engine::create(o).value();
+  std::thread t([&] { p.ca = p.a->connect(p.b->address(), after(10s)).value(); });
+  auto cb = p.b->accept(after(10s));
   t.join();
-  ASSERT_TRUE(ca && cb.ok());
-  Pool src = make_pool(from_device), dst = make_pool(to_device);
-  ASSERT_NE(src.data(), nullptr);
-  ASSERT_NE(dst.data(), nullptr);
-  ASSERT_TRUE(fill(src.data(), kPool, 5));
-  ASSERT_TRUE(poison(dst.data(), kPool));
-  Region mine = a->reg(src.data(), kPool).value();
-  Region theirs = b->reg(dst.data(), kPool).value();
-  RemoteDescriptor to = b->export_region(theirs).value();
-  auto pools = ca->prepare_blocks(std::span(&mine, 1), std::span(&to, 1));
+  if (cb.ok()) p.cb = *cb;
+  return p;
+}
+
+// Every byte of `pool` (GPU or host memory) is `expect`'s; `what` names it.
+void expect_pool(const uint8_t* pool, const std::vector<uint8_t>& expect, const std::string& what) {
+  std::vector<uint8_t> got(kPool);
+  ASSERT_TRUE(copy_to(got.data(), pool, kPool));
+  auto diff = std::mismatch(expect.begin(), expect.end(), got.begin());
+  ASSERT_TRUE(diff.first == expect.end()) << what << " differs at byte " << (diff.first - expect.begin());
+}
+
+// A pool a side for `pair`: the source on `from_device` filled from `seed`,
+// the target on `to_device` poisoned, both registered, the target exported,
+// the two prepared as block pools.
+struct PoolPair {
+  Pool src, dst;
+  BlockPools pools;
+};
+
+void prepare_pool_pair(EnginePair& pair, int from_device, int to_device, uint64_t seed, PoolPair& out) {
+  out.src = make_pool(from_device);
+  out.dst = make_pool(to_device);
+  ASSERT_NE(out.src.data(), nullptr);
+  ASSERT_NE(out.dst.data(), nullptr);
+  ASSERT_TRUE(fill(out.src.data(), kPool, seed));
+  ASSERT_TRUE(poison(out.dst.data(), kPool));
+  Region mine = pair.a->reg(out.src.data(), kPool).value();
+  Region theirs = pair.b->reg(out.dst.data(), kPool).value();
+  RemoteDescriptor to = pair.b->export_region(theirs).value();
+  auto pools = pair.ca->prepare_blocks(std::span(&mine, 1), std::span(&to, 1));
   ASSERT_TRUE(pools.ok()) << pools.status().to_string();
+  out.pools = *pools;
+}
+
+void blocks_between(int from_device, int to_device, TransportChoice transport) {
+  if (gpu_count() == 0) GTEST_SKIP() << "no GPU";
+  EnginePair pair = connected(transport);
+  ASSERT_TRUE(pair.ca && pair.cb);
+  PoolPair pp;
+  ASSERT_NO_FATAL_FAILURE(prepare_pool_pair(pair, from_device, to_device, 5, pp));
   std::mt19937_64 rng(static_cast<uint64_t>(from_device * 10 + to_device + 20));
   const std::vector<uint8_t> source = pattern(5, kPool);
   std::vector<uint8_t> expect(kPool, kUntouched);
@@ -91,15 +126,11 @@ void blocks_between(int from_device, int to_device, TransportChoice transport) {
       blocks.push_back({0, 0, p.src, p.dst, p.size});
       std::copy_n(source.begin() + static_cast<long>(p.src), p.size, expect.begin() + static_cast<long>(p.dst));
     }
-    Transfer w = ca->write_blocks_async(*pools, blocks, "blocks");
+    Transfer w = pair.ca->write_blocks_async(pp.pools, blocks, "blocks");
     ASSERT_TRUE(w.wait(after(60s)).ok()) << w.status().to_string();
-    auto note = (*cb)->wait_notification(after(10s));
+    auto note = pair.cb->wait_notification(after(10s));
     ASSERT_TRUE(note.ok()) << note.status().to_string();
-    std::vector<uint8_t> got(kPool);
-    ASSERT_TRUE(copy_to(got.data(), dst.data(), kPool));
-    auto diff = std::mismatch(expect.begin(), expect.end(), got.begin());
-    ASSERT_TRUE(diff.first == expect.end()) << n << " blocks: the target pool differs at byte "
-                                            << (diff.first - expect.begin());
+    ASSERT_NO_FATAL_FAILURE(expect_pool(pp.dst.data(), expect, std::to_string(n) + " blocks: the target pool"));
   }
 }
 
@@ -112,17 +143,9 @@ int second_gpu() { return gpu_count() > 1 ? 1 : 0; }
 // byte of it changes, and blocks into the other pool still land.
 TEST(GpuBlocks, AcrossPoolsOnTheLocalTransportAndAfterThePeerLetsOneGo) {
   if (gpu_count() == 0) GTEST_SKIP() << "no GPU";
-  Options o;
-  o.transport = TransportChoice::kLocal;
-  o.local_same_process = true;
-  o.listen = "127.0.0.1:0";
-  auto a = Engine::create(o).value();
-  auto b = Engine::create(o).value();
-  std::shared_ptr<Connection> ca;
-  std::thread t([&] { ca = a->connect(b->address(), after(10s)).value(); });
-  auto cb = b->accept(after(10s));
-  t.join();
-  ASSERT_TRUE(ca && cb.ok());
+  EnginePair pair = connected(TransportChoice::kLocal);
+  ASSERT_TRUE(pair.ca && pair.cb);
+  auto& [a, b, ca, cb] = pair;
   std::array<Pool, 2> src = {make_pool(0), make_pool(0)};
   std::array<Pool, 2> dst = {make_pool(second_gpu()), make_pool(second_gpu())};
   std::array<std::vector<uint8_t>, 2> source, expect;
@@ -140,13 +163,7 @@ TEST(GpuBlocks, AcrossPoolsOnTheLocalTransportAndAfterThePeerLetsOneGo) {
   auto pools = ca->prepare_blocks(mine, to);
   ASSERT_TRUE(pools.ok()) << pools.status().to_string();
   std::mt19937_64 rng(41);
-  auto check_pool = [&](int i) {
-    std::vector<uint8_t> got(kPool);
-    ASSERT_TRUE(copy_to(got.data(), dst[i].data(), kPool));
-    auto diff = std::mismatch(expect[i].begin(), expect[i].end(), got.begin());
-    ASSERT_TRUE(diff.first == expect[i].end()) << "target pool " << i << " differs at byte "
-                                               << (diff.first - expect[i].begin());
-  };
+  auto check_pool = [&](int i) { expect_pool(dst[i].data(), expect[i], "target pool " + std::to_string(i)); };
   // Blocks in runs: a slot of the source and one of the target, cut into
   // 1-4 adjacent blocks of odd sizes, each block into a random pool pairing
   // of the run's.
@@ -182,7 +199,7 @@ TEST(GpuBlocks, AcrossPoolsOnTheLocalTransportAndAfterThePeerLetsOneGo) {
                                 : ca->write_blocks_async(*pools, blocks);
     ASSERT_TRUE(w.wait(after(60s)).ok()) << w.status().to_string();
     if (round % 2 == 0) {
-      ASSERT_TRUE((*cb)->wait_notification(after(10s)).ok());
+      ASSERT_TRUE(cb->wait_notification(after(10s)).ok());
     }
   }
   check_pool(0);
@@ -211,25 +228,10 @@ TEST(GpuBlocks, AcrossPoolsOnTheLocalTransportAndAfterThePeerLetsOneGo) {
 // every batch aims at its own part of the target pool.
 TEST(GpuBlocks, ManyBatchesInFlightAndALongOneOnTheLocalTransport) {
   if (gpu_count() == 0) GTEST_SKIP() << "no GPU";
-  Options o;
-  o.transport = TransportChoice::kLocal;
-  o.local_same_process = true;
-  o.listen = "127.0.0.1:0";
-  auto a = Engine::create(o).value();
-  auto b = Engine::create(o).value();
-  std::shared_ptr<Connection> ca;
-  std::thread t([&] { ca = a->connect(b->address(), after(10s)).value(); });
-  auto cb = b->accept(after(10s));
-  t.join();
-  ASSERT_TRUE(ca && cb.ok());
-  Pool src = make_pool(0), dst = make_pool(second_gpu());
-  ASSERT_TRUE(fill(src.data(), kPool, 13));
-  ASSERT_TRUE(poison(dst.data(), kPool));
-  Region mine = a->reg(src.data(), kPool).value();
-  Region theirs = b->reg(dst.data(), kPool).value();
-  RemoteDescriptor to = b->export_region(theirs).value();
-  auto pools = ca->prepare_blocks(std::span(&mine, 1), std::span(&to, 1));
-  ASSERT_TRUE(pools.ok()) << pools.status().to_string();
+  EnginePair pair = connected(TransportChoice::kLocal);
+  ASSERT_TRUE(pair.ca && pair.cb);
+  PoolPair pp;
+  ASSERT_NO_FATAL_FAILURE(prepare_pool_pair(pair, 0, second_gpu(), 13, pp));
   const std::vector<uint8_t> source = pattern(13, kPool);
   std::vector<uint8_t> expect(kPool, kUntouched);
   std::mt19937_64 rng(43);
@@ -248,18 +250,15 @@ TEST(GpuBlocks, ManyBatchesInFlightAndALongOneOnTheLocalTransport) {
   };
   // The first opens the peer's pool (the general path); the rest go at once.
   std::vector<Block> first = batch_into(0, 100);
-  ASSERT_TRUE(ca->write_blocks_async(*pools, first).wait(after(60s)).ok());
+  ASSERT_TRUE(pair.ca->write_blocks_async(pp.pools, first).wait(after(60s)).ok());
   std::vector<std::vector<Block>> batches;
   for (size_t k = 1; k < kBatches; ++k) batches.push_back(batch_into(k * kPart, 400));
   batches.push_back(batch_into(kBatches * kPart, 2100, 256));  // more pieces than a table holds (2,048)
   ASSERT_LT(3 + 2100 * 256, kPart);
   std::vector<Transfer> posted;
-  for (const auto& batch : batches) posted.push_back(ca->write_blocks_async(*pools, batch));
+  for (const auto& batch : batches) posted.push_back(pair.ca->write_blocks_async(pp.pools, batch));
   for (Transfer& w : posted) ASSERT_TRUE(w.wait(after(60s)).ok()) << w.status().to_string();
-  std::vector<uint8_t> got(kPool);
-  ASSERT_TRUE(copy_to(got.data(), dst.data(), kPool));
-  auto diff = std::mismatch(expect.begin(), expect.end(), got.begin());
-  ASSERT_TRUE(diff.first == expect.end()) << "the target pool differs at byte " << (diff.first - expect.begin());
+  expect_pool(pp.dst.data(), expect, "the target pool");
 }
 
 constexpr TransportChoice kTcp = TransportChoice::kTcp;

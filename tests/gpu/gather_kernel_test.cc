@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gpu/gpu_memory.h"
-#include "transport/local/gather_kernel.h"
+#include "platform/gather_kernel.h"
 
 namespace ferry::testing {
 namespace {
@@ -27,8 +27,8 @@ struct Case {
 };
 
 // `table`: pinned host memory for the list, copy_table's way (null: copy()).
-void gather_case(const Case& c, local::GatherKernels& kernels, uint8_t* src, uint8_t* dst, cu::Stream stream,
-                 std::mt19937_64& rng, local::GatherPiece* table = nullptr) {
+void gather_case(const Case& c, platform::GatherKernels& kernels, uint8_t* src, uint8_t* dst, cu::Stream stream,
+                 std::mt19937_64& rng, platform::GatherPiece* table = nullptr) {
   SCOPED_TRACE(std::string(c.name) + (table != nullptr ? ", listed in memory" : ", listed in parameters"));
   const std::vector<uint8_t> source = pattern(11, kPool);
   ASSERT_TRUE(copy_to(src, source.data(), kPool));
@@ -39,7 +39,7 @@ void gather_case(const Case& c, local::GatherKernels& kernels, uint8_t* src, uin
   for (size_t i = 0; i < a.size(); ++i) a[i] = b[i] = i;
   std::shuffle(a.begin(), a.end(), rng);
   std::shuffle(b.begin(), b.end(), rng);
-  std::vector<local::GatherPiece> pieces;
+  std::vector<platform::GatherPiece> pieces;
   std::vector<uint8_t> expect(kPool, 0);
   for (size_t i = 0; i < c.pieces; ++i) {
     uint64_t phase = rng() % 16;
@@ -51,10 +51,10 @@ void gather_case(const Case& c, local::GatherKernels& kernels, uint8_t* src, uin
   if (table == nullptr) {
     ASSERT_TRUE(kernels.copy(0, stream, pieces).ok());
   } else {
-    constexpr uint64_t kItem = local::GatherKernels::kItemBytes;
+    constexpr uint64_t kItem = platform::GatherKernels::kItemBytes;
     unsigned k = 0;
     uint64_t bytes = 0;
-    for (const local::GatherPiece& p : pieces) {
+    for (const platform::GatherPiece& p : pieces) {
       for (uint64_t at = 0; at < p.n; at += kItem) table[k++] = {p.dst + at, p.src + at, std::min(kItem, p.n - at)};
       bytes += p.n;
     }
@@ -76,7 +76,7 @@ TEST(GatherKernel, CopiesEveryPieceAndNothingElse) {
   ASSERT_TRUE(platform::use_device(0).ok());
   cu::Stream stream = nullptr;
   ASSERT_EQ(d.stream_create(&stream, cu::kStreamNonBlocking), cu::kSuccess);
-  local::GatherKernels kernels;
+  platform::GatherKernels kernels;
   std::mt19937_64 rng(31);
   for (const Case& c : {Case{"a few small pieces (small entry point)", 100, 4096, true},
                         Case{"pieces cut into several items", 60, 300000, true},
@@ -88,23 +88,23 @@ TEST(GatherKernel, CopiesEveryPieceAndNothingElse) {
   }
   void* table = nullptr;
   constexpr size_t kTableItems = 8192;
-  ASSERT_EQ(d.mem_host_alloc(&table, kTableItems * sizeof(local::GatherPiece), cu::kHostAllocPortable), cu::kSuccess);
+  ASSERT_EQ(d.mem_host_alloc(&table, kTableItems * sizeof(platform::GatherPiece), cu::kHostAllocPortable), cu::kSuccess);
   for (const Case& c : {Case{"a few small pieces", 100, 4096, true},
                         Case{"pieces cut into several items", 60, 300000, true},
                         Case{"1,000 pieces, offsets out of phase", 1000, 5000, false},
                         Case{"3,000 pieces: more items than blocks of threads", 3000, 9000, true},
                         Case{"single bytes", 500, 1, false}}) {
-    gather_case(c, kernels, src.ptr, dst.ptr, stream, rng, static_cast<local::GatherPiece*>(table));
+    gather_case(c, kernels, src.ptr, dst.ptr, stream, rng, static_cast<platform::GatherPiece*>(table));
   }
   d.mem_free_host(table);
   d.stream_destroy(stream);
 }
 
 TEST(GatherKernel, SuitsBatchesOfSmallPiecesOnly) {
-  EXPECT_FALSE(local::GatherKernels::suits(1, 4096));
-  EXPECT_TRUE(local::GatherKernels::suits(256, 256u << 14));
-  EXPECT_TRUE(local::GatherKernels::suits(2, 2 * local::GatherKernels::kMaxAveragePiece));
-  EXPECT_FALSE(local::GatherKernels::suits(2, 2 * local::GatherKernels::kMaxAveragePiece + 1));
+  EXPECT_FALSE(platform::GatherKernels::suits(1, 4096));
+  EXPECT_TRUE(platform::GatherKernels::suits(256, 256u << 14));
+  EXPECT_TRUE(platform::GatherKernels::suits(2, 2 * platform::GatherKernels::kMaxAveragePiece));
+  EXPECT_FALSE(platform::GatherKernels::suits(2, 2 * platform::GatherKernels::kMaxAveragePiece + 1));
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 
 #include <memory>
 
-#include "transport/local/gather_kernel.h"
+#include "platform/gather_kernel.h"
 #include "transport/local/gpu_sharing.h"
 
 namespace ferry::bootstrap {
@@ -11,7 +11,7 @@ namespace ferry::bootstrap {
 void prepare_transports(core::EngineContext& ctx) {
   ctx.gpu_exports = std::make_shared<local::GpuExports>();
   ctx.gpu_imports = std::make_shared<local::GpuImports>();
-  if (ctx.options.staging_copy == StagingCopy::kKernel) ctx.gather_kernels = std::make_shared<local::GatherKernels>();
+  if (ctx.options.staging_copy == StagingCopy::kKernel) ctx.gather_kernels = std::make_shared<platform::GatherKernels>();
 }
 
 void region_retired(core::EngineContext& ctx, uint64_t region_id) { ctx.gpu_exports->retire(region_id); }

@@ -76,7 +76,7 @@ CopyHelpers with_cpus(CopyHelpers h) {
 }  // namespace
 
 LocalCopier::LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid, PeerCheck peer_check,
-                         CopyHelpers helpers, std::shared_ptr<GatherKernels> gather)
+                         CopyHelpers helpers, std::shared_ptr<platform::GatherKernels> gather)
     : imports_(imports),
       gather_(std::move(gather)),
       peer_engine_(peer_engine),
@@ -104,23 +104,24 @@ LocalCopier::~LocalCopier() {
   }
 }
 
-Status LocalCopier::start(const core::SegmentList& local, const std::vector<SharedSpan>& remote, uint64_t size,
-                          bool to_remote, Done when_done, HostCopyBy by, StopCheck stop) {
+Result<LocalCopier::Running> LocalCopier::admit(const StopCheck& stop) {
   FERRY_RETURN_IF_ERROR(peer_check_());
   if (stop) FERRY_RETURN_IF_ERROR(stop());
+  platform::MutexLock lock(mu_);
+  if (stopped_) return Status(Code::kCancelled, "local copier: the connection is closing");
+  host_copies_.fetch_add(1, std::memory_order_acq_rel);
+  return Running(&host_copies_);
+}
+
+LocalCopier::Done LocalCopier::checked(Done when_done) {
   // Every way a copy ends passes here, after its last byte moved.
-  Done done = [this, when_done = std::move(when_done)](const Status& st) {
-    when_done(st.ok() ? peer_check_() : st);
-  };
-  {
-    platform::MutexLock lock(mu_);
-    if (stopped_) return Status(Code::kCancelled, "local copier: the connection is closing");
-    host_copies_.fetch_add(1, std::memory_order_acq_rel);
-  }
-  struct Running {
-    std::atomic<int>& n;
-    ~Running() { n.fetch_sub(1, std::memory_order_acq_rel); }
-  } running{host_copies_};
+  return [this, when_done = std::move(when_done)](const Status& st) { when_done(st.ok() ? peer_check_() : st); };
+}
+
+Status LocalCopier::start(const core::SegmentList& local, const std::vector<SharedSpan>& remote, uint64_t size,
+                          bool to_remote, Done when_done, HostCopyBy by, StopCheck stop) {
+  FERRY_ASSIGN_OR_RETURN(Running running, admit(stop));
+  Done done = checked(std::move(when_done));
   std::vector<iovec> near_iov, far_iov;
   std::vector<GpuCopy> gpu;  // queued after the walk, runs of them in one call
   gpu.reserve(remote.size());

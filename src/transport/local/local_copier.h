@@ -40,6 +40,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/segments.h"
@@ -47,7 +48,7 @@
 #include "platform/cpu_binding.h"
 #include "platform/cuda_driver.h"
 #include "platform/mutex.h"
-#include "transport/local/gather_kernel.h"
+#include "platform/gather_kernel.h"
 #include "transport/local/gpu_sharing.h"
 #include "transport/local/shared_span.h"
 
@@ -81,7 +82,7 @@ class LocalCopier {
   // `gather` (null: copy engines only) copies runs of small device-to-device
   // pieces in one launch.
   LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid, PeerCheck peer_check,
-              CopyHelpers helpers = {}, std::shared_ptr<GatherKernels> gather = nullptr);
+              CopyHelpers helpers = {}, std::shared_ptr<platform::GatherKernels> gather = nullptr);
   // Joins the helpers and waits for queued GPU copies. Blocks.
   ~LocalCopier();
 
@@ -162,6 +163,27 @@ class LocalCopier {
 
   struct HostCopy;  // the pieces of one host copy and who copies them (local_copier.cc)
 
+  // A copy counted in host_copies_ (which stop() waits for) while this lives.
+  class Running {
+   public:
+    explicit Running(std::atomic<int>* n) : n_(n) {}
+    Running(Running&& o) noexcept : n_(std::exchange(o.n_, nullptr)) {}
+    Running& operator=(Running&&) = delete;
+    ~Running() {
+      if (n_ != nullptr) n_->fetch_sub(1, std::memory_order_acq_rel);
+    }
+
+   private:
+    std::atomic<int>* n_;
+  };
+  // What every copy asks before it starts: the peer still stands by the
+  // connection, `stop` (if any) lets it go on, the copier is not stopping.
+  // Counts it running until the result is destroyed.
+  Result<Running> admit(const StopCheck& stop);
+  // `when_done`, with the peer asked once more after a copy's last byte
+  // moved (it may have given up meanwhile).
+  Done checked(Done when_done);
+
   Status cross_copy(const std::vector<iovec>& near, const std::vector<iovec>& far, bool to_remote,
                     const StopCheck& stop);
   // Hands a host copy to the helpers alone; `done` runs on the one that ends
@@ -208,7 +230,7 @@ class LocalCopier {
   // (GatherKernels::copy_table), each held from its launch until its copy
   // ended; freed with the copier.
   struct PieceTable {
-    GatherPiece* items = nullptr;
+    platform::GatherPiece* items = nullptr;
     int device = -1;  // whose context allocated it
     bool busy = false;
   };
@@ -233,7 +255,7 @@ class LocalCopier {
   Status queue_gpu_copies(const std::vector<GpuCopy>& copies, std::vector<int>& used);
 
   GpuImports& imports_;
-  const std::shared_ptr<GatherKernels> gather_;
+  const std::shared_ptr<platform::GatherKernels> gather_;
   const uint64_t peer_engine_;
   const pid_t peer_pid_;
   const PeerCheck peer_check_;

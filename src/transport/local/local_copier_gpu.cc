@@ -11,6 +11,8 @@
 namespace ferry::local {
 
 namespace cu = platform::cu;
+using platform::GatherKernels;
+using platform::GatherPiece;
 
 Result<cu::Stream> LocalCopier::stream_for(int device) {
   auto it = streams_.find(device);
@@ -145,20 +147,8 @@ Status LocalCopier::queue_gpu_copies(const std::vector<GpuCopy>& copies, std::ve
 Status LocalCopier::start_blocks(int device, std::span<uint8_t* const> local, std::span<const SharedSpan> remote,
                                  std::span<const Block> blocks, uint64_t size, Done when_done, StopCheck stop) {
   if (!gather_) return Status(Code::kUnimplemented, "no gather kernel");
-  FERRY_RETURN_IF_ERROR(peer_check_());
-  if (stop) FERRY_RETURN_IF_ERROR(stop());
-  Done done = [this, when_done = std::move(when_done)](const Status& st) {
-    when_done(st.ok() ? peer_check_() : st);
-  };
-  {
-    platform::MutexLock lock(mu_);
-    if (stopped_) return Status(Code::kCancelled, "local copier: the connection is closing");
-    host_copies_.fetch_add(1, std::memory_order_acq_rel);
-  }
-  struct Running {
-    std::atomic<int>& n;
-    ~Running() { n.fetch_sub(1, std::memory_order_acq_rel); }
-  } running{host_copies_};
+  FERRY_ASSIGN_OR_RETURN(Running running, admit(stop));
+  Done done = checked(std::move(when_done));
   platform::DeviceScope on(device);
   FERRY_RETURN_IF_ERROR(on.status());
   // Where each of the peer's pools begins in this GPU's address space: one

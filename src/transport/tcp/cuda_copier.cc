@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "platform/cuda_driver.h"
-#include "transport/local/gather_kernel.h"
+#include "platform/gather_kernel.h"
 #include "transport/tcp/staging_copier.h"
 #include "transport/tcp/staging_kernel.h"
 
@@ -24,7 +24,7 @@ DevicePtr dptr(const void* p) { return static_cast<DevicePtr>(reinterpret_cast<u
 // thread's current context as it found it.
 class CudaCopier final : public Copier {
  public:
-  CudaCopier(std::shared_ptr<StagingKernels> kernels, std::shared_ptr<local::GatherKernels> gather)
+  CudaCopier(std::shared_ptr<StagingKernels> kernels, std::shared_ptr<platform::GatherKernels> gather)
       : kernels_(std::move(kernels)), gather_(std::move(gather)) {}
 
   ~CudaCopier() override {
@@ -81,7 +81,7 @@ class CudaCopier final : public Copier {
     if (many.size() < 2 || !d.available() || device < 0) return Copier::copy_many(device, many);
     uint64_t bytes = 0;
     for (const Op& op : many) bytes += op.n;
-    const bool gather = gather_ && local::GatherKernels::suits(many.size(), bytes);
+    const bool gather = gather_ && platform::GatherKernels::suits(many.size(), bytes);
     if (!gather && !d.has_memcpy_batch()) return Copier::copy_many(device, many);
     platform::DeviceScope scope(device);
     if (!scope.ok()) return scope.status();
@@ -232,7 +232,7 @@ class CudaCopier final : public Copier {
   }
 
   const std::shared_ptr<StagingKernels> kernels_;        // null: copy engines only
-  const std::shared_ptr<local::GatherKernels> gather_;   // batches of blocks (null: copy engines)
+  const std::shared_ptr<platform::GatherKernels> gather_;   // batches of blocks (null: copy engines)
   std::vector<PerDevice> devices_;                 // by ordinal
   std::deque<Pending> pending_;                    // fences not yet seen done, oldest first
   uint64_t issued_ = 0;
@@ -240,13 +240,13 @@ class CudaCopier final : public Copier {
   int last_device_ = -1;
   std::vector<DevicePtr> dsts_, srcs_;  // copy_many's arguments, kept between calls
   std::vector<size_t> sizes_;
-  std::vector<local::GatherPiece> pieces_;  // the gather kernel's, likewise
+  std::vector<platform::GatherPiece> pieces_;  // the gather kernel's, likewise
 };
 
 }  // namespace
 
 std::unique_ptr<Copier> make_cuda_copier(std::shared_ptr<StagingKernels> kernels,
-                                         std::shared_ptr<local::GatherKernels> gather) {
+                                         std::shared_ptr<platform::GatherKernels> gather) {
   return std::make_unique<CudaCopier>(std::move(kernels), std::move(gather));
 }
 

@@ -22,7 +22,7 @@
 
 #include "ferry/status.h"
 
-namespace ferry::local {
+namespace ferry::platform {
 class GatherKernels;
 }
 
@@ -84,7 +84,7 @@ using CopierFactory = std::function<std::unique_ptr<Copier>()>;
 // Without a driver every call returns kUnimplemented.
 class StagingKernels;
 std::unique_ptr<Copier> make_cuda_copier(std::shared_ptr<StagingKernels> kernels = nullptr,
-                                         std::shared_ptr<local::GatherKernels> gather = nullptr);
+                                         std::shared_ptr<platform::GatherKernels> gather = nullptr);
 
 // A stand-in that moves host memory with memcpy on its own thread, each copy
 // after `delay`, so copies finish later than they were queued, as DMA does.

@@ -1,14 +1,14 @@
 // GatherKernels: the gather kernel's PTX, the list it takes and its launch.
-#include "transport/local/gather_kernel.h"
+#include "platform/gather_kernel.h"
 
 #include <algorithm>
 #include <array>
 
-namespace ferry::local {
+namespace ferry::platform {
 namespace {
 
 constexpr char kPtx[] =
-#include "transport/local/gather_kernel_ptx.inc"
+#include "platform/gather_kernel_ptx.inc"
     ;
 
 
@@ -38,13 +38,13 @@ bool GatherKernels::suits(size_t pieces, uint64_t bytes) {
   return pieces >= 2 && bytes <= kMaxAveragePiece * pieces;
 }
 
-Status GatherKernels::copy(int device, platform::cu::Stream stream, std::span<const GatherPiece> pieces) {
-  const platform::CudaDriver& d = platform::cuda();
+Status GatherKernels::copy(int device, cu::Stream stream, std::span<const GatherPiece> pieces) {
+  const CudaDriver& d = cuda();
   uint64_t items_total = 0;
   for (const GatherPiece& p : pieces) items_total += (p.n + kItemBytes - 1) / kItemBytes;
   // The entry points in the order PtxKernels was given them.
   const size_t entry = items_total <= kSmallItems ? 0 : items_total <= kMediumItems ? 1 : 2;
-  platform::cu::Function f = kernels_.function(device, entry);
+  cu::Function f = kernels_.function(device, entry);
   if (f == nullptr) return Status(Code::kUnimplemented, "no gather kernel on GPU " + std::to_string(device));
   const size_t capacity = std::array{kSmallItems, kMediumItems, kLargeItems}[entry];
   std::array<Item, kLargeItems> list;  // 32 KiB: the launch copies it, so it may live on the stack
@@ -72,11 +72,11 @@ Status GatherKernels::copy(int device, platform::cu::Stream stream, std::span<co
   return Status();
 }
 
-Status GatherKernels::copy_table(int device, platform::cu::Stream stream, const GatherPiece* table, unsigned count,
+Status GatherKernels::copy_table(int device, cu::Stream stream, const GatherPiece* table, unsigned count,
                                  uint64_t bytes) {
   if (count == 0) return Status();
-  const platform::CudaDriver& d = platform::cuda();
-  platform::cu::Function f = kernels_.function(device, 3);
+  const CudaDriver& d = cuda();
+  cu::Function f = kernels_.function(device, 3);
   if (f == nullptr) return Status(Code::kUnimplemented, "no gather kernel on GPU " + std::to_string(device));
   const GatherPiece* list = table;
   void* params[] = {&list, &count};
@@ -85,4 +85,4 @@ Status GatherKernels::copy_table(int device, platform::cu::Stream stream, const 
                  "cuLaunchKernel (gather kernel, listed in memory)");
 }
 
-}  // namespace ferry::local
+}  // namespace ferry::platform

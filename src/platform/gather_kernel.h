@@ -5,9 +5,10 @@
 // 256 x 16 KiB blocks took 246 us against 21.5 us for the same 4 MiB in one
 // copy, while one launch of a gather kernel over peer pointers moves them in
 // about the time of the one copy. The kernel runs on the GPU that issues
-// the copies and reads or writes the peer's memory through the mapping
-// GpuImports opened for that GPU, which exists only where the two GPUs
-// reach each other (peer access), so no copy reaches memory it could not.
+// the copies and reaches whatever that GPU can address: its own memory, a
+// peer GPU's memory mapped for it (the local transport: the mapping exists
+// only where the two GPUs reach each other) and pinned host memory (the TCP
+// transport's staging slots). Both transports use it.
 //
 // The kernel is PTX (gather_kernel.cu holds its source), loaded once per
 // device and engine. Options::staging_copy "engine" leaves every SM to the
@@ -24,7 +25,7 @@
 #include "platform/cuda_driver.h"
 #include "platform/ptx_kernels.h"
 
-namespace ferry::local {
+namespace ferry::platform {
 
 struct GatherPiece {
   uint8_t* dst = nullptr;
@@ -46,7 +47,7 @@ class GatherKernels {
   // entry point with the fewest parameter bytes that holds them.
   // kUnimplemented, nothing queued, if the kernel cannot load on `device`;
   // an error after a first launch leaves that launch queued.
-  Status copy(int device, platform::cu::Stream stream, std::span<const GatherPiece> pieces);
+  Status copy(int device, cu::Stream stream, std::span<const GatherPiece> pieces);
 
   // Queues one launch copying `count` pieces listed at `table`: memory
   // `device` reads directly (pinned host memory), none longer than
@@ -54,7 +55,7 @@ class GatherKernels {
   // Posting it costs the same whatever the count, unlike copy(), whose list
   // rides in the launch's parameters. kUnimplemented, nothing queued, if the
   // kernel cannot load on `device`.
-  Status copy_table(int device, platform::cu::Stream stream, const GatherPiece* table, unsigned count,
+  Status copy_table(int device, cu::Stream stream, const GatherPiece* table, unsigned count,
                     uint64_t bytes);
 
   static constexpr uint64_t kMaxAveragePiece = 256 * 1024;
@@ -64,7 +65,7 @@ class GatherKernels {
   static constexpr size_t kLargeItems = 1360;  // 32 KiB
 
  private:
-  platform::PtxKernels kernels_;
+  PtxKernels kernels_;
 };
 
-}  // namespace ferry::local
+}  // namespace ferry::platform
