@@ -1,6 +1,7 @@
 // Admission's counts and tickets.
 #include "core/admission.h"
 
+#include <algorithm>
 #include <map>
 
 #include "platform/mutex.h"
@@ -29,7 +30,7 @@ void Admission::Ticket::release() {
 }
 
 Result<std::unique_ptr<Admission::Ticket>> Admission::admit(const Options& o, const std::string& peer_host,
-                                                            int streams) {
+                                                            int streams, bool fit) {
   State& n = *state_;
   platform::MutexLock lock(n.mu);
   auto refuse = [&](const std::string& why) { return Status(Code::kResourceExhausted, why); };
@@ -43,6 +44,7 @@ Result<std::unique_ptr<Admission::Ticket>> Admission::admit(const Options& o, co
     return refuse("the engine holds " + std::to_string(from_peer) + " connections from " + peer_host +
                   ", its max_connections_per_peer (" + std::to_string(o.max_connections_per_peer) + ")");
   }
+  if (fit && streams > 1) streams = std::max(1, std::min(streams, o.max_streams - n.streams));
   if (streams > o.max_streams - n.streams) {
     return refuse(std::to_string(streams) + " data streams asked for while the engine holds " +
                   std::to_string(n.streams) + " of its max_streams (" + std::to_string(o.max_streams) + ")");

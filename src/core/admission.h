@@ -29,6 +29,8 @@ class Admission {
     Ticket(const Ticket&) = delete;
     Ticket& operator=(const Ticket&) = delete;
     void release();
+    // The data streams it holds.
+    int streams() const { return streams_; }
 
    private:
     const std::shared_ptr<State> state_;
@@ -40,9 +42,11 @@ class Admission {
   Admission();
 
   // Admits one more connection from `peer_host` (an IP address) with
-  // `streams` data streams (0: the local transport). kResourceExhausted
-  // names the limit it would pass and its value. Never blocks.
-  Result<std::unique_ptr<Ticket>> admit(const Options& options, const std::string& peer_host, int streams);
+  // `streams` data streams (0: the local transport), or with `fit` as many
+  // of them as max_streams leaves (at least one). kResourceExhausted names
+  // the limit it would pass and its value. Never blocks.
+  Result<std::unique_ptr<Ticket>> admit(const Options& options, const std::string& peer_host, int streams,
+                                        bool fit = false);
 
  private:
   const std::shared_ptr<State> state_;

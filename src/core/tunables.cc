@@ -217,7 +217,8 @@ const std::vector<Tunable>& tunables() {
           "path_policy", "FERRY_PATH_POLICY",
           "adaptive (when the paths' workers outnumber the cores: paths by CPU headroom and measured gain) or all",
           &Options::path_policy, &parse_path_policy),
-      size_tunable("streams", "FERRY_STREAMS", "count", "data streams (paths) per NIC pair", &Options::streams),
+      size_tunable("streams", "FERRY_STREAMS", "count", "data streams (paths) per NIC pair; 0: auto (half the CPUs, 2..16, in all)",
+                   &Options::streams),
       size_tunable("chunk_bytes", "FERRY_CHUNK", "bytes",
                    "bulk transfers travel in chunks of this size (K/M/G suffixes)", &Options::chunk_bytes),
       size_tunable("window", "FERRY_WINDOW", "chunks",
@@ -358,9 +359,13 @@ std::vector<std::string> unknown_environment() {
   return unknown;
 }
 
+int auto_streams(int cpus) { return std::clamp(cpus / 2, 2, 16); }
+
 Status validate(const Options& o) {
   auto bad = [](const std::string& what) { return Status(Code::kInvalidArgument, "options: " + what); };
-  if (o.streams < 1 || o.streams > 64) return bad("streams must be in 1..64, got " + std::to_string(o.streams));
+  if (o.streams < 0 || o.streams > 64) {
+    return bad("streams must be in 0..64 (0: auto), got " + std::to_string(o.streams));
+  }
   if (o.chunk_bytes < 4096 || o.chunk_bytes > (256u << 20)) {
     return bad("chunk_bytes must be in 4 KiB..256 MiB, got " + std::to_string(o.chunk_bytes));
   }

@@ -219,7 +219,7 @@ TEST(Options, ValuesTooLargeForTheFieldAreRejected) {
 // message names the field.
 TEST(Options, EnvironmentIsValidated) {
   for (const auto& [name, value, field] :
-       {std::tuple{"FERRY_STREAMS", "0", "streams"}, std::tuple{"FERRY_CHUNK", "100", "chunk_bytes"},
+       {std::tuple{"FERRY_STREAMS", "65", "streams"}, std::tuple{"FERRY_CHUNK", "100", "chunk_bytes"},
         std::tuple{"FERRY_TRANSPORT", "udp", "transport"}, std::tuple{"FERRY_HEARTBEAT_MS", "6000", "peer_timeout"}}) {
     EnvGuard env;
     env.set(name, value);
@@ -238,7 +238,7 @@ TEST(Options, ValidateRejectsOutOfRangeFields) {
     EXPECT_NE(s.message().find(field), std::string::npos) << s.message();
   };
   Options o;
-  o.streams = 0;
+  o.streams = -1;
   expect_bad(o, "streams");
   o = Options{};
   o.streams = 65;
@@ -289,6 +289,8 @@ TEST(Options, ValidateRejectsOutOfRangeFields) {
 
   // The edges that are allowed.
   o = Options{};
+  EXPECT_EQ(o.streams, kAutoStreams) << "the default lets the engine choose";
+  EXPECT_TRUE(validate(o).ok());
   o.streams = 1;
   o.chunk_bytes = 4096;
   o.window = 1;
@@ -409,7 +411,7 @@ TEST(Options, DescribeTunablesListsEveryVariableOnce) {
   EXPECT_EQ(m["FERRY_AUTH_TOKEN"], "(set)");
   for (const auto& t : list) {
     if (t.env == "FERRY_STREAMS") {
-      EXPECT_EQ(t.default_value, "2");
+      EXPECT_EQ(t.default_value, "0");
     }
     if (t.env == "FERRY_CHUNK") {
       EXPECT_EQ(t.default_value, "524288");
@@ -440,6 +442,15 @@ TEST(Options, UnknownFerryVariablesAreListed) {
   ::unsetenv("FERRY_TEST_SOMETHING");
   EXPECT_EQ(unknown, (std::vector<std::string>{"FERRY_STREAMZ", "FERRY_ZZZ_TYPO"}));
   EXPECT_TRUE(unknown_environment().empty());
+}
+
+TEST(Options, AutoStreamsAreHalfTheCpusFromTwoToSixteen) {
+  EXPECT_EQ(auto_streams(1), 2);
+  EXPECT_EQ(auto_streams(2), 2);
+  EXPECT_EQ(auto_streams(5), 2);
+  EXPECT_EQ(auto_streams(6), 3);
+  EXPECT_EQ(auto_streams(32), 16);
+  EXPECT_EQ(auto_streams(192), 16);
 }
 
 }  // namespace

@@ -62,12 +62,33 @@ TEST(PathPlan, NoSharedSubnetFallsBackToRouting) {
   EXPECT_TRUE((*plan)[0].local_ip.empty()) << "must not bind to a NIC that cannot reach the peer directly";
 }
 
+TEST(PathPlan, AutoDealsItsTotalOverThePairsAndGivesEachPairOne) {
+  std::vector<platform::Interface> mine = {nic("fa0", "10.77.0.1"), nic("fa1", "10.77.1.1"), nic("fa2", "10.77.2.1")};
+  std::vector<std::string> theirs = {"10.77.0.2:7000", "10.77.1.2:7000", "10.77.2.2:7000"};
+  // 7 in all over three pairs: 3, 2, 2, in round-robin order.
+  auto plan = plan_paths(mine, theirs, hp("10.77.0.2:7000"), kAutoStreams, 7);
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  ASSERT_EQ(plan->size(), 7u);
+  for (size_t i = 0; i < plan->size(); ++i) EXPECT_EQ((*plan)[i].nic, "fa" + std::to_string(i % 3)) << i;
+  // Fewer than the pairs: every pair still gets one.
+  plan = plan_paths(mine, theirs, hp("10.77.0.2:7000"), kAutoStreams, 2);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->size(), 3u);
+  // One pair: the whole total on it.
+  plan = plan_paths({}, {}, hp("127.0.0.1:9"), kAutoStreams, 16);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->size(), 16u);
+}
+
 TEST(PathPlan, TotalIsCappedAndMalformedAddressesAreErrors) {
   std::vector<std::string> many;
   for (int i = 0; i < 40; ++i) many.push_back("10.1." + std::to_string(i) + ".2:1");
   auto plan = plan_paths({}, many, hp("10.1.0.2:1"), 4);
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(static_cast<int>(plan->size()), kMaxPaths);
+  plan = plan_paths({}, many, hp("10.1.0.2:1"), kAutoStreams, 16);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->size(), 40u) << "one a pair, past the automatic total";
   EXPECT_EQ(plan_paths({}, {"not-an-address"}, hp("10.1.0.2:1"), 1).status().code(), Code::kInvalidArgument);
 }
 

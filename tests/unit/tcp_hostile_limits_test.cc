@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <random>
 
 #include "hostile_peer.h"
 #include "platform/thread.h"
@@ -41,6 +42,59 @@ TEST(TcpHostileLimits, AskingForMoreStreamsThanTheEngineHoldsIsRefused) {
   // A connection that ends gives its streams back.
   three.hang_up();
   EXPECT_TRUE(eventually([&] { return Peer().dial(engine->address(), 3).ok(); }, after(5s)));
+}
+
+// The engine's own side of max_streams: a connection with an automatic
+// stream count takes what is left (at least one), a chosen count is all or
+// nothing. Each target admits no more streams than the dialer should open.
+TEST(TcpHostileLimits, AnAutomaticStreamCountTakesWhatMaxStreamsLeaves) {
+  Options mine = Target::options();
+  mine.max_streams = 3;
+  ASSERT_EQ(mine.streams, kAutoStreams);
+  auto dialer = Engine::create(mine).value();
+  auto target = [](int max_streams) {
+    Options o = Target::options();
+    o.max_streams = max_streams;
+    return Engine::create(o).value();
+  };
+  const int first = std::min(auto_streams(platform::usable_cpu_count()), 3);
+  auto t1 = target(first);
+  auto c1 = dialer->connect(t1->address(), after(5s));
+  ASSERT_TRUE(c1.ok()) << c1.status().to_string();
+  // Bytes still travel over the streams it got.
+  auto in = t1->accept(after(5s));
+  ASSERT_TRUE(in.ok()) << in.status().to_string();
+  std::vector<char> a((3 << 20) + 13), b(a.size() + 1, 0);
+  std::mt19937 rng(std::random_device{}());
+  for (char& c : a) c = static_cast<char>(rng());
+  ASSERT_TRUE(dialer->reg(a.data(), a.size()).ok());
+  ASSERT_TRUE(t1->reg(b.data(), b.size()).ok());
+  Transfer r = (*in)->recv_async(b.data(), b.size());
+  Status sent = (*c1)->send_async(a.data(), a.size()).wait(after(10s));
+  ASSERT_TRUE(sent.ok()) << sent.to_string();
+  Status got = r.wait(after(10s));
+  ASSERT_TRUE(got.ok()) << got.to_string();
+  EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin()));
+  std::vector<std::unique_ptr<Engine>> targets;
+  if (first < 3) {
+    targets.push_back(target(3 - first));
+    auto c2 = dialer->connect(targets.back()->address(), after(5s));
+    ASSERT_TRUE(c2.ok()) << c2.status().to_string();
+  }
+  targets.push_back(target(64));
+  auto refused = dialer->connect(targets.back()->address(), after(5s));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Code::kResourceExhausted) << refused.status().to_string();
+  EXPECT_NE(refused.status().message().find("max_streams"), std::string::npos) << refused.status().to_string();
+
+  // A chosen count is not cut down.
+  mine.streams = 2;
+  auto chosen = Engine::create(mine).value();
+  auto t3 = target(64);
+  ASSERT_TRUE(chosen->connect(t3->address(), after(5s)).ok());
+  auto second = chosen->connect(t3->address(), after(5s));
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("max_streams"), std::string::npos) << second.status().to_string();
 }
 
 TEST(TcpHostileLimits, ConnectionsPastMaxConnectionsAreRefusedUntilOneEnds) {

@@ -40,6 +40,7 @@
 #include "ferry/bench_sizes.h"
 #include "ferry/commands.h"
 #include "ferry/ferry.h"
+#include "platform/thread.h"
 
 extern char** environ;
 
@@ -281,7 +282,10 @@ int usage_error(const std::string& what) {
 // chunks and window mean nothing to the same-host transport).
 std::string transport_note(const std::string& transport, const Options& o) {
   if (transport != "tcp") return "";
-  return " (" + std::to_string(o.streams) + " streams, chunk " + format_bytes(o.chunk_bytes) + ", window " +
+  std::string streams = o.streams == kAutoStreams
+                            ? "auto: " + std::to_string(auto_streams(platform::usable_cpu_count())) + " streams in all"
+                            : std::to_string(o.streams) + " streams";
+  return " (" + streams + ", chunk " + format_bytes(o.chunk_bytes) + ", window " +
          std::to_string(o.window) + ")";
 }
 
@@ -689,7 +693,7 @@ void add_bench_command(CLI::App& app) {
                 "timing loop that enqueues its iterations on a stream, like nccl-tests)")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  b->add_option("--streams", f->streams, "TCP: data streams per connection (default: FERRY_STREAMS or 2)")
+  b->add_option("--streams", f->streams, "TCP: data streams per NIC pair (default: FERRY_STREAMS, else auto: half the CPUs, 2..16, in all)")
       ->check(CLI::Range(1, 64));
   b->add_option("--chunk", f->chunk, "TCP: chunk size, e.g. 512K");
   b->add_option("--window", f->window, "TCP: chunks in flight per stream")->check(CLI::Range(1, 4096));

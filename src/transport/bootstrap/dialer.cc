@@ -5,6 +5,7 @@
 
 #include "core/log.h"
 #include "platform/crypto.h"
+#include "platform/thread.h"
 #include "transport/local/local_handshake.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/bootstrap/handshake_io.h"
@@ -64,12 +65,16 @@ Result<Dialed> dial_once(const std::shared_ptr<core::EngineContext>& ctx, const 
   }
   std::vector<PathEnd> ends;
   if (!local) {
-    auto plan = plan_paths(ctx->nics, welcome->addresses, to, o.streams);
+    auto plan = plan_paths(ctx->nics, welcome->addresses, to, o.streams, auto_streams(platform::usable_cpu_count()));
     if (!plan.ok()) return context(plan.status().with_context("peer's advertised addresses"));
     ends = std::move(plan).value();
   }
-  auto ticket = ctx->admission.admit(o, core::host_of(platform::peer_name(fd)), static_cast<int>(ends.size()));
+  // A chosen count is what the application asked for: all of it or a
+  // refusal. An automatic one takes what max_streams leaves.
+  const bool fit = o.streams == kAutoStreams;
+  auto ticket = ctx->admission.admit(o, core::host_of(platform::peer_name(fd)), static_cast<int>(ends.size()), fit);
   if (!ticket.ok()) return context(ticket.status());
+  if (!local) ends.resize(static_cast<size_t>((*ticket)->streams()));
   wire::Auth auth;
   auth.streams = static_cast<uint32_t>(ends.size());
   if (welcome->auth_required) {

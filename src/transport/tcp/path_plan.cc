@@ -7,7 +7,8 @@ namespace ferry::tcp {
 
 Result<std::vector<PathEnd>> plan_paths(const std::vector<platform::Interface>& local_nics,
                                         const std::vector<std::string>& peer_addresses,
-                                        const platform::HostPort& dialed, int streams_per_pair) {
+                                        const platform::HostPort& dialed, int streams_per_pair,
+                                        int auto_total) {
   std::vector<platform::HostPort> remotes;
   for (const std::string& a : peer_addresses) {
     FERRY_ASSIGN_OR_RETURN(platform::HostPort hp, platform::parse_host_port(a));
@@ -29,14 +30,12 @@ Result<std::vector<PathEnd>> plan_paths(const std::vector<platform::Interface>& 
   if (pairs.empty()) {
     for (const platform::HostPort& r : remotes) pairs.push_back(PathEnd{"", "", r});
   }
+  const int pair_count = static_cast<int>(pairs.size());
+  int total = streams_per_pair == kAutoStreams ? std::max(auto_total, pair_count)
+                                               : std::max(1, streams_per_pair) * pair_count;
+  total = std::min(total, kMaxPaths);
   std::vector<PathEnd> out;
-  int per = std::max(1, streams_per_pair);
-  for (int s = 0; s < per; ++s) {
-    for (const PathEnd& p : pairs) {
-      if (static_cast<int>(out.size()) == kMaxPaths) return out;
-      out.push_back(p);
-    }
-  }
+  for (int i = 0; i < total; ++i) out.push_back(pairs[static_cast<size_t>(i % pair_count)]);
   return out;
 }
 

@@ -5,12 +5,15 @@
 // reach each other directly). Without named local NICs, or when no pair
 // shares a subnet, every peer address gets streams and the kernel's routing
 // picks the way. Each pair gets `streams_per_pair` streams, in round-robin
-// order across pairs so that a capped total still covers every pair.
+// order across pairs so that a capped total still covers every pair; with
+// streams_per_pair = kAutoStreams the connection's total is `auto_total`
+// instead (at least one a pair).
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "ferry/options.h"
 #include "ferry/status.h"
 #include "platform/interfaces.h"
 #include "platform/socket.h"
@@ -29,6 +32,7 @@ inline constexpr int kMaxPaths = 64;
 // peer advertises nothing. kInvalidArgument if an advertised address is malformed.
 Result<std::vector<PathEnd>> plan_paths(const std::vector<platform::Interface>& local_nics,
                                         const std::vector<std::string>& peer_addresses,
-                                        const platform::HostPort& dialed, int streams_per_pair);
+                                        const platform::HostPort& dialed, int streams_per_pair,
+                                        int auto_total = 2);
 
 }  // namespace ferry::tcp
