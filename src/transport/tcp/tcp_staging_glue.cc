@@ -1,6 +1,7 @@
 // TcpTransport's glue to the staging copies: which pieces of a transfer
 // are GPU memory that cannot meet a socket directly, the copiers for the
 // path workers and for the control stream's small payloads.
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
@@ -43,7 +44,38 @@ uint64_t TcpTransport::chunk_for(const core::SegmentList& list, uint64_t paths) 
 Status TcpTransport::exchange(std::span<const Piece> pieces, uint8_t* buffer, bool to_buffer) {
   platform::MutexLock lock(control_copy_mu_);
   if (!control_copier_) control_copier_ = new_control_copier();
-  bool copied = false;
+  Copier& copier = *control_copier_;
+  if (!control_bounce_) {
+    const size_t bytes = std::clamp<size_t>(ctx_->options.inline_max, 4096, kMaxControlBounce);
+    control_bounce_ = std::make_unique<StagingRing>(copier, bytes, 1);
+  }
+  StagingRing& bounce = *control_bounce_;
+  // GPU bytes go between `buffer` (pageable) and the device through the
+  // pinned bounce: copies to or from pageable memory make the driver stage
+  // them through its own buffers, synchronously, which cost a 4 KiB GPU send
+  // more than its socket did. A payload larger than the bounce takes turns.
+  StagingRing::Slot* slot = nullptr;
+  size_t filled = 0;
+  struct Out {
+    uint8_t* to;
+    size_t from;  // offset in the bounce
+    size_t n;
+  };
+  std::vector<Out> outs;  // to_buffer: bytes to take from the bounce once its copies end
+  auto turn = [&]() -> Status {
+    if (slot == nullptr) return Status();
+    auto t = copier.fence();
+    Status s = t.ok() ? copier.wait(t.value()) : t.status();
+    if (!t.ok()) (void)copier.sync();  // the copies use the caller's region and the bounce
+    if (s.ok()) {
+      for (const Out& o : outs) std::memcpy(o.to, slot->data + o.from, o.n);
+    }
+    outs.clear();
+    filled = 0;
+    bounce.release(slot);
+    slot = nullptr;
+    return s;
+  };
   for (const Piece& p : pieces) {
     uint8_t* mine = buffer;
     buffer += p.size;
@@ -51,21 +83,34 @@ Status TcpTransport::exchange(std::span<const Piece> pieces, uint8_t* buffer, bo
       std::memcpy(to_buffer ? mine : p.data, to_buffer ? p.data : mine, p.size);
       continue;
     }
-    Status s = control_copier_->copy(p.device, to_buffer ? mine : p.data, to_buffer ? p.data : mine, p.size);
-    if (!s.ok()) {
-      // The pieces queued before this one use the caller's region and buffer.
-      if (copied) control_copier_->wait_all();
-      return s;
+    for (size_t off = 0; off < p.size;) {
+      if (slot == nullptr) {
+        auto acquired = bounce.acquire(p.device);
+        if (!acquired.ok()) return acquired.status();
+        slot = acquired.value();
+      }
+      const size_t n = std::min(bounce.slot_bytes() - filled, p.size - off);
+      uint8_t* b = slot->data + filled;
+      Status s;
+      if (to_buffer) {
+        s = copier.copy(p.device, b, p.data + off, n);
+        outs.push_back({mine + off, filled, n});
+      } else {
+        std::memcpy(b, mine + off, n);
+        s = copier.copy(p.device, p.data + off, b, n);
+      }
+      if (!s.ok()) {
+        // The copies queued before this one use the caller's region and the bounce.
+        copier.wait_all();
+        bounce.release(slot);
+        return s;
+      }
+      filled += n;
+      off += n;
+      if (filled == bounce.slot_bytes()) FERRY_RETURN_IF_ERROR(turn());
     }
-    copied = true;
   }
-  if (!copied) return Status();
-  auto t = control_copier_->fence();
-  if (!t.ok()) {
-    (void)control_copier_->sync();  // the copies use the caller's region and buffer
-    return t.status();
-  }
-  return control_copier_->wait(t.value());
+  return turn();
 }
 
 Status TcpTransport::copy_in(const core::SegmentList& dest, const uint8_t* src, uint64_t size) {

@@ -321,8 +321,9 @@ class TcpTransport final : public transport::Transport {
   // A copier for staging through pinned slots: the test hooks' if set, else
   // CUDA's with the copy kernel.
   std::unique_ptr<Copier> new_copier() const;
-  // The copier of exchange(), whose buffers are ordinary (pageable) memory:
-  // the copy engines only, since the kernel can reach pinned memory alone.
+  // The copier of exchange(), which may be handed ordinary (pageable)
+  // memory: the copy engines only, since the kernel can reach pinned memory
+  // alone.
   std::unique_ptr<Copier> new_control_copier() const;
   // Copies every piece to (`to_buffer`) or from `buffer`, which holds their
   // bytes back to back, and waits: the control stream's GPU payloads.
@@ -424,6 +425,10 @@ class TcpTransport final : public transport::Transport {
   std::vector<RxScratch> rx_scratch_;
   platform::Mutex control_copy_mu_;                                        // serialises the control copier
   std::unique_ptr<Copier> control_copier_ GUARDED_BY(control_copy_mu_);  // made on first use
+  // exchange()'s pinned bounce (inline_max bytes, at most kMaxControlBounce),
+  // allocated on first use; declared after the copier that frees it.
+  static constexpr size_t kMaxControlBounce = 1 << 20;
+  std::unique_ptr<StagingRing> control_bounce_ GUARDED_BY(control_copy_mu_);
 
   const std::shared_ptr<Held> held_;
 };
