@@ -52,7 +52,7 @@ grep -Eq '^streams +FERRY_STREAMS +[0-9]+ +[0-9]+ +default ' "$work/config.txt" 
 
 # The header names the transport first; TCP's knobs only for TCP.
 FERRY_TRANSPORT=tcp run tcp --sizes 4K --iters 5 >/dev/null
-grep -q "over the tcp transport ([0-9]* streams, chunk" "$work/tcp.err" || { cat "$work/tcp.err" >&2; fail "tcp header"; }
+grep -Eq "over the tcp transport \((auto: )?[0-9]+ streams( in all)?, chunk" "$work/tcp.err" || { cat "$work/tcp.err" >&2; fail "tcp header"; }
 FERRY_TRANSPORT=local run local --sizes 4K --iters 5 >/dev/null
 grep -q "over the local transport, " "$work/local.err" || { cat "$work/local.err" >&2; fail "local header"; }
 grep -q "streams" "$work/local.err" && fail "local header names TCP's streams"

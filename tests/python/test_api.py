@@ -119,9 +119,10 @@ def test_engine_options_and_environment(monkeypatch):
         ferry.Engine()
     monkeypatch.delenv("FERRY_STREAMS")
     with pytest.raises(ferry.InvalidArgument, match="streams"):
-        ferry.validate(ferry.make_options(streams=0))
+        ferry.validate(ferry.make_options(streams=-1))
     with pytest.raises(ferry.InvalidArgument):
-        ferry.Engine(streams=0)
+        ferry.Engine(streams=65)
+    assert ferry.Options().streams == 0  # automatic
     with pytest.raises(ferry.InvalidArgument):
         ferry.Engine(listen="no port here")
     names = {t["name"] for t in ferry.describe_tunables(ferry.Options())}
