@@ -13,12 +13,19 @@
 //           copies' share of memory and PCIe without their place in the
 //           pipeline
 //
+//   resident the same copies by a kernel of one block per end that stays
+//           resident and polls a doorbell in pinned host memory: no launch,
+//           no event and no other driver call per chunk
+//
 // If engine/kernel fall short of plain but apart does not, the pipeline's
 // ordering is what costs (fixable in the engine); if apart falls as far, the
-// host's memory or PCIe is (no staging order helps).
+// host's memory or PCIe is (no staging order helps); if resident keeps what
+// kernel loses, the per-chunk driver calls are what cost.
 //
 //   nvcc -O2 -arch=sm_90 -std=c++17 -o staged_blast bench/gpu/staged_blast.cu
-//   ./staged_blast STREAMS SECONDS MODE...      prints "MODE STREAMS GB/s" a mode
+//   [CHUNK=bytes] [SEND_GPU=n] [RECV_GPU=n] ./staged_blast STREAMS SECONDS MODE...
+// prints "MODE STREAMS CHUNK GB/s" a mode. CHUNK (default 1 MiB) is a slot's
+// size: small slots stay in the CPU's caches, as iperf3's buffer does.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -26,6 +33,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cuda/atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -34,7 +42,8 @@
 #include <vector>
 
 using Clock = std::chrono::steady_clock;
-constexpr size_t kChunk = 1 << 20;
+size_t kChunk = 1 << 20;
+int g_send_gpu = 0, g_recv_gpu = 0;
 
 #define CK(x)                                                                                 \
   do {                                                                                        \
@@ -50,7 +59,52 @@ __global__ void copy16(uint4* __restrict__ dst, const uint4* __restrict__ src, s
     dst[i] = src[i];
 }
 
-enum class Mode { kPlain, kEngine, kKernel, kApart };
+enum class Mode { kPlain, kEngine, kKernel, kApart, kResident };
+
+// The resident mode's doorbell in mapped pinned host memory: the host writes
+// a request's addresses, then its number; the kernel copies and writes the
+// number back to `done`. kExit in `seq` ends the kernel.
+struct Doorbell {
+  uint64_t seq;
+  uint64_t dst, src;
+  uint64_t pad[5];
+  uint64_t done;
+};
+constexpr uint64_t kExit = ~0ull;
+
+__global__ void resident(Doorbell* bell, size_t n16) {
+  __shared__ uint64_t seq, dst, src;
+  cuda::atomic_ref<uint64_t, cuda::thread_scope_system> req(bell->seq);
+  cuda::atomic_ref<uint64_t, cuda::thread_scope_system> done(bell->done);
+  uint64_t last = 0;
+  for (;;) {
+    if (threadIdx.x == 0) {
+      uint64_t s;
+      // Polling is the point: the kernel trades one SM for the launches it saves.
+      while ((s = req.load(cuda::memory_order_acquire)) == last) {
+      }
+      seq = s;
+      dst = bell->dst;
+      src = bell->src;
+    }
+    __syncthreads();
+    if (seq == kExit) return;
+    uint4* __restrict__ d = reinterpret_cast<uint4*>(dst);
+    const uint4* __restrict__ from = reinterpret_cast<const uint4*>(src);
+    // Four loads in flight a thread: reads of pinned host memory cross PCIe.
+    size_t i = threadIdx.x;
+    for (; i + 3 * blockDim.x < n16; i += 4 * blockDim.x) {
+      uint4 a = __ldcv(from + i), b = __ldcv(from + i + blockDim.x), c = __ldcv(from + i + 2 * blockDim.x),
+            e = __ldcv(from + i + 3 * blockDim.x);
+      d[i] = a, d[i + blockDim.x] = b, d[i + 2 * blockDim.x] = c, d[i + 3 * blockDim.x] = e;
+    }
+    for (; i < n16; i += blockDim.x) d[i] = __ldcv(from + i);
+    __threadfence_system();
+    __syncthreads();
+    if (threadIdx.x == 0) done.store(seq, cuda::memory_order_release);
+    last = seq;
+  }
+}
 
 void gpu_copy(Mode m, void* dst, const void* src, cudaStream_t s) {
   if (m == Mode::kKernel) {
@@ -86,8 +140,10 @@ struct End {
   char* dev;
   cudaStream_t stream;
   cudaEvent_t ev[2];
-  End() {
-    CK(cudaSetDevice(0));
+  Doorbell* bell = nullptr;
+  uint64_t posted = 0;
+  explicit End(int device, bool resident_kernel) {
+    CK(cudaSetDevice(device));
     for (int i = 0; i < 2; ++i) {
       CK(cudaHostAlloc(reinterpret_cast<void**>(&slot[i]), kChunk, cudaHostAllocPortable));
       CK(cudaHostAlloc(reinterpret_cast<void**>(&side[i]), kChunk, cudaHostAllocPortable));
@@ -97,6 +153,31 @@ struct End {
     CK(cudaMalloc(&dev, 2 * kChunk));
     CK(cudaMemset(dev, 7, 2 * kChunk));
     CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    if (resident_kernel) {
+      CK(cudaHostAlloc(reinterpret_cast<void**>(&bell), sizeof(Doorbell), cudaHostAllocPortable | cudaHostAllocMapped));
+      std::memset(bell, 0, sizeof(Doorbell));
+      resident<<<1, 1024, 0, stream>>>(bell, kChunk / 16);
+      CK(cudaGetLastError());
+    }
+  }
+  void ring(uint64_t seq) {
+    cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(bell->seq).store(seq, cuda::memory_order_release);
+  }
+  // Resident mode: copy request number posted+1.
+  void post(void* dst, const void* src) {
+    bell->dst = reinterpret_cast<uint64_t>(dst);
+    bell->src = reinterpret_cast<uint64_t>(src);
+    ring(++posted);
+  }
+  void await(uint64_t seq) {
+    // Spinning is what the mode measures: no driver call per chunk.
+    while (cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(bell->done).load(cuda::memory_order_acquire) < seq) {
+      __builtin_ia32_pause();  // leaves the core's sibling thread its share
+    }
+  }
+  void finish() {
+    if (bell != nullptr) ring(kExit);
+    CK(cudaStreamSynchronize(stream));
   }
   // Where chunk k's copy goes: its slot, or apart from the sockets.
   char* target(Mode m, uint64_t k) { return m == Mode::kApart ? side[k % 2] : slot[k % 2]; }
@@ -113,18 +194,24 @@ double run(Mode mode, int streams, double seconds) {
   std::atomic<bool> stop{false}, measuring{false};
   std::atomic<long long> counted{0};
   bool copies = mode != Mode::kPlain;
+  bool res = mode == Mode::kResident;
   std::vector<std::thread> ts;
   for (int i = 0; i < streams; ++i) {
     ts.emplace_back([&] {  // sender
-      End e;
+      End e(g_send_gpu, res);
       int s = ::socket(AF_INET, SOCK_STREAM, 0);
       if (::connect(s, reinterpret_cast<sockaddr*>(&at), sizeof(at)) != 0) std::_Exit(1);
-      if (copies) {
+      if (res) {
+        e.post(e.slot[0], e.dev);
+      } else if (copies) {
         gpu_copy(mode, e.target(mode, 0), e.dev, e.stream);
         CK(cudaEventRecord(e.ev[0], e.stream));
       }
       for (uint64_t k = 0; !stop.load(std::memory_order_relaxed); ++k) {
-        if (copies) {  // the next chunk's copy runs while this one is on the wire
+        if (res) {  // request k+1 copied chunk k; one doorbell, so post after it ends
+          e.await(k + 1);
+          e.post(e.slot[(k + 1) % 2], e.dev + ((k + 1) % 2) * kChunk);
+        } else if (copies) {  // the next chunk's copy runs while this one is on the wire
           gpu_copy(mode, e.target(mode, k + 1), e.dev + ((k + 1) % 2) * kChunk, e.stream);
           CK(cudaEventRecord(e.ev[(k + 1) % 2], e.stream));
           CK(cudaEventSynchronize(e.ev[k % 2]));
@@ -132,24 +219,31 @@ double run(Mode mode, int streams, double seconds) {
         if (!send_all(s, e.slot[k % 2], kChunk)) break;
       }
       ::shutdown(s, SHUT_WR);
-      CK(cudaStreamSynchronize(e.stream));
+      if (res) e.await(e.posted);
+      e.finish();
       ::close(s);
     });
   }
   for (int i = 0; i < streams; ++i) {
     int s = ::accept(ls, nullptr, nullptr);
     ts.emplace_back([&, s] {  // receiver
-      End e;
+      End e(g_recv_gpu, res);
       for (uint64_t k = 0;; ++k) {
-        if (copies && k >= 2) CK(cudaEventSynchronize(e.ev[k % 2]));  // the slot's last copy out ended
+        if (!res && copies && k >= 2) CK(cudaEventSynchronize(e.ev[k % 2]));  // the slot's last copy out ended
         if (!recv_all(s, e.slot[k % 2], kChunk)) break;
-        if (copies) {
+        if (res) {
+          // One doorbell: chunk k-1's copy ends before chunk k's is posted
+          // (and before its slot takes chunk k+1).
+          if (k >= 1) e.await(k);
+          e.post(e.dev + (k % 2) * kChunk, e.slot[k % 2]);
+        } else if (copies) {
           gpu_copy(mode, e.dev + (k % 2) * kChunk, e.target(mode, k), e.stream);
           CK(cudaEventRecord(e.ev[k % 2], e.stream));
         }
         if (measuring.load(std::memory_order_relaxed)) counted.fetch_add(kChunk, std::memory_order_relaxed);
       }
-      CK(cudaStreamSynchronize(e.stream));
+      if (res) e.await(e.posted);
+      e.finish();
       ::close(s);
     });
   }
@@ -167,9 +261,12 @@ double run(Mode mode, int streams, double seconds) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: staged_blast STREAMS SECONDS MODE...   (modes: plain engine kernel apart)\n");
+    std::fprintf(stderr, "usage: staged_blast STREAMS SECONDS MODE...   (modes: plain engine kernel apart resident)\n");
     return 2;
   }
+  if (const char* c = std::getenv("CHUNK")) kChunk = std::strtoull(c, nullptr, 0);
+  if (const char* g = std::getenv("SEND_GPU")) g_send_gpu = std::atoi(g);
+  if (const char* g = std::getenv("RECV_GPU")) g_recv_gpu = std::atoi(g);
   int streams = std::atoi(argv[1]);
   double seconds = std::atof(argv[2]);
   CK(cudaSetDevice(0));
@@ -180,8 +277,9 @@ int main(int argc, char** argv) {
                 : m == "engine" ? Mode::kEngine
                 : m == "kernel" ? Mode::kKernel
                 : m == "apart"  ? Mode::kApart
+                : m == "resident" ? Mode::kResident
                                 : (std::fprintf(stderr, "unknown mode %s\n", argv[i]), std::exit(2), Mode::kPlain);
-    std::printf("%s %d %.2f\n", argv[i], streams, run(mode, streams, seconds));
+    std::printf("%s %d %zu %.2f\n", argv[i], streams, kChunk, run(mode, streams, seconds));
     std::fflush(stdout);
   }
   return 0;

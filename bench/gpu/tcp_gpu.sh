@@ -22,7 +22,14 @@
 #          footprint of ferry's largest transfer),
 #        NCCL's socket transport, defaults and NSOCKS_PERTHREAD=4 SOCKET_NTHREADS=4,
 #        a small staging sweep (FERRY_STAGING_CHUNK x FERRY_STAGING_DEPTH) and
-#        the full mesh `ferry bench --gpus 0,1`;
+#        the full mesh `ferry bench --gpus 0,1`,
+#        ferry GPU0->GPU1 at its defaults (no --streams: the automatic count),
+#        small messages (4 KiB-1 MiB, one in flight): GPU memory against host
+#          memory on both ends, posting to completion (p50),
+#        the ceilings beneath the targets: the PCIe links between GPU and
+#          pinned host memory (pcie_ceiling.cu), and a staged stream without
+#          ferry (staged_blast.cu: sockets from pinned slots alone, and with
+#          the copies of a staged GPU0->GPU1 stream);
 #   4. prints a table last with the ratios the targets are stated in.
 # Run from the repository root on a bare GPU host: bash bench/gpu/tcp_gpu.sh
 # Results (raw outputs and the table) go to build-gpu/tcp_gpu/.
@@ -69,6 +76,10 @@ timeout 300 ninja -C build-gpu ferry_cli ferry_tcp_gpu_tests ferry_tcp_gpu_peer 
   { tail -30 "$OUT/build.log"; fail "build"; }
 timeout 60 g++ -O2 -std=c++17 -pthread bench/gpu/tcp_blast.cc -o build-gpu/tcp_blast || fail "build tcp_blast"
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+timeout 120 "$NVCC" -O2 -std=c++17 bench/gpu/pcie_ceiling.cu -o build-gpu/pcie_ceiling >>"$OUT/nvcc.log" 2>&1 ||
+  say "pcie_ceiling did not build (see $OUT/nvcc.log)"
+timeout 120 "$NVCC" -O2 -arch=sm_90 -std=c++17 bench/gpu/staged_blast.cu -o build-gpu/staged_blast >>"$OUT/nvcc.log" 2>&1 ||
+  say "staged_blast did not build (see $OUT/nvcc.log)"
 NCCL_DIR=$(python3 -c "import nvidia.nccl as n; print(list(n.__path__)[0])" 2>/dev/null || true)
 HAVE_NCCL=0
 if [[ -n "$NCCL_DIR" && -e "$NCCL_DIR/lib/libnccl.so.2" ]] &&
@@ -156,6 +167,37 @@ for part in "${PARTS[@]}"; do
     --iters "$2" --warmup 3 --streams 16 --json - 2>>"$OUT/ferry_engine.err" >>"$OUT/ferry_engine.jsonl" ||
     say "  ferry engine run failed (see $OUT/ferry_engine.err)"
 done
+
+say "ferry GPU0->GPU$PEER_GPU at its defaults (automatic streams)"
+: >"$OUT/ferry_auto.jsonl"
+for q in $INFLIGHTS; do
+  for part in "${PARTS[@]}"; do
+    set -- $part
+    timeout 90 $FERRY bench --local --op send --gpus 0 --peer-gpus $PEER_GPU --sizes "$1" --iters "$2" --warmup 3 \
+      --inflight "$q" --json - 2>>"$OUT/ferry_auto.err" | sed "s/^{/{\"inflight\":$q,/" >>"$OUT/ferry_auto.jsonl" ||
+      say "  ferry run at defaults failed (see $OUT/ferry_auto.err)"
+  done
+done
+say "small messages, one in flight: GPU memory and host memory on both ends"
+: >"$OUT/small.jsonl"
+for round in 1 2 3; do
+  for mem in "0 $PEER_GPU" "host host"; do
+    set -- $mem
+    timeout 60 $FERRY bench --local --op send --gpus "$1" --peer-gpus "$2" --sizes 4K,16K,64K,256K,1M --iters 300 \
+      --warmup 20 --json - 2>>"$OUT/small.err" | sed "s/^{/{\"memory\":\"$1\",\"round\":$round,/" >>"$OUT/small.jsonl" ||
+      say "  small-message run failed (see $OUT/small.err)"
+  done
+done
+say "ceilings: PCIe between GPU and pinned host memory; a staged stream without ferry"
+[[ -x build-gpu/pcie_ceiling ]] && timeout 60 build-gpu/pcie_ceiling 0 $PEER_GPU >"$OUT/pcie.txt" 2>&1
+: >"$OUT/staged_floor.txt"
+if [[ -x build-gpu/staged_blast ]]; then
+  for s in $STREAMS; do
+    for c in 262144 1048576; do
+      CHUNK=$c SEND_GPU=0 RECV_GPU=$PEER_GPU timeout 60 build-gpu/staged_blast "$s" 2 plain kernel >>"$OUT/staged_floor.txt" 2>&1
+    done
+  done
+fi
 
 nccl_run() {  # name, extra env...
   local name=$1
@@ -255,7 +297,7 @@ for line in open(os.path.join(out, "ferry_engine.jsonl")) if os.path.exists(os.p
 print()
 print("=== GPU memory over loopback TCP, two processes (GB/s) ===")
 print("GPU tests: " + os.environ["TESTS"])
-print("targets: gpu/nccl_best >= 3.0 (16M..1G); gpu/iperf3 >= 0.7; gpu/host >= 0.9")
+print("targets: gpu/nccl_best >= 5.0 (16M..1G); gpu/iperf3 >= 0.9 and gpu/hostcold >= 0.9, at every listed stream count")
 print("iperf3: as many parallel iperf3 processes (the target's anchor); tcp_str: the blaster as iperf3 runs (cached")
 print("buffers); tcp_mem: the blaster over memory-resident buffers (no target)")
 print("inflight: operations in flight (1: each waited for before the next; 2: posted ahead, as NCCL's timing loop enqueues)")
@@ -276,16 +318,43 @@ for q in inflights:
                 if v is not None: verdict.setdefault((q, k), []).append((v, s, b))
             label = f"{b >> 30}G" if b >= 1 << 30 else f"{b >> 20}M"
             print(f"{q:>4} {s:>7} {label:>6} {fmt(g):>7} {fmt(h):>7} {fmt(hc):>8} {fmt(ip):>7} {fmt(t):>7} {fmt(tm):>7} {fmt(n.get('default')):>8} {fmt(n.get('4x4')):>8} {fmt(rn):>8} {fmt(ri):>7} {fmt(rt):>7} {fmt(ratio(g, tm)):>7} {fmt(rh):>8} {fmt(ratio(g, hc)):>8}")
+            if hc is not None and g is not None: verdict.setdefault((q, "cold"), []).append((g / hc, s, b))
 print()
 for q in inflights:
-    for k, target, what in (("nccl", 3.0, "GPU->GPU vs best NCCL socket"),
-                            ("iperf3", 0.7, "GPU->GPU vs as many parallel iperf3 processes"),
-                            ("tcp", 0.7, "GPU->GPU vs as many blaster streams (cached buffers)"),
-                            ("host", 0.9, "GPU->GPU vs host->host, same paths")):
+    for k, target, what in (("nccl", 5.0, "GPU->GPU vs best NCCL socket"),
+                            ("iperf3", 0.9, "GPU->GPU vs as many parallel iperf3 processes"),
+                            ("cold", 0.9, "GPU->GPU vs host->host out of the caches (hostcold)"),
+                            ("host", 0.9, "GPU->GPU vs host->host, same paths (no target)")):
         rows = verdict.get((q, k))
         if not rows:
             print(f"{q} in flight, {what}: no data"); continue
-        best_s = max(streams, key=lambda s: min([v for v, ss, _ in rows if ss == s] or [0]))
-        worst = min(v for v, ss, _ in rows if ss == best_s)
-        print(f"{q} in flight, {what}: worst ratio over sizes at {best_s} streams = {worst:.2f} (target {target}) -> {'MET' if worst >= target else 'MISSED'}")
+        v, s, b = min(rows)
+        print(f"{q} in flight, {what}: worst {v:.2f} ({s} streams, {b >> 20} MiB; target {target}) -> {'MET' if v >= target else 'MISSED'}")
+print()
+print("=== at the defaults (no --streams), GPU->GPU GB/s, and against the best listed stream count ===")
+for line in open(os.path.join(out, "ferry_auto.jsonl")) if os.path.exists(os.path.join(out, "ferry_auto.jsonl")) else []:
+    try:
+        j = json.loads(line)
+    except ValueError:
+        continue
+    q, b, v = str(j["inflight"]), j["bytes"], j["aggregate_bytes_per_s"] / 1e9
+    best = max([gpu[(q, s, b)] for s in streams if (q, s, b) in gpu] or [0])
+    print(f"  {q} in flight {b >> 20:>5} MiB  {v:.2f}  best tuned {best:.2f}  ({fmt(ratio(v, best))}x, target 0.9)")
+print()
+print("=== small messages, p50 us posting to completion, GPU / host memory (target <= 1.2), three rounds ===")
+small = {}
+for line in open(os.path.join(out, "small.jsonl")) if os.path.exists(os.path.join(out, "small.jsonl")) else []:
+    try:
+        j = json.loads(line)
+        small.setdefault(j["bytes"], {}).setdefault(j["memory"] == "host", []).append(j["per_gpu_p50_us"][0])
+    except (ValueError, KeyError):
+        continue
+for b in sorted(small):
+    g, h = small[b].get(False, []), small[b].get(True, [])
+    rs = [x / y for x, y in zip(g, h)]
+    print(f"  {b >> 10:>5} KiB  gpu {' '.join(f'{x:.1f}' for x in g)}  host {' '.join(f'{x:.1f}' for x in h)}  ratio {' '.join(f'{x:.2f}' for x in rs)}")
+print()
+print("=== ceilings: PCIe with pinned host memory (GB/s); staged stream without ferry (MODE STREAMS SLOT GB/s) ===")
+for name in ("pcie.txt", "staged_floor.txt"):
+    for l in open(os.path.join(out, name)) if os.path.exists(os.path.join(out, name)) else []: print("  " + l.rstrip())
 PY
