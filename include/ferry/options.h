@@ -106,7 +106,7 @@ struct Options {
   // round-robin over the NIC pairs (at least one each), within what
   // max_streams leaves. Over loopback or fast NICs a stream is bound by the
   // CPU that copies its bytes, so more cores carry more streams: on the
-  // two-GPU hosts 2 streams moved 12 GB/s of GPU memory, 16 streams 38-47.
+  // two-H200 host 2 streams moved 7-9 GB/s of GPU memory, 16 streams 37-46.
   int streams = kAutoStreams;
   // Bulk transfers are cut into chunks of this many bytes.
   size_t chunk_bytes = 512 * 1024;
