@@ -12,13 +12,13 @@
 #include <cstdlib>
 #include <thread>
 
-#define CK(x)                                                                            \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
+#define CK(x)                                                                                 \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
       std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::_Exit(1);                                                                     \
-    }                                                                                    \
+      std::_Exit(1);                                                                          \
+    }                                                                                         \
   } while (0)
 
 constexpr size_t kBytes = 64 << 20;

@@ -33,10 +33,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <cuda/atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cuda/atomic>
 #include <string>
 #include <thread>
 #include <vector>
@@ -273,12 +273,12 @@ int main(int argc, char** argv) {
   CK(cudaFree(nullptr));
   for (int i = 3; i < argc; ++i) {
     std::string m = argv[i];
-    Mode mode = m == "plain"    ? Mode::kPlain
-                : m == "engine" ? Mode::kEngine
-                : m == "kernel" ? Mode::kKernel
-                : m == "apart"  ? Mode::kApart
+    Mode mode = m == "plain"      ? Mode::kPlain
+                : m == "engine"   ? Mode::kEngine
+                : m == "kernel"   ? Mode::kKernel
+                : m == "apart"    ? Mode::kApart
                 : m == "resident" ? Mode::kResident
-                                : (std::fprintf(stderr, "unknown mode %s\n", argv[i]), std::exit(2), Mode::kPlain);
+                                  : (std::fprintf(stderr, "unknown mode %s\n", argv[i]), std::exit(2), Mode::kPlain);
     std::printf("%s %d %zu %.2f\n", argv[i], streams, kChunk, run(mode, streams, seconds));
     std::fflush(stdout);
   }

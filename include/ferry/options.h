@@ -221,7 +221,7 @@ Result<Options> apply_environment(Options base);
 Status validate(const Options& options);
 
 // The data streams a connection of an engine with streams = kAutoStreams
-// opens in all when it dials from a process that may run on `cpus` CPUs:
+// opens in all when it dials from a thread that may run on `cpus` CPUs:
 // half of them (a stream's two threads an end), 2 to 16.
 int auto_streams(int cpus);
 

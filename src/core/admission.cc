@@ -29,8 +29,8 @@ void Admission::Ticket::release() {
   });
 }
 
-Result<std::unique_ptr<Admission::Ticket>> Admission::admit(const Options& o, const std::string& peer_host,
-                                                            int streams, bool fit) {
+Result<std::unique_ptr<Admission::Ticket>> Admission::admit(const Options& o, const std::string& peer_host, int streams,
+                                                            bool fit) {
   State& n = *state_;
   platform::MutexLock lock(n.mu);
   auto refuse = [&](const std::string& why) { return Status(Code::kResourceExhausted, why); };

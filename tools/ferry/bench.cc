@@ -285,8 +285,7 @@ std::string transport_note(const std::string& transport, const Options& o) {
   std::string streams = o.streams == kAutoStreams
                             ? "auto: " + std::to_string(auto_streams(platform::usable_cpu_count())) + " streams in all"
                             : std::to_string(o.streams) + " streams";
-  return " (" + streams + ", chunk " + format_bytes(o.chunk_bytes) + ", window " +
-         std::to_string(o.window) + ")";
+  return " (" + streams + ", chunk " + format_bytes(o.chunk_bytes) + ", window " + std::to_string(o.window) + ")";
 }
 
 // SIGINT while it lives: the first sets flag(), the second ends the process
@@ -693,7 +692,8 @@ void add_bench_command(CLI::App& app) {
                 "timing loop that enqueues its iterations on a stream, like nccl-tests)")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  b->add_option("--streams", f->streams, "TCP: data streams per NIC pair (default: FERRY_STREAMS, else auto: half the CPUs, 2..16, in all)")
+  b->add_option("--streams", f->streams,
+                "TCP: data streams per NIC pair (default: FERRY_STREAMS, else auto: half the CPUs, 2..16, in all)")
       ->check(CLI::Range(1, 64));
   b->add_option("--chunk", f->chunk, "TCP: chunk size, e.g. 512K");
   b->add_option("--window", f->window, "TCP: chunks in flight per stream")->check(CLI::Range(1, 4096));

@@ -6,10 +6,10 @@
 #include "core/log.h"
 #include "platform/crypto.h"
 #include "platform/thread.h"
-#include "transport/local/local_handshake.h"
-#include "transport/tcp/tcp_transport.h"
 #include "transport/bootstrap/handshake_io.h"
+#include "transport/local/local_handshake.h"
 #include "transport/tcp/path_plan.h"
+#include "transport/tcp/tcp_transport.h"
 #include "wire/handshake.h"
 
 namespace ferry::bootstrap {

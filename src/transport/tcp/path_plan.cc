@@ -7,8 +7,7 @@ namespace ferry::tcp {
 
 Result<std::vector<PathEnd>> plan_paths(const std::vector<platform::Interface>& local_nics,
                                         const std::vector<std::string>& peer_addresses,
-                                        const platform::HostPort& dialed, int streams_per_pair,
-                                        int auto_total) {
+                                        const platform::HostPort& dialed, int streams_per_pair, int auto_total) {
   std::vector<platform::HostPort> remotes;
   for (const std::string& a : peer_addresses) {
     FERRY_ASSIGN_OR_RETURN(platform::HostPort hp, platform::parse_host_port(a));
@@ -31,8 +30,8 @@ Result<std::vector<PathEnd>> plan_paths(const std::vector<platform::Interface>& 
     for (const platform::HostPort& r : remotes) pairs.push_back(PathEnd{"", "", r});
   }
   const int pair_count = static_cast<int>(pairs.size());
-  int total = streams_per_pair == kAutoStreams ? std::max(auto_total, pair_count)
-                                               : std::max(1, streams_per_pair) * pair_count;
+  int total =
+      streams_per_pair == kAutoStreams ? std::max(auto_total, pair_count) : std::max(1, streams_per_pair) * pair_count;
   total = std::min(total, kMaxPaths);
   std::vector<PathEnd> out;
   for (int i = 0; i < total; ++i) out.push_back(pairs[static_cast<size_t>(i % pair_count)]);

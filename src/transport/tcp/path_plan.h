@@ -32,7 +32,6 @@ inline constexpr int kMaxPaths = 64;
 // peer advertises nothing. kInvalidArgument if an advertised address is malformed.
 Result<std::vector<PathEnd>> plan_paths(const std::vector<platform::Interface>& local_nics,
                                         const std::vector<std::string>& peer_addresses,
-                                        const platform::HostPort& dialed, int streams_per_pair,
-                                        int auto_total = 2);
+                                        const platform::HostPort& dialed, int streams_per_pair, int auto_total = 2);
 
 }  // namespace ferry::tcp
