@@ -12,14 +12,7 @@
 #include <cstdlib>
 #include <thread>
 
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::_Exit(1);                                                                          \
-    }                                                                                         \
-  } while (0)
+#include "cuda_check.cuh"
 
 constexpr size_t kBytes = 64 << 20;
 constexpr int kReps = 30;

@@ -41,18 +41,12 @@
 #include <thread>
 #include <vector>
 
+#include "cuda_check.cuh"
+
 using Clock = std::chrono::steady_clock;
 size_t kChunk = 1 << 20;
 int g_send_gpu = 0, g_recv_gpu = 0;
 
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::_Exit(1);                                                                          \
-    }                                                                                         \
-  } while (0)
 
 __global__ void copy16(uint4* __restrict__ dst, const uint4* __restrict__ src, size_t n16) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n16; i += size_t(gridDim.x) * blockDim.x)
