@@ -392,5 +392,64 @@ TEST(StagedTcpFailure, ASendWhoseCopyCannotBeFencedFailsOnlyOnceTheCopyEnded) {
   set_staging_hooks_for_tests({});
 }
 
+// Copies as the host copier makes them, but no staging memory can be had.
+class AllocRefusingCopier final : public Copier {
+ public:
+  explicit AllocRefusingCopier(std::unique_ptr<Copier> inner) : inner_(std::move(inner)) {}
+  Result<void*> alloc_host(int, size_t) override {
+    return Status(Code::kResourceExhausted, "pinned memory refused by the test");
+  }
+  void free_host(void* p, size_t bytes) override { inner_->free_host(p, bytes); }
+  Status copy(int device, void* dst, const void* src, size_t n) override { return inner_->copy(device, dst, src, n); }
+  Result<uint64_t> fence() override { return inner_->fence(); }
+  Result<bool> done(uint64_t t) override { return inner_->done(t); }
+  Status wait(uint64_t t) override { return inner_->wait(t); }
+  Status sync() override { return inner_->sync(); }
+
+ private:
+  std::unique_ptr<Copier> inner_;
+};
+
+// Small payloads ride the control stream through a pinned bounce; where no
+// pinned memory can be had they still arrive whole, copied the slow way.
+TEST(StagedTcpFailure, SmallPayloadsArriveWholeWithoutPinnedMemory) {
+  set_staging_hooks_for_tests(StagingHooks{
+      [] { return std::make_unique<AllocRefusingCopier>(make_host_copier(20us)); }, /*stage_host=*/true});
+  Options o;
+  o.transport = TransportChoice::kTcp;
+  o.listen = "127.0.0.1:0";
+  auto x = Engine::create(o).value();
+  auto y = Engine::create(o).value();
+  std::vector<uint8_t> xm(200 * 1024), ym(200 * 1024);
+  ASSERT_TRUE(x->reg(xm.data(), xm.size()).ok());
+  ASSERT_TRUE(y->reg(ym.data(), ym.size()).ok());
+  auto xc = x->connect(y->address(), after(10s)).value();
+  auto yc = y->accept(after(10s)).value();
+  uint64_t seed = 40;
+  for (size_t n : {size_t{1}, size_t{4095}, size_t{64 * 1024}}) {
+    for (int dir = 0; dir < 2; ++dir) {
+      std::vector<uint8_t>& from = dir == 0 ? xm : ym;
+      std::vector<uint8_t>& to = dir == 0 ? ym : xm;
+      Connection& tx = dir == 0 ? *xc : *yc;
+      Connection& rx = dir == 0 ? *yc : *xc;
+      fill(from.data() + 7, n, ++seed);
+      std::memset(to.data() + 100003, 0, n);
+      Transfer r = rx.recv_async(to.data() + 100003, n + 5);
+      ASSERT_OK(tx.send(from.data() + 7, n, after(10s)));
+      ASSERT_OK(r.wait(after(10s)));
+      EXPECT_EQ(r.bytes(), n);
+      ASSERT_EQ(0, std::memcmp(to.data() + 100003, from.data() + 7, n)) << "size " << n << " dir " << dir;
+    }
+  }
+  EXPECT_EQ(staging_bytes_allocated(), 0u);
+  xc->close();
+  yc->close();
+  xc.reset();
+  yc.reset();
+  x.reset();
+  y.reset();
+  set_staging_hooks_for_tests({});
+}
+
 }  // namespace
 }  // namespace ferry::tcp

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstring>
 
+#include "core/log.h"
 #include "transport/tcp/staging_kernel.h"
 #include "transport/tcp/tcp_transport.h"
 
@@ -41,32 +42,53 @@ uint64_t TcpTransport::chunk_for(const core::SegmentList& list, uint64_t paths) 
   return staged_chunk_bytes(list.total(), n, ctx_->options.staging_chunk_bytes);
 }
 
-Status TcpTransport::exchange(std::span<const Piece> pieces, uint8_t* buffer, bool to_buffer) {
-  platform::MutexLock lock(control_copy_mu_);
-  if (!control_copier_) control_copier_ = new_control_copier();
-  Copier& copier = *control_copier_;
-  if (!control_bounce_) {
-    const size_t bytes = std::clamp<size_t>(ctx_->options.inline_max, 4096, kMaxControlBounce);
-    control_bounce_ = std::make_unique<StagingRing>(copier, bytes, 1);
+namespace {
+
+// Copies every staged piece straight to or from `buffer` (pageable memory:
+// the driver stages such copies itself, synchronously), then waits.
+Status copy_direct(Copier& copier, std::span<const Piece> pieces, uint8_t* buffer, bool to_buffer) {
+  bool copied = false;
+  for (const Piece& p : pieces) {
+    uint8_t* mine = buffer;
+    buffer += p.size;
+    if (!p.staged) {
+      std::memcpy(to_buffer ? mine : p.data, to_buffer ? p.data : mine, p.size);
+      continue;
+    }
+    Status s = copier.copy(p.device, to_buffer ? mine : p.data, to_buffer ? p.data : mine, p.size);
+    if (!s.ok()) {
+      // The pieces queued before this one use the caller's region and buffer.
+      if (copied) copier.wait_all();
+      return s;
+    }
+    copied = true;
   }
-  StagingRing& bounce = *control_bounce_;
-  // GPU bytes go between `buffer` (pageable) and the device through the
-  // pinned bounce: copies to or from pageable memory make the driver stage
-  // them through its own buffers, synchronously, which cost a 4 KiB GPU send
-  // more than its socket did. A payload larger than the bounce takes turns.
-  StagingRing::Slot* slot = nullptr;
+  if (!copied) return Status();
+  auto t = copier.fence();
+  if (!t.ok()) {
+    (void)copier.sync();  // the copies use the caller's region and buffer
+    return t.status();
+  }
+  return copier.wait(t.value());
+}
+
+// The same through `bounce`'s one pinned slot, `slot` (acquired): copies
+// between pinned memory and the GPU are queued at once, and a payload larger
+// than the slot takes turns.
+Status copy_bounced(Copier& copier, StagingRing& bounce, StagingRing::Slot* slot, std::span<const Piece> pieces,
+                    uint8_t* buffer, bool to_buffer) {
   size_t filled = 0;
   struct Out {
     uint8_t* to;
-    size_t from;  // offset in the bounce
+    size_t from;  // offset in the slot
     size_t n;
   };
-  std::vector<Out> outs;  // to_buffer: bytes to take from the bounce once its copies end
+  std::vector<Out> outs;  // to_buffer: bytes to take from the slot once its copies end
   auto turn = [&]() -> Status {
     if (slot == nullptr) return Status();
     auto t = copier.fence();
     Status s = t.ok() ? copier.wait(t.value()) : t.status();
-    if (!t.ok()) (void)copier.sync();  // the copies use the caller's region and the bounce
+    if (!t.ok()) (void)copier.sync();  // the copies use the caller's region and the slot
     if (s.ok()) {
       for (const Out& o : outs) std::memcpy(o.to, slot->data + o.from, o.n);
     }
@@ -85,7 +107,7 @@ Status TcpTransport::exchange(std::span<const Piece> pieces, uint8_t* buffer, bo
     }
     for (size_t off = 0; off < p.size;) {
       if (slot == nullptr) {
-        auto acquired = bounce.acquire(p.device);
+        auto acquired = bounce.acquire(p.device);  // allocated already: waits for nothing
         if (!acquired.ok()) return acquired.status();
         slot = acquired.value();
       }
@@ -100,7 +122,7 @@ Status TcpTransport::exchange(std::span<const Piece> pieces, uint8_t* buffer, bo
         s = copier.copy(p.device, p.data + off, b, n);
       }
       if (!s.ok()) {
-        // The copies queued before this one use the caller's region and the bounce.
+        // The copies queued before this one use the caller's region and the slot.
         copier.wait_all();
         bounce.release(slot);
         return s;
@@ -111,6 +133,35 @@ Status TcpTransport::exchange(std::span<const Piece> pieces, uint8_t* buffer, bo
     }
   }
   return turn();
+}
+
+}  // namespace
+
+Status TcpTransport::exchange(std::span<const Piece> pieces, uint8_t* buffer, bool to_buffer) {
+  platform::MutexLock lock(control_copy_mu_);
+  if (!control_copier_) control_copier_ = new_control_copier();
+  Copier& copier = *control_copier_;
+  auto staged = std::find_if(pieces.begin(), pieces.end(), [](const Piece& p) { return p.staged; });
+  if (staged == pieces.end()) return copy_direct(copier, pieces, buffer, to_buffer);
+  // GPU bytes go between `buffer` (pageable) and the device through a pinned
+  // bounce: copies to or from pageable memory make the driver stage them
+  // through its own buffers, synchronously, which cost a 4 KiB GPU send more
+  // than its socket did. Without pinned memory to be had they still go, the
+  // slow way.
+  if (!control_bounce_) {
+    const size_t bytes = std::clamp<size_t>(ctx_->options.inline_max, 4096, kMaxControlBounce);
+    control_bounce_ = std::make_unique<StagingRing>(copier, bytes, 1);
+  }
+  auto slot = control_bounce_->acquire(staged->device);
+  if (!slot.ok()) {
+    if (!bounce_refused_) {
+      FERRY_LOG(kWarn, "tcp", "%s: no pinned bounce for small GPU payloads (%s); copying them unpinned",
+                where().c_str(), slot.status().to_string().c_str());
+    }
+    bounce_refused_ = true;
+    return copy_direct(copier, pieces, buffer, to_buffer);
+  }
+  return copy_bounced(copier, *control_bounce_, slot.value(), pieces, buffer, to_buffer);
 }
 
 Status TcpTransport::copy_in(const core::SegmentList& dest, const uint8_t* src, uint64_t size) {

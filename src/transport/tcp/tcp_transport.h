@@ -429,6 +429,7 @@ class TcpTransport final : public transport::Transport {
   // allocated on first use; declared after the copier that frees it.
   static constexpr size_t kMaxControlBounce = 1 << 20;
   std::unique_ptr<StagingRing> control_bounce_ GUARDED_BY(control_copy_mu_);
+  bool bounce_refused_ GUARDED_BY(control_copy_mu_) = false;  // warned once that it could not be had
 
   const std::shared_ptr<Held> held_;
 };
