@@ -62,7 +62,11 @@ class Memory {
       return;
     }
     (void)platform::use_device(gpu_);
+    // cuMemcpy from pageable memory may return before the bytes land on the
+    // device; the engine's copies run on streams of their own and would read
+    // the old bytes (seen on one GPU shared by two processes).
     platform::cuda().memcpy(dptr(data_ + off), dptr(src), n);
+    (void)platform::cuda().ctx_synchronize();
   }
   void get(size_t off, uint8_t* dst, size_t n) const {
     if (gpu_ < 0) {
