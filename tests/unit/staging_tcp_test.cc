@@ -336,21 +336,42 @@ TEST(StagedTcpFailure, NoStagingCopyReadsASourceDeregisteredAfterItsSendFailed) 
   set_staging_hooks_for_tests({});
 }
 
-// Copies as the host copier makes them, but no fence can be set (as with a
-// device that cannot record an event).
-class FenceRefusingCopier final : public Copier {
+// Closes both ends, lets the engines go (connections first), and restores
+// the default staging hooks.
+void tear_down(std::shared_ptr<Connection>& xc, std::shared_ptr<Connection>& yc, std::unique_ptr<Engine>& x,
+               std::unique_ptr<Engine>& y) {
+  xc->close();
+  yc->close();
+  xc.reset();
+  yc.reset();
+  x.reset();
+  y.reset();
+  set_staging_hooks_for_tests({});
+}
+
+// Forwards every call to the copier it wraps; the failing copiers below
+// change one call each.
+class ForwardingCopier : public Copier {
  public:
-  explicit FenceRefusingCopier(std::unique_ptr<Copier> inner) : inner_(std::move(inner)) {}
+  explicit ForwardingCopier(std::unique_ptr<Copier> inner) : inner_(std::move(inner)) {}
   Result<void*> alloc_host(int device, size_t bytes) override { return inner_->alloc_host(device, bytes); }
   void free_host(void* p, size_t bytes) override { inner_->free_host(p, bytes); }
   Status copy(int device, void* dst, const void* src, size_t n) override { return inner_->copy(device, dst, src, n); }
-  Result<uint64_t> fence() override { return Status(Code::kInternal, "fence refused by the test"); }
+  Result<uint64_t> fence() override { return inner_->fence(); }
   Result<bool> done(uint64_t t) override { return inner_->done(t); }
   Status wait(uint64_t t) override { return inner_->wait(t); }
   Status sync() override { return inner_->sync(); }
 
  private:
   std::unique_ptr<Copier> inner_;
+};
+
+// Copies as the host copier makes them, but no fence can be set (as with a
+// device that cannot record an event).
+class FenceRefusingCopier final : public ForwardingCopier {
+ public:
+  using ForwardingCopier::ForwardingCopier;
+  Result<uint64_t> fence() override { return Status(Code::kInternal, "fence refused by the test"); }
 };
 
 // A small send travels on the control stream, its bytes copied out of the
@@ -383,31 +404,16 @@ TEST(StagedTcpFailure, ASendWhoseCopyCannotBeFencedFailsOnlyOnceTheCopyEnded) {
   std::this_thread::sleep_for(500ms);  // longer than the copy's delay
   EXPECT_EQ(off->touched.load(), 0) << "a copy read the send's region after the send failed and dereg returned";
   off->lo = off->hi = 0;
-  xc->close();
-  yc->close();
-  xc.reset();
-  yc.reset();
-  x.reset();
-  y.reset();
-  set_staging_hooks_for_tests({});
+  tear_down(xc, yc, x, y);
 }
 
 // Copies as the host copier makes them, but no staging memory can be had.
-class AllocRefusingCopier final : public Copier {
+class AllocRefusingCopier final : public ForwardingCopier {
  public:
-  explicit AllocRefusingCopier(std::unique_ptr<Copier> inner) : inner_(std::move(inner)) {}
+  using ForwardingCopier::ForwardingCopier;
   Result<void*> alloc_host(int, size_t) override {
     return Status(Code::kResourceExhausted, "pinned memory refused by the test");
   }
-  void free_host(void* p, size_t bytes) override { inner_->free_host(p, bytes); }
-  Status copy(int device, void* dst, const void* src, size_t n) override { return inner_->copy(device, dst, src, n); }
-  Result<uint64_t> fence() override { return inner_->fence(); }
-  Result<bool> done(uint64_t t) override { return inner_->done(t); }
-  Status wait(uint64_t t) override { return inner_->wait(t); }
-  Status sync() override { return inner_->sync(); }
-
- private:
-  std::unique_ptr<Copier> inner_;
 };
 
 // Small payloads ride the control stream through a pinned bounce; where no
@@ -442,13 +448,7 @@ TEST(StagedTcpFailure, SmallPayloadsArriveWholeWithoutPinnedMemory) {
     }
   }
   EXPECT_EQ(staging_bytes_allocated(), 0u);
-  xc->close();
-  yc->close();
-  xc.reset();
-  yc.reset();
-  x.reset();
-  y.reset();
-  set_staging_hooks_for_tests({});
+  tear_down(xc, yc, x, y);
 }
 
 }  // namespace

@@ -44,6 +44,11 @@ uint64_t TcpTransport::chunk_for(const core::SegmentList& list, uint64_t paths) 
 
 namespace {
 
+// A piece of host memory moves between its place and `mine` in `buffer` by memcpy.
+void move_host(const Piece& p, uint8_t* mine, bool to_buffer) {
+  std::memcpy(to_buffer ? mine : p.data, to_buffer ? p.data : mine, p.size);
+}
+
 // Copies every staged piece straight to or from `buffer` (pageable memory:
 // the driver stages such copies itself, synchronously), then waits.
 Status copy_direct(Copier& copier, std::span<const Piece> pieces, uint8_t* buffer, bool to_buffer) {
@@ -52,7 +57,7 @@ Status copy_direct(Copier& copier, std::span<const Piece> pieces, uint8_t* buffe
     uint8_t* mine = buffer;
     buffer += p.size;
     if (!p.staged) {
-      std::memcpy(to_buffer ? mine : p.data, to_buffer ? p.data : mine, p.size);
+      move_host(p, mine, to_buffer);
       continue;
     }
     Status s = copier.copy(p.device, to_buffer ? mine : p.data, to_buffer ? p.data : mine, p.size);
@@ -72,10 +77,10 @@ Status copy_direct(Copier& copier, std::span<const Piece> pieces, uint8_t* buffe
   return copier.wait(t.value());
 }
 
-// The same through `bounce`'s one pinned slot, `slot` (acquired): copies
-// between pinned memory and the GPU are queued at once, and a payload larger
-// than the slot takes turns.
-Status copy_bounced(Copier& copier, StagingRing& bounce, StagingRing::Slot* slot, std::span<const Piece> pieces,
+// The same through the pinned `slot` of `slot_bytes`, held for the whole
+// exchange: copies between pinned memory and the GPU are queued at once, and
+// a payload larger than the slot takes turns.
+Status copy_bounced(Copier& copier, uint8_t* slot, size_t slot_bytes, std::span<const Piece> pieces,
                     uint8_t* buffer, bool to_buffer) {
   size_t filled = 0;
   struct Out {
@@ -84,35 +89,29 @@ Status copy_bounced(Copier& copier, StagingRing& bounce, StagingRing::Slot* slot
     size_t n;
   };
   std::vector<Out> outs;  // to_buffer: bytes to take from the slot once its copies end
+  // Waits for the copies queued this turn, then empties the slot.
   auto turn = [&]() -> Status {
-    if (slot == nullptr) return Status();
+    if (filled == 0) return Status();
     auto t = copier.fence();
     Status s = t.ok() ? copier.wait(t.value()) : t.status();
     if (!t.ok()) (void)copier.sync();  // the copies use the caller's region and the slot
     if (s.ok()) {
-      for (const Out& o : outs) std::memcpy(o.to, slot->data + o.from, o.n);
+      for (const Out& o : outs) std::memcpy(o.to, slot + o.from, o.n);
     }
     outs.clear();
     filled = 0;
-    bounce.release(slot);
-    slot = nullptr;
     return s;
   };
   for (const Piece& p : pieces) {
     uint8_t* mine = buffer;
     buffer += p.size;
     if (!p.staged) {
-      std::memcpy(to_buffer ? mine : p.data, to_buffer ? p.data : mine, p.size);
+      move_host(p, mine, to_buffer);
       continue;
     }
     for (size_t off = 0; off < p.size;) {
-      if (slot == nullptr) {
-        auto acquired = bounce.acquire(p.device);  // allocated already: waits for nothing
-        if (!acquired.ok()) return acquired.status();
-        slot = acquired.value();
-      }
-      const size_t n = std::min(bounce.slot_bytes() - filled, p.size - off);
-      uint8_t* b = slot->data + filled;
+      const size_t n = std::min(slot_bytes - filled, p.size - off);
+      uint8_t* b = slot + filled;
       Status s;
       if (to_buffer) {
         s = copier.copy(p.device, b, p.data + off, n);
@@ -124,12 +123,11 @@ Status copy_bounced(Copier& copier, StagingRing& bounce, StagingRing::Slot* slot
       if (!s.ok()) {
         // The copies queued before this one use the caller's region and the slot.
         copier.wait_all();
-        bounce.release(slot);
         return s;
       }
       filled += n;
       off += n;
-      if (filled == bounce.slot_bytes()) FERRY_RETURN_IF_ERROR(turn());
+      if (filled == slot_bytes) FERRY_RETURN_IF_ERROR(turn());
     }
   }
   return turn();
@@ -161,7 +159,9 @@ Status TcpTransport::exchange(std::span<const Piece> pieces, uint8_t* buffer, bo
     bounce_refused_ = true;
     return copy_direct(copier, pieces, buffer, to_buffer);
   }
-  return copy_bounced(copier, *control_bounce_, slot.value(), pieces, buffer, to_buffer);
+  Status s = copy_bounced(copier, slot.value()->data, control_bounce_->slot_bytes(), pieces, buffer, to_buffer);
+  control_bounce_->release(slot.value());  // every copy through it has ended
+  return s;
 }
 
 Status TcpTransport::copy_in(const core::SegmentList& dest, const uint8_t* src, uint64_t size) {
