@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "transport/local/block_pieces.h"
 #include "transport/local/local_copier.h"
 
 namespace ferry::local {
@@ -147,6 +148,9 @@ Status LocalCopier::queue_gpu_copies(const std::vector<GpuCopy>& copies, std::ve
 Status LocalCopier::start_blocks(int device, std::span<uint8_t* const> local, std::span<const SharedSpan> remote,
                                  std::span<const Block> blocks, uint64_t size, Done when_done, StopCheck stop) {
   if (!gather_) return Status(Code::kUnimplemented, "no gather kernel");
+  // Joining blocks only lowers the count, so a batch whose blocks are too
+  // large on average stays too large.
+  if (!GatherKernels::suits(blocks.size(), size)) return Status(Code::kUnimplemented, "blocks too large to gather");
   FERRY_ASSIGN_OR_RETURN(Running running, admit(stop));
   Done done = checked(std::move(when_done));
   platform::DeviceScope on(device);
@@ -158,50 +162,35 @@ Status LocalCopier::start_blocks(int device, std::span<uint8_t* const> local, st
     FERRY_ASSIGN_OR_RETURN(GpuImports::Opened opened, imports_.open(this, peer_engine_, peer_pid_, remote[i], device));
     FERRY_ASSIGN_OR_RETURN(far[i], GpuImports::locate(opened, remote[i]));
   }
-  // Blocks that continue each other on both sides are one piece.
-  std::vector<GatherPiece> pieces;
-  pieces.reserve(blocks.size());
-  for (const Block& b : blocks) {
-    if (b.size == 0) continue;
-    uint8_t* dst = far[b.remote_pool] + b.remote_offset;
-    const uint8_t* src = local[b.local_pool] + b.local_offset;
-    if (!pieces.empty()) {
-      GatherPiece& last = pieces.back();
-      if (last.dst + last.n == dst && last.src + last.n == src) {
-        last.n += b.size;
-        continue;
-      }
-    }
-    pieces.push_back({dst, src, b.size});
-  }
-  if (!GatherKernels::suits(pieces.size(), size)) return Status(Code::kUnimplemented, "blocks too large to gather");
   constexpr uint64_t kItem = GatherKernels::kItemBytes;
-  uint64_t items = 0;
-  for (const GatherPiece& p : pieces) items += (p.n + kItem - 1) / kItem;
+  const size_t most = most_block_pieces(blocks.size(), size, kItem);
   cu::Stream stream = nullptr;
   PieceTable* table = nullptr;
   {
     platform::MutexLock lock(mu_);
     FERRY_ASSIGN_OR_RETURN(stream, stream_for(device));
-    if (items <= kTableItems) table = take_table(device);
+    if (most <= kTableItems) table = take_table(device);
   }
   auto give_back = [this](PieceTable* t) {
     platform::MutexLock lock(mu_);
     t->busy = false;
   };
+  // The list goes straight into the table the kernel reads; without one, it
+  // rides in the launch's parameters.
+  std::vector<GatherPiece> spilled(table != nullptr ? 0 : most);
+  GatherPiece* list = table != nullptr ? table->items : spilled.data();
+  size_t runs = 0;
+  const size_t listed = list_block_pieces(far, local, blocks, kItem, list, runs);
+  if (!GatherKernels::suits(runs, size)) {
+    if (table != nullptr) give_back(table);
+    return Status(Code::kUnimplemented, "blocks too large to gather");
+  }
   Status queued;
   if (table != nullptr) {
-    // The list goes in the table, pieces cut as copy() cuts them.
-    size_t k = 0;
-    for (const GatherPiece& p : pieces) {
-      for (uint64_t at = 0; at < p.n; at += kItem) {
-        table->items[k++] = {p.dst + at, p.src + at, std::min(kItem, p.n - at)};
-      }
-    }
-    queued = gather_->copy_table(device, stream, table->items, static_cast<unsigned>(k), size);
+    queued = gather_->copy_table(device, stream, list, static_cast<unsigned>(listed), size);
     if (!queued.ok()) give_back(table);
   } else {
-    queued = gather_->copy(device, stream, pieces);
+    queued = gather_->copy(device, stream, std::span<const GatherPiece>(list, listed));
   }
   if (queued.code() == Code::kUnimplemented) return queued;  // nothing queued: the kernel did not load
   std::vector<int> used{device};
