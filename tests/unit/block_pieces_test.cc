@@ -1,13 +1,15 @@
 // list_block_pieces, on host memory standing in for the pools: the pieces
 // move exactly the bytes the blocks name and nothing else, runs of blocks
 // that continue each other on both sides join, a piece never passes the cut,
-// and the count stays within most_block_pieces (the room the caller gave).
+// the count stays within most_block_pieces, and a list that needs more room
+// than it was given says so without writing past it.
 #include "transport/local/block_pieces.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -108,19 +110,26 @@ TEST(BlockPieces, MoveExactlyTheBlocksBytesInRunsCutAtTheLimit) {
       const GatherPiece guard{reinterpret_cast<uint8_t*>(1), reinterpret_cast<const uint8_t*>(2), 3};
       out[room] = guard;
       size_t runs = 0;
-      size_t n = list_block_pieces(p.far_at, p.local_at, blocks, cut, out.data(), runs);
+      if (want_pieces > 0) {
+        // One piece short of the room it needs: it says so, and stays inside.
+        EXPECT_FALSE(list_block_pieces(p.far_at, p.local_at, blocks, cut, out.data(), want_pieces - 1, runs));
+        EXPECT_TRUE(list_block_pieces(p.far_at, p.local_at, blocks, cut, out.data(), want_pieces, runs));
+      }
+      std::optional<size_t> listed = list_block_pieces(p.far_at, p.local_at, blocks, cut, out.data(), room, runs);
+      ASSERT_TRUE(listed) << "cut " << cut << " round " << round;
+      const size_t n = *listed;
       ASSERT_LE(n, room) << "cut " << cut << " round " << round;
       EXPECT_EQ(out[room].dst, guard.dst) << "wrote past the room it was given";
       EXPECT_EQ(runs, want_runs) << "cut " << cut << " round " << round;
       EXPECT_EQ(n, want_pieces) << "cut " << cut << " round " << round;
-      uint64_t listed = 0;
+      uint64_t moved = 0;
       for (size_t i = 0; i < n; ++i) {
         ASSERT_GT(out[i].n, 0u);
         ASSERT_LE(out[i].n, cut);
-        listed += out[i].n;
+        moved += out[i].n;
         std::memcpy(out[i].dst, out[i].src, out[i].n);  // into p.far, as the kernel would
       }
-      EXPECT_EQ(listed, bytes);
+      EXPECT_EQ(moved, bytes);
       for (size_t i = 0; i < kPools; ++i) {
         ASSERT_TRUE(p.far[i] == want[i]) << "far pool " << i << ", cut " << cut << " round " << round;
       }
@@ -134,7 +143,7 @@ TEST(BlockPieces, EmptyBlocksListNothingAndDoNotBreakARun) {
   std::vector<Block> blocks{{0, 0, 0, 0, 8}, {0, 0, 8, 8, 0}, {0, 0, 8, 8, 8}, {0, 0, 40, 16, 4}};
   std::vector<GatherPiece> out(most_block_pieces(blocks.size(), 20, 64));
   size_t runs = 0;
-  ASSERT_EQ(list_block_pieces(far, local, blocks, 64, out.data(), runs), 2u);
+  ASSERT_EQ(list_block_pieces(far, local, blocks, 64, out.data(), out.size(), runs), 2u);
   EXPECT_EQ(runs, 2u);
   EXPECT_EQ(out[0].dst, there.data());
   EXPECT_EQ(out[0].n, 16u);
@@ -142,7 +151,7 @@ TEST(BlockPieces, EmptyBlocksListNothingAndDoNotBreakARun) {
   EXPECT_EQ(out[1].n, 4u);
 
   std::vector<Block> none{{0, 0, 3, 5, 0}};
-  EXPECT_EQ(list_block_pieces(far, local, none, 64, out.data(), runs), 0u);
+  EXPECT_EQ(list_block_pieces(far, local, none, 64, out.data(), 0, runs), 0u);
   EXPECT_EQ(runs, 0u);
 }
 

@@ -5,8 +5,9 @@
 
 namespace ferry::local {
 
-size_t list_block_pieces(std::span<uint8_t* const> far, std::span<uint8_t* const> local, std::span<const Block> blocks,
-                         uint64_t cut, platform::GatherPiece* out, size_t& runs) {
+std::optional<size_t> list_block_pieces(std::span<uint8_t* const> far, std::span<uint8_t* const> local,
+                                        std::span<const Block> blocks, uint64_t cut, platform::GatherPiece* out,
+                                        size_t room, size_t& runs) {
   size_t k = 0;
   runs = 0;
   for (const Block& b : blocks) {
@@ -25,6 +26,7 @@ size_t list_block_pieces(std::span<uint8_t* const> far, std::span<uint8_t* const
       ++runs;
     }
     for (; n > 0; ++k) {
+      if (k == room) return std::nullopt;
       uint64_t piece = std::min(cut, n);
       out[k] = {dst, src, piece};
       dst += piece;

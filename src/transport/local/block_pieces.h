@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "ferry/memory.h"
@@ -21,11 +22,14 @@ inline size_t most_block_pieces(size_t blocks, uint64_t bytes, uint64_t cut) {
 
 // Lists `blocks`, whose pools start at `local` here and at `far` there
 // (blocks already checked against their pools), into `out`, which has room
-// for most_block_pieces(): blocks that continue each other on both sides
-// join into one run, and a piece ends every `cut` bytes of a run (no block
-// of the kernel's threads then holds up the rest). Empty blocks are skipped.
-// Returns how many pieces; `runs` is how many runs.
-size_t list_block_pieces(std::span<uint8_t* const> far, std::span<uint8_t* const> local, std::span<const Block> blocks,
-                         uint64_t cut, platform::GatherPiece* out, size_t& runs);
+// for `room` pieces: blocks that continue each other on both sides join into
+// one run, and a piece ends every `cut` bytes of a run (no block of the
+// kernel's threads then holds up the rest). Empty blocks are skipped.
+// Returns how many pieces, and sets `runs` to how many runs; nullopt, with
+// `out` partly written, when they need more room. most_block_pieces() of
+// room always does.
+std::optional<size_t> list_block_pieces(std::span<uint8_t* const> far, std::span<uint8_t* const> local,
+                                        std::span<const Block> blocks, uint64_t cut, platform::GatherPiece* out,
+                                        size_t room, size_t& runs);
 
 }  // namespace ferry::local

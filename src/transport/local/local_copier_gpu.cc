@@ -41,7 +41,7 @@ Result<cu::Event> LocalCopier::take_event(int device) {
 }
 
 Result<LocalCopier::GpuCopy> LocalCopier::gpu_piece(uint8_t* local, int local_device, const SharedSpan& remote,
-                                                     uint64_t offset, uint64_t n, bool to_remote, PieceCache& cache) {
+                                                    uint64_t offset, uint64_t n, bool to_remote, PieceCache& cache) {
   const auto& d = platform::cuda();
   if (!d.available()) return Status(Code::kUnimplemented, "GPU memory on a host without a CUDA driver");
   // The copy runs in the context of the local GPU. With only host memory
@@ -144,7 +144,6 @@ Status LocalCopier::queue_gpu_copies(const std::vector<GpuCopy>& copies, std::ve
   return Status();
 }
 
-
 Status LocalCopier::start_blocks(int device, std::span<uint8_t* const> local, std::span<const SharedSpan> remote,
                                  std::span<const Block> blocks, uint64_t size, Done when_done, StopCheck stop) {
   if (!gather_) return Status(Code::kUnimplemented, "no gather kernel");
@@ -163,34 +162,44 @@ Status LocalCopier::start_blocks(int device, std::span<uint8_t* const> local, st
     FERRY_ASSIGN_OR_RETURN(far[i], GpuImports::locate(opened, remote[i]));
   }
   constexpr uint64_t kItem = GatherKernels::kItemBytes;
-  const size_t most = most_block_pieces(blocks.size(), size, kItem);
   cu::Stream stream = nullptr;
   PieceTable* table = nullptr;
   {
     platform::MutexLock lock(mu_);
     FERRY_ASSIGN_OR_RETURN(stream, stream_for(device));
-    if (most <= kTableItems) table = take_table(device);
+    table = take_table(device);
   }
   auto give_back = [this](PieceTable* t) {
     platform::MutexLock lock(mu_);
     t->busy = false;
   };
-  // The list goes straight into the table the kernel reads; without one, it
-  // rides in the launch's parameters.
-  std::vector<GatherPiece> spilled(table != nullptr ? 0 : most);
-  GatherPiece* list = table != nullptr ? table->items : spilled.data();
+  // The list goes straight into the table the kernel reads; if none is free
+  // or the list outgrows it, it rides in the launch's parameters.
   size_t runs = 0;
-  const size_t listed = list_block_pieces(far, local, blocks, kItem, list, runs);
-  if (!GatherKernels::suits(runs, size)) {
+  std::optional<size_t> listed;
+  std::vector<GatherPiece> spilled;
+  if (table != nullptr) {
+    listed = list_block_pieces(far, local, blocks, kItem, table->items, kTableItems, runs);
+    if (!listed) {
+      give_back(table);
+      table = nullptr;
+    }
+  }
+  if (!listed) {
+    spilled.resize(most_block_pieces(blocks.size(), size, kItem));
+    listed = list_block_pieces(far, local, blocks, kItem, spilled.data(), spilled.size(), runs);
+  }
+  if (!listed || !GatherKernels::suits(runs, size)) {
     if (table != nullptr) give_back(table);
     return Status(Code::kUnimplemented, "blocks too large to gather");
   }
+  const GatherPiece* list = table != nullptr ? table->items : spilled.data();
   Status queued;
   if (table != nullptr) {
-    queued = gather_->copy_table(device, stream, list, static_cast<unsigned>(listed), size);
+    queued = gather_->copy_table(device, stream, list, static_cast<unsigned>(*listed), size);
     if (!queued.ok()) give_back(table);
   } else {
-    queued = gather_->copy(device, stream, std::span<const GatherPiece>(list, listed));
+    queued = gather_->copy(device, stream, std::span<const GatherPiece>(list, *listed));
   }
   if (queued.code() == Code::kUnimplemented) return queued;  // nothing queued: the kernel did not load
   std::vector<int> used{device};
