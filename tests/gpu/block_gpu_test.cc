@@ -3,9 +3,9 @@
 // transport (Options::local_same_process: the peer's GPU memory is this
 // process's own, used in place): hundreds of scattered blocks of odd sizes
 // GPU->GPU, GPU->host and host->GPU through prepared pools, then one large
-// block, every byte of the target pool checked (the ones no block aims at
-// included). Skips without a GPU. The source pool is on GPU 0, a GPU target
-// pool on GPU 1 when there is one (else GPU 0 too).
+// block, then blocks that join into a few long runs, every byte of the
+// target pool checked (the ones no block aims at included). Skips without a GPU. The source pool is on GPU 0, a GPU
+// target pool on GPU 1 when there is one (else GPU 0 too).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,8 +25,8 @@ constexpr size_t kPool = 8u << 20;
 constexpr uint8_t kUntouched = 0;
 
 struct Pool {
-  GpuBuffer gpu;                // when on a GPU
-  std::vector<uint8_t> host;    // when in host memory
+  GpuBuffer gpu;              // when on a GPU
+  std::vector<uint8_t> host;  // when in host memory
   uint8_t* data() { return gpu.ptr != nullptr ? gpu.ptr : host.data(); }
 };
 
@@ -132,6 +132,25 @@ void blocks_between(int from_device, int to_device, TransportChoice transport) {
     ASSERT_TRUE(note.ok()) << note.status().to_string();
     ASSERT_NO_FATAL_FAILURE(expect_pool(pp.dst.data(), expect, std::to_string(n) + " blocks: the target pool"));
   }
+  // Blocks that continue each other on both sides: three runs of 256 x 4 KiB
+  // (a run of 1 MiB each, too long on average for the gather kernel), then
+  // 1,024 x 4 KiB that join into one run.
+  for (auto [runs, per] : {std::pair<uint64_t, uint64_t>{3, 256}, {1, 1024}}) {
+    std::vector<Block> blocks;
+    for (uint64_t r = 0; r < runs; ++r) {
+      uint64_t from = 5 + r * (2u << 20) + rng() % 4096, at = 11 + r * (2u << 20) + rng() % 4096;
+      for (uint64_t i = 0; i < per; ++i) {
+        blocks.push_back({0, 0, from + i * 4096, at + i * 4096, 4096});
+        std::copy_n(source.begin() + static_cast<long>(from + i * 4096), 4096,
+                    expect.begin() + static_cast<long>(at + i * 4096));
+      }
+    }
+    Transfer w = pair.ca->write_blocks_async(pp.pools, blocks, "runs");
+    ASSERT_TRUE(w.wait(after(60s)).ok()) << w.status().to_string();
+    auto note = pair.cb->wait_notification(after(10s));
+    ASSERT_TRUE(note.ok()) << note.status().to_string();
+    ASSERT_NO_FATAL_FAILURE(expect_pool(pp.dst.data(), expect, std::to_string(runs) + " runs: the target pool"));
+  }
 }
 
 int second_gpu() { return gpu_count() > 1 ? 1 : 0; }
@@ -195,8 +214,8 @@ TEST(GpuBlocks, AcrossPoolsOnTheLocalTransportAndAfterThePeerLetsOneGo) {
   for (int round = 0; round < 4; ++round) {
     std::vector<Block> blocks = make_blocks(100 + 50 * round, false);
     expect_blocks(blocks);
-    Transfer w = round % 2 == 0 ? ca->write_blocks_async(*pools, blocks, "round")
-                                : ca->write_blocks_async(*pools, blocks);
+    Transfer w =
+        round % 2 == 0 ? ca->write_blocks_async(*pools, blocks, "round") : ca->write_blocks_async(*pools, blocks);
     ASSERT_TRUE(w.wait(after(60s)).ok()) << w.status().to_string();
     if (round % 2 == 0) {
       ASSERT_TRUE(cb->wait_notification(after(10s)).ok());

@@ -2,7 +2,8 @@
 // allocations opened and located piece by piece, runs of pieces queued as
 // one gather launch (or one batched copy-engine call), a batch of blocks
 // between prepared pools in one launch whose list the kernel reads from a
-// pinned table, and a copy's completion once its GPU pieces are queued.
+// pinned table (or, when its blocks join into a few long runs, a copy-engine
+// copy a run), and a copy's completion once its GPU pieces are queued.
 #include <algorithm>
 #include <chrono>
 
@@ -148,7 +149,7 @@ Status LocalCopier::start_blocks(int device, std::span<uint8_t* const> local, st
                                  std::span<const Block> blocks, uint64_t size, Done when_done, StopCheck stop) {
   if (!gather_) return Status(Code::kUnimplemented, "no gather kernel");
   // Joining blocks only lowers the count, so a batch whose blocks are too
-  // large on average stays too large.
+  // large on average for the kernel stays so: the general path copies them.
   if (!GatherKernels::suits(blocks.size(), size)) return Status(Code::kUnimplemented, "blocks too large to gather");
   FERRY_ASSIGN_OR_RETURN(Running running, admit(stop));
   Done done = checked(std::move(when_done));
@@ -188,10 +189,23 @@ Status LocalCopier::start_blocks(int device, std::span<uint8_t* const> local, st
   if (!listed) {
     spilled.resize(most_block_pieces(blocks.size(), size, kItem));
     listed = list_block_pieces(far, local, blocks, kItem, spilled.data(), spilled.size(), runs);
+    if (!listed) return Status(Code::kInternal, "local copier: a batch's pieces outgrew most_block_pieces");
   }
-  if (!listed || !GatherKernels::suits(runs, size)) {
+  if (!GatherKernels::suits(runs, size)) {
+    // Blocks that join into few long runs (adjacent on both sides): a
+    // copy-engine copy a run.
     if (table != nullptr) give_back(table);
-    return Status(Code::kUnimplemented, "blocks too large to gather");
+    std::vector<GatherPiece> whole(runs);
+    (void)list_block_pieces(far, local, blocks, UINT64_MAX, whole.data(), whole.size(), runs);
+    std::vector<GpuCopy> copies;
+    copies.reserve(whole.size());
+    for (const GatherPiece& r : whole) copies.push_back({device, r.dst, const_cast<uint8_t*>(r.src), r.n});
+    std::vector<int> used;
+    if (Status q = queue_gpu_copies(copies, used); !q.ok()) {
+      sync_streams(used);
+      return q;
+    }
+    return complete_gpu(used, size, std::move(done));
   }
   const GatherPiece* list = table != nullptr ? table->items : spilled.data();
   Status queued;
