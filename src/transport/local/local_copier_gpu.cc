@@ -42,7 +42,7 @@ Result<cu::Event> LocalCopier::take_event(int device) {
 }
 
 Result<LocalCopier::GpuCopy> LocalCopier::gpu_piece(uint8_t* local, int local_device, const SharedSpan& remote,
-                                                    uint64_t offset, uint64_t n, bool to_remote, PieceCache& cache) {
+                                                     uint64_t offset, uint64_t n, bool to_remote, PieceCache& cache) {
   const auto& d = platform::cuda();
   if (!d.available()) return Status(Code::kUnimplemented, "GPU memory on a host without a CUDA driver");
   // The copy runs in the context of the local GPU. With only host memory
