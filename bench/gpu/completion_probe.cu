@@ -46,12 +46,7 @@
 extern "C" __global__ void gather_table_flag(const GatherItem* table, unsigned count, unsigned* counter,
                                              volatile unsigned* flag, unsigned seq) {
   __shared__ GatherItem it;
-  for (unsigned k = blockIdx.x; k < count; k += gridDim.x) {
-    if (threadIdx.x == 0) it = table[k];
-    __syncthreads();
-    copy_item(reinterpret_cast<char*>(it.dst), reinterpret_cast<const char*>(it.src), it.n);
-    __syncthreads();
-  }
+  gather_table(table, count, it, [](char* dst, const char* src, u64 n) { copy_item(dst, src, n); });
   __threadfence_system();
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -95,12 +90,7 @@ __device__ __forceinline__ void copy_hoisted(char* dst, const char* src, u64 n) 
 template <int W>
 __global__ void gather_table_hoisted(const GatherItem* table, unsigned count) {
   __shared__ GatherItem it;
-  for (unsigned k = blockIdx.x; k < count; k += gridDim.x) {
-    if (threadIdx.x == 0) it = table[k];
-    __syncthreads();
-    copy_hoisted<W>(reinterpret_cast<char*>(it.dst), reinterpret_cast<const char*>(it.src), it.n);
-    __syncthreads();
-  }
+  gather_table(table, count, it, [](char* dst, const char* src, u64 n) { copy_hoisted<W>(dst, src, n); });
 }
 
 using Clock = std::chrono::steady_clock;

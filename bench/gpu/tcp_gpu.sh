@@ -245,21 +245,27 @@ def load_lines(path):
         return [l.split() for l in open(path) if l.strip()]
     except OSError:
         return []
+def load_json(name):
+    # The JSON objects of out/name, one a line; lines that do not parse are skipped.
+    path = os.path.join(out, name)
+    for line in open(path) if os.path.exists(path) else []:
+        try:
+            yield json.loads(line)
+        except ValueError:
+            continue
 gpu = {}
-for line in open(os.path.join(out, "ferry.jsonl")):
+for j in load_json("ferry.jsonl"):
     try:
-        j = json.loads(line)
         gpu[(str(j["inflight"]), str(j["streams"]), j["bytes"])] = j["aggregate_bytes_per_s"] / 1e9
-    except (ValueError, KeyError):
+    except KeyError:
         pass
 def load_host(name):
     rates = {}
-    for line in open(os.path.join(out, name)) if os.path.exists(os.path.join(out, name)) else []:
+    for j in load_json(name):
         try:
-            j = json.loads(line)
             for r in j["results"]:
                 rates[(str(j["inflight"]), str(j["streams"]), r["bytes"])] = r["bytes_per_s"] / 1e9
-        except (ValueError, KeyError):
+        except KeyError:
             pass
     return rates
 host, host_cold = load_host("host.jsonl"), load_host("host_cold.jsonl")
@@ -286,11 +292,7 @@ print("=== full mesh (ferry bench --gpus) ===")
 for l in open(os.path.join(out, "mesh.txt")) if os.path.exists(os.path.join(out, "mesh.txt")) else []: print("  " + l.rstrip())
 print()
 print("=== staging copies at 16 streams, GPU->GPU GB/s: kernel (default) / copy engines ===")
-for line in open(os.path.join(out, "ferry_engine.jsonl")) if os.path.exists(os.path.join(out, "ferry_engine.jsonl")) else []:
-    try:
-        j = json.loads(line)
-    except ValueError:
-        continue
+for j in load_json("ferry_engine.jsonl"):
     b = j["bytes"]
     k, e = gpu.get(("1", "16", b)), j["aggregate_bytes_per_s"] / 1e9
     print(f"  {b >> 20:>5} MiB  {fmt(k)} / {e:.2f}  ({fmt(ratio(k, e))}x)")
@@ -332,22 +334,17 @@ for q in inflights:
         print(f"{q} in flight, {what}: worst {v:.2f} ({s} streams, {b >> 20} MiB; target {target}) -> {'MET' if v >= target else 'MISSED'}")
 print()
 print("=== at the defaults (no --streams), GPU->GPU GB/s, and against the best listed stream count ===")
-for line in open(os.path.join(out, "ferry_auto.jsonl")) if os.path.exists(os.path.join(out, "ferry_auto.jsonl")) else []:
-    try:
-        j = json.loads(line)
-    except ValueError:
-        continue
+for j in load_json("ferry_auto.jsonl"):
     q, b, v = str(j["inflight"]), j["bytes"], j["aggregate_bytes_per_s"] / 1e9
     best = max([gpu[(q, s, b)] for s in streams if (q, s, b) in gpu] or [0])
     print(f"  {q} in flight {b >> 20:>5} MiB  {v:.2f}  best tuned {best:.2f}  ({fmt(ratio(v, best))}x, target 0.9)")
 print()
 print("=== small messages, p50 us posting to completion, GPU / host memory (target <= 1.2), three rounds ===")
 small = {}
-for line in open(os.path.join(out, "small.jsonl")) if os.path.exists(os.path.join(out, "small.jsonl")) else []:
+for j in load_json("small.jsonl"):
     try:
-        j = json.loads(line)
         small.setdefault(j["bytes"], {}).setdefault(j["memory"] == "host", []).append(j["per_gpu_p50_us"][0])
-    except (ValueError, KeyError):
+    except KeyError:
         continue
 for b in sorted(small):
     g, h = small[b].get(False, []), small[b].get(True, [])

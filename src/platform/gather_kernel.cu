@@ -65,6 +65,19 @@ extern "C" __global__ void ferry_gather_large(const __grid_constant__ GatherList
   gather(list, count);
 }
 
+// Each block of threads copies the items k, k + gridDim.x, ... of `table`
+// with `copy(dst, src, n)` (copy_item; the bench tools measure variants),
+// thread 0 fetching each into `it` (the kernel's own shared memory).
+template <class Copy>
+__device__ __forceinline__ void gather_table(const GatherItem* table, unsigned count, GatherItem& it, Copy copy) {
+  for (unsigned k = blockIdx.x; k < count; k += gridDim.x) {
+    if (threadIdx.x == 0) it = table[k];
+    __syncthreads();
+    copy(reinterpret_cast<char*>(it.dst), reinterpret_cast<const char*>(it.src), it.n);
+    __syncthreads();
+  }
+}
+
 // The list in memory the launching GPU reads (pinned host memory, written
 // before the launch): a launch of two parameters posts in a fraction of the
 // time of one that carries 8-32 KiB of them (about 10 and 15 us against 2 on
@@ -73,10 +86,5 @@ extern "C" __global__ void ferry_gather_large(const __grid_constant__ GatherList
 // for a later launch.
 extern "C" __global__ void ferry_gather_table(const GatherItem* table, unsigned count) {
   __shared__ GatherItem it;
-  for (unsigned k = blockIdx.x; k < count; k += gridDim.x) {
-    if (threadIdx.x == 0) it = table[k];
-    __syncthreads();
-    copy_item(reinterpret_cast<char*>(it.dst), reinterpret_cast<const char*>(it.src), it.n);
-    __syncthreads();
-  }
+  gather_table(table, count, it, [](char* dst, const char* src, u64 n) { copy_item(dst, src, n); });
 }

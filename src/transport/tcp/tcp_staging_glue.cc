@@ -44,22 +44,28 @@ uint64_t TcpTransport::chunk_for(const core::SegmentList& list, uint64_t paths) 
 
 namespace {
 
-// A piece of host memory moves between its place and `mine` in `buffer` by memcpy.
-void move_host(const Piece& p, uint8_t* mine, bool to_buffer) {
-  std::memcpy(to_buffer ? mine : p.data, to_buffer ? p.data : mine, p.size);
+// Walks `pieces`, laid out one after another in `buffer`: a host piece moves
+// between its place and `buffer` by memcpy, and `staged(piece, mine)` runs
+// for each staged one (`mine`: its place in `buffer`) until one fails.
+template <class Staged>
+Status each_piece(std::span<const Piece> pieces, uint8_t* buffer, bool to_buffer, Staged staged) {
+  for (const Piece& p : pieces) {
+    uint8_t* mine = buffer;
+    buffer += p.size;
+    if (!p.staged) {
+      std::memcpy(to_buffer ? mine : p.data, to_buffer ? p.data : mine, p.size);
+      continue;
+    }
+    FERRY_RETURN_IF_ERROR(staged(p, mine));
+  }
+  return Status();
 }
 
 // Copies every staged piece straight to or from `buffer` (pageable memory:
 // the driver stages such copies itself, synchronously), then waits.
 Status copy_direct(Copier& copier, std::span<const Piece> pieces, uint8_t* buffer, bool to_buffer) {
   bool copied = false;
-  for (const Piece& p : pieces) {
-    uint8_t* mine = buffer;
-    buffer += p.size;
-    if (!p.staged) {
-      move_host(p, mine, to_buffer);
-      continue;
-    }
+  FERRY_RETURN_IF_ERROR(each_piece(pieces, buffer, to_buffer, [&](const Piece& p, uint8_t* mine) {
     Status s = copier.copy(p.device, to_buffer ? mine : p.data, to_buffer ? p.data : mine, p.size);
     if (!s.ok()) {
       // The pieces queued before this one use the caller's region and buffer.
@@ -67,7 +73,8 @@ Status copy_direct(Copier& copier, std::span<const Piece> pieces, uint8_t* buffe
       return s;
     }
     copied = true;
-  }
+    return Status();
+  }));
   if (!copied) return Status();
   auto t = copier.fence();
   if (!t.ok()) {
@@ -80,8 +87,8 @@ Status copy_direct(Copier& copier, std::span<const Piece> pieces, uint8_t* buffe
 // The same through the pinned `slot` of `slot_bytes`, held for the whole
 // exchange: copies between pinned memory and the GPU are queued at once, and
 // a payload larger than the slot takes turns.
-Status copy_bounced(Copier& copier, uint8_t* slot, size_t slot_bytes, std::span<const Piece> pieces,
-                    uint8_t* buffer, bool to_buffer) {
+Status copy_bounced(Copier& copier, uint8_t* slot, size_t slot_bytes, std::span<const Piece> pieces, uint8_t* buffer,
+                    bool to_buffer) {
   size_t filled = 0;
   struct Out {
     uint8_t* to;
@@ -102,13 +109,7 @@ Status copy_bounced(Copier& copier, uint8_t* slot, size_t slot_bytes, std::span<
     filled = 0;
     return s;
   };
-  for (const Piece& p : pieces) {
-    uint8_t* mine = buffer;
-    buffer += p.size;
-    if (!p.staged) {
-      move_host(p, mine, to_buffer);
-      continue;
-    }
+  FERRY_RETURN_IF_ERROR(each_piece(pieces, buffer, to_buffer, [&](const Piece& p, uint8_t* mine) -> Status {
     for (size_t off = 0; off < p.size;) {
       const size_t n = std::min(slot_bytes - filled, p.size - off);
       uint8_t* b = slot + filled;
@@ -129,7 +130,8 @@ Status copy_bounced(Copier& copier, uint8_t* slot, size_t slot_bytes, std::span<
       off += n;
       if (filled == slot_bytes) FERRY_RETURN_IF_ERROR(turn());
     }
-  }
+    return Status();
+  }));
   return turn();
 }
 
