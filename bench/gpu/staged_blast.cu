@@ -27,6 +27,9 @@
 // prints "MODE STREAMS CHUNK GB/s" a mode. CHUNK (default 1 MiB) is a slot's
 // size: small slots stay in the CPU's caches, as iperf3's buffer does.
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -46,6 +49,13 @@
 using Clock = std::chrono::steady_clock;
 size_t kChunk = 1 << 20;
 int g_send_gpu = 0, g_recv_gpu = 0;
+// SLOTS=n: slots an end (default 2). SPLICE=1: the sender hands its slots'
+// pages to the socket (vmsplice, splice) instead of copying them in, and
+// reuses a slot only once the receiver has read the chunk it held.
+// REGISTER=1: slots are mapped anonymous memory, page-locked with
+// cudaHostRegister, instead of cudaHostAlloc's.
+int g_slots = 2;
+bool g_splice = false, g_register = false;
 
 
 __global__ void copy16(uint4* __restrict__ dst, const uint4* __restrict__ src, size_t n16) {
@@ -117,6 +127,34 @@ bool send_all(int fd, const char* p, size_t n) {
   }
   return true;
 }
+bool splice_all(int fd, int pipe_in, int pipe_out, char* p, size_t n) {
+  while (n > 0) {
+    struct iovec v = {p, n};
+    ssize_t k = ::vmsplice(pipe_in, &v, 1, 0);
+    if (k <= 0) {
+      std::perror("vmsplice");
+      return false;
+    }
+    for (ssize_t m = 0; m < k;) {
+      ssize_t q = ::splice(pipe_out, nullptr, fd, nullptr, static_cast<size_t>(k - m), SPLICE_F_MOVE | SPLICE_F_MORE);
+      if (q <= 0) return false;
+      m += q;
+    }
+    p += k, n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+char* pinned(size_t n) {
+  void* p = nullptr;
+  if (g_register) {
+    p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (p == MAP_FAILED) std::_Exit(1);
+    CK(cudaHostRegister(p, n, cudaHostRegisterPortable));
+  } else {
+    CK(cudaHostAlloc(&p, n, cudaHostAllocPortable));
+  }
+  return static_cast<char*>(p);
+}
 bool recv_all(int fd, char* p, size_t n) {
   while (n > 0) {
     ssize_t k = ::recv(fd, p, n, 0);
@@ -129,18 +167,18 @@ bool recv_all(int fd, char* p, size_t n) {
 // One end's memory: two slots, the device buffer the copies use, and (apart)
 // two more pinned buffers the copies go to instead of the slots.
 struct End {
-  char* slot[2];
-  char* side[2];
+  char* slot[16];
+  char* side[16];
   char* dev;
   cudaStream_t stream;
-  cudaEvent_t ev[2];
+  cudaEvent_t ev[16];
   Doorbell* bell = nullptr;
   uint64_t posted = 0;
   explicit End(int device, bool resident_kernel) {
     CK(cudaSetDevice(device));
-    for (int i = 0; i < 2; ++i) {
-      CK(cudaHostAlloc(reinterpret_cast<void**>(&slot[i]), kChunk, cudaHostAllocPortable));
-      CK(cudaHostAlloc(reinterpret_cast<void**>(&side[i]), kChunk, cudaHostAllocPortable));
+    for (int i = 0; i < g_slots; ++i) {
+      slot[i] = pinned(kChunk);
+      side[i] = pinned(kChunk);
       std::memset(slot[i], i + 1, kChunk);
       CK(cudaEventCreateWithFlags(&ev[i], cudaEventDisableTiming));
     }
@@ -174,7 +212,7 @@ struct End {
     CK(cudaStreamSynchronize(stream));
   }
   // Where chunk k's copy goes: its slot, or apart from the sockets.
-  char* target(Mode m, uint64_t k) { return m == Mode::kApart ? side[k % 2] : slot[k % 2]; }
+  char* target(Mode m, uint64_t k) { return m == Mode::kApart ? side[k % g_slots] : slot[k % g_slots]; }
 };
 
 double run(Mode mode, int streams, double seconds) {
@@ -190,28 +228,50 @@ double run(Mode mode, int streams, double seconds) {
   bool copies = mode != Mode::kPlain;
   bool res = mode == Mode::kResident;
   std::vector<std::thread> ts;
+  // Chunks each stream's receiver has read (SPLICE: when the sender may reuse a slot).
+  std::vector<std::atomic<uint64_t>> landed(static_cast<size_t>(streams));
+  for (auto& l : landed) l = 0;
   for (int i = 0; i < streams; ++i) {
-    ts.emplace_back([&] {  // sender
+    ts.emplace_back([&, i] {  // sender
       End e(g_send_gpu, res);
       int s = ::socket(AF_INET, SOCK_STREAM, 0);
       if (::connect(s, reinterpret_cast<sockaddr*>(&at), sizeof(at)) != 0) std::_Exit(1);
+      if (!send_all(s, reinterpret_cast<const char*>(&i), sizeof(i))) std::_Exit(1);
+      int pipe_fds[2] = {-1, -1};
+      if (g_splice) {
+        if (::pipe(pipe_fds) != 0) std::_Exit(1);
+        ::fcntl(pipe_fds[1], F_SETPIPE_SZ, static_cast<int>(kChunk));
+      }
+      // SPLICE: the slot chunk k+1 goes through held chunk k+1-SLOTS until the receiver read it.
+      auto slot_free = [&](uint64_t next) {
+        if (!g_splice || next < static_cast<uint64_t>(g_slots)) return;
+        while (landed[i].load(std::memory_order_acquire) < next + 1 - g_slots && !stop.load(std::memory_order_relaxed)) {
+          __builtin_ia32_pause();  // a probe: spinning keeps the wait short
+        }
+      };
       if (res) {
         e.post(e.slot[0], e.dev);
       } else if (copies) {
+        slot_free(0);
         gpu_copy(mode, e.target(mode, 0), e.dev, e.stream);
         CK(cudaEventRecord(e.ev[0], e.stream));
       }
       for (uint64_t k = 0; !stop.load(std::memory_order_relaxed); ++k) {
         if (res) {  // request k+1 copied chunk k; one doorbell, so post after it ends
           e.await(k + 1);
-          e.post(e.slot[(k + 1) % 2], e.dev + ((k + 1) % 2) * kChunk);
+          e.post(e.slot[(k + 1) % g_slots], e.dev + ((k + 1) % 2) * kChunk);
         } else if (copies) {  // the next chunk's copy runs while this one is on the wire
+          slot_free(k + 1);
           gpu_copy(mode, e.target(mode, k + 1), e.dev + ((k + 1) % 2) * kChunk, e.stream);
-          CK(cudaEventRecord(e.ev[(k + 1) % 2], e.stream));
-          CK(cudaEventSynchronize(e.ev[k % 2]));
+          CK(cudaEventRecord(e.ev[(k + 1) % g_slots], e.stream));
+          CK(cudaEventSynchronize(e.ev[k % g_slots]));
+        } else {
+          slot_free(k);
         }
-        if (!send_all(s, e.slot[k % 2], kChunk)) break;
+        char* chunk = e.slot[k % g_slots];
+        if (!(g_splice ? splice_all(s, pipe_fds[1], pipe_fds[0], chunk, kChunk) : send_all(s, chunk, kChunk))) break;
       }
+      if (g_splice) ::close(pipe_fds[0]), ::close(pipe_fds[1]);
       ::shutdown(s, SHUT_WR);
       if (res) e.await(e.posted);
       e.finish();
@@ -222,17 +282,20 @@ double run(Mode mode, int streams, double seconds) {
     int s = ::accept(ls, nullptr, nullptr);
     ts.emplace_back([&, s] {  // receiver
       End e(g_recv_gpu, res);
+      int i = 0;
+      if (!recv_all(s, reinterpret_cast<char*>(&i), sizeof(i)) || i < 0 || i >= streams) std::_Exit(1);
       for (uint64_t k = 0;; ++k) {
-        if (!res && copies && k >= 2) CK(cudaEventSynchronize(e.ev[k % 2]));  // the slot's last copy out ended
-        if (!recv_all(s, e.slot[k % 2], kChunk)) break;
+        if (!res && copies && k >= static_cast<uint64_t>(g_slots)) CK(cudaEventSynchronize(e.ev[k % g_slots]));  // the slot's last copy out ended
+        if (!recv_all(s, e.slot[k % g_slots], kChunk)) break;
+        landed[i].store(k + 1, std::memory_order_release);
         if (res) {
           // One doorbell: chunk k-1's copy ends before chunk k's is posted
           // (and before its slot takes chunk k+1).
           if (k >= 1) e.await(k);
-          e.post(e.dev + (k % 2) * kChunk, e.slot[k % 2]);
+          e.post(e.dev + (k % 2) * kChunk, e.slot[k % g_slots]);
         } else if (copies) {
           gpu_copy(mode, e.dev + (k % 2) * kChunk, e.target(mode, k), e.stream);
-          CK(cudaEventRecord(e.ev[k % 2], e.stream));
+          CK(cudaEventRecord(e.ev[k % g_slots], e.stream));
         }
         if (measuring.load(std::memory_order_relaxed)) counted.fetch_add(kChunk, std::memory_order_relaxed);
       }
@@ -261,6 +324,9 @@ int main(int argc, char** argv) {
   if (const char* c = std::getenv("CHUNK")) kChunk = std::strtoull(c, nullptr, 0);
   if (const char* g = std::getenv("SEND_GPU")) g_send_gpu = std::atoi(g);
   if (const char* g = std::getenv("RECV_GPU")) g_recv_gpu = std::atoi(g);
+  if (const char* n = std::getenv("SLOTS")) g_slots = std::max(2, std::min(16, std::atoi(n)));
+  g_splice = std::getenv("SPLICE") != nullptr && std::string(std::getenv("SPLICE")) == "1";
+  g_register = std::getenv("REGISTER") != nullptr && std::string(std::getenv("REGISTER")) == "1";
   int streams = std::atoi(argv[1]);
   double seconds = std::atof(argv[2]);
   CK(cudaSetDevice(0));

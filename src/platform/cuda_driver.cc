@@ -67,6 +67,8 @@ CudaDriver load_driver() {
   need("cuMemFree_v2", d.mem_free);
   need("cuMemHostAlloc", d.mem_host_alloc);
   need("cuMemFreeHost", d.mem_free_host);
+  need("cuMemHostRegister_v2", d.mem_host_register);
+  need("cuMemHostUnregister", d.mem_host_unregister);
   need("cuMemGetInfo_v2", d.mem_get_info);
   need("cuCtxSynchronize", d.ctx_synchronize);
   need("cuDevicePrimaryCtxGetState", d.primary_ctx_get_state);

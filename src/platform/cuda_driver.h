@@ -75,6 +75,8 @@ inline constexpr int kAccessReadWrite = 3;
 inline constexpr unsigned kStreamNonBlocking = 1;
 inline constexpr unsigned kEventDisableTiming = 2;
 inline constexpr unsigned kHostAllocPortable = 1;
+inline constexpr unsigned kHostRegisterPortable = 1;
+inline constexpr unsigned kHostRegisterDeviceMap = 2;
 }  // namespace cu
 
 struct CudaDriver {
@@ -125,6 +127,8 @@ struct CudaDriver {
   cu::Result (*mem_free)(cu::DevicePtr) = nullptr;
   cu::Result (*mem_host_alloc)(void**, size_t, unsigned) = nullptr;
   cu::Result (*mem_free_host)(void*) = nullptr;
+  cu::Result (*mem_host_register)(void*, size_t, unsigned) = nullptr;
+  cu::Result (*mem_host_unregister)(void*) = nullptr;
   cu::Result (*mem_get_info)(size_t*, size_t*) = nullptr;
   cu::Result (*ctx_synchronize)() = nullptr;
   cu::Result (*primary_ctx_get_state)(cu::Device, unsigned*, int*) = nullptr;

@@ -248,14 +248,14 @@ std::string local_ip(int fd) {
   return host;
 }
 
-Status send_all(int fd, struct iovec* iov, int iovcnt) {
+Status send_all(int fd, struct iovec* iov, int iovcnt, int flags) {
   while (iovcnt > 0) {
     struct msghdr msg {};
     msg.msg_iov = iov;
     // The kernel takes at most IOV_MAX entries a call (EMSGSIZE beyond):
     // a vector of more parts goes in several calls.
     msg.msg_iovlen = static_cast<size_t>(std::min(iovcnt, IOV_MAX));
-    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | flags);
     if (n < 0) {
       if (errno == EINTR) continue;
       return errno_status(Code::kPeerLost, "send");

@@ -95,7 +95,8 @@ enum class StreamEnd : uint8_t {
 };
 
 // Sends every byte of `iov` (modified in place). Blocks. Errors: kPeerLost.
-Status send_all(int fd, struct iovec* iov, int iovcnt);
+// `flags`: sendmsg flags besides MSG_NOSIGNAL (MSG_MORE: more follows).
+Status send_all(int fd, struct iovec* iov, int iovcnt, int flags = 0);
 // Receives exactly the bytes described by `iov` (modified in place). Blocks.
 // EOF or reset: kPeerLost (kClosedByPeer or kAbortedStream for an EOF), and
 // how it ended in `*end` when given.

@@ -65,9 +65,10 @@ class StagedTcp : public ::testing::Test {
  protected:
   static constexpr size_t kMem = 24 << 20;
 
-  void start(Options a = {}, Options b = {}, std::chrono::microseconds copy_delay = 20us) {
+  // `watch` sees each staging copy as it runs, on the copier's thread.
+  void start(Options a = {}, Options b = {}, std::chrono::microseconds copy_delay = 20us, CopyWatch watch = {}) {
     set_staging_hooks_for_tests(
-        StagingHooks{[copy_delay] { return make_host_copier(copy_delay); }, /*stage_host=*/true});
+        StagingHooks{[copy_delay, watch] { return make_host_copier(copy_delay, watch); }, /*stage_host=*/true});
     for (Options* o : {&a, &b}) {
       o->transport = TransportChoice::kTcp;
       o->listen = "127.0.0.1:0";
@@ -236,6 +237,77 @@ TEST_F(StagedTcp, WriteReadAndNotificationsSeeTheirDataInPlace) {
   EXPECT_EQ(bye.value(), "bye");
 }
 
+// The sender lends its slots' pages to the socket (staging_lend_pages), and
+// over loopback the receiving socket reads those very pages, maybe long
+// after the send returned. Here the receiver's copies out of its slots are
+// slow, so its reads from the socket lag far behind the sender: a slot the
+// sender refilled before the peer confirmed its chunk would hand the
+// receiver the next chunk's bytes in its place.
+TEST_F(StagedTcp, LentSlotsAreRefilledOnlyOnceThePeerConfirmedTheirChunk) {
+  Options o;
+  o.streams = 2;
+  o.staging_depth = 2;
+  o.staging_chunk_bytes = 64 * 1024;
+  ASSERT_TRUE(o.staging_lend_pages);
+  std::atomic<uintptr_t> slow_lo{0}, slow_hi{0};
+  start(o, o, 20us, [&slow_lo, &slow_hi](const void* dst, const void*, size_t) {
+    auto a = reinterpret_cast<uintptr_t>(dst);
+    if (a >= slow_lo.load() && a < slow_hi.load()) std::this_thread::sleep_for(2ms);  // landing in y_
+  });
+  slow_lo = reinterpret_cast<uintptr_t>(y_.at(0));
+  slow_hi = reinterpret_cast<uintptr_t>(y_.at(kMem));
+  const size_t n = (6 << 20) + 4097;
+  fill(x_.at(3), n, 41);
+  Transfer r = yc_->recv_async(y_.at(17), n);
+  ASSERT_OK(xc_->send(x_.at(3), n, after(30s)));
+  ASSERT_OK(r.wait(after(30s)));
+  ASSERT_EQ(0, std::memcmp(y_.at(17), x_.at(3), n));
+  // A write, whose chunks carry their place in the target.
+  auto desc = y_.engine->export_region(y_.region);
+  ASSERT_TRUE(desc.ok());
+  fill(x_.at(9 << 20), n, 42);
+  ASSERT_OK(xc_->write(x_.at(9 << 20), n, desc.value(), 12 << 20, "", after(30s)));
+  ASSERT_EQ(0, std::memcmp(y_.at(12 << 20), x_.at(9 << 20), n));
+}
+
+// Closing a connection while its slots are lent to its sockets (the
+// receiver slow, so the pages wait in the sockets): the transfer fails, the
+// slots are freed (TearDown), and the engine goes on serving. The SIGPIPE a
+// splice into a shut socket raises is page_lender_test's.
+TEST_F(StagedTcp, ClosingAConnectionWithLentSlotsFailsTheTransferAndFreesThem) {
+  Options o;
+  o.streams = 2;
+  o.staging_chunk_bytes = 64 * 1024;
+  std::atomic<uintptr_t> slow_lo{0}, slow_hi{0};
+  start(o, o, 20us, [&slow_lo, &slow_hi](const void* dst, const void*, size_t) {
+    auto a = reinterpret_cast<uintptr_t>(dst);
+    if (a >= slow_lo.load() && a < slow_hi.load()) std::this_thread::sleep_for(5ms);  // landing in y_
+  });
+  slow_lo = reinterpret_cast<uintptr_t>(y_.at(0));
+  slow_hi = reinterpret_cast<uintptr_t>(y_.at(kMem));
+  fill(x_.at(0), 16 << 20, 9);
+  for (int round = 0; round < 3; ++round) {
+    Transfer r = yc_->recv_async(y_.at(0), 16 << 20);
+    Transfer s = xc_->send_async(x_.at(0), 16 << 20);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30 + 20 * round));
+    xc_->close();  // this side: its sockets shut under the splicing workers
+    EXPECT_FALSE(s.wait(after(10s)).ok());
+    EXPECT_FALSE(r.wait(after(10s)).ok());
+    yc_->close();
+    auto c = x_.engine->connect(y_.engine->address(), after(10s));
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    auto d = y_.engine->accept(after(10s));
+    ASSERT_TRUE(d.ok()) << d.status().to_string();
+    xc_ = c.value();
+    yc_ = d.value();
+  }
+  slow_hi = 0;
+  Transfer r = yc_->recv_async(y_.at(0), 1 << 20);
+  ASSERT_OK(xc_->send(x_.at(0), 1 << 20, after(10s)));
+  ASSERT_OK(r.wait(after(10s)));
+  EXPECT_EQ(0, std::memcmp(y_.at(0), x_.at(0), 1 << 20));
+}
+
 TEST_F(StagedTcp, StagingStaysWithinDepthTimesChunkPerPathAndDirection) {
   Options o;
   o.streams = 2;
@@ -259,8 +331,9 @@ TEST_F(StagedTcp, StagingStaysWithinDepthTimesChunkPerPathAndDirection) {
   done = true;
   watch.join();
   EXPECT_EQ(0, std::memcmp(y_.at(0), x_.at(0), 8 << 20));
-  // Two engines, 2 paths each, transmit and receive: at most 2 x 2 x 2 x 3 slots.
-  EXPECT_LE(peak, size_t{2 * 2 * 2 * 3 * 32 * 1024});
+  // Two engines, 2 paths each: at most 2 x depth slots to transmit (lent
+  // slots wait for the peer's confirmation) and depth to receive.
+  EXPECT_LE(peak, size_t{2 * 2 * (2 * 3 + 3) * 32 * 1024});
   EXPECT_GT(peak, 0u);
 }
 

@@ -123,6 +123,7 @@ std::optional<Chunk> ChunkQueue::claim_locked(int path) {
     if (op->next >= total) queue_.erase(it);
   }
   ++sent_[p];
+  c.seq = sent_[p];
   c.ack_request = sent_[p] % ack_every_ == 0;
   inflight_[p].push_back(c);
   return c;
@@ -141,6 +142,21 @@ std::optional<Chunk> ChunkQueue::try_claim(int path) {
   platform::MutexLock lock(mu_);
   if (stopped_) return std::nullopt;
   return claim_locked(path);
+}
+
+uint64_t ChunkQueue::landed(int path) const {
+  platform::MutexLock lock(mu_);
+  return landed_[static_cast<size_t>(path)];
+}
+
+bool ChunkQueue::await_landed(int path, uint64_t count) {
+  auto p = static_cast<size_t>(path);
+  platform::UniqueLock lock(mu_);
+  for (;;) {
+    if (stopped_ || !alive_[p]) return false;
+    if (landed_[p] >= count) return true;
+    path_cv_[p].wait(lock.native());  // on_landed, fail_path and stop wake it
+  }
 }
 
 void ChunkQueue::on_landed(int path, uint64_t landed) {

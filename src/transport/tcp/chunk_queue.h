@@ -70,6 +70,7 @@ struct Chunk {
   std::shared_ptr<OutOp> op;
   uint64_t offset = 0;
   uint64_t size = 0;
+  uint64_t seq = 0;          // its number on the claiming path (1, 2, ...): landed once the peer confirms as many
   bool ack_request = false;  // ask the peer to confirm landing after this chunk
   bool counted = false;      // counts in op->on_paths until its path releases it
 };
@@ -94,6 +95,12 @@ class ChunkQueue {
 
   // The peer confirmed `landed` chunks from `path` in all.
   void on_landed(int path, uint64_t landed);
+  // Chunks of `path` the peer confirmed so far.
+  uint64_t landed(int path) const;
+  // Blocks until the peer confirmed `count` chunks of `path` (a sender
+  // holding memory its socket still refers to); false once stopped or once
+  // `path` failed.
+  bool await_landed(int path, uint64_t count);
 
   // Marks `op` aborted: no further chunk of it is handed out. True for the
   // call that marked it (the op's failure is reported once).

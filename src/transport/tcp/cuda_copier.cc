@@ -7,6 +7,7 @@
 
 #include "platform/cuda_driver.h"
 #include "platform/gather_kernel.h"
+#include "platform/page_lender.h"
 #include "transport/tcp/staging_copier.h"
 #include "transport/tcp/staging_kernel.h"
 
@@ -43,17 +44,25 @@ class CudaCopier final : public Copier {
     const platform::CudaDriver& d = platform::cuda();
     platform::DeviceScope scope(device < 0 ? 0 : device);
     if (!scope.ok()) return scope.status();
-    void* p = nullptr;
-    // Portable: a slot may serve copies to and from any device.
-    FERRY_RETURN_IF_ERROR(d.check(d.mem_host_alloc(&p, bytes, platform::cu::kHostAllocPortable), "cuMemHostAlloc",
-                                  Code::kResourceExhausted));
+    // Ordinary pages, page-locked: a sender may lend them to its socket
+    // (page_lender.h). Portable: a slot may serve copies to and from any
+    // device; mapped: the staging and gather kernels read and write it.
+    FERRY_ASSIGN_OR_RETURN(void* p, platform::map_lendable(bytes));
+    Status pinned = d.check(d.mem_host_register(p, bytes, platform::cu::kHostRegisterPortable |
+                                                              platform::cu::kHostRegisterDeviceMap),
+                            "cuMemHostRegister", Code::kResourceExhausted);
+    if (!pinned.ok()) {
+      platform::unmap_lendable(p, bytes);
+      return pinned;
+    }
     return p;
   }
 
-  void free_host(void* p, size_t) override {
+  void free_host(void* p, size_t bytes) override {
     const platform::CudaDriver& d = platform::cuda();
     platform::DeviceScope scope(last_device_ < 0 ? 0 : last_device_);
-    d.mem_free_host(p);
+    d.mem_host_unregister(p);
+    platform::unmap_lendable(p, bytes);
   }
 
   Status copy(int device, void* dst, const void* src, size_t n) override {

@@ -32,8 +32,9 @@ class Copier {
  public:
   virtual ~Copier() = default;
 
-  // Page-locked host memory for staging slots, usable with every device.
-  // kResourceExhausted when none can be had.
+  // Page-locked host memory for staging slots, usable with every device,
+  // whose pages a sender may lend to its socket (platform/page_lender.h:
+  // what map_lendable gives). kResourceExhausted when none can be had.
   virtual Result<void*> alloc_host(int device, size_t bytes) = 0;
   virtual void free_host(void* p, size_t bytes) = 0;
 

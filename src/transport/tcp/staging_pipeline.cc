@@ -2,6 +2,7 @@
 #include "transport/tcp/staging_pipeline.h"
 
 #include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 
@@ -23,8 +24,21 @@ uint64_t staged_chunk_bytes(uint64_t total, int paths, uint64_t slot_bytes) {
 
 // ---- transmit ---------------------------------------------------------------
 
-TxStager::TxStager(std::unique_ptr<Copier> copier, size_t slot_bytes, int depth)
-    : copier_(std::move(copier)), ring_(*copier_, slot_bytes, depth) {}
+namespace {
+
+std::optional<platform::PageLender> open_lender(bool lend, size_t bytes) {
+  if (!lend) return std::nullopt;
+  auto l = platform::PageLender::open(bytes);
+  if (!l.ok()) return std::nullopt;
+  return std::move(l).value();
+}
+
+}  // namespace
+
+TxStager::TxStager(std::unique_ptr<Copier> copier, size_t slot_bytes, int depth, bool lend)
+    : copier_(std::move(copier)),
+      lender_(open_lender(lend, slot_bytes)),
+      ring_(*copier_, slot_bytes, lender_ ? 2 * depth : depth) {}
 
 TxStager::~TxStager() { drain(); }
 
@@ -96,6 +110,45 @@ void TxStager::drain() {
 void TxStager::release(Staged& s) {
   if (s.slot != nullptr) ring_.release(s.slot);
   s.slot = nullptr;
+}
+
+Status TxStager::send(int fd, std::span<struct iovec> head, Staged& s, uint64_t seq) {
+  if (!lender_) {
+    std::vector<struct iovec> iov(head.begin(), head.end());
+    iov.insert(iov.end(), s.iov.begin(), s.iov.end());
+    Status st = platform::send_all(fd, iov.data(), static_cast<int>(iov.size()));
+    release(s);
+    return st;
+  }
+  Status st = platform::send_all(fd, head.data(), static_cast<int>(head.size()), MSG_MORE);
+  const uint8_t* slot = s.slot != nullptr ? s.slot->data : nullptr;
+  for (size_t i = 0; i < s.iov.size() && st.ok(); ++i) {
+    struct iovec v = s.iov[i];
+    bool more = i + 1 < s.iov.size();
+    auto* p = static_cast<const uint8_t*>(v.iov_base);
+    if (slot != nullptr && p >= slot && p < slot + ring_.slot_bytes()) {
+      st = lender_->lend(fd, p, v.iov_len, more);
+    } else {
+      st = platform::send_all(fd, &v, 1, more ? MSG_MORE : 0);  // a host piece: the application's memory
+    }
+  }
+  if (s.slot != nullptr) lent_.emplace_back(s.slot, seq);
+  s.slot = nullptr;
+  return st;
+}
+
+void TxStager::confirmed(uint64_t landed) {
+  while (!lent_.empty() && lent_.front().second <= landed) {
+    ring_.release(lent_.front().first);
+    lent_.pop_front();
+  }
+}
+
+uint64_t TxStager::slot_after() const {
+  // Slots go round in the order they were taken, and chunks go out in that
+  // order: a held next slot is the oldest lent one.
+  if (!ring_.next_held() || lent_.empty()) return 0;
+  return lent_.front().second;
 }
 
 // ---- receive ----------------------------------------------------------------

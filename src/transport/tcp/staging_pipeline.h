@@ -27,10 +27,13 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "ferry/status.h"
+#include "platform/page_lender.h"
 #include "transport/tcp/staging_copier.h"
 #include "transport/tcp/staging_ring.h"
 
@@ -66,7 +69,11 @@ class TxStager {
     std::vector<struct iovec> iov;
   };
 
-  TxStager(std::unique_ptr<Copier> copier, size_t slot_bytes, int depth);
+  // `lend`: send() lends the slots' pages to the socket (page_lender.h),
+  // so a sent slot stays held until the peer confirms its chunk
+  // (confirmed()); the ring then has 2 x depth slots. Without a pipe for
+  // it (no file descriptor left) the stager copies instead.
+  TxStager(std::unique_ptr<Copier> copier, size_t slot_bytes, int depth, bool lend = false);
   // Waits for the copies it queued, then frees its slots.
   ~TxStager();
 
@@ -79,17 +86,34 @@ class TxStager {
   // Blocks until every copy queued so far has ended (before the regions they
   // read are let go).
   void drain();
-  // The chunk was sent: its slot may be reused.
+  // The chunk was not sent (aborted): its slot may be reused.
   void release(Staged& s);
+  // Sends `head` (a frame's header, copied) and then `s`'s bytes on `fd`
+  // (after wait(s)): the slot's lent when lends(), everything else copied.
+  // A lent slot is held until the peer confirmed `seq` chunks of the path,
+  // whether or not the send succeeded (the socket may hold its pages);
+  // otherwise it is released. Blocks. Errors: kPeerLost.
+  Status send(int fd, std::span<struct iovec> head, Staged& s, uint64_t seq);
+  // The peer confirmed `landed` chunks of the path: slots lent to chunks up
+  // to that one may be reused.
+  void confirmed(uint64_t landed);
+  // 0 if stage() has a slot now; else how many chunks the peer must confirm
+  // before it has one (the oldest lent chunk's number).
+  uint64_t slot_after() const;
 
+  bool lends() const { return lender_.has_value(); }
   int depth() const { return ring_.depth(); }
   const StagingRing& ring() const { return ring_; }
 
  private:
   std::unique_ptr<Copier> copier_;
+  std::optional<platform::PageLender> lender_;
   StagingRing ring_;
   uint64_t last_ticket_ = 0;
   std::vector<Copier::Op> ops_;  // stage()'s copies, kept between calls
+  // Slots whose pages a socket may still refer to, oldest first, with the
+  // number of the chunk they carried.
+  std::deque<std::pair<StagingRing::Slot*, uint64_t>> lent_;
 };
 
 class RxStager {

@@ -47,6 +47,8 @@ class StagingRing {
 
   size_t slot_bytes() const { return slot_bytes_; }
   int depth() const { return static_cast<int>(slots_.size()); }
+  // Whether the slot acquire() hands out next is still held.
+  bool next_held() const { return slots_[next_].held; }
   // Slots allocated so far (<= depth) and slots held now.
   int allocated() const;
   int held() const;

@@ -3,6 +3,7 @@
 // its NIC's CPUs; and the choice of paths (NICs) for a transfer.
 #include "core/log.h"
 #include "platform/memory_node.h"
+#include "platform/page_lender.h"
 #include "platform/thread.h"
 #include "transport/tcp/path_choice.h"
 #include "transport/tcp/tcp_internals.h"
@@ -55,6 +56,9 @@ uint64_t TcpTransport::paths_for(const core::SegmentList& source) const {
 }
 
 void TcpTransport::path_tx_loop(int path) {
+  // Staged chunks may go out as pages lent to the socket: a splice into a
+  // socket the peer reset raises SIGPIPE in this thread.
+  platform::block_sigpipe_in_this_thread();
   int fd = data_[static_cast<size_t>(path)].fd();
   const size_t depth = static_cast<size_t>(ctx_->options.staging_depth);
   std::unique_ptr<TxStager> stager;  // made on the first chunk of GPU memory
@@ -66,6 +70,9 @@ void TcpTransport::path_tx_loop(int path) {
   };
   for (;;) {
     if (pipe.empty()) {
+      // Every held slot was lent to a chunk sent with a confirmation asked
+      // for: the oldest comes free once the peer confirms it.
+      if (stager && !slot_free(path, *stager, true)) break;  // stopped, or the path failed
       std::optional<Chunk> c = chunks_.claim(path);
       if (!c) break;  // stopped, or the path failed
       take(std::move(*c));
@@ -77,7 +84,7 @@ void TcpTransport::path_tx_loop(int path) {
     // beside every path's first one, and the device shares its copy
     // bandwidth among all of them: each first chunk would be ready later.
     await_staging(pipe.front(), stager.get());
-    while (pipe.back().staging && pipe.size() < depth) {
+    while (pipe.back().staging && pipe.size() < depth && slot_free(path, *stager, false)) {
       std::optional<Chunk> c = chunks_.try_claim(path);
       if (!c) break;
       take(std::move(*c));
@@ -120,7 +127,8 @@ void TcpTransport::prepare_chunk(TxEntry& e, std::unique_ptr<TxStager>& stager) 
   pieces_of(c.op->source, c.offset, c.size, pieces);
   if (staged_bytes(pieces) == 0) return;
   if (!stager) {
-    stager = std::make_unique<TxStager>(new_copier(), ctx_->options.staging_chunk_bytes, ctx_->options.staging_depth);
+    stager = std::make_unique<TxStager>(new_copier(), ctx_->options.staging_chunk_bytes, ctx_->options.staging_depth,
+                                        ctx_->options.staging_lend_pages);
   }
   Status s = stager->stage(pieces, e.staged);
   if (!s.ok()) {
@@ -129,6 +137,15 @@ void TcpTransport::prepare_chunk(TxEntry& e, std::unique_ptr<TxStager>& stager) 
     return;
   }
   e.staging = true;
+}
+
+bool TcpTransport::slot_free(int path, TxStager& stager, bool wait) {
+  stager.confirmed(chunks_.landed(path));
+  uint64_t after = stager.slot_after();
+  if (after == 0) return true;
+  if (!wait || !chunks_.await_landed(path, after)) return false;
+  stager.confirmed(after);
+  return true;
 }
 
 void TcpTransport::await_staging(TxEntry& e, TxStager* stager) {
@@ -142,7 +159,9 @@ Status TcpTransport::transmit_chunk(int fd, TxEntry& e, TxStager* stager) {
   OutOp& op = *c.op;
   FrameHeader h = op.header;
   h.payload_len = static_cast<uint32_t>(c.size);
-  if (c.ack_request) h.flags |= kFlagAckRequest;
+  // A chunk on lent pages holds its slot until the peer confirms it.
+  bool lends = e.staging && e.abort.ok() && stager->lends();
+  if (c.ack_request || lends) h.flags |= kFlagAckRequest;
   std::string_view aux;
   if (h.type == FrameType::kData) {
     h.a = c.offset;
@@ -206,13 +225,13 @@ Status TcpTransport::transmit_chunk(int fd, TxEntry& e, TxStager* stager) {
   iov.push_back({hb.data(), hb.size()});
   if (!aux.empty()) iov.push_back({const_cast<char*>(aux.data()), aux.size()});
   if (!e.table.empty()) iov.push_back({e.table.data(), e.table.size()});
+  Status s;
   if (e.staging) {
-    iov.insert(iov.end(), e.staged.iov.begin(), e.staged.iov.end());
+    s = stager->send(fd, iov, e.staged, c.seq);
   } else {
     op.source.slice(c.offset, c.size, iov);
+    s = platform::send_all(fd, iov.data(), static_cast<int>(iov.size()));
   }
-  Status s = platform::send_all(fd, iov.data(), static_cast<int>(iov.size()));
-  if (e.staging) stager->release(e.staged);
   e.access.reset();
   return s;
 }

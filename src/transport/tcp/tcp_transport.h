@@ -244,6 +244,10 @@ class TcpTransport final : public transport::Transport {
     std::string table;  // a batched write's chunk: its block table
   };
   void prepare_chunk(TxEntry& e, std::unique_ptr<TxStager>& stager);
+  // Whether `stager` has a slot for the next chunk of `path`, after the
+  // peer's confirmations so far; with `wait`, blocks for the confirmation
+  // that frees one (false once stopped or once the path failed).
+  bool slot_free(int path, TxStager& stager, bool wait);
   // Waits for a staged chunk's copies (a failure aborts the chunk).
   void await_staging(TxEntry& e, TxStager* stager);
   // Sends a chunk (staged: after await_staging).
