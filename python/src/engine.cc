@@ -104,6 +104,8 @@ void bind_options(pyb::module_& m) {
                      "GPU memory over TCP: chunks each path stages ahead per direction.")
       .def_readwrite("staging_chunk_bytes", &Options::staging_chunk_bytes,
                      "GPU memory over TCP: chunk and staging slot size in bytes.")
+      .def_readwrite("staging_lend_pages", &Options::staging_lend_pages,
+                     "GPU memory over TCP: sockets borrow sent slots' pages instead of copying them.")
       .def_readwrite("window", &Options::window, "Unconfirmed chunks a path may have in flight.")
       .def_readwrite("inline_max", &Options::inline_max, "Messages up to this size ride on the control stream.")
       .def_readwrite("auth_token", &Options::auth_token, "Shared secret; empty means no authentication.")

@@ -44,9 +44,25 @@ class CudaCopier final : public Copier {
     const platform::CudaDriver& d = platform::cuda();
     platform::DeviceScope scope(device < 0 ? 0 : device);
     if (!scope.ok()) return scope.status();
-    // Ordinary pages, page-locked: a sender may lend them to its socket
-    // (page_lender.h). Portable: a slot may serve copies to and from any
-    // device; mapped: the staging and gather kernels read and write it.
+    void* p = nullptr;
+    // Portable: a slot may serve copies to and from any device.
+    FERRY_RETURN_IF_ERROR(d.check(d.mem_host_alloc(&p, bytes, platform::cu::kHostAllocPortable), "cuMemHostAlloc",
+                                  Code::kResourceExhausted));
+    return p;
+  }
+
+  void free_host(void* p, size_t) override {
+    const platform::CudaDriver& d = platform::cuda();
+    platform::DeviceScope scope(last_device_ < 0 ? 0 : last_device_);
+    d.mem_free_host(p);
+  }
+
+  Result<void*> alloc_lendable(int device, size_t bytes) override {
+    const platform::CudaDriver& d = platform::cuda();
+    platform::DeviceScope scope(device < 0 ? 0 : device);
+    if (!scope.ok()) return scope.status();
+    // Ordinary pages, page-locked. Portable: any device copies into it;
+    // mapped: the staging and gather kernels write it.
     FERRY_ASSIGN_OR_RETURN(void* p, platform::map_lendable(bytes));
     Status pinned = d.check(d.mem_host_register(p, bytes, platform::cu::kHostRegisterPortable |
                                                               platform::cu::kHostRegisterDeviceMap),
@@ -58,7 +74,7 @@ class CudaCopier final : public Copier {
     return p;
   }
 
-  void free_host(void* p, size_t bytes) override {
+  void free_lendable(void* p, size_t bytes) override {
     const platform::CudaDriver& d = platform::cuda();
     platform::DeviceScope scope(last_device_ < 0 ? 0 : last_device_);
     d.mem_host_unregister(p);

@@ -30,8 +30,14 @@ class HostCopier final : public Copier {
     worker_.join();
   }
 
-  Result<void*> alloc_host(int, size_t bytes) override { return platform::map_lendable(bytes); }
-  void free_host(void* p, size_t bytes) override { platform::unmap_lendable(p, bytes); }
+  Result<void*> alloc_host(int, size_t bytes) override {
+    void* p = std::aligned_alloc(4096, (bytes + 4095) & ~size_t{4095});
+    if (p == nullptr) return Status(Code::kResourceExhausted, "staging slot of " + std::to_string(bytes) + " bytes");
+    return p;
+  }
+  void free_host(void* p, size_t) override { std::free(p); }
+  Result<void*> alloc_lendable(int, size_t bytes) override { return platform::map_lendable(bytes); }
+  void free_lendable(void* p, size_t bytes) override { platform::unmap_lendable(p, bytes); }
 
   Status copy(int, void* dst, const void* src, size_t n) override {
     {

@@ -32,11 +32,15 @@ class Copier {
  public:
   virtual ~Copier() = default;
 
-  // Page-locked host memory for staging slots, usable with every device,
-  // whose pages a sender may lend to its socket (platform/page_lender.h:
-  // what map_lendable gives). kResourceExhausted when none can be had.
+  // Page-locked host memory for staging slots, usable with every device.
+  // kResourceExhausted when none can be had.
   virtual Result<void*> alloc_host(int device, size_t bytes) = 0;
   virtual void free_host(void* p, size_t bytes) = 0;
+  // The same, for slots whose pages a sender lends to its socket: memory of
+  // platform::map_lendable, which the kernel keeps alive while a socket
+  // holds its pages, even once freed. By default alloc_host's.
+  virtual Result<void*> alloc_lendable(int device, size_t bytes) { return alloc_host(device, bytes); }
+  virtual void free_lendable(void* p, size_t bytes) { free_host(p, bytes); }
 
   // Queues a copy of `n` bytes from `src` to `dst` (either may be device
   // memory of `device`, addressed by unified addressing). Non-blocking.

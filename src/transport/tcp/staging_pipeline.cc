@@ -38,7 +38,7 @@ std::optional<platform::PageLender> open_lender(bool lend, size_t bytes) {
 TxStager::TxStager(std::unique_ptr<Copier> copier, size_t slot_bytes, int depth, bool lend)
     : copier_(std::move(copier)),
       lender_(open_lender(lend, slot_bytes)),
-      ring_(*copier_, slot_bytes, lender_ ? 2 * depth : depth) {}
+      ring_(*copier_, slot_bytes, lender_ ? 2 * depth : depth, lender_.has_value()) {}
 
 TxStager::~TxStager() { drain(); }
 

@@ -11,13 +11,20 @@ std::atomic<size_t> g_slots{0};
 
 }  // namespace
 
-StagingRing::StagingRing(Copier& copier, size_t slot_bytes, int depth)
-    : copier_(copier), slot_bytes_(slot_bytes), slots_(static_cast<size_t>(depth < 1 ? 1 : depth)) {}
+StagingRing::StagingRing(Copier& copier, size_t slot_bytes, int depth, bool lendable)
+    : copier_(copier),
+      slot_bytes_(slot_bytes),
+      lendable_(lendable),
+      slots_(static_cast<size_t>(depth < 1 ? 1 : depth)) {}
 
 StagingRing::~StagingRing() {
   for (Slot& s : slots_) {
     if (s.data == nullptr) continue;
-    copier_.free_host(s.data, slot_bytes_);
+    if (lendable_) {
+      copier_.free_lendable(s.data, slot_bytes_);
+    } else {
+      copier_.free_host(s.data, slot_bytes_);
+    }
     g_bytes.fetch_sub(slot_bytes_, std::memory_order_relaxed);
     g_slots.fetch_sub(1, std::memory_order_relaxed);
   }
@@ -30,7 +37,7 @@ Result<StagingRing::Slot*> StagingRing::acquire(int device) {
                                        std::to_string(slots_.size()) + " is still in use");
   }
   if (s.data == nullptr) {
-    auto p = copier_.alloc_host(device, slot_bytes_);
+    auto p = lendable_ ? copier_.alloc_lendable(device, slot_bytes_) : copier_.alloc_host(device, slot_bytes_);
     if (!p.ok()) return p.status();
     s.data = static_cast<uint8_t*>(p.value());
     g_bytes.fetch_add(slot_bytes_, std::memory_order_relaxed);

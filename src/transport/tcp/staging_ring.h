@@ -31,7 +31,9 @@ class StagingRing {
   };
 
   // REQUIRES: `copier` outlives the ring; slot_bytes > 0; depth >= 1.
-  StagingRing(Copier& copier, size_t slot_bytes, int depth);
+  // `lendable`: slots whose pages a sender lends to its socket
+  // (Copier::alloc_lendable).
+  StagingRing(Copier& copier, size_t slot_bytes, int depth, bool lendable = false);
   // Frees every slot. REQUIRES: no copy touching a slot is still running.
   ~StagingRing();
   StagingRing(const StagingRing&) = delete;
@@ -56,6 +58,7 @@ class StagingRing {
  private:
   Copier& copier_;
   const size_t slot_bytes_;
+  const bool lendable_;
   std::vector<Slot> slots_;
   size_t next_ = 0;
 };
