@@ -4,7 +4,9 @@
 // Transmit (TxStager): the path's worker stages the chunks it claims ahead of
 // the socket — each chunk's device pieces are copied into a slot on the
 // copier's stream — and sends the oldest once its copies are done, so
-// device->host copies run while earlier chunks are on the wire.
+// device->host copies run while earlier chunks are on the wire. Sending may
+// lend the slot's pages to the socket instead of copying them (the slot is
+// then refilled only once the peer confirmed its chunk).
 //
 // Receive (RxStager): staged pieces are read from the socket into slots and
 // copied on to the device as they arrive. Each frame is an entry in a FIFO
@@ -86,7 +88,8 @@ class TxStager {
   // Blocks until every copy queued so far has ended (before the regions they
   // read are let go).
   void drain();
-  // The chunk was not sent (aborted): its slot may be reused.
+  // The chunk will not be sent (aborted, or its staging failed): its slot
+  // may be reused.
   void release(Staged& s);
   // Sends `head` (a frame's header, copied) and then `s`'s bytes on `fd`
   // (after wait(s)): the slot's lent when lends(), everything else copied.

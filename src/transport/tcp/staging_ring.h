@@ -5,7 +5,8 @@
 // path that never moves GPU memory holds none, and a path that does holds at
 // most `depth` slots of `slot_bytes` each. A slot's life:
 //   idle -> acquired (copies into or out of it queued; `ticket` fences them)
-//        -> released (the sender sent it, or the receiver queued its copy out)
+//        -> released (the sender sent it, or the peer confirmed it when its
+//           pages were lent to the socket; the receiver queued its copy out)
 //        -> acquired again once its last copies are done.
 // Every byte a ring allocates is counted process-wide, so tests can check that
 // a closed or failed connection leaves nothing behind.
