@@ -74,7 +74,9 @@ def test_peer_refusal_with_invalid_utf8_raises_ferry_error():
         with ferry.Engine() as e:
             with pytest.raises(ferry.Unavailable) as info:
                 e.connect(f"127.0.0.1:{port}", timeout=10)
-        assert served.is_set()
+        # The server marks served only after its send returned, which may be
+        # after the engine already read the frame and raised.
+        assert served.wait(10)
         assert "go away: \\xff\\xfe bad" in info.value.message
         assert str(info.value) == info.value.message
     finally:
