@@ -34,10 +34,17 @@ void block_sigpipe_in_this_thread() {
 Result<PageLender> PageLender::open(size_t bytes) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return errno_status(Code::kResourceExhausted, "pipe for lending pages");
+  PageLender lender(fds[0], fds[1]);
   // Best effort: past the system's limits (pipe-max-size, a user's pipe
   // pages) the pipe keeps its default size.
   (void)::fcntl(fds[1], F_SETPIPE_SZ, static_cast<int>(bytes));
-  return PageLender(fds[0], fds[1]);
+  // Sandboxes may refuse vmsplice (a seccomp filter, a kernel without it):
+  // one byte through the pipe says so here rather than on a live socket.
+  char probe = 0;
+  struct iovec v = {&probe, 1};
+  if (::vmsplice(fds[1], &v, 1, 0) != 1) return errno_status(Code::kUnimplemented, "vmsplice");
+  if (::read(fds[0], &probe, 1) != 1) return errno_status(Code::kInternal, "reading the vmsplice probe back");
+  return lender;
 }
 
 PageLender::PageLender(PageLender&& o) noexcept

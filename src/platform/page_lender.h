@@ -38,8 +38,9 @@ void block_sigpipe_in_this_thread();
 class PageLender {
  public:
   // A lender whose pipe holds up to `bytes` where the system lets it (a
-  // smaller pipe takes more calls). An error (no file descriptor left, no
-  // pipes) leaves the caller to copy instead.
+  // smaller pipe takes more calls). An error leaves the caller to copy
+  // instead: kResourceExhausted (no file descriptor left), kUnimplemented
+  // (vmsplice refused here, as sandboxes may).
   static Result<PageLender> open(size_t bytes);
   PageLender(PageLender&& o) noexcept;
   PageLender& operator=(PageLender&& o) noexcept;

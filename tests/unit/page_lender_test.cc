@@ -7,12 +7,15 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <random>
 #include <thread>
 #include <vector>
+
+#include "deny_syscall.h"
 
 namespace ferry::platform {
 namespace {
@@ -88,6 +91,22 @@ TEST(PageLenderDeathTest, ASocketShutForWritingRaisesSigpipeInAThreadThatDidNotB
         std::_Exit(0);
       },
       ::testing::KilledBySignal(SIGPIPE), "");
+}
+
+// A sandbox that refuses vmsplice: open() says so (its caller copies), it
+// does not hand out a lender whose first lend would fail a live socket.
+TEST(PageLenderDeathTest, OpenFailsWhereVmspliceIsRefused) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        if (!ferry::testing::deny_syscall(SYS_vmsplice)) std::_Exit(3);
+        auto lender = PageLender::open(4096);
+        std::_Exit(!lender.ok() && lender.status().code() == Code::kUnimplemented &&
+                           lender.status().to_string().find("vmsplice") != std::string::npos
+                       ? 0
+                       : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(PageLender, ASocketShutForWritingFailsTheLendNotTheProcess) {

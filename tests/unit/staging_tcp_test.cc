@@ -13,6 +13,9 @@
 #include <thread>
 #include <vector>
 
+#include <sys/syscall.h>
+
+#include "deny_syscall.h"
 #include "ferry/ferry.h"
 #include "transport/tcp/staging_copier.h"
 #include "transport/tcp/staging_ring.h"
@@ -83,6 +86,17 @@ class StagedTcp : public ::testing::Test {
     yc_ = d.value();
   }
 
+  // Starts with every copy that lands bytes in y_'s memory slowed by
+  // `delay`: y_'s reads from its sockets then lag far behind x_'s sends.
+  void start_with_slow_landing(const Options& o, std::chrono::microseconds delay) {
+    start(o, o, 20us, [this, delay](const void* dst, const void*, size_t) {
+      auto a = reinterpret_cast<uintptr_t>(dst);
+      if (a >= slow_lo_.load() && a < slow_hi_.load()) std::this_thread::sleep_for(delay);
+    });
+    slow_lo_ = reinterpret_cast<uintptr_t>(y_.at(0));
+    slow_hi_ = reinterpret_cast<uintptr_t>(y_.at(kMem));
+  }
+
   void open(Side& s, const Options& o) {
     auto e = Engine::create(o);
     ASSERT_TRUE(e.ok()) << e.status().to_string();
@@ -106,6 +120,7 @@ class StagedTcp : public ::testing::Test {
 
   Side x_, y_;
   std::shared_ptr<Connection> xc_, yc_;
+  std::atomic<uintptr_t> slow_lo_{0}, slow_hi_{0};  // start_with_slow_landing's range
 };
 
 TEST_F(StagedTcp, SendRecvEverySizeAndOffsetBothWays) {
@@ -249,13 +264,7 @@ TEST_F(StagedTcp, LentSlotsAreRefilledOnlyOnceThePeerConfirmedTheirChunk) {
   o.staging_depth = 2;
   o.staging_chunk_bytes = 64 * 1024;
   ASSERT_TRUE(o.staging_lend_pages);
-  std::atomic<uintptr_t> slow_lo{0}, slow_hi{0};
-  start(o, o, 20us, [&slow_lo, &slow_hi](const void* dst, const void*, size_t) {
-    auto a = reinterpret_cast<uintptr_t>(dst);
-    if (a >= slow_lo.load() && a < slow_hi.load()) std::this_thread::sleep_for(2ms);  // landing in y_
-  });
-  slow_lo = reinterpret_cast<uintptr_t>(y_.at(0));
-  slow_hi = reinterpret_cast<uintptr_t>(y_.at(kMem));
+  start_with_slow_landing(o, 2ms);
   const size_t n = (6 << 20) + 4097;
   fill(x_.at(3), n, 41);
   Transfer r = yc_->recv_async(y_.at(17), n);
@@ -278,13 +287,7 @@ TEST_F(StagedTcp, ClosingAConnectionWithLentSlotsFailsTheTransferAndFreesThem) {
   Options o;
   o.streams = 2;
   o.staging_chunk_bytes = 64 * 1024;
-  std::atomic<uintptr_t> slow_lo{0}, slow_hi{0};
-  start(o, o, 20us, [&slow_lo, &slow_hi](const void* dst, const void*, size_t) {
-    auto a = reinterpret_cast<uintptr_t>(dst);
-    if (a >= slow_lo.load() && a < slow_hi.load()) std::this_thread::sleep_for(5ms);  // landing in y_
-  });
-  slow_lo = reinterpret_cast<uintptr_t>(y_.at(0));
-  slow_hi = reinterpret_cast<uintptr_t>(y_.at(kMem));
+  start_with_slow_landing(o, 5ms);
   fill(x_.at(0), 16 << 20, 9);
   for (int round = 0; round < 3; ++round) {
     Transfer r = yc_->recv_async(y_.at(0), 16 << 20);
@@ -301,7 +304,7 @@ TEST_F(StagedTcp, ClosingAConnectionWithLentSlotsFailsTheTransferAndFreesThem) {
     xc_ = c.value();
     yc_ = d.value();
   }
-  slow_hi = 0;
+  slow_hi_ = 0;
   Transfer r = yc_->recv_async(y_.at(0), 1 << 20);
   ASSERT_OK(xc_->send(x_.at(0), 1 << 20, after(10s)));
   ASSERT_OK(r.wait(after(10s)));
@@ -522,6 +525,36 @@ TEST(StagedTcpFailure, SmallPayloadsArriveWholeWithoutPinnedMemory) {
   }
   EXPECT_EQ(staging_bytes_allocated(), 0u);
   tear_down(xc, yc, x, y);
+}
+
+// A staged send of random bytes with vmsplice refused; 0 if they arrived whole.
+int staged_send_without_vmsplice() {
+  if (!ferry::testing::deny_syscall(SYS_vmsplice)) return 3;
+  set_staging_hooks_for_tests(StagingHooks{[] { return make_host_copier(20us); }, /*stage_host=*/true});
+  Options o;
+  o.transport = TransportChoice::kTcp;
+  o.listen = "127.0.0.1:0";
+  o.streams = 2;
+  o.staging_chunk_bytes = 64 * 1024;
+  auto x = Engine::create(o).value();
+  auto y = Engine::create(o).value();
+  const size_t n = (3 << 20) + 5;
+  std::vector<uint8_t> xm(n), ym(n);
+  fill(xm.data(), n, 77);
+  if (!x->reg(xm.data(), n).ok() || !y->reg(ym.data(), n).ok()) return 4;
+  auto xc = x->connect(y->address(), after(10s)).value();
+  auto yc = y->accept(after(10s)).value();
+  Transfer r = yc->recv_async(ym.data(), n);
+  if (!xc->send(xm.data(), n, after(20s)).ok() || !r.wait(after(20s)).ok()) return 5;
+  return std::memcmp(xm.data(), ym.data(), n) == 0 ? 0 : 6;
+}
+
+// A sandbox that refuses vmsplice (a seccomp filter here): staged chunks are
+// copied into the socket instead of lent, and every byte still arrives. In
+// a child process: the filter cannot be undone.
+TEST(StagedTcpDeathTest, WhereVmspliceIsRefusedStagedChunksAreCopied) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(std::_Exit(staged_send_without_vmsplice()), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

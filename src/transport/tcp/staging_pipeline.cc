@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "core/log.h"
 #include "platform/socket.h"
 
 namespace ferry::tcp {
@@ -29,7 +30,10 @@ namespace {
 std::optional<platform::PageLender> open_lender(bool lend, size_t bytes) {
   if (!lend) return std::nullopt;
   auto l = platform::PageLender::open(bytes);
-  if (!l.ok()) return std::nullopt;
+  if (!l.ok()) {
+    FERRY_LOG(kDebug, "tcp", "staged chunks are copied into the socket: %s", l.status().to_string().c_str());
+    return std::nullopt;
+  }
   return std::move(l).value();
 }
 
