@@ -23,7 +23,8 @@
 // kernel loses, the per-chunk driver calls are what cost.
 //
 //   nvcc -O2 -arch=sm_90 -std=c++17 -o staged_blast bench/gpu/staged_blast.cu
-//   [CHUNK=bytes] [SEND_GPU=n] [RECV_GPU=n] ./staged_blast STREAMS SECONDS MODE...
+//   [CHUNK=bytes] [SEND_GPU=n] [RECV_GPU=n] [SLOTS=n] [SPLICE=1] [REGISTER=1]
+//     ./staged_blast STREAMS SECONDS MODE...
 // prints "MODE STREAMS CHUNK GB/s" a mode. CHUNK (default 1 MiB) is a slot's
 // size: small slots stay in the CPU's caches, as iperf3's buffer does.
 #include <arpa/inet.h>
@@ -164,8 +165,8 @@ bool recv_all(int fd, char* p, size_t n) {
   return true;
 }
 
-// One end's memory: two slots, the device buffer the copies use, and (apart)
-// two more pinned buffers the copies go to instead of the slots.
+// One end's memory: SLOTS slots, the device buffer the copies use, and
+// (apart) as many more pinned buffers the copies go to instead of the slots.
 struct End {
   char* slot[16];
   char* side[16];
