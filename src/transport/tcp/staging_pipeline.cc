@@ -116,25 +116,35 @@ void TxStager::release(Staged& s) {
   s.slot = nullptr;
 }
 
-Status TxStager::send(int fd, std::span<struct iovec> head, Staged& s, uint64_t seq) {
+Status TxStager::send(int fd, std::vector<struct iovec>& head, Staged& s, uint64_t seq) {
   if (!lender_) {
-    std::vector<struct iovec> iov(head.begin(), head.end());
-    iov.insert(iov.end(), s.iov.begin(), s.iov.end());
-    Status st = platform::send_all(fd, iov.data(), static_cast<int>(iov.size()));
+    head.insert(head.end(), s.iov.begin(), s.iov.end());
+    Status st = platform::send_all(fd, head.data(), static_cast<int>(head.size()));
     release(s);
     return st;
   }
   Status st = platform::send_all(fd, head.data(), static_cast<int>(head.size()), MSG_MORE);
   const uint8_t* slot = s.slot != nullptr ? s.slot->data : nullptr;
-  for (size_t i = 0; i < s.iov.size() && st.ok(); ++i) {
-    struct iovec v = s.iov[i];
-    bool more = i + 1 < s.iov.size();
+  auto in_slot = [&](const struct iovec& v) {
     auto* p = static_cast<const uint8_t*>(v.iov_base);
-    if (slot != nullptr && p >= slot && p < slot + ring_.slot_bytes()) {
-      st = lender_->lend(fd, p, v.iov_len, more);
+    return slot != nullptr && p >= slot && p < slot + ring_.slot_bytes();
+  };
+  // Entries go out in runs of one kind: staged pieces lie one after another
+  // in the slot (a chunk of small blocks has hundreds), so a run of them is
+  // one lend; a run of host pieces (the application's memory) is one copy.
+  for (size_t i = 0; i < s.iov.size() && st.ok();) {
+    const bool lend = in_slot(s.iov[i]);
+    size_t end = i + 1;
+    while (end < s.iov.size() && in_slot(s.iov[end]) == lend) ++end;
+    const bool more = end < s.iov.size();
+    if (lend) {
+      auto* p = static_cast<const uint8_t*>(s.iov[i].iov_base);
+      auto* last = static_cast<const uint8_t*>(s.iov[end - 1].iov_base);
+      st = lender_->lend(fd, p, static_cast<size_t>(last - p) + s.iov[end - 1].iov_len, more);
     } else {
-      st = platform::send_all(fd, &v, 1, more ? MSG_MORE : 0);  // a host piece: the application's memory
+      st = platform::send_all(fd, &s.iov[i], static_cast<int>(end - i), more ? MSG_MORE : 0);
     }
+    i = end;
   }
   if (s.slot != nullptr) lent_.emplace_back(s.slot, seq);
   s.slot = nullptr;

@@ -91,12 +91,13 @@ class TxStager {
   // The chunk will not be sent (aborted, or its staging failed): its slot
   // may be reused.
   void release(Staged& s);
-  // Sends `head` (a frame's header, copied) and then `s`'s bytes on `fd`
-  // (after wait(s)): the slot's lent when lends(), everything else copied.
-  // A lent slot is held until the peer confirmed `seq` chunks of the path,
-  // whether or not the send succeeded (the socket may hold its pages);
-  // otherwise it is released. Blocks. Errors: kPeerLost.
-  Status send(int fd, std::span<struct iovec> head, Staged& s, uint64_t seq);
+  // Sends `head` (a frame's header, copied; `head` and `s.iov` may be
+  // modified) and then `s`'s bytes on `fd` (after wait(s)): the slot's lent
+  // when lends(), everything else copied. A lent slot is held until the peer
+  // confirmed `seq` chunks of the path, whether or not the send succeeded
+  // (the socket may hold its pages); otherwise it is released. Blocks.
+  // Errors: kPeerLost.
+  Status send(int fd, std::vector<struct iovec>& head, Staged& s, uint64_t seq);
   // The peer confirmed `landed` chunks of the path: slots lent to chunks up
   // to that one may be reused.
   void confirmed(uint64_t landed);
