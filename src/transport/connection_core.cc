@@ -363,7 +363,7 @@ Transfer ConnectionCore::write_blocks_async(const BlockPools& pools, std::span<c
   // Called on this thread before post_writes returns: the references hold.
   return post_writes(total, notification, [&](const std::shared_ptr<TransferState>& state, std::string_view note,
                                               uint64_t seq) {
-    if (note.empty() && transport_->start_pool_blocks(state, *p, blocks, total)) return;
+    if (transport_->start_pool_blocks(state, *p, blocks, total, note, seq)) return;
     WriteBatch batch;
     batch.source.reserve(blocks.size());
     batch.targets.reserve(blocks.size());

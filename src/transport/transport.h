@@ -117,13 +117,13 @@ class Transport {
   // Writes a batch of blocks between prepared pools straight from the
   // application's list (a KV cache's blocks), where the transport has a way
   // that needs no WriteBatch; the core checked every block against the
-  // pools' descriptors, and `bytes` is their sum. True if the transport took
-  // it: it then finishes one part of `state` as start_write_batch does.
-  // False, with nothing started: the core builds a WriteBatch. Called only
-  // without a note (the core sends it after the write when
-  // !notes_ride_with_writes()).
+  // pools' descriptors, and `bytes` is their sum. `note` and `note_seq` as
+  // for start_write_batch. True if the transport took it: it then finishes
+  // one part of `state` as start_write_batch does.
+  // False, with nothing started: the core builds a WriteBatch.
   virtual bool start_pool_blocks(const std::shared_ptr<TransferState>& /*state*/, const struct PreparedPools& /*pools*/,
-                                 std::span<const Block> /*blocks*/, uint64_t /*bytes*/) {
+                                 std::span<const Block> /*blocks*/, uint64_t /*bytes*/, std::string_view /*note*/,
+                                 uint64_t /*note_seq*/) {
     return false;
   }
   // Reads the peer's export into `item.local`; finishes one part of `state`.

@@ -4,6 +4,8 @@
 // violation that fails the connection; a well-formed one that names memory
 // the peer may not touch (a wrong key, past an export's end) is refused and
 // answered, and nothing of it lands. The engine keeps serving others.
+#include <random>
+
 #include "hostile_peer.h"
 #include "transport/tcp/block_table.h"
 #include "transport/tcp/tcp_internals.h"
@@ -170,6 +172,82 @@ TEST(BlockTable, ChunkLimitKeepsEveryChunkWithinTheEntryLimit) {
     std::string bytes;
     EXPECT_LE(table.encode(at, chunk, bytes), tcp::BlockTable::kMaxEntriesPerChunk);
   }
+}
+
+// Over pools, the table works each chunk's entries and local bytes out from
+// the application's list: for every cut of the stream they must name, byte
+// by byte, what the list says, whatever the pools and block sizes.
+TEST(BlockTable, OverPoolsEveryCutNamesTheBytesTheListSays) {
+  std::mt19937_64 rng(5);
+  std::vector<std::vector<uint8_t>> mem(3, std::vector<uint8_t>(4096));
+  std::vector<std::shared_ptr<core::RegionEntry>> entries;
+  std::vector<core::MemorySpan> local;
+  for (auto& m : mem) {
+    entries.push_back(std::make_shared<core::RegionEntry>());
+    local.push_back(core::MemorySpan{entries.back(), m.data(), m.size()});
+  }
+  std::vector<RemoteDescriptor> remote(2);
+  remote[0].export_id = 7, remote[0].key = 70;
+  remote[1].export_id = 8, remote[1].key = 80;
+  // Blocks of 0-9 bytes; every third continues the one before it on both
+  // sides (joined into one entry and one span), every fifth is empty.
+  std::vector<Block> list;
+  for (int i = 0; i < 60; ++i) {
+    Block b{static_cast<uint32_t>(rng() % 3), static_cast<uint32_t>(rng() % 2), rng() % 4000, rng() % 4000,
+            1 + rng() % 9};
+    if (i % 3 == 2) {
+      const Block& a = list.back();
+      b = Block{a.local_pool, a.remote_pool, a.local_offset + a.size, a.remote_offset + a.size, b.size};
+    }
+    if (i % 5 == 4) b.size = 0;
+    list.push_back(b);
+  }
+  // The stream byte by byte: where it comes from and where it goes.
+  std::vector<const uint8_t*> from;
+  std::vector<std::pair<uint64_t, uint64_t>> to;  // export, offset
+  for (const Block& b : list) {
+    for (uint64_t k = 0; k < b.size; ++k) {
+      from.push_back(mem[b.local_pool].data() + b.local_offset + k);
+      to.emplace_back(remote[b.remote_pool].export_id, b.remote_offset + k);
+    }
+  }
+  auto table = tcp::BlockTable::over_pools(local, remote, list);
+  ASSERT_TRUE(table->over_pools());
+  ASSERT_EQ(table->total(), from.size());
+  EXPECT_FALSE(table->any_gpu_source());
+  for (uint64_t at = 0; at < table->total(); ++at) {
+    for (uint64_t n = 1; at + n <= table->total(); n += 1 + n / 4) {
+      std::string bytes;
+      size_t count = table->encode(at, n, bytes);
+      std::vector<tcp::RemoteBlock> back;
+      ASSERT_TRUE(tcp::decode_block_table(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+                                          count, n, back)
+                      .ok());
+      uint64_t s = at;
+      for (const tcp::RemoteBlock& b : back) {
+        for (uint64_t k = 0; k < b.size; ++k, ++s) {
+          ASSERT_EQ(b.export_id, to[s].first) << "stream byte " << s;
+          ASSERT_EQ(b.key, b.export_id * 10) << "stream byte " << s;
+          ASSERT_EQ(b.offset + k, to[s].second) << "stream byte " << s;
+        }
+      }
+      ASSERT_EQ(s, at + n);
+      core::SegmentList spans;
+      table->sources(at, n, spans);
+      ASSERT_EQ(spans.total(), n);
+      std::vector<struct iovec> iov;
+      spans.slice(0, n, iov);
+      s = at;
+      for (const struct iovec& v : iov) {
+        for (size_t k = 0; k < v.iov_len; ++k, ++s) {
+          ASSERT_EQ(static_cast<const uint8_t*>(v.iov_base) + k, from[s]) << "stream byte " << s;
+        }
+      }
+      ASSERT_EQ(s, at + n);
+    }
+  }
+  std::string whole;
+  EXPECT_LT(table->encode(0, table->total(), whole), table->size()) << "no block was joined to the one before it: the test is wrong";
 }
 
 }  // namespace

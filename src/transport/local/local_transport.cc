@@ -385,7 +385,10 @@ void LocalTransport::start_write_batch(const std::shared_ptr<TransferState>& sta
 
 bool LocalTransport::start_pool_blocks(const std::shared_ptr<TransferState>& state,
                                        const transport::PreparedPools& pools, std::span<const Block> blocks,
-                                       uint64_t bytes) {
+                                       uint64_t bytes, std::string_view note, uint64_t /*note_seq*/) {
+  // A note follows the write here (notes_ride_with_writes() is false): the
+  // core never hands one over, and the general path would carry it.
+  if (!note.empty()) return false;
   // This side's pools: GPU memory, all on one device.
   const int device = pools.local.front().region->region.device;
   std::vector<uint8_t*> local;

@@ -97,7 +97,8 @@ class LocalTransport final : public transport::Transport {
   // has shown this side before: one gather launch, with no per-block walk
   // through spans (LocalCopier::start_blocks).
   bool start_pool_blocks(const std::shared_ptr<TransferState>& state, const transport::PreparedPools& pools,
-                         std::span<const Block> blocks, uint64_t bytes) override;
+                         std::span<const Block> blocks, uint64_t bytes, std::string_view note,
+                         uint64_t note_seq) override;
   void start_read(const std::shared_ptr<TransferState>& state, transport::RemoteItem item) override;
   void send_note(const std::shared_ptr<TransferState>& state, uint64_t seq, std::string_view note,
                  bool caller_thread) override;

@@ -7,6 +7,25 @@
 
 namespace ferry::tcp {
 
+std::shared_ptr<const BlockTable> BlockTable::over_pools(std::span<const core::MemorySpan> local,
+                                                        std::span<const RemoteDescriptor> remote,
+                                                        std::span<const Block> blocks) {
+  auto t = std::make_shared<BlockTable>();
+  t->pools_ = true;
+  t->local_.assign(local.begin(), local.end());
+  t->remote_.assign(remote.begin(), remote.end());
+  t->list_.reserve(blocks.size());
+  t->starts_.reserve(blocks.size());
+  for (const Block& b : blocks) {
+    if (b.size == 0) continue;
+    t->list_.push_back(b);
+    t->starts_.push_back(t->total_);
+    t->total_ += b.size;
+    t->smallest_ = t->smallest_ == 0 ? b.size : std::min(t->smallest_, b.size);
+  }
+  return t;
+}
+
 void BlockTable::add(const RemoteBlock& b) {
   if (b.size == 0) return;
   if (!blocks_.empty()) {
@@ -23,6 +42,7 @@ void BlockTable::add(const RemoteBlock& b) {
 }
 
 uint64_t BlockTable::smallest() const {
+  if (over_pools()) return smallest_;
   uint64_t m = 0;
   for (const RemoteBlock& b : blocks_) m = m == 0 ? b.size : std::min(m, b.size);
   return m;
@@ -35,25 +55,64 @@ uint64_t BlockTable::chunk_limit(uint64_t wanted) const {
   return std::max<uint64_t>(std::min(wanted, most), 1);
 }
 
+RemoteBlock BlockTable::remote_at(size_t i) const {
+  if (!over_pools()) return blocks_[i];
+  const Block& b = list_[i];
+  const RemoteDescriptor& r = remote_[b.remote_pool];
+  return RemoteBlock{r.export_id, r.key, b.remote_offset, b.size};
+}
+
+size_t BlockTable::locate(uint64_t offset) const {
+  // The last block starting at or before `offset`.
+  return static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), offset) - starts_.begin()) - 1;
+}
+
 size_t BlockTable::encode(uint64_t offset, uint64_t size, std::string& out) const {
   if (size == 0) return 0;
-  // The block holding `offset`: the last one starting at or before it.
-  size_t i = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), offset) - starts_.begin()) - 1;
   size_t n = 0;
-  const uint64_t end = offset + size;
-  for (uint64_t at = offset; at < end; ++i, ++n) {
-    const RemoteBlock& b = blocks_[i];
-    uint64_t skip = at - starts_[i];
-    uint64_t take = std::min(b.size - skip, end - at);
+  RemoteBlock pending;  // the entry being joined, written once the next one does not continue it
+  auto flush = [&] {
     uint8_t e[kEntryBytes];
-    wire::put_u64(e + 0, b.export_id);
-    wire::put_u64(e + 8, b.key);
-    wire::put_u64(e + 16, b.offset + skip);
-    wire::put_u64(e + 24, take);
+    wire::put_u64(e + 0, pending.export_id);
+    wire::put_u64(e + 8, pending.key);
+    wire::put_u64(e + 16, pending.offset);
+    wire::put_u64(e + 24, pending.size);
     out.append(reinterpret_cast<const char*>(e), kEntryBytes);
-    at += take;
+    ++n;
+  };
+  const uint64_t end = offset + size;
+  for (size_t i = locate(offset); offset < end; ++i) {
+    RemoteBlock b = remote_at(i);
+    uint64_t skip = offset - starts_[i];
+    uint64_t take = std::min(b.size - skip, end - offset);
+    if (pending.size != 0 && pending.export_id == b.export_id && pending.key == b.key &&
+        pending.offset + pending.size == b.offset + skip) {
+      pending.size += take;
+    } else {
+      if (pending.size != 0) flush();
+      pending = RemoteBlock{b.export_id, b.key, b.offset + skip, take};
+    }
+    offset += take;
   }
+  flush();
   return n;
+}
+
+bool BlockTable::any_gpu_source() const {
+  return std::any_of(local_.begin(), local_.end(),
+                     [](const core::MemorySpan& m) { return m.region->region.kind == MemoryKind::kCuda; });
+}
+
+void BlockTable::sources(uint64_t offset, uint64_t size, core::SegmentList& out) const {
+  const uint64_t end = offset + size;
+  for (size_t i = locate(offset); offset < end; ++i) {
+    const Block& b = list_[i];
+    const core::MemorySpan& pool = local_[b.local_pool];
+    uint64_t skip = offset - starts_[i];
+    uint64_t take = std::min(b.size - skip, end - offset);
+    out.add(pool.region, pool.data + b.local_offset + skip, static_cast<size_t>(take));
+    offset += take;
+  }
 }
 
 Status decode_block_table(std::span<const uint8_t> bytes, size_t count, uint64_t payload,

@@ -110,7 +110,7 @@ std::optional<Chunk> ChunkQueue::claim_locked(int path) {
     }
     if (it == queue_.end()) return std::nullopt;
     std::shared_ptr<OutOp> op = *it;
-    uint64_t total = op->source.total();
+    uint64_t total = op->total();
     c.op = op;
     c.offset = op->next;
     c.size = std::min(op->chunk_bytes != 0 ? op->chunk_bytes : chunk_bytes_, total - op->next);
@@ -241,7 +241,7 @@ ChunkQueue::Stop ChunkQueue::stop(const std::shared_ptr<OutOp>& op) {
     }
     Chunk c;
     c.op = op;
-    c.offset = std::min(op->next, op->source.total());
+    c.offset = std::min(op->next, op->total());
     c.size = 0;
     c.counted = false;
     retry_.push_front(std::move(c));
@@ -257,7 +257,7 @@ bool ChunkQueue::aborted(const OutOp& op) const {
 
 bool ChunkQueue::claimed_all(const OutOp& op) const {
   platform::MutexLock lock(mu_);
-  return op.next >= op.source.total();
+  return op.next >= op.total();
 }
 
 bool ChunkQueue::acknowledge(OutOp& op, Status answer) {

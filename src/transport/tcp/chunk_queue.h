@@ -46,7 +46,9 @@ struct OutOp {
   core::SegmentList source;              // local bytes, in order
   uint64_t remote_base = 0;              // WRITE: export offset of byte 0 (chunk c = base + offset)
   std::string first_aux;                 // WRITE: the notification, carried by the first chunk
-  std::shared_ptr<const BlockTable> blocks;  // WRITE of many blocks: where each stream byte goes (else null)
+  // WRITE of many blocks: where each stream byte goes (else null); when it
+  // is over pools, it also knows where each comes from, and `source` is empty.
+  std::shared_ptr<const BlockTable> blocks;
   std::shared_ptr<TransferState> state;  // null for read replies
   uint64_t paths = 0;                    // bit p: path p may carry it; 0: any path
   uint64_t chunk_bytes = 0;              // chunk size of this op (GPU memory: the staging slot); 0: the queue's
@@ -64,6 +66,8 @@ struct OutOp {
   // transport's lock.
   Status abort_reason;
   static constexpr uint64_t kAcked = uint64_t{1} << 63;
+
+  uint64_t total() const { return blocks != nullptr && blocks->over_pools() ? blocks->total() : source.total(); }
 };
 
 struct Chunk {

@@ -499,7 +499,9 @@ Status TcpTransport::resolve_blocks(int path, core::SegmentList& dest) {
   // Blocks of one export follow each other: its key is checked once a run.
   Result<core::MemorySpan> whole = Status(Code::kNotFound, "no export yet");
   const RemoteBlock* run = nullptr;
-  for (const RemoteBlock& b : rx_scratch(path).blocks) {
+  const std::vector<RemoteBlock>& blocks = rx_scratch(path).blocks;
+  dest.reserve(blocks.size());
+  for (const RemoteBlock& b : blocks) {
     if (run == nullptr || b.export_id != run->export_id || b.key != run->key) {
       whole = ctx_->registry.resolve_whole_export(b.export_id, b.key);
       if (!whole.ok()) return whole.status();

@@ -116,15 +116,20 @@ void TcpTransport::prepare_chunk(TxEntry& e, std::unique_ptr<TxStager>& stager) 
     e.abort = Status(Code::kCancelled, "transfer aborted (" + where() + ")");
     return;
   }
-  e.access = std::make_shared<core::ChunkAccess>(c.op->source, c.offset, c.size);
+  // A batch over pools: this chunk's local bytes are worked out here, on its path.
+  const bool own = c.op->blocks != nullptr && c.op->blocks->over_pools();
+  if (own) c.op->blocks->sources(c.offset, c.size, e.source);
+  const core::SegmentList& source = own ? e.source : c.op->source;
+  const uint64_t offset = own ? 0 : c.offset;
+  e.access = std::make_shared<core::ChunkAccess>(source, offset, c.size);
   if (!e.access->ok()) {
     e.access.reset();
     e.abort = Status(Code::kNotFound, "source memory was deregistered during the transfer (" + where() + ")");
     return;
   }
-  if (!stages(c.op->source)) return;
+  if (!stages(source)) return;
   std::vector<Piece> pieces;
-  pieces_of(c.op->source, c.offset, c.size, pieces);
+  pieces_of(source, offset, c.size, pieces);
   if (staged_bytes(pieces) == 0) return;
   if (!stager) {
     stager = std::make_unique<TxStager>(new_copier(), ctx_->options.staging_chunk_bytes, ctx_->options.staging_depth,
@@ -229,7 +234,11 @@ Status TcpTransport::transmit_chunk(int fd, TxEntry& e, TxStager* stager) {
   if (e.staging) {
     s = stager->send(fd, iov, e.staged, c.seq);
   } else {
-    op.source.slice(c.offset, c.size, iov);
+    if (op.blocks != nullptr && op.blocks->over_pools()) {
+      e.source.slice(0, c.size, iov);  // prepare_chunk worked it out
+    } else {
+      op.source.slice(c.offset, c.size, iov);
+    }
     s = platform::send_all(fd, iov.data(), static_cast<int>(iov.size()));
   }
   e.access.reset();

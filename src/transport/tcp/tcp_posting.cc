@@ -122,8 +122,20 @@ void TcpTransport::start_write_batch(const std::shared_ptr<TransferState>& state
   for (const transport::WriteBatch::Target& t : batch.targets) {
     table->add({t.remote.export_id, t.remote.key, t.offset, t.size});
   }
+  start_blocks(state, std::move(table), std::move(batch.source), note, note_seq);
+}
+
+bool TcpTransport::start_pool_blocks(const std::shared_ptr<TransferState>& state, const transport::PreparedPools& pools,
+                                     std::span<const Block> blocks, uint64_t /*bytes*/, std::string_view note,
+                                     uint64_t note_seq) {
+  start_blocks(state, BlockTable::over_pools(pools.local, pools.remote, blocks), {}, note, note_seq);
+  return true;
+}
+
+void TcpTransport::start_blocks(const std::shared_ptr<TransferState>& state, std::shared_ptr<const BlockTable> table,
+                                core::SegmentList source, std::string_view note, uint64_t note_seq) {
   auto out = std::make_shared<OutOp>();
-  out->source = std::move(batch.source);
+  out->source = std::move(source);
   uint64_t op = core_.next_op();
   if (!await_answer(op, state)) {
     state->finish_part(core_.usable());
@@ -136,6 +148,7 @@ void TcpTransport::start_write_batch(const std::shared_ptr<TransferState>& state
   h.e = note_seq;  // every chunk carries it: any may arrive first
   if (h.d <= ctx_->options.inline_max && table->size() <= BlockTable::kMaxEntriesPerChunk) {
     // A small batch goes whole on the control stream, as a small write does.
+    if (table->over_pools()) table->sources(0, h.d, out->source);
     std::string encoded;
     h.flags = kFlagBlocks;
     h.a = table->encode(0, h.d, encoded);
@@ -147,8 +160,18 @@ void TcpTransport::start_write_batch(const std::shared_ptr<TransferState>& state
   out->header = h;
   out->first_aux = std::string(note);
   out->state = state;
-  out->paths = paths_for(out->source);
-  uint64_t chunk = chunk_for(out->source, out->paths);
+  bool staged = false;
+  if (table->over_pools()) {
+    // The paths near the first block's memory, as for the whole list.
+    core::SegmentList first;
+    table->sources(0, 1, first);
+    out->paths = paths_for(first);
+    staged = hooks_.stage_host || table->any_gpu_source();
+  } else {
+    out->paths = paths_for(out->source);
+    staged = stages(out->source);
+  }
+  uint64_t chunk = chunk_for(staged, h.d, out->paths);
   out->chunk_bytes = table->chunk_limit(chunk != 0 ? chunk : ctx_->options.chunk_bytes);
   out->blocks = std::move(table);
   queue_chunks(op, std::move(out));

@@ -115,6 +115,9 @@ class TcpTransport final : public transport::Transport {
   void start_send(const std::shared_ptr<TransferState>& state, core::SegmentList source) override;
   void start_write_batch(const std::shared_ptr<TransferState>& state, transport::WriteBatch batch,
                          std::string_view note, uint64_t note_seq) override;
+  bool start_pool_blocks(const std::shared_ptr<TransferState>& state, const transport::PreparedPools& pools,
+                         std::span<const Block> blocks, uint64_t bytes, std::string_view note,
+                         uint64_t note_seq) override;
   void start_write(const std::shared_ptr<TransferState>& state, transport::RemoteItem item, std::string_view note,
                    uint64_t note_seq) override;
   void start_read(const std::shared_ptr<TransferState>& state, transport::RemoteItem item) override;
@@ -242,6 +245,7 @@ class TcpTransport final : public transport::Transport {
     TxStager::Staged staged;
     Status abort;       // not OK: send an aborted frame and fail the transfer
     std::string table;  // a batched write's chunk: its block table
+    core::SegmentList source;  // a chunk of a batch over pools: its local bytes
   };
   void prepare_chunk(TxEntry& e, std::unique_ptr<TxStager>& stager);
   // Whether `stager` has a slot for the next chunk of `path`, after the
@@ -319,9 +323,15 @@ class TcpTransport final : public transport::Transport {
   // cannot meet a socket directly.
   void pieces_of(const core::SegmentList& list, uint64_t offset, uint64_t size, std::vector<Piece>& out) const;
   bool stages(const core::SegmentList& list) const;
+  // A batched write of `table`'s blocks (from `source`, unless the table is
+  // over pools): whole on the control stream when small, else in chunks.
+  void start_blocks(const std::shared_ptr<TransferState>& state, std::shared_ptr<const BlockTable> table,
+                    core::SegmentList source, std::string_view note, uint64_t note_seq);
   // Chunk size for an operation on `list` over the paths in the mask `paths`
   // (0: every path); 0 means the queue's default.
   uint64_t chunk_for(const core::SegmentList& list, uint64_t paths) const;
+  // The same for `bytes` in all, `staged` or not.
+  uint64_t chunk_for(bool staged, uint64_t bytes, uint64_t paths) const;
   // A copier for staging through pinned slots: the test hooks' if set, else
   // CUDA's with the copy kernel.
   std::unique_ptr<Copier> new_copier() const;
