@@ -119,8 +119,14 @@ void blocks_between(int from_device, int to_device, TransportChoice transport) {
   std::mt19937_64 rng(static_cast<uint64_t>(from_device * 10 + to_device + 20));
   const std::vector<uint8_t> source = pattern(5, kPool);
   std::vector<uint8_t> expect(kPool, kUntouched);
-  for (auto [n, hi] : {std::pair<size_t, uint64_t>{256, 16384}, {1024, 4096}, {300, 9000}, {1, 4u << 20}}) {
+  // The last shape: 3,000 blocks of 48 bytes each, so that a chunk of them
+  // lists more pieces than a TCP staging table holds (the list then rides in
+  // the launch's parameters).
+  for (auto [n, hi] : {std::pair<size_t, uint64_t>{256, 16384}, {1024, 4096}, {300, 9000}, {1, 4u << 20}, {3000, 48}}) {
     std::vector<Placed> placed = scatter(n, hi, rng);
+    if (n == 3000) {
+      for (Placed& p : placed) p.size = hi;
+    }
     std::vector<Block> blocks;
     for (const Placed& p : placed) {
       blocks.push_back({0, 0, p.src, p.dst, p.size});

@@ -1,7 +1,10 @@
 // The CUDA copier: staging copies (by the copy kernel where it can, else the
 // copy engines) on per-device non-blocking streams, fenced by events, through
 // the driver table of platform/cuda_driver.h.
+#include <algorithm>
+#include <array>
 #include <deque>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -31,6 +34,11 @@ class CudaCopier final : public Copier {
   ~CudaCopier() override {
     const platform::CudaDriver& d = platform::cuda();
     (void)wait(issued_);
+    for (Table& t : tables_) {
+      if (t.items == nullptr) continue;
+      platform::DeviceScope scope(t.device);
+      d.mem_free_host(t.items);
+    }
     for (size_t dev = 0; dev < devices_.size(); ++dev) {
       PerDevice& pd = devices_[dev];
       if (pd.stream == nullptr) continue;
@@ -114,12 +122,18 @@ class CudaCopier final : public Copier {
     if (!stream.ok()) return stream.status();
     if (gather) {
       // A chunk of a KV cache's blocks: one launch instead of about a
-      // microsecond of copy engine per block (gather_kernel.h).
-      pieces_.clear();
-      for (const Op& op : many) {
-        pieces_.push_back({static_cast<uint8_t*>(op.dst), static_cast<const uint8_t*>(op.src), op.n});
+      // microsecond of copy engine per block (gather_kernel.h), its list in a
+      // pinned table where one is free (a launch of two parameters; with the
+      // list in its parameters, each of the paths' launches held the
+      // driver's lock longer), else in the launch's parameters.
+      Status s = copy_listed(device, stream.value(), many, bytes);
+      if (s.code() == Code::kUnavailable) {
+        pieces_.clear();
+        for (const Op& op : many) {
+          pieces_.push_back({static_cast<uint8_t*>(op.dst), static_cast<const uint8_t*>(op.src), op.n});
+        }
+        s = gather_->copy(device, stream.value(), pieces_);
       }
-      Status s = gather_->copy(device, stream.value(), pieces_);
       if (s.code() != Code::kUnimplemented) {
         // Even a failure may follow a first launch: the next fence covers it.
         devices_[static_cast<size_t>(device)].dirty = true;
@@ -249,6 +263,61 @@ class CudaCopier final : public Copier {
     return pd.stream;
   }
 
+  // A list for the gather kernel in pinned memory, reused once the fence
+  // after the copy that read it is done.
+  struct Table {
+    platform::GatherPiece* items = nullptr;  // kTableItems of them
+    int device = 0;                          // current when it was allocated
+    uint64_t ticket = 0;                     // the fence after its last use (0: never used)
+  };
+  static constexpr size_t kTables = 4;
+  static constexpr size_t kTableItems = 512;  // 12 KiB: a 1 MiB slot of 2 KiB blocks
+
+  // Queues `many` (`bytes` in all) as one gather launch that reads its list
+  // from a free table. kUnavailable, nothing queued, when no table is free or
+  // the list does not fit one.
+  Status copy_listed(int device, Stream stream, std::span<const Op> many, uint64_t bytes) {
+    constexpr uint64_t kItem = platform::GatherKernels::kItemBytes;
+    size_t count = 0;
+    for (const Op& op : many) count += (op.n + kItem - 1) / kItem;
+    if (count > kTableItems) return Status(Code::kUnavailable, "list longer than a table");
+    Table* t = free_table(device);
+    if (t == nullptr) return Status(Code::kUnavailable, "no free table");
+    size_t at = 0;
+    for (const Op& op : many) {
+      for (uint64_t off = 0; off < op.n; off += kItem) {
+        t->items[at++] = {static_cast<uint8_t*>(op.dst) + off, static_cast<const uint8_t*>(op.src) + off,
+                          std::min(kItem, op.n - off)};
+      }
+    }
+    Status s = gather_->copy_table(device, stream, t->items, static_cast<unsigned>(count), bytes);
+    // Held until the next fence is done: a launch that failed may still run.
+    if (s.code() != Code::kUnimplemented) t->ticket = issued_ + 1;
+    return s;
+  }
+
+  Table* free_table(int device) {
+    const platform::CudaDriver& d = platform::cuda();
+    for (Table& t : tables_) {
+      if (t.items != nullptr) {
+        if (t.ticket == 0 || t.ticket <= completed_) return &t;
+        auto finished = done(t.ticket);
+        if (finished.ok() && *finished) return &t;
+        continue;
+      }
+      // Portable: any device's kernel reads it.
+      void* p = nullptr;
+      if (d.mem_host_alloc(&p, kTableItems * sizeof(platform::GatherPiece), platform::cu::kHostAllocPortable) !=
+          platform::cu::kSuccess) {
+        return nullptr;
+      }
+      t.items = static_cast<platform::GatherPiece*>(p);
+      t.device = device;
+      return &t;
+    }
+    return nullptr;
+  }
+
   void retire_front() {
     Pending& p = pending_.front();
     for (auto& [dev, e] : p.events) devices_[static_cast<size_t>(dev)].idle.push_back(e);
@@ -266,6 +335,7 @@ class CudaCopier final : public Copier {
   std::vector<DevicePtr> dsts_, srcs_;  // copy_many's arguments, kept between calls
   std::vector<size_t> sizes_;
   std::vector<platform::GatherPiece> pieces_;  // the gather kernel's, likewise
+  std::array<Table, kTables> tables_;
 };
 
 }  // namespace
