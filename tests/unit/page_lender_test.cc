@@ -16,33 +16,12 @@
 #include <vector>
 
 #include "deny_syscall.h"
+#include "loopback_tcp_pair.h"
 
 namespace ferry::platform {
 namespace {
 
-// A connected loopback TCP pair; both ends close with the struct.
-struct TcpPair {
-  int a = -1, b = -1;
-  TcpPair() {
-    int l = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in at{};
-    at.sin_family = AF_INET;
-    at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(at);
-    if (::bind(l, reinterpret_cast<sockaddr*>(&at), sizeof(at)) != 0 || ::listen(l, 1) != 0 ||
-        ::getsockname(l, reinterpret_cast<sockaddr*>(&at), &len) != 0) {
-      ::close(l);
-      return;
-    }
-    a = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (::connect(a, reinterpret_cast<sockaddr*>(&at), sizeof(at)) == 0) b = ::accept(l, nullptr, nullptr);
-    ::close(l);
-  }
-  ~TcpPair() {
-    if (a >= 0) ::close(a);
-    if (b >= 0) ::close(b);
-  }
-};
+using TcpPair = ferry::testing::LoopbackTcpPair;
 
 TEST(PageLender, LentBytesArriveIntactAtOddSizesAndOffsets) {
   TcpPair tcp;

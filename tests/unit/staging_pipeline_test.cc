@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "loopback_tcp_pair.h"
 #include "platform/socket.h"
 #include "transport/tcp/staging_kernel.h"
 
@@ -161,6 +162,47 @@ TEST(StagingKernels, FitOnlyWhereAddressesAndSizeAreMultiplesOf16) {
   EXPECT_FALSE(StagingKernels::fits(a + 1, b, 1024));
   EXPECT_FALSE(StagingKernels::fits(a, b + 8, 1024));
   EXPECT_FALSE(StagingKernels::fits(a, b, 1000));
+}
+
+// A lending stager lends the pages of a chunk that fills its slot, which
+// then stays held until the peer confirms that chunk; a chunk smaller than
+// its slot is copied into the socket and its slot comes free at once (a
+// short transfer would finish behind the confirmations). Either way the
+// bytes arrive intact.
+TEST(TxStager, LendsOnlyChunksThatFillTheirSlot) {
+  testing::LoopbackTcpPair tcp;
+  ASSERT_GE(tcp.b, 0);
+  constexpr size_t kSlot = 64 * 1024;
+  auto src = random_bytes(kSlot, 9);
+  TxStager tx(make_host_copier(), kSlot, 1, /*lend=*/true);  // two slots
+  std::vector<uint8_t> expected;
+  auto send = [&](size_t n, uint64_t seq, bool lent) {
+    std::vector<Piece> pieces = {{src.data(), n, 0, true}};
+    TxStager::Staged s;
+    ASSERT_TRUE(tx.stage(pieces, s).ok());
+    ASSERT_TRUE(tx.wait(s).ok());
+    if (lent && !tx.lends(s)) GTEST_SKIP() << "this host lends no pages (vmsplice refused)";
+    EXPECT_EQ(tx.lends(s), lent) << n << " bytes in a slot of " << kSlot;
+    char head[8] = {'c', 'h', 'u', 'n', 'k', static_cast<char>('0' + seq), '\n', '\n'};
+    std::vector<struct iovec> iov = {{head, sizeof head}};
+    ASSERT_TRUE(tx.send(tcp.a, iov, s, seq).ok());
+    expected.insert(expected.end(), head, head + sizeof head);
+    expected.insert(expected.end(), src.begin(), src.begin() + static_cast<long>(n));
+  };
+  ASSERT_NO_FATAL_FAILURE(send(kSlot - 4096, 1, false));
+  EXPECT_EQ(tx.slot_after(), 0u) << "a copied chunk's slot is free at once";
+  ASSERT_NO_FATAL_FAILURE(send(kSlot, 2, true));
+  if (::testing::Test::IsSkipped()) return;
+  ASSERT_NO_FATAL_FAILURE(send(kSlot - 1, 3, false));
+  // The next slot in turn is the one lent to chunk 2.
+  EXPECT_EQ(tx.slot_after(), 2u);
+  tx.confirmed(1);
+  EXPECT_EQ(tx.slot_after(), 2u);
+  tx.confirmed(2);
+  EXPECT_EQ(tx.slot_after(), 0u);
+  std::vector<uint8_t> got(expected.size());
+  ASSERT_TRUE(platform::recv_exact(tcp.b, got.data(), got.size()).ok());
+  EXPECT_EQ(got, expected);
 }
 
 TEST(TxStager, RefusesMoreThanASlotAndMoreThanDepthChunks) {

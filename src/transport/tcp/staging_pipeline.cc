@@ -92,6 +92,7 @@ Status TxStager::stage(std::span<const Piece> pieces, Staged& out) {
     release(out);
     return s;
   }
+  out.in_slot = at;
   if (out.slot != nullptr) {
     auto t = copier_->fence();
     if (!t.ok()) {
@@ -117,7 +118,7 @@ void TxStager::release(Staged& s) {
 }
 
 Status TxStager::send(int fd, std::vector<struct iovec>& head, Staged& s, uint64_t seq) {
-  if (!lender_) {
+  if (!lends(s)) {
     head.insert(head.end(), s.iov.begin(), s.iov.end());
     Status st = platform::send_all(fd, head.data(), static_cast<int>(head.size()));
     release(s);

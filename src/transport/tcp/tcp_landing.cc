@@ -423,7 +423,8 @@ Status TcpTransport::land_write(int fd, int path, const FrameHeader& frame, std:
     case Direct::kStaged:
       break;
   }
-  return receive_staged(fd, path, dest, 0, dest.total(), guarded(std::move(account), std::move(abandon)), gone);
+  const uint64_t size = dest.total();
+  return receive_staged(fd, path, std::move(dest), 0, size, guarded(std::move(account), std::move(abandon)), gone);
 }
 
 Status TcpTransport::aborted_by_initiator(uint64_t op) {
@@ -519,6 +520,9 @@ Status TcpTransport::resolve_blocks(int path, core::SegmentList& dest) {
 
 Result<TcpTransport::Direct> TcpTransport::receive_direct(int fd, int path, const core::SegmentList& dest,
                                                          uint64_t offset, uint64_t size) {
+  // GPU memory in the list (a chunk of it may still be all host memory,
+  // which receive_staged reads in place as well).
+  if (stages(dest)) return Direct::kStaged;
   RxScratch& scratch = rx_scratch(path);
   scratch.pieces.clear();
   // Holds the regions open until the bytes are in place.
@@ -528,14 +532,13 @@ Result<TcpTransport::Direct> TcpTransport::receive_direct(int fd, int path, cons
     return Direct::kGone;
   }
   pieces_of(dest, offset, size, scratch.pieces);
-  if (staged_bytes(scratch.pieces) != 0) return Direct::kStaged;
   scratch.iov.clear();
   for (const Piece& p : scratch.pieces) scratch.iov.push_back({p.data, p.size});
   FERRY_RETURN_IF_ERROR(platform::recv_all(fd, scratch.iov.data(), static_cast<int>(scratch.iov.size())));
   return Direct::kInPlace;
 }
 
-Status TcpTransport::receive_staged(int fd, int path, const core::SegmentList& dest, uint64_t offset, uint64_t size,
+Status TcpTransport::receive_staged(int fd, int path, core::SegmentList dest, uint64_t offset, uint64_t size,
                                     Landed landed, const std::function<std::string()>& gone) {
   // Holds the regions open until the bytes are in place (until the copy to
   // the device finished), and the list that names them.
@@ -544,7 +547,7 @@ Status TcpTransport::receive_staged(int fd, int path, const core::SegmentList& d
     std::optional<core::ChunkAccess> access;
   };
   auto held = std::make_shared<Held>();
-  held->list = dest;
+  held->list = std::move(dest);
   held->access.emplace(held->list, offset, size);
   if (!held->access->ok()) {
     held.reset();

@@ -165,7 +165,7 @@ Status TcpTransport::transmit_chunk(int fd, TxEntry& e, TxStager* stager) {
   FrameHeader h = op.header;
   h.payload_len = static_cast<uint32_t>(c.size);
   // A chunk on lent pages holds its slot until the peer confirms it.
-  bool lends = e.staging && e.abort.ok() && stager->lends();
+  bool lends = e.staging && e.abort.ok() && stager->lends(e.staged);
   if (c.ack_request || lends) h.flags |= kFlagAckRequest;
   std::string_view aux;
   if (h.type == FrameType::kData) {

@@ -299,9 +299,9 @@ class TcpTransport final : public transport::Transport {
   Result<Direct> receive_direct(int fd, int path, const core::SegmentList& dest, uint64_t offset, uint64_t size);
   // The same for GPU memory: through the path's staging (or synchronously
   // on the control stream, path < 0), then `landed`, in order with the
-  // path's earlier frames. `gone` words the error when the memory was
-  // deregistered meanwhile.
-  Status receive_staged(int fd, int path, const core::SegmentList& dest, uint64_t offset, uint64_t size, Landed landed,
+  // path's earlier frames; `dest` is held until then. `gone` words the
+  // error when the memory was deregistered meanwhile.
+  Status receive_staged(int fd, int path, core::SegmentList dest, uint64_t offset, uint64_t size, Landed landed,
                         const std::function<std::string()>& gone);
   // `account` as a Landed that runs `abandon` instead if it is dropped unrun
   // (its path broke off, its stager was dropped): the chunk then stops
