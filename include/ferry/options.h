@@ -130,12 +130,13 @@ struct Options {
   // (write_blocks, writev) with one gather kernel launch where the engines
   // would take one copy per block.
   StagingCopy staging_copy = StagingCopy::kKernel;
-  // GPU memory sent over TCP: the socket borrows a staged chunk's pages
-  // from its slot (vmsplice and splice) instead of the CPU copying them into
-  // the socket, and the slot is reused only once the peer confirmed the chunk
-  // landed. A sending path then holds up to twice staging_depth slots. Over
-  // loopback the receiver reads the slot itself: one CPU copy a byte instead
-  // of two. false: copied into the socket, as host memory is.
+  // GPU memory sent over TCP: the socket borrows the pages of a staged chunk
+  // that fills its slot (vmsplice and splice) instead of the CPU copying them
+  // into the socket, and the slot is reused only once the peer confirmed the
+  // chunk landed; smaller chunks are copied. A sending path then holds up to
+  // twice staging_depth slots. Over loopback the receiver reads the slot
+  // itself: one CPU copy a byte instead of two. false: copied into the
+  // socket, as host memory is.
   bool staging_lend_pages = true;
   // Messages and writes up to this size ride inline on the control stream.
   size_t inline_max = 64 * 1024;
