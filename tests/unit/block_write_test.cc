@@ -215,6 +215,46 @@ TEST_P(BlockWrite, PreparedPoolsCarryManyBlockWritesOfDifferentBlocks) {
   }
 }
 
+// Empty blocks move nothing and fail nothing: a batch of only empty blocks
+// (or a vector write of empty items) completes with its notification
+// delivered, and empty blocks among others are skipped; the connection keeps
+// serving. (Over TCP a batch of nothing once went as a chunk naming no block,
+// which the peer rightly took for a protocol violation.)
+TEST_P(BlockWrite, EmptyBlocksMoveNothingAndBreakNothing) {
+  EnginePair p = connect_pair(GetParam());
+  ASSERT_TRUE(p.ca && p.cb);
+  std::mt19937_64 rng(97);
+  Pools pools = make_pools(p, 2, 1 << 20, rng);
+  auto prepared = p.ca->prepare_blocks(pools.src_regions, pools.dst_exports).value();
+  std::vector<ferry::Block> empty = {{0, 0, 64, 128, 0}, {1, 1, 0, 0, 0}};
+  Status s = p.ca->write_blocks_async(prepared, empty, "nothing").wait(after(10s));
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  auto got = p.cb->wait_notification(after(10s));
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(*got, "nothing");
+  EXPECT_EQ(pools.dst[0], std::vector<uint8_t>(1 << 20, kUntouched));
+  // The same as a vector write of empty items.
+  s = p.ca->writev_async(items_of(pools, {{0, 64, 0, 128, 0}, {1, 0, 1, 0, 0}}), "nothing either").wait(after(10s));
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  got = p.cb->wait_notification(after(10s));
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(*got, "nothing either");
+  // Among others, over paths (more than fits inline).
+  std::vector<Block> blocks = scatter(pools, 40, 3000, 9000, rng);
+  std::vector<ferry::Block> with_empty;
+  for (const Block& b : blocks) {
+    with_empty.push_back({static_cast<uint32_t>(b.src_pool), static_cast<uint32_t>(b.dst_pool), b.src_offset,
+                          b.dst_offset, b.size});
+    with_empty.push_back({static_cast<uint32_t>(b.src_pool), static_cast<uint32_t>(b.dst_pool), 0, 0, 0});
+  }
+  s = p.ca->write_blocks_async(prepared, with_empty, "some").wait(after(30s));
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  got = p.cb->wait_notification(after(10s));
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(*got, "some");
+  ASSERT_NO_FATAL_FAILURE(expect_landed(pools, blocks));
+}
+
 TEST_P(BlockWrite, BlocksOutsideTheirPoolsAreRefusedAndNothingIsPosted) {
   EnginePair p = connect_pair(GetParam());
   ASSERT_TRUE(p.ca && p.cb);

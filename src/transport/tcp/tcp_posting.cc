@@ -134,6 +134,16 @@ bool TcpTransport::start_pool_blocks(const std::shared_ptr<TransferState>& state
 
 void TcpTransport::start_blocks(const std::shared_ptr<TransferState>& state, std::shared_ptr<const BlockTable> table,
                                 core::SegmentList source, std::string_view note, uint64_t note_seq) {
+  if (table->total() == 0) {
+    // Only empty blocks: nothing to move (a chunk must name at least one
+    // block), so the batch is over once its notification is.
+    if (note_seq != 0) {
+      send_note(state, note_seq, note, /*caller_thread=*/true);
+    } else {
+      state->finish_part(Status());
+    }
+    return;
+  }
   auto out = std::make_shared<OutOp>();
   out->source = std::move(source);
   uint64_t op = core_.next_op();
