@@ -139,8 +139,8 @@ TEST(TxStager, StagedChunkCarriesTheSourceBytesOnceItsCopiesAreDone) {
 }
 
 // A staged transfer gives every path two chunks when a slot each would leave
-// paths idle; never more than a slot, never under 64 KiB (or the slot), in
-// whole pages.
+// paths idle (a batch of blocks one); never more than a slot, never under
+// 64 KiB (or the slot), in whole pages.
 TEST(StagedChunkBytes, EveryPathGetsTwoChunksWithinLimits) {
   constexpr uint64_t kSlot = 1 << 20;
   EXPECT_EQ(staged_chunk_bytes(256ull << 20, 16, kSlot), kSlot);      // plenty: whole slots
@@ -152,6 +152,10 @@ TEST(StagedChunkBytes, EveryPathGetsTwoChunksWithinLimits) {
   EXPECT_EQ(staged_chunk_bytes(1000001, 3, kSlot), 167936u);            // 1000001 / 6 rounded up to 4 KiB
   EXPECT_EQ(staged_chunk_bytes(1ull << 20, 2, 16 * 1024), 16u * 1024);  // slots below the floor win
   EXPECT_EQ(staged_chunk_bytes(1ull << 20, 0, kSlot), 512u << 10);      // no paths counted: as one
+  // A batch of blocks: one chunk a path.
+  EXPECT_EQ(staged_chunk_bytes(4ull << 20, 16, kSlot, 1), 256u << 10);
+  EXPECT_EQ(staged_chunk_bytes(64ull << 20, 16, kSlot, 1), kSlot);
+  EXPECT_EQ(staged_chunk_bytes(256u << 10, 16, kSlot, 1), kMinStagedChunk);
 }
 
 // The copy kernel moves 16 bytes a thread: anything else goes to the engines.

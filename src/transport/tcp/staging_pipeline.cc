@@ -17,8 +17,8 @@ size_t staged_bytes(std::span<const Piece> pieces) {
   return n;
 }
 
-uint64_t staged_chunk_bytes(uint64_t total, int paths, uint64_t slot_bytes) {
-  uint64_t chunks = 2 * static_cast<uint64_t>(std::max(paths, 1));
+uint64_t staged_chunk_bytes(uint64_t total, int paths, uint64_t slot_bytes, int per_path) {
+  uint64_t chunks = static_cast<uint64_t>(std::max(per_path, 1)) * static_cast<uint64_t>(std::max(paths, 1));
   uint64_t even = (total / chunks + 4095) / 4096 * 4096;  // total / chunks, rounded up to a page
   return std::min(slot_bytes, std::max(even, std::min(kMinStagedChunk, slot_bytes)));
 }

@@ -181,7 +181,8 @@ void TcpTransport::start_blocks(const std::shared_ptr<TransferState>& state, std
     out->paths = paths_for(out->source);
     staged = stages(out->source);
   }
-  uint64_t chunk = chunk_for(staged, h.d, out->paths);
+  // One staged chunk a path (staged_chunk_bytes says why).
+  uint64_t chunk = chunk_for(staged, h.d, out->paths, /*per_path=*/1);
   out->chunk_bytes = table->chunk_limit(chunk != 0 ? chunk : ctx_->options.chunk_bytes);
   out->blocks = std::move(table);
   queue_chunks(op, std::move(out));

@@ -40,10 +40,10 @@ uint64_t TcpTransport::chunk_for(const core::SegmentList& list, uint64_t paths) 
   return chunk_for(stages(list), list.total(), paths);
 }
 
-uint64_t TcpTransport::chunk_for(bool staged, uint64_t bytes, uint64_t paths) const {
+uint64_t TcpTransport::chunk_for(bool staged, uint64_t bytes, uint64_t paths, int per_path) const {
   if (!staged) return 0;
   int n = paths != 0 ? std::popcount(paths) : static_cast<int>(data_.size());
-  return staged_chunk_bytes(bytes, n, ctx_->options.staging_chunk_bytes);
+  return staged_chunk_bytes(bytes, n, ctx_->options.staging_chunk_bytes, per_path);
 }
 
 namespace {

@@ -330,8 +330,9 @@ class TcpTransport final : public transport::Transport {
   // Chunk size for an operation on `list` over the paths in the mask `paths`
   // (0: every path); 0 means the queue's default.
   uint64_t chunk_for(const core::SegmentList& list, uint64_t paths) const;
-  // The same for `bytes` in all, `staged` or not.
-  uint64_t chunk_for(bool staged, uint64_t bytes, uint64_t paths) const;
+  // The same for `bytes` in all, `staged` or not, `per_path` chunks a path
+  // (staged_chunk_bytes).
+  uint64_t chunk_for(bool staged, uint64_t bytes, uint64_t paths, int per_path = 2) const;
   // A copier for staging through pinned slots: the test hooks' if set, else
   // CUDA's with the copy kernel.
   std::unique_ptr<Copier> new_copier() const;
