@@ -87,13 +87,13 @@ class TxStager {
   // Only full slots are lent: a lent chunk asks the peer to confirm it, and
   // a transfer cut into chunks smaller than a slot (one short enough to give
   // each path a chunk or two) finishes behind those confirmations. On the
-  // two-H200 host over 16 paths (one call, two rounds), lending every chunk
+  // two-H200 host over 16 paths (one run of two rounds), lending every chunk
   // made 16 MiB (512 KiB chunks) 2-18 % slower, 4 MiB (128 KiB) 12-18 % and a
   // 1 MiB message 8-29 %; 64 MiB and up (1 MiB chunks: full slots) moved
   // -3 to +10 %, and 16 MiB over 8 paths (1 MiB chunks) +12 to +29 %. With
   // only full slots lent, 4 MiB and 1 MiB read as without lending; 16 MiB
   // over 16 paths, whose chunks are now copied, still read lower in one of
-  // two calls (docs/benchmarks.md).
+  // two runs (docs/benchmarks.md).
   TxStager(std::unique_ptr<Copier> copier, size_t slot_bytes, int depth, bool lend = false);
   // Waits for the copies it queued, then frees its slots.
   ~TxStager();
