@@ -130,6 +130,16 @@ TEST(TcpHostileBlocks, ABlockWhoseOffsetWrapsAroundIsRefusedAndNothingLands) {
 }
 
 // The table's own arithmetic, apart from any connection.
+// The entries `table` encodes for [at, at + n) of its stream, decoded as a
+// receiver would: false if the receiver would refuse them.
+bool entries_of(const tcp::BlockTable& table, uint64_t at, uint64_t n, std::vector<tcp::RemoteBlock>& out) {
+  std::string bytes;
+  size_t count = table.encode(at, n, bytes);
+  return tcp::decode_block_table(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), count, n,
+                                 out)
+      .ok();
+}
+
 TEST(BlockTable, ChunksCutAnywhereCarryEntriesThatCoverThemExactly) {
   tcp::BlockTable table;
   table.add({1, 2, 100, 10});
@@ -142,12 +152,8 @@ TEST(BlockTable, ChunksCutAnywhereCarryEntriesThatCoverThemExactly) {
   EXPECT_EQ(table.smallest(), 1u);
   for (uint64_t at = 0; at < table.total(); ++at) {
     for (uint64_t n = 1; at + n <= table.total(); ++n) {
-      std::string bytes;
-      size_t count = table.encode(at, n, bytes);
       std::vector<tcp::RemoteBlock> back;
-      ASSERT_TRUE(tcp::decode_block_table(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
-                                          count, n, back)
-                      .ok());
+      ASSERT_TRUE(entries_of(table, at, n, back));
       // Walk the stream byte by byte: each lands where the whole table says.
       uint64_t s = at;
       for (const tcp::RemoteBlock& b : back) {
@@ -217,12 +223,8 @@ TEST(BlockTable, OverPoolsEveryCutNamesTheBytesTheListSays) {
   EXPECT_FALSE(table->any_gpu_source());
   for (uint64_t at = 0; at < table->total(); ++at) {
     for (uint64_t n = 1; at + n <= table->total(); n += 1 + n / 4) {
-      std::string bytes;
-      size_t count = table->encode(at, n, bytes);
       std::vector<tcp::RemoteBlock> back;
-      ASSERT_TRUE(tcp::decode_block_table(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
-                                          count, n, back)
-                      .ok());
+      ASSERT_TRUE(entries_of(*table, at, n, back));
       uint64_t s = at;
       for (const tcp::RemoteBlock& b : back) {
         for (uint64_t k = 0; k < b.size; ++k, ++s) {

@@ -67,7 +67,9 @@ struct OutOp {
   Status abort_reason;
   static constexpr uint64_t kAcked = uint64_t{1} << 63;
 
-  uint64_t total() const { return blocks != nullptr && blocks->over_pools() ? blocks->total() : source.total(); }
+  // The block table when it also knows the local bytes (over pools), else null.
+  const BlockTable* pool_blocks() const { return blocks != nullptr && blocks->over_pools() ? blocks.get() : nullptr; }
+  uint64_t total() const { return pool_blocks() != nullptr ? blocks->total() : source.total(); }
 };
 
 struct Chunk {

@@ -117,10 +117,10 @@ void TcpTransport::prepare_chunk(TxEntry& e, std::unique_ptr<TxStager>& stager) 
     return;
   }
   // A batch over pools: this chunk's local bytes are worked out here, on its path.
-  const bool own = c.op->blocks != nullptr && c.op->blocks->over_pools();
-  if (own) c.op->blocks->sources(c.offset, c.size, e.source);
-  const core::SegmentList& source = own ? e.source : c.op->source;
-  const uint64_t offset = own ? 0 : c.offset;
+  const BlockTable* own = c.op->pool_blocks();
+  if (own != nullptr) own->sources(c.offset, c.size, e.source);
+  const core::SegmentList& source = own != nullptr ? e.source : c.op->source;
+  const uint64_t offset = own != nullptr ? 0 : c.offset;
   e.access = std::make_shared<core::ChunkAccess>(source, offset, c.size);
   if (!e.access->ok()) {
     e.access.reset();
@@ -234,7 +234,7 @@ Status TcpTransport::transmit_chunk(int fd, TxEntry& e, TxStager* stager) {
   if (e.staging) {
     s = stager->send(fd, iov, e.staged, c.seq);
   } else {
-    if (op.blocks != nullptr && op.blocks->over_pools()) {
+    if (op.pool_blocks() != nullptr) {
       e.source.slice(0, c.size, iov);  // prepare_chunk worked it out
     } else {
       op.source.slice(c.offset, c.size, iov);
