@@ -20,6 +20,7 @@
 
 namespace ferry::platform {
 class GatherKernels;
+class ResidentGather;
 }  // namespace ferry::platform
 
 namespace ferry::local {
@@ -53,6 +54,8 @@ struct EngineContext {
   std::shared_ptr<local::GpuImports> gpu_imports;
   // The kernel that copies batches of small GPU blocks (null: copy engines).
   std::shared_ptr<platform::GatherKernels> gather_kernels;
+  // The gather kernel kept resident between batches (null: launched per batch).
+  std::shared_ptr<platform::ResidentGather> resident_gather;
 };
 
 }  // namespace ferry::core

@@ -232,6 +232,10 @@ const std::vector<Tunable>& tunables() {
       choice_tunable("staging_copy", "FERRY_STAGING_COPY",
                      "GPU memory: what runs staging copies, kernel (a few SMs) or engine (the copy engines)",
                      &Options::staging_copy, &parse_staging_copy),
+      us_tunable("gather_linger", "FERRY_GATHER_LINGER_US",
+                 "local GPU blocks: the gather kernel stays resident this long after a batch (holds 32 SMs' "
+                 "blocks meanwhile); 0: a launch a batch",
+                 &Options::gather_linger),
       flag_tunable("staging_lend_pages", "FERRY_STAGING_LEND",
                    "GPU memory: 1 (default): sockets borrow staged chunks' pages instead of copying them; 0: copied",
                    &Options::staging_lend_pages),
@@ -378,6 +382,9 @@ Status validate(const Options& o) {
   }
   if (o.staging_chunk_bytes < 4096 || o.staging_chunk_bytes > (64u << 20)) {
     return bad("staging_chunk_bytes must be in 4 KiB..64 MiB, got " + std::to_string(o.staging_chunk_bytes));
+  }
+  if (o.gather_linger < std::chrono::microseconds(0) || o.gather_linger > std::chrono::seconds(10)) {
+    return bad("gather_linger must be in 0..10 s, got " + std::to_string(o.gather_linger.count()) + " us");
   }
   if (o.inline_max > Options::kMaxInline) {
     return bad("inline_max must be at most 1 MiB, got " + std::to_string(o.inline_max));

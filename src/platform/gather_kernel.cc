@@ -29,7 +29,8 @@ unsigned threads_for(uint64_t bytes, uint64_t items) {
 }  // namespace
 
 GatherKernels::GatherKernels()
-    : kernels_(kPtx, {"ferry_gather_small", "ferry_gather_medium", "ferry_gather_large", "ferry_gather_table"},
+    : kernels_(kPtx, {"ferry_gather_small", "ferry_gather_medium", "ferry_gather_large", "ferry_gather_table",
+                "ferry_gather_resident"},
                "gather kernel for batches of blocks") {}
 
 static_assert(sizeof(GatherPiece) == sizeof(Item), "a table of GatherPieces is the kernel's list of items");
@@ -83,6 +84,16 @@ Status GatherKernels::copy_table(int device, cu::Stream stream, const GatherPiec
   return d.check(d.launch_kernel(f, std::min(count, kMaxGrid), 1, 1, threads_for(bytes, count), 1, 1, 0, stream,
                                  params, nullptr),
                  "cuLaunchKernel (gather kernel, listed in memory)");
+}
+
+Status GatherKernels::launch_resident(int device, cu::Stream stream, void* mailbox, cu::DevicePtr relay,
+                                      uint64_t generation, uint64_t linger_ns, unsigned grid, unsigned threads) {
+  const CudaDriver& d = cuda();
+  cu::Function f = kernels_.function(device, 4);
+  if (f == nullptr) return Status(Code::kUnimplemented, "no gather kernel on GPU " + std::to_string(device));
+  void* params[] = {&mailbox, &relay, &generation, &linger_ns};
+  return d.check(d.launch_kernel(f, grid, 1, 1, threads, 1, 1, 0, stream, params, nullptr),
+                 "cuLaunchKernel (resident gather kernel)");
 }
 
 }  // namespace ferry::platform

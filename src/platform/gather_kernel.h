@@ -58,6 +58,15 @@ class GatherKernels {
   Status copy_table(int device, cu::Stream stream, const GatherPiece* table, unsigned count,
                     uint64_t bytes);
 
+  // Queues the resident gather kernel (ResidentGather) on `stream` of
+  // `device` (context current): `grid` blocks of `threads`, reading
+  // `mailbox` (mapped pinned memory), relaying through `relay` (device
+  // memory, zeroed before it on the stream), serving requests of
+  // `generation` until none came for linger_ns. kUnimplemented if the
+  // kernel cannot load on `device`.
+  Status launch_resident(int device, cu::Stream stream, void* mailbox, cu::DevicePtr relay, uint64_t generation,
+                         uint64_t linger_ns, unsigned grid, unsigned threads);
+
   static constexpr uint64_t kMaxAveragePiece = 256 * 1024;
   static constexpr uint64_t kItemBytes = 64 * 1024;
   static constexpr size_t kSmallItems = 168;   // gather_kernel.cu: 4 KiB of parameters

@@ -37,7 +37,7 @@ class PtxKernels {
   // `device` or `index` is out of range: at most kMaxFunctions names count).
   cu::Function function(int device, size_t index);
 
-  static constexpr size_t kMaxFunctions = 4;
+  static constexpr size_t kMaxFunctions = 5;
 
  private:
   struct Loaded {

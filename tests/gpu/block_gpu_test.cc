@@ -64,9 +64,11 @@ struct EnginePair {
   std::shared_ptr<Connection> ca, cb;
 };
 
-EnginePair connected(TransportChoice transport) {
+// `linger` > 0 keeps the gather kernel resident (Options::gather_linger).
+EnginePair connected(TransportChoice transport, std::chrono::microseconds linger = {}) {
   Options o;
   o.transport = transport;
+  o.gather_linger = linger;
   o.local_same_process = true;
   o.listen = "127.0.0.1:0";
   EnginePair p;
@@ -110,9 +112,10 @@ void prepare_pool_pair(EnginePair& pair, int from_device, int to_device, uint64_
   out.pools = *pools;
 }
 
-void blocks_between(int from_device, int to_device, TransportChoice transport) {
+void blocks_between(int from_device, int to_device, TransportChoice transport,
+                    std::chrono::microseconds linger = {}) {
   if (gpu_count() == 0) GTEST_SKIP() << "no GPU";
-  EnginePair pair = connected(transport);
+  EnginePair pair = connected(transport, linger);
   ASSERT_TRUE(pair.ca && pair.cb);
   PoolPair pp;
   ASSERT_NO_FATAL_FAILURE(prepare_pool_pair(pair, from_device, to_device, 5, pp));
@@ -251,9 +254,9 @@ TEST(GpuBlocks, AcrossPoolsOnTheLocalTransportAndAfterThePeerLetsOneGo) {
 // than the copier has pinned tables for its piece lists (the rest list
 // theirs in the launch's parameters), and one batch longer than a table;
 // every batch aims at its own part of the target pool.
-TEST(GpuBlocks, ManyBatchesInFlightAndALongOneOnTheLocalTransport) {
+void many_batches_in_flight(std::chrono::microseconds linger) {
   if (gpu_count() == 0) GTEST_SKIP() << "no GPU";
-  EnginePair pair = connected(TransportChoice::kLocal);
+  EnginePair pair = connected(TransportChoice::kLocal, linger);
   ASSERT_TRUE(pair.ca && pair.cb);
   PoolPair pp;
   ASSERT_NO_FATAL_FAILURE(prepare_pool_pair(pair, 0, second_gpu(), 13, pp));
@@ -285,6 +288,59 @@ TEST(GpuBlocks, ManyBatchesInFlightAndALongOneOnTheLocalTransport) {
   for (Transfer& w : posted) ASSERT_TRUE(w.wait(after(60s)).ok()) << w.status().to_string();
   expect_pool(pp.dst.data(), expect, "the target pool");
 }
+TEST(GpuBlocks, ManyBatchesInFlightAndALongOneOnTheLocalTransport) { many_batches_in_flight({}); }
+// The same with the gather kernel resident: batches posted while it has one
+// in hand are launched instead.
+TEST(GpuBlocks, ManyBatchesInFlightWithTheGatherKernelResident) { many_batches_in_flight(50ms); }
+
+// The resident gather kernel outlives the application's writes: batches
+// read the same source blocks after the application rewrote them (through
+// its own stream, the kernel still lingering), and each must carry the new
+// bytes, not lines an earlier batch left in a cache. Then the kernel is left
+// to linger out and the next batch launches it again.
+TEST(GpuBlocks, TheResidentGatherKernelReadsWhatTheApplicationWroteSince) {
+  if (gpu_count() == 0) GTEST_SKIP() << "no GPU";
+  EnginePair pair = connected(TransportChoice::kLocal, 300ms);
+  ASSERT_TRUE(pair.ca && pair.cb);
+  PoolPair pp;
+  ASSERT_NO_FATAL_FAILURE(prepare_pool_pair(pair, 0, second_gpu(), 17, pp));
+  const auto& d = platform::cuda();
+  ASSERT_TRUE(platform::use_device(0).ok());
+  cu::Stream stream = nullptr;
+  ASSERT_EQ(d.stream_create(&stream, cu::kStreamNonBlocking), cu::kSuccess);
+  std::mt19937_64 rng(61);
+  constexpr size_t kBatches = 5;
+  constexpr uint64_t kPart = kPool / kBatches;
+  std::vector<uint8_t> expect(kPool, kUntouched);
+  // 256 blocks of odd sizes from the first half of the source, into part k.
+  std::vector<std::pair<uint64_t, uint64_t>> from;  // (offset, size)
+  for (int i = 0; i < 256; ++i) {
+    uint64_t size = 1 + rng() % 6000;
+    from.push_back({rng() % (kPool / 2 - size), size});
+  }
+  for (size_t k = 0; k < kBatches; ++k) {
+    SCOPED_TRACE("batch " + std::to_string(k));
+    if (k == kBatches - 1) std::this_thread::sleep_for(400ms);  // the kernel lingers out
+    const std::vector<uint8_t> source = pattern(100 + k, kPool);
+    ASSERT_EQ(d.memcpy_htod_async(reinterpret_cast<cu::DevicePtr>(pp.src.data()), source.data(), kPool, stream),
+              cu::kSuccess);
+    ASSERT_EQ(d.stream_synchronize(stream), cu::kSuccess);
+    std::vector<Block> blocks;
+    uint64_t at = k * kPart + 1;
+    for (auto [off, size] : from) {
+      blocks.push_back({0, 0, off, at, size});
+      std::copy_n(source.begin() + static_cast<long>(off), size, expect.begin() + static_cast<long>(at));
+      at += size + 7;
+    }
+    ASSERT_LT(at, (k + 1) * kPart);
+    Transfer w = pair.ca->write_blocks_async(pp.pools, blocks, "k");
+    ASSERT_TRUE(w.wait(after(60s)).ok()) << w.status().to_string();
+    auto note = pair.cb->wait_notification(after(10s));
+    ASSERT_TRUE(note.ok()) << note.status().to_string();
+  }
+  d.stream_destroy(stream);
+  expect_pool(pp.dst.data(), expect, "the target pool");
+}
 
 constexpr TransportChoice kTcp = TransportChoice::kTcp;
 constexpr TransportChoice kLocal = TransportChoice::kLocal;
@@ -294,6 +350,9 @@ TEST(GpuBlocks, GpuToHostOverTcp) { blocks_between(0, -1, kTcp); }
 TEST(GpuBlocks, HostToGpuOverTcp) { blocks_between(-1, second_gpu(), kTcp); }
 TEST(GpuBlocks, GpuToGpuOnTheLocalTransportInOneProcess) { blocks_between(0, second_gpu(), kLocal); }
 TEST(GpuBlocks, GpuToTheSameGpuOnTheLocalTransportInOneProcess) { blocks_between(0, 0, kLocal); }
+TEST(GpuBlocks, GpuToGpuOnTheLocalTransportWithTheGatherKernelResident) {
+  blocks_between(0, second_gpu(), kLocal, 2ms);
+}
 TEST(GpuBlocks, GpuToHostOnTheLocalTransportInOneProcess) { blocks_between(0, -1, kLocal); }
 TEST(GpuBlocks, HostToGpuOnTheLocalTransportInOneProcess) { blocks_between(-1, second_gpu(), kLocal); }
 

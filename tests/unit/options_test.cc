@@ -41,6 +41,7 @@ const std::vector<std::string> kTunableEnvs = {"FERRY_LISTEN",
                                                "FERRY_WAIT_SPIN_US",
                                                "FERRY_STAGING_COPY",
                                                "FERRY_STAGING_LEND",
+                                               "FERRY_GATHER_LINGER_US",
                                                "FERRY_MAX_CONNECTIONS",
                                                "FERRY_MAX_HANDSHAKES",
                                                "FERRY_MAX_CONNECTIONS_PER_PEER",
@@ -147,6 +148,7 @@ TEST(Options, EveryTunableIsReadFromItsVariable) {
       {"FERRY_WAIT_SPIN_US", {"2000", "2000"}},
       {"FERRY_STAGING_COPY", {"engine", "engine"}},
       {"FERRY_STAGING_LEND", {"0", "0"}},
+      {"FERRY_GATHER_LINGER_US", {"500", "500"}},
       {"FERRY_MAX_CONNECTIONS", {"17", "17"}},
       {"FERRY_MAX_HANDSHAKES", {"3", "3"}},
       {"FERRY_MAX_CONNECTIONS_PER_PEER", {"5", "5"}},
@@ -202,6 +204,7 @@ TEST(Options, MalformedValuesNameTheVariable) {
   expect_rejected("FERRY_HEARTBEAT_MS", "-5");
   expect_rejected("FERRY_WAIT_SPIN_US", "-1");
   expect_rejected("FERRY_WAIT_SPIN_US", "10ms");
+  expect_rejected("FERRY_GATHER_LINGER_US", "-1");
   // The offending value is quoted too.
   EnvGuard env;
   env.set("FERRY_CHUNK", "12Q");
@@ -222,7 +225,8 @@ TEST(Options, ValuesTooLargeForTheFieldAreRejected) {
 TEST(Options, EnvironmentIsValidated) {
   for (const auto& [name, value, field] :
        {std::tuple{"FERRY_STREAMS", "65", "streams"}, std::tuple{"FERRY_CHUNK", "100", "chunk_bytes"},
-        std::tuple{"FERRY_TRANSPORT", "udp", "transport"}, std::tuple{"FERRY_HEARTBEAT_MS", "6000", "peer_timeout"}}) {
+        std::tuple{"FERRY_TRANSPORT", "udp", "transport"}, std::tuple{"FERRY_HEARTBEAT_MS", "6000", "peer_timeout"},
+        std::tuple{"FERRY_GATHER_LINGER_US", "10000001", "gather_linger"}}) {
     EnvGuard env;
     env.set(name, value);
     auto r = apply_environment(Options{});
@@ -251,6 +255,9 @@ TEST(Options, ValidateRejectsOutOfRangeFields) {
   o = Options{};
   o.window = 0;
   expect_bad(o, "window");
+  o = Options{};
+  o.gather_linger = std::chrono::microseconds(-1);
+  expect_bad(o, "gather_linger");
   o = Options{};
   o.max_connections = 0;
   expect_bad(o, "max_connections");

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "platform/gather_kernel.h"
+#include "platform/resident_gather.h"
 #include "transport/local/gpu_sharing.h"
 
 namespace ferry::bootstrap {
@@ -11,7 +12,12 @@ namespace ferry::bootstrap {
 void prepare_transports(core::EngineContext& ctx) {
   ctx.gpu_exports = std::make_shared<local::GpuExports>();
   ctx.gpu_imports = std::make_shared<local::GpuImports>();
-  if (ctx.options.staging_copy == StagingCopy::kKernel) ctx.gather_kernels = std::make_shared<platform::GatherKernels>();
+  if (ctx.options.staging_copy == StagingCopy::kKernel) {
+    ctx.gather_kernels = std::make_shared<platform::GatherKernels>();
+    if (ctx.options.gather_linger.count() > 0) {
+      ctx.resident_gather = std::make_shared<platform::ResidentGather>(ctx.gather_kernels, ctx.options.gather_linger);
+    }
+  }
 }
 
 void region_retired(core::EngineContext& ctx, uint64_t region_id) { ctx.gpu_exports->retire(region_id); }

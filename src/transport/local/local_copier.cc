@@ -76,9 +76,11 @@ CopyHelpers with_cpus(CopyHelpers h) {
 }  // namespace
 
 LocalCopier::LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid, PeerCheck peer_check,
-                         CopyHelpers helpers, std::shared_ptr<platform::GatherKernels> gather)
+                         CopyHelpers helpers, std::shared_ptr<platform::GatherKernels> gather,
+                         std::shared_ptr<platform::ResidentGather> resident)
     : imports_(imports),
       gather_(std::move(gather)),
+      resident_(std::move(resident)),
       peer_engine_(peer_engine),
       peer_pid_(peer_pid),
       peer_check_(std::move(peer_check)),
@@ -404,8 +406,9 @@ bool LocalCopier::poll() {
     platform::MutexLock lock(mu_);
     for (auto it = inflight_.begin(); it != inflight_.end();) {
       Status st;
-      bool ready = true;
+      bool ready = !it->resident || resident_ended(*it->resident, st);
       for (auto& [device, e] : it->events) {
+        if (!ready) break;
         cu::Result r = d.event_query(e);
         if (r == cu::kNotReady) {
           ready = false;
@@ -443,6 +446,16 @@ void LocalCopier::drain() {
     }
   }
   poll();
+  // Batches the resident kernel took end without their stream going idle
+  // (the kernel lingers): asked until they did, each within microseconds.
+  auto resident_left = [this] {
+    platform::MutexLock lock(mu_);
+    return std::any_of(inflight_.begin(), inflight_.end(), [](const InFlight& f) { return f.resident.has_value(); });
+  };
+  while (resident_left()) {
+    std::this_thread::sleep_for(std::chrono::microseconds(10));
+    poll();
+  }
 }
 
 void LocalCopier::stop() {

@@ -49,6 +49,7 @@
 #include "platform/cuda_driver.h"
 #include "platform/mutex.h"
 #include "platform/gather_kernel.h"
+#include "platform/resident_gather.h"
 #include "transport/local/gpu_sharing.h"
 #include "transport/local/shared_span.h"
 
@@ -80,9 +81,11 @@ class LocalCopier {
   using StopCheck = std::function<Status()>;
 
   // `gather` (null: copy engines only) copies runs of small device-to-device
-  // pieces in one launch.
+  // pieces in one launch; `resident` (null: none) takes batches of blocks
+  // without a launch.
   LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid, PeerCheck peer_check,
-              CopyHelpers helpers = {}, std::shared_ptr<platform::GatherKernels> gather = nullptr);
+              CopyHelpers helpers = {}, std::shared_ptr<platform::GatherKernels> gather = nullptr,
+              std::shared_ptr<platform::ResidentGather> resident = nullptr);
   // Joins the helpers and waits for queued GPU copies. Blocks.
   ~LocalCopier();
 
@@ -113,9 +116,9 @@ class LocalCopier {
   // peer's GPU allocations (a KV cache's blocks between pools prepared
   // once): block b copies b.size bytes at local[b.local_pool] +
   // b.local_offset to b.remote_offset of remote[b.remote_pool], a span each
-  // pool. The caller checked every block against both pools. Queued as one
-  // gather launch (a few for over 1,360 pieces); `done` and `stop` as
-  // start()'s. kUnimplemented, with nothing queued, where the kernel cannot
+  // pool. The caller checked every block against both pools. Handed to the
+  // resident gather kernel where one runs, else queued as one gather launch
+  // (a few for over 1,360 pieces); `done` and `stop` as start()'s. kUnimplemented, with nothing queued, where the kernel cannot
   // take them (no kernel, blocks too large): the caller copies another way.
   Status start_blocks(int device, std::span<uint8_t* const> local, std::span<const SharedSpan> remote,
                       std::span<const Block> blocks, uint64_t size, Done done, StopCheck stop = {});
@@ -136,6 +139,7 @@ class LocalCopier {
  private:
   struct InFlight {
     std::vector<std::pair<int, platform::cu::Event>> events;  // (device, event)
+    std::optional<platform::ResidentGather::Ticket> resident;  // a batch the resident kernel took
     Done done;
   };
   // Copies up to this size complete on the thread that starts them: the
@@ -248,6 +252,11 @@ class LocalCopier {
   // progress thread polls. An error (after waiting for the streams) means
   // `finish` never runs.
   Status complete_gpu(const std::vector<int>& used, uint64_t size, Done finish);
+  // Finishes a batch the resident kernel took: at once if it is small and
+  // ends within microseconds, else in poll().
+  void complete_resident(platform::ResidentGather::Ticket ticket, uint64_t size, Done finish);
+  // Whether a resident batch ended (ready) and how.
+  bool resident_ended(const platform::ResidentGather::Ticket& ticket, Status& st);
   // Queues `copies` on their devices' streams, adding each device to `used`:
   // a run of device-to-device copies on one device (a KV cache's blocks) as
   // one gather launch where it suits and loads, else in one driver call where
@@ -256,6 +265,7 @@ class LocalCopier {
 
   GpuImports& imports_;
   const std::shared_ptr<platform::GatherKernels> gather_;
+  const std::shared_ptr<platform::ResidentGather> resident_;
   const uint64_t peer_engine_;
   const pid_t peer_pid_;
   const PeerCheck peer_check_;

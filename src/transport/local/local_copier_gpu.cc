@@ -15,6 +15,7 @@ namespace ferry::local {
 namespace cu = platform::cu;
 using platform::GatherKernels;
 using platform::GatherPiece;
+using platform::ResidentGather;
 
 Result<cu::Stream> LocalCopier::stream_for(int device) {
   auto it = streams_.find(device);
@@ -175,12 +176,16 @@ Status LocalCopier::start_blocks(int device, std::span<uint8_t* const> local, st
     t->busy = false;
   };
   // The list goes straight into the table the kernel reads; if none is free
-  // or the list outgrows it, it rides in the launch's parameters.
+  // or the list outgrows it, it rides in the launch's parameters. The
+  // resident kernel takes pieces of kPieceBytes, where they fit the table.
+  const bool resident = resident_ != nullptr && table != nullptr &&
+                        most_block_pieces(blocks.size(), size, ResidentGather::kPieceBytes) <= kTableItems;
   size_t runs = 0;
   std::optional<size_t> listed;
   std::vector<GatherPiece> spilled;
   if (table != nullptr) {
-    listed = list_block_pieces(far, local, blocks, kItem, table->items, kTableItems, runs);
+    listed = list_block_pieces(far, local, blocks, resident ? ResidentGather::kPieceBytes : kItem, table->items,
+                               kTableItems, runs);
     if (!listed) {
       give_back(table);
       table = nullptr;
@@ -208,6 +213,18 @@ Status LocalCopier::start_blocks(int device, std::span<uint8_t* const> local, st
     return complete_gpu(used, size, std::move(done));
   }
   const GatherPiece* list = table != nullptr ? table->items : spilled.data();
+  if (resident) {
+    Result<ResidentGather::Ticket> ticket = resident_->post(device, list, static_cast<unsigned>(*listed));
+    if (ticket.ok()) {
+      complete_resident(ticket.value(), size, [table, give_back, done = std::move(done)](const Status& st) {
+        give_back(table);  // the kernel read it
+        done(st);
+      });
+      return Status();
+    }
+    // Busy with another batch, or the kernel did not launch: launched
+    // instead, from the same table.
+  }
   Status queued;
   if (table != nullptr) {
     queued = gather_->copy_table(device, stream, list, static_cast<unsigned>(*listed), size);
@@ -230,6 +247,35 @@ Status LocalCopier::start_blocks(int device, std::span<uint8_t* const> local, st
   Status s = complete_gpu(used, size, std::move(done));
   if (!s.ok() && table != nullptr) give_back(table);  // complete_gpu waited for the copy
   return s;
+}
+
+bool LocalCopier::resident_ended(const ResidentGather::Ticket& ticket, Status& st) {
+  Result<bool> ended = resident_->finished(ticket);
+  if (!ended.ok()) {
+    st = ended.status();
+    return true;
+  }
+  return ended.value();
+}
+
+void LocalCopier::complete_resident(ResidentGather::Ticket ticket, uint64_t size, Done finish) {
+  if (size <= kCompleteInline) {
+    // As complete_gpu: a small batch ends within microseconds.
+    auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+    Status st;
+    while (std::chrono::steady_clock::now() < until) {
+      if (resident_ended(ticket, st)) {
+        finish(st);
+        return;
+      }
+    }
+  }
+  InFlight f;
+  f.resident = ticket;
+  f.done = std::move(finish);
+  platform::MutexLock lock(mu_);
+  inflight_.push_back(std::move(f));
+  inflight_count_.store(inflight_.size(), std::memory_order_release);
 }
 
 LocalCopier::PieceTable* LocalCopier::take_table(int device) {

@@ -45,7 +45,8 @@ LocalTransport::LocalTransport(transport::ConnectionCore& core, LocalPeer peer, 
                                                    ": the peer gave up on the connection before this copy ended; "
                                                    "the bytes copied cannot be trusted");
               },
-              CopyHelpers{"ferry-c" + std::to_string(core.id()) + "-x", /*cpus=*/{}}, ctx_->gather_kernels) {
+              CopyHelpers{"ferry-c" + std::to_string(core.id()) + "-x", /*cpus=*/{}}, ctx_->gather_kernels,
+              ctx_->resident_gather) {
   last_peer_beat_at_ = Clock::now();
 }
 

@@ -1,0 +1,151 @@
+// ResidentGather: the mailbox, the kernel's launches and the answers read.
+#include "platform/resident_gather.h"
+
+#include <atomic>
+#include <cstddef>
+#include <cstring>
+#include <string>
+
+namespace ferry::platform {
+namespace {
+
+uint64_t load_acquire(uint64_t& word) { return std::atomic_ref<uint64_t>(word).load(std::memory_order_acquire); }
+void store_release(uint64_t& word, uint64_t v) { std::atomic_ref<uint64_t>(word).store(v, std::memory_order_release); }
+
+// Relay the kernel keeps in device memory (gather_kernel.cu's ResidentRelay).
+constexpr size_t kRelayBytes = 32;
+// Mapped pinned memory: the kernel reads and writes the mailbox directly.
+constexpr unsigned kHostAllocDeviceMap = 2;
+constexpr std::chrono::milliseconds kStreamAskEvery{1};
+
+}  // namespace
+
+static_assert(offsetof(ResidentGather::Mailbox, done) == 64 && sizeof(ResidentGather::Mailbox) == 160,
+              "the mailbox is laid out as gather_kernel.cu's ResidentBox, then the relay's zeros");
+
+struct ResidentGather::Device {
+  Mailbox* box = nullptr;
+  cu::DevicePtr relay = 0;
+  cu::Stream stream = nullptr;
+  uint32_t generation = 0;  // of the newest launch (0: none yet)
+  uint32_t number = 0;      // batches posted to it
+  uint64_t pending = 0;     // the answer of the batch in hand (0: none)
+  // A batch posted before this finds the kernel still there: it lingers
+  // `linger` after finishing the last batch, which was posted at least
+  // that long before; half of it is left as margin.
+  std::chrono::steady_clock::time_point alive_until{};
+  // When finished() last asked the stream whether the kernel is still
+  // there (steady_clock ticks): a driver call, so once a millisecond.
+  std::atomic<int64_t> stream_asked{0};
+};
+
+ResidentGather::ResidentGather(std::shared_ptr<GatherKernels> kernels, std::chrono::microseconds linger)
+    : kernels_(std::move(kernels)), linger_(linger) {}
+
+ResidentGather::~ResidentGather() {
+  const CudaDriver& d = cuda();
+  MutexLock lock(mu_);
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    Device* dev = devices_[i].get();
+    if (dev == nullptr) continue;
+    DeviceScope on(static_cast<int>(i));
+    if (dev->generation != 0) {
+      store_release(dev->box->request, static_cast<uint64_t>(dev->generation + 1) << 32);  // leave
+      d.stream_synchronize(dev->stream);
+    }
+    if (dev->stream != nullptr) d.stream_destroy(dev->stream);
+    if (dev->relay != 0) d.mem_free(dev->relay);
+    if (dev->box != nullptr) d.mem_free_host(dev->box);
+  }
+}
+
+Result<ResidentGather::Device*> ResidentGather::device_state(int device) {
+  if (device < 0 || device >= kMaxDevices) return Status(Code::kInvalidArgument, "no GPU " + std::to_string(device));
+  if (devices_[device] != nullptr) return devices_[device].get();
+  const CudaDriver& d = cuda();
+  auto dev = std::make_unique<Device>();
+  void* box = nullptr;
+  FERRY_RETURN_IF_ERROR(d.check(d.mem_host_alloc(&box, sizeof(Mailbox), cu::kHostAllocPortable | kHostAllocDeviceMap),
+                                "cuMemHostAlloc (resident gather mailbox)", Code::kResourceExhausted));
+  dev->box = static_cast<Mailbox*>(box);
+  std::memset(dev->box, 0, sizeof(Mailbox));
+  Status s = d.check(d.mem_alloc(&dev->relay, kRelayBytes), "cuMemAlloc (resident gather relay)",
+                     Code::kResourceExhausted);
+  if (s.ok()) {
+    s = d.check(d.stream_create(&dev->stream, cu::kStreamNonBlocking), "cuStreamCreate (resident gather)",
+                Code::kResourceExhausted);
+  }
+  if (!s.ok()) {
+    if (dev->relay != 0) d.mem_free(dev->relay);
+    d.mem_free_host(dev->box);
+    return s;
+  }
+  devices_[device] = std::move(dev);
+  return devices_[device].get();
+}
+
+Status ResidentGather::launch(int device, Device& d) {
+  const CudaDriver& cu_driver = cuda();
+  uint32_t generation = d.generation + 1 == 0 ? 1 : d.generation + 1;
+  // An earlier kernel still lingering sees another generation and leaves;
+  // this one, queued behind it on the stream, starts once it has.
+  store_release(d.box->request, static_cast<uint64_t>(generation) << 32);
+  FERRY_RETURN_IF_ERROR(cu_driver.check(cu_driver.memcpy_htod_async(d.relay, d.box->zero, kRelayBytes, d.stream),
+                                        "cuMemcpyHtoDAsync (resident gather relay)"));
+  const uint64_t linger_ns = static_cast<uint64_t>(linger_.count()) * 1000;
+  FERRY_RETURN_IF_ERROR(kernels_->launch_resident(device, d.stream, d.box, d.relay, generation, linger_ns, kGrid,
+                                                  kThreads));
+  d.generation = generation;
+  d.number = 0;
+  return Status();
+}
+
+Result<ResidentGather::Ticket> ResidentGather::post(int device, const GatherPiece* table, unsigned count) {
+  MutexLock lock(mu_);
+  FERRY_ASSIGN_OR_RETURN(Device * d, device_state(device));
+  if (d->pending != 0) {
+    if (load_acquire(d->box->done) < d->pending) {
+      return Status(Code::kUnavailable, "the resident gather kernel on GPU " + std::to_string(device) +
+                                            " has a batch in hand");
+    }
+    d->pending = 0;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (d->generation == 0 || now >= d->alive_until || d->number == UINT32_MAX) {
+    FERRY_RETURN_IF_ERROR(launch(device, *d));
+  }
+  d->box->table = reinterpret_cast<uint64_t>(table);
+  d->box->count = count;
+  const uint64_t answer = (static_cast<uint64_t>(d->generation) << 32) | ++d->number;
+  store_release(d->box->request, answer);
+  d->pending = answer;
+  d->alive_until = now + linger_ / 2;
+  return Ticket{device, answer};
+}
+
+Result<bool> ResidentGather::finished(const Ticket& ticket) {
+  Device* d = nullptr;
+  {
+    MutexLock lock(mu_);
+    if (ticket.device < 0 || ticket.device >= kMaxDevices || devices_[ticket.device] == nullptr) {
+      return Status(Code::kInvalidArgument, "resident gather: no batch was posted to GPU " +
+                                                std::to_string(ticket.device));
+    }
+    d = devices_[ticket.device].get();  // kept until the destructor
+  }
+  // Answers grow: a later batch's answer means this one is in place too.
+  if (load_acquire(d->box->done) >= ticket.answer) return true;
+  const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  const int64_t every = std::chrono::duration_cast<std::chrono::steady_clock::duration>(kStreamAskEvery).count();
+  int64_t asked = d->stream_asked.load(std::memory_order_relaxed);
+  if (now - asked < every || !d->stream_asked.compare_exchange_strong(asked, now)) return false;
+  const CudaDriver& cu_driver = cuda();
+  cu::Result r = cu_driver.stream_query(d->stream);
+  if (r == cu::kNotReady) return false;
+  if (load_acquire(d->box->done) >= ticket.answer) return true;  // it answered, then left
+  if (r != cu::kSuccess) return cu_driver.check(r, "resident gather kernel (cuStreamQuery)");
+  return Status(Code::kInternal, "the resident gather kernel on GPU " + std::to_string(ticket.device) +
+                                     " left without taking a batch");
+}
+
+}  // namespace ferry::platform

@@ -1,0 +1,89 @@
+// ResidentGather: the gather kernel kept resident on a GPU between batches of
+// blocks, fed through a mailbox in pinned host memory.
+//
+// Why: a launch costs about 4 us to post and about 2 us more on the GPU than a
+// copy-engine copy before its first byte moves. For a KV cache's batch of
+// scattered blocks between two local GPUs that kept one launch of the gather
+// kernel at about 0.8 of one copy-engine copy of the same bytes. A kernel
+// launched once and then handed each batch by three words in host memory
+// skips both (bench/gpu/resident_gather.cu measures it).
+//
+// The price: while it lingers, Options::gather_linger after its last batch,
+// the kernel holds kGrid blocks of kThreads threads (one an SM) that the
+// application's kernels cannot have, and its block 0 polls host memory. So it
+// runs only when gather_linger is set; a batch that finds none lingering
+// launches it.
+//
+// One batch at a time a GPU: post() answers kUnavailable while the kernel
+// there has one in hand, and the caller launches the gather kernel as before.
+//
+// Thread-safe.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+#include "ferry/status.h"
+#include "platform/cuda_driver.h"
+#include "platform/gather_kernel.h"
+#include "platform/mutex.h"
+
+namespace ferry::platform {
+
+class ResidentGather {
+ public:
+  ResidentGather(std::shared_ptr<GatherKernels> kernels, std::chrono::microseconds linger);
+  // Sends every kernel away and waits for it to leave. Blocks.
+  ~ResidentGather();
+  ResidentGather(const ResidentGather&) = delete;
+  ResidentGather& operator=(const ResidentGather&) = delete;
+
+  struct Ticket {
+    int device = -1;
+    uint64_t answer = 0;  // the word the kernel writes once the batch is in place
+  };
+
+  // Hands the kernel on `device` (whose context the caller made current)
+  // `count` pieces listed at `table`: memory the GPU reads (pinned host
+  // memory), pieces of at most kPieceBytes, left unchanged until finished().
+  // Launches the kernel if none lingers there. kUnavailable, nothing queued,
+  // while that kernel has a batch in hand; kUnimplemented if it cannot load.
+  Result<Ticket> post(int device, const GatherPiece* table, unsigned count);
+  // Whether the ticket's batch is in place (every byte visible to the peer
+  // GPU and the host). An error once the kernel failed, or left without it.
+  Result<bool> finished(const Ticket& ticket);
+
+  static constexpr unsigned kGrid = 32;
+  static constexpr unsigned kThreads = 256;
+  // A warp copies a piece at a time; batches list pieces of at most this
+  // size, so that a batch's bytes spread over the kernel's warps.
+  static constexpr uint64_t kPieceBytes = 16 * 1024;
+
+  // The mailbox, laid out as gather_kernel.cu's ResidentBox.
+  struct Mailbox {
+    uint64_t request;  // (generation << 32) | number of the newest batch, from 1
+    uint64_t table;
+    uint64_t count;
+    uint64_t pad0[5];
+    uint64_t done;  // (generation << 32) | number of the last batch in place
+    uint64_t pad1[7];
+    uint64_t zero[4];  // copied over the relay before each launch
+  };
+
+ private:
+  struct Device;
+  // The state of `device`, made on first use (in its current context).
+  Result<Device*> device_state(int device) REQUIRES(mu_);
+  // Launches a new generation of the kernel on `d`; an earlier one still
+  // lingering leaves at its next look at the mailbox.
+  Status launch(int device, Device& d) REQUIRES(mu_);
+
+  const std::shared_ptr<GatherKernels> kernels_;
+  const std::chrono::microseconds linger_;
+  Mutex mu_;
+  std::array<std::unique_ptr<Device>, kMaxDevices> devices_ GUARDED_BY(mu_);
+};
+
+}  // namespace ferry::platform
