@@ -85,13 +85,13 @@ Result<ResidentGather::Device*> ResidentGather::device_state(int device) {
 }
 
 Status ResidentGather::launch(int device, Device& d) {
-  const CudaDriver& cu_driver = cuda();
+  const CudaDriver& driver = cuda();
   uint32_t generation = d.generation + 1 == 0 ? 1 : d.generation + 1;
   // An earlier kernel still lingering sees another generation and leaves;
   // this one, queued behind it on the stream, starts once it has.
   store_release(d.box->request, static_cast<uint64_t>(generation) << 32);
-  FERRY_RETURN_IF_ERROR(cu_driver.check(cu_driver.memcpy_htod_async(d.relay, d.box->zero, kRelayBytes, d.stream),
-                                        "cuMemcpyHtoDAsync (resident gather relay)"));
+  FERRY_RETURN_IF_ERROR(driver.check(driver.memcpy_htod_async(d.relay, d.box->zero, kRelayBytes, d.stream),
+                                     "cuMemcpyHtoDAsync (resident gather relay)"));
   const uint64_t linger_ns = static_cast<uint64_t>(linger_.count()) * 1000;
   FERRY_RETURN_IF_ERROR(kernels_->launch_resident(device, d.stream, d.box, d.relay, generation, linger_ns, kGrid,
                                                   kThreads));
@@ -139,11 +139,11 @@ Result<bool> ResidentGather::finished(const Ticket& ticket) {
   const int64_t every = std::chrono::duration_cast<std::chrono::steady_clock::duration>(kStreamAskEvery).count();
   int64_t asked = d->stream_asked.load(std::memory_order_relaxed);
   if (now - asked < every || !d->stream_asked.compare_exchange_strong(asked, now)) return false;
-  const CudaDriver& cu_driver = cuda();
-  cu::Result r = cu_driver.stream_query(d->stream);
+  const CudaDriver& driver = cuda();
+  cu::Result r = driver.stream_query(d->stream);
   if (r == cu::kNotReady) return false;
   if (load_acquire(d->box->done) >= ticket.answer) return true;  // it answered, then left
-  if (r != cu::kSuccess) return cu_driver.check(r, "resident gather kernel (cuStreamQuery)");
+  if (r != cu::kSuccess) return driver.check(r, "resident gather kernel (cuStreamQuery)");
   return Status(Code::kInternal, "the resident gather kernel on GPU " + std::to_string(ticket.device) +
                                      " left without taking a batch");
 }

@@ -118,8 +118,9 @@ class LocalCopier {
   // b.local_offset to b.remote_offset of remote[b.remote_pool], a span each
   // pool. The caller checked every block against both pools. Handed to the
   // resident gather kernel where one runs, else queued as one gather launch
-  // (a few for over 1,360 pieces); `done` and `stop` as start()'s. kUnimplemented, with nothing queued, where the kernel cannot
-  // take them (no kernel, blocks too large): the caller copies another way.
+  // (a few for over 1,360 pieces); `done` and `stop` as start()'s.
+  // kUnimplemented, with nothing queued, where the kernel cannot take them
+  // (no kernel, blocks too large): the caller copies another way.
   Status start_blocks(int device, std::span<uint8_t* const> local, std::span<const SharedSpan> remote,
                       std::span<const Block> blocks, uint64_t size, Done done, StopCheck stop = {});
   // Completes queued copies whose events fired; true if any did. Never blocks.

@@ -213,7 +213,7 @@ Status LocalCopier::start_blocks(int device, std::span<uint8_t* const> local, st
     return complete_gpu(used, size, std::move(done));
   }
   const GatherPiece* list = table != nullptr ? table->items : spilled.data();
-  if (resident) {
+  if (resident && table != nullptr) {  // the kernel reads the list after this returns: only from a table
     Result<ResidentGather::Ticket> ticket = resident_->post(device, list, static_cast<unsigned>(*listed));
     if (ticket.ok()) {
       complete_resident(ticket.value(), size, [table, give_back, done = std::move(done)](const Status& st) {
