@@ -40,6 +40,7 @@
 
 #include "../../src/platform/gather_kernel.cu"
 #include "cuda_check.cuh"
+#include "peer_pools.cuh"
 
 // ferry_gather_table, and then the last block to finish writes `seq` to
 // `flag` (mapped pinned host memory) once every block's bytes are visible.
@@ -133,19 +134,8 @@ int main(int argc, char** argv) {
   const size_t bs = std::strtoull(argv[2], nullptr, 10);
   const int iters = std::atoi(argv[3]);
   const size_t pool = 2 * blocks * bs;
-  int can = 0;
-  CK(cudaDeviceCanAccessPeer(&can, 0, 1));
-  if (!can) {
-    std::fprintf(stderr, "no peer access\n");
-    return 1;
-  }
-  CK(cudaSetDevice(1));
-  uint8_t* dst;
-  CK(cudaMalloc(&dst, pool));
-  CK(cudaSetDevice(0));
-  CK(cudaDeviceEnablePeerAccess(1, 0));
-  uint8_t* src;
-  CK(cudaMalloc(&src, pool));
+  const PeerPools pools = peer_pools(pool);
+  uint8_t *const src = pools.src, *const dst = pools.dst;
   std::vector<uint8_t> host(pool);
   std::mt19937_64 rng(7);
   for (auto& b : host) b = static_cast<uint8_t>(rng());

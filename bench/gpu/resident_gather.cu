@@ -33,6 +33,7 @@
 
 #include "../../src/platform/gather_kernel.cu"
 #include "cuda_check.cuh"
+#include "peer_pools.cuh"
 
 // GPU clock stamps (mapped pinned memory): when block 0 took a request, and
 // when the last block finished it.
@@ -58,9 +59,6 @@ __global__ void bell_resident(u64* bell, ResidentBox* box, u64 generation, u64 l
   __shared__ u64 request;
   __shared__ u64 tbl, cnt;
   u64 last = generation << 32;
-  const unsigned lane = threadIdx.x & 31;
-  const unsigned warps = blockDim.x / 32;
-  const unsigned warp = blockIdx.x * warps + threadIdx.x / 32, all_warps = gridDim.x * warps;
   unsigned long long* finished = reinterpret_cast<unsigned long long*>(bell + 1);
   unsigned long long served = 0;
   for (;;) {
@@ -89,25 +87,7 @@ __global__ void bell_resident(u64* bell, ResidentBox* box, u64 generation, u64 l
     if (r == kResidentLeave) return;
     const GatherItem* table = reinterpret_cast<const GatherItem*>(tbl);
     const unsigned count = static_cast<unsigned>(cnt);
-    const unsigned per = (count + all_warps - 1) / all_warps;
-    const unsigned end = min(count, warp * per + per);
-    for (unsigned b = warp * per; b < end; b += 32) {
-      const unsigned words = 3 * min(32u, end - b);
-      const volatile u64* w = reinterpret_cast<const volatile u64*>(table + b);
-      const u64 w0 = lane < words ? w[lane] : 0, w1 = lane + 32 < words ? w[lane + 32] : 0,
-                w2 = lane + 64 < words ? w[lane + 64] : 0;
-      for (unsigned q = 0; q < words; q += 3) {
-        u64 f[3];
-#pragma unroll
-        for (unsigned x = 0; x < 3; ++x) {
-          const unsigned from = (q + x) & 31, slot = (q + x) >> 5;
-          const u64 v0 = __shfl_sync(0xffffffffu, w0, from), v1 = __shfl_sync(0xffffffffu, w1, from),
-                    v2 = __shfl_sync(0xffffffffu, w2, from);
-          f[x] = slot == 0 ? v0 : slot == 1 ? v1 : v2;
-        }
-        copy_span(reinterpret_cast<char*>(f[0]), reinterpret_cast<const char*>(f[1]), f[2], lane, 32, L2Loads{});
-      }
-    }
+    copy_warp_share(table, count);
     __syncthreads();
     ++served;
     if (threadIdx.x == 0) {
@@ -135,19 +115,8 @@ int main(int argc, char** argv) {
   const size_t bs = std::strtoull(argv[2], nullptr, 10);
   const int iters = std::atoi(argv[3]);
   const size_t pool = 2 * blocks * bs;
-  int can = 0;
-  CK(cudaDeviceCanAccessPeer(&can, 0, 1));
-  if (!can) {
-    std::fprintf(stderr, "no peer access\n");
-    return 1;
-  }
-  CK(cudaSetDevice(1));
-  uint8_t* dst;
-  CK(cudaMalloc(&dst, pool));
-  CK(cudaSetDevice(0));
-  CK(cudaDeviceEnablePeerAccess(1, 0));
-  uint8_t* src;
-  CK(cudaMalloc(&src, pool));
+  const PeerPools pools = peer_pools(pool);
+  uint8_t *const src = pools.src, *const dst = pools.dst;
   cudaStream_t s, rs;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   CK(cudaStreamCreateWithFlags(&rs, cudaStreamNonBlocking));
@@ -248,6 +217,16 @@ int main(int argc, char** argv) {
     reinterpret_cast<std::atomic<u64>*>(&box->request)->store((generation + 1) << 32, std::memory_order_release);
     CK(cudaStreamSynchronize(rs));
   };
+  // Polls the answer word until it reads `r`; 5 s without it ends the run.
+  auto await = [&](u64 r, const std::string& name) {
+    auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (reinterpret_cast<std::atomic<u64>*>(&box->done)->load(std::memory_order_acquire) != r) {
+      if (Clock::now() > deadline) {
+        std::fprintf(stderr, "%s: request not done in 5 s\n", name.c_str());
+        std::_Exit(1);
+      }
+    }
+  };
   auto once = [&](M& m) {
     auto t0 = Clock::now();
     Clock::time_point t1;
@@ -275,13 +254,7 @@ int main(int argc, char** argv) {
         std::_Exit(1);
       }
       t1 = Clock::now();
-      auto deadline = t0 + std::chrono::seconds(5);
-      while (reinterpret_cast<std::atomic<u64>*>(&box->done)->load(std::memory_order_acquire) != r) {
-        if (Clock::now() > deadline) {
-          std::fprintf(stderr, "%s: request not done in 5 s\n", m.name.c_str());
-          std::_Exit(1);
-        }
-      }
+      await(r, m.name);
     } else {
       if (m.cut != 0 && listed_cut != m.cut) listed = list(listed_cut = m.cut);
       box->table = reinterpret_cast<u64>(table);
@@ -289,13 +262,7 @@ int main(int argc, char** argv) {
       const u64 r = (generation << 32) | ++number;
       reinterpret_cast<std::atomic<u64>*>(&box->request)->store(r, std::memory_order_release);
       t1 = Clock::now();
-      auto deadline = t0 + std::chrono::seconds(5);
-      while (reinterpret_cast<std::atomic<u64>*>(&box->done)->load(std::memory_order_acquire) != r) {
-        if (Clock::now() > deadline) {
-          std::fprintf(stderr, "%s: request not done in 5 s\n", m.name.c_str());
-          std::_Exit(1);
-        }
-      }
+      await(r, m.name);
     }
     if (m.kind < 2) {
       t1 = Clock::now();

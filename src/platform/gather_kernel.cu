@@ -180,6 +180,34 @@ __device__ void poll_mailbox(ResidentBox* box, ResidentRelay* relay, u64 generat
   }
 }
 
+// The calling warp's share of `count` pieces at `table`: an equal run of
+// them. Its lanes fetch the run's descriptors 32 at a time, side by side (a
+// few PCIe reads for the warp, where a read a descriptor cost a round trip
+// each), and pass each piece's three words round.
+__device__ __forceinline__ void copy_warp_share(const GatherItem* table, unsigned count) {
+  const unsigned lane = threadIdx.x & 31, warps = blockDim.x / 32;
+  const unsigned warp = blockIdx.x * warps + threadIdx.x / 32, all_warps = gridDim.x * warps;
+  const unsigned per = (count + all_warps - 1) / all_warps;
+  const unsigned end = min(count, warp * per + per);
+  for (unsigned b = warp * per; b < end; b += 32) {
+    const unsigned words = 3 * min(32u, end - b);
+    const volatile u64* w = reinterpret_cast<const volatile u64*>(table + b);
+    const u64 w0 = lane < words ? w[lane] : 0, w1 = lane + 32 < words ? w[lane + 32] : 0,
+              w2 = lane + 64 < words ? w[lane + 64] : 0;
+    for (unsigned q = 0; q < words; q += 3) {
+      u64 f[3];
+#pragma unroll
+      for (unsigned x = 0; x < 3; ++x) {
+        const unsigned from = (q + x) & 31, slot = (q + x) >> 5;
+        const u64 v0 = __shfl_sync(0xffffffffu, w0, from), v1 = __shfl_sync(0xffffffffu, w1, from),
+                  v2 = __shfl_sync(0xffffffffu, w2, from);
+        f[x] = slot == 0 ? v0 : slot == 1 ? v1 : v2;
+      }
+      copy_span(reinterpret_cast<char*>(f[0]), reinterpret_cast<const char*>(f[1]), f[2], lane, 32, L2Loads{});
+    }
+  }
+}
+
 struct NoHooks {
   __device__ void seen(u64) const {}
   __device__ void end(u64) const {}
@@ -193,9 +221,6 @@ __device__ void resident_gather(ResidentBox* box, ResidentRelay* relay, u64 gene
   __shared__ u64 request;
   u64 last = generation << 32;
   unsigned long long served = 0;
-  const unsigned lane = threadIdx.x & 31;
-  const unsigned warps = blockDim.x / 32;
-  const unsigned warp = blockIdx.x * warps + threadIdx.x / 32, all_warps = gridDim.x * warps;
   for (;;) {
     if (threadIdx.x == 0) {
       if (blockIdx.x == 0) poll_mailbox(box, relay, generation, last, linger_ns);
@@ -212,29 +237,7 @@ __device__ void resident_gather(ResidentBox* box, ResidentRelay* relay, u64 gene
     if (r == kResidentLeave) return;
     const GatherItem* table = reinterpret_cast<const GatherItem*>(*reinterpret_cast<volatile u64*>(&relay->table));
     const unsigned count = static_cast<unsigned>(*reinterpret_cast<volatile u64*>(&relay->count));
-    // Each warp takes an equal run of the pieces. Its lanes fetch a run's
-    // descriptors 32 at a time, side by side (a few PCIe reads for the
-    // warp, where a read a descriptor cost a round trip each), and pass
-    // each piece's three words round.
-    const unsigned per = (count + all_warps - 1) / all_warps;
-    const unsigned end = min(count, warp * per + per);
-    for (unsigned b = warp * per; b < end; b += 32) {
-      const unsigned words = 3 * min(32u, end - b);
-      const volatile u64* w = reinterpret_cast<const volatile u64*>(table + b);
-      const u64 w0 = lane < words ? w[lane] : 0, w1 = lane + 32 < words ? w[lane + 32] : 0,
-                w2 = lane + 64 < words ? w[lane + 64] : 0;
-      for (unsigned q = 0; q < words; q += 3) {
-        u64 f[3];
-#pragma unroll
-        for (unsigned x = 0; x < 3; ++x) {
-          const unsigned from = (q + x) & 31, slot = (q + x) >> 5;
-          const u64 v0 = __shfl_sync(0xffffffffu, w0, from), v1 = __shfl_sync(0xffffffffu, w1, from),
-                    v2 = __shfl_sync(0xffffffffu, w2, from);
-          f[x] = slot == 0 ? v0 : slot == 1 ? v1 : v2;
-        }
-        copy_span(reinterpret_cast<char*>(f[0]), reinterpret_cast<const char*>(f[1]), f[2], lane, 32, L2Loads{});
-      }
-    }
+    copy_warp_share(table, count);
     // The barrier orders every thread's stores before thread 0's fence and
     // count; the last block's system-scope fence then publishes every
     // block's stores (cumulatively) before the answer.

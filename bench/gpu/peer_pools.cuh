@@ -1,0 +1,32 @@
+// What the block probes (completion_probe.cu, resident_gather.cu) share: a
+// source pool on GPU 0 and a target pool on GPU 1 that GPU 0 writes through
+// peer access, GPU 0 left current.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#include "cuda_check.cuh"
+
+struct PeerPools {
+  uint8_t* src = nullptr;  // on GPU 0
+  uint8_t* dst = nullptr;  // on GPU 1
+};
+
+// Ends the process, saying why, where GPU 0 cannot reach GPU 1.
+inline PeerPools peer_pools(size_t bytes) {
+  int can = 0;
+  CK(cudaDeviceCanAccessPeer(&can, 0, 1));
+  if (!can) {
+    std::fprintf(stderr, "GPU 0 has no peer access to GPU 1\n");
+    std::exit(1);
+  }
+  PeerPools p;
+  CK(cudaSetDevice(1));
+  CK(cudaMalloc(&p.dst, bytes));
+  CK(cudaSetDevice(0));
+  CK(cudaDeviceEnablePeerAccess(1, 0));
+  CK(cudaMalloc(&p.src, bytes));
+  return p;
+}
