@@ -1,6 +1,6 @@
-// What the block probes (completion_probe.cu, resident_gather.cu) share: a
-// source pool on GPU 0 and a target pool on GPU 1 that GPU 0 writes through
-// peer access, GPU 0 left current.
+// What the block probes (completion_probe.cu, resident_gather.cu) share:
+// their arguments, and a source pool on GPU 0 and a target pool on GPU 1 that
+// GPU 0 writes through peer access, GPU 0 left current.
 #pragma once
 
 #include <cstdint>
@@ -29,4 +29,21 @@ inline PeerPools peer_pools(size_t bytes) {
   CK(cudaDeviceEnablePeerAccess(1, 0));
   CK(cudaMalloc(&p.src, bytes));
   return p;
+}
+
+// The probes' arguments: BLOCKS BLOCK_SIZE ITERS (`tool` names the probe in
+// the usage line it prints, ending the process, when they are not three).
+struct BlockShape {
+  unsigned blocks = 0;
+  size_t block_bytes = 0;
+  int iters = 0;
+  size_t pool() const { return 2 * blocks * block_bytes; }  // twice the footprint: room to scatter
+};
+inline BlockShape block_shape(int argc, char** argv, const char* tool) {
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: %s BLOCKS BLOCK_SIZE ITERS\n", tool);
+    std::exit(2);
+  }
+  return BlockShape{static_cast<unsigned>(std::atoi(argv[1])), std::strtoull(argv[2], nullptr, 10),
+                    std::atoi(argv[3])};
 }

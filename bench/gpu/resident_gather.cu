@@ -107,14 +107,10 @@ using Clock = std::chrono::steady_clock;
 static double us(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: resident_gather BLOCKS BLOCK_SIZE ITERS\n");
-    return 2;
-  }
-  const unsigned blocks = std::atoi(argv[1]);
-  const size_t bs = std::strtoull(argv[2], nullptr, 10);
-  const int iters = std::atoi(argv[3]);
-  const size_t pool = 2 * blocks * bs;
+  const BlockShape shape = block_shape(argc, argv, "resident_gather");
+  const unsigned blocks = shape.blocks;
+  const size_t bs = shape.block_bytes, pool = shape.pool();
+  const int iters = shape.iters;
   const PeerPools pools = peer_pools(pool);
   uint8_t *const src = pools.src, *const dst = pools.dst;
   cudaStream_t s, rs;
