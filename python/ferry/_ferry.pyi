@@ -101,6 +101,7 @@ class Options:
     peer_timeout: float
     path_timeout: float
     wait_spin: float
+    gather_linger: float
     handshake_timeout: float
     directory_ttl: float
     log_level: LogLevel

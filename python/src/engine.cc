@@ -151,6 +151,10 @@ void bind_options(pyb::module_& m) {
       "vanishes within it.");
   duration_property<&Options::wait_spin>(o, "wait_spin",
                                          "Seconds Transfer.wait polls before it sleeps; 0 lets the transport choose.");
+  duration_property<&Options::gather_linger>(
+      o, "gather_linger",
+      "Local transport, batches of GPU blocks: seconds the gather kernel stays resident after a batch (no launch "
+      "a batch; it holds 32 SMs' blocks meanwhile); 0: launched for each batch.");
   o.def_property(
       "log_level", [](const Options& x) { return x.log_level; },
       [](Options& x, pyb::handle v) { x.log_level = to_level(v); }, "A ferry.LogLevel or its lower-case name.");

@@ -70,6 +70,7 @@ def test_options_as_keywords():
     assert (o.streams, o.chunk_bytes) == (3, 1 << 20)
     assert o.peer_timeout == 2.0 and o.heartbeat_interval == 0.25 and o.handshake_timeout == 4.0
     assert ferry.make_options(wait_spin=0.0025).wait_spin == pytest.approx(0.0025)  # microseconds survive
+    assert ferry.make_options(gather_linger=0.002).gather_linger == pytest.approx(0.002)
     assert o.log_level == ferry.LogLevel.ERROR
     assert "s3cret" not in repr(o)
     base = ferry.Options()
