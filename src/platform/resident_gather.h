@@ -6,7 +6,10 @@
 // scattered blocks between two local GPUs that kept one launch of the gather
 // kernel at about 0.8 of one copy-engine copy of the same bytes. A kernel
 // launched once and then handed each batch by three words in host memory
-// skips both (bench/gpu/resident_gather.cu measures it).
+// skips the launch. Handing it a batch and reading its answer still costs
+// what a launch and an event poll do (7-9 us on the two-H200 host); what it
+// saves is the launch's posting and slower start: 0.83-0.94 of one
+// copy-engine copy against 0.78-0.80 (bench/gpu/resident_gather.cu).
 //
 // The price: while it lingers, Options::gather_linger after its last batch,
 // the kernel holds kGrid blocks of kThreads threads (one an SM) that the
