@@ -296,8 +296,9 @@ TEST(GpuBlocks, ManyBatchesInFlightWithTheGatherKernelResident) { many_batches_i
 // The resident gather kernel outlives the application's writes: batches
 // read the same source blocks after the application rewrote them (through
 // its own stream, the kernel still lingering), and each must carry the new
-// bytes, not lines an earlier batch left in a cache. Then the kernel is left
-// to linger out and the next batch launches it again.
+// bytes, not lines an earlier batch left in a cache. The second batch shows
+// the kernel stays (the context's synchronization waits for it); the last
+// comes after it lingered out and launches it again.
 TEST(GpuBlocks, TheResidentGatherKernelReadsWhatTheApplicationWroteSince) {
   if (gpu_count() == 0) GTEST_SKIP() << "no GPU";
   EnginePair pair = connected(TransportChoice::kLocal, 300ms);
@@ -337,6 +338,14 @@ TEST(GpuBlocks, TheResidentGatherKernelReadsWhatTheApplicationWroteSince) {
     ASSERT_TRUE(w.wait(after(60s)).ok()) << w.status().to_string();
     auto note = pair.cb->wait_notification(after(10s));
     ASSERT_TRUE(note.ok()) << note.status().to_string();
+    if (k == 1) {
+      // The first batch opened the peer's pool (the general path, launched);
+      // this one went to a resident kernel: synchronizing GPU 0's context
+      // waits for it to linger out (a launched kernel ended with its batch).
+      auto t0 = std::chrono::steady_clock::now();
+      ASSERT_EQ(d.ctx_synchronize(), cu::kSuccess);
+      EXPECT_GE(std::chrono::steady_clock::now() - t0, 100ms) << "no gather kernel stayed on the GPU after a batch";
+    }
   }
   d.stream_destroy(stream);
   expect_pool(pp.dst.data(), expect, "the target pool");
