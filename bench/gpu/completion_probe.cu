@@ -243,18 +243,13 @@ int main(int argc, char** argv) {
     m.total.push_back(us(t2 - t0));
   };
   auto verify = [&](M& m) {
-    CK(cudaStreamSynchronize(s));
-    std::vector<uint8_t> got(pool);
-    CK(cudaMemcpy(got.data(), dst, pool, cudaMemcpyDeviceToHost));
+    const std::vector<uint8_t> got = read_target(pools, pool, s);
     for (unsigned i = 0; i < blocks && m.ok; ++i) {
       const uint8_t* want = m.gather ? host.data() + ss[i] * bs : host.data() + i * bs;
       const uint8_t* at = m.gather ? got.data() + ds[i] * bs : got.data() + i * bs;
       if (std::memcmp(want, at, bs) != 0) m.ok = false;
     }
-    CK(cudaSetDevice(1));
-    CK(cudaMemset(dst, 0, pool));
-    CK(cudaDeviceSynchronize());
-    CK(cudaSetDevice(0));
+    clear_target(pools, pool);
   };
   for (M& m : ms) {
     for (int i = 0; i < 20; ++i) once(m);
@@ -270,14 +265,10 @@ int main(int argc, char** argv) {
   }
   poller.stop = true;
   pt.join();
-  auto pct = [](std::vector<double> v, double q) {
-    std::sort(v.begin(), v.end());
-    return v[static_cast<size_t>(q * (v.size() - 1))];
-  };
   int rc = 0;
   for (M& m : ms) {
     std::printf("%-22s %u x %zu  post %6.2f  total %7.2f  p10 %7.2f  verify=%s\n", m.name.c_str(), blocks, bs,
-                pct(m.post, 0.5), pct(m.total, 0.5), pct(m.total, 0.1), m.ok ? "ok" : "FAILED");
+                percentile(m.post, 0.5), percentile(m.total, 0.5), percentile(m.total, 0.1), m.ok ? "ok" : "FAILED");
     if (!m.ok) rc = 1;
   }
   return rc;

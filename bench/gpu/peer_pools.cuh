@@ -1,11 +1,13 @@
 // What the block probes (completion_probe.cu, resident_gather.cu) share:
-// their arguments, and a source pool on GPU 0 and a target pool on GPU 1 that
-// GPU 0 writes through peer access, GPU 0 left current.
+// their arguments, a source pool on GPU 0 and a target pool on GPU 1 that
+// GPU 0 writes through peer access (GPU 0 left current), and percentiles.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "cuda_check.cuh"
 
@@ -31,6 +33,22 @@ inline PeerPools peer_pools(size_t bytes) {
   return p;
 }
 
+// The target pool's bytes once `stream` (GPU 0's, which wrote them) ended.
+inline std::vector<uint8_t> read_target(const PeerPools& p, size_t bytes, cudaStream_t stream) {
+  CK(cudaStreamSynchronize(stream));
+  std::vector<uint8_t> got(bytes);
+  CK(cudaMemcpy(got.data(), p.dst, bytes, cudaMemcpyDeviceToHost));
+  return got;
+}
+
+// Zeroes the target pool, so that the next check sees only what was written after.
+inline void clear_target(const PeerPools& p, size_t bytes) {
+  CK(cudaSetDevice(1));
+  CK(cudaMemset(p.dst, 0, bytes));
+  CK(cudaDeviceSynchronize());
+  CK(cudaSetDevice(0));
+}
+
 // The probes' arguments: BLOCKS BLOCK_SIZE ITERS (`tool` names the probe in
 // the usage line it prints, ending the process, when they are not three).
 struct BlockShape {
@@ -46,4 +64,10 @@ inline BlockShape block_shape(int argc, char** argv, const char* tool) {
   }
   return BlockShape{static_cast<unsigned>(std::atoi(argv[1])), std::strtoull(argv[2], nullptr, 10),
                     std::atoi(argv[3])};
+}
+
+// The q-th quantile (0..1) of `v`, which must not be empty.
+inline double percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * (v.size() - 1))];
 }

@@ -272,9 +272,7 @@ int main(int argc, char** argv) {
     m.total.push_back(us(t2 - t0));
   };
   auto verify = [&](M& m) {
-    CK(cudaStreamSynchronize(s));
-    std::vector<uint8_t> got(pool);
-    CK(cudaMemcpy(got.data(), dst, pool, cudaMemcpyDeviceToHost));
+    const std::vector<uint8_t> got = read_target(pools, pool, s);
     size_t bad = 0, zero = 0, first = SIZE_MAX;
     for (unsigned i = 0; i < blocks; ++i) {
       const uint8_t* want = m.kind != 0 ? host.data() + ss[i] * bs : host.data() + i * bs;
@@ -291,10 +289,7 @@ int main(int argc, char** argv) {
       m.ok = false;
       std::fprintf(stderr, "%s: %zu bytes wrong (%zu zero), first at %zu\n", m.name.c_str(), bad, zero, first);
     }
-    CK(cudaSetDevice(1));
-    CK(cudaMemset(dst, 0, pool));
-    CK(cudaDeviceSynchronize());
-    CK(cudaSetDevice(0));
+    clear_target(pools, pool);
   };
   for (M& m : ms) {
     if (m.kind >= 2) start(m);
@@ -322,14 +317,10 @@ int main(int argc, char** argv) {
       if (m.kind == 3) leave_bell();
     }
   }
-  auto pct = [](std::vector<double> v, double q) {
-    std::sort(v.begin(), v.end());
-    return v[static_cast<size_t>(q * (v.size() - 1))];
-  };
   int rc = 0;
   for (M& m : ms) {
     std::printf("%-28s %u x %zu  post %6.2f  total %7.2f  p10 %7.2f  gpu %6.2f  verify=%s\n", m.name.c_str(), blocks,
-                bs, pct(m.post, 0.5), pct(m.total, 0.5), pct(m.total, 0.1), m.gpu.empty() ? 0.0 : pct(m.gpu, 0.5),
+                bs, percentile(m.post, 0.5), percentile(m.total, 0.5), percentile(m.total, 0.1), m.gpu.empty() ? 0.0 : percentile(m.gpu, 0.5),
                 m.ok ? "ok" : "FAILED");
     if (!m.ok) rc = 1;
   }

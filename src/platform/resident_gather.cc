@@ -9,6 +9,19 @@
 namespace ferry::platform {
 namespace {
 
+// The mailbox, laid out as gather_kernel.cu's ResidentBox.
+struct Mailbox {
+  uint64_t request;  // (generation << 32) | number of the newest batch, from 1
+  uint64_t table;
+  uint64_t count;
+  uint64_t pad0[5];
+  uint64_t done;  // (generation << 32) | number of the last batch in place
+  uint64_t pad1[7];
+  uint64_t zero[4];  // copied over the relay before each launch
+};
+static_assert(offsetof(Mailbox, done) == 64 && sizeof(Mailbox) == 160,
+              "the mailbox is laid out as gather_kernel.cu's ResidentBox, then the relay's zeros");
+
 uint64_t load_acquire(uint64_t& word) { return std::atomic_ref<uint64_t>(word).load(std::memory_order_acquire); }
 void store_release(uint64_t& word, uint64_t v) { std::atomic_ref<uint64_t>(word).store(v, std::memory_order_release); }
 
@@ -19,9 +32,6 @@ constexpr unsigned kHostAllocDeviceMap = 2;
 constexpr std::chrono::milliseconds kStreamAskEvery{1};
 
 }  // namespace
-
-static_assert(offsetof(ResidentGather::Mailbox, done) == 64 && sizeof(ResidentGather::Mailbox) == 160,
-              "the mailbox is laid out as gather_kernel.cu's ResidentBox, then the relay's zeros");
 
 struct ResidentGather::Device {
   Mailbox* box = nullptr;

@@ -64,17 +64,6 @@ class ResidentGather {
   // size, so that a batch's bytes spread over the kernel's warps.
   static constexpr uint64_t kPieceBytes = 16 * 1024;
 
-  // The mailbox, laid out as gather_kernel.cu's ResidentBox.
-  struct Mailbox {
-    uint64_t request;  // (generation << 32) | number of the newest batch, from 1
-    uint64_t table;
-    uint64_t count;
-    uint64_t pad0[5];
-    uint64_t done;  // (generation << 32) | number of the last batch in place
-    uint64_t pad1[7];
-    uint64_t zero[4];  // copied over the relay before each launch
-  };
-
  private:
   struct Device;
   // The state of `device`, made on first use (in its current context).

@@ -147,6 +147,9 @@ class LocalCopier {
   // copy engines move 1 MiB to a peer GPU in about 11 us on 2 x H100, and
   // handing the completion to the progress thread added about 4 us to it.
   static constexpr uint64_t kCompleteInline = 1024 * 1024;
+  // How long the starting thread waits for such a copy before it hands the
+  // completion to the progress thread after all.
+  static constexpr std::chrono::microseconds kInlineWait{200};
   // A copy of at least this many remote spans queues its GPU pieces in two
   // parts when the gather kernel takes them (start()).
   static constexpr size_t kEarlyLaunchSpans = 64;

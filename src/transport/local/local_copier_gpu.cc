@@ -261,7 +261,7 @@ bool LocalCopier::resident_ended(const ResidentGather::Ticket& ticket, Status& s
 void LocalCopier::complete_resident(ResidentGather::Ticket ticket, uint64_t size, Done finish) {
   if (size <= kCompleteInline) {
     // As complete_gpu: a small batch ends within microseconds.
-    auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+    auto until = std::chrono::steady_clock::now() + kInlineWait;
     Status st;
     while (std::chrono::steady_clock::now() < until) {
       if (resident_ended(ticket, st)) {
@@ -322,7 +322,7 @@ Status LocalCopier::complete_gpu(const std::vector<int>& used, uint64_t size, Do
       platform::MutexLock lock(mu_);
       for (int device : used) streams.push_back(streams_[device]);
     }
-    auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+    auto until = std::chrono::steady_clock::now() + kInlineWait;
     Status st;
     bool ready = false;
     while (!ready && std::chrono::steady_clock::now() < until) {
