@@ -38,19 +38,26 @@ struct ResidentGather::Device {
   cu::DevicePtr relay = 0;
   cu::Stream stream = nullptr;
   uint32_t generation = 0;  // of the newest launch (0: none yet)
-  uint32_t number = 0;      // batches posted to it
-  uint64_t pending = 0;     // the answer of the batch in hand (0: none)
+  uint32_t number = 0;      // batches handed to it
+  uint64_t serial = 0;      // batches posted to this GPU
+  // The batch in hand (pending: the answer it awaits; 0: none), kept to hand
+  // it over again should the kernel have left without it.
+  uint64_t pending = 0;
+  const GatherPiece* table = nullptr;
+  unsigned count = 0;
   // A batch posted before this finds the kernel still there: it lingers
   // `linger` after finishing the last batch, which was posted at least
   // that long before; half of it is left as margin.
   std::chrono::steady_clock::time_point alive_until{};
   // When finished() last asked the stream whether the kernel is still
-  // there (steady_clock ticks): a driver call, so once a millisecond.
-  std::atomic<int64_t> stream_asked{0};
+  // there: a driver call, so once a millisecond.
+  std::chrono::steady_clock::time_point stream_asked{};
 };
 
-ResidentGather::ResidentGather(std::shared_ptr<GatherKernels> kernels, std::chrono::microseconds linger)
-    : kernels_(std::move(kernels)), linger_(linger) {}
+ResidentGather::ResidentGather(std::shared_ptr<GatherKernels> kernels, std::chrono::microseconds linger, Clock now)
+    : kernels_(std::move(kernels)),
+      linger_(linger),
+      now_(now ? std::move(now) : Clock([] { return std::chrono::steady_clock::now(); })) {}
 
 ResidentGather::~ResidentGather() {
   const CudaDriver& d = cuda();
@@ -110,6 +117,14 @@ Status ResidentGather::launch(int device, Device& d) {
   return Status();
 }
 
+void ResidentGather::hand_over(Device& d, std::chrono::steady_clock::time_point now) {
+  d.box->table = reinterpret_cast<uint64_t>(d.table);
+  d.box->count = d.count;
+  d.pending = (static_cast<uint64_t>(d.generation) << 32) | ++d.number;
+  store_release(d.box->request, d.pending);
+  d.alive_until = now + linger_ / 2;
+}
+
 Result<ResidentGather::Ticket> ResidentGather::post(int device, const GatherPiece* table, unsigned count) {
   MutexLock lock(mu_);
   FERRY_ASSIGN_OR_RETURN(Device * d, device_state(device));
@@ -120,42 +135,40 @@ Result<ResidentGather::Ticket> ResidentGather::post(int device, const GatherPiec
     }
     d->pending = 0;
   }
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = now_();
   if (d->generation == 0 || now >= d->alive_until || d->number == UINT32_MAX) {
     FERRY_RETURN_IF_ERROR(launch(device, *d));
   }
-  d->box->table = reinterpret_cast<uint64_t>(table);
-  d->box->count = count;
-  const uint64_t answer = (static_cast<uint64_t>(d->generation) << 32) | ++d->number;
-  store_release(d->box->request, answer);
-  d->pending = answer;
-  d->alive_until = now + linger_ / 2;
-  return Ticket{device, answer};
+  d->table = table;
+  d->count = count;
+  hand_over(*d, now);
+  return Ticket{device, ++d->serial};
 }
 
 Result<bool> ResidentGather::finished(const Ticket& ticket) {
-  Device* d = nullptr;
-  {
-    MutexLock lock(mu_);
-    if (ticket.device < 0 || ticket.device >= kMaxDevices || devices_[ticket.device] == nullptr) {
-      return Status(Code::kInvalidArgument, "resident gather: no batch was posted to GPU " +
-                                                std::to_string(ticket.device));
-    }
-    d = devices_[ticket.device].get();  // kept until the destructor
+  MutexLock lock(mu_);
+  if (ticket.device < 0 || ticket.device >= kMaxDevices || devices_[ticket.device] == nullptr) {
+    return Status(Code::kInvalidArgument, "resident gather: no batch was posted to GPU " +
+                                              std::to_string(ticket.device));
   }
-  // Answers grow: a later batch's answer means this one is in place too.
-  if (load_acquire(d->box->done) >= ticket.answer) return true;
-  const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
-  const int64_t every = std::chrono::duration_cast<std::chrono::steady_clock::duration>(kStreamAskEvery).count();
-  int64_t asked = d->stream_asked.load(std::memory_order_relaxed);
-  if (now - asked < every || !d->stream_asked.compare_exchange_strong(asked, now)) return false;
+  Device& d = *devices_[ticket.device];
+  // A later batch is posted only once the one before is in place.
+  if (ticket.serial != d.serial || d.pending == 0) return true;
+  if (load_acquire(d.box->done) >= d.pending) return true;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - d.stream_asked < kStreamAskEvery) return false;
+  d.stream_asked = now;
   const CudaDriver& driver = cuda();
-  cu::Result r = driver.stream_query(d->stream);
+  cu::Result r = driver.stream_query(d.stream);
   if (r == cu::kNotReady) return false;
-  if (load_acquire(d->box->done) >= ticket.answer) return true;  // it answered, then left
+  if (load_acquire(d.box->done) >= d.pending) return true;  // it answered, then left
   if (r != cu::kSuccess) return driver.check(r, "resident gather kernel (cuStreamQuery)");
-  return Status(Code::kInternal, "the resident gather kernel on GPU " + std::to_string(ticket.device) +
-                                     " left without taking a batch");
+  // The kernel lingered out before the batch's request reached it.
+  DeviceScope on(ticket.device);
+  FERRY_RETURN_IF_ERROR(on.status());
+  FERRY_RETURN_IF_ERROR(launch(ticket.device, d));
+  hand_over(d, now_());
+  return false;
 }
 
 }  // namespace ferry::platform

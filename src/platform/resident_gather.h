@@ -20,12 +20,17 @@
 // One batch at a time a GPU: post() answers kUnavailable while the kernel
 // there has one in hand, and the caller launches the gather kernel as before.
 //
+// A batch posted to a kernel taken to linger still may find it gone (the
+// posting thread held up between the two); finished() then launches the
+// kernel again with that batch, so no batch is lost to the race.
+//
 // Thread-safe.
 #pragma once
 
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "ferry/status.h"
@@ -37,7 +42,10 @@ namespace ferry::platform {
 
 class ResidentGather {
  public:
-  ResidentGather(std::shared_ptr<GatherKernels> kernels, std::chrono::microseconds linger);
+  using Clock = std::function<std::chrono::steady_clock::time_point()>;
+  // `now` tells post() the time it judges the kernel's linger by (tests
+  // stand it still); steady_clock's by default.
+  ResidentGather(std::shared_ptr<GatherKernels> kernels, std::chrono::microseconds linger, Clock now = {});
   // Sends every kernel away and waits for it to leave. Blocks.
   ~ResidentGather();
   ResidentGather(const ResidentGather&) = delete;
@@ -45,7 +53,7 @@ class ResidentGather {
 
   struct Ticket {
     int device = -1;
-    uint64_t answer = 0;  // the word the kernel writes once the batch is in place
+    uint64_t serial = 0;  // of the batches posted to that GPU, from 1
   };
 
   // Hands the kernel on `device` (whose context the caller made current)
@@ -55,7 +63,8 @@ class ResidentGather {
   // while that kernel has a batch in hand; kUnimplemented if it cannot load.
   Result<Ticket> post(int device, const GatherPiece* table, unsigned count);
   // Whether the ticket's batch is in place (every byte visible to the peer
-  // GPU and the host). An error once the kernel failed, or left without it.
+  // GPU and the host). Launches the kernel again with the batch if it left
+  // without taking it. An error once the kernel failed.
   Result<bool> finished(const Ticket& ticket);
 
   static constexpr unsigned kGrid = 32;
@@ -71,9 +80,12 @@ class ResidentGather {
   // Launches a new generation of the kernel on `d`; an earlier one still
   // lingering leaves at its next look at the mailbox.
   Status launch(int device, Device& d) REQUIRES(mu_);
+  // Writes the batch of `d` into its mailbox for the kernel there.
+  void hand_over(Device& d, std::chrono::steady_clock::time_point now) REQUIRES(mu_);
 
   const std::shared_ptr<GatherKernels> kernels_;
   const std::chrono::microseconds linger_;
+  const Clock now_;
   Mutex mu_;
   std::array<std::unique_ptr<Device>, kMaxDevices> devices_ GUARDED_BY(mu_);
 };

@@ -3,16 +3,21 @@
 // several items, lists for each of the three entry points that carry them
 // in their parameters, lists that take several launches, and the same lists
 // read from pinned host memory (copy_table); every byte of the target
-// checked, the gaps between pieces included. Skips without a GPU.
+// checked, the gaps between pieces included. Then the kernel kept resident
+// (ResidentGather): a batch handed to it after it lingered out is still
+// copied. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "gpu/gpu_memory.h"
 #include "platform/gather_kernel.h"
+#include "platform/resident_gather.h"
 
 namespace ferry::testing {
 namespace {
@@ -105,6 +110,77 @@ TEST(GatherKernel, SuitsBatchesOfSmallPiecesOnly) {
   EXPECT_TRUE(platform::GatherKernels::suits(256, 256u << 14));
   EXPECT_TRUE(platform::GatherKernels::suits(2, 2 * platform::GatherKernels::kMaxAveragePiece));
   EXPECT_FALSE(platform::GatherKernels::suits(2, 2 * platform::GatherKernels::kMaxAveragePiece + 1));
+}
+
+// Lists `count` pieces of random sizes up to kPieceBytes from random places of
+// `src` to random places of `dst` (both kPool bytes) into `table`, and what
+// `dst` holds once they are copied into `expect`.
+void list_resident_batch(uint8_t* src, uint8_t* dst, const std::vector<uint8_t>& source, unsigned count,
+                         std::mt19937_64& rng, platform::GatherPiece* table, std::vector<uint8_t>& expect) {
+  constexpr uint64_t kSlot = platform::ResidentGather::kPieceBytes + 64;
+  std::vector<uint64_t> a(kPool / kSlot), b(kPool / kSlot);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = b[i] = i;
+  std::shuffle(a.begin(), a.end(), rng);
+  std::shuffle(b.begin(), b.end(), rng);
+  for (unsigned i = 0; i < count; ++i) {
+    uint64_t from = a[i] * kSlot + rng() % 16, to = b[i] * kSlot + rng() % 16;
+    uint64_t n = 1 + rng() % platform::ResidentGather::kPieceBytes;
+    table[i] = {dst + to, src + from, n};
+    std::copy_n(source.begin() + static_cast<long>(from), n, expect.begin() + static_cast<long>(to));
+  }
+}
+
+// Polls `finished` until the ticket's batch is in place, at most 5 s.
+::testing::AssertionResult wait_resident(platform::ResidentGather& resident, const platform::ResidentGather::Ticket& t) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < deadline) {
+    Result<bool> done = resident.finished(t);
+    if (!done.ok()) return ::testing::AssertionFailure() << done.status().to_string();
+    if (done.value()) return ::testing::AssertionSuccess();
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  return ::testing::AssertionFailure() << "the batch was not in place within 5 s";
+}
+
+// A batch is handed over by writing the mailbox while the kernel is taken to
+// linger still. A posting thread held up between that judgement and its
+// write (preempted, say) finds the kernel gone: the batch must be launched
+// again, not lost or failed. A clock that stands still stands in for the
+// held-up thread, so the second batch always goes to a kernel that left.
+TEST(GatherKernel, ABatchHandedToAResidentKernelThatLeftIsCopiedAllTheSame) {
+  if (gpu_count() == 0) GTEST_SKIP() << "no GPU";
+  GpuBuffer src = gpu_alloc(0, kPool), dst = gpu_alloc(0, kPool);
+  ASSERT_NE(src.ptr, nullptr);
+  ASSERT_NE(dst.ptr, nullptr);
+  const auto& d = platform::cuda();
+  ASSERT_TRUE(platform::use_device(0).ok());
+  const auto frozen = std::chrono::steady_clock::now();
+  platform::ResidentGather resident(std::make_shared<platform::GatherKernels>(), std::chrono::milliseconds(1),
+                                    [frozen] { return frozen; });
+  void* table = nullptr;
+  constexpr unsigned kPieces = 300;
+  ASSERT_EQ(d.mem_host_alloc(&table, kPieces * sizeof(platform::GatherPiece), cu::kHostAllocPortable), cu::kSuccess);
+  auto* pieces = static_cast<platform::GatherPiece*>(table);
+  std::mt19937_64 rng(47);
+  for (int batch = 0; batch < 3; ++batch) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    const std::vector<uint8_t> source = pattern(100 + batch, kPool);
+    ASSERT_TRUE(copy_to(src.ptr, source.data(), kPool));
+    ASSERT_TRUE(poison(dst.ptr, kPool));
+    std::vector<uint8_t> expect(kPool, 0);
+    list_resident_batch(src.ptr, dst.ptr, source, kPieces, rng, pieces, expect);
+    Result<platform::ResidentGather::Ticket> t = resident.post(0, pieces, kPieces);
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    ASSERT_TRUE(wait_resident(resident, *t));
+    std::vector<uint8_t> got(kPool);
+    ASSERT_TRUE(copy_to(got.data(), dst.ptr, kPool));
+    auto diff = std::mismatch(expect.begin(), expect.end(), got.begin());
+    ASSERT_TRUE(diff.first == expect.end()) << "the target differs at byte " << (diff.first - expect.begin());
+    // Ten times the linger: the kernel leaves, while the frozen clock has
+    // the next post take it for still there.
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  d.mem_free_host(table);
 }
 
 }  // namespace
