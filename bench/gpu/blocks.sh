@@ -2,10 +2,12 @@
 # A KV cache's block writes on a GPU host: builds build-gpu, runs the GPU
 # block tests and the GPU regression tests the batched paths touch, then
 # `ferry bench --blocks` GPU->GPU over TCP and the local transport, each
-# against one contiguous write of the same bytes in the same session; then,
-# with two GPUs, the same shapes in one process (bench/gpu/nccl_blocks.cu:
-# one contiguous copy, a copy a block, one gather kernel, NCCL's grouped
-# send/recv when python3's nvidia.nccl is installed) as anchors.
+# against one contiguous write of the same bytes in the same session; then
+# the same shapes in one process as anchors (bench/gpu/nccl_blocks.cu: one
+# contiguous copy, a copy a block, one gather kernel, NCCL's grouped
+# send/recv when python3's nvidia.nccl is installed). On a host with one
+# GPU everything runs GPU 0 to GPU 0 without NCCL: a stand-in that judges no
+# target.
 #
 #   bench/gpu/blocks.sh [OUT]
 #   TESTS=0       skip the tests (rows and anchors only)
@@ -54,7 +56,7 @@ for transport in ${TRANSPORTS:-tcp local}; do
   done
 done
 
-# Anchors, one process on GPUs 0 and 1: nccl_blocks prints
+# Anchors, one process on GPUs 0 and 1 (0 and 0 on a host with one GPU): nccl_blocks prints
 # "METHOD BLOCKS BLOCK_SIZE p50_us GB/s verify=ok"; NCCL is dlopened, so it
 # builds without it and only its nccl_group row needs it.
 anchors=()
@@ -67,9 +69,8 @@ elif [[ ! -e "${FERRY_NCCL_LIBRARY:-}" ]]; then
   unset FERRY_NCCL_LIBRARY
   anchors+=("nccl: not found")
 fi
-if [ "$(nvidia-smi -L | wc -l)" -lt 2 ]; then
-  anchors+=("skipped: one GPU")
-elif ! timeout 120 "$NVCC" -O2 -std=c++17 -arch=sm_90 bench/gpu/nccl_blocks.cu -o build-gpu/nccl_blocks -ldl \
+[ "$peer" = 1 ] || anchors+=("one GPU: both pools on GPU 0, no NCCL row; no target is judged by these")
+if ! timeout 120 "$NVCC" -O2 -std=c++17 -arch=sm_90 bench/gpu/nccl_blocks.cu -o build-gpu/nccl_blocks -ldl \
     >"$out/nvcc_blocks.log" 2>&1; then
   anchors+=("nccl_blocks: nvcc failed (see $out/nvcc_blocks.log)")
 else
@@ -89,7 +90,7 @@ else
     else
       ratio=n/a
     fi
-    [ -z "${FERRY_NCCL_LIBRARY:-}" ] || ratios+=("$1 x $3: nccl_group p50 ${nccl_p50:-?} us / ferry local scatter p50 ${ferry_p50:-?} us = $ratio")
+    [ -z "${FERRY_NCCL_LIBRARY:-}" ] || [ "$peer" = 0 ] || ratios+=("$1 x $3: nccl_group p50 ${nccl_p50:-?} us / ferry local scatter p50 ${ferry_p50:-?} us = $ratio")
   done
 fi
 

@@ -32,7 +32,9 @@
 //   METHOD BLOCKS BLOCK_SIZE p50_us GB/s verify=ok|FAILED
 //
 // (GB/s = BLOCKS x BLOCK_SIZE bytes over the median batch time). Notes go to
-// stderr. Exit status: 0, 1 when a row did not verify or a call failed
+// stderr. On a host with one GPU both pools are on GPU 0 and there is no
+// nccl_group row (NCCL pairs no two ranks on one device): the copy engine's
+// and the kernel's rows then stand in for what no two-GPU host could give. Exit status: 0, 1 when a row did not verify or a call failed
 // (ncclGroupEnd included), 2 on bad arguments.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -170,10 +172,12 @@ int main(int argc, char** argv) {
 
   int ngpu = 0;
   CHECK_CUDA(cudaGetDeviceCount(&ngpu));
-  if (ngpu < 2) {
-    std::fprintf(stderr, "nccl_blocks: needs two GPUs, found %d\n", ngpu);
+  if (ngpu < 1) {
+    std::fprintf(stderr, "nccl_blocks: no GPU\n");
     return 1;
   }
+  const int far = ngpu > 1 ? 1 : 0;  // pool 1's device
+  if (far == 0) std::fprintf(stderr, "nccl_blocks: one GPU: both pools on GPU 0, no nccl_group row\n");
 
   // The layout: a random permutation of the 2 x BLOCKS slots on each side,
   // the first BLOCKS taken (ferry's bench_blocks.cc, layout 0).
@@ -194,17 +198,19 @@ int main(int argc, char** argv) {
   // Pools, streams and peer access.
   unsigned char *pool0 = nullptr, *pool1 = nullptr;
   cudaStream_t s0, s1;
-  CHECK_CUDA(cudaSetDevice(1));
+  CHECK_CUDA(cudaSetDevice(far));
   CHECK_CUDA(cudaMalloc(&pool1, pool));
   CHECK_CUDA(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
   CHECK_CUDA(cudaSetDevice(0));
   CHECK_CUDA(cudaMalloc(&pool0, pool));
   CHECK_CUDA(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
-  int can01 = 0, can10 = 0;
-  CHECK_CUDA(cudaDeviceCanAccessPeer(&can01, 0, 1));
-  CHECK_CUDA(cudaDeviceCanAccessPeer(&can10, 1, 0));
+  int can01 = far == 0, can10 = far == 0;
+  if (far != 0) {
+    CHECK_CUDA(cudaDeviceCanAccessPeer(&can01, 0, 1));
+    CHECK_CUDA(cudaDeviceCanAccessPeer(&can10, 1, 0));
+  }
   const bool peer = can01 != 0 && can10 != 0;
-  if (peer) {
+  if (peer && far != 0) {
     for (int d = 0; d < 2; ++d) {
       CHECK_CUDA(cudaSetDevice(d));
       cudaError_t e = cudaDeviceEnablePeerAccess(1 - d, 0);
@@ -251,7 +257,7 @@ int main(int argc, char** argv) {
   // `places` and prints the row.
   auto measure = [&](const char* method, const std::vector<Place>& places, const std::vector<cudaStream_t>& streams,
                      auto post) {
-    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaSetDevice(far));
     CHECK_CUDA(cudaMemset(pool1, 0, pool));
     CHECK_CUDA(cudaDeviceSynchronize());
     CHECK_CUDA(cudaSetDevice(0));
@@ -284,11 +290,11 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   };
 
-  measure("contiguous", adjacent, {s0}, [&] { CHECK_CUDA(cudaMemcpyPeerAsync(pool1, 1, pool0, 0, bytes, s0)); });
+  measure("contiguous", adjacent, {s0}, [&] { CHECK_CUDA(cudaMemcpyPeerAsync(pool1, far, pool0, 0, bytes, s0)); });
 
   measure("per_block_copies", scattered, {s0}, [&] {
     for (const Place& p : scattered) {
-      CHECK_CUDA(cudaMemcpyPeerAsync(pool1 + p.dst, 1, pool0 + p.src, 0, block_size, s0));
+      CHECK_CUDA(cudaMemcpyPeerAsync(pool1 + p.dst, far, pool0 + p.src, 0, block_size, s0));
     }
   });
 
@@ -305,7 +311,7 @@ int main(int argc, char** argv) {
   }
 
   Nccl nccl{};
-  if (load_nccl(nccl)) {
+  if (far != 0 && load_nccl(nccl)) {
     ncclComm_t comms[2];
     const int devs[2] = {0, 1};
     CHECK_NCCL(nccl.comm_init_all(comms, 2, devs));
@@ -333,7 +339,7 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaFree(table));
   CHECK_CUDA(cudaFree(pool0));
   CHECK_CUDA(cudaStreamDestroy(s0));
-  CHECK_CUDA(cudaSetDevice(1));
+  CHECK_CUDA(cudaSetDevice(far));
   CHECK_CUDA(cudaFree(pool1));
   CHECK_CUDA(cudaStreamDestroy(s1));
   if (failed) std::fprintf(stderr, "nccl_blocks: a row did not verify\n");

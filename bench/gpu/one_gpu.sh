@@ -19,6 +19,15 @@
 #               answers to the engine's pointer probes (cuPointerGetAttribute
 #               on host memory says "invalid value" by design) are not counted;
 #   PART=all    local and tcp (the default; sanitize only when asked).
+#   MPS=1       PART=tcp under an MPS daemon started for it (and stopped
+#               after). Two processes' CUDA contexts on one GPU otherwise
+#               take turns on it: GPU 0 -> GPU 0 over TCP then stops at a rate
+#               of its own (13-14 GB/s on an H200 over 8 streams, and a
+#               256 KiB message took 500 us), which says nothing of two GPUs.
+#               Under MPS it moved 26-27 GB/s from 64 MiB, as host memory
+#               did (docs/benchmarks.md, 2026-11-28, one GPU). MPS adds about
+#               10 us to a small staged message, so small-message latency is
+#               measured without it (one side on the GPU: --peer-gpus host).
 #
 # Usage (repository root): [PART=local|tcp|all] bash bench/gpu/one_gpu.sh [OUTDIR]
 # Prints a short table last; logs go to OUTDIR (default build-gpu/one_gpu).
@@ -92,9 +101,20 @@ fi
 
 if [[ $part == tcp || $part == all ]]; then
   say "bench/gpu/tcp_gpu.sh (STREAMS=${STREAMS:-4 8}, INFLIGHTS=${INFLIGHTS:-1 2})"
+  mps=0
+  if [[ ${MPS:-0} == 1 ]]; then
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/ferry-mps CUDA_MPS_LOG_DIRECTORY=/tmp/ferry-mps-log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    if nvidia-cuda-mps-control -d; then mps=1; else say "MPS did not start: running without it"; fi
+  fi
   SWEEP=0 STREAMS="${STREAMS:-4 8}" INFLIGHTS="${INFLIGHTS:-1 2}" timeout 560 bash bench/gpu/tcp_gpu.sh \
     >"$out/tcp_gpu.txt" 2>"$out/tcp_gpu.err"
-  summary+=("$(printf '%-28s rc %s' tcp_gpu.sh $?)")
+  rc=$?
+  summary+=("$(printf '%-28s rc %s' tcp_gpu.sh $rc)$([[ $mps == 1 ]] && echo ' (under MPS)')")
+  if [[ $mps == 1 ]]; then
+    echo quit | nvidia-cuda-mps-control
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  fi
 fi
 
 echo
