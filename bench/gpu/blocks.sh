@@ -36,6 +36,7 @@ if [ "${TESTS:-1}" != 0 ]; then
   tail -3 "$out/tcp_gpu.log"
   timeout 200 build-gpu/bin/ferry_local_multi_gpu_test >"$out/multi_local.log" 2>&1
   multi_rc=$?
+  [ "$multi_rc" = 77 ] && multi_rc=skipped  # it needs two GPUs
   tail -2 "$out/multi_local.log"
   timeout 300 build-gpu/bin/ferry_local_gpu_test >"$out/local_gpu.log" 2>&1
   local_rc=$?
@@ -145,4 +146,4 @@ if [ "${#latency[@]}" -gt 0 ]; then
   printf '  %s\n' "${latency[@]}"
 fi
 bad=$(printf '%s\n' "${rows[@]}" | grep -c -v " ok$")
-[ "$block_rc$tcp_rc$multi_rc$local_rc" = 0000 ] && [ "$bad" = 0 ] || { echo "FAILED: a test failed or a row did not verify"; exit 1; }
+[ "$block_rc$tcp_rc${multi_rc/skipped/0}$local_rc" = 0000 ] && [ "$bad" = 0 ] || { echo "FAILED: a test failed or a row did not verify"; exit 1; }
