@@ -10,9 +10,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpu/gpu_memory.h"
