@@ -214,7 +214,7 @@ int main(int argc, char** argv) {
         ferry_gather_table<<<grid, threads, 0, s>>>(table, blocks);
       }
     } else {
-      CK(cudaMemcpyPeerAsync(dst, 1, src, 0, blocks * bs, s));
+      CK(cudaMemcpyPeerAsync(dst, pools.far, src, 0, blocks * bs, s));
     }
     auto t1 = Clock::now();
     if (m.end == 0) CK(cudaEventRecord(ev, s));

@@ -1,6 +1,8 @@
 // What the block probes (completion_probe.cu, resident_gather.cu) share:
 // their arguments, a source pool on GPU 0 and a target pool on GPU 1 that
 // GPU 0 writes through peer access (GPU 0 left current), and percentiles.
+// On a host with one GPU the target pool is on GPU 0 too: a stand-in whose
+// numbers judge nothing that crosses NVLink.
 #pragma once
 
 #include <algorithm>
@@ -13,22 +15,30 @@
 
 struct PeerPools {
   uint8_t* src = nullptr;  // on GPU 0
-  uint8_t* dst = nullptr;  // on GPU 1
+  uint8_t* dst = nullptr;  // on GPU `far`
+  int far = 1;
 };
 
 // Ends the process, saying why, where GPU 0 cannot reach GPU 1.
 inline PeerPools peer_pools(size_t bytes) {
-  int can = 0;
-  CK(cudaDeviceCanAccessPeer(&can, 0, 1));
-  if (!can) {
-    std::fprintf(stderr, "GPU 0 has no peer access to GPU 1\n");
-    std::exit(1);
-  }
+  int gpus = 0;
+  CK(cudaGetDeviceCount(&gpus));
   PeerPools p;
-  CK(cudaSetDevice(1));
+  p.far = gpus > 1 ? 1 : 0;
+  if (p.far == 0) {
+    std::fprintf(stderr, "one GPU: both pools on GPU 0\n");
+  } else {
+    int can = 0;
+    CK(cudaDeviceCanAccessPeer(&can, 0, 1));
+    if (!can) {
+      std::fprintf(stderr, "GPU 0 has no peer access to GPU 1\n");
+      std::exit(1);
+    }
+  }
+  CK(cudaSetDevice(p.far));
   CK(cudaMalloc(&p.dst, bytes));
   CK(cudaSetDevice(0));
-  CK(cudaDeviceEnablePeerAccess(1, 0));
+  if (p.far != 0) CK(cudaDeviceEnablePeerAccess(1, 0));
   CK(cudaMalloc(&p.src, bytes));
   return p;
 }
@@ -41,11 +51,16 @@ inline std::vector<uint8_t> read_target(const PeerPools& p, size_t bytes, cudaSt
   return got;
 }
 
-// Zeroes the target pool, so that the next check sees only what was written after.
+// Zeroes the target pool, so that the next check sees only what was written
+// after. On a stream of its own: a device-wide synchronize would wait for a
+// resident kernel lingering on the same GPU (one GPU: both pools on it).
 inline void clear_target(const PeerPools& p, size_t bytes) {
-  CK(cudaSetDevice(1));
-  CK(cudaMemset(p.dst, 0, bytes));
-  CK(cudaDeviceSynchronize());
+  CK(cudaSetDevice(p.far));
+  cudaStream_t t;
+  CK(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking));
+  CK(cudaMemsetAsync(p.dst, 0, bytes, t));
+  CK(cudaStreamSynchronize(t));
+  CK(cudaStreamDestroy(t));
   CK(cudaSetDevice(0));
 }
 

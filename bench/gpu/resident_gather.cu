@@ -1,6 +1,13 @@
 // resident_gather: a batch of scattered blocks GPU 0 -> GPU 1, posting to the
 // host seeing it done, four ways: one copy-engine copy of all the bytes (the
-// anchor), one launch of ferry's table gather kernel, ferry's resident
+// anchor), one launch of ferry's table gather kernel (its table in pinned
+// host memory as ferry keeps it; "table_lines": a descriptor to each 128-byte
+// line of it, so that no two blocks of threads read one line; "table_device":
+// the table copied to GPU memory beforehand, the fetch's floor;
+// "table_uploaded": copied there by the copy engine ahead of the launch, on
+// the same stream; "table_3lanes": a descriptor fetched by three threads, a
+// word each; "table_warps": a warp a piece, a block's eight descriptors
+// fetched in one coalesced read), ferry's resident
 // gather kernel fed through its mailbox in pinned host memory (G blocks of T
 // threads, pieces cut at CUT bytes), and a variant of it rung through a word
 // in device memory that a stream memory operation writes ("bell": no
@@ -9,7 +16,7 @@
 // post a batch of no pieces: the signalling round trip alone.
 //
 //   nvcc -O2 -std=c++17 -arch=sm_90 bench/gpu/resident_gather.cu -o resident_gather -lcuda
-//   resident_gather BLOCKS BLOCK_SIZE ITERS
+//   [TABLES_ONLY=1] resident_gather BLOCKS BLOCK_SIZE ITERS
 //
 // Every method's bytes are checked; the resident kernels' twice, the source
 // rewritten in between by the copy engine (a kernel that outlives the writes
@@ -58,6 +65,7 @@ __device__ __forceinline__ u64 cas_gpu(u64* p, u64 expect, u64 v) {
 __global__ void bell_resident(u64* bell, ResidentBox* box, u64 generation, u64 linger_ns, volatile u64* stamps) {
   __shared__ u64 request;
   __shared__ u64 tbl, cnt;
+  __shared__ u64 descriptors[3 * kSharePieces];
   u64 last = generation << 32;
   unsigned long long* finished = reinterpret_cast<unsigned long long*>(bell + 1);
   unsigned long long served = 0;
@@ -87,7 +95,7 @@ __global__ void bell_resident(u64* bell, ResidentBox* box, u64 generation, u64 l
     if (r == kResidentLeave) return;
     const GatherItem* table = reinterpret_cast<const GatherItem*>(tbl);
     const unsigned count = static_cast<unsigned>(cnt);
-    copy_warp_share(table, count);
+    copy_block_share(table, count, descriptors);
     __syncthreads();
     ++served;
     if (threadIdx.x == 0) {
@@ -100,6 +108,48 @@ __global__ void bell_resident(u64* bell, ResidentBox* box, u64 generation, u64 l
       }
     }
     last = r;
+  }
+}
+
+// ferry_gather_table over a table whose descriptors each fill a 128-byte line.
+struct LineItem {
+  GatherItem it;
+  u64 pad[13];
+};
+static_assert(sizeof(LineItem) == 128, "a descriptor a line");
+__global__ void gather_table_lines(const LineItem* table, unsigned count) {
+  __shared__ GatherItem it;
+  for (unsigned k = blockIdx.x; k < count; k += gridDim.x) {
+    if (threadIdx.x == 0) it = table[k].it;
+    __syncthreads();
+    copy_item(reinterpret_cast<char*>(it.dst), reinterpret_cast<const char*>(it.src), it.n);
+    __syncthreads();
+  }
+}
+
+// ferry_gather_table with a block's descriptor fetched by three threads, a
+// word each (one request, where thread 0 alone issues three).
+__global__ void gather_table_3lanes(const GatherItem* table, unsigned count) {
+  __shared__ u64 w[3];
+  for (unsigned k = blockIdx.x; k < count; k += gridDim.x) {
+    if (threadIdx.x < 3) w[threadIdx.x] = reinterpret_cast<const u64*>(table + k)[threadIdx.x];
+    __syncthreads();
+    copy_item(reinterpret_cast<char*>(w[0]), reinterpret_cast<const char*>(w[1]), w[2]);
+    __syncthreads();
+  }
+}
+
+// A warp a piece, eight pieces a block of 256 threads: warp 0 fetches the
+// block's eight descriptors in one coalesced read.
+__global__ void gather_table_warps(const GatherItem* table, unsigned count) {
+  __shared__ u64 w[8 * 3];
+  const unsigned first = blockIdx.x * 8, here = min(8u, count - first);
+  if (threadIdx.x < 3 * here) w[threadIdx.x] = reinterpret_cast<const u64*>(table + first)[threadIdx.x];
+  __syncthreads();
+  const unsigned warp = threadIdx.x / 32;
+  if (warp < here) {
+    copy_span(reinterpret_cast<char*>(w[3 * warp]), reinterpret_cast<const char*>(w[3 * warp + 1]), w[3 * warp + 2],
+              threadIdx.x & 31, 32, PlainLoads{});
   }
 }
 
@@ -142,6 +192,18 @@ int main(int argc, char** argv) {
     }
     return n;
   };
+  // The whole-block table again, a descriptor a line, and in GPU memory.
+  LineItem* lines;
+  CK(cudaHostAlloc(&lines, blocks * sizeof(LineItem), cudaHostAllocPortable));
+  GatherItem* dev_table;
+  CK(cudaMalloc(&dev_table, blocks * sizeof(GatherItem)));
+  auto list_whole = [&] {
+    const unsigned n = list(bs);
+    for (unsigned i = 0; i < n; ++i) lines[i].it = table[i];
+    CK(cudaMemcpyAsync(dev_table, table, n * sizeof(GatherItem), cudaMemcpyHostToDevice, s));
+    CK(cudaStreamSynchronize(s));
+    return n;
+  };
   ResidentBox* box;
   CK(cudaHostAlloc(&box, sizeof(ResidentBox), cudaHostAllocMapped | cudaHostAllocPortable));
   std::memset(box, 0, sizeof(ResidentBox));
@@ -155,24 +217,35 @@ int main(int argc, char** argv) {
 
   struct M {
     std::string name;
-    int kind;  // 0 copy engine, 1 launched table kernel, 2 resident
+    int kind;  // 0 copy engine, 1 launched table kernel, 2 resident, 3 bell, 4 table_lines, 5 table_device,
+               // 6 table_3lanes, 7 table_warps, 8 table_uploaded (copied to GPU memory, then launched)
     unsigned grid = 0, threads = 0;
     size_t cut = 0;
     std::vector<double> post, total, gpu;
     bool ok = true;
   };
   std::vector<M> ms;
+  auto resident = [](const M& m) { return m.kind == 2 || m.kind == 3; };
   ms.push_back({"ce", 0});
   ms.push_back({"table", 1});
-  ms.push_back({"resident_empty", 2, 32, 256, 0});
+  ms.push_back({"table_lines", 4});
+  ms.push_back({"table_device", 5});
+  ms.push_back({"table_3lanes", 6});
+  ms.push_back({"table_warps", 7});
+  ms.push_back({"table_uploaded", 8});
+  // TABLES_ONLY=1: no resident rows (the copy engine and the table kernels).
+  const bool tables_only = std::getenv("TABLES_ONLY") != nullptr && std::string(std::getenv("TABLES_ONLY")) == "1";
+  if (!tables_only) ms.push_back({"resident_empty", 2, 32, 256, 0});
   for (auto [g, t] : {std::pair{32u, 256u}, {64u, 256u}, {32u, 512u}}) {
+    if (tables_only) break;
     for (size_t cut : bs > 4096 ? std::vector<size_t>{bs, 4096} : std::vector<size_t>{bs}) {
       ms.push_back({"resident_g" + std::to_string(g) + "_t" + std::to_string(t) + "_c" + std::to_string(cut), 2, g,
                     t, cut});
     }
   }
-  ms.push_back({"bell_empty", 3, 32, 256, 0});
+  if (!tables_only) ms.push_back({"bell_empty", 3, 32, 256, 0});
   for (auto [g, t] : {std::pair{32u, 256u}, {64u, 256u}}) {
+    if (tables_only) break;
     for (size_t cut : bs > 4096 ? std::vector<size_t>{bs, 4096} : std::vector<size_t>{bs}) {
       ms.push_back({"bell_g" + std::to_string(g) + "_t" + std::to_string(t) + "_c" + std::to_string(cut), 3, g, t, cut});
     }
@@ -227,10 +300,22 @@ int main(int argc, char** argv) {
     auto t0 = Clock::now();
     Clock::time_point t1;
     if (m.kind == 0) {
-      CK(cudaMemcpyPeerAsync(dst, 1, src, 0, blocks * bs, s));
-    } else if (m.kind == 1) {
-      if (listed_cut != bs) listed = list(listed_cut = bs);
-      ferry_gather_table<<<std::min(blocks, 1024u), threads, 0, s>>>(table, blocks);
+      CK(cudaMemcpyPeerAsync(dst, pools.far, src, 0, blocks * bs, s));
+    } else if (m.kind == 1 || m.kind >= 4) {
+      if (listed_cut != bs) {
+        listed = list_whole();
+        listed_cut = bs;
+      }
+      const unsigned grid = std::min(blocks, 1024u);
+      if (m.kind == 1) ferry_gather_table<<<grid, threads, 0, s>>>(table, blocks);
+      if (m.kind == 4) gather_table_lines<<<grid, threads, 0, s>>>(lines, blocks);
+      if (m.kind == 5) ferry_gather_table<<<grid, threads, 0, s>>>(dev_table, blocks);
+      if (m.kind == 6) gather_table_3lanes<<<grid, threads, 0, s>>>(table, blocks);
+      if (m.kind == 7) gather_table_warps<<<(blocks + 7) / 8, 256, 0, s>>>(table, blocks);
+      if (m.kind == 8) {
+        CK(cudaMemcpyAsync(dev_table, table, blocks * sizeof(GatherItem), cudaMemcpyHostToDevice, s));
+        ferry_gather_table<<<grid, threads, 0, s>>>(dev_table, blocks);
+      }
     } else if (m.kind == 3) {
       if (m.cut != 0 && listed_cut != m.cut) listed = list(listed_cut = m.cut);
       const u64 r = (generation << 32) | ++number;
@@ -260,14 +345,14 @@ int main(int argc, char** argv) {
       t1 = Clock::now();
       await(r, m.name);
     }
-    if (m.kind < 2) {
+    if (!resident(m)) {
       t1 = Clock::now();
       CK(cudaEventRecord(ev, s));
       while (cudaEventQuery(ev) == cudaErrorNotReady) {
       }
     }
     auto t2 = Clock::now();
-    if (m.kind >= 2) m.gpu.push_back((static_cast<double>(stamps[1]) - static_cast<double>(stamps[0])) / 1000.0);
+    if (resident(m)) m.gpu.push_back((static_cast<double>(stamps[1]) - static_cast<double>(stamps[0])) / 1000.0);
     m.post.push_back(us(t1 - t0));
     m.total.push_back(us(t2 - t0));
   };
@@ -292,11 +377,11 @@ int main(int argc, char** argv) {
     clear_target(pools, pool);
   };
   for (M& m : ms) {
-    if (m.kind >= 2) start(m);
+    if (resident(m)) start(m);
     for (int i = 0; i < 20; ++i) once(m);
-    const bool moves = !(m.kind >= 2 && m.cut == 0);  // an empty request moves nothing to check
+    const bool moves = !(resident(m) && m.cut == 0);  // an empty request moves nothing to check
     if (moves) verify(m);
-    if (m.kind >= 2) {
+    if (resident(m)) {
       if (moves) {
         fill();  // new bytes at the same addresses, written past the kernel
         once(m);
@@ -311,7 +396,7 @@ int main(int argc, char** argv) {
   const int rounds = 10;
   for (int r = 0; r < rounds; ++r) {
     for (M& m : ms) {
-      if (m.kind >= 2) start(m);
+      if (resident(m)) start(m);
       for (int i = 0; i < iters / rounds; ++i) once(m);
       if (m.kind == 2) leave();
       if (m.kind == 3) leave_bell();
