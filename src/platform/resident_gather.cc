@@ -38,6 +38,7 @@ struct ResidentGather::Device {
   cu::DevicePtr relay = 0;
   cu::Stream stream = nullptr;
   uint32_t generation = 0;  // of the newest launch (0: none yet)
+  uint32_t launches = 0;    // of the kernel on this GPU
   uint32_t number = 0;      // batches handed to it
   uint64_t serial = 0;      // batches posted to this GPU
   // The batch in hand (pending: the answer it awaits; 0: none), kept to hand
@@ -114,6 +115,7 @@ Status ResidentGather::launch(int device, Device& d) {
                                                   kThreads));
   d.generation = generation;
   d.number = 0;
+  ++d.launches;
   return Status();
 }
 
@@ -129,7 +131,7 @@ Result<ResidentGather::Ticket> ResidentGather::post(int device, const GatherPiec
   MutexLock lock(mu_);
   FERRY_ASSIGN_OR_RETURN(Device * d, device_state(device));
   if (d->pending != 0) {
-    if (load_acquire(d->box->done) < d->pending) {
+    if (load_acquire(d->box->done) != d->pending) {
       return Status(Code::kUnavailable, "the resident gather kernel on GPU " + std::to_string(device) +
                                             " has a batch in hand");
     }
@@ -145,6 +147,12 @@ Result<ResidentGather::Ticket> ResidentGather::post(int device, const GatherPiec
   return Ticket{device, ++d->serial};
 }
 
+uint32_t ResidentGather::launches(int device) {
+  MutexLock lock(mu_);
+  if (device < 0 || device >= kMaxDevices || devices_[device] == nullptr) return 0;
+  return devices_[device]->launches;
+}
+
 Result<bool> ResidentGather::finished(const Ticket& ticket) {
   MutexLock lock(mu_);
   if (ticket.device < 0 || ticket.device >= kMaxDevices || devices_[ticket.device] == nullptr) {
@@ -154,19 +162,26 @@ Result<bool> ResidentGather::finished(const Ticket& ticket) {
   Device& d = *devices_[ticket.device];
   // A later batch is posted only once the one before is in place.
   if (ticket.serial != d.serial || d.pending == 0) return true;
-  if (load_acquire(d.box->done) >= d.pending) return true;
+  // One batch at a time: the kernel's answer is this batch's or an older
+  // one's (equality, not order: generations wrap).
+  if (load_acquire(d.box->done) == d.pending) return true;
   const auto now = std::chrono::steady_clock::now();
   if (now - d.stream_asked < kStreamAskEvery) return false;
   d.stream_asked = now;
   const CudaDriver& driver = cuda();
   cu::Result r = driver.stream_query(d.stream);
   if (r == cu::kNotReady) return false;
-  if (load_acquire(d.box->done) >= d.pending) return true;  // it answered, then left
+  if (load_acquire(d.box->done) == d.pending) return true;  // it answered, then left
   if (r != cu::kSuccess) return driver.check(r, "resident gather kernel (cuStreamQuery)");
   // The kernel lingered out before the batch's request reached it.
   DeviceScope on(ticket.device);
-  FERRY_RETURN_IF_ERROR(on.status());
-  FERRY_RETURN_IF_ERROR(launch(ticket.device, d));
+  Status relaunched = on.ok() ? launch(ticket.device, d) : on.status();
+  if (!relaunched.ok()) {
+    // The batch fails; the next post launches afresh.
+    d.pending = 0;
+    d.alive_until = {};
+    return relaunched;
+  }
   hand_over(d, now_());
   return false;
 }

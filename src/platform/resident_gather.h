@@ -66,6 +66,9 @@ class ResidentGather {
   // GPU and the host). Launches the kernel again with the batch if it left
   // without taking it. An error once the kernel failed.
   Result<bool> finished(const Ticket& ticket);
+  // How many times the kernel was launched on `device` (tests: whether a
+  // batch found it lingering).
+  uint32_t launches(int device);
 
   static constexpr unsigned kGrid = 32;
   static constexpr unsigned kThreads = 256;

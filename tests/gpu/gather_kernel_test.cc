@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -112,19 +114,21 @@ TEST(GatherKernel, SuitsBatchesOfSmallPiecesOnly) {
   EXPECT_FALSE(platform::GatherKernels::suits(2, 2 * platform::GatherKernels::kMaxAveragePiece + 1));
 }
 
-// Lists `count` pieces of random sizes up to kPieceBytes from random places of
-// `src` to random places of `dst` (both kPool bytes) into `table`, and what
-// `dst` holds once they are copied into `expect`.
+// Lists `count` pieces of random sizes up to `most` bytes from random places
+// of `src` to random places of `dst` (both kPool bytes) into `table`, and
+// what `dst` holds once they are copied into `expect`.
 void list_resident_batch(uint8_t* src, uint8_t* dst, const std::vector<uint8_t>& source, unsigned count,
-                         std::mt19937_64& rng, platform::GatherPiece* table, std::vector<uint8_t>& expect) {
-  constexpr uint64_t kSlot = platform::ResidentGather::kPieceBytes + 64;
-  std::vector<uint64_t> a(kPool / kSlot), b(kPool / kSlot);
+                         uint64_t most, std::mt19937_64& rng, platform::GatherPiece* table,
+                         std::vector<uint8_t>& expect) {
+  const uint64_t slot = most + 64;
+  std::vector<uint64_t> a(kPool / slot), b(kPool / slot);
+  ASSERT_GE(a.size(), count);
   for (size_t i = 0; i < a.size(); ++i) a[i] = b[i] = i;
   std::shuffle(a.begin(), a.end(), rng);
   std::shuffle(b.begin(), b.end(), rng);
   for (unsigned i = 0; i < count; ++i) {
-    uint64_t from = a[i] * kSlot + rng() % 16, to = b[i] * kSlot + rng() % 16;
-    uint64_t n = 1 + rng() % platform::ResidentGather::kPieceBytes;
+    uint64_t from = a[i] * slot + rng() % 16, to = b[i] * slot + rng() % 16;
+    uint64_t n = 1 + rng() % most;
     table[i] = {dst + to, src + from, n};
     std::copy_n(source.begin() + static_cast<long>(from), n, expect.begin() + static_cast<long>(to));
   }
@@ -157,30 +161,40 @@ TEST(GatherKernel, ABatchHandedToAResidentKernelThatLeftIsCopiedAllTheSame) {
   const auto frozen = std::chrono::steady_clock::now();
   platform::ResidentGather resident(std::make_shared<platform::GatherKernels>(), std::chrono::milliseconds(1),
                                     [frozen] { return frozen; });
+  // Batches of 300 pieces up to 16 KiB (about one a warp), none, and 9,000
+  // up to 1 KiB (more than a block of threads fetches at once).
+  struct Batch {
+    unsigned pieces;
+    uint64_t most;
+  };
+  const Batch batches[] = {{300, platform::ResidentGather::kPieceBytes}, {0, 1}, {9000, 1024}};
   void* table = nullptr;
-  constexpr unsigned kPieces = 300;
-  ASSERT_EQ(d.mem_host_alloc(&table, kPieces * sizeof(platform::GatherPiece), cu::kHostAllocPortable), cu::kSuccess);
+  ASSERT_EQ(d.mem_host_alloc(&table, 9000 * sizeof(platform::GatherPiece), cu::kHostAllocPortable), cu::kSuccess);
+  std::unique_ptr<void, void (*)(void*)> free_table(table, [](void* p) { platform::cuda().mem_free_host(p); });
   auto* pieces = static_cast<platform::GatherPiece*>(table);
   std::mt19937_64 rng(47);
-  for (int batch = 0; batch < 3; ++batch) {
-    SCOPED_TRACE("batch " + std::to_string(batch));
-    const std::vector<uint8_t> source = pattern(100 + batch, kPool);
+  for (unsigned k = 0; k < std::size(batches); ++k) {
+    SCOPED_TRACE("batch " + std::to_string(k) + " of " + std::to_string(batches[k].pieces) + " pieces");
+    const std::vector<uint8_t> source = pattern(100 + k, kPool);
     ASSERT_TRUE(copy_to(src.ptr, source.data(), kPool));
     ASSERT_TRUE(poison(dst.ptr, kPool));
     std::vector<uint8_t> expect(kPool, 0);
-    list_resident_batch(src.ptr, dst.ptr, source, kPieces, rng, pieces, expect);
-    Result<platform::ResidentGather::Ticket> t = resident.post(0, pieces, kPieces);
+    ASSERT_NO_FATAL_FAILURE(
+        list_resident_batch(src.ptr, dst.ptr, source, batches[k].pieces, batches[k].most, rng, pieces, expect));
+    Result<platform::ResidentGather::Ticket> t = resident.post(0, pieces, batches[k].pieces);
     ASSERT_TRUE(t.ok()) << t.status().to_string();
     ASSERT_TRUE(wait_resident(resident, *t));
+    // The first batch launched the kernel; each later one found it gone
+    // and launched it again.
+    EXPECT_EQ(resident.launches(0), k + 1);
     std::vector<uint8_t> got(kPool);
     ASSERT_TRUE(copy_to(got.data(), dst.ptr, kPool));
     auto diff = std::mismatch(expect.begin(), expect.end(), got.begin());
     ASSERT_TRUE(diff.first == expect.end()) << "the target differs at byte " << (diff.first - expect.begin());
-    // Ten times the linger: the kernel leaves, while the frozen clock has
-    // the next post take it for still there.
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    // Twenty times the linger: the kernel leaves, while the frozen clock
+    // has the next post take it for still there.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  d.mem_free_host(table);
 }
 
 }  // namespace
