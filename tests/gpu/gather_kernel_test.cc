@@ -26,6 +26,21 @@ namespace {
 
 constexpr size_t kPool = 32u << 20;
 
+// A source and a target pool of kPool bytes on GPU 0, whose context it
+// leaves current.
+void gpu0_pools(GpuBuffer& src, GpuBuffer& dst) {
+  src = gpu_alloc(0, kPool);
+  dst = gpu_alloc(0, kPool);
+  ASSERT_NE(src.ptr, nullptr);
+  ASSERT_NE(dst.ptr, nullptr);
+  ASSERT_TRUE(platform::use_device(0).ok());
+}
+
+// The kPool bytes at `dst` are `expect`, gaps between pieces included.
+void expect_target(const uint8_t* dst, const std::vector<uint8_t>& expect) {
+  ASSERT_NO_FATAL_FAILURE(expect_target(dst, expect));
+}
+
 struct Case {
   const char* name;
   size_t pieces;
@@ -76,11 +91,9 @@ void gather_case(const Case& c, platform::GatherKernels& kernels, uint8_t* src, 
 
 TEST(GatherKernel, CopiesEveryPieceAndNothingElse) {
   if (gpu_count() == 0) GTEST_SKIP() << "no GPU";
-  GpuBuffer src = gpu_alloc(0, kPool), dst = gpu_alloc(0, kPool);
-  ASSERT_NE(src.ptr, nullptr);
-  ASSERT_NE(dst.ptr, nullptr);
+  GpuBuffer src, dst;
+  ASSERT_NO_FATAL_FAILURE(gpu0_pools(src, dst));
   const auto& d = platform::cuda();
-  ASSERT_TRUE(platform::use_device(0).ok());
   cu::Stream stream = nullptr;
   ASSERT_EQ(d.stream_create(&stream, cu::kStreamNonBlocking), cu::kSuccess);
   platform::GatherKernels kernels;
@@ -153,11 +166,9 @@ void list_resident_batch(uint8_t* src, uint8_t* dst, const std::vector<uint8_t>&
 // held-up thread, so the second batch always goes to a kernel that left.
 TEST(GatherKernel, ABatchHandedToAResidentKernelThatLeftIsCopiedAllTheSame) {
   if (gpu_count() == 0) GTEST_SKIP() << "no GPU";
-  GpuBuffer src = gpu_alloc(0, kPool), dst = gpu_alloc(0, kPool);
-  ASSERT_NE(src.ptr, nullptr);
-  ASSERT_NE(dst.ptr, nullptr);
+  GpuBuffer src, dst;
+  ASSERT_NO_FATAL_FAILURE(gpu0_pools(src, dst));
   const auto& d = platform::cuda();
-  ASSERT_TRUE(platform::use_device(0).ok());
   const auto frozen = std::chrono::steady_clock::now();
   platform::ResidentGather resident(std::make_shared<platform::GatherKernels>(), std::chrono::milliseconds(1),
                                     [frozen] { return frozen; });
@@ -187,10 +198,7 @@ TEST(GatherKernel, ABatchHandedToAResidentKernelThatLeftIsCopiedAllTheSame) {
     // The first batch launched the kernel; each later one found it gone
     // and launched it again.
     EXPECT_EQ(resident.launches(0), k + 1);
-    std::vector<uint8_t> got(kPool);
-    ASSERT_TRUE(copy_to(got.data(), dst.ptr, kPool));
-    auto diff = std::mismatch(expect.begin(), expect.end(), got.begin());
-    ASSERT_TRUE(diff.first == expect.end()) << "the target differs at byte " << (diff.first - expect.begin());
+    ASSERT_NO_FATAL_FAILURE(expect_target(dst.ptr, expect));
     // Twenty times the linger: the kernel leaves, while the frozen clock
     // has the next post take it for still there.
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
