@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <climits>
 #include <charconv>
+#include <cstring>
 
 #include "platform/system_error.h"
 
@@ -25,6 +26,19 @@ int poll_ms(Deadline deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
   if (left < 0) return 0;
   return left > 1000000 ? 1000000 : static_cast<int>(left) + 1;
+}
+
+// True when a connected socket's two ends are the same address and port: a
+// connect to a local port nobody listens on whose source port the kernel
+// picked equal to it meets itself (a simultaneous open) and succeeds.
+bool connected_to_itself(int fd) {
+  struct sockaddr_storage local {}, remote {};
+  socklen_t local_len = sizeof(local), remote_len = sizeof(remote);
+  if (::getsockname(fd, reinterpret_cast<struct sockaddr*>(&local), &local_len) != 0 ||
+      ::getpeername(fd, reinterpret_cast<struct sockaddr*>(&remote), &remote_len) != 0) {
+    return false;
+  }
+  return local_len == remote_len && std::memcmp(&local, &remote, local_len) == 0;
 }
 
 // Waits until `fd` is ready for `events` or the deadline passes.
@@ -208,6 +222,13 @@ Result<Socket> connect_tcp(const HostPort& to, Deadline deadline, std::string_vi
         last = errno_status(Code::kUnavailable, "connect to " + where, err);
         continue;
       }
+    }
+    if (connected_to_itself(s.fd())) {  // nobody listens there: what a caller retries on
+      struct linger abort_on_close = {1, 0};  // no TIME_WAIT holding the port from the next try
+      ::setsockopt(s.fd(), SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof(abort_on_close));
+      last = Status(Code::kUnavailable,
+                    errno_message("connect to " + where, ECONNREFUSED) + " (the socket connected to itself)");
+      continue;
     }
     int flags = ::fcntl(s.fd(), F_GETFL);
     ::fcntl(s.fd(), F_SETFL, flags & ~O_NONBLOCK);

@@ -66,8 +66,9 @@ Result<uint16_t> local_port(const Socket& s);
 std::string peer_name(int fd);
 
 // Connects by `deadline`, from `source_ip` when given (the NIC to leave by):
-// kUnavailable if refused/unreachable, kDeadlineExceeded if the deadline
-// passes first.
+// kUnavailable if refused/unreachable (a socket that connected to itself,
+// which a local port nobody listens on can do, is refused), kDeadlineExceeded
+// if the deadline passes first.
 Result<Socket> connect_tcp(const HostPort& to, Deadline deadline, std::string_view source_ip = {});
 
 // TCP_NODELAY; SO_SNDBUF/SO_RCVBUF when `buffer_bytes` > 0; TCP_USER_TIMEOUT

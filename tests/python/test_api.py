@@ -314,10 +314,14 @@ def test_connect_waits_for_a_peer_that_starts_listening_later():
         with ferry.Engine() as e:
             conn = e.connect(f"127.0.0.1:{port}", timeout=10)
             assert conn.health().ok()
+            t.join(15)  # the connection stays open until the listener took it
+            assert "conn" in started, "the listener took no connection"
+            assert started["conn"].health().ok()
             conn.close()
     finally:
         t.join(15)
-        started["engine"].close()
+        if "engine" in started:
+            started["engine"].close()
 
 
 # Every wrong argument is a TypeError or ValueError naming it, never printing
