@@ -50,6 +50,7 @@ Status NotificationQueue::push_numbered(uint64_t seq, bool skip, std::string not
                                        std::to_string(Connection::kMaxNotification) + " that every sender keeps");
   }
   platform::MutexLock lock(order_mu_);
+  if (refusing_) return Status(Code::kCancelled, "the connection failed: no notification is taken from its peer");
   if (seq != 0 && seq < next_due_) {  // already delivered or skipped
     if (accepted) accepted();
     return Status();
@@ -87,6 +88,11 @@ Status NotificationQueue::push_numbered(uint64_t seq, bool skip, std::string not
     ++next_due_;
   }
   return Status();
+}
+
+void NotificationQueue::refuse_new() {
+  platform::MutexLock lock(order_mu_);
+  refusing_ = true;
 }
 
 void NotificationQueue::wake() {

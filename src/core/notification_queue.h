@@ -83,8 +83,12 @@ class NotificationQueue {
   //   kDataLoss          the note is longer than Connection::kMaxNotification:
   //                      no sender may send it;
   //   kResourceExhausted the budget would be passed (each note counts
-  //                      kNoteOverhead bytes on top of its text).
+  //                      kNoteOverhead bytes on top of its text);
+  //   kCancelled         refuse_new() was called.
   Status push_numbered(uint64_t seq, bool skip, std::string note, const std::function<void()>& accepted = {});
+  // From now on push_numbered queues nothing (the connection failed: nothing
+  // more is taken from its peer); what is queued stays for the application.
+  void refuse_new();
   static constexpr size_t kMaxHeldBytes = size_t{256} << 20;
   static constexpr size_t kNoteOverhead = 64;
 
@@ -124,6 +128,7 @@ class NotificationQueue {
 
   platform::Mutex order_mu_ ACQUIRED_BEFORE(mu_);
   uint64_t next_due_ GUARDED_BY(order_mu_) = 1;
+  bool refusing_ GUARDED_BY(order_mu_) = false;
   // Arrived early; nullopt: a number given up with no tag.
   std::map<uint64_t, std::optional<Entry>> held_ GUARDED_BY(order_mu_);
 };

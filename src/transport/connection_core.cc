@@ -54,6 +54,7 @@ Status ConnectionCore::usable() const {
 
 void ConnectionCore::fail(const Status& reason) {
   Status why = reason;
+  notes_.refuse_new();  // before anyone can see failed_: no note of the peer's comes after
   {
     // The reason is in place before anyone can see failed_ set.
     platform::MutexLock lock(health_mu_);
@@ -212,6 +213,11 @@ Status ConnectionCore::arrive(ArrivedMessage msg) {
   PostedRecv recv;
   {
     platform::MutexLock lock(mu_);
+    // fail() empties unexpected_ under mu_ once failed_ is set: nothing is
+    // held for the peer after that.
+    if (failed_.load(std::memory_order_acquire)) {
+      return Status(Code::kCancelled, where() + ": a message that arrived after the connection failed is dropped");
+    }
     if (posted_.empty()) {
       // What no receive has claimed is held for the peer: within the budget.
       if (!budget_->take(held_cost(msg))) return exhausted("messages no receive was posted for");

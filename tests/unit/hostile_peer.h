@@ -4,6 +4,8 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -39,12 +41,18 @@ struct Peer {
   static constexpr uint64_t kEngineId = 0x4057;
   platform::Socket ctl;
   std::vector<platform::Socket> data;
+  // SO_RCVBUF of the control stream, set before it connects; 0: the kernel's.
+  int control_receive_buffer = 0;
 
   // The handshake with `streams` data streams, every stream leaving from
   // `source_ip` when given; a REJECTED answer comes back as its code and message.
   Status dial(const std::string& address, int streams, Deadline d = after(5s), std::string_view source_ip = {}) {
     FERRY_ASSIGN_OR_RETURN(platform::HostPort hp, platform::parse_host_port(address));
-    FERRY_ASSIGN_OR_RETURN(ctl, platform::connect_tcp(hp, d, source_ip));
+    if (control_receive_buffer > 0) {
+      FERRY_ASSIGN_OR_RETURN(ctl, connect_with_receive_buffer(hp, control_receive_buffer));
+    } else {
+      FERRY_ASSIGN_OR_RETURN(ctl, platform::connect_tcp(hp, d, source_ip));
+    }
     wire::Hello hello;
     hello.engine_id = kEngineId;
     hello.host_id = "hostile-peer";
@@ -70,6 +78,40 @@ struct Peer {
     FERRY_RETURN_IF_ERROR(rejected(ready));
     if (ready.header.type != wire::FrameType::kReady) return Status(Code::kDataLoss, "expected READY");
     return Status();
+  }
+
+  // A blocking IPv4 connect whose receive buffer is `bytes` from the start
+  // (set later, the window already offered stays open).
+  static Result<platform::Socket> connect_with_receive_buffer(const platform::HostPort& hp, int bytes) {
+    platform::Socket s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!s.valid()) return Status(Code::kResourceExhausted, "socket");
+    if (::setsockopt(s.fd(), SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes)) != 0) {
+      return Status(Code::kInternal, "SO_RCVBUF");
+    }
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(hp.port);
+    if (::inet_pton(AF_INET, hp.host.c_str(), &to.sin_addr) != 1) return Status(Code::kInvalidArgument, hp.host);
+    if (::connect(s.fd(), reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+      return Status(Code::kUnavailable, std::string("connect: ") + std::strerror(errno));
+    }
+    return s;
+  }
+
+  // Sends `bytes` on data stream `stream`, all of them by `deadline`.
+  bool send_on_data_stream(int stream, const std::string& bytes, Deadline deadline) {
+    int fd = data[static_cast<size_t>(stream)].fd();
+    size_t off = 0;
+    while (off < bytes.size()) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      pollfd p{fd, POLLOUT, 0};
+      if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0 || (p.revents & POLLOUT) == 0) return false;
+      ssize_t n = ::send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+      if (n <= 0) return false;
+      off += static_cast<size_t>(n);
+    }
+    return true;
   }
 
   static Status rejected(const bootstrap::RawFrame& f) {

@@ -2,11 +2,13 @@
 // gives its number up with its tag, which is queued in its place as not
 // delivered (Connection::wait_note); a number given up without a tag queues
 // nothing; the string forms drop what was not delivered; and every byte a
-// peer makes the queue hold, tags included, counts against its budget.
+// peer makes the queue hold, tags included, counts against its budget; once
+// refused, nothing more is queued.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <string>
+#include <tuple>
 
 #include "core/notification_queue.h"
 
@@ -34,6 +36,29 @@ TEST(NotificationQueue, AFailedWritesTagTakesItsPlaceAsNotDelivered) {
   EXPECT_TRUE(c->delivered);
   EXPECT_FALSE(next(q).has_value());
   EXPECT_EQ(budget.held(), 0u) << "every byte held goes back once taken";
+}
+
+// Once its connection failed the queue takes nothing more from the peer; what
+// it holds stays for the application, and what it refused holds no budget.
+TEST(NotificationQueue, NothingIsQueuedAfterRefuseNew) {
+  ByteBudget budget(1 << 20);
+  NotificationQueue q(&budget);
+  ASSERT_TRUE(q.push_numbered(1, false, "one").ok());
+  ASSERT_TRUE(q.push_numbered(3, false, "three").ok());  // waits for 2
+  q.refuse_new();
+  const size_t held = budget.held();
+  for (auto [seq, skip, text] : {std::tuple{2, false, "two"}, {4, false, "four"}, {0, false, "unnumbered"},
+                                 {5, true, "a failed write's tag"}}) {
+    bool ran = false;
+    Status s = q.push_numbered(seq, skip, text, [&] { ran = true; });
+    EXPECT_EQ(s.code(), Code::kCancelled) << text;
+    EXPECT_FALSE(ran) << text << ": confirmed to its sender although refused";
+  }
+  EXPECT_EQ(budget.held(), held);
+  auto one = next(q);
+  ASSERT_TRUE(one.has_value());
+  EXPECT_EQ(one->text, "one");
+  EXPECT_FALSE(next(q).has_value()) << "three waits for a two that never comes";
 }
 
 TEST(NotificationQueue, ASkipWithoutATagQueuesNothingAndASecondOneIsIgnored) {

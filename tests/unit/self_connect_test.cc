@@ -9,60 +9,25 @@
 // thread's, so nothing else sees it) the ephemeral range is the one port
 // dialed, so every connect there picks it as its source. Needs root; skips
 // otherwise.
-#include "ferry/engine.h"
-#include "platform/socket.h"
-
 #include <gtest/gtest.h>
-#include <net/if.h>
-#include <sched.h>
-#include <sys/ioctl.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
-#include <cstring>
-#include <fstream>
 #include <functional>
 #include <string>
-#include <thread>
+
+#include "ferry/engine.h"
+#include "own_network_namespace.h"
+#include "platform/socket.h"
 
 namespace ferry {
 namespace {
 
 constexpr uint16_t kOnlyEphemeralPort = 40000;
 
-// Runs `body` on a thread inside a new network namespace whose loopback is up
-// and whose ephemeral range is kOnlyEphemeralPort alone. Returns why it could
-// not, or "" once `body` ran.
+// `body` in a network namespace whose ephemeral range is kOnlyEphemeralPort alone.
 std::string in_namespace_with_one_ephemeral_port(const std::function<void()>& body) {
-  std::string why;
-  std::thread t([&] {
-    if (::unshare(CLONE_NEWNET) != 0) {
-      why = std::string("unshare(CLONE_NEWNET): ") + std::strerror(errno);
-      return;
-    }
-    int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    struct ifreq ifr {};
-    std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
-    ifr.ifr_flags = IFF_UP | IFF_LOOPBACK | IFF_RUNNING;
-    bool up = fd >= 0 && ::ioctl(fd, SIOCSIFFLAGS, &ifr) == 0;
-    if (fd >= 0) ::close(fd);
-    if (!up) {
-      why = "cannot bring the namespace's loopback up";
-      return;
-    }
-    std::ofstream range("/proc/sys/net/ipv4/ip_local_port_range");
-    range << kOnlyEphemeralPort << ' ' << kOnlyEphemeralPort << '\n';
-    range.close();
-    if (!range) {
-      why = "cannot narrow the namespace's ephemeral port range";
-      return;
-    }
-    body();
-  });
-  t.join();
-  return why;
+  const std::string range = std::to_string(kOnlyEphemeralPort) + " " + std::to_string(kOnlyEphemeralPort);
+  return netns::in_own_network_namespace({{"ipv4/ip_local_port_range", range}}, body);
 }
 
 TEST(SelfConnect, ASocketThatConnectedToItselfIsARefusal) {

@@ -2,6 +2,7 @@
 // application once, as not delivered, counts toward the connection's
 // budget like any notification, and nothing of the write lands after it.
 #include "hostile_peer.h"
+#include "own_network_namespace.h"
 #include "transport/tcp/tcp_internals.h"
 
 namespace ferry::hostile {
@@ -105,6 +106,50 @@ TEST(TcpHostileAbort, AbortedWritesNobodyPollsPastTheBudgetFailTheConnection) {
   EXPECT_LE(held, kBudget);
   EXPECT_EQ(mem, std::vector<uint8_t>(4096, 0));
   still_serves_others(*t.engine);
+}
+
+// A connection that failed takes nothing more from its peer. Here the peer
+// never reads its replies and sends, on each of two data streams, a long run
+// of aborted writes (each answered) and behind it a notification and a write
+// into the export. Both readers pause once the replies pass their cap, with
+// the rest of their runs unread; the first to wait out peer_timeout fails the
+// connection. The other, woken by that failure, must not go on to what it
+// had not read. In a network namespace whose TCP send buffers cannot grow
+// past 16 KiB, so that the replies back up after a known number of answers
+// (autotuned, the kernel would take up to 4 MiB of them first).
+TEST(TcpHostileAbort, WhatAReaderHadNotReadIsNotTakenOnceTheConnectionFailed) {
+  std::string why = netns::in_own_network_namespace({{"ipv4/tcp_wmem", "4096 16384 16384"}}, [] {
+    Options o = Target::options();
+    o.connection_memory_bytes = 1 << 20;  // the replies pause the readers past 256 KiB
+    o.peer_timeout = 2s;                  // how long they stay paused before the connection fails
+    o.socket_buffer_bytes = 256 << 10;    // room on the data streams for what is not read
+    Target t;
+    t.peer.control_receive_buffer = 4096;  // the engine's replies back up at once
+    ASSERT_NO_FATAL_FAILURE(t.open(o, /*streams=*/2));
+    std::vector<uint8_t> mem(4096, 0);
+    Region r = t.engine->reg(mem.data(), mem.size()).value();
+    RemoteDescriptor d = t.engine->export_region(r, 0, mem.size()).value();
+
+    // About 800 answers of ~360 bytes pause the readers: 2 x 2,000 are five times that.
+    constexpr int kRun = 2000;
+    uint64_t op = 1;
+    uint64_t seq = 1;
+    for (int stream = 0; stream < 2; ++stream) {
+      std::string frames;
+      for (int i = 0; i < kRun; ++i) frames += write_chunk(d, op++, mem.size(), 0, 0, {}, {}, true);
+      frames += write_chunk(d, op++, mem.size(), 0, seq++, "after", {}, true);
+      frames += write_chunk(d, op++, mem.size(), 0, seq++, "after", std::string(mem.size(), 'Z'), false);
+      ASSERT_TRUE(t.peer.send_on_data_stream(stream, frames, after(5s))) << "stream " << stream;
+    }
+
+    Status s = t.failure(after(10s));
+    EXPECT_EQ(s.code(), Code::kResourceExhausted) << s.to_string();
+    std::this_thread::sleep_for(500ms);  // time for a reader that went on to land what it read
+    while (auto n = t.conn->poll_note()) ADD_FAILURE() << "a notification was taken: " << n->message;
+    EXPECT_EQ(mem, std::vector<uint8_t>(4096, 0)) << "a write landed after the connection failed";
+    still_serves_others(*t.engine);
+  });
+  if (!why.empty()) GTEST_SKIP() << why;
 }
 
 }  // namespace

@@ -154,6 +154,9 @@ Status TcpTransport::fail_with(const Status& why) {
 }
 
 Status TcpTransport::await_reply_room() {
+  // A connection that failed takes nothing more from its peer: what a reader
+  // had not read yet (a pause below leaves frames behind it) is not landed.
+  if (core_.failed()) return core_.health();
   if (held_->replies.load(std::memory_order_relaxed) <= held_->reply_cap) return Status();
   platform::UniqueLock lock(held_->mu);
   auto room = [&] {
@@ -161,6 +164,7 @@ Status TcpTransport::await_reply_room() {
            held_->replies.load(std::memory_order_relaxed) <= held_->reply_cap;
   };
   if (held_->room.wait_for(lock.native(), ctx_->options.peer_timeout, room)) {
+    if (core_.failed()) return core_.health();
     last_rx_ns_.store(now_ns(), std::memory_order_relaxed);  // the pause was ours, not the peer's silence
     return Status();
   }

@@ -194,9 +194,11 @@ class TcpTransport final : public transport::Transport {
   // Fails the connection with `why` and returns it (for a reader whose loop
   // would take any other error for its stream's end). Never under mu_.
   Status fail_with(const Status& why);
-  // Blocks a reader while the replies queued for the peer are over their cap
-  // (reading more requests would only queue more); kResourceExhausted once
-  // they stayed over it for peer_timeout.
+  // What a reader checks before each frame: blocks it while the replies
+  // queued for the peer are over their cap (reading more requests would only
+  // queue more); kResourceExhausted once they stayed over it for
+  // peer_timeout; the connection's failure once it failed (nothing more is
+  // taken from the peer).
   Status await_reply_room();
   // A worker thread (or start()) is done with the sockets; the last one,
   // once the connection failed, closes them.
