@@ -98,22 +98,6 @@ struct Peer {
     return s;
   }
 
-  // Sends `bytes` on data stream `stream`, all of them by `deadline`.
-  bool send_on_data_stream(int stream, const std::string& bytes, Deadline deadline) {
-    int fd = data[static_cast<size_t>(stream)].fd();
-    size_t off = 0;
-    while (off < bytes.size()) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      pollfd p{fd, POLLOUT, 0};
-      if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0 || (p.revents & POLLOUT) == 0) return false;
-      ssize_t n = ::send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-      if (n <= 0) return false;
-      off += static_cast<size_t>(n);
-    }
-    return true;
-  }
-
   static Status rejected(const bootstrap::RawFrame& f) {
     if (f.header.type != wire::FrameType::kRejected) return Status();
     FERRY_ASSIGN_OR_RETURN(wire::Rejected r, wire::decode_rejected(f.header, f.aux));
@@ -135,14 +119,16 @@ struct Peer {
     return n == 0 || ::send(fd, after_header, n, MSG_NOSIGNAL) == static_cast<ssize_t>(n);
   }
 
-  // Sends `bytes` on the control stream unless the engine stops reading it:
-  // false once nothing more went out for `stall` (or on an error).
-  bool send_unless_stalled(const std::string& bytes, std::chrono::milliseconds stall = 500ms) {
+  // Sends `bytes` on the control stream (stream -1) or on data stream
+  // `stream` unless the engine stops reading it: false once nothing more
+  // went out for `stall` (or on an error).
+  bool send_unless_stalled(const std::string& bytes, std::chrono::milliseconds stall = 500ms, int stream = -1) {
+    int fd = stream < 0 ? ctl.fd() : data[static_cast<size_t>(stream)].fd();
     size_t off = 0;
     while (off < bytes.size()) {
-      pollfd p{ctl.fd(), POLLOUT, 0};
+      pollfd p{fd, POLLOUT, 0};
       if (::poll(&p, 1, static_cast<int>(stall.count())) <= 0 || (p.revents & POLLOUT) == 0) return false;
-      ssize_t n = ::send(ctl.fd(), bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+      ssize_t n = ::send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) continue;
       if (n <= 0) return false;
       off += static_cast<size_t>(n);

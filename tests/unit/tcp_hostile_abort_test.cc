@@ -139,7 +139,7 @@ TEST(TcpHostileAbort, WhatAReaderHadNotReadIsNotTakenOnceTheConnectionFailed) {
       for (int i = 0; i < kRun; ++i) frames += write_chunk(d, op++, mem.size(), 0, 0, {}, {}, true);
       frames += write_chunk(d, op++, mem.size(), 0, seq++, "after", {}, true);
       frames += write_chunk(d, op++, mem.size(), 0, seq++, "after", std::string(mem.size(), 'Z'), false);
-      ASSERT_TRUE(t.peer.send_on_data_stream(stream, frames, after(5s))) << "stream " << stream;
+      ASSERT_TRUE(t.peer.send_unless_stalled(frames, 5s, stream)) << "stream " << stream;
     }
 
     Status s = t.failure(after(10s));
