@@ -23,7 +23,8 @@ nixl_b_params_t default_backend_params() {
   return {{"listen", ""},          {"nics", ""},
           {"streams", ""},         {"transport", ""},
           {"auth_token", ""},      {"peer_timeout_ms", ""},
-          {"connect_timeout_ms", "5000"}, {"failed_notif_prefix", kDefaultFailedPrefix}};
+          {"connect_timeout_ms", "5000"}, {"failed_notif_prefix", kDefaultFailedPrefix},
+          {"notif_senders", "first"}};
 }
 
 Result<BackendSettings> settings_from_params(const nixl_b_params_t& params) {
@@ -65,6 +66,12 @@ Result<BackendSettings> settings_from_params(const nixl_b_params_t& params) {
       auto n = parse_count(key, value, 1, 3'600'000);
       if (!n.ok()) return n.status();
       s.connect_timeout = std::chrono::milliseconds(*n);
+    } else if (key == "notif_senders") {
+      if (value != "loaded" && value != "first") {
+        return Status(Code::kInvalidArgument,
+                      "FERRY backend parameter notif_senders is \"" + value + "\"; expected loaded or first");
+      }
+      s.only_loaded_senders = value == "loaded";
     }
   }
   return s;

@@ -10,6 +10,11 @@
 //   connect_timeout_ms  how long connecting to a peer may take
 //   failed_notif_prefix put before the message of a notification whose
 //                       transfer failed or was cancelled
+//   notif_senders       whose notifications are taken: "loaded" (only agents
+//                       whose connection info this agent loaded, each from
+//                       the engine that info names) or "first" (also agents
+//                       not loaded, each from the first engine that speaks
+//                       for it while that engine stays connected)
 //
 // An empty value keeps ferry's default (and its FERRY_* variable, which wins
 // over a value given here, as for every ferry engine). An unknown key or a
@@ -32,6 +37,9 @@ struct BackendSettings {
   Options options;
   std::chrono::milliseconds connect_timeout{5000};
   std::string failed_prefix = kDefaultFailedPrefix;
+  // notif_senders=loaded: notes naming an agent whose connection info is
+  // not loaded are dropped.
+  bool only_loaded_senders = false;
 };
 
 // Every key with its default, as getPluginParams shows them.

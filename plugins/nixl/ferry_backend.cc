@@ -7,6 +7,7 @@
 
 #include "agent_note.h"
 #include "platform/mutex.h"
+#include "wire/metadata.h"
 
 namespace ferry::nixl {
 namespace {
@@ -46,6 +47,7 @@ constexpr size_t kMaxConnInfo = 64 * 1024;
 struct nixlFerryEngine::State {
   struct Peer {
     std::string conn_info;
+    uint64_t engine_id = 0;  // the engine conn_info names
     std::shared_ptr<Connection> connection;
   };
   // Bytes per microsecond toward one agent, smoothed over transfers.
@@ -62,8 +64,9 @@ struct nixlFerryEngine::State {
   std::set<const LocalMemory*> local GUARDED_BY(mu);
   std::set<const RemoteMemory*> remote GUARDED_BY(mu);
   std::unordered_map<std::string, Rate> rates GUARDED_BY(mu);
-  // Which connection speaks for each agent name (claim_sender).
-  std::unordered_map<std::string, std::weak_ptr<Connection>> senders GUARDED_BY(mu);
+  // The engine that speaks for each agent whose connection info is not
+  // loaded (takes_note).
+  std::unordered_map<std::string, uint64_t> senders GUARDED_BY(mu);
   std::atomic<uint64_t> dropped_notes{0};
 };
 
@@ -203,6 +206,12 @@ nixl_status_t nixlFerryEngine::loadRemoteConnInfo(const std::string& remote_agen
                << remote_conn_info.size() << " bytes";
     return NIXL_ERR_INVALID_PARAM;
   }
+  auto metadata = wire::decode_metadata(remote_conn_info);
+  if (!metadata.ok()) {
+    NIXL_ERROR << "FERRY backend: agent '" << remote_agent
+               << "' sent connection info that is not a ferry engine's: " << metadata.status().message();
+    return NIXL_ERR_INVALID_PARAM;
+  }
   std::shared_ptr<Connection> stale;
   {
     platform::MutexLock lock(state_->mu);
@@ -212,6 +221,7 @@ nixl_status_t nixlFerryEngine::loadRemoteConnInfo(const std::string& remote_agen
       peer.connection.reset();
     }
     peer.conn_info = remote_conn_info;
+    peer.engine_id = metadata->engine_id;
   }
   if (stale) stale->close();
   return NIXL_SUCCESS;
@@ -496,10 +506,17 @@ nixl_status_t nixlFerryEngine::getNotifs(notif_list_t& notif_list) {
     }
   }
   std::vector<const Connection*> ended;
+  std::vector<std::shared_ptr<Connection>> live;
+  // Checked before draining: an ended connection queues nothing more, so
+  // once drained it can go.
   for (const auto& c : connections) {
-    // Checked before draining: an ended connection queues nothing more, so
-    // once drained it can go.
-    if (!c->health().ok()) ended.push_back(c.get());
+    if (c->health().ok()) {
+      live.push_back(c);
+    } else {
+      ended.push_back(c.get());
+    }
+  }
+  for (const auto& c : connections) {
     while (auto note = c->poll_note()) {
       auto decoded = decode_agent_note(note->message);
       if (!decoded.ok()) {
@@ -510,10 +527,11 @@ nixl_status_t nixlFerryEngine::getNotifs(notif_list_t& notif_list) {
         }
         continue;
       }
-      if (!claim_sender(decoded->agent, c)) {
+      if (!takes_note(decoded->agent, *c, live)) {
         if (state_->dropped_notes.fetch_add(1) == 0) {
           NIXL_WARN << "FERRY backend: dropped a notification from " << c->peer_address() << " that names agent '"
-                    << decoded->agent << "', whose notifications come on another live connection";
+                    << decoded->agent << "', which another engine speaks for"
+                    << (settings_.only_loaded_senders ? " or whose connection info is not loaded" : "");
         }
         continue;
       }
@@ -529,18 +547,28 @@ nixl_status_t nixlFerryEngine::getNotifs(notif_list_t& notif_list) {
   return NIXL_SUCCESS;
 }
 
-bool nixlFerryEngine::claim_sender(const std::string& agent, const std::shared_ptr<Connection>& connection) {
-  // A name belongs to the first connection that carries it, while that
-  // connection lives: another peer cannot speak for an agent that is talking
-  // to us (a forged "done" would free a KV block still being read). A
-  // restarted agent comes on a new connection once its old one has failed.
+bool nixlFerryEngine::takes_note(const std::string& agent, const Connection& connection,
+                                 const std::vector<std::shared_ptr<Connection>>& live) {
+  // The engine id on a connection is proven by ferry's handshake (a
+  // signature by that engine's key), so a peer cannot speak for an agent
+  // whose engine it is not: a forged "done" would free a KV block still
+  // being read. Which connection a note comes on does not matter: two
+  // agents that load each other's metadata hold two.
+  const uint64_t from = connection.peer_engine_id();
   platform::MutexLock lock(state_->mu);
-  auto [it, fresh] = state_->senders.try_emplace(agent, connection);
-  if (fresh) return true;
-  std::shared_ptr<Connection> holder = it->second.lock();
-  if (holder == connection) return true;
-  if (holder && holder->health().ok()) return false;
-  it->second = connection;
+  auto loaded = state_->peers.find(agent);
+  if (loaded != state_->peers.end() && loaded->second.engine_id != 0) return loaded->second.engine_id == from;
+  if (settings_.only_loaded_senders) return false;
+  // Not loaded: the first engine that speaks for the name holds it while it
+  // has a live connection here; a restarted agent (a new engine) takes the
+  // name over once the old engine's connections have all failed.
+  auto [it, fresh] = state_->senders.try_emplace(agent, from);
+  if (fresh || it->second == from) return true;
+  const uint64_t holder = it->second;
+  if (std::any_of(live.begin(), live.end(), [&](const auto& c) { return c->peer_engine_id() == holder; })) {
+    return false;
+  }
+  it->second = from;
   return true;
 }
 

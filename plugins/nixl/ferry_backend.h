@@ -13,9 +13,12 @@
 //                    here once its data is in
 //   getNotifs        every connection's poll_note; a write that failed or was
 //                    cancelled reaches the target as failed_notif_prefix +
-//                    its message; an agent's name is bound to the live
-//                    connection that first carried it, so no other peer
-//                    speaks for it
+//                    its message; a note naming an agent is taken only from
+//                    the engine that agent's loaded connection info names
+//                    (engine ids are proven in ferry's handshake), on any
+//                    number of connections; for an agent not loaded, from
+//                    the first engine that spoke for it while that engine
+//                    stays connected (notif_senders=loaded: not at all)
 //   genNotif         notify_async
 // Same-host peers use ferry's local transport (GPU memory included), others
 // TCP; transfers within one agent are not offered (supportsLocal false), so
@@ -93,9 +96,11 @@ class nixlFerryEngine : public nixlBackendEngine {
   // there is none or the last one failed. Blocks up to connect_timeout.
   Result<std::shared_ptr<Connection>> connection_to(const std::string& agent) const;
   Result<std::string> encode_note(const std::string& message, bool failed) const;
-  // Whether a note naming `agent` that came on `connection` is taken: the
-  // name is bound to the first live connection that carried it.
-  bool claim_sender(const std::string& agent, const std::shared_ptr<Connection>& connection);
+  // Whether a note naming `agent` that came from `connection`'s engine is
+  // taken (see getNotifs above). `live` lists the connections of this
+  // backend that have not failed.
+  bool takes_note(const std::string& agent, const Connection& connection,
+                  const std::vector<std::shared_ptr<Connection>>& live);
   // Sleeps briefly when the caller polls `request` in a tight loop.
   static void pause_if_spinning(FerryRequest& request);
   // Records a finished transfer's rate toward `agent` for estimateXferCost.

@@ -236,7 +236,10 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
     impl->ctx->topology = std::move(host);
   }
   bootstrap::prepare_transports(*impl->ctx);
-  impl->ctx->engine_id = platform::random_u64();
+  auto identity = platform::IdentityKey::generate();
+  if (!identity.ok()) return identity.status().with_context("engine");
+  impl->ctx->identity = std::move(identity).value();
+  impl->ctx->engine_id = impl->ctx->identity->engine_id();
   impl->ctx->host_id = std::string(platform::host_id());
   Impl* raw = impl.get();
   auto listener = bootstrap::TcpListener::bind(
@@ -367,9 +370,11 @@ Result<DirectoryListing> Engine::list(Deadline deadline) {
 Result<std::shared_ptr<Connection>> Engine::connect(std::string_view peer, Deadline deadline) {
   std::vector<std::string> addresses;
   std::optional<DirectoryEntry> entry;  // set when `peer` is a name
+  uint64_t named_engine = 0;            // set when `peer` is a metadata blob
   if (wire::looks_like_metadata(peer)) {
     FERRY_ASSIGN_OR_RETURN(wire::EngineMetadata m, wire::decode_metadata(peer));
     addresses = m.addresses;
+    named_engine = m.engine_id;
   } else if (peer.find(':') == std::string_view::npos && Directory::valid_name(peer)) {
     if (!impl_->directory) {
       return no_directory("connect: \"" + std::string(peer) + "\" is a name, not host:port, and");
@@ -399,6 +404,17 @@ Result<std::shared_ptr<Connection>> Engine::connect(std::string_view peer, Deadl
         last = Status(Code::kUnavailable, "connect \"" + entry->name + "\": the directory names engine " + want +
                                               " (incarnation " + std::to_string(entry->incarnation) + ") at " + a +
                                               ", but engine " + got + " answered there: the entry is stale");
+        continue;
+      }
+      if (named_engine != 0 && conn->peer_engine_id() != named_engine) {
+        // Engine ids are proven in the handshake: whoever answers at the
+        // blob's address is not the engine the blob was made by.
+        char want[17], got[17];
+        std::snprintf(want, sizeof(want), "%016" PRIx64, named_engine);
+        std::snprintf(got, sizeof(got), "%016" PRIx64, conn->peer_engine_id());
+        conn->close();
+        last = Status(Code::kUnavailable, "connect: the metadata names engine " + std::string(want) + " at " + a +
+                                              ", but engine " + got + " answered there");
         continue;
       }
       if (entry.has_value() && impl_->publisher) impl_->publisher->watch_peer(*entry, conn);

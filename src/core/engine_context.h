@@ -16,6 +16,7 @@
 #include "core/registry.h"
 #include "core/worker_cpus.h"
 #include "ferry/options.h"
+#include "platform/identity.h"
 #include "platform/interfaces.h"
 
 namespace ferry::platform {
@@ -32,6 +33,8 @@ namespace ferry::core {
 
 struct EngineContext {
   Options options;
+  // The key whose id engine_id is; the handshake signs with it.
+  std::shared_ptr<const platform::IdentityKey> identity;
   uint64_t engine_id = 0;
   std::string host_id;
   // The NICs named by Options::nics (empty: none named).

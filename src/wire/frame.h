@@ -20,7 +20,9 @@ inline constexpr uint32_t kFrameMagic = 0x31595246;  // "FRY1" little-endian
 // 2: NOTIFY carries a sequence number and may be a skip (flags bit 2).
 // 3: LOCAL_SETUP names a Unix rendezvous and a ticket instead of a pid and a
 //    descriptor number (the kernel, not the peer, says who the peer is).
-inline constexpr uint16_t kProtocolVersion = 4;
+// 5: HELLO and WELCOME carry an identity key, AUTH and ACCEPTED a signature:
+//    engine ids are proven (platform/identity.h).
+inline constexpr uint16_t kProtocolVersion = 5;
 inline constexpr size_t kHeaderSize = 64;
 inline constexpr size_t kMaxAux = 64 * 1024 - 1;
 // No single frame carries more than this; chunks are far smaller.

@@ -16,37 +16,47 @@ Status expect(const FrameHeader& h, FrameType t) {
                                      std::string(frame_type_name(h.type)));
 }
 
-std::string nonce_and_host(const Nonce& n, const std::string& host) {
-  std::string aux(reinterpret_cast<const char*>(n.data()), n.size());
-  aux += host.substr(0, kMaxHostId);
+template <size_t N>
+std::string_view bytes_of(const std::array<uint8_t, N>& a) {
+  return std::string_view(reinterpret_cast<const char*>(a.data()), N);
+}
+
+// nonce(32) | identity key(32) | host id
+std::string hello_aux(const Hello& m) {
+  std::string aux(bytes_of(m.nonce));
+  aux += bytes_of(m.identity);
+  aux += m.host_id.substr(0, kMaxHostId);
   return aux;
 }
 
-Status split_nonce_and_host(const std::string& aux, Nonce& n, std::string& host, const char* what) {
-  if (aux.size() < n.size() || aux.size() > n.size() + kMaxHostId) {
-    return Status(Code::kDataLoss, std::string("handshake: ") + what + " carries " + std::to_string(aux.size()) +
-                                       " aux bytes, expected 32..287");
+Status split_hello_aux(const std::string& aux, Hello& m) {
+  constexpr size_t kFixed = sizeof(Nonce) + sizeof(IdentityKey);
+  if (aux.size() < kFixed || aux.size() > kFixed + kMaxHostId) {
+    return Status(Code::kDataLoss, "handshake: hello carries " + std::to_string(aux.size()) +
+                                       " aux bytes, expected " + std::to_string(kFixed) + ".." +
+                                       std::to_string(kFixed + kMaxHostId));
   }
-  std::memcpy(n.data(), aux.data(), n.size());
-  host = aux.substr(n.size());
+  std::memcpy(m.nonce.data(), aux.data(), m.nonce.size());
+  std::memcpy(m.identity.data(), aux.data() + m.nonce.size(), m.identity.size());
+  m.host_id = aux.substr(kFixed);
   return Status();
 }
 
-std::string proof_aux(bool has, const Proof& p) {
-  return has ? std::string(reinterpret_cast<const char*>(p.data()), p.size()) : std::string();
+// signature(64) | proof(32, only with a shared secret)
+std::string signed_aux(const Signature& signature, bool has_proof, const Proof& p) {
+  std::string aux(bytes_of(signature));
+  if (has_proof) aux += bytes_of(p);
+  return aux;
 }
 
-Status read_proof(const std::string& aux, bool& has, Proof& p, const char* what) {
-  if (aux.empty()) {
-    has = false;
-    return Status();
+Status read_signed(const std::string& aux, Signature& signature, bool& has_proof, Proof& p, const char* what) {
+  if (aux.size() != signature.size() && aux.size() != signature.size() + p.size()) {
+    return Status(Code::kDataLoss, std::string("handshake: ") + what + " carries " + std::to_string(aux.size()) +
+                                       " aux bytes, expected 64 or 96");
   }
-  if (aux.size() != p.size()) {
-    return Status(Code::kDataLoss, std::string("handshake: ") + what + " proof has " + std::to_string(aux.size()) +
-                                       " bytes, expected 32");
-  }
-  has = true;
-  std::memcpy(p.data(), aux.data(), p.size());
+  std::memcpy(signature.data(), aux.data(), signature.size());
+  has_proof = aux.size() > signature.size();
+  if (has_proof) std::memcpy(p.data(), aux.data() + signature.size(), p.size());
   return Status();
 }
 
@@ -61,7 +71,7 @@ EncodedFrame encode(const Hello& m) {
   f.header.a = m.cookie;
   f.header.b = m.stream_index;
   f.header.c = m.streams;
-  f.aux = m.role == StreamRole::kControl ? nonce_and_host(m.nonce, m.host_id) : std::string();
+  f.aux = m.role == StreamRole::kControl ? hello_aux(m) : std::string();
   f.header.aux_len = static_cast<uint16_t>(f.aux.size());
   return f;
 }
@@ -80,7 +90,7 @@ Result<Hello> decode_hello(const FrameHeader& h, const std::string& aux) {
   m.stream_index = static_cast<uint32_t>(h.b);
   m.streams = static_cast<uint32_t>(h.c);
   if (m.role == StreamRole::kControl) {
-    FERRY_RETURN_IF_ERROR(split_nonce_and_host(aux, m.nonce, m.host_id, "hello"));
+    FERRY_RETURN_IF_ERROR(split_hello_aux(aux, m));
   } else if (!aux.empty()) {
     return Status(Code::kDataLoss, "handshake: data-stream hello carries unexpected aux bytes");
   }
@@ -93,8 +103,9 @@ EncodedFrame encode(const Welcome& m) {
   f.header.code = m.version;
   f.header.id = m.engine_id;
   f.header.flags = static_cast<uint8_t>((m.auth_required ? 1 : 0) | (m.local_ok ? 2 : 0));
-  // nonce(32) | u8 len | host id | u8 count | (u8 len | address)*
-  f.aux.assign(reinterpret_cast<const char*>(m.nonce.data()), m.nonce.size());
+  // nonce(32) | identity key(32) | u8 len | host id | u8 count | (u8 len | address)*
+  f.aux.assign(bytes_of(m.nonce));
+  f.aux += bytes_of(m.identity);
   std::string host = m.host_id.substr(0, 255);
   f.aux += static_cast<char>(host.size());
   f.aux += host;
@@ -118,9 +129,10 @@ Result<Welcome> decode_welcome(const FrameHeader& h, const std::string& aux) {
   m.local_ok = (h.flags & 2) != 0;
   size_t off = 0;
   auto truncated = [] { return Status(Code::kDataLoss, "handshake: welcome is truncated"); };
-  if (aux.size() < m.nonce.size()) return truncated();
+  if (aux.size() < m.nonce.size() + m.identity.size()) return truncated();
   std::memcpy(m.nonce.data(), aux.data(), m.nonce.size());
-  off = m.nonce.size();
+  std::memcpy(m.identity.data(), aux.data() + m.nonce.size(), m.identity.size());
+  off = m.nonce.size() + m.identity.size();
   auto take = [&](std::string& out) -> bool {
     if (off >= aux.size()) return false;
     size_t len = static_cast<uint8_t>(aux[off++]);
@@ -146,7 +158,7 @@ EncodedFrame encode(const Auth& m) {
   EncodedFrame f;
   f.header.type = FrameType::kAuth;
   f.header.a = m.streams;
-  f.aux = proof_aux(m.has_proof, m.proof);
+  f.aux = signed_aux(m.signature, m.has_proof, m.proof);
   f.header.aux_len = static_cast<uint16_t>(f.aux.size());
   return f;
 }
@@ -154,7 +166,7 @@ EncodedFrame encode(const Auth& m) {
 Result<Auth> decode_auth(const FrameHeader& h, const std::string& aux) {
   FERRY_RETURN_IF_ERROR(expect(h, FrameType::kAuth));
   Auth m;
-  FERRY_RETURN_IF_ERROR(read_proof(aux, m.has_proof, m.proof, "auth"));
+  FERRY_RETURN_IF_ERROR(read_signed(aux, m.signature, m.has_proof, m.proof, "auth"));
   if (h.a > 1024) return Status(Code::kDataLoss, "handshake: auth asks for " + std::to_string(h.a) + " data streams");
   m.streams = static_cast<uint32_t>(h.a);
   return m;
@@ -165,7 +177,7 @@ EncodedFrame encode(const Accepted& m) {
   f.header.type = FrameType::kAccepted;
   f.header.a = m.cookie;
   f.header.b = m.connection_id;
-  f.aux = proof_aux(m.has_proof, m.proof);
+  f.aux = signed_aux(m.signature, m.has_proof, m.proof);
   f.header.aux_len = static_cast<uint16_t>(f.aux.size());
   return f;
 }
@@ -175,7 +187,7 @@ Result<Accepted> decode_accepted(const FrameHeader& h, const std::string& aux) {
   Accepted m;
   m.cookie = h.a;
   m.connection_id = h.b;
-  FERRY_RETURN_IF_ERROR(read_proof(aux, m.has_proof, m.proof, "accepted"));
+  FERRY_RETURN_IF_ERROR(read_signed(aux, m.signature, m.has_proof, m.proof, "accepted"));
   return m;
 }
 
@@ -208,6 +220,15 @@ std::string server_proof_input(const Nonce& client, const Nonce& server) {
   std::string s = "ferry-v1-server";
   s.append(reinterpret_cast<const char*>(server.data()), server.size());
   s.append(reinterpret_cast<const char*>(client.data()), client.size());
+  return s;
+}
+
+std::string identity_input(Signer signer, const Hello& hello, const Welcome& welcome) {
+  std::string s = signer == Signer::kConnector ? "ferry-v5-connector-identity" : "ferry-v5-acceptor-identity";
+  s += bytes_of(hello.nonce);
+  s += bytes_of(welcome.nonce);
+  s += bytes_of(hello.identity);
+  s += bytes_of(welcome.identity);
   return s;
 }
 

@@ -6,6 +6,10 @@
 // Data stream:     connector HELLO(role=data, cookie, index); no reply.
 // The secret never travels: AUTH and ACCEPTED carry HMAC-SHA256 proofs over
 // both sides' nonces, so each side proves it knows the secret.
+// Each side's engine id is the id of the identity key its HELLO or WELCOME
+// carries (platform/identity.h); AUTH and ACCEPTED carry each side's
+// signature over both nonces and both keys, so an engine id on a connection
+// is proven whether or not a secret is configured.
 #pragma once
 
 #include <array>
@@ -20,6 +24,8 @@ namespace ferry::wire {
 
 using Nonce = std::array<uint8_t, 32>;
 using Proof = std::array<uint8_t, 32>;
+using IdentityKey = std::array<uint8_t, 32>;  // an Ed25519 public key
+using Signature = std::array<uint8_t, 64>;    // an Ed25519 signature
 
 enum class StreamRole : uint8_t { kControl = 1, kData = 2 };
 
@@ -31,6 +37,7 @@ struct Hello {
   uint64_t cookie = 0;        // data: names the connection (from ACCEPTED)
   uint32_t stream_index = 0;  // data: which path this is
   Nonce nonce{};              // control: the connector's challenge
+  IdentityKey identity{};     // control: the connector's public key
   std::string host_id;        // identifies the host (same-host detection)
 };
 
@@ -39,6 +46,7 @@ struct Welcome {
   uint64_t engine_id = 0;
   bool auth_required = false;
   Nonce nonce{};  // the acceptor's challenge
+  IdentityKey identity{};  // the acceptor's public key
   std::string host_id;
   // The acceptor would serve a same-host connector through the local
   // transport (it is not forced to TCP).
@@ -49,6 +57,7 @@ struct Welcome {
 };
 
 struct Auth {
+  Signature signature{};  // the connector's, over identity_input(kConnector, ...)
   bool has_proof = false;
   Proof proof{};
   uint32_t streams = 0;  // data streams the connector will open (1..1024); 0: local transport
@@ -57,6 +66,7 @@ struct Auth {
 struct Accepted {
   uint64_t cookie = 0;
   uint64_t connection_id = 0;  // the acceptor's id for this connection (for logs)
+  Signature signature{};       // the acceptor's, over identity_input(kAcceptor, ...)
   bool has_proof = false;
   Proof proof{};
 };
@@ -88,5 +98,11 @@ Result<Rejected> decode_rejected(const FrameHeader& h, const std::string& aux);
 // The bytes each side signs. Roles differ so a proof cannot be reflected.
 std::string client_proof_input(const Nonce& client, const Nonce& server);
 std::string server_proof_input(const Nonce& client, const Nonce& server);
+
+// The bytes each side signs with its identity key: its role, both nonces and
+// both public keys, so a signature made for one session, one peer or one
+// role is worth nothing in another.
+enum class Signer : uint8_t { kConnector = 1, kAcceptor = 2 };
+std::string identity_input(Signer signer, const Hello& hello, const Welcome& welcome);
 
 }  // namespace ferry::wire

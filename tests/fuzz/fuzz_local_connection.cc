@@ -97,13 +97,14 @@ struct LocalPeer {
     FERRY_ASSIGN_OR_RETURN(platform::HostPort hp, platform::parse_host_port(t.engine->address()));
     FERRY_ASSIGN_OR_RETURN(ctl, platform::connect_tcp(hp, d));
     wire::Hello hello;
-    hello.engine_id = kPeerEngineId;
+    testing::present_identity(hello);
     hello.host_id = t.host_id;
     FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(ctl.fd(), wire::encode(hello), d));
     FERRY_ASSIGN_OR_RETURN(auto welcome, bootstrap::read_handshake_frame(ctl.fd(), d));
     if (welcome.header.type != wire::FrameType::kWelcome) return Status(Code::kDataLoss, "expected WELCOME");
     wire::Auth auth;
     auth.streams = 0;
+    FERRY_RETURN_IF_ERROR(testing::sign_auth(hello, welcome, auth));
     FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(ctl.fd(), wire::encode(auth), d));
     FERRY_ASSIGN_OR_RETURN(auto f, bootstrap::read_handshake_frame(ctl.fd(), d));
     FERRY_RETURN_IF_ERROR(rejected(f));

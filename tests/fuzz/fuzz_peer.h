@@ -37,6 +37,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../hand_made_identity.h"
 #include "ferry/ferry.h"
 #include "platform/socket.h"
 #include "transport/bootstrap/handshake_io.h"
@@ -51,7 +52,7 @@ inline constexpr uint64_t kExportTag = 0x45585054'41474731ull;
 inline constexpr uint64_t kKeyTag = 0x4b455954'41474732ull;
 inline constexpr uint64_t kPeerExportTag = 0x45585054'41474733ull;
 inline constexpr uint64_t kPeerKeyTag = 0x4b455954'41474734ull;
-inline constexpr uint64_t kPeerEngineId = 0x66757a7a;
+inline const uint64_t kPeerEngineId = testing::hand_made_engine_id();
 // Waits for the engine's frames end, all together, after this long: enough
 // for a recorded exchange (a millisecond or two) on a busy machine, and
 // spent only by inputs that wait for what never comes on a connection that
@@ -187,13 +188,14 @@ struct TcpPeer {
     FERRY_ASSIGN_OR_RETURN(platform::HostPort hp, platform::parse_host_port(address));
     FERRY_ASSIGN_OR_RETURN(ctl, platform::connect_tcp(hp, d));
     wire::Hello hello;
-    hello.engine_id = kPeerEngineId;
+    testing::present_identity(hello);
     hello.host_id = "fuzz-peer";
     FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(ctl.fd(), wire::encode(hello), d));
     FERRY_ASSIGN_OR_RETURN(auto welcome, bootstrap::read_handshake_frame(ctl.fd(), d));
     if (welcome.header.type != wire::FrameType::kWelcome) return Status(Code::kDataLoss, "expected WELCOME");
     wire::Auth auth;
     auth.streams = static_cast<uint32_t>(streams);
+    FERRY_RETURN_IF_ERROR(testing::sign_auth(hello, welcome, auth));
     FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(ctl.fd(), wire::encode(auth), d));
     FERRY_ASSIGN_OR_RETURN(auto f, bootstrap::read_handshake_frame(ctl.fd(), d));
     FERRY_RETURN_IF_ERROR(rejected(f));

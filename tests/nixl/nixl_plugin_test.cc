@@ -268,6 +268,54 @@ TEST_F(NixlPlugin, APeerCannotSpeakForAnAgentThatIsTalkingToTheTarget) {
   EXPECT_EQ(later[0].message, "still mine");
 }
 
+// The squatter speaks first: before the real "initiator" said a word, a peer
+// calling itself "initiator" sends a forged "done" and a forged failure. The
+// target has loaded the real initiator's metadata, so only the engine that
+// metadata names speaks for that name: both forgeries are dropped, and the
+// real agent's notes arrive.
+TEST_F(NixlPlugin, ASquatterThatSpeaksFirstIsRefusedForALoadedAgent) {
+  introduce_to_target();
+  ferry::test::AgentProcess impostor(NIXL_AGENT_PEER, {"initiator", "4096"});
+  ASSERT_TRUE(impostor.started());
+  auto md = peer_->ask("md");
+  ASSERT_TRUE(md);
+  ASSERT_EQ(impostor.ask("load " + md->substr(3)), "ok target");
+  ASSERT_EQ(impostor.ask("gennotif target " + hex("req-7 done")), "ok");
+  ASSERT_EQ(impostor.ask("gennotif target " + hex("FERRY_XFER_FAILED:req-8")), "ok");
+  EXPECT_TRUE(target_notifs(1, 1s).empty()) << "the target took a forged notification";
+  ASSERT_EQ(agent_->genNotif("target", "mine"), NIXL_SUCCESS);
+  auto later = target_notifs(1, 2s);
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_EQ(later[0].agent, "initiator");
+  EXPECT_EQ(later[0].message, "mine");
+  write_and_check(scattered(5, 4096, 5), "real done");
+  // The impostor goes on speaking; nothing of it gets through.
+  ASSERT_EQ(impostor.ask("gennotif target " + hex("late forgery")), "ok");
+  EXPECT_TRUE(target_notifs(1, 1s).empty()) << "the target took a forged notification";
+}
+
+// notif_senders=loaded: a note naming an agent whose metadata the target
+// never loaded is dropped; once loaded, that agent's engine speaks.
+TEST_F(NixlPlugin, OnlyLoadedAgentsSpeakWhenTheTargetAsksForIt) {
+  ferry::test::AgentProcess strict(NIXL_AGENT_PEER, {"strict", "4096", "notif_senders=loaded"});
+  ASSERT_TRUE(strict.started());
+  auto md = strict.ask("md");
+  ASSERT_TRUE(md);
+  std::string name;
+  ASSERT_EQ(agent_->loadRemoteMD(unhex(md->substr(3)), name), NIXL_SUCCESS);
+  ASSERT_EQ(agent_->genNotif("strict", "unknown to it"), NIXL_SUCCESS);
+  auto none = strict.ask("notifs 1 1000", 10s);
+  EXPECT_EQ(none, "notifs 0");
+  nixl_blob_t mine;
+  ASSERT_EQ(agent_->getLocalMD(mine), NIXL_SUCCESS);
+  ASSERT_EQ(strict.ask("load " + hex(mine)), "ok initiator");
+  ASSERT_EQ(agent_->genNotif("strict", "known"), NIXL_SUCCESS);
+  auto some = strict.ask("notifs 1 10000", 20s);
+  ASSERT_TRUE(some);
+  EXPECT_EQ(some->substr(0, some->find(' ', 8)), "notifs 1") << *some;
+  EXPECT_NE(some->find("initiator:" + hex("known") + ":"), std::string::npos) << *some;
+}
+
 TEST_F(NixlPlugin, ATooLongNotificationIsRefused) {
   EXPECT_NE(agent_->genNotif("target", std::string(64 * 1024, 'x')), NIXL_SUCCESS);
   EXPECT_EQ(agent_->genNotif("target", std::string(32 * 1024, 'x')), NIXL_SUCCESS);

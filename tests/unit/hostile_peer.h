@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "../hand_made_identity.h"
 #include "ferry/ferry.h"
 #include "platform/socket.h"
 #include "transport/bootstrap/handshake_io.h"
@@ -38,7 +39,7 @@ inline std::string encoded(const wire::FrameHeader& h, const std::string& after 
 // Connects as an engine would (no secret), then frames, on the control stream
 // or on a data stream.
 struct Peer {
-  static constexpr uint64_t kEngineId = 0x4057;
+  static inline const uint64_t kEngineId = testing::hand_made_engine_id();
   platform::Socket ctl;
   std::vector<platform::Socket> data;
   // SO_RCVBUF of the control stream, set before it connects; 0: the kernel's.
@@ -54,13 +55,14 @@ struct Peer {
       FERRY_ASSIGN_OR_RETURN(ctl, platform::connect_tcp(hp, d, source_ip));
     }
     wire::Hello hello;
-    hello.engine_id = kEngineId;
+    testing::present_identity(hello);
     hello.host_id = "hostile-peer";
     FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(ctl.fd(), wire::encode(hello), d));
     FERRY_ASSIGN_OR_RETURN(auto welcome, bootstrap::read_handshake_frame(ctl.fd(), d));
     FERRY_RETURN_IF_ERROR(rejected(welcome));
     wire::Auth auth;
     auth.streams = static_cast<uint32_t>(streams);
+    FERRY_RETURN_IF_ERROR(testing::sign_auth(hello, welcome, auth));
     FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(ctl.fd(), wire::encode(auth), d));
     FERRY_ASSIGN_OR_RETURN(auto f, bootstrap::read_handshake_frame(ctl.fd(), d));
     FERRY_RETURN_IF_ERROR(rejected(f));

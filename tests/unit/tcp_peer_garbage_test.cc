@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "../hand_made_identity.h"
 #include "ferry/ferry.h"
 #include "platform/socket.h"
 #include "transport/bootstrap/handshake_io.h"
@@ -29,7 +30,7 @@ using namespace std::chrono_literals;
 // Connects as an engine would (no secret), with `streams` data streams; then
 // frames, on the control stream or on a data stream.
 struct HandMadePeer {
-  static constexpr uint64_t kEngineId = 0x1234;
+  static inline const uint64_t kEngineId = testing::hand_made_engine_id();
   platform::Socket ctl;
   std::vector<platform::Socket> data;
 
@@ -41,12 +42,14 @@ struct HandMadePeer {
     if (!c.ok()) return false;
     ctl = std::move(c).value();
     wire::Hello hello;
-    hello.engine_id = kEngineId;
+    testing::present_identity(hello);
     hello.host_id = "hand-made-peer";
     if (!bootstrap::write_handshake_frame(ctl.fd(), wire::encode(hello), d).ok()) return false;
-    if (!bootstrap::read_handshake_frame(ctl.fd(), d).ok()) return false;  // WELCOME
+    auto welcome = bootstrap::read_handshake_frame(ctl.fd(), d);
+    if (!welcome.ok()) return false;
     wire::Auth auth;
     auth.streams = static_cast<uint16_t>(streams);
+    if (!testing::sign_auth(hello, *welcome, auth).ok()) return false;
     if (!bootstrap::write_handshake_frame(ctl.fd(), wire::encode(auth), d).ok()) return false;
     auto f = bootstrap::read_handshake_frame(ctl.fd(), d);
     if (!f.ok()) return false;

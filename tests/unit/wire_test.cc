@@ -173,10 +173,11 @@ TEST(Handshake, HelloControlRoundTrips) {
   m.cookie = 0;
   m.stream_index = 0;
   fill(m.nonce, rng);
+  fill(m.identity, rng);
   m.host_id = "node-17/boot-abcdef";
   EncodedFrame f = encode(m);
   EXPECT_EQ(f.header.type, FrameType::kHello);
-  EXPECT_EQ(f.aux.size(), 32 + m.host_id.size());
+  EXPECT_EQ(f.aux.size(), 64 + m.host_id.size());
   auto r = decode_hello(through_wire(f), f.aux);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r->version, kProtocolVersion);
@@ -184,6 +185,7 @@ TEST(Handshake, HelloControlRoundTrips) {
   EXPECT_EQ(r->engine_id, m.engine_id);
   EXPECT_EQ(r->streams, 8u);
   EXPECT_EQ(r->nonce, m.nonce);
+  EXPECT_EQ(r->identity, m.identity);
   EXPECT_EQ(r->host_id, m.host_id);
 }
 
@@ -226,6 +228,7 @@ TEST(Handshake, WelcomeRoundTrips) {
     m.engine_id = rng();
     m.auth_required = auth;
     fill(m.nonce, rng);
+    fill(m.identity, rng);
     m.host_id = "acceptor-host";
     if (auth) m.addresses = {"10.77.0.2:7000", "10.77.1.2:7000", "[fe80::1]:7000"};
     EncodedFrame f = encode(m);
@@ -235,6 +238,7 @@ TEST(Handshake, WelcomeRoundTrips) {
     EXPECT_EQ(r->engine_id, m.engine_id);
     EXPECT_EQ(r->auth_required, auth);
     EXPECT_EQ(r->nonce, m.nonce);
+    EXPECT_EQ(r->identity, m.identity);
     EXPECT_EQ(r->host_id, m.host_id);
     EXPECT_EQ(r->addresses, m.addresses);
   }
@@ -245,7 +249,7 @@ TEST(Handshake, WelcomeRejectsTruncatedOrTrailingAddressLists) {
   m.host_id = "h";
   m.addresses = {"10.0.0.1:1", "10.0.0.2:2"};
   EncodedFrame f = encode(m);
-  for (size_t cut = 1; cut < f.aux.size() - 32; ++cut) {
+  for (size_t cut = 1; cut < f.aux.size() - 64; ++cut) {
     std::string aux = f.aux.substr(0, f.aux.size() - cut);
     EXPECT_EQ(decode_welcome(f.header, aux).status().code(), Code::kDataLoss) << "cut " << cut;
   }
@@ -258,21 +262,25 @@ TEST(Handshake, AuthRoundTripsWithAndWithoutProof) {
   with.has_proof = true;
   with.streams = 12;
   fill(with.proof, rng);
+  fill(with.signature, rng);
   EncodedFrame f = encode(with);
-  EXPECT_EQ(f.aux.size(), 32u);
+  EXPECT_EQ(f.aux.size(), 96u);
   auto r = decode_auth(through_wire(f), f.aux);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r->streams, 12u);
   EXPECT_TRUE(r->has_proof);
   EXPECT_EQ(r->proof, with.proof);
+  EXPECT_EQ(r->signature, with.signature);
 
   Auth without;
   fill(without.proof, rng);  // must not travel
+  fill(without.signature, rng);
   f = encode(without);
-  EXPECT_TRUE(f.aux.empty());
+  EXPECT_EQ(f.aux.size(), 64u);
   r = decode_auth(through_wire(f), f.aux);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_FALSE(r->has_proof);
+  EXPECT_EQ(r->signature, without.signature);
 }
 
 TEST(Handshake, AcceptedRoundTripsWithAndWithoutProof) {
@@ -283,13 +291,15 @@ TEST(Handshake, AcceptedRoundTripsWithAndWithoutProof) {
     m.connection_id = rng();
     m.has_proof = has;
     fill(m.proof, rng);
+    fill(m.signature, rng);
     EncodedFrame f = encode(m);
-    EXPECT_EQ(f.aux.size(), has ? 32u : 0u);
+    EXPECT_EQ(f.aux.size(), has ? 96u : 64u);
     auto r = decode_accepted(through_wire(f), f.aux);
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     EXPECT_EQ(r->cookie, m.cookie);
     EXPECT_EQ(r->connection_id, m.connection_id);
     EXPECT_EQ(r->has_proof, has);
+    EXPECT_EQ(r->signature, m.signature);
     if (has) {
       EXPECT_EQ(r->proof, m.proof);
     }
@@ -343,7 +353,7 @@ TEST(Handshake, DecodersRejectMalformedAux) {
   Hello hello;
   EncodedFrame hf = encode(hello);
   FrameHeader hh = hf.header;
-  for (size_t len : {size_t{0}, size_t{31}, size_t{32 + 256}}) {
+  for (size_t len : {size_t{0}, size_t{31}, size_t{63}, size_t{64 + 256}}) {
     auto r = decode_hello(hh, std::string(len, 'x'));
     ASSERT_FALSE(r.ok()) << len;
     EXPECT_EQ(r.status().code(), Code::kDataLoss);
@@ -365,11 +375,12 @@ TEST(Handshake, DecodersRejectMalformedAux) {
 
   EncodedFrame wf = encode(Welcome{});
   EXPECT_EQ(decode_welcome(wf.header, std::string(31, 'x')).status().code(), Code::kDataLoss);
-  EXPECT_EQ(decode_welcome(wf.header, std::string(32 + 256, 'x')).status().code(), Code::kDataLoss);
+  EXPECT_EQ(decode_welcome(wf.header, std::string(63, 'x')).status().code(), Code::kDataLoss);
+  EXPECT_EQ(decode_welcome(wf.header, std::string(64 + 256, 'x')).status().code(), Code::kDataLoss);
 
   EncodedFrame af = encode(Auth{});
   EncodedFrame cf = encode(Accepted{});
-  for (size_t len : {size_t{1}, size_t{31}, size_t{33}, size_t{64}}) {
+  for (size_t len : {size_t{0}, size_t{1}, size_t{32}, size_t{63}, size_t{65}, size_t{95}, size_t{97}}) {
     EXPECT_EQ(decode_auth(af.header, std::string(len, 'p')).status().code(), Code::kDataLoss) << len;
     EXPECT_EQ(decode_accepted(cf.header, std::string(len, 'p')).status().code(), Code::kDataLoss) << len;
   }
@@ -575,10 +586,11 @@ TEST(WireFuzz, DecodersNeverCrashAndAnswerConsistently) {
       ASSERT_LE(hel->stream_index, 1024u);
       ASSERT_EQ(static_cast<uint8_t>(hel->role), h.flags);
       if (hel->role == StreamRole::kControl) {
-        ASSERT_GE(aux.size(), 32u);
-        ASSERT_LE(aux.size(), 32u + 255u);
+        ASSERT_GE(aux.size(), 64u);
+        ASSERT_LE(aux.size(), 64u + 255u);
         ASSERT_EQ(0, std::memcmp(hel->nonce.data(), aux.data(), 32));
-        ASSERT_EQ(hel->host_id, aux.substr(32));
+        ASSERT_EQ(0, std::memcmp(hel->identity.data(), aux.data() + 32, 32));
+        ASSERT_EQ(hel->host_id, aux.substr(64));
       } else {
         ASSERT_TRUE(aux.empty());
       }

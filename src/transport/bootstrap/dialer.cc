@@ -5,6 +5,7 @@
 
 #include "core/log.h"
 #include "platform/crypto.h"
+#include "platform/identity.h"
 #include "platform/thread.h"
 #include "transport/bootstrap/handshake_io.h"
 #include "transport/local/local_handshake.h"
@@ -16,6 +17,12 @@ namespace ferry::bootstrap {
 namespace {
 
 using tcp::PathEnd;
+
+std::string hex_id(uint64_t id) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016" PRIx64, id);
+  return buf;
+}
 using tcp::plan_paths;
 
 // One attempt; `local_failed` is set when the peer is on this host and the
@@ -37,6 +44,7 @@ Result<Dialed> dial_once(const std::shared_ptr<core::EngineContext>& ctx, const 
   hello.engine_id = ctx->engine_id;
   hello.streams = 0;  // decided after WELCOME, sent in AUTH
   hello.host_id = ctx->host_id;
+  hello.identity = ctx->identity->public_key();
   platform::fill_random(hello.nonce.data(), hello.nonce.size());
   Status s = write_handshake_frame(fd, wire::encode(hello), deadline);
   if (!s.ok()) return context(s);
@@ -53,6 +61,10 @@ Result<Dialed> dial_once(const std::shared_ptr<core::EngineContext>& ctx, const 
   if (welcome->version != wire::kProtocolVersion) {
     return context(Status(Code::kUnimplemented, "peer speaks protocol version " + std::to_string(welcome->version) +
                                                     ", this engine speaks " + std::to_string(wire::kProtocolVersion)));
+  }
+
+  if (welcome->engine_id != platform::engine_id_of(welcome->identity)) {
+    return context(Status(Code::kUnauthenticated, "the peer names an engine id that is not its key's"));
   }
 
   // Same host, neither side forced to TCP: the local transport.
@@ -77,6 +89,7 @@ Result<Dialed> dial_once(const std::shared_ptr<core::EngineContext>& ctx, const 
   if (!local) ends.resize(static_cast<size_t>((*ticket)->streams()));
   wire::Auth auth;
   auth.streams = static_cast<uint32_t>(ends.size());
+  auth.signature = ctx->identity->sign(wire::identity_input(wire::Signer::kConnector, hello, *welcome));
   if (welcome->auth_required) {
     if (o.auth_token.empty()) {
       (void)write_handshake_frame(fd, wire::encode(auth), deadline);
@@ -101,6 +114,11 @@ Result<Dialed> dial_once(const std::shared_ptr<core::EngineContext>& ctx, const 
   }
   auto accepted = wire::decode_accepted(frame->header, frame->aux);
   if (!accepted.ok()) return context(accepted.status());
+  if (!platform::verify_signature(welcome->identity, wire::identity_input(wire::Signer::kAcceptor, hello, *welcome),
+                                  accepted->signature)) {
+    return context(Status(Code::kUnauthenticated, "the peer failed to prove it holds the key of engine " +
+                                                      hex_id(welcome->engine_id)));
+  }
   if (!o.auth_token.empty()) {
     auto expect = platform::hmac_sha256(o.auth_token, wire::server_proof_input(hello.nonce, welcome->nonce));
     if (!accepted->has_proof || !platform::constant_time_equal(expect.data(), accepted->proof.data(), expect.size())) {

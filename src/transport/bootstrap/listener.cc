@@ -12,6 +12,7 @@
 
 #include "core/log.h"
 #include "platform/crypto.h"
+#include "platform/identity.h"
 #include "platform/system_error.h"
 #include "platform/thread.h"
 #include "transport/bootstrap/handshake_io.h"
@@ -317,6 +318,7 @@ Status TcpListener::serve_control(uint64_t handshake_id, platform::Socket& s, co
   welcome.engine_id = ctx_->engine_id;
   welcome.auth_required = !o.auth_token.empty();
   welcome.host_id = ctx_->host_id;
+  welcome.identity = ctx_->identity->public_key();
   welcome.local_ok = o.transport != TransportChoice::kTcp;
   welcome.addresses = ctx_->addresses;
   platform::fill_random(welcome.nonce.data(), welcome.nonce.size());
@@ -324,6 +326,12 @@ Status TcpListener::serve_control(uint64_t handshake_id, platform::Socket& s, co
 
   FERRY_ASSIGN_OR_RETURN(RawFrame af, read_handshake_frame(fd, deadline));
   FERRY_ASSIGN_OR_RETURN(wire::Auth auth, wire::decode_auth(af.header, af.aux));
+  // The connector's engine id is its key's, and it holds that key.
+  if (hello.engine_id != platform::engine_id_of(hello.identity) ||
+      !platform::verify_signature(hello.identity, wire::identity_input(wire::Signer::kConnector, hello, welcome),
+                                  auth.signature)) {
+    return reject(Code::kUnauthenticated, "the connector failed to prove it holds the key of the engine it names");
+  }
   bool local = auth.streams == 0;
   if (local && (!welcome.local_ok || hello.host_id != ctx_->host_id)) {
     return reject(Code::kInvalidArgument, welcome.local_ok ? "local transport asked for by a peer on another host"
@@ -333,6 +341,7 @@ Status TcpListener::serve_control(uint64_t handshake_id, platform::Socket& s, co
     return reject(Code::kInvalidArgument, "data stream count " + std::to_string(auth.streams) + " outside 1..64");
   }
   wire::Accepted accepted;
+  accepted.signature = ctx_->identity->sign(wire::identity_input(wire::Signer::kAcceptor, hello, welcome));
   if (welcome.auth_required) {
     if (!auth.has_proof)
       return reject(Code::kUnauthenticated, "this engine requires a shared secret (FERRY_AUTH_TOKEN)");
