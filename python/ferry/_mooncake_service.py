@@ -6,20 +6,30 @@ Two named threads: one accepts (ferry hands over every connection a peer
 opens), one takes the engine's notifications in order. Both block in ferry
 and wake when the engine closes; neither polls.
 
+Neither thread ends on anything a peer sends: a message that does not
+decode, or whose handling fails in any other way, is dropped with a log line
+(at most one a second, with the count dropped since), and the thread goes on.
+
 Limits against a hostile or careless peer: one table reply in flight per
 connection (a request while one is pending is dropped; the asker times out
 and asks again); a request on a connection accept() has not handed over yet
 waits, one per connection and at most MAX_PARKED in all, for the accepting
-thread to answer it, so no request ever stalls this thread; notifications wait here only up to MAX_PENDING_NOTIFIES,
-past which this thread stops taking more, so they stay in ferry, whose
-per-connection budget (connection_memory_bytes) then fails the connection
-that floods.
+thread to answer it, so no request ever stalls this thread; TransferNotify
+messages wait here only up to MAX_PENDING_NOTIFY_BYTES of Python memory
+(their strings, as sys.getsizeof counts them, and ENTRY_BYTES each), past
+which this thread stops taking notifications from ferry, so they stay there,
+whose per-connection budget (connection_memory_bytes) then fails the
+connection that floods. (Table requests are notifications too: while the
+queue is full they wait in ferry with the rest, until get_notifies empties
+it.)
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import threading
+import time
 from collections import OrderedDict, deque
 from typing import Callable, Deque, Dict, List, Optional, Tuple
 
@@ -30,8 +40,32 @@ from . import _mooncake_wire as wire
 
 log = logging.getLogger("ferry.mooncake")
 
-MAX_PENDING_NOTIFIES = 65536
+MAX_PENDING_NOTIFY_BYTES = 64 << 20  # TransferNotify messages get_notifies has not taken yet
+ENTRY_BYTES = 120  # what one queued message costs besides its strings: its tuple and the deque's slot
 MAX_PARKED = 1024
+DROP_LOG_INTERVAL_S = 1.0  # at most one line a second about dropped messages
+
+
+class _DropLog:
+    """Logs messages the service drops, at most once per DROP_LOG_INTERVAL_S
+    with the count dropped since: a peer that sends garbage must not flood
+    the log. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next = 0.0
+        self._unlogged = 0
+
+    def dropped(self, what: str, level: int = logging.WARNING) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now < self._next:
+                self._unlogged += 1
+                return
+            self._next = now + DROP_LOG_INTERVAL_S
+            unlogged, self._unlogged = self._unlogged, 0
+        more = f" ({unlogged} more dropped since the last line)" if unlogged else ""
+        log.log(level, "mooncake: dropped %s%s", what, more)
 
 
 class _Reply:
@@ -60,6 +94,8 @@ class Service:
         self._parked: "OrderedDict[int, int]" = OrderedDict()  # connection id -> sequence asked for
         self._replies: Dict[int, _Reply] = {}
         self._notifies: Deque[Tuple[str, str]] = deque()
+        self._notify_bytes = 0  # what _notifies holds: its strings (sys.getsizeof) and ENTRY_BYTES each
+        self._drops = _DropLog()
         self._closing = False
         self._threads = [
             threading.Thread(target=self._accept_loop, name="ferry-mc-accept", daemon=True),
@@ -74,6 +110,7 @@ class Service:
         with self._lock:
             out = list(self._notifies)
             self._notifies.clear()
+            self._notify_bytes = 0
             self._lock.notify_all()
         return out
 
@@ -102,17 +139,20 @@ class Service:
                     return
                 log.warning("mooncake: accepting a peer failed: %s", e)
                 continue
-            with self._lock:
-                self._forget_closed()
-                self._accepted[conn.id] = conn
-                sequence = self._parked.pop(conn.id, None)
-            if sequence is not None:
-                self._answer(conn.id, sequence)
+            try:
+                with self._lock:
+                    self._forget_closed()
+                    self._accepted[conn.id] = conn
+                    sequence = self._parked.pop(conn.id, None)
+                if sequence is not None:
+                    self._answer(conn.id, sequence)
+            except Exception:  # a fault of ours must cost this connection's request, not the thread
+                log.exception("mooncake: taking connection %d failed", conn.id)
 
     def _notification_loop(self) -> None:
         while True:
             with self._lock:
-                while len(self._notifies) >= MAX_PENDING_NOTIFIES and not self._closing:
+                while self._notify_bytes >= MAX_PENDING_NOTIFY_BYTES and not self._closing:
                     self._lock.wait()
                 if self._closing:
                     return
@@ -126,8 +166,10 @@ class Service:
             try:
                 self._handle(note)
             except wire.WireError as e:
-                log.warning("mooncake: dropped a message from %s (connection %d): %s",
-                            note.peer_address, note.connection_id, e)
+                self._drops.dropped(f"a message from {note.peer_address} (connection {note.connection_id}): {e}")
+            except Exception as e:  # a fault of ours must cost one message, not the thread
+                self._drops.dropped(f"a message from {note.peer_address} (connection {note.connection_id}) "
+                                    f"whose handling failed: {type(e).__name__}: {e}", logging.ERROR)
 
     def _handle(self, note: ferry.Notification) -> None:
         message = note.message
@@ -138,15 +180,17 @@ class Service:
         named = wire.decode_notify(message)
         if named is None:  # a plain ferry notification from an engine that is no facade
             named = ("", message.decode(errors="replace"))
+        size = sys.getsizeof(named[0]) + sys.getsizeof(named[1]) + ENTRY_BYTES
         with self._lock:
             self._notifies.append(named)
+            self._notify_bytes += size
 
     def _answer(self, connection_id: int, sequence: int) -> None:
         with self._answering:  # both threads answer; one reply per connection at a time
             try:
                 self._answer_locked(connection_id, sequence)
             except (ferry.FerryError, wire.WireError) as e:  # neither thread may end over one reply
-                log.warning("mooncake: cannot answer connection %d: %s", connection_id, e)
+                self._drops.dropped(f"a table request of connection {connection_id}: cannot answer it: {e}")
 
     def _answer_locked(self, connection_id: int, sequence: int) -> None:
         with self._lock:

@@ -2,8 +2,9 @@
 table (which address ranges an engine registered, with the descriptor that
 exports each), the request for it, and TransferNotify messages.
 
-Every byte here comes from a peer and is checked before use: a malformed
-message raises WireError and is never half-applied. The target still checks
+Every byte here comes from a peer and is checked before use, every number
+against the range its field carries: a malformed message raises WireError
+(and nothing else) and is never half-applied. The target still checks
 every write and read against its own exports, so a table that lies only
 sends its reader's requests to places ferry refuses.
 
@@ -30,6 +31,7 @@ TABLE_FORMAT = 1
 MAX_SEGMENTS = 4096
 MAX_TABLE_BYTES = 1 << 20
 MAX_SEQUENCE_DIGITS = 20
+MAX_SEQUENCE = (1 << 64) - 1  # the table's u64: a request's number must fit the answer
 MAX_DESCRIPTOR_BYTES = 256
 
 _TABLE_HEAD = struct.Struct(">4sIQI")
@@ -51,20 +53,28 @@ class Segment:
 
 
 def encode_request(sequence: int) -> bytes:
+    if not 0 <= sequence <= MAX_SEQUENCE:
+        raise WireError(f"table request: sequence number {sequence} is outside [0, {MAX_SEQUENCE}]")
     return REQUEST_PREFIX + str(sequence).encode()
 
 
 def decode_request(message: bytes) -> Optional[int]:
-    """The sequence number of a table request; None if `message` is none."""
+    """The sequence number of a table request, in [0, MAX_SEQUENCE]; None if
+    `message` is none."""
     if not message.startswith(REQUEST_PREFIX):
         return None
     digits = message[len(REQUEST_PREFIX):]
     if not digits or len(digits) > MAX_SEQUENCE_DIGITS or not digits.isdigit():
         raise WireError(f"table request: {digits[:40]!r} is not a sequence number (1-{MAX_SEQUENCE_DIGITS} digits)")
-    return int(digits)
+    sequence = int(digits)
+    if sequence > MAX_SEQUENCE:
+        raise WireError(f"table request: sequence number {sequence} is past {MAX_SEQUENCE} (a table carries a u64)")
+    return sequence
 
 
 def encode_table(sequence: int, segments: Sequence[Segment]) -> bytes:
+    if not 0 <= sequence <= MAX_SEQUENCE:
+        raise WireError(f"table: sequence number {sequence} is outside [0, {MAX_SEQUENCE}]")
     if len(segments) > MAX_SEGMENTS:
         raise WireError(f"table: {len(segments)} segments, at most {MAX_SEGMENTS} go in one table")
     parts = [_TABLE_HEAD.pack(TABLE_MAGIC, TABLE_FORMAT, sequence, len(segments))]

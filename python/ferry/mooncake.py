@@ -50,6 +50,23 @@ Differences from Mooncake, all stated:
   connection (reaching a peer takes at most 3 s of it, so a dead peer fails
   each call within that); ``MC_TCP_BIND_ADDRESS`` picks the address to listen on (default
   every address).
+- A call that reports a timeout (-1 from a sync call or
+  ``get_batch_transfer_status``, -2 from ``transfer_check_status``) first
+  stops the transfer: a read is cancelled, and one that cannot be, or a
+  write, ends with its connection (the next call to that peer connects
+  anew). Nothing of it lands in this process's buffers after the call
+  returned.
+- TransferNotify messages that ``get_notifies`` has not collected are held
+  up to 64 MiB (their Python strings). Past that the engine takes no more
+  notifications from ferry until ``get_notifies`` is called; ferry holds them
+  within its per-connection budget (``FERRY_CONNECTION_MEMORY``, 256 MiB),
+  and fails a connection that goes past it. Table requests, which are
+  notifications too, wait as well.
+
+What peers send is checked before use (every number against its field's
+range); a message that is malformed, or whose handling fails, is dropped with
+a log line, and the threads that serve peers go on. Each buffer is exported
+once, when registered; a table request exports nothing.
 """
 
 from __future__ import annotations
@@ -59,7 +76,6 @@ import enum
 import itertools
 import logging
 import os
-import queue
 import re
 import threading
 import time
@@ -170,39 +186,24 @@ class _Peer:
 
 
 class _Batch:
-    __slots__ = ("transfers", "deadline", "notify", "peer")
+    __slots__ = ("transfers", "deadline", "notify", "peer", "reads")
 
     def __init__(self, transfers: List[ferry.Transfer], deadline: float, peer: _Peer,
-                 notify: Optional[bytes]) -> None:
+                 notify: Optional[bytes], reads: bool) -> None:
         self.transfers = transfers
         self.deadline = deadline
         self.peer = peer
         self.notify = notify  # sent after a read completes (a write carries its own)
+        self.reads = reads  # its bytes land in this process's memory
 
 
-class _Reaper:
-    """Cancels transfers past their deadline on a thread of its own (started
-    on first use), so that the call that gave up on them returns at once."""
-
-    def __init__(self) -> None:
-        self._queue: "queue.SimpleQueue[List[ferry.Transfer]]" = queue.SimpleQueue()
-        self._thread: Optional[threading.Thread] = None
-        self._lock = threading.Lock()
-
-    def cancel(self, transfers: List[ferry.Transfer]) -> None:
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="ferry-mc-cancel", daemon=True)
-                self._thread.start()
-        self._queue.put(transfers)
-
-    def _run(self) -> None:
-        while True:
-            for t in self._queue.get():  # blocks until there is work
-                try:
-                    t.cancel()
-                except ferry.FerryError as e:
-                    log.debug("mooncake: cancelling a transfer past its deadline: %s", e)
+def _cancel(transfer: ferry.Transfer) -> bool:
+    """transfer.cancel(), with a failure to cancel as False."""
+    try:
+        return transfer.cancel()
+    except ferry.FerryError as e:
+        log.debug("mooncake: cancelling a transfer past its deadline: %s", e)
+        return False
 
 
 def _shutdown(held: List[object]) -> None:
@@ -230,13 +231,14 @@ class TransferEngine:
         self._timeout = DEFAULT_TIMEOUT_S
         self._lock = threading.Lock()
         self._local: SegmentIndex[ferry.Region] = SegmentIndex()
-        self._registration_order: List[int] = []
+        # What peers are told, in registration order (the first is get_first_buffer_address's):
+        # each buffer exported once, when registered; its export goes with its region at unregistration.
+        self._table: List[wire.Segment] = []
         self._managed: Dict[int, Tuple[np.ndarray, int]] = {}
         self._peers: Dict[str, _Peer] = {}
         self._batches: Dict[int, _Batch] = {}
         self._batch_ids = itertools.count(1)
         self._stream_work = StreamWork()
-        self._reaper = _Reaper()
         self._held: List[object] = []
         self._closer = weakref.finalize(self, _shutdown, self._held)
 
@@ -362,21 +364,16 @@ class TransferEngine:
             self._batches.clear()
             self._managed.clear()
             self._local = SegmentIndex()
+            self._table = []
 
     # ---- memory -----------------------------------------------------------
 
     def _table_for_peers(self) -> List[wire.Segment]:
+        """The segments a table request is answered with; exports nothing
+        (a request per registration's export would let a peer grow this
+        engine by asking)."""
         with self._lock:
-            local, order = self._local, list(self._registration_order)
-        engine = self._engine
-        if engine is None:
-            return []
-        out = []
-        for base in order:  # registration order: the first is get_first_buffer_address's
-            i = local.find_base(base)
-            if i >= 0:
-                out.append(wire.Segment(base, int(local.ends[i]) - base, engine.export_region(local.payloads[i])))
-        return out
+            return list(self._table) if self._engine is not None else []
 
     def _register(self, addr: int, length: int) -> None:
         engine = self._ferry()
@@ -393,9 +390,14 @@ class TransferEngine:
             if len(self._local) >= wire.MAX_SEGMENTS:  # what one segment table carries to peers
                 raise _Failure(ERR_MEMORY, f"{len(self._local)} buffers are registered, at most {wire.MAX_SEGMENTS}")
             region = engine.reg((addr, length))
+            try:
+                exported = engine.export_region(region)
+            except BaseException:
+                engine.dereg(region)
+                raise
             self._replace_local([(int(b), int(e - b), r) for b, e, r in
                                  zip(self._local.bases, self._local.ends, self._local.payloads)] + [(addr, length, region)])
-            self._registration_order.append(addr)
+            self._table.append(wire.Segment(addr, length, exported))
 
     def _unregister(self, addr: int) -> None:
         engine = self._ferry()
@@ -407,8 +409,8 @@ class TransferEngine:
             kept = [(int(b), int(e - b), r) for j, (b, e, r) in
                     enumerate(zip(self._local.bases, self._local.ends, self._local.payloads)) if j != i]
             self._replace_local(kept)
-            self._registration_order.remove(addr)
-        engine.dereg(region)
+            self._table = [s for s in self._table if s.base != addr]
+        engine.dereg(region)  # revokes its export: a peer that still names it is refused
 
     def _replace_local(self, segments: List[Tuple[int, int, ferry.Region]]) -> None:
         self._local = SegmentIndex(segments, self._local.version + 1)
@@ -509,7 +511,7 @@ class TransferEngine:
         session id, or a peer's), or 0."""
         if segment_name == self._session:
             with self._lock:
-                return self._registration_order[0] if self._registration_order else 0
+                return self._table[0].base if self._table else 0
         try:
             peer = self._peer(segment_name, time.monotonic() + self._timeout)
             self._refresh(peer, time.monotonic() + self._timeout)
@@ -620,7 +622,7 @@ class TransferEngine:
                 transfers = [conn.notify_async(note)] if note else []
             else:
                 transfers = [conn.write_blocks_async(self._pools(peer, local, remote), blocks, note)]
-            return _Batch(transfers, deadline, peer, None)
+            return _Batch(transfers, deadline, peer, None, reads=False)
         items = [(int(local.bases[b[0]] + b[2]), remote.payloads[int(b[1])], int(b[3]), int(b[4])) for b in blocks]
         if n == 0:
             transfers = []
@@ -629,7 +631,7 @@ class TransferEngine:
             transfers = [conn.read_async((a, size), d, o)]
         else:
             transfers = [conn.readv_async(items)]
-        return _Batch(transfers, deadline, peer, note)
+        return _Batch(transfers, deadline, peer, note, reads=True)
 
     def _blocks(self, peer: _Peer, local: SegmentIndex, buffers: Sequence[int], peer_addresses: Sequence[int],
                 lengths: Sequence[int], last_try: bool) -> Tuple[Optional[np.ndarray], SegmentIndex]:
@@ -700,17 +702,37 @@ class TransferEngine:
             return STATUS_FAILED
 
     def _ended(self, batch: _Batch, status: int) -> int:
-        """Cancels what of `batch` still runs, on the reaper thread: a cancel
-        waits until no byte lands any more, which for a silent peer is ferry's
-        peer_timeout (1.5 x MC_TRANSFER_TIMEOUT at most), and no call may block that long."""
-        unfinished = [t for t in batch.transfers if not t.test()]
-        if unfinished:
-            self._reaper.cancel(unfinished)
+        """Stops what of `batch` still runs (_stop), then `status`: the call
+        that reports it returns when nothing of the batch lands any more."""
+        self._stop(batch)
         if status == STATUS_TIMEOUT:
             batch.peer.lost = True
             self._fail("transfer", ERR_TRANSFER, f"to {batch.peer.name}: not done within {self._timeout} s "
                                                  "(MC_TRANSFER_TIMEOUT)")
         return status
+
+    @staticmethod
+    def _stop(batch: _Batch) -> None:
+        """Returns once no transfer of `batch` runs any more, so that nothing
+        of it lands after the call that gave up on it returned. A read is
+        cancelled (ferry stops it and returns once nothing more of it lands).
+        A read cancel() cannot stop, and a write, end with their connection,
+        closed here (close returns once its threads are joined): a write's
+        cancel waits for the peer to confirm, which for a silent peer is
+        ferry's peer_timeout, past MC_TRANSFER_TIMEOUT. A timed-out peer's
+        connection is opened anew by the next call anyway (peer.lost)."""
+        running = [t for t in batch.transfers if not t.test()]
+        if not running:
+            return
+        stopped = batch.reads and all([_cancel(t) for t in running])  # a list: cancel every one
+        if not stopped:
+            batch.peer.lost = True
+            batch.peer.conn.close()
+        for t in running:
+            try:
+                t.wait(timeout=None)  # finished or about to: cancel and close end it, in bounded time
+            except ferry.FerryError:
+                pass  # it failed (Cancelled): what matters is that it ended
 
     def _sync(self, what: str, target: str, buffers, peer_addresses, lengths, opcode, notify=None) -> int:
         def body() -> int:
