@@ -142,9 +142,12 @@ class Connection {
   // ---- blocking wrappers (post, then wait) -------------------------------
   // Past `deadline`, a receive, write or read that has not started moving
   // data is cancelled and kDeadlineExceeded returned; one already moving data
-  // runs to its end (or fails within peer_timeout) and returns its own
-  // result, so these never return while the engine still uses the buffer and
-  // a received message is never dropped. A send returns kDeadlineExceeded at
+  // is stopped (over TCP; a receive first gets half of peer_timeout to finish,
+  // then its sender is told) and kDeadlineExceeded returned once none of it
+  // lands any more, at most peer_timeout (a receive: 1.5 times) past the
+  // deadline; on the local transport it runs to its end and returns its own
+  // result. So these never return while the engine still uses the buffer,
+  // and a peer cannot stretch the deadline. A send returns kDeadlineExceeded at
   // the deadline and goes on: a message once posted is not withdrawn, since
   // the peer may be receiving it (send_async gives a handle to follow it);
   // notify likewise. Each is Transfer::wait_or_cancel: kCancelOrFinish for

@@ -207,6 +207,11 @@ struct Options {
   // posted a receive for, notifications not yet polled, replies the peer does
   // not read); past it the connection fails with kResourceExhausted.
   size_t connection_memory_bytes = 256u << 20;
+  // Bytes all connections together may hold on behalf of their peers (each
+  // within connection_memory_bytes); a connection whose peer would pass it
+  // fails with kResourceExhausted, so a few flooding peers cannot grow the
+  // engine by max_connections times connection_memory_bytes.
+  size_t engine_memory_bytes = size_t{1} << 30;
   // Same-host peers of another uid may use the local transport (by default
   // they are refused: the local transport trusts the kernel's same-uid rules).
   bool local_other_uids = false;

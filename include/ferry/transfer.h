@@ -35,11 +35,17 @@ class TransferState;  // internal
 // (Transfer::wait_or_cancel; Connection's blocking calls, engine.h).
 enum class PastDeadline {
   // For a receive, write or read. One that has not started moving data is
-  // cancelled and the wait returns kDeadlineExceeded; one that has runs to
-  // its end (or fails within peer_timeout) and the wait returns its own
-  // result. So the wait never returns while the engine still uses the
-  // caller's memory, and a received message is never dropped. Such an
-  // operation never waits on the peer application, only on the bytes.
+  // cancelled. One that has is stopped (cancel(): a write, and over TCP a
+  // read or receive, whose sender is told) and the wait returns
+  // kDeadlineExceeded once none of its bytes lands any more, at most
+  // Options::peer_timeout past the deadline (a chunk the peer stalls mid-way
+  // is cut off); a receive first gets half of peer_timeout to finish, so a
+  // message already landing is returned rather than dropped. One that cannot
+  // be stopped (on the local transport the bytes move without the peer's
+  // help) runs to its end and the wait returns its own result. So the wait
+  // never returns while the engine still uses the caller's memory, and a
+  // peer cannot stretch the deadline by more than peer_timeout (a receive:
+  // one and a half times that).
   kCancelOrFinish,
   // For a send or a notification, which may wait on the peer application
   // (posting a receive). The wait returns kDeadlineExceeded and the operation
@@ -82,7 +88,7 @@ class Transfer {
   //   ferry::Transfer t = conn->recv_async(buf, cap);
   //   ferry::Status s = t.wait_or_cancel(ferry::after(std::chrono::seconds(1)),
   //                                      ferry::PastDeadline::kCancelOrFinish);
-  //   // s is not kDeadlineExceeded if a message began to land: buf holds all of it.
+  //   // kDeadlineExceeded: no byte of the message lands in buf any more.
   Status wait_or_cancel(Deadline deadline, PastDeadline rule,
                         const std::function<bool(Deadline until)>& block = {}) const;
 
@@ -100,12 +106,14 @@ class Transfer {
   // then blocks until no byte of the write will land in the peer's memory any
   // more (up to Options::peer_timeout; past it the connection fails), and the
   // peer's application learns the write's notification as not delivered
-  // (Connection::wait_note), so both sides may reuse the blocks. What landed
-  // before is unspecified. A stopped operation finishes with kCancelled and
+  // (Connection::wait_note), so both sides may reuse the blocks. Over TCP a
+  // receive or read whose data is landing stops too: cancel blocks until no
+  // byte of it lands in this side's memory any more (a chunk the peer stalls
+  // mid-way is cut off within Options::peer_timeout), later chunks are
+  // dropped, and a receive's sender sees its send fail. What landed before
+  // is unspecified. A stopped operation finishes with kCancelled and
   // true is returned. Otherwise returns false and the operation runs to its
   // end (or had ended); a write's cancel returns once it ended either way.
-  // The waits of wait_or_cancel withdraw only what has not started moving
-  // data.
   bool cancel() const;
 
   // Runs `fn(final status)` once the operation finishes: on the ferry thread

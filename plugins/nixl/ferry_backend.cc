@@ -473,11 +473,16 @@ nixl_status_t nixlFerryEngine::releaseReqH(nixlBackendReqH* handle) const {
   if (request->data.state() && !request->data.test()) {
     // A write's cancel returns once no byte of it lands any more, and the
     // target hears of it (failed_notif_prefix); a read's, once nothing more
-    // lands here.
-    if (!request->data.cancel()) {
-      // A read already moving data runs to its end (or fails within the
-      // peer timeout); NIXL may reuse the buffer once this returns.
-      (void)request->data.wait(after(2 * settings_.options.peer_timeout));
+    // lands here. NIXL may reuse the buffers as soon as this returns.
+    if (!request->data.cancel() && !request->data.wait(after(settings_.options.peer_timeout)).ok() &&
+        !request->data.test()) {
+      // One that could not be stopped and is still running (its transport
+      // lands without the peer's help, and slowly): failing the connection
+      // ends it, and the transfer finishes once nothing of it lands.
+      NIXL_WARN << "FERRY backend: releaseReqH of a transfer to agent '" << request->remote_agent
+                << "' that would not stop: closing its connection";
+      request->connection->close();
+      (void)request->data.wait(kNoDeadline);
     }
     if (request->read_note && !request->note_sent) {
       (void)request->connection->notify_async(*request->read_note_failed);

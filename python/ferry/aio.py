@@ -12,10 +12,11 @@ transfer it waits for finishes or a notification arrives; the loop's reader
 then settles every future whose transfer or connection is ready.
 
 Cancelling the awaiting task cancels the operation when it can still stop
-(an unmatched receive, or a write: Transfer.cancel, which for a write moving
-data holds the loop until none of it lands any more); a receive or read
-already moving data runs to its end, and its buffers stay alive until then,
-as with a dropped Transfer.
+(an unmatched receive, a write, or over TCP a receive or read moving data:
+Transfer.cancel, which for one moving data holds the loop until none of it
+lands any more); on the local transport a receive or read already moving
+data runs to its end, and its buffers stay alive until then, as with a
+dropped Transfer.
 """
 
 import asyncio
@@ -118,7 +119,7 @@ async def wait(transfer: _ferry.Transfer, timeout: Optional[float] = None) -> in
     try:
         return await _within(fut, timeout, f"transfer {transfer.id} still running at its deadline")
     except asyncio.CancelledError:
-        transfer.cancel()  # an unmatched receive or a write stops; a receive or read moving data goes on
+        transfer.cancel()  # stops what can stop (on the local transport a receive or read moving data goes on)
         raise
 
 

@@ -256,8 +256,10 @@ const char* kTimeoutDoc =
 
 // What a blocking call does past its deadline (Transfer::wait_or_cancel's rules).
 const char* kFinishDoc =
-    " Past the deadline, one that has not started moving data is cancelled (DeadlineExceeded); one that has "
-    "runs to its end and its own result is returned, so the buffers are free once the call returns.";
+    " Past the deadline, one that has not started moving data is cancelled (DeadlineExceeded); one that has is "
+    "stopped over TCP (a receive first gets half of peer_timeout to finish; DeadlineExceeded once none of it lands "
+    "any more) or, on the local transport, runs to its end and its own result is returned: the buffers are free "
+    "once the call returns.";
 const char* kLeaveDoc =
     " At the deadline raises DeadlineExceeded and the operation goes on: a message once posted is not withdrawn "
     "(its buffers stay in use until it ends).";

@@ -122,6 +122,9 @@ void bind_options(pyb::module_& m) {
       .def_readwrite("connection_memory_bytes", &Options::connection_memory_bytes,
                      "Bytes a connection may hold for its peer (unreceived messages, unpolled notifications, unread "
                      "replies); past it the connection fails with ResourceExhausted.")
+      .def_readwrite("engine_memory_bytes", &Options::engine_memory_bytes,
+                     "Bytes all connections together may hold for their peers (each within connection_memory_bytes); "
+                     "a connection whose peer would pass it fails with ResourceExhausted.")
       .def_readwrite("local_other_uids", &Options::local_other_uids,
                      "Same-host peers of another uid may use the local transport (refused by default).")
       .def_readwrite("local_same_process", &Options::local_same_process,

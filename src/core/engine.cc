@@ -108,7 +108,12 @@ struct Engine::Impl {
         return true;
       });
       for (auto& c : connections) {
-        if (c.use_count() != 1 || closing.count(c.get()) > 0) continue;
+        // A failed connection that holds its admission here (the local
+        // transport's) is closed too, even while the application holds it:
+        // its thread, control stream and admission go back at once, as a
+        // failed TCP connection's do; what it received stays readable.
+        const bool failed_holding = !c->health().ok() && tickets.count(c.get()) > 0;
+        if ((c.use_count() != 1 && !failed_holding) || closing.count(c.get()) > 0) continue;
         auto done = std::make_shared<std::atomic<bool>>(false);
         auto t = platform::try_start_thread("ferry-close", [this, c, done] { close_dropped(c, *done); });
         if (!t.ok()) break;  // out of threads: the next tick tries again
@@ -184,8 +189,30 @@ Status start_directory(Engine::Impl& impl) {
   // The first publish gets a moment, so that peers find the name as soon as
   // create returns; a directory that is down only delays it.
   auto first_try = std::min<Clock::duration>(o.directory_ttl, std::chrono::seconds(2));
-  FERRY_ASSIGN_OR_RETURN(impl.publisher,
-                         directory::Publisher::start(url, std::move(self), o.directory_ttl, after(first_try)));
+  // Another engine's claim on a name is believed once it answers as that
+  // engine: a dial proves the id (the handshake's signature), and with a
+  // token, that it holds the token.
+  auto verify = [&impl](const DirectoryEntry& e, Deadline deadline) -> Status {
+    Status last(Code::kUnavailable, "no address");
+    for (const std::string& a : e.addresses) {
+      auto hp = platform::parse_host_port(a);
+      if (!hp.ok()) continue;
+      auto c = bootstrap::dial(impl.ctx, *hp, deadline, [&impl] { return impl.next_id(); });
+      if (!c.ok()) {
+        last = c.status();
+        continue;
+      }
+      const uint64_t id = c->connection->peer_engine_id();
+      c->connection->close();
+      if (id == e.engine_id) return Status();
+      char got[17];
+      std::snprintf(got, sizeof(got), "%016" PRIx64, id);
+      return Status(Code::kPermissionDenied, "engine " + std::string(got) + " answered at " + a);
+    }
+    return last;
+  };
+  FERRY_ASSIGN_OR_RETURN(impl.publisher, directory::Publisher::start(url, std::move(self), o.directory_ttl,
+                                                                     after(first_try), std::move(verify)));
   FERRY_LOG(kInfo, "directory", "published \"%s\" in %s (incarnation %" PRIu64 ", ttl %lld ms)", o.name.c_str(),
             url.redacted.c_str(), impl.publisher->self().incarnation, static_cast<long long>(o.directory_ttl.count()));
   return Status();
@@ -223,6 +250,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
     }
   }
   impl->ctx->options = opts;
+  impl->ctx->memory_budget = std::make_shared<core::ByteBudget>(opts.engine_memory_bytes);
   {
     auto topo = platform::read_topology("");
     platform::Topology host = topo.ok() ? std::move(topo).value() : platform::Topology{};

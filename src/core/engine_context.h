@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/admission.h"
+#include "core/notification_queue.h"
 #include "core/notification_signal.h"
 #include "core/registry.h"
 #include "core/worker_cpus.h"
@@ -50,6 +51,9 @@ struct EngineContext {
   WorkerCpus worker_cpus;
   Registry registry;
   Admission admission;
+  // What all connections hold for their peers (Options::engine_memory_bytes);
+  // each connection's budget takes from it.
+  std::shared_ptr<ByteBudget> memory_budget;
   // Bumped whenever any connection queues a notification.
   NotificationSignal notifications;
   // GPU memory shared with and opened from same-host peers (local transport).

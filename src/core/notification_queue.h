@@ -15,6 +15,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -29,21 +30,38 @@ namespace ferry::core {
 // Bytes held on a peer's behalf, against one limit. Thread-safe (lock-free).
 class ByteBudget {
  public:
-  explicit ByteBudget(size_t limit) : limit_(limit) {}
+  // Within `parent` too when given (a connection's budget within the
+  // engine's): what is taken here is taken there.
+  explicit ByteBudget(size_t limit, std::shared_ptr<ByteBudget> parent = nullptr)
+      : limit_(limit), parent_(std::move(parent)) {}
 
-  // Takes `n` bytes; false, taking nothing, if that would pass the limit.
+  // Takes `n` bytes; false, taking nothing, if that would pass the limit
+  // (or the parent's).
   bool take(size_t n) {
     size_t held = held_.load(std::memory_order_relaxed);
     do {
-      if (n > limit_ || held > limit_ - n) return false;
+      if (n > limit_ || held > limit_ - n) {
+        parent_refused_.store(false, std::memory_order_relaxed);
+        return false;
+      }
     } while (!held_.compare_exchange_weak(held, held + n, std::memory_order_relaxed));
+    if (parent_ && !parent_->take(n)) {
+      held_.fetch_sub(n, std::memory_order_relaxed);
+      parent_refused_.store(true, std::memory_order_relaxed);
+      return false;
+    }
     size_t peak = peak_.load(std::memory_order_relaxed);
     while (held + n > peak && !peak_.compare_exchange_weak(peak, held + n, std::memory_order_relaxed)) {
     }
     return true;
   }
   // Gives back `n` bytes taken before.
-  void give(size_t n) { held_.fetch_sub(n, std::memory_order_relaxed); }
+  void give(size_t n) {
+    held_.fetch_sub(n, std::memory_order_relaxed);
+    if (parent_) parent_->give(n);
+  }
+  // Whether the last refused take was refused by the parent.
+  bool parent_refused() const { return parent_refused_.load(std::memory_order_relaxed); }
 
   size_t held() const { return held_.load(std::memory_order_relaxed); }
   // The most ever held at once.
@@ -52,8 +70,10 @@ class ByteBudget {
 
  private:
   const size_t limit_;
+  const std::shared_ptr<ByteBudget> parent_;
   std::atomic<size_t> held_{0};
   std::atomic<size_t> peak_{0};
+  std::atomic<bool> parent_refused_{false};
 };
 
 class NotificationQueue {

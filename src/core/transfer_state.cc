@@ -107,6 +107,15 @@ bool TransferState::cancel(bool moving_too) {
   return stop && !done() && stop();
 }
 
+bool TransferState::stop() {
+  std::function<bool()> stopper;
+  {
+    platform::MutexLock lock(mu_);
+    stopper = stopper_;
+  }
+  return stopper && !done() && stopper();
+}
+
 // ---- Transfer -----------------------------------------------------------
 
 bool Transfer::test() const { return state_ == nullptr || state_->done(); }
@@ -141,9 +150,23 @@ Status Transfer::wait_or_cancel(Deadline deadline, PastDeadline rule,
   if (state_->cancel(/*moving_too=*/false)) {
     return Status(Code::kDeadlineExceeded, what() + " had not started moving data by its deadline and was cancelled");
   }
-  // A receive, write or read moving data ends by itself (or fails within
-  // peer_timeout); returning before then would leave bytes landing in a
-  // buffer the caller believes free, and a received message unaccounted for.
+  // A receive whose message is landing gets a grace to finish: its message
+  // is returned rather than dropped (it is stopped at the end of it).
+  if (Clock::duration grace = state_->past_deadline_grace(); grace > Clock::duration::zero()) {
+    if (!wait_until(Clock::now() + grace)) return stopped();
+    if (test()) return status();
+  }
+  // Moving data: a write, or a receive or read landing over TCP, is stopped,
+  // which returns once none of it lands any more (a chunk a peer stalls
+  // mid-way is cut off within peer_timeout). A peer may not stretch the
+  // caller's deadline by answering slowly.
+  if (state_->stop()) {
+    return Status(Code::kDeadlineExceeded,
+                  what() + " was moving data at its deadline and was stopped; none of it lands any more");
+  }
+  // One that cannot be stopped (it ended meanwhile, or its transport lands
+  // nothing a peer can stall) runs to its end: returning before then would
+  // leave bytes landing in a buffer the caller believes free.
   if (!wait_until(kNoDeadline)) return stopped();
   return status();
 }

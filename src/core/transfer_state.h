@@ -48,12 +48,19 @@ class TransferState {
   // Installed by the transport while the operation can still be withdrawn;
   // returns true if it withdrew it (and finished the state).
   void set_canceller(std::function<bool()> fn);
-  // Installed for a write: stops it even while it moves data, returning once
-  // none of its bytes will land any more; true if it stopped it (the state
-  // finished kCancelled). Blocks.
+  // Installed for a write, receive or read: stops it even while it moves
+  // data, returning once none of its bytes will land any more; true if it
+  // stopped it (the state finished kCancelled). Blocks.
   void set_stopper(std::function<bool()> fn);
   // The canceller's answer, and with `moving_too` the stopper's after it.
   bool cancel(bool moving_too);
+  // The stopper's answer alone.
+  bool stop();
+  // How long a wait past its deadline still lets the operation, moving
+  // data, finish on its own before it stops it (Transfer::wait_or_cancel):
+  // a receive's message already landing is returned rather than dropped.
+  void set_past_deadline_grace(Clock::duration d) { grace_ns_.store(d.count(), std::memory_order_relaxed); }
+  Clock::duration past_deadline_grace() const { return Clock::duration(grace_ns_.load(std::memory_order_relaxed)); }
   // Set by a stopper: copies of the operation not begun yet must not begin.
   void request_stop() { stop_requested_.store(true, std::memory_order_release); }
   bool stop_requested() const { return stop_requested_.load(std::memory_order_acquire); }
@@ -77,6 +84,7 @@ class TransferState {
   std::function<bool()> canceller_ GUARDED_BY(mu_);
   std::function<bool()> stopper_ GUARDED_BY(mu_);
   std::atomic<bool> stop_requested_{false};
+  std::atomic<Clock::rep> grace_ns_{0};
   std::vector<std::function<void(const Status&)>> finish_hooks_ GUARDED_BY(mu_);
 };
 

@@ -275,6 +275,9 @@ const std::vector<Tunable>& tunables() {
       size_tunable("connection_memory_bytes", "FERRY_CONNECTION_MEMORY", "bytes",
                    "bytes a connection may hold for its peer (unreceived messages, unpolled notes, unread replies)",
                    &Options::connection_memory_bytes),
+      size_tunable("engine_memory_bytes", "FERRY_ENGINE_MEMORY", "bytes",
+                   "bytes all connections together may hold for their peers (each within connection_memory_bytes)",
+                   &Options::engine_memory_bytes),
       flag_tunable("local_other_uids", "FERRY_LOCAL_OTHER_UIDS",
                    "1: same-host peers of another uid may use the local transport (default 0: refused)",
                    &Options::local_other_uids),
@@ -403,6 +406,10 @@ Status validate(const Options& o) {
   if (o.max_streams < 1) return bad("max_streams must be at least 1");
   if (o.connection_memory_bytes < (1u << 20)) {
     return bad("connection_memory_bytes must be at least 1 MiB, got " + std::to_string(o.connection_memory_bytes));
+  }
+  if (o.engine_memory_bytes < o.connection_memory_bytes) {
+    return bad("engine_memory_bytes (" + std::to_string(o.engine_memory_bytes) +
+               ") must be at least connection_memory_bytes (" + std::to_string(o.connection_memory_bytes) + ")");
   }
   if (!o.directory.empty()) {
     auto u = directory::parse_directory_url(o.directory);

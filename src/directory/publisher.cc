@@ -28,12 +28,18 @@ uint64_t now_us() {
 
 }  // namespace
 
-Publisher::Publisher(const DirectoryUrl& url, DirectoryEntry self, std::chrono::milliseconds ttl)
-    : url_(url), key_(entry_key(url.ns, self.name)), self_(std::move(self)), ttl_(ttl), backend_(make_backend(url)) {}
+Publisher::Publisher(const DirectoryUrl& url, DirectoryEntry self, std::chrono::milliseconds ttl, Verifier verify)
+    : url_(url),
+      key_(entry_key(url.ns, self.name)),
+      self_(std::move(self)),
+      ttl_(ttl),
+      backend_(make_backend(url)),
+      verify_(std::move(verify)) {}
 
 Result<std::unique_ptr<Publisher>> Publisher::start(const DirectoryUrl& url, DirectoryEntry self,
-                                                    std::chrono::milliseconds ttl, Deadline first_try) {
-  std::unique_ptr<Publisher> p(new Publisher(url, std::move(self), ttl));
+                                                    std::chrono::milliseconds ttl, Deadline first_try,
+                                                    Verifier verify) {
+  std::unique_ptr<Publisher> p(new Publisher(url, std::move(self), ttl, std::move(verify)));
   // Each start of an engine has an incarnation above every earlier one: its
   // start time in microseconds, or one more than the entry it replaces.
   p->self_.incarnation = now_us();
@@ -82,12 +88,30 @@ void Publisher::watch_peer(const DirectoryEntry& peer, const std::shared_ptr<tra
   cv_.notify_all();
 }
 
+bool Publisher::genuine(const DirectoryEntry& e, Deadline deadline) {
+  const auto key = std::make_pair(e.engine_id, e.incarnation);
+  if (auto it = verdicts_.find(key); it != verdicts_.end()) return it->second;
+  Status s = verify_ ? verify_(e, deadline) : Status();
+  if (!s.ok()) {
+    FERRY_LOG(kWarn, "directory",
+              "\"%s\" in %s names engine %s incarnation %" PRIu64
+              ", which did not answer as that engine at its addresses (%s): the entry is not believed",
+              e.name.c_str(), url_.redacted.c_str(), hex(e.engine_id).c_str(), e.incarnation, s.to_string().c_str());
+  }
+  // Unreachable is not remembered: a real newcomer may not be listening yet.
+  if (s.ok() || s.code() != Code::kUnavailable) {
+    if (verdicts_.size() >= kMaxVerdicts) verdicts_.erase(verdicts_.begin());
+    verdicts_[key] = s.ok();
+  }
+  return s.ok();
+}
+
 Status Publisher::publish_now(Deadline deadline) {
   FERRY_ASSIGN_OR_RETURN(auto cur, backend_->get(key_, Directory::kMaxEntryBytes, deadline));
   if (cur.has_value() && *cur != value_) {
     auto e = decode_entry(key_, *cur, self_.name);
     if (e.ok() && e->engine_id != self_.engine_id) {
-      if (ever_published_ && e->incarnation > self_.incarnation) {
+      if (ever_published_ && e->incarnation > self_.incarnation && genuine(*e, deadline)) {
         // A newer start took the name; fighting it would send peers back and
         // forth. The newcomer wins.
         displaced_ = true;
@@ -181,6 +205,9 @@ void Publisher::check_peers() {
     if (!e.has_value() || e->engine_id == w.peer.engine_id || e->incarnation <= w.peer.incarnation) continue;
     auto conn = w.conn.lock();
     if (conn == nullptr) continue;
+    // Only once the newer engine proved itself: a forged entry must not end
+    // a live, authenticated connection.
+    if (!genuine(*e, after(std::chrono::seconds(1)))) continue;
     conn->fail(Status(Code::kPeerLost, "directory " + url_.redacted + ": \"" + w.peer.name +
                                            "\" restarted: it now names engine " + hex(e->engine_id) + " incarnation " +
                                            std::to_string(e->incarnation) + "; this connection was to engine " +

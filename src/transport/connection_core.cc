@@ -28,7 +28,7 @@ ConnectionCore::ConnectionCore(std::shared_ptr<core::EngineContext> ctx, uint64_
     : ctx_(std::move(ctx)),
       id_(id),
       peer_(std::move(peer)),
-      budget_(std::make_shared<core::ByteBudget>(ctx_->options.connection_memory_bytes)),
+      budget_(std::make_shared<core::ByteBudget>(ctx_->options.connection_memory_bytes, ctx_->memory_budget)),
       notes_(budget_.get(), &ctx_->notifications) {}
 
 ConnectionCore::~ConnectionCore() {
@@ -95,6 +95,12 @@ void ConnectionCore::tick(Clock::time_point now) {
 }
 
 Status ConnectionCore::exhausted(const std::string& what) const {
+  if (budget_->parent_refused() && ctx_->memory_budget) {
+    return Status(Code::kResourceExhausted,
+                  where() + ": " + what + " would take all connections past engine_memory_bytes (" +
+                      std::to_string(ctx_->memory_budget->limit()) + " bytes) held on their peers' behalf (" +
+                      std::to_string(budget_->held()) + " of them by this connection)");
+  }
   return Status(Code::kResourceExhausted, where() + ": " + what + " would hold more than connection_memory_bytes (" +
                                               std::to_string(budget_->limit()) + " bytes) on the peer's behalf");
 }
@@ -137,6 +143,12 @@ Transfer ConnectionCore::recvv_async(std::span<const MutableBuffer> parts) {
                                   /*allow_gpu=*/true);
   if (!dest.ok()) return failed_transfer(dest.status().with_context(where()));
   PostedRecv recv{new_state(), std::move(dest).value()};
+  let_stop_landing(recv.state);
+  // A message already landing at a blocking receive's deadline is returned
+  // if it lands within half of peer_timeout more, rather than dropped (half:
+  // a stalled one is stopped, its sender told, before the stall fails the
+  // whole connection).
+  recv.state->set_past_deadline_grace(ctx_->options.peer_timeout / 2);
   Transfer handle(recv.state);
   ArrivedMessage msg;
   {
@@ -411,6 +423,16 @@ Transfer ConnectionCore::post_writes(uint64_t bytes, std::string_view notificati
   return Transfer(state);
 }
 
+void ConnectionCore::let_stop_landing(const std::shared_ptr<TransferState>& state) {
+  std::weak_ptr<ConnectionCore> self = weak_from_this();
+  std::weak_ptr<TransferState> weak = state;
+  state->set_stopper([self, weak] {
+    auto core = self.lock();
+    auto st = weak.lock();
+    return core && st && core->transport_->stop_landing(st);
+  });
+}
+
 void ConnectionCore::let_stop(const std::shared_ptr<TransferState>& shown,
                               const std::shared_ptr<TransferState>& started) {
   std::weak_ptr<ConnectionCore> self = weak_from_this();
@@ -482,6 +504,7 @@ Transfer ConnectionCore::readv_async(std::span<const ReadItem> items) {
   size_t total = 0;
   for (const RemoteItem& it : *resolved) total += it.local.total();
   state->set_bytes(total);
+  let_stop_landing(state);
   for (RemoteItem& it : *resolved) transport_->start_read(state, std::move(it));
   return Transfer(state);
 }

@@ -130,6 +130,9 @@ class ConnectionCore final : public Connection, public std::enable_shared_from_t
   // Lets Transfer::cancel of `shown` (the application's handle) stop the
   // write started on `started` while it moves data (Transport::stop_write).
   void let_stop(const std::shared_ptr<TransferState>& shown, const std::shared_ptr<TransferState>& started);
+  // Lets Transfer::cancel stop a receive or read on `state` while its data
+  // lands (Transport::stop_landing).
+  void let_stop_landing(const std::shared_ptr<TransferState>& state);
   Result<Note> wait_note(Deadline deadline, bool delivered_only);
   ConnectionCore(std::shared_ptr<core::EngineContext> ctx, uint64_t id, PeerIdentity peer);
   // What a message kept for a later receive counts against the budget.

@@ -147,6 +147,15 @@ class Transport {
   // (Transfer::cancel); blocks, up to Options::peer_timeout, past which the
   // connection fails.
   virtual bool stop_write(const std::shared_ptr<TransferState>& state) = 0;
+  // Stops the receive or read on `state` that is moving data into this
+  // side's memory and returns once none of it lands any more: true if it
+  // stopped it (`state` finished kCancelled; a receive's sender is told),
+  // false if it was not landing here or ended otherwise. The application's
+  // thread (Transfer::cancel); blocks while a chunk of it is mid-landing,
+  // which a stalled peer can hold for at most Options::peer_timeout (its
+  // path then fails). A transport whose landings the peer cannot stall
+  // keeps the default.
+  virtual bool stop_landing(const std::shared_ptr<TransferState>& /*state*/) { return false; }
 
   // ---- receiving ---------------------------------------------------------
   // A receive met its message (caller thread from a receive, inbound thread

@@ -315,6 +315,41 @@ TEST_P(DirectoryServers, EntriesHoldNoSecretAndSkipNoHandshake) {
   EXPECT_TRUE(friendly->connect("secure", after(5s)).ok());
 }
 
+// Whoever can write the directory (no token needed) writes an entry that
+// claims a newer incarnation of "svc" for an engine of its own, without the
+// token. Before it ends anything it is verified by a dial (engine ids are
+// proven in the handshake, and the forger lacks the token): the client's
+// authenticated connection to the real engine lives on, and the real engine
+// publishes its own entry again.
+TEST_P(DirectoryServers, AForgedNewerIncarnationEndsNothingAndTheRealEngineKeepsItsName) {
+  const std::string token = "t0ken-7d6c5b4a";
+  Options so = options("svc");
+  so.auth_token = token;
+  auto real = engine("svc", so);
+  Options co = options("client");
+  co.auth_token = token;
+  auto client = engine("client", co);
+  auto forger = engine("forger");
+  ASSERT_TRUE(real && client && forger);
+  auto c = client->connect("svc", after(5s));
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  auto u = directory::parse_directory_url(url()).value();
+  auto raw = directory::make_backend(u);
+  DirectoryEntry forged = real->lookup("svc", after(2s)).value();
+  forged.engine_id = forger->id();
+  forged.incarnation += 1000;
+  forged.addresses = {forger->address()};
+  ASSERT_TRUE(raw->put_with_ttl(directory::entry_key(u.ns, "svc"), directory::encode_entry(forged), 60s, after(2s)).ok());
+  // Several of the client's checks and the real engine's refreshes.
+  std::this_thread::sleep_for(kTtl);
+  EXPECT_TRUE((*c)->health().ok()) << "a forged entry ended a live connection: " << (*c)->health().to_string();
+  auto dirr = Directory::open(url());
+  ASSERT_TRUE(dirr.ok());
+  EXPECT_TRUE(eventually(*dirr.value(), "svc", 5000ms,
+                         [&](const Result<DirectoryEntry>& e) { return e.ok() && e->engine_id == real->id(); }))
+      << "the real engine did not take its name back";
+}
+
 TEST_P(DirectoryServers, TwoLiveEnginesUnderOneNameTheNewerKeepsIt) {
   auto first = engine("dup");
   ASSERT_NE(first, nullptr);

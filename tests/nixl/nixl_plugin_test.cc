@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <sstream>
@@ -389,6 +390,58 @@ TEST_F(NixlPlugin, AFrozenPeerFailsTheTransferWithinThePeerTimeout) {
   EXPECT_LT(Clock::now() - start, 5s) << "the error came past the peer timeout";
   EXPECT_EQ(agent_->releaseXferReq(request), NIXL_SUCCESS);
   peer_->signal(SIGKILL);
+}
+
+// releaseXferReq of a READ whose target froze mid-way returns within its
+// bound, and nothing of the read lands after it returned, even once the
+// target runs again: NIXL lets the application reuse the buffer at once.
+TEST_F(NixlPlugin, NothingOfAReleasedReadLandsAfterTheReleaseReturned) {
+  constexpr size_t kBig = 512u << 20;
+  ferry::test::AgentProcess big(NIXL_AGENT_PEER, {"big", std::to_string(kBig), std::string("peer_timeout_ms=") + kPeerTimeoutMs});
+  ASSERT_TRUE(big.started());
+  auto md = big.ask("md");
+  ASSERT_TRUE(md);
+  std::string name;
+  ASSERT_EQ(agent_->loadRemoteMD(unhex(md->substr(3)), name), NIXL_SUCCESS);
+  auto addr = big.ask("addr");
+  ASSERT_TRUE(addr);
+  uintptr_t base = std::stoull(addr->substr(5, addr->find(' ', 5) - 5));
+  ASSERT_EQ(big.ask("fill 99", 60s), "ok");
+  std::vector<uint8_t> into(kBig, 0);
+  nixl_reg_dlist_t reg(DRAM_SEG);
+  reg.addDesc(nixlBlobDesc(reinterpret_cast<uintptr_t>(into.data()), into.size(), 0, ""));
+  ASSERT_EQ(agent_->registerMem(reg), NIXL_SUCCESS);
+  nixl_xfer_dlist_t local(DRAM_SEG), remote(DRAM_SEG);
+  local.addDesc(nixlBasicDesc(reinterpret_cast<uintptr_t>(into.data()), kBig, 0));
+  remote.addDesc(nixlBasicDesc(base, kBig, 0));
+  nixlXferReqH* request = nullptr;
+  ASSERT_EQ(agent_->createXferReq(NIXL_READ, local, remote, "big", request), NIXL_SUCCESS);
+  // Frozen as soon as the first bytes land, while most of the read is to come.
+  std::atomic<bool> landing{false};
+  std::thread watcher([&] {
+    const auto until = Clock::now() + 20s;
+    while (Clock::now() < until && into[4096] == 0 && into[8192] == 0) {
+    }
+    landing = true;
+    (void)big.freeze();
+  });
+  nixl_status_t s = agent_->postXferReq(request);
+  watcher.join();
+  ASSERT_TRUE(landing.load());
+  if (s == NIXL_IN_PROG) s = agent_->getXferStatus(request);
+  if (s != NIXL_IN_PROG) {
+    big.signal(SIGCONT);
+    GTEST_SKIP() << "the read ended (" << s << ") before its target froze; nothing to release mid-way";
+  }
+  const auto start = Clock::now();
+  EXPECT_EQ(agent_->releaseXferReq(request), NIXL_SUCCESS);
+  EXPECT_LT(Clock::now() - start, 4s) << "releaseXferReq waited on a frozen target";
+  std::fill(into.begin(), into.end(), 0x5a);
+  big.signal(SIGCONT);
+  std::this_thread::sleep_for(1500ms);
+  const size_t changed = static_cast<size_t>(std::count_if(into.begin(), into.end(), [](uint8_t b) { return b != 0x5a; }));
+  EXPECT_EQ(changed, 0u) << changed << " bytes landed after releaseXferReq returned";
+  EXPECT_EQ(agent_->deregisterMem(reg), NIXL_SUCCESS);
 }
 
 TEST_F(NixlPlugin, APeerKilledMidTransferFailsItWithinThePeerTimeout) {

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -329,6 +330,93 @@ TEST(LocalTrust, AProberWithoutTheTicketGetsNoChannel) {
   ::close(got->fd);
   ::close(control[0]);
   ::close(control[1]);
+}
+
+// A local user who took a rendezvous name first (abstract names belong to
+// whoever binds them) and keeps its backlog full: a blocking connect would
+// wait without limit, pinning the handshake thread past handshake_timeout.
+// The fetch gives up by its deadline.
+TEST(LocalTrust, ARendezvousWhoseBacklogIsKeptFullIsGivenUpByTheDeadline) {
+  const std::string name = "ferry-local-0123456789abcdef0123456789abcd00";
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());
+  auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  int squatter = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_EQ(::bind(squatter, reinterpret_cast<sockaddr*>(&addr), len), 0) << std::strerror(errno);
+  ASSERT_EQ(::listen(squatter, 0), 0);
+  std::vector<int> fillers;
+  for (int i = 0; i < 64; ++i) {
+    int f = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (::connect(f, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+      ::close(f);
+      break;  // EAGAIN: the backlog is full
+    }
+    fillers.push_back(f);
+  }
+  ASSERT_FALSE(fillers.empty());
+  auto fetched = std::async(std::launch::async, [&] {
+    return fetch_channel(name, Ticket{}, PeerPolicy{false, true}, after(1s)).status();
+  });
+  const bool returned = fetched.wait_for(5s) == std::future_status::ready;
+  ::close(squatter);  // unblocks a connect that waits (the bug), so the test ends either way
+  for (int f : fillers) ::close(f);
+  ASSERT_TRUE(returned) << "fetch_channel waited past its deadline on a full backlog";
+  Status s = fetched.get();
+  EXPECT_EQ(s.code(), Code::kDeadlineExceeded) << s.to_string();
+}
+
+size_t thread_count() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoul(line.substr(8));
+  }
+  return 0;
+}
+
+// Peers that connect on the local transport and hang up, while the
+// application holds every connection it accepted: each failed connection
+// gives its admission and its thread back at once (as a failed TCP one
+// does), so twice max_connections of them come and go and honest peers are
+// still admitted.
+TEST(LocalTrust, ConnectionsThatHungUpGiveTheirAdmissionBackWhileHeld) {
+  Options o;
+  o.transport = TransportChoice::kLocal;
+  o.local_same_process = true;
+  o.max_connections = 4;
+  o.max_connections_per_peer = 4;
+  auto target = Engine::create(o).value();
+  Options d = o;
+  d.max_connections = 64;
+  d.max_connections_per_peer = 64;
+  auto dialer = Engine::create(d).value();
+  std::vector<std::shared_ptr<Connection>> held;
+  const size_t threads_before = thread_count();
+  for (int i = 0; i < 2 * o.max_connections; ++i) {
+    Result<std::shared_ptr<Connection>> c = Status(Code::kUnavailable, "not tried");
+    const Deadline until = after(5s);
+    while (Clock::now() < until) {
+      c = dialer->connect(target->address(), after(2s));
+      if (c.ok()) break;
+      std::this_thread::sleep_for(20ms);
+    }
+    ASSERT_TRUE(c.ok()) << "connection " << i << " (max_connections " << o.max_connections
+                        << ") was refused: " << c.status().to_string();
+    auto accepted = target->accept(after(5s));
+    ASSERT_TRUE(accepted.ok()) << accepted.status().to_string();
+    held.push_back(*accepted);
+    (*c)->close();
+    const Deadline down = after(5s);
+    while (held.back()->health().ok() && Clock::now() < down) std::this_thread::sleep_for(5ms);
+    ASSERT_FALSE(held.back()->health().ok()) << "the hang-up was not noticed";
+  }
+  // The held connections keep no thread of their own once the engine saw
+  // them fail (a heartbeat tick or two).
+  const Deadline settled = after(5s);
+  while (thread_count() > threads_before + 1 && Clock::now() < settled) std::this_thread::sleep_for(20ms);
+  EXPECT_LE(thread_count(), threads_before + 1) << "failed connections the application holds keep their threads";
+  for (auto& c : held) EXPECT_FALSE(c->health().ok());
 }
 
 // A LOCAL_SETUP names only a rendezvous of the form this engine makes, so a

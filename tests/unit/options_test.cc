@@ -47,6 +47,7 @@ const std::vector<std::string> kTunableEnvs = {"FERRY_LISTEN",
                                                "FERRY_MAX_CONNECTIONS_PER_PEER",
                                                "FERRY_MAX_STREAMS",
                                                "FERRY_CONNECTION_MEMORY",
+                                               "FERRY_ENGINE_MEMORY",
                                                "FERRY_LOCAL_OTHER_UIDS",
                                                "FERRY_LOCAL_SAME_PROCESS",
                                                "FERRY_DIRECTORY",
@@ -154,6 +155,7 @@ TEST(Options, EveryTunableIsReadFromItsVariable) {
       {"FERRY_MAX_CONNECTIONS_PER_PEER", {"5", "5"}},
       {"FERRY_MAX_STREAMS", {"40", "40"}},
       {"FERRY_CONNECTION_MEMORY", {"8M", "8388608"}},
+      {"FERRY_ENGINE_MEMORY", {"2G", "2147483648"}},
       {"FERRY_LOCAL_OTHER_UIDS", {"1", "1"}},
       {"FERRY_DIRECTORY", {"redis://pw@10.0.0.1:6379/prod", "redis://***@10.0.0.1:6379/prod"}},
       {"FERRY_NAME", {"decode-3", "decode-3"}},
@@ -273,6 +275,9 @@ TEST(Options, ValidateRejectsOutOfRangeFields) {
   o = Options{};
   o.connection_memory_bytes = 4096;
   expect_bad(o, "connection_memory_bytes");
+  o = Options{};
+  o.engine_memory_bytes = o.connection_memory_bytes - 1;
+  expect_bad(o, "engine_memory_bytes");
   o = Options{};
   o.peer_timeout = o.heartbeat_interval;
   expect_bad(o, "peer_timeout");

@@ -216,5 +216,56 @@ TEST(TcpHostileMemory, AWriteWithAWrongKeyIsRefusedAtOnce) {
   EXPECT_TRUE(t.conn->health().ok()) << t.conn->health().to_string();
 }
 
+// Six peers each flood messages nobody receives, each staying under its own
+// connection_memory_bytes: together they may hold no more than
+// engine_memory_bytes. The connections that would pass it fail saying so;
+// without the engine-wide budget all six held theirs (6 x 3.5 MiB here; 8 x
+// 256 MiB at the defaults grew an engine by 2 GiB).
+TEST(TcpHostileMemory, FloodsOfManyPeersTogetherStayWithinTheEngineBudget) {
+  Options o = Target::options();
+  o.connection_memory_bytes = 4u << 20;
+  o.engine_memory_bytes = 8u << 20;
+  o.max_connections_per_peer = 16;
+  auto engine = Engine::create(o).value();
+  std::vector<std::unique_ptr<Peer>> peers;
+  std::vector<std::shared_ptr<Connection>> conns;
+  for (int i = 0; i < 6; ++i) {
+    peers.push_back(std::make_unique<Peer>());
+    ASSERT_TRUE(peers.back()->dial(engine->address(), 1).ok());
+    auto c = engine->accept(after(5s));
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    conns.push_back(*c);
+  }
+  wire::FrameHeader h;
+  h.type = wire::FrameType::kEager;
+  h.a = h.payload_len = 60000;
+  const std::string message = encoded(h, std::string(60000, 'm'));
+  std::string batch;
+  while (batch.size() < (3u << 20) + (1u << 19)) batch += message;  // 3.5 MiB each: under its own budget
+  for (auto& p : peers) (void)p->send_unless_stalled(batch);
+  int over_engine = 0, healthy = 0;
+  const Deadline until = after(5s);
+  while (Clock::now() < until) {
+    over_engine = healthy = 0;
+    for (auto& c : conns) {
+      Status st = c->health();
+      healthy += st.ok();
+      over_engine += st.message().find("engine_memory_bytes") != std::string::npos;
+    }
+    if (healthy + over_engine == static_cast<int>(conns.size()) && over_engine >= 4) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  // At most two floods of 3.5 MiB fit in 8 MiB.
+  EXPECT_LE(healthy, 2) << "connections together held more than engine_memory_bytes";
+  EXPECT_GE(over_engine, 4);
+  for (auto& c : conns) {
+    Status st = c->health();
+    if (!st.ok()) {
+      EXPECT_EQ(st.code(), Code::kResourceExhausted) << st.to_string();
+    }
+  }
+  still_serves_others(*engine);
+}
+
 }  // namespace
 }  // namespace ferry::hostile

@@ -1,10 +1,11 @@
 // Transfer::wait_or_cancel: the one policy of every blocking call, in C++
 // and in Python. Past the deadline, under kCancelOrFinish (receive, write,
-// read) an operation that can still stop is cancelled (kDeadlineExceeded)
-// and one that cannot runs to its end and returns its own result; under
-// kLeave (send, notification) it is left running, never withdrawn. A wait
-// its `block` stops cancels what kCancelOrFinish would and leaves the rest
-// running.
+// read) an operation that can still be withdrawn is cancelled
+// (kDeadlineExceeded), one moving data is stopped by its stopper (after its
+// grace, a receive's, if it has one), and one that cannot stop runs to its
+// end and returns its own result; under kLeave (send, notification) it is
+// left running, never withdrawn. A wait its `block` stops cancels what
+// kCancelOrFinish would and leaves the rest running.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -65,7 +66,7 @@ TEST(TransferWait, AReceiveThatCanStopIsCancelledAtTheDeadline) {
   EXPECT_EQ(op.handle.status().code(), Code::kCancelled);
 }
 
-TEST(TransferWait, AReceiveWriteOrReadMovingDataRunsToItsEnd) {
+TEST(TransferWait, OneMovingDataThatCannotStopRunsToItsEnd) {
   Op op(false);
   std::thread t = finish_later(op.state, 150ms, Status(Code::kBufferTooSmall, "its own result"));
   Status s = op.handle.wait_or_cancel(after(20ms), PastDeadline::kCancelOrFinish);
@@ -73,6 +74,57 @@ TEST(TransferWait, AReceiveWriteOrReadMovingDataRunsToItsEnd) {
   EXPECT_EQ(s.code(), Code::kBufferTooSmall) << s.to_string();
   EXPECT_EQ(op.cancels, 1);
   t.join();
+}
+
+// A stopper that stops it after `takes` (as a stop waits for the chunk
+// still landing), counting its calls.
+void stoppable_while_moving(Op& op, std::atomic<int>& stops, Clock::duration takes) {
+  op.state->set_stopper([&op, &stops, takes] {
+    ++stops;
+    std::this_thread::sleep_for(takes);
+    return op.state->finish(Status(Code::kCancelled, "stopped"));
+  });
+}
+
+TEST(TransferWait, OneMovingDataIsStoppedAtItsDeadline) {
+  Op op(false);
+  std::atomic<int> stops{0};
+  stoppable_while_moving(op, stops, 30ms);
+  auto start = Clock::now();
+  Status s = op.handle.wait_or_cancel(after(20ms), PastDeadline::kCancelOrFinish);
+  EXPECT_EQ(s.code(), Code::kDeadlineExceeded) << s.to_string();
+  EXPECT_NE(s.message().find("none of it lands"), std::string::npos) << s.to_string();
+  EXPECT_TRUE(op.handle.test()) << "returned before the stop ended";
+  EXPECT_LT(Clock::now() - start, 2s);
+  EXPECT_EQ(op.cancels, 1);
+  EXPECT_EQ(stops, 1);
+}
+
+TEST(TransferWait, AReceiveGetsItsGraceToFinishThenIsStopped) {
+  {
+    // Finishes within its grace: its own result, not stopped.
+    Op op(false);
+    std::atomic<int> stops{0};
+    stoppable_while_moving(op, stops, 0ms);
+    op.state->set_past_deadline_grace(2s);
+    std::thread t = finish_later(op.state, 100ms);
+    Status s = op.handle.wait_or_cancel(after(20ms), PastDeadline::kCancelOrFinish);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    EXPECT_EQ(stops, 0);
+    t.join();
+  }
+  {
+    // Still moving when its grace ends: stopped then.
+    Op op(false);
+    std::atomic<int> stops{0};
+    stoppable_while_moving(op, stops, 0ms);
+    op.state->set_past_deadline_grace(100ms);
+    auto start = Clock::now();
+    Status s = op.handle.wait_or_cancel(after(20ms), PastDeadline::kCancelOrFinish);
+    EXPECT_EQ(s.code(), Code::kDeadlineExceeded) << s.to_string();
+    EXPECT_GE(Clock::now() - start, 120ms);
+    EXPECT_EQ(stops, 1);
+  }
 }
 
 TEST(TransferWait, ASendIsLeftRunningAtItsDeadlineNeverWithdrawn) {

@@ -760,14 +760,19 @@ void LocalTransport::close() {
   control_.shutdown();
   stop_.store(true, std::memory_order_release);
   channel_.kick();
+  bool on_progress_thread = false;
   if (progress_.joinable()) {
     if (progress_.get_id() == std::this_thread::get_id()) {
       progress_.detach();
+      on_progress_thread = true;
     } else {
       progress_.join();
     }
   }
   copier_.forget(0);
+  // Nothing reads the control stream any more: its descriptor goes now,
+  // not when the application lets go of the connection.
+  if (!on_progress_thread) control_.reset();
 }
 
 }  // namespace ferry::local

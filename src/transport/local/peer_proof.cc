@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "platform/crypto.h"
 #include "platform/system_error.h"
@@ -176,14 +177,23 @@ Result<ReceivedChannel> fetch_channel(std::string_view name, const Ticket& ticke
   if (!valid_rendezvous_name(name)) {
     return Status(Code::kDataLoss, "LOCAL_SETUP names no valid rendezvous (expected ferry-local- and 32 hex digits)");
   }
-  platform::Socket s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  // Non-blocking: a blocking Unix connect to a listener whose backlog is
+  // full waits without limit, and whoever listens on the name (any local
+  // user can take an abstract name first) can keep it full.
+  platform::Socket s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!s.valid()) return platform::errno_status(Code::kResourceExhausted, "socket(AF_UNIX)");
   sockaddr_un addr;
   socklen_t len = abstract_address(name, addr);
-  // A Unix connect completes at once or fails (a full backlog: EAGAIN).
-  if (::connect(s.fd(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
-    return platform::errno_status(Code::kUnavailable,
-                                  "connecting to the local peer's rendezvous (another network namespace?)");
+  // A non-blocking Unix connect completes at once or fails; a full backlog
+  // says EAGAIN, tried again until the deadline.
+  constexpr auto kFullBacklogRetry = std::chrono::milliseconds(5);
+  while (::connect(s.fd(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    if ((errno != EAGAIN && errno != EINTR) || (deadline != kNoDeadline && Clock::now() >= deadline)) {
+      return platform::errno_status(errno == EAGAIN ? Code::kDeadlineExceeded : Code::kUnavailable,
+                                    "connecting to the local peer's rendezvous (another network namespace, or a "
+                                    "backlog kept full?)");
+    }
+    std::this_thread::sleep_for(kFullBacklogRetry);
   }
   FERRY_ASSIGN_OR_RETURN(PeerCredentials peer, credentials_of(s.fd()));
   FERRY_RETURN_IF_ERROR(check_peer(peer, policy));

@@ -228,6 +228,7 @@ Status TcpTransport::handle_frame(int fd, int path, const FrameHeader& h, std::s
         return queued.ok() ? queued : fail_with(queued.with_context(where()));
       }
     case FrameType::kChunkAck:
+      last_progress_ns_.store(now_ns(), std::memory_order_relaxed);
       chunks_.on_landed(static_cast<int>(h.a), h.b);
       return Status();
     default:
@@ -309,6 +310,10 @@ Status TcpTransport::handle_cts(const FrameHeader& h) {
     out = std::move(it->second);
     awaiting_cts_.erase(it);
     sending_[h.id] = out;
+    // The peer's application took the message: its engine owes the rest.
+    const int64_t now = now_ns();
+    if (auto p = pending_.find(h.id); p != pending_.end()) p->second.owed_since_ns = now;
+    last_progress_ns_.store(now, std::memory_order_relaxed);
   }
   out->header.type = FrameType::kData;
   out->header.id = h.a;
@@ -319,6 +324,7 @@ Status TcpTransport::handle_cts(const FrameHeader& h) {
 Status TcpTransport::handle_ack(const FrameHeader& h, std::string& aux) {
   std::shared_ptr<TransferState> state;
   Status answer = core_.peer_status(h.code, aux);
+  last_progress_ns_.store(now_ns(), std::memory_order_relaxed);
   {
     platform::MutexLock lock(mu_);
     auto it = pending_.find(h.id);
@@ -361,7 +367,7 @@ Status TcpTransport::handle_ack(const FrameHeader& h, std::string& aux) {
       held_->budget->give(std::exchange(read.charged, 0));
       landings_.erase(l);
     }
-    state = std::move(it->second);
+    state = std::move(it->second.state);
     pending_.erase(it);
     awaiting_cts_.erase(h.id);
   }

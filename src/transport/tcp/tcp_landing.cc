@@ -72,10 +72,19 @@ void TcpTransport::path_rx_loop(int path) {
     }
     wire::HeaderBytes hb;
     platform::StreamEnd end;
-    s = platform::recv_exact(fd, hb.data(), hb.size(), &end);
+    // The first byte alone, then the rest: from the first byte on, the
+    // frame must arrive whole within peer_timeout (tick), whatever the
+    // heartbeats on the control stream say.
+    s = platform::recv_exact(fd, hb.data(), 1, &end);
     if (!s.ok()) {
       // Between frames, a peer closing in order (FIN) is closing or exiting.
       path_failed(path, s, end == platform::StreamEnd::kClosedInOrder);
+      break;
+    }
+    frame_since_ns_[static_cast<size_t>(path)].store(now_ns(), std::memory_order_relaxed);
+    s = platform::recv_exact(fd, hb.data() + 1, hb.size() - 1);
+    if (!s.ok()) {
+      path_failed(path, s);
       break;
     }
     last_rx_ns_.store(now_ns(), std::memory_order_relaxed);
@@ -87,6 +96,8 @@ void TcpTransport::path_rx_loop(int path) {
     aux.resize(h->aux_len);
     if (h->aux_len > 0) s = platform::recv_exact(fd, aux.data(), aux.size());
     if (s.ok()) s = handle_frame(fd, path, *h, aux);
+    frame_since_ns_[static_cast<size_t>(path)].store(0, std::memory_order_relaxed);
+    if (s.ok() && h->type == FrameType::kData) last_progress_ns_.store(now_ns(), std::memory_order_relaxed);
     if (s.ok()) {
       bool ack_request = (h->flags & kFlagAckRequest) != 0;
       // Counted in order with the frames whose copies are still running.
@@ -207,12 +218,13 @@ Status TcpTransport::land_data(int fd, int path, const FrameHeader& h) {
 
 void TcpTransport::finish_landing(uint64_t token, const std::shared_ptr<Landing>& l) {
   Status s;
-  bool orphaned, aborted;
+  bool orphaned, aborted, stopped_here;
   {
     platform::MutexLock lock(l->mu);
     s = l->error;
     orphaned = l->orphaned;
     aborted = l->arrivals.aborted();
+    stopped_here = l->stopped_here;
     held_->budget->give(std::exchange(l->charged, 0));
   }
   // An orphan is off the tables already: failed() left its end to this, its
@@ -225,7 +237,10 @@ void TcpTransport::finish_landing(uint64_t token, const std::shared_ptr<Landing>
     if (l->reply_op == 0) pending_.erase(token);
   }
   if (orphaned || aborted) {
-    l->state->finish_part(s);  // no bytes, no answer; one item of a vector operation
+    // A receive this side stopped tells its sender, whose send then fails;
+    // one the sender aborted, or on a failed connection, needs no answer.
+    if (stopped_here && !orphaned && l->reply_op != 0) ack(l->reply_op, s);
+    l->state->finish_part(s);  // no bytes; one item of a vector operation
     return;
   }
   if (l->reply_op != 0) {  // a receive: its size is the message's (a read's was set when posted)

@@ -12,13 +12,13 @@ using namespace internal;
 using wire::FrameHeader;
 using wire::FrameType;
 
-bool TcpTransport::await_answer(uint64_t op, const std::shared_ptr<TransferState>& state,
+bool TcpTransport::await_answer(uint64_t op, const std::shared_ptr<TransferState>& state, bool owed,
                                 std::shared_ptr<OutOp> cts, std::shared_ptr<Landing> landing) {
   platform::MutexLock lock(mu_);
   // failed() empties these tables after the latch is set: an entry added
   // later would never be answered.
   if (core_.failed()) return false;
-  pending_.emplace(op, state);
+  pending_.emplace(op, PendingOp{state, owed ? now_ns() : 0});
   if (cts) awaiting_cts_.emplace(op, std::move(cts));
   if (landing) landings_.emplace(op, std::move(landing));
   return true;
@@ -51,7 +51,9 @@ void TcpTransport::start_send(const std::shared_ptr<TransferState>& state, core:
     out->paths = paths_for(out->source);
     out->chunk_bytes = chunk_for(out->source, out->paths);
   }
-  if (!await_answer(op, state, out)) {
+  // The peer's application decides when a send is received: nothing is
+  // owed until its CTS.
+  if (!await_answer(op, state, /*owed=*/false, out)) {
     state->finish(core_.usable());
     return;
   }
@@ -93,7 +95,7 @@ void TcpTransport::start_write(const std::shared_ptr<TransferState>& state, tran
                                std::string_view note, uint64_t note_seq) {
   uint64_t size = item.local.total();
   uint64_t op = core_.next_op();
-  if (!await_answer(op, state)) {
+  if (!await_answer(op, state, /*owed=*/true)) {
     state->finish_part(core_.usable());
     return;
   }
@@ -147,7 +149,7 @@ void TcpTransport::start_blocks(const std::shared_ptr<TransferState>& state, std
   auto out = std::make_shared<OutOp>();
   out->source = std::move(source);
   uint64_t op = core_.next_op();
-  if (!await_answer(op, state)) {
+  if (!await_answer(op, state, /*owed=*/true)) {
     state->finish_part(core_.usable());
     return;
   }
@@ -190,9 +192,9 @@ void TcpTransport::start_blocks(const std::shared_ptr<TransferState>& state, std
 
 void TcpTransport::start_read(const std::shared_ptr<TransferState>& state, transport::RemoteItem item) {
   uint64_t size = item.local.total();
-  auto landing = std::make_shared<Landing>(state, std::move(item.local), size, /*reply=*/0);
+  auto landing = std::make_shared<Landing>(state, std::move(item.local), size, /*reply=*/0, /*owed=*/0);
   uint64_t op = core_.next_op();
-  if (!await_answer(op, state, nullptr, landing)) {
+  if (!await_answer(op, state, /*owed=*/true, nullptr, landing)) {
     state->finish_part(core_.usable());
     return;
   }
@@ -203,7 +205,7 @@ void TcpTransport::start_read(const std::shared_ptr<TransferState>& state, trans
 void TcpTransport::send_note(const std::shared_ptr<TransferState>& state, uint64_t seq, std::string_view note,
                              bool caller_thread) {
   uint64_t op = core_.next_op();
-  if (!await_answer(op, state)) {
+  if (!await_answer(op, state, /*owed=*/false)) {
     state->finish(core_.usable());
     return;
   }
@@ -269,6 +271,40 @@ bool TcpTransport::stop_write(const std::shared_ptr<TransferState>& state) {
   return state->done() && state->status().code() == Code::kCancelled;
 }
 
+bool TcpTransport::stop_landing(const std::shared_ptr<TransferState>& state) {
+  std::vector<std::pair<uint64_t, std::shared_ptr<Landing>>> mine;
+  {
+    platform::MutexLock lock(mu_);
+    for (const auto& [token, l] : landings_) {
+      if (l->state == state) mine.emplace_back(token, l);
+    }
+  }
+  bool stopped = false;
+  for (auto& [token, l] : mine) {
+    bool over;
+    {
+      platform::MutexLock ll(l->mu);
+      if (l->arrivals.complete() || l->arrivals.aborted()) continue;
+      l->arrivals.stop();  // later chunks of it are drained, not landed
+      l->stopped_here = true;
+      if (l->error.ok()) l->error = Status(Code::kCancelled, "stopped by its caller while its data arrived");
+      over = !l->arrivals.arriving();
+      stopped = true;
+    }
+    // Otherwise the chunk still arriving ends it; a peer that stalls it is
+    // cut off by tick within peer_timeout.
+    if (over) finish_landing(token, l);
+  }
+  if (!stopped) return false;
+  const Deadline bound = Clock::now() + 2 * ctx_->options.peer_timeout;
+  if (!state->wait(bound).ok() && !state->done()) {
+    // tick cuts a stalled chunk off; failing the connection also ends it.
+    core_.fail(Status(Code::kPeerLost, where() + ": a stopped transfer still had a chunk landing after peer_timeout"));
+    (void)state->wait(kNoDeadline);
+  }
+  return state->status().code() == Code::kCancelled;
+}
+
 void TcpTransport::skip_note(uint64_t seq, std::string_view note) {
   if (core_.failed()) return;
   {
@@ -324,7 +360,7 @@ void TcpTransport::match_rendezvous(transport::PostedRecv recv, uint64_t op, uin
     recv.state->finish(s);
     return;
   }
-  auto landing = std::make_shared<Landing>(recv.state, std::move(recv.dest), size, op);
+  auto landing = std::make_shared<Landing>(recv.state, std::move(recv.dest), size, op, now_ns());
   uint64_t token = core_.next_op();
   bool up;
   {

@@ -4,6 +4,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <unordered_set>
 
@@ -54,13 +55,16 @@ TcpTransport::TcpTransport(transport::ConnectionCore& core, PeerInfo peer, platf
       rx_stage_(data_.size()),
       rx_scratch_(data_.size() + 1),
       held_(std::make_shared<Held>(core.shared_budget())) {
+  frame_since_ns_.reset(new std::atomic<int64_t>[data_.size()]);
   for (size_t p = 0; p < data_.size(); ++p) {
     path_dead_[p] = false;
+    frame_since_ns_[p] = 0;
     auto node = p < paths_.size() ? ctx_->nic_nodes.find(paths_[p].nic) : ctx_->nic_nodes.end();
     path_nodes_.push_back(node == ctx_->nic_nodes.end() ? -1 : node->second);
   }
   last_rx_ns_ = now_ns();
   last_tx_ns_ = now_ns();
+  last_progress_ns_ = now_ns();
 }
 
 // The core closes first (its destructor), which joins every worker.
@@ -189,6 +193,24 @@ void TcpTransport::tick(Clock::time_point now) {
                                      " ms): stopped, partitioned or overloaded"));
     return;
   }
+  const int64_t limit = std::chrono::duration_cast<std::chrono::nanoseconds>(o.peer_timeout).count();
+  // A frame that began on a data path must arrive whole within
+  // peer_timeout: the control stream's heartbeats say nothing about it, and
+  // its reader may hold a region's lock (dereg waits for it). The peer
+  // resends what the path carried on the others.
+  for (size_t p = 0; p < data_.size(); ++p) {
+    int64_t since = frame_since_ns_[p].load(std::memory_order_relaxed);
+    if (since != 0 && t - since > limit && !path_dead_[p].load()) {
+      path_failed(static_cast<int>(p),
+                  Status(Code::kPeerLost, "a frame stalled mid-way for " + std::to_string((t - since) / 1000000) +
+                                              " ms (peer_timeout " + std::to_string(o.peer_timeout.count()) + " ms)"));
+      if (core_.failed()) return;
+    }
+  }
+  if (Status owed = check_owed(t); !owed.ok()) {
+    core_.fail(owed);
+    return;
+  }
   int64_t closed = paths_closed_ns_.load(std::memory_order_acquire);
   if (closed != 0 && t - closed > kControlGraceNs) {
     Status down;
@@ -205,6 +227,34 @@ void TcpTransport::tick(Clock::time_point now) {
     hb.header.type = FrameType::kHeartbeat;
     queue_control(std::move(hb));
   }
+}
+
+Status TcpTransport::check_owed(int64_t now_ns) {
+  const int64_t limit = std::chrono::duration_cast<std::chrono::nanoseconds>(ctx_->options.peer_timeout).count();
+  int64_t progress = last_progress_ns_.load(std::memory_order_relaxed);
+  // A frame on its way is progress (its own stall is cut off above).
+  for (size_t p = 0; p < data_.size(); ++p) {
+    if (frame_since_ns_[p].load(std::memory_order_relaxed) != 0) progress = now_ns;
+  }
+  if (now_ns - progress <= limit) return Status();
+  int64_t oldest = 0;
+  size_t owed = 0;
+  {
+    platform::MutexLock lock(mu_);
+    auto note = [&](int64_t since) {
+      if (since == 0) return;
+      ++owed;
+      if (oldest == 0 || since < oldest) oldest = since;
+    };
+    for (const auto& [op, p] : pending_) note(p.owed_since_ns);
+    for (const auto& [token, l] : landings_) note(l->owed_since_ns);
+  }
+  if (owed == 0 || now_ns - oldest <= limit) return Status();
+  const int64_t stalled_ms = (now_ns - std::max(oldest, progress)) / 1000000;
+  return Status(Code::kPeerLost, where() + ": the peer moved none of the " + std::to_string(owed) +
+                                     " operation(s) it owes for " + std::to_string(stalled_ms) + " ms (peer_timeout " +
+                                     std::to_string(ctx_->options.peer_timeout.count()) +
+                                     " ms), while it answered heartbeats: stalled or hostile");
 }
 
 void TcpTransport::path_failed(int path, const Status& why, bool orderly) {
@@ -297,7 +347,7 @@ void TcpTransport::failed(const Status& why) {
     // staging copy or sendmsg may still read its memory): it fails when the
     // worker lets go of it (finish_acknowledged), with this failure unless
     // the peer had answered it already.
-    std::unordered_map<uint64_t, std::shared_ptr<TransferState>> held_by_paths;
+    std::unordered_map<uint64_t, PendingOp> held_by_paths;
     std::unordered_set<const TransferState*> sends_draining;
     for (auto& [id, weak] : sending_) {
       std::shared_ptr<OutOp> op = weak.lock();
@@ -306,10 +356,11 @@ void TcpTransport::failed(const Status& why) {
       auto p = pending_.find(id);
       if (!held || p == pending_.end()) continue;
       held_by_paths.insert(*p);
-      sends_draining.insert(p->second.get());
-      draining.insert(p->second.get());
+      sends_draining.insert(p->second.state.get());
+      draining.insert(p->second.state.get());
     }
-    for (auto& [op, st] : pending_) {
+    for (auto& [op, pending] : pending_) {
+      const std::shared_ptr<TransferState>& st = pending.state;
       if (draining.count(st.get()) == 0) {
         states.push_back(st);
       } else if (sends_draining.count(st.get()) != 0 && held_by_paths.count(op) == 0) {

@@ -125,9 +125,13 @@ class TcpTransport final : public transport::Transport {
                  bool caller_thread) override;
   void skip_note(uint64_t seq, std::string_view note) override;
   bool stop_write(const std::shared_ptr<TransferState>& state) override;
+  bool stop_landing(const std::shared_ptr<TransferState>& state) override;
   void match(transport::PostedRecv recv, transport::ArrivedMessage msg) override;
-  // Declares the peer lost after peer_timeout of silence, queues a
-  // heartbeat after heartbeat_interval without control traffic.
+  // Declares the peer lost after peer_timeout of silence, or after
+  // peer_timeout in which the peer engine moved nothing of what it owes
+  // (heartbeats prove it alive, not that an operation moves); shuts a data
+  // path whose frame stalled mid-way for peer_timeout; queues a heartbeat
+  // after heartbeat_interval without control traffic.
   void tick(Clock::time_point now) override;
   void failed(const Status& why) override;
   void close() override;
@@ -135,18 +139,24 @@ class TcpTransport final : public transport::Transport {
  private:
   // Where DATA frames for a token land (a matched receive, or a read).
   struct Landing {
-    Landing(std::shared_ptr<TransferState> s, core::SegmentList d, uint64_t n, uint64_t reply)
-        : state(std::move(s)), dest(std::move(d)), size(n), reply_op(reply), arrivals(n) {}
+    Landing(std::shared_ptr<TransferState> s, core::SegmentList d, uint64_t n, uint64_t reply, int64_t owed)
+        : state(std::move(s)), dest(std::move(d)), size(n), reply_op(reply), owed_since_ns(owed), arrivals(n) {}
     const std::shared_ptr<TransferState> state;
     const core::SegmentList dest;
     const uint64_t size;
     const uint64_t reply_op;  // receive: the sender's op to acknowledge; 0 for a read
+    // A receive: when the peer engine began to owe its data (the CTS); 0
+    // for a read, which pending_ follows.
+    const int64_t owed_since_ns;
     platform::Mutex mu;
     ChunkArrivals arrivals GUARDED_BY(mu);
     Status error GUARDED_BY(mu);
     // The connection failed while chunks were still being written into
     // `dest`; the last of them finishes the operation.
     bool orphaned GUARDED_BY(mu) = false;
+    // This side's application stopped it (stop_landing): a receive's sender
+    // is told with `error`.
+    bool stopped_here GUARDED_BY(mu) = false;
     size_t charged GUARDED_BY(mu) = 0;  // budget its chunks' records hold
   };
   // A write arriving from the peer, counted until all its bytes landed.
@@ -207,10 +217,14 @@ class TcpTransport final : public transport::Transport {
   // no worker is left to use the sockets.
   void release_sockets();
   // Records `state` as waiting for the peer's answer to `op` (and `cts` as
-  // waiting for its clear-to-send, `landing` for its data); false, recording
+  // waiting for its clear-to-send, `landing` for its data); `owed`: the
+  // peer engine owes the answer from now (PendingOp). False, recording
   // nothing, once the connection failed.
-  bool await_answer(uint64_t op, const std::shared_ptr<TransferState>& state, std::shared_ptr<OutOp> cts = nullptr,
-                    std::shared_ptr<Landing> landing = nullptr);
+  bool await_answer(uint64_t op, const std::shared_ptr<TransferState>& state, bool owed,
+                    std::shared_ptr<OutOp> cts = nullptr, std::shared_ptr<Landing> landing = nullptr);
+  // What tick checks of the peer engine's progress: a failure once an
+  // operation it owes moved nothing for peer_timeout, else OK.
+  Status check_owed(int64_t now_ns);
   // After `op`'s frame was written with result `s`: a local failure (not
   // the connection's) ends `state` (`whole`) or its part.
   void written_or_failed(uint64_t op, const Status& s, const std::shared_ptr<TransferState>& state, bool whole);
@@ -396,6 +410,12 @@ class TcpTransport final : public transport::Transport {
 
   std::atomic<int64_t> last_rx_ns_{0};
   std::atomic<int64_t> last_tx_ns_{0};
+  // The last time the peer engine moved an operation: an ACK, a CTS, a
+  // chunk confirmed or landing. Heartbeats do not count.
+  std::atomic<int64_t> last_progress_ns_{0};
+  // Per data path (the control stream's last, unused): when the frame it is
+  // reading began to arrive, 0 between frames (tick cuts off a stalled one).
+  std::unique_ptr<std::atomic<int64_t>[]> frame_since_ns_;
 
   platform::Mutex control_write_mu_;  // serialises frames on the control stream
 
@@ -408,7 +428,15 @@ class TcpTransport final : public transport::Transport {
 
   // Operations waiting on the peer.
   platform::Mutex mu_;
-  std::unordered_map<uint64_t, std::shared_ptr<TransferState>> pending_ GUARDED_BY(mu_);  // awaiting ACK
+  struct PendingOp {
+    std::shared_ptr<TransferState> state;
+    // When the peer engine began to owe the answer without its
+    // application's help (a write or read sent, a send's data after CTS);
+    // 0 while the answer may wait on the peer application (an eager send,
+    // a send before CTS, a notification).
+    int64_t owed_since_ns = 0;
+  };
+  std::unordered_map<uint64_t, PendingOp> pending_ GUARDED_BY(mu_);  // awaiting ACK
   std::unordered_map<uint64_t, std::shared_ptr<OutOp>> awaiting_cts_ GUARDED_BY(mu_);
   // Bulk sends (after CTS) and writes on their way, by op: an ACK that
   // claims bytes this side has not sent yet is a protocol violation, and one
