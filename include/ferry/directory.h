@@ -54,6 +54,7 @@ struct DirectoryEntry {
   // The metadata blob Engine::connect accepts (Engine::metadata() format).
   std::string metadata() const;
   // One line for logs and the CLI: "decode-3 incarnation 17... engine 0f3a... at 10.0.0.2:7000".
+  // Control characters, backslashes and bytes that are not UTF-8 appear as \xNN.
   std::string to_string() const;
 };
 

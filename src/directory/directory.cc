@@ -25,9 +25,11 @@ std::string DirectoryEntry::metadata() const {
 std::string DirectoryEntry::to_string() const {
   char id[17];
   std::snprintf(id, sizeof(id), "%016" PRIx64, engine_id);
-  std::string out =
-      name + " incarnation " + std::to_string(incarnation) + " engine " + id + " pid " + std::to_string(pid) + " at ";
-  for (size_t i = 0; i < addresses.size(); ++i) out += (i ? "," : "") + addresses[i];
+  // Fields come from whoever could write the directory: escaped, so that a
+  // log or terminal shows them and never acts on them.
+  std::string out = directory::terminal_text(name) + " incarnation " + std::to_string(incarnation) + " engine " + id +
+                    " pid " + std::to_string(pid) + " at ";
+  for (size_t i = 0; i < addresses.size(); ++i) out += (i ? "," : "") + directory::terminal_text(addresses[i]);
   return out;
 }
 
