@@ -54,6 +54,7 @@ struct DirectoryEntry {
   // The metadata blob Engine::connect accepts (Engine::metadata() format).
   std::string metadata() const;
   // One line for logs and the CLI: "decode-3 incarnation 17... engine 0f3a... at 10.0.0.2:7000".
+  // Control characters, backslashes and bytes that are not UTF-8 appear as \xNN.
   std::string to_string() const;
 };
 
@@ -101,8 +102,11 @@ class Directory {
   // malformed, kInvalidArgument if `name` is not a valid name, kUnavailable
   // if the directory cannot be reached, kDeadlineExceeded.
   Result<DirectoryEntry> lookup(std::string_view name, Deadline deadline);
-  // Every entry of the namespace (at most kMaxEntries). kUnavailable,
-  // kDeadlineExceeded, kResourceExhausted past kMaxEntries.
+  // Every entry of the namespace: at most kMaxEntries, holding at most
+  // kMaxListingBytes of memory decoded (100,000 entries of two addresses
+  // each take about 50 MiB; entries of the largest kind fit about 3,600).
+  // kUnavailable, kDeadlineExceeded, kResourceExhausted past either bound
+  // (nothing is returned then).
   Result<DirectoryListing> list(Deadline deadline);
   // A watch that reports names appearing, vanishing and being replaced. It
   // shares this client's connection and may outlive it.
@@ -112,6 +116,8 @@ class Directory {
   static bool valid_name(std::string_view name);
   static constexpr size_t kMaxEntries = 100000;
   static constexpr size_t kMaxEntryBytes = 16 * 1024;
+  // What one listing may hold decoded (its entries, malformed statuses).
+  static constexpr size_t kMaxListingBytes = 64 * 1024 * 1024;
 
   struct Impl;
   explicit Directory(std::shared_ptr<Impl> impl);

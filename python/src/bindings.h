@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "ferry/engine.h"
 
@@ -33,6 +34,12 @@ struct PyDirectory {
   // The directory to use now; throws StatusError (closed engine, none).
   std::shared_ptr<Directory> resolve() const;
 };
+
+struct BufferArg;
+// Throws InvalidArgument (naming `what`) when `b` overlaps memory the Python
+// engine object `engine` registered from a read-only object: nothing may
+// land there. Needs the GIL.
+void check_destination(pyb::handle engine, const BufferArg& b, const std::string& what);
 
 void bind_engine(pyb::module_& m);
 void bind_directory(pyb::module_& m);

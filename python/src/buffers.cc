@@ -38,6 +38,8 @@ size_t pick_size(std::optional<uint64_t> size, size_t nbytes, const std::string&
   return static_cast<size_t>(*size);
 }
 
+std::string type_name(pyb::handle obj) { return std::string(pyb::str(pyb::type::handle_of(obj).attr("__name__"))); }
+
 const char* kContiguousHint = "; pass a contiguous copy (numpy.ascontiguousarray(x) or tensor.contiguous())";
 
 // True when `strides` (in bytes) describe a dense C- or Fortran-order block.
@@ -77,7 +79,8 @@ BufferArg from_buffer_protocol(pyb::handle obj, std::optional<uint64_t> size, Ac
   if (access == Access::kWrite && view->readonly) {
     value_error(what, "buffer is read-only; a destination must be writable (bytearray, a writable NumPy array, ...)");
   }
-  return BufferArg{view->buf, pick_size(size, static_cast<size_t>(view->len), what), std::move(keep)};
+  return BufferArg{view->buf, pick_size(size, static_cast<size_t>(view->len), what), std::move(keep),
+                   view->readonly ? type_name(obj) : std::string()};
 }
 
 BufferArg from_tensor(pyb::handle obj, std::optional<uint64_t> size, const std::string& what) {
@@ -89,8 +92,8 @@ BufferArg from_tensor(pyb::handle obj, std::optional<uint64_t> size, const std::
   }
   auto ptr = obj.attr("data_ptr")().cast<uint64_t>();
   auto nbytes = obj.attr("numel")().cast<uint64_t>() * obj.attr("element_size")().cast<uint64_t>();
-  return BufferArg{reinterpret_cast<void*>(ptr), pick_size(size, nbytes, what),
-                   pyb::reinterpret_borrow<pyb::object>(obj)};
+  return BufferArg{
+      reinterpret_cast<void*>(ptr), pick_size(size, nbytes, what), pyb::reinterpret_borrow<pyb::object>(obj), {}};
 }
 
 BufferArg from_cuda_array_interface(pyb::handle obj, std::optional<uint64_t> size, Access access,
@@ -113,7 +116,7 @@ BufferArg from_cuda_array_interface(pyb::handle obj, std::optional<uint64_t> siz
   }
   if (access == Access::kWrite && readonly) value_error(what, "device array is read-only");
   return BufferArg{reinterpret_cast<void*>(ptr), pick_size(size, static_cast<size_t>(count * itemsize), what),
-                   pyb::reinterpret_borrow<pyb::object>(obj)};
+                   pyb::reinterpret_borrow<pyb::object>(obj), readonly ? type_name(obj) : std::string()};
 }
 
 // The DLPack ABI (dlpack.h v0.x), declared here to need no header.
@@ -164,7 +167,7 @@ BufferArg from_dlpack(pyb::handle obj, std::optional<uint64_t> size, const std::
     }
   }
   void* base = static_cast<char*>(t.data) + t.byte_offset;
-  return BufferArg{base, pick_size(size, static_cast<size_t>(count * itemsize), what), std::move(owner)};
+  return BufferArg{base, pick_size(size, static_cast<size_t>(count * itemsize), what), std::move(owner), {}};
 }
 
 bool is_tensor_like(pyb::handle obj) {
@@ -179,14 +182,15 @@ BufferArg resolve_buffer(pyb::handle obj, std::optional<uint64_t> size, Access a
     if (!size) {
       throw pyb::type_error("argument '" + what + "' is an address (int): pass its size in bytes as well");
     }
-    return BufferArg{reinterpret_cast<void*>(to_u64(obj, what, "address")), static_cast<size_t>(*size), pyb::none()};
+    return BufferArg{
+        reinterpret_cast<void*>(to_u64(obj, what, "address")), static_cast<size_t>(*size), pyb::none(), {}};
   }
   if (PyTuple_Check(obj.ptr()) && PyTuple_GET_SIZE(obj.ptr()) == 2) {
     pyb::tuple t = pyb::reinterpret_borrow<pyb::tuple>(obj);
     uint64_t address = to_u64(t[0], what, "address");
     uint64_t n = to_u64(t[1], what, "size");
     if (size && *size > n) value_error(what, "size " + std::to_string(*size) + " exceeds " + std::to_string(n));
-    return BufferArg{reinterpret_cast<void*>(address), static_cast<size_t>(size ? *size : n), pyb::none()};
+    return BufferArg{reinterpret_cast<void*>(address), static_cast<size_t>(size ? *size : n), pyb::none(), {}};
   }
   if (PyObject_CheckBuffer(obj.ptr())) return from_buffer_protocol(obj, size, access, what);
   if (is_tensor_like(obj)) return from_tensor(obj, size, what);

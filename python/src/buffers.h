@@ -10,7 +10,9 @@
 //   __dlpack__                any DLPack producer
 // Memory must be one contiguous block (C or Fortran order); anything else is
 // a ValueError naming the argument. Destinations (recv, read) must be
-// writable where the object can say so. All functions need the GIL.
+// writable where the object can say so; a read-only source is marked as such
+// (BufferArg::read_only), so that the engine can refuse to export it or let
+// anything land in it later. All functions need the GIL.
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -18,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace ferry::py {
@@ -30,6 +33,10 @@ struct BufferArg {
   void* data = nullptr;
   size_t size = 0;
   pyb::object keep;  // keeps the memory alive (and exported); None for raw addresses
+  // The type of a read-only object ("bytes", "memoryview", "ndarray", ...),
+  // as its buffer or __cuda_array_interface__ says; "" when it is writable or
+  // cannot say (raw addresses, tensors, DLPack).
+  std::string read_only;
 };
 
 // Resolves `obj`, named `what` in messages (e.g. "data", "parts[2]").

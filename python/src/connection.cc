@@ -113,12 +113,14 @@ Posted post_sendv(PyConnection& c, pyb::handle parts) {
 
 Posted post_recv(PyConnection& c, pyb::handle data, const Size& size) {
   std::vector<BufferArg> b{resolve_buffer(data, size.value, Access::kWrite, "data")};
+  check_destination(c.engine, b[0], "data");
   auto conn = c.conn;
   return post(b, [&] { return conn->recv_async(b[0].data, b[0].size); });
 }
 
 Posted post_recvv(PyConnection& c, pyb::handle parts) {
   std::vector<BufferArg> b = resolve_buffers(parts, Access::kWrite, "parts");
+  for (size_t i = 0; i < b.size(); ++i) check_destination(c.engine, b[i], "parts[" + std::to_string(i) + "]");
   std::vector<MutableBuffer> v;
   for (const BufferArg& x : b) v.push_back(MutableBuffer{x.data, x.size});
   auto conn = c.conn;
@@ -203,12 +205,16 @@ Posted post_write_blocks(PyConnection& c, pyb::object pools, pyb::handle blocks,
 Posted post_read(PyConnection& c, pyb::handle local, const Remote& remote, const Offset& offset,
                  const Size& size) {
   std::vector<BufferArg> b{resolve_buffer(local, size.value, Access::kWrite, "local")};
+  check_destination(c.engine, b[0], "local");
   auto conn = c.conn;
   return post(b, [&] { return conn->read_async(b[0].data, b[0].size, remote.value, offset.value); });
 }
 
 Posted post_readv(PyConnection& c, pyb::handle items) {
   std::vector<Item> it = resolve_items(items, Access::kWrite, "items");
+  for (size_t i = 0; i < it.size(); ++i) {
+    check_destination(c.engine, it[i].local, "items[" + std::to_string(i) + "].local");
+  }
   std::vector<ReadItem> v;
   for (const Item& i : it) v.push_back(ReadItem{i.local.data, i.local.size, i.remote, i.offset});
   auto conn = c.conn;

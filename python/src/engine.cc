@@ -299,7 +299,10 @@ class PyEngine {
       r = e->reg(b.data, b.size);
     }
     Region region = value_or_throw(std::move(r));
-    owners_[region.id].push_back(b.keep);  // counted like the registration
+    Registration& held = registrations_[region.id];
+    held.region = region;
+    held.owners.push_back(Owner{b.keep, b.read_only});  // counted like the registration
+    if (!b.read_only.empty()) ++read_only_owners_;
     return region;
   }
 
@@ -312,16 +315,47 @@ class PyEngine {
       s = e->dereg(region);  // waits for bytes landing in it right now
     }
     throw_if_error(s);
-    auto it = owners_.find(region.id);
-    if (it != owners_.end()) {
-      it->second.pop_back();
-      if (it->second.empty()) owners_.erase(it);
+    auto it = registrations_.find(region.id);
+    if (it != registrations_.end()) {
+      if (!it->second.owners.back().read_only.empty()) --read_only_owners_;
+      it->second.owners.pop_back();
+      if (it->second.owners.empty()) registrations_.erase(it);
     }
   }
 
-  RemoteDescriptor export_region(pyb::handle region, pyb::handle offset, pyb::handle length) {
-    return value_or_throw(get()->export_region(region_from(region, "region"), count_from(offset, "offset"),
-                                               count_from(length, "length")));
+  // A peer given an export may write into it, and ferry's descriptors carry
+  // no access mode: memory Python holds immutable (bytes, a read-only view
+  // or array) is refused here rather than changed behind Python's back.
+  RemoteDescriptor export_region(pyb::handle region_arg, pyb::handle offset, pyb::handle length) {
+    Region region = region_from(region_arg, "region");
+    auto it = registrations_.find(region.id);
+    if (it != registrations_.end()) {
+      std::string kind = read_only_kind(it->second);
+      if (!kind.empty()) {
+        throw StatusError(Status(Code::kInvalidArgument,
+                                 "export_region: region " + std::to_string(region.id) + " is read-only (" + kind +
+                                     "): a peer could write into its export; register a writable buffer "
+                                     "(bytearray, a writable NumPy array, ...) to export it"));
+      }
+    }
+    return value_or_throw(get()->export_region(region, count_from(offset, "offset"), count_from(length, "length")));
+  }
+
+  // Refuses a destination (recv, read) that overlaps memory registered from
+  // a read-only object, however the caller names it (the object, or its
+  // address). Costs nothing while no read-only object is registered.
+  void check_destination(const BufferArg& b, const std::string& what) const {
+    if (read_only_owners_ == 0 || b.size == 0) return;
+    auto lo = reinterpret_cast<uintptr_t>(b.data), hi = lo + b.size;
+    for (const auto& [id, held] : registrations_) {
+      auto base = reinterpret_cast<uintptr_t>(held.region.base), end = base + held.region.length;
+      if (hi <= base || lo >= end) continue;
+      std::string kind = read_only_kind(held);
+      if (kind.empty()) continue;
+      throw StatusError(Status(Code::kInvalidArgument, "argument '" + what + "': its memory is in region " +
+                                                           std::to_string(id) + ", registered from a read-only " +
+                                                           kind + "; a destination must be writable"));
+    }
   }
 
   // Dials until `deadline` while the address refuses (the peer may not be
@@ -444,24 +478,52 @@ class PyEngine {
       e.reset();  // ferry's threads never take the GIL, so holding it is safe
     }
     if (last) {
-      owners_.clear();
+      registrations_.clear();
     } else {
       // Someone (a connect still dialing) holds the engine: its connections
       // may still land bytes, so the registered memory must outlive it.
       static auto* leaked = new std::vector<pyb::object>();
-      for (auto& [id, v] : owners_)
-        for (auto& o : v) leaked->push_back(std::move(o));
-      owners_.clear();
+      for (auto& [id, held] : registrations_)
+        for (auto& o : held.owners) leaked->push_back(std::move(o.keep));
+      registrations_.clear();
     }
+    read_only_owners_ = 0;
+  }
+
+  // One registration's Python owner (None for an address) and, for a
+  // read-only object, its type.
+  struct Owner {
+    pyb::object keep;
+    std::string read_only;
+  };
+  // A region and its registrations, in order (dereg drops the last).
+  struct Registration {
+    Region region;
+    std::vector<Owner> owners;
+  };
+
+  // The type of a read-only object this region was registered from, "" if
+  // none: one such registration makes the memory read-only, whatever else
+  // was registered over it.
+  static std::string read_only_kind(const Registration& held) {
+    for (const Owner& o : held.owners)
+      if (!o.read_only.empty()) return o.read_only;
+    return {};
   }
 
   std::shared_ptr<Engine> engine_;
   std::atomic<bool> closed_{false};
-  // Python owners of registered memory, kept alive while registered.
-  std::unordered_map<uint64_t, std::vector<pyb::object>> owners_;
+  // Python owners of registered memory, kept alive while registered. Only
+  // touched with the GIL held.
+  std::unordered_map<uint64_t, Registration> registrations_;
+  size_t read_only_owners_ = 0;  // owners with read_only set, over all regions
 };
 
 }  // namespace
+
+void check_destination(pyb::handle engine, const BufferArg& b, const std::string& what) {
+  engine.cast<const PyEngine&>().check_destination(b, what);
+}
 
 void bind_engine(pyb::module_& m) {
   bind_options(m);
@@ -527,15 +589,17 @@ void bind_engine(pyb::module_& m) {
       .def("reg", &PyEngine::reg, pyb::arg("data"), pyb::arg("size") = pyb::none(),
            "Registers memory: a buffer, NumPy array or tensor (size defaults to all of it), or an address (int) "
            "with `size`. Detects host, pinned host or CUDA memory. Registering the same range again returns the "
-           "same region (counted). The object is kept alive until dereg. Raises InvalidArgument for a null "
-           "address or zero size.")
+           "same region (counted). The object is kept alive until dereg. Read-only memory (bytes, a read-only "
+           "memoryview or NumPy array) may be registered as a source: it cannot be exported, and no receive or "
+           "read lands in it. Raises InvalidArgument for a null address or zero size.")
       .def("dereg", &PyEngine::dereg, pyb::arg("region"),
            "Drops one registration of `region`; on the last one revokes its exports. Blocks until bytes landing "
            "in it at that instant are in. Raises NotFound if it is not registered.")
       .def("export_region", &PyEngine::export_region, pyb::arg("region"), pyb::arg("offset") = 0,
            pyb::arg("length") = 0,
            "Exports [offset, offset+length) of `region` (length 0: to the end) for one-sided access; returns a "
-           "RemoteDescriptor. Raises NotFound or OutOfRange.")
+           "RemoteDescriptor. Raises NotFound or OutOfRange, or InvalidArgument when the region was registered "
+           "from a read-only object (a peer could write into the export).")
       .def(
           "connect",
           [](pyb::object self, const Peer& peer, const Timeout& timeout) {

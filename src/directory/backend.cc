@@ -12,7 +12,7 @@ class MissingBackend final : public Backend {
              "this ferry was built without a " + server + " client: install " + library + " and rebuild") {}
 
   Result<std::optional<std::string>> get(const std::string&, size_t, Deadline) override { return why_; }
-  Result<KeyValues> list(const std::string&, size_t, size_t, Deadline) override { return why_; }
+  Status list(const std::string&, size_t, size_t, Deadline, const TakeEntry&) override { return why_; }
   Status put_with_ttl(const std::string&, const std::string&, std::chrono::milliseconds, Deadline) override {
     return why_;
   }

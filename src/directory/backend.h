@@ -8,9 +8,11 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -21,6 +23,9 @@
 namespace ferry::directory {
 
 using KeyValues = std::vector<std::pair<std::string, std::string>>;
+// Takes one key and its value during Backend::list; they are valid only for
+// the call. An error ends the listing with it.
+using TakeEntry = std::function<Status(std::string_view key, std::string_view value)>;
 
 class Backend {
  public:
@@ -28,11 +33,14 @@ class Backend {
 
   // The value under `key` (nullopt: none), at most `max_value` bytes.
   virtual Result<std::optional<std::string>> get(const std::string& key, size_t max_value, Deadline deadline) = 0;
-  // Every key under `prefix` with its value, at most `max_entries` (more is
-  // kResourceExhausted) and values of at most `max_value` bytes (a longer
-  // value comes back truncated to max_value + 1 bytes, for the caller to refuse).
-  virtual Result<KeyValues> list(const std::string& prefix, size_t max_entries, size_t max_value,
-                                 Deadline deadline) = 0;
+  // Hands every key under `prefix` with its value to `take`, a page at a
+  // time, so that the backend holds one page's replies (a few MiB), never the
+  // whole listing. At most `max_entries` keys (more is kResourceExhausted);
+  // values of at most `max_value` bytes (a longer value is handed over cut to
+  // max_value + 1 bytes, for the caller to refuse). A key is handed over
+  // once, in no particular order.
+  virtual Status list(const std::string& prefix, size_t max_entries, size_t max_value, Deadline deadline,
+                      const TakeEntry& take) = 0;
   // Stores `value` under `key`, replacing what is there, to expire after `ttl`
   // unless refreshed.
   virtual Status put_with_ttl(const std::string& key, const std::string& value, std::chrono::milliseconds ttl,

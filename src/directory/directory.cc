@@ -25,9 +25,11 @@ std::string DirectoryEntry::metadata() const {
 std::string DirectoryEntry::to_string() const {
   char id[17];
   std::snprintf(id, sizeof(id), "%016" PRIx64, engine_id);
-  std::string out =
-      name + " incarnation " + std::to_string(incarnation) + " engine " + id + " pid " + std::to_string(pid) + " at ";
-  for (size_t i = 0; i < addresses.size(); ++i) out += (i ? "," : "") + addresses[i];
+  // Fields come from whoever could write the directory: escaped, so that a
+  // log or terminal shows them and never acts on them.
+  std::string out = directory::terminal_text(name) + " incarnation " + std::to_string(incarnation) + " engine " + id +
+                    " pid " + std::to_string(pid) + " at ";
+  for (size_t i = 0; i < addresses.size(); ++i) out += (i ? "," : "") + directory::terminal_text(addresses[i]);
   return out;
 }
 
@@ -77,22 +79,53 @@ Result<DirectoryEntry> Directory::Impl::lookup(std::string_view name, Deadline d
   return directory::decode_entry(key, *value, name);
 }
 
+namespace {
+
+// About what a decoded entry holds: the object (three times, for the slack
+// and the moves of a vector that doubles) and the heap block of each string
+// too long to be kept in place, with the allocator's header.
+size_t held_bytes(const DirectoryEntry& e) {
+  auto heap = [](const std::string& s) { return s.capacity() > 15 ? s.capacity() + 1 + 16 : 0; };
+  size_t n = 3 * sizeof(DirectoryEntry) + heap(e.name) + heap(e.host_id) + 16;
+  n += e.addresses.capacity() * sizeof(std::string);
+  for (const std::string& a : e.addresses) n += heap(a);
+  return n;
+}
+
+std::string mib(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+}  // namespace
+
 Result<DirectoryListing> Directory::Impl::list(Deadline deadline) {
   std::string prefix = directory::entries_prefix(url.ns);
-  if (!mu.try_lock_until(deadline)) return busy();
-  auto listed = backend->list(prefix, Directory::kMaxEntries, Directory::kMaxEntryBytes, deadline);
-  mu.unlock();
-  FERRY_ASSIGN_OR_RETURN(auto kvs, std::move(listed));
   DirectoryListing out;
-  for (auto& [key, value] : kvs) {
-    std::string_view name = std::string_view(key).substr(prefix.size());
+  size_t held = 0;
+  // Each value is decoded as it comes and dropped, so that what the listing
+  // holds is its decoded entries (and statuses), counted against
+  // kMaxListingBytes, plus the one page of replies the backend reads at a time.
+  auto take = [&](std::string_view key, std::string_view value) -> Status {
+    std::string_view name = key.substr(prefix.size());
     auto e = directory::decode_entry(key, value, name);
     if (e.ok()) {
+      held += held_bytes(*e);
       out.entries.push_back(std::move(e).value());
     } else {
+      held += 3 * sizeof(Status) + e.status().message().size() + 32;
       out.malformed.push_back(e.status());
     }
-  }
+    if (held > Directory::kMaxListingBytes) {
+      return Status(Code::kResourceExhausted,
+                    "directory " + url.redacted + ": a listing holds at most " + mib(Directory::kMaxListingBytes) +
+                        " of entries (Directory::kMaxListingBytes), and " + std::to_string(out.entries.size()) +
+                        " entries and " + std::to_string(out.malformed.size()) + " malformed ones under " +
+                        directory::printable(prefix, 200) + " took it with more to come");
+    }
+    return Status();
+  };
+  if (!mu.try_lock_until(deadline)) return busy();
+  Status listed = backend->list(prefix, Directory::kMaxEntries, Directory::kMaxEntryBytes, deadline, take);
+  mu.unlock();
+  FERRY_RETURN_IF_ERROR(listed);
   std::sort(out.entries.begin(), out.entries.end(),
             [](const DirectoryEntry& a, const DirectoryEntry& b) { return a.name < b.name; });
   return out;

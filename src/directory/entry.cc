@@ -59,6 +59,66 @@ std::string printable(std::string_view s, size_t max) {
   return out;
 }
 
+namespace {
+
+// The length of the UTF-8 sequence at the start of `s` that encodes one code
+// point (shortest form, no surrogate, at most U+10FFFF), with the code point
+// in `cp`; 0 when `s` does not start with one.
+size_t utf8_sequence(std::string_view s, uint32_t& cp) {
+  auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  unsigned char c = byte(0);
+  size_t n;
+  uint32_t min;
+  if (c < 0x80) {
+    cp = c;
+    return 1;
+  } else if ((c & 0xe0) == 0xc0) {
+    n = 2, cp = c & 0x1f, min = 0x80;
+  } else if ((c & 0xf0) == 0xe0) {
+    n = 3, cp = c & 0x0f, min = 0x800;
+  } else if ((c & 0xf8) == 0xf0) {
+    n = 4, cp = c & 0x07, min = 0x10000;
+  } else {
+    return 0;
+  }
+  if (s.size() < n) return 0;
+  for (size_t i = 1; i < n; ++i) {
+    if ((byte(i) & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (byte(i) & 0x3f);
+  }
+  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+  return n;
+}
+
+void append_escaped(std::string& out, std::string_view bytes) {
+  for (char c : bytes) {
+    char buf[8];
+    std::snprintf(buf, sizeof(buf), "\\x%02x", static_cast<unsigned char>(c));
+    out += buf;
+  }
+}
+
+}  // namespace
+
+std::string terminal_text(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  while (!s.empty()) {
+    uint32_t cp = 0;
+    size_t n = utf8_sequence(s, cp);
+    if (n == 0) {
+      append_escaped(out, s.substr(0, 1));
+      n = 1;
+    } else if (cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == '\\') {
+      append_escaped(out, s.substr(0, n));
+    } else {
+      out.append(s.substr(0, n));
+    }
+    s.remove_prefix(n);
+  }
+  return out;
+}
+
 Status check_json_shape(std::string_view text, size_t max_bytes, int max_depth, std::string_view what) {
   if (text.size() > max_bytes) {
     return Status(Code::kDataLoss, std::string(what) + ": " + std::to_string(text.size()) + " bytes, more than the " +

@@ -32,4 +32,11 @@ Result<std::string> base64_decode(std::string_view in);
 // At most `max` bytes of `s` for a message, non-printable bytes as \xNN.
 std::string printable(std::string_view s, size_t max = 64);
 
+// All of `s` for a terminal (`ferry dir`'s table, DirectoryEntry::to_string):
+// UTF-8 text stays as it is, so that names people read keep their letters;
+// control characters (C0, DEL, and C1 such as U+009B, which terminals take
+// as escape sequences), backslashes and bytes that are not UTF-8 become \xNN,
+// byte by byte. What comes out holds no byte a terminal acts on.
+std::string terminal_text(std::string_view s);
+
 }  // namespace ferry::directory

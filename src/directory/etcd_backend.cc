@@ -5,8 +5,8 @@
 // Bounds: every response has a byte cap fixed by the request (refused as
 // bytes arrive, before they are parsed), its JSON nesting is checked before
 // parsing, and keys and values must be strict base64. Ranges are read in
-// pages of kPage keys. No redirects, no proxies from the environment, only
-// http://.
+// pages of kPage keys, each handed over before the next is asked for. No
+// redirects, no proxies from the environment, only http://.
 #include "directory/backend.h"
 
 #if FERRY_HAVE_CURL
@@ -25,7 +25,9 @@ namespace {
 using json = nlohmann::json;
 
 constexpr size_t kSmallReply = 64 * 1024;
-constexpr size_t kPage = 1000;
+// A page of entries of the largest size is a reply of about 3.4 MB, which
+// parsing doubles: what a listing holds besides its decoded entries.
+constexpr size_t kPage = 100;
 
 struct Body {
   std::string data;
@@ -98,8 +100,9 @@ class EtcdBackend final : public Backend {
     return std::optional<std::string>();
   }
 
-  Result<KeyValues> list(const std::string& prefix, size_t max_entries, size_t max_value, Deadline deadline) override {
-    KeyValues out;
+  Status list(const std::string& prefix, size_t max_entries, size_t max_value, Deadline deadline,
+              const TakeEntry& take) override {
+    size_t listed = 0;
     std::string start = prefix;
     const std::string end = prefix_end(prefix);
     for (;;) {
@@ -115,15 +118,17 @@ class EtcdBackend final : public Backend {
       }
       bool more = false;
       if (auto it = r.find("more"); it != r.end() && it->is_boolean()) more = it->get<bool>();
+      r = json();  // the page now lives in `page` only
       if (!page.empty()) start = page.back().first + std::string(1, '\0');
-      for (auto& kv : page) out.push_back(std::move(kv));
-      if (out.size() > max_entries) {
+      listed += page.size();
+      if (listed > max_entries) {
         return Status(Code::kResourceExhausted, where() + ": more than " + std::to_string(max_entries) +
                                                     " entries under " + printable(prefix, 200));
       }
+      for (const auto& [key, value] : page) FERRY_RETURN_IF_ERROR(take(key, value));
       if (!more || page.empty()) break;
     }
-    return out;
+    return Status();
   }
 
   Status put_with_ttl(const std::string& key, const std::string& value, std::chrono::milliseconds ttl,

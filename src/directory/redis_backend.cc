@@ -6,7 +6,8 @@
 // are refused as they arrive, and an array announcing more elements than the
 // cap could carry is refused before hiredis allocates it (our reply
 // functions, not hiredis's defaults, build the reply). Nesting is hiredis's
-// own limit (7 levels).
+// own limit (7 levels). A listing hands each batch of values over before it
+// asks for the next, and remembers the keys it has seen by hash only.
 #include "directory/backend.h"
 
 #if FERRY_HAVE_HIREDIS
@@ -15,9 +16,12 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-#include <set>
+#include <functional>
+#include <span>
+#include <unordered_set>
 
 #include "directory/entry.h"
 #include "platform/socket.h"
@@ -109,8 +113,13 @@ class RedisBackend final : public Backend {
     return std::optional<std::string>(std::move(r->str));
   }
 
-  Result<KeyValues> list(const std::string& prefix, size_t max_entries, size_t max_value, Deadline deadline) override {
-    std::set<std::string> keys;  // SCAN may return a key twice
+  Status list(const std::string& prefix, size_t max_entries, size_t max_value, Deadline deadline,
+              const TakeEntry& take) override {
+    // SCAN may return a key twice. Keys seen are remembered by their hash,
+    // not kept: a writer of long keys costs 8 bytes a key, not its bytes.
+    // (One that makes two keys collide could only hide an entry it may
+    // delete anyway.)
+    std::unordered_set<size_t> seen;
     std::string cursor = "0";
     do {
       FERRY_ASSIGN_OR_RETURN(auto r,
@@ -121,40 +130,24 @@ class RedisBackend final : public Backend {
         return unexpected("SCAN", *r);
       }
       cursor = r->elements[0]->str;
+      std::vector<std::string> fresh;
       for (auto& k : r->elements[1]->elements) {
         if (k->type != REDIS_REPLY_STRING) return unexpected("SCAN", *r);
         if (k->str.compare(0, prefix.size(), prefix) != 0) continue;
-        keys.insert(std::move(k->str));
-        if (keys.size() > max_entries) {
+        if (!seen.insert(std::hash<std::string>{}(k->str)).second) continue;
+        if (seen.size() > max_entries) {
           return Status(Code::kResourceExhausted, where() + ": more than " + std::to_string(max_entries) +
                                                       " entries under " + printable(prefix, 200));
         }
+        fresh.push_back(std::move(k->str));
+      }
+      r.reset();  // the page's keys now live in `fresh` only
+      for (size_t at = 0; at < fresh.size(); at += kGetBatch) {
+        size_t n = std::min(kGetBatch, fresh.size() - at);
+        FERRY_RETURN_IF_ERROR(get_batch(std::span(fresh).subspan(at, n), max_value, deadline, take));
       }
     } while (cursor != "0");
-    KeyValues out;
-    std::vector<std::string> batch;
-    auto flush = [&]() -> Status {
-      if (batch.empty()) return Status();
-      std::vector<std::string> args{"MGET"};
-      args.insert(args.end(), batch.begin(), batch.end());
-      FERRY_ASSIGN_OR_RETURN(auto r, command(args, batch.size() * (max_value + 64) + kSmallReply, deadline));
-      if (r->type != REDIS_REPLY_ARRAY || r->elements.size() != batch.size()) return unexpected("MGET", *r);
-      for (size_t i = 0; i < batch.size(); ++i) {
-        Reply& v = *r->elements[i];
-        if (v.type == REDIS_REPLY_NIL) continue;  // expired since the scan
-        if (v.type != REDIS_REPLY_STRING) return unexpected("MGET", *r);
-        if (v.str.size() > max_value) v.str.resize(max_value + 1);
-        out.emplace_back(std::move(batch[i]), std::move(v.str));
-      }
-      batch.clear();
-      return Status();
-    };
-    for (const std::string& k : keys) {
-      batch.push_back(k);
-      if (batch.size() == kGetBatch) FERRY_RETURN_IF_ERROR(flush());
-    }
-    FERRY_RETURN_IF_ERROR(flush());
-    return out;
+    return Status();
   }
 
   Status put_with_ttl(const std::string& key, const std::string& value, std::chrono::milliseconds ttl,
@@ -199,6 +192,22 @@ class RedisBackend final : public Backend {
 
  private:
   std::string where() const { return "directory " + url_.redacted; }
+
+  // MGET of `keys`, each value present handed to `take` (a key that expired
+  // since the scan is skipped).
+  Status get_batch(std::span<const std::string> keys, size_t max_value, Deadline deadline, const TakeEntry& take) {
+    std::vector<std::string> args{"MGET"};
+    args.insert(args.end(), keys.begin(), keys.end());
+    FERRY_ASSIGN_OR_RETURN(auto r, command(args, keys.size() * (max_value + 64) + kSmallReply, deadline));
+    if (r->type != REDIS_REPLY_ARRAY || r->elements.size() != keys.size()) return unexpected("MGET", *r);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const Reply& v = *r->elements[i];
+      if (v.type == REDIS_REPLY_NIL) continue;
+      if (v.type != REDIS_REPLY_STRING) return unexpected("MGET", *r);
+      FERRY_RETURN_IF_ERROR(take(keys[i], std::string_view(v.str).substr(0, max_value + 1)));
+    }
+    return Status();
+  }
 
   Status unexpected(const char* cmd, const Reply& r) {
     disconnect();

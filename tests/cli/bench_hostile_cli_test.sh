@@ -3,9 +3,10 @@
 #   bench_hostile_cli_test.sh FERRY_BINARY HOSTILE_INITIATOR_BINARY
 # Sessions that hang up at once, send bad JSON, wrong types, empty or absurd
 # sizes (1 TiB), bad iteration counts, an unknown op, bad descriptors, a wrong
-# begin, or vanish mid-transfer must each be refused or dropped with a line on
-# the target's stderr; the target must stay up, and an honest verified run
-# against it must still pass. Every wait is bounded by `timeout`.
+# begin, never begin, or vanish mid-transfer must each be refused or dropped
+# with a line on the target's stderr; the target must stay up, and an honest
+# verified run against it must still pass, also while idle sessions hold
+# every slot. Every wait is bounded by `timeout`.
 set -uo pipefail
 ferry=$1
 hostile=$2
@@ -66,6 +67,11 @@ attack "a GPU this host lacks" config "{$ok,\"sizes\":[4096],\"gpu\":99}"
 attack "a huge group" config "{$ok,\"sizes\":[4096],\"group\":2000000000}"
 attack "bad descriptors" descriptors
 attack "a wrong begin" begin
+# A session that never begins is closed at its start limit: 5 s, plus 2 s for
+# its buffers' (first) GiB.
+attack "a session that never begins" stall
+stalled=$(sed -n 's/^stall: closed after \([0-9]*\) ms$/\1/p' "$work/hostile.out")
+[ -n "$stalled" ] && [ "$stalled" -lt 12000 ] || fail "a session that never began was closed after ${stalled:-?} ms, not 7 s"
 attack "vanishing mid-transfer" vanish
 
 grep -q "need 2.0 TiB (2199023390720 bytes) of host memory; at most" "$work/target.err" ||
@@ -101,4 +107,37 @@ FERRY_TRANSPORT=tcp timeout 30 "$ferry" bench --peer "$addr" --sizes 4K --footpr
 grep -q "the target refused the session: .*session's buffers need .*at most" "$work/big.out" ||
   { cat "$work/big.out" >&2; fail "the initiator does not say the target's limit"; }
 alive "oversized honest requests"
+
+# Sessions that only keep their connection alive (an engine heartbeats by
+# itself) take every slot: 64 sessions, and the engine's 64 connections per
+# peer address. The target closes each session that has not started within
+# its start limit (5 s), so an honest initiator that tries again is served
+# long before the 120 s one step of a session may take.
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+FERRY_TRANSPORT=tcp timeout 100 "$hostile" "$addr" idle 70 90 >"$work/idle.out" 2>&1 &
+idle=$!
+trap 'kill $target $idle 2>/dev/null; wait $target $idle 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 300); do grep -q "^idle: " "$work/idle.out" && break; sleep 0.1; done
+held=$(sed -n 's/^idle: \([0-9]*\) held$/\1/p' "$work/idle.out")
+[ "${held:-0}" -ge 64 ] || { cat "$work/idle.out" >&2; fail "the idle initiator held ${held:-no} sessions, not every slot (64)"; }
+start=$(now_ms)
+served=0
+while [ $(($(now_ms) - start)) -lt 40000 ]; do
+  if FERRY_TRANSPORT=tcp timeout 30 "$ferry" bench --peer "$addr" --op write --sizes 4K,65537 --iters 2 --warmup 0 \
+    --verify --json "$work/after-idle.json" >"$work/after-idle.out" 2>"$work/after-idle.err"; then
+    served=1
+    break
+  fi
+  sleep 0.2
+done
+waited=$(($(now_ms) - start))
+[ $served = 1 ] || { cat "$work/after-idle.err" >&2; fail "no honest session within 40 s of $held idle ones taking every slot"; }
+[ $waited -lt 20000 ] || fail "an honest session waited $waited ms behind idle ones (start limit 5 s)"
+grep -c '"verified": true' "$work/after-idle.json" | grep -qx 2 || fail "the session after the idle ones: not verified"
+grep -q "session from .* failed: .*did not start within 7 s: no .begin." "$work/target.err" ||
+  { cat "$work/target.err" >&2; fail "the target does not say why it closed the session that never began"; }
+grep -q "session from .* failed: .*did not start within 5 s: no configuration" "$work/target.err" ||
+  { cat "$work/target.err" >&2; fail "the target does not say why it closed the idle sessions"; }
+echo "an honest session was served $waited ms after $held idle sessions took every slot"
+alive "idle sessions"
 echo "PASS"

@@ -12,9 +12,17 @@
 //       a valid configuration, then 10 bytes where 96 bytes of descriptors go.
 //   bench_hostile_initiator ADDR begin
 //       a valid session up to the first size, then "begin" of another size.
+//   bench_hostile_initiator ADDR stall
+//       a valid session up to the first size, then nothing: the target must
+//       close it (its start limit); prints "stall: closed after N ms".
 //   bench_hostile_initiator ADDR vanish
 //       a valid --bidir write session that hangs up while the target's own
 //       writes are running.
+//   bench_hostile_initiator ADDR idle N SECONDS
+//       opens N connections that complete the handshake and then say nothing
+//       (the engine's heartbeats keep them alive), prints "idle: K held" once
+//       K of them are up (the target may refuse some), and holds them for
+//       SECONDS or until the target closed them all.
 //
 // Exits 0 when the target behaved, 1 (with a message) when it did not or the
 // session could not be driven to the point of the attack.
@@ -67,11 +75,41 @@ int expect_refusal(Control& ctl, const std::string& config) {
   return 0;
 }
 
+// Sessions that only keep their connection alive, to take every slot of the
+// target: it must close them itself, long before its per-step timeout.
+int hold_idle(const std::string& addr, int count, int seconds) {
+  ferry::Options o;
+  o.streams = 1;  // stay far below the target's stream limit: slots, not streams, are the point
+  auto engine = ferry::Engine::create(o);
+  if (!engine.ok()) return fail("engine: " + engine.status().to_string());
+  std::vector<std::shared_ptr<ferry::Connection>> held;
+  for (int i = 0; i < count; ++i) {
+    auto conn = (*engine)->connect(addr, after(kWait));
+    if (conn.ok()) held.push_back(*conn);
+  }
+  std::printf("idle: %zu held\n", held.size());
+  std::fflush(stdout);
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    size_t open = 0;
+    for (auto& c : held) open += c->health().ok() ? 1 : 0;
+    if (open == 0) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3) return fail("usage: bench_hostile_initiator ADDR close|config TEXT|descriptors|begin|vanish");
+  if (argc < 3) {
+    return fail("usage: bench_hostile_initiator ADDR close|config TEXT|descriptors|begin|stall|vanish|idle N S");
+  }
   std::string addr = argv[1], attack = argv[2];
+  if (attack == "idle") {
+    if (argc < 5) return fail("idle needs N and SECONDS");
+    return hold_idle(addr, std::atoi(argv[3]), std::atoi(argv[4]));
+  }
   auto engine = ferry::Engine::create(ferry::Options());
   if (!engine.ok()) return fail("engine: " + engine.status().to_string());
   auto conn = (*engine)->connect(addr, after(kWait));
@@ -116,6 +154,14 @@ int main(int argc, char** argv) {
     ctl.send("begin 12345");
     std::string r = ctl.reply();
     return r.empty() ? 0 : fail("the target went on after a wrong begin: " + r);
+  }
+  if (attack == "stall") {
+    auto t0 = std::chrono::steady_clock::now();
+    while (c.health().ok() && std::chrono::steady_clock::now() - t0 < 30s) std::this_thread::sleep_for(10ms);
+    if (c.health().ok()) return fail("the target kept a session that never began for 30 s");
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("stall: closed after %lld ms\n", static_cast<long long>(ms));
+    return 0;
   }
   if (attack == "vanish") {
     ctl.send("begin " + std::to_string(kSize));

@@ -15,6 +15,22 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; for f in "$work"/*.log "$work"/*.out; do echo "--- $f" >&2; cat "$f" >&2; done; exit 1; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+# Whether FILE is UTF-8 without control characters (C0 but newline, DEL, C1):
+# what a terminal shows as text, never acts on.
+only_printable() {
+  python3 -c '
+import sys
+data = open(sys.argv[1], "rb").read()
+try:
+    text = data.decode("utf-8")
+except UnicodeDecodeError as e:
+    sys.exit("not UTF-8: %s" % e)
+bad = [hex(ord(c)) for c in text if (ord(c) < 0x20 and c != "\n") or 0x7f <= ord(c) <= 0x9f]
+if bad:
+    sys.exit("control characters: %s" % " ".join(bad[:10]))
+' "$1"
+}
+
 # Waits up to 15 s for `ferry dir ls URL` to succeed.
 wait_up() {
   for _ in $(seq 150); do "$ferry" dir ls "$1" --timeout 0.5 >/dev/null 2>&1 && return 0; sleep 0.1; done
@@ -66,6 +82,27 @@ for kind in redis etcd; do
   [ "$rc" = 3 ] || fail "$kind: dir get of an unknown name exited $rc, not 3"
   grep -q "not_found" "$work/$kind-get.log" || fail "$kind: dir get of an unknown name did not say not_found"
 
+  # An entry written straight into the server holding terminal escapes in the
+  # fields the JSON parser takes (a host id, an address's host): the table,
+  # `get` and the watch must show them escaped, never raw.
+  evil='{"ferry":1,"name":"evil","engine":"00000000000000ee","incarnation":1,'
+  evil+='"host":"\u001b]0;owned\u0007\u001b[2Jh\u007f","addresses":["\u001b[31mred\u009b1m:7000"],'
+  evil+='"pid":1,"started_unix_ms":1}'
+  if [ "$kind" = redis ]; then
+    redis-cli -p "$port" SET cli/engines/evil "$evil" >/dev/null || fail "redis: cannot write the hostile entry"
+  else
+    etcdctl --endpoints "http://127.0.0.1:$port" put cli/engines/evil "$evil" >/dev/null ||
+      fail "etcd: cannot write the hostile entry"
+  fi
+  "$ferry" dir ls "$url" >"$work/$kind-evil-ls.out" || fail "$kind: dir ls with a hostile entry exited $?"
+  "$ferry" dir get "$url" evil >"$work/$kind-evil-get.out" || fail "$kind: dir get evil exited $?"
+  for f in "$work/$kind-evil-ls.out" "$work/$kind-evil-get.out"; do
+    only_printable "$f" || fail "$kind: $(basename "$f") carries raw control bytes"
+  done
+  grep -qF '\x1b[31mred' "$work/$kind-evil-ls.out" || fail "$kind: dir ls does not show the escape as \\x1b"
+  grep -qF '\x1b]0;owned\x07\x1b[2Jh\x7f' "$work/$kind-evil-ls.out" || fail "$kind: dir ls does not show the host escaped"
+  grep -qF '\x1b[31mred\xc2\x9b1m:7000' "$work/$kind-evil-get.out" || fail "$kind: dir get does not show the address escaped"
+
   # An initiator by name, every byte verified.
   timeout 60 "$ferry" bench --peer decode-3 --directory "$url" --op write --sizes 1,65537,3M --iters 3 --warmup 1 \
     --verify >"$work/$kind-bench.out" 2>"$work/$kind-bench.log" || fail "$kind: bench --peer decode-3 exited $?"
@@ -78,6 +115,8 @@ for kind in redis etcd; do
   wait "$watch" 2>/dev/null || true
   grep -q "^appeared  decode-3" "$work/$kind-watch.out" || fail "$kind: the watch did not see decode-3 appear"
   grep -q "^vanished  decode-3" "$work/$kind-watch.out" || fail "$kind: the watch did not see decode-3 vanish within 5 s"
+  grep -q "^appeared  evil " "$work/$kind-watch.out" || fail "$kind: the watch did not see the hostile entry"
+  only_printable "$work/$kind-watch.out" || fail "$kind: dir watch printed raw control bytes"
   echo "$kind: ok"
 done
 [ "$ran" = 1 ] || exit 77

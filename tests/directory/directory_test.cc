@@ -523,6 +523,55 @@ TEST_P(DirectoryServers, AThousandEntriesListInUnderASecond) {
   std::printf("[ measured ] %s: 1000 entries listed in %.3f s\n", GetParam() == Kind::kRedis ? "redis" : "etcd", took);
 }
 
+// Entries as large as an entry may be (64 addresses of 228 bytes, about
+// 14.8 KB each) until the namespace holds more than a listing may: listing
+// them must fail with resource_exhausted naming the bound, in a process whose
+// peak memory grows by less than the bound and a margin for one batch of
+// replies and the allocator.
+TEST_P(DirectoryServers, AListingHoldsNoMoreThanItsBound) {
+  auto u = directory::parse_directory_url(url()).value();
+  constexpr int kEntries = 4500;  // about 67 MB as stored, 82 MB decoded
+  constexpr int kWriters = 8;     // etcd commits each put on its own: in parallel, they share commits
+  auto t0 = Clock::now();
+  std::atomic<int> written{0};
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&, w] {
+      auto raw = directory::make_backend(u);
+      for (int i = w; i < kEntries; i += kWriters) {
+        DirectoryEntry e;
+        e.name = "big-" + std::to_string(i);
+        e.engine_id = platform::random_u64();
+        e.incarnation = 1;
+        e.host_id = "host/" + std::to_string(i);
+        for (int a = 0; a < 64; ++a)
+          e.addresses.push_back(std::string(222, 'a') + "-" + std::to_string(i % 1000) + ":7000");
+        std::string value = directory::encode_entry(e);
+        if (value.size() > Directory::kMaxEntryBytes) return;
+        if (!raw->put(directory::entry_key(u.ns, e.name), value, after(10s)).ok()) return;
+        written.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : writers) t.join();
+  ASSERT_EQ(written.load(), kEntries) << "the entries could not all be written";
+  double wrote = seconds_since(t0);
+  Child lister({FERRY_DIRECTORY_PEER, "--list", url()}, true, "", 60s);
+  const std::string& line = lister.line();
+  size_t at = line.rfind(" hwm_kib ");
+  ASSERT_NE(at, std::string::npos) << "the lister said: " << line;
+  long before = 0, after_kib = 0;
+  ASSERT_EQ(std::sscanf(line.c_str() + at, " hwm_kib %ld %ld", &before, &after_kib), 2) << line;
+  double grew_mib = static_cast<double>(after_kib - before) / 1024;
+  std::string result = line.substr(0, at);
+  std::printf("[ measured ] %s: %d entries of 14.8 KB written in %.1f s; listing: %s; peak memory grew %.0f MiB\n",
+              GetParam() == Kind::kRedis ? "redis" : "etcd", kEntries, wrote, result.c_str(), grew_mib);
+  constexpr double kBoundMiB = static_cast<double>(Directory::kMaxListingBytes) / (1 << 20);
+  EXPECT_EQ(result.rfind("FAILED resource_exhausted", 0), 0u) << result;
+  EXPECT_NE(result.find(std::to_string(Directory::kMaxListingBytes >> 20) + " MiB"), std::string::npos) << result;
+  EXPECT_LT(grew_mib, kBoundMiB + 32) << "a listing held more than its bound of " << kBoundMiB << " MiB";
+}
+
 TEST_P(DirectoryServers, AKeepAliveThreadThatCannotStartFailsCreationNotTheProcess) {
   platform::set_thread_start_fault([](std::string_view name) { return name == "ferry-directory"; });
   auto e = Engine::create(options("nothread"));

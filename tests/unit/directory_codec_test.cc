@@ -133,6 +133,31 @@ TEST(DirectoryJson, DeepNestingIsRefusedBeforeParsing) {
   EXPECT_EQ(check_json_shape("{}", 1, 8, "x").code(), Code::kDataLoss);
 }
 
+TEST(DirectoryTerminalText, KeepsTextAndEscapesWhatATerminalActsOn) {
+  EXPECT_EQ(terminal_text("gpu-17/6c1e ünï 東"), "gpu-17/6c1e ünï 東");
+  EXPECT_EQ(terminal_text("\x1b[2J\x07\t\n\x7f"), "\\x1b[2J\\x07\\x09\\x0a\\x7f");
+  EXPECT_EQ(terminal_text("a\\b"), "a\\x5cb");  // a literal "\x1b" never reads as an escaped ESC
+  EXPECT_EQ(terminal_text(std::string("\xc2\x9b") + "31m"), "\\xc2\\x9b31m");  // U+009B, the one-byte CSI
+  EXPECT_EQ(terminal_text("\xc2\xa0"), "\xc2\xa0");                               // U+00A0 is text
+  // Not UTF-8: a lone continuation, a cut sequence, an overlong ESC, a surrogate, past U+10FFFF.
+  EXPECT_EQ(terminal_text("\x80"), "\\x80");
+  EXPECT_EQ(terminal_text("\xe6\x9d"), "\\xe6\\x9d");
+  EXPECT_EQ(terminal_text("\xc0\x9b"), "\\xc0\\x9b");
+  EXPECT_EQ(terminal_text("\xed\xa0\x80"), "\\xed\\xa0\\x80");
+  EXPECT_EQ(terminal_text("\xf4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80");
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 20000; ++i) {
+    std::string s(rng() % 16, '\0');
+    for (char& c : s) c = static_cast<char>(rng());
+    std::string out = terminal_text(s);
+    for (unsigned char c : out) ASSERT_TRUE(c >= 0x20 && c != 0x7f) << printable(s);
+    for (size_t k = 0; k + 1 < out.size(); ++k) {
+      ASSERT_FALSE(static_cast<unsigned char>(out[k]) == 0xc2 && static_cast<unsigned char>(out[k + 1]) <= 0x9f)
+          << printable(s);
+    }
+  }
+}
+
 TEST(DirectoryBase64, StrictBothWays) {
   for (const std::string& s : std::vector<std::string>{"", "a", "ab", "abc", "abcd", std::string("\0\xff\x10", 3)}) {
     auto d = base64_decode(base64_encode(s));

@@ -30,6 +30,14 @@ using json = nlohmann::json;
 using namespace std::chrono_literals;
 
 constexpr auto kOpTimeout = 120s;
+// A target's session must send its configuration within kStartLimit of being
+// accepted, and its first "begin" within kStartLimit, plus kStartPerGiB for
+// each GiB of its buffers (what an honest initiator takes to allocate and
+// fill its own), of the target's descriptors. Otherwise a connection that
+// does nothing but stay alive (an engine heartbeats by itself) holds one of
+// the target's sessions, and its memory, for kOpTimeout.
+constexpr auto kStartLimit = 5s;
+constexpr auto kStartPerGiB = 2s;
 // How long a target waits for an initiator to take the reason of a refusal.
 constexpr auto kReplyTimeout = 5s;
 constexpr size_t kControlBytes = 64 * 1024;
@@ -239,10 +247,21 @@ Status send_text(Connection& c, const Buffers& b, const std::string& text, Clock
   return c.send(b.ctl(), text.size(), after(timeout)).with_context("send control message");
 }
 
-Result<std::string> recv_text(Connection& c, const Buffers& b) {
-  auto n = c.recv(b.ctl(), kControlBytes, after(kOpTimeout));
+// The next control message, by `by` and at most kOpTimeout from now.
+Result<std::string> recv_text(Connection& c, const Buffers& b, Deadline by = kNoDeadline) {
+  auto n = c.recv(b.ctl(), kControlBytes, std::min(by, after(kOpTimeout)));
   if (!n.ok()) return n.status().with_context("receive control message");
   return std::string(reinterpret_cast<const char*>(b.ctl()), *n);
+}
+
+// A session's start limit (`limit`) passed while the target waited for
+// `what`: said so (the target logs it); any other failure as it is.
+Status unless_started(const Status& s, Clock::duration limit, const std::string& what) {
+  if (s.code() != Code::kDeadlineExceeded) return s;
+  auto secs = std::chrono::duration_cast<std::chrono::seconds>(limit).count();
+  return Status(Code::kDeadlineExceeded, "the session did not start within " + std::to_string(secs) + " s: no " + what +
+                                             " by then (a session that stays idle is closed, so that it "
+                                             "holds none of the target's sessions)");
 }
 
 // "expected begin 4096, got 11 other bytes": what a peer sent is not quoted.
@@ -430,9 +449,13 @@ class Reservation {
 };
 
 // One size of an admitted session, target side.
-Status serve_size(Connection& c, const Buffers& b, const RunConfig& cfg, const Descriptors& remote, uint64_t size) {
+// `begin_by`: when the first size's "begin" must have come (the start limit).
+Status serve_size(Connection& c, const Buffers& b, const RunConfig& cfg, const Descriptors& remote, uint64_t size,
+                  Deadline begin_by = kNoDeadline, Clock::duration start_limit = {}) {
   int count = cfg.warmup + cfg.iters;
-  FERRY_ASSIGN_OR_RETURN(std::string begin, recv_text(c, b));
+  Result<std::string> got = recv_text(c, b, begin_by);
+  if (!got.ok()) return unless_started(got.status(), start_limit, "\"begin\"");
+  std::string begin = std::move(got).value();
   std::string want = "begin " + std::to_string(size);
   if (begin != want) return unexpected(want, begin);
   if (cfg.verify) FERRY_RETURN_IF_ERROR(fill_src(b, b.at(count - 1, size), size, size * 2 + 1));
@@ -467,10 +490,18 @@ Status serve_admitted(Engine& engine, Connection& c, const Buffers& boot, const 
     return mine.status();
   }
   s = send_text(c, boot, encode(*mine));
-  Result<std::string> theirs = s.ok() ? recv_text(c, boot) : Result<std::string>(s);
+  // The initiator now allocates and fills buffers as large as ours.
+  constexpr uint64_t kGiB = uint64_t{1} << 30;
+  Clock::duration start_limit = kStartLimit + kStartPerGiB * static_cast<int64_t>((2 * b.max + kGiB - 1) / kGiB);
+  Deadline begin_by = after(start_limit);
+  Result<std::string> theirs = s.ok() ? recv_text(c, boot, begin_by) : Result<std::string>(s);
+  if (!theirs.ok()) theirs = unless_started(theirs.status(), start_limit, "descriptors");
   Result<Descriptors> remote = theirs.ok() ? decode(*theirs, b.max) : Result<Descriptors>(theirs.status());
   s = remote.status();
-  for (size_t i = 0; s.ok() && i < cfg.sizes.size(); ++i) s = serve_size(c, b, cfg, *remote, cfg.sizes[i]);
+  for (size_t i = 0; s.ok() && i < cfg.sizes.size(); ++i) {
+    s = i == 0 ? serve_size(c, b, cfg, *remote, cfg.sizes[i], begin_by, start_limit)
+               : serve_size(c, b, cfg, *remote, cfg.sizes[i]);
+  }
   if (s.ok()) {
     auto bye = recv_text(c, boot);
     s = bye.status();
@@ -606,10 +637,12 @@ std::string printable(std::string_view text) {
 }
 
 Result<RunConfig> serve_session(Engine& engine, std::shared_ptr<Connection> conn, MemoryBudget& budget) {
+  Deadline config_by = after(kStartLimit);
   Buffers boot(&engine);
   FERRY_RETURN_IF_ERROR(boot.allocate(1));
-  FERRY_ASSIGN_OR_RETURN(std::string text, recv_text(*conn, boot));
-  Result<RunConfig> cfg = parse_config(text);
+  Result<std::string> text = recv_text(*conn, boot, config_by);
+  if (!text.ok()) return unless_started(text.status(), kStartLimit, "configuration");
+  Result<RunConfig> cfg = parse_config(*text);
   uint64_t need = cfg.ok() ? host_bytes(*cfg, cfg->peer_gpu) : 0;
   Status admitted = cfg.ok() ? budget.reserve(need, "the session's buffers") : cfg.status();
   if (!admitted.ok()) {

@@ -113,9 +113,13 @@ struct SizeResult {
 // Target side: serves one initiator's session on `conn` and returns its
 // configuration. Blocks until the session ends. Everything the initiator
 // sends is checked: a configuration that fails validate(), or buffers that
-// do not fit `budget`, is answered with "error: <status>" and refused. Any
-// failure (refused, peer gone, protocol broken, a timeout of kOpTimeout on
-// one step) returns its status; the caller closes `conn`. Never exits.
+// do not fit `budget`, is answered with "error: <status>" and refused. A
+// session that does not start in time (its configuration within 5 s of this
+// call, its first "begin" within 5 s plus 2 s per GiB of its buffers after
+// the target's descriptors) fails with kDeadlineExceeded, "the session did
+// not start within N s". Any failure (refused, not started, peer gone,
+// protocol broken, a timeout of 120 s on one step) returns its status; the
+// caller closes `conn`. Never exits.
 Result<RunConfig> serve_session(Engine& engine, std::shared_ptr<Connection> conn, MemoryBudget& budget);
 
 // Initiator side: runs `cfg` against the target on `conn`, printing progress

@@ -1,11 +1,14 @@
 // `ferry dir ls|get|watch URL`: the engines a directory names (Redis or etcd,
-// docs/directory.md). Reads only; entries come from the engines themselves.
+// docs/directory.md). Reads only; entries come from the engines themselves,
+// or from anyone else who can write the directory, so the table and the
+// watch's lines show their text escaped (--json escapes it as JSON does).
 #include <CLI/CLI.hpp>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "directory/entry.h"
 #include "ferry/commands.h"
 #include "ferry/directory.h"
 
@@ -42,13 +45,15 @@ std::unique_ptr<Directory> open_or_exit(const std::string& url) {
   return std::move(d).value();
 }
 
+// Whoever can write the directory writes these fields: every text field is
+// escaped (directory::terminal_text) so that the terminal never acts on it.
 void print_row(const DirectoryEntry& e) {
   char id[17];
   std::snprintf(id, sizeof(id), "%016" PRIx64, e.engine_id);
   std::string addrs;
-  for (size_t i = 0; i < e.addresses.size(); ++i) addrs += (i ? "," : "") + e.addresses[i];
-  std::printf("%-24s %-18" PRIu64 " %-16s %-8" PRId64 " %-28s %s\n", e.name.c_str(), e.incarnation, id, e.pid,
-              e.host_id.c_str(), addrs.c_str());
+  for (size_t i = 0; i < e.addresses.size(); ++i) addrs += (i ? "," : "") + directory::terminal_text(e.addresses[i]);
+  std::printf("%-24s %-18" PRIu64 " %-16s %-8" PRId64 " %-28s %s\n", directory::terminal_text(e.name).c_str(),
+              e.incarnation, id, e.pid, directory::terminal_text(e.host_id).c_str(), addrs.c_str());
 }
 
 int run_ls(const DirFlags& f) {
