@@ -1,7 +1,10 @@
 // Admission's counts and tickets.
 #include "core/admission.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
+#include <cstring>
 #include <map>
 
 #include "platform/mutex.h"
@@ -62,6 +65,26 @@ std::string host_of(const std::string& address) {
   }
   size_t colon = address.rfind(':');
   return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+std::string address_group(const std::string& host) {
+  std::string bare = host.substr(0, host.find('%'));  // an IPv6 zone ("fe80::1%eth0")
+  uint8_t v4[4];
+  uint8_t v6[16];
+  char text[INET6_ADDRSTRLEN];
+  if (::inet_pton(AF_INET, bare.c_str(), v4) != 1) {
+    if (::inet_pton(AF_INET6, bare.c_str(), v6) != 1) return host;
+    static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (std::memcmp(v6, kMapped, sizeof kMapped) != 0) {
+      std::memset(v6 + 8, 0, 8);
+      if (::inet_ntop(AF_INET6, v6, text, sizeof text) == nullptr) return host;
+      return std::string(text) + "/64";
+    }
+    std::memcpy(v4, v6 + 12, 4);
+  }
+  v4[3] = 0;
+  if (::inet_ntop(AF_INET, v4, text, sizeof text) == nullptr) return host;
+  return std::string(text) + "/24";
 }
 
 }  // namespace ferry::core

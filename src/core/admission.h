@@ -55,4 +55,10 @@ class Admission {
 // The host part of "ip:port" or "[v6]:port".
 std::string host_of(const std::string& address);
 
+// The group whose handshakes share one peer's part of max_handshakes: an
+// IPv4 address's /24 ("10.1.2.0/24"; an IPv4-mapped IPv6 address counts as
+// its IPv4 address), an IPv6 address's /64 ("2001:db8::/64"); anything else
+// is its own group. One attacker rarely holds addresses in many of these.
+std::string address_group(const std::string& host);
+
 }  // namespace ferry::core

@@ -153,10 +153,11 @@ TEST(TcpHostileLimits, StreamsPastMaxHandshakesAreClosedUnread) {
 
 // One address opens far more silent streams than max_handshakes: it gets at
 // most half of the handshakes, the rest of its streams are closed unread
-// without holding up anyone else's, and a peer at another address (loopback
-// answers every 127/8 address) completes its handshake at once. Once the
-// silent streams are gone, the first address is served again, a connection
-// of more data streams than its share included (they wait their turn).
+// without holding up anyone else's, and a peer in another address group
+// (loopback answers every 127/8 address; groups are /24s) completes its
+// handshake at once. Once the silent streams are gone, the first address is
+// served again, a connection of more data streams than its share included
+// (they wait their turn).
 TEST(TcpHostileLimits, OnePeerAddressHoldsAtMostHalfOfTheHandshakes) {
   Options o = Target::options();
   o.max_handshakes = 4;
@@ -167,7 +168,7 @@ TEST(TcpHostileLimits, OnePeerAddressHoldsAtMostHalfOfTheHandshakes) {
   for (int i = 0; i < 24; ++i) silent.push_back(platform::connect_tcp(hp, after(5s), "127.0.0.1").value());
   Peer other;
   auto start = Clock::now();
-  Status s = other.dial(engine->address(), 2, after(2s), "127.0.0.2");
+  Status s = other.dial(engine->address(), 2, after(2s), "127.0.1.2");
   EXPECT_TRUE(s.ok()) << "a peer at another address was locked out: " << s.to_string();
   EXPECT_LT(Clock::now() - start, 1s) << "the streams of one address held up another's handshake";
   auto closed = [&] {
@@ -184,6 +185,65 @@ TEST(TcpHostileLimits, OnePeerAddressHoldsAtMostHalfOfTheHandshakes) {
   silent.clear();
   EXPECT_TRUE(eventually([&] { return Peer().dial(engine->address(), 8, after(1s), "127.0.0.1").ok(); }, after(5s)))
       << "the first address is not served after its silent streams closed";
+}
+
+// Silent streams from two address groups fill every handshake slot (each
+// group its half) and keep coming; before, honest handshakes from a third
+// group got 0 of 20 through. A new stream cuts off the oldest stream still
+// silent, of the group holding the most, so honest peers get in; silent
+// streams are closed once their HELLO is overdue anyway.
+TEST(TcpHostileLimits, SilentStreamsOfTwoGroupsLockNobodyOut) {
+  Options o = Target::options();
+  o.max_handshakes = 4;
+  o.handshake_timeout = 30s;
+  auto engine = Engine::create(o).value();
+  auto hp = platform::parse_host_port(engine->address()).value();
+  std::atomic<bool> stop{false};
+  // Each flooder keeps 12 silent streams open, reopening what is closed.
+  auto flood = [&](const char* from) {
+    std::vector<platform::Socket> silent;
+    while (!stop.load()) {
+      std::erase_if(silent, [](const platform::Socket& q) {
+        char c;
+        ssize_t r = ::recv(q.fd(), &c, 1, MSG_DONTWAIT);
+        return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+      });
+      while (silent.size() < 12) {
+        auto q = platform::connect_tcp(hp, after(1s), from);
+        if (!q.ok()) break;
+        silent.push_back(std::move(q).value());
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+  };
+  std::thread a(flood, "127.0.0.1"), b(flood, "127.0.2.1");
+  std::this_thread::sleep_for(300ms);
+  int honest = 0;
+  for (int i = 0; i < 20; ++i) {
+    Peer p;
+    honest += p.dial(engine->address(), 1, after(2s), "127.0.3.1").ok();
+  }
+  stop = true;
+  a.join();
+  b.join();
+  EXPECT_GE(honest, 18) << "honest handshakes got " << honest << " of 20 through two groups' silent streams";
+}
+
+// A stream that sends no complete HELLO is closed once kHelloWait (1 s)
+// passed, whatever handshake_timeout says.
+TEST(TcpHostileLimits, AStreamWithoutAHelloIsClosedAfterASecond) {
+  Options o = Target::options();
+  o.handshake_timeout = 30s;
+  auto engine = Engine::create(o).value();
+  auto hp = platform::parse_host_port(engine->address()).value();
+  auto quiet = platform::connect_tcp(hp, after(5s)).value();
+  auto half = platform::connect_tcp(hp, after(5s)).value();
+  char some[10] = {};
+  ASSERT_EQ(::send(half.fd(), some, sizeof some, MSG_NOSIGNAL), 10);  // a HELLO cut short
+  const auto start = Clock::now();
+  EXPECT_TRUE(closed_by_engine(quiet.fd(), after(5s)));
+  EXPECT_TRUE(closed_by_engine(half.fd(), after(5s)));
+  EXPECT_LT(Clock::now() - start, 3s) << "a stream without a HELLO was held past the HELLO wait";
 }
 
 // A thread of a connection that cannot start (the process or user is out of

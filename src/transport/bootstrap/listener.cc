@@ -23,13 +23,20 @@
 namespace ferry::bootstrap {
 namespace {
 
-// How long a stream past max_handshakes (or its address's share of them)
+// How long a stream past max_handshakes (or its group's share of them)
 // waits for a handshake to end, before it is closed unread.
 constexpr auto kHandshakeWait = std::chrono::milliseconds(200);
-// Streams parked at once: per address, enough for an honest connector's
+// A stream's whole HELLO arrives within this (or handshake_timeout if
+// shorter): an honest connector sends it as soon as it connected, so a
+// stream silent for longer only holds a slot.
+constexpr auto kHelloWait = std::chrono::milliseconds(1000);
+// A handshake past its HELLO that runs this long may be cut off to make
+// room (an honest one takes a few round trips).
+constexpr auto kStaleHandshake = std::chrono::milliseconds(1000);
+// Streams parked at once: per address group, enough for an honest connector's
 // burst of data streams (at most 64); in all, a bound on the descriptors
 // they hold.
-constexpr size_t kParkedPerHost = 64;
+constexpr size_t kParkedPerGroup = 64;
 constexpr size_t kParkedMost = 128;
 // Streams accepted per wake-up of the accept loop, before parked ones are
 // looked at again.
@@ -121,10 +128,47 @@ void TcpListener::uncount_locked(Handshake& h) {
   if (!h.counted) return;
   h.counted = false;
   --counted_;
-  if (auto it = counted_by_host_.find(h.host); it != counted_by_host_.end() && --it->second <= 0) {
-    counted_by_host_.erase(it);
+  if (auto it = counted_by_group_.find(h.group); it != counted_by_group_.end() && --it->second <= 0) {
+    counted_by_group_.erase(it);
   }
   if (!parked_.empty()) wake();
+}
+
+void TcpListener::hello_seen(uint64_t handshake_id) {
+  platform::MutexLock lock(mu_);
+  auto it = handshakes_.find(handshake_id);
+  if (it != handshakes_.end()) it->second.hello_seen = true;
+}
+
+bool TcpListener::make_room_locked(const std::string& group) {
+  const int most = std::max(1, ctx_->options.max_handshakes);
+  // The group that gives way: the newcomer's own once it holds its share,
+  // else the one holding the most.
+  std::string from = group;
+  auto own = counted_by_group_.find(group);
+  if (own == counted_by_group_.end() || own->second < (most + 1) / 2) {
+    int largest = 0;
+    for (const auto& [g, n] : counted_by_group_) {
+      if (n > largest) {
+        largest = n;
+        from = g;
+      }
+    }
+  }
+  const auto now = Clock::now();
+  Handshake* victim = nullptr;
+  for (auto& [id, h] : handshakes_) {  // ids rise with time: the first found is the oldest
+    if (h.done || !h.counted || h.cut_off || h.fd < 0 || h.group != from) continue;
+    if (!h.hello_seen) {
+      victim = &h;
+      break;
+    }
+    if (victim == nullptr && now - h.since > kStaleHandshake) victim = &h;
+  }
+  if (victim == nullptr) return false;
+  victim->cut_off = true;
+  ::shutdown(victim->fd, SHUT_RDWR);  // its thread wakes, ends and gives the slot back
+  return true;
 }
 
 void TcpListener::uncount(uint64_t handshake_id) {
@@ -133,20 +177,21 @@ void TcpListener::uncount(uint64_t handshake_id) {
   if (it != handshakes_.end()) uncount_locked(it->second);
 }
 
-bool TcpListener::fits_locked(const std::string& host) const {
+bool TcpListener::fits_locked(const std::string& group) const {
   const int most = std::max(1, ctx_->options.max_handshakes);
   if (counted_ >= most) return false;
-  auto it = counted_by_host_.find(host);
-  return it == counted_by_host_.end() || it->second < (most + 1) / 2;
+  auto it = counted_by_group_.find(group);
+  return it == counted_by_group_.end() || it->second < (most + 1) / 2;
 }
 
-void TcpListener::start_handshake_locked(platform::Socket s, std::string host) {
+void TcpListener::start_handshake_locked(platform::Socket s, std::string group) {
   uint64_t id = next_handshake_++;
   Handshake& h = handshakes_[id];
   h.fd = s.fd();
-  h.host = std::move(host);
+  h.group = std::move(group);
+  h.since = Clock::now();
   ++counted_;
-  ++counted_by_host_[h.host];
+  ++counted_by_group_[h.group];
   auto started = platform::try_start_thread(
       "ferry-hs-" + std::to_string(id),
       [this, id, sock = std::make_shared<platform::Socket>(std::move(s))]() mutable { serve(id, std::move(*sock)); });
@@ -160,24 +205,24 @@ void TcpListener::start_handshake_locked(platform::Socket s, std::string host) {
   h.thread = std::move(started).value();
 }
 
-void TcpListener::closed_unread_locked(const std::string& host) {
+void TcpListener::closed_unread_locked(const std::string& group) {
   auto now = Clock::now();
   if (now - busy_logged_ < std::chrono::seconds(1)) return;
   busy_logged_ = now;
-  auto it = counted_by_host_.find(host);
+  auto it = counted_by_group_.find(group);
   FERRY_LOG(kWarn, "tcp",
-            "%d handshakes in progress, %d of them from %s (max_handshakes, half of it per address): closing incoming "
-            "streams unread",
-            counted_, it == counted_by_host_.end() ? 0 : it->second, host.c_str());
+            "%d handshakes in progress, %d of them from %s (max_handshakes, half of it per address group): closing "
+            "incoming streams unread",
+            counted_, it == counted_by_group_.end() ? 0 : it->second, group.c_str());
 }
 
 void TcpListener::start_parked_locked() {
   auto now = Clock::now();
   for (auto it = parked_.begin(); it != parked_.end();) {
-    if (fits_locked(it->host)) {
-      start_handshake_locked(std::move(it->stream), std::move(it->host));
+    if (fits_locked(it->group)) {
+      start_handshake_locked(std::move(it->stream), std::move(it->group));
     } else if (now - it->since >= kHandshakeWait) {
-      closed_unread_locked(it->host);
+      closed_unread_locked(it->group);
     } else {
       ++it;
       continue;
@@ -187,20 +232,23 @@ void TcpListener::start_parked_locked() {
 }
 
 void TcpListener::place_locked(platform::Socket s) {
-  std::string host = core::host_of(platform::peer_name(s.fd()));
+  std::string group = core::address_group(core::host_of(platform::peer_name(s.fd())));
   // The parked streams that fit were started just before: one that is still
-  // parked does not fit, nor does a new stream of its address.
-  if (fits_locked(host)) {
-    start_handshake_locked(std::move(s), std::move(host));
+  // parked does not fit, nor does a new stream of its group.
+  if (fits_locked(group)) {
+    start_handshake_locked(std::move(s), std::move(group));
     return;
   }
   size_t mine = 0;
-  for (const Parked& p : parked_) mine += p.host == host;
-  if (mine < kParkedPerHost && parked_.size() < kParkedMost) {
-    parked_.push_back(Parked{std::move(s), std::move(host), Clock::now()});
+  for (const Parked& p : parked_) mine += p.group == group;
+  if (mine < kParkedPerGroup && parked_.size() < kParkedMost) {
+    // A slot frees once the handshake cut off for it ends; the stream waits
+    // for it parked.
+    (void)make_room_locked(group);
+    parked_.push_back(Parked{std::move(s), std::move(group), Clock::now()});
     return;
   }
-  closed_unread_locked(host);  // `s` closes
+  closed_unread_locked(group);  // `s` closes
 }
 
 void TcpListener::accept_loop() {
@@ -257,10 +305,11 @@ void TcpListener::serve(uint64_t handshake_id, platform::Socket s) {
   std::string from = platform::peer_name(s.fd());
   Deadline deadline = Clock::now() + ctx_->options.handshake_timeout;
   Status st;
-  auto hello_frame = read_handshake_frame(s.fd(), deadline);
+  auto hello_frame = read_handshake_frame(s.fd(), std::min(deadline, Clock::now() + kHelloWait));
   if (!hello_frame.ok()) {
     st = hello_frame.status();
   } else {
+    hello_seen(handshake_id);
     auto hello = wire::decode_hello(hello_frame->header, hello_frame->aux);
     if (!hello.ok()) {
       st = hello.status();

@@ -4,13 +4,17 @@
 //
 // What a peer can make it hold is bounded: at most Options::max_handshakes
 // streams are read at once before their peer has proven itself and been
-// admitted, and at most half of them (rounded up) from one peer address, so
-// one address cannot lock others out. A stream past either cap is parked, a
-// descriptor and no thread, for a moment (kHandshakeWait) until a handshake
-// ends, then closed unread; the accept loop never waits for it, so streams
-// one address floods in do not hold up another's. An admitted control stream
-// waits for its data streams holding a connection of the engine's Admission
-// instead.
+// admitted, and at most half of them (rounded up) from one address group (a
+// /24, a /64: core::address_group), so one attacker's addresses cannot lock
+// others out. A stream must deliver its whole HELLO within kHelloWait (or
+// handshake_timeout if shorter). A stream past either cap first makes room:
+// the oldest handshake still waiting for its HELLO (else, one running past
+// kStaleHandshake) is cut off, from its own group when that group holds its
+// share, else from the group holding most; it is then parked, a descriptor
+// and no thread, for a moment (kHandshakeWait) until a slot frees, then
+// closed unread. The accept loop never waits for it, so streams one group
+// floods in do not hold up another's. An admitted control stream waits for
+// its data streams holding a connection of the engine's Admission instead.
 //
 // Thread-safe. Threads: ferry-accept (the accept loop), ferry-hs-<n> (one per
 // stream being handshaken; each bounded by Options::handshake_timeout).
@@ -62,14 +66,17 @@ class TcpListener {
   struct Handshake {
     std::thread thread;
     int fd = -1;
-    std::string host;  // the peer's address
+    std::string group;  // the peer address's (core::address_group)
+    Clock::time_point since;
     bool done = false;
-    bool counted = true;  // counts against max_handshakes: its peer was not admitted yet
+    bool counted = true;      // counts against max_handshakes: its peer was not admitted yet
+    bool hello_seen = false;  // its whole HELLO arrived
+    bool cut_off = false;     // shut down to make room (make_room_locked)
   };
   // A stream accepted past a cap, waiting for a handshake to end.
   struct Parked {
     platform::Socket stream;
-    std::string host;
+    std::string group;
     Clock::time_point since;
   };
 
@@ -82,10 +89,15 @@ class TcpListener {
   // Starts the parked streams the caps now allow (oldest first) and closes
   // those parked for kHandshakeWait.
   void start_parked_locked() REQUIRES(mu_);
-  bool fits_locked(const std::string& host) const REQUIRES(mu_);
-  void start_handshake_locked(platform::Socket s, std::string host) REQUIRES(mu_);
-  // Logs (at most once a second) that a stream of `host` was closed unread.
-  void closed_unread_locked(const std::string& host) REQUIRES(mu_);
+  bool fits_locked(const std::string& group) const REQUIRES(mu_);
+  // Cuts off the handshake that must give way to a new stream of `group`
+  // (the listener's comment says which); false if none may.
+  bool make_room_locked(const std::string& group) REQUIRES(mu_);
+  void start_handshake_locked(platform::Socket s, std::string group) REQUIRES(mu_);
+  // Logs (at most once a second) that a stream of `group` was closed unread.
+  void closed_unread_locked(const std::string& group) REQUIRES(mu_);
+  // Records that handshake `id` has its whole HELLO.
+  void hello_seen(uint64_t handshake_id) EXCLUDES(mu_);
   // Wakes the accept loop from its poll.
   void wake();
   void serve(uint64_t handshake_id, platform::Socket s) EXCLUDES(mu_);
@@ -111,7 +123,7 @@ class TcpListener {
   uint64_t next_handshake_ GUARDED_BY(mu_) = 1;
   std::map<uint64_t, Handshake> handshakes_ GUARDED_BY(mu_);
   int counted_ GUARDED_BY(mu_) = 0;                                       // handshakes with `counted`
-  std::map<std::string, int> counted_by_host_ GUARDED_BY(mu_);            // the same, per peer address
+  std::map<std::string, int> counted_by_group_ GUARDED_BY(mu_);           // the same, per address group
   std::deque<Parked> parked_ GUARDED_BY(mu_);                             // oldest first
   Clock::time_point busy_logged_ GUARDED_BY(mu_){};                       // last warning of a stream closed unread
   std::map<uint64_t, std::shared_ptr<Pending>> pending_ GUARDED_BY(mu_);  // by cookie
