@@ -74,7 +74,11 @@ Result<StagingCopy> parse_staging_copy(std::string_view name);
 inline constexpr int kAutoStreams = 0;
 
 struct Options {
-  // host:port to listen on; port 0 picks a free port.
+  // host:port to listen on; port 0 picks a free port. The default reaches
+  // only this host. A wildcard ("0.0.0.0:0") listens on every address and
+  // publishes (Engine::address, metadata, directory entry) the address of
+  // every interface that is up and not loopback, fastest first, so peers on
+  // other hosts can dial it; 127.0.0.1 only when there is no other.
   std::string listen = "127.0.0.1:0";
   // NICs to serve and move data on, comma-separated interface names
   // ("eth1,eth2"). Empty: only the `listen` address. When set, the engine

@@ -32,6 +32,10 @@ Result<BackendSettings> settings_from_params(const nixl_b_params_t& params) {
   // Two agents of one process are a common NIXL layout (its own examples);
   // such a peer can only be another engine of this address space.
   s.options.local_same_process = true;
+  // NIXL agents exchange metadata to reach each other across hosts: the
+  // engine listens everywhere and publishes addresses other hosts can dial
+  // (ferry's own default, loopback, would publish 127.0.0.1).
+  s.options.listen = kDefaultListen;
   const nixl_b_params_t known = default_backend_params();
   for (const auto& [key, value] : params) {
     if (!known.contains(key)) {

@@ -1,7 +1,9 @@
 // The FERRY backend's parameters (what nixlAgent::createBackend passes and
 // getPluginParams lists) and the ferry options they become.
 //
-//   listen              host:port the engine listens on ("" = ferry's default)
+//   listen              host:port the engine listens on ("" = every address,
+//                       port chosen: 0.0.0.0:0, so agents on other hosts can
+//                       reach it; FERRY_LISTEN still wins)
 //   nics                NICs to move data on, "eth1,eth2" ("" = the listen address)
 //   streams             data streams per NIC pair
 //   transport           auto | tcp | local
@@ -32,6 +34,7 @@
 namespace ferry::nixl {
 
 inline constexpr const char* kDefaultFailedPrefix = "FERRY_XFER_FAILED:";
+inline constexpr const char* kDefaultListen = "0.0.0.0:0";
 
 struct BackendSettings {
   Options options;

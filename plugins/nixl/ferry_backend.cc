@@ -196,6 +196,13 @@ nixl_status_t nixlFerryEngine::unloadMD(nixlBackendMD* input) {
 
 nixl_status_t nixlFerryEngine::getConnInfo(std::string& str) const {
   str = engine_->metadata();
+  // Agents exchange this to reach each other, often across hosts: say once
+  // if it names nothing another host can dial.
+  if (engine_->address().rfind("127.", 0) == 0 && !loopback_warned_.exchange(true)) {
+    NIXL_WARN << "FERRY backend of agent '" << localAgent << "' publishes only " << engine_->address()
+              << " (it listens on loopback): agents on other hosts cannot reach it; set the backend's listen "
+                 "parameter (or FERRY_LISTEN) to 0.0.0.0:0 or this host's address";
+  }
   return NIXL_SUCCESS;
 }
 

@@ -108,6 +108,7 @@ class nixlFerryEngine : public nixlBackendEngine {
 
   BackendSettings settings_;
   std::unique_ptr<Engine> engine_;
+  mutable std::atomic<bool> loopback_warned_{false};
   std::unique_ptr<State> state_;
 };
 

@@ -147,6 +147,30 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 namespace {
 
+// What peers may dial when the engine listens on every address and names no
+// NICs: the address of every interface that is up and not loopback, fastest
+// first (then by name), each with `port`; the loopback address only when
+// there is nothing else. A peer on another host cannot use 127.0.0.1.
+std::vector<std::string> reachable_addresses(const std::string& port) {
+  std::vector<platform::Interface> up;
+  if (auto all = platform::list_interfaces(); all.ok()) {
+    for (auto& n : *all) {
+      // Link-local addresses (169.254/16) reach nothing past the link.
+      if (n.up && !n.loopback && (n.ipv4 >> 16) != 0xa9fe) up.push_back(std::move(n));
+    }
+  }
+  std::stable_sort(up.begin(), up.end(), [](const platform::Interface& a, const platform::Interface& b) {
+    return a.speed_mbps != b.speed_mbps ? a.speed_mbps > b.speed_mbps : a.name < b.name;
+  });
+  std::vector<std::string> out;
+  for (const auto& n : up) {
+    std::string a = n.address + ":" + port;
+    if (std::find(out.begin(), out.end(), a) == out.end()) out.push_back(std::move(a));
+  }
+  if (out.empty()) out.push_back("127.0.0.1:" + port);
+  return out;
+}
+
 // "<hostname>-<pid>", with anything a name may not hold replaced by '-'.
 std::string default_name() {
   char host[256] = {};
@@ -285,12 +309,16 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
       [raw] { return raw->next_id(); });
   if (!listener.ok()) return listener.status().with_context("engine");
   impl->listener = std::move(listener).value();
-  std::string host = at.host.empty() || at.host == "0.0.0.0" ? "127.0.0.1" : at.host;
   std::string port = std::to_string(impl->listener->port());
-  if (impl->ctx->nics.empty()) {
-    impl->ctx->addresses.push_back((host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port);
-  } else {
+  const bool wildcard = at.host.empty() || at.host == "0.0.0.0" || at.host == "::";
+  if (!impl->ctx->nics.empty()) {
     for (const auto& n : impl->ctx->nics) impl->ctx->addresses.push_back(n.address + ":" + port);
+  } else if (wildcard) {
+    impl->ctx->listens_everywhere = true;
+    impl->ctx->addresses = reachable_addresses(port);
+  } else {
+    const std::string& host = at.host;
+    impl->ctx->addresses.push_back((host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port);
   }
   impl->address = impl->ctx->addresses.front();
   FERRY_RETURN_IF_ERROR(impl->listener->run().with_context("engine"));
@@ -415,9 +443,17 @@ Result<std::shared_ptr<Connection>> Engine::connect(std::string_view peer, Deadl
     addresses.emplace_back(peer);
   }
   Status last(Code::kUnavailable, "no address to connect to");
-  for (const std::string& a : addresses) {
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    const std::string& a = addresses[i];
     FERRY_ASSIGN_OR_RETURN(platform::HostPort hp, platform::parse_host_port(a));
-    auto c = bootstrap::dial(impl_->ctx, hp, deadline, [this] { return impl_->next_id(); });
+    // Each address gets its share of what is left, so one that drops its
+    // SYNs (an interface the peer cannot route to) leaves time for the next.
+    Deadline until = deadline;
+    if (const size_t left = addresses.size() - i; left > 1 && deadline != kNoDeadline) {
+      const auto now = Clock::now();
+      if (deadline > now) until = now + (deadline - now) / static_cast<int64_t>(left);
+    }
+    auto c = bootstrap::dial(impl_->ctx, hp, until, [this] { return impl_->next_id(); });
     if (c.ok()) {
       std::shared_ptr<transport::ConnectionCore> conn = c->connection;
       if (!impl_->adopt(conn, std::move(c->ticket)))
@@ -449,7 +485,8 @@ Result<std::shared_ptr<Connection>> Engine::connect(std::string_view peer, Deadl
       return std::shared_ptr<Connection>(std::move(conn));
     }
     last = c.status();
-    if (last.code() == Code::kUnauthenticated || last.code() == Code::kDeadlineExceeded) break;
+    if (last.code() == Code::kUnauthenticated) break;
+    if (last.code() == Code::kDeadlineExceeded && Clock::now() >= deadline) break;
   }
   if (entry.has_value()) return last.with_context("connect \"" + entry->name + "\"");
   return last;

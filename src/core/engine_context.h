@@ -43,6 +43,10 @@ struct EngineContext {
   // "ip:port" peers may reach this engine at, preferred first. Written once
   // by Engine::create before the listener accepts anyone.
   std::vector<std::string> addresses;
+  // The engine listens on every address and names no NICs: `addresses` are
+  // what peers elsewhere may try, and a connector's data streams go to the
+  // address its control stream reached (the WELCOME names only that one).
+  bool listens_everywhere = false;
   // NUMA node of each named NIC (-1 unknown).
   std::map<std::string, int> nic_nodes;
   // The host's shape as read at start (empty where sysfs says nothing).

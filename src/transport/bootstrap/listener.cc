@@ -369,7 +369,16 @@ Status TcpListener::serve_control(uint64_t handshake_id, platform::Socket& s, co
   welcome.host_id = ctx_->host_id;
   welcome.identity = ctx_->identity->public_key();
   welcome.local_ok = o.transport != TransportChoice::kTcp;
-  welcome.addresses = ctx_->addresses;
+  if (ctx_->listens_everywhere) {
+    // The connector's data streams go where its control stream got through:
+    // of this host's addresses it is the one known to reach us.
+    std::string reached = platform::local_ip(fd);
+    if (reached.rfind("::ffff:", 0) == 0) reached = reached.substr(7);
+    welcome.addresses = {(reached.find(':') != std::string::npos ? "[" + reached + "]" : reached) + ":" +
+                         std::to_string(port_)};
+  } else {
+    welcome.addresses = ctx_->addresses;
+  }
   platform::fill_random(welcome.nonce.data(), welcome.nonce.size());
   FERRY_RETURN_IF_ERROR(write_handshake_frame(fd, wire::encode(welcome), deadline));
 
