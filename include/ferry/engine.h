@@ -148,7 +148,8 @@ class Connection {
   // deadline; on the local transport it runs to its end and returns its own
   // result. So these never return while the engine still uses the buffer,
   // and a peer cannot stretch the deadline. A send returns kDeadlineExceeded at
-  // the deadline and goes on: a message once posted is not withdrawn, since
+  // the deadline and goes on (its message will still be delivered: do not
+  // send it again): a message once posted is not withdrawn, since
   // the peer may be receiving it (send_async gives a handle to follow it);
   // notify likewise. Each is Transfer::wait_or_cancel: kCancelOrFinish for
   // recv, recvv, write and read, kLeave for send, sendv and notify.

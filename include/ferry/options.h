@@ -219,11 +219,11 @@ struct Options {
   // Same-host peers of another uid may use the local transport (by default
   // they are refused: the local transport trusts the kernel's same-uid rules).
   bool local_other_uids = false;
-  // Two engines of this one process may use the local transport between
-  // them. By default a peer that the kernel says is this process is refused
-  // (an engine never becomes its own peer); with it set, such a peer can
-  // only be another engine sharing this address space, since the channel
-  // passes between the two ends inside it.
+  // An engine may be its own peer on the local transport. Two engines of
+  // this one process use it between them without this: the kernel says the
+  // peer is this process and the handshake proves it is another engine
+  // (another id), so it shares this address space. An engine that dials
+  // itself is refused unless this is set.
   bool local_same_process = false;
 };
 

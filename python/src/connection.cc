@@ -267,8 +267,9 @@ const char* kFinishDoc =
     "any more) or, on the local transport, runs to its end and its own result is returned: the buffers are free "
     "once the call returns.";
 const char* kLeaveDoc =
-    " At the deadline raises DeadlineExceeded and the operation goes on: a message once posted is not withdrawn "
-    "(its buffers stay in use until it ends).";
+    " At the deadline raises DeadlineExceeded and the operation goes on: the message will still be delivered "
+    "(once posted it is not withdrawn, so sending it again delivers it twice), and its buffers stay in use until "
+    "it ends.";
 
 // What every *_async call shares.
 #define ASYNC_DOC                                                                                              \

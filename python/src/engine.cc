@@ -128,7 +128,7 @@ void bind_options(pyb::module_& m) {
       .def_readwrite("local_other_uids", &Options::local_other_uids,
                      "Same-host peers of another uid may use the local transport (refused by default).")
       .def_readwrite("local_same_process", &Options::local_same_process,
-                     "Two engines of this one process may use the local transport between them.")
+                     "An engine may be its own peer on the local transport (two engines of one process always may).")
       .def_readwrite("directory", &Options::directory,
                      "'redis://[user:pass@]host:port[/ns]' or 'etcd://host:port[,...][/ns]': publish this engine "
                      "there under `name` and resolve names in connect(); empty: no directory.")
@@ -363,7 +363,9 @@ class PyEngine {
   PyConnection connect(pyb::object self, const std::string& peer, const Timeout& timeout) {
     auto e = get();
     int refusals = 0;
+    StillWaiting still(timeout.deadline, "connect: still trying to reach " + printable_peer(peer));
     for (;;) {
+      still.check();
       Result<std::shared_ptr<Connection>> r = dial(e, peer, timeout.deadline);
       if (r.ok()) return PyConnection{std::move(r).value(), std::move(self)};
       bool refused = r.status().code() == Code::kUnavailable &&
@@ -404,11 +406,13 @@ class PyEngine {
     auto e = get();
     Deadline deadline = timeout.deadline;
     Result<std::shared_ptr<Connection>> r = Status(Code::kDeadlineExceeded, "accept: no peer by the deadline");
+    StillWaiting still(deadline, "accept: still waiting for a peer to connect to " + e->address());
     wait_in_slices(deadline, [&](Deadline d) {
       if (closed_.load()) {
         r = Status(Code::kCancelled, "accept: the engine was closed");
         return true;
       }
+      still.check();
       r = e->accept(d);
       return r.ok() || r.status().code() != Code::kDeadlineExceeded;
     });
@@ -420,6 +424,37 @@ class PyEngine {
   }
 
  private:
+  // A wait with no deadline says once, after kStillWaitingAfter, that it is
+  // still waiting (timeout=None waits for ever): a silent hang is the worst
+  // first experience.
+  class StillWaiting {
+   public:
+    StillWaiting(Deadline deadline, std::string what)
+        : since_(Clock::now()), forever_(deadline == kNoDeadline), what_(std::move(what)) {}
+    // Any thread state: takes the GIL to log (the `ferry` logger).
+    void check() {
+      if (!forever_ || said_ || Clock::now() - since_ < kStillWaitingAfter) return;
+      said_ = true;
+      const auto waited = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - since_).count();
+      pyb::gil_scoped_acquire gil;
+      pyb::module_::import("logging")
+          .attr("getLogger")("ferry")
+          .attr("warning")("%s after %d s (timeout=None waits for ever; pass timeout= to give up)", what_,
+                           static_cast<long long>(waited));
+    }
+
+   private:
+    static constexpr auto kStillWaitingAfter = std::chrono::seconds(5);
+    const Clock::time_point since_;
+    const bool forever_;
+    const std::string what_;
+    bool said_ = false;
+  };
+  // `peer` for a log line: a metadata blob is bytes, not text.
+  static std::string printable_peer(const std::string& peer) {
+    return peer.rfind("FRYM", 0) == 0 ? "the engine of a metadata blob" : peer;
+  }
+
   // Pause between dials of an address that refused.
   static constexpr std::chrono::milliseconds kConnectRetry{100};
 

@@ -145,7 +145,10 @@ Status Transfer::wait_or_cancel(Deadline deadline, PastDeadline rule,
   // hold the caller past the deadline; nor is it withdrawn, as the peer may
   // be receiving it.
   if (rule == PastDeadline::kLeave) {
-    return Status(Code::kDeadlineExceeded, what() + " still running at its deadline; it goes on");
+    // Said so that nobody retries: a second send would deliver it twice.
+    return Status(Code::kDeadlineExceeded, what() +
+                                               " still running at its deadline; it goes on and the message will still "
+                                               "be delivered (it was not withdrawn): do not send it again");
   }
   if (state_->cancel(/*moving_too=*/false)) {
     return Status(Code::kDeadlineExceeded, what() + " had not started moving data by its deadline and was cancelled");

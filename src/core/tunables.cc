@@ -282,7 +282,7 @@ const std::vector<Tunable>& tunables() {
                    "1: same-host peers of another uid may use the local transport (default 0: refused)",
                    &Options::local_other_uids),
       flag_tunable("local_same_process", "FERRY_LOCAL_SAME_PROCESS",
-                   "1: two engines of one process may use the local transport between them (default 0: refused)",
+                   "1: an engine may be its own peer on the local transport (two engines of one process always may)",
                    &Options::local_same_process),
       Tunable{"directory", "FERRY_DIRECTORY", "",
               "redis://[user:pass@]host:port[/ns] or etcd://host:port[,...][/ns]: publish this engine and resolve "

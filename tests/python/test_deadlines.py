@@ -100,8 +100,28 @@ def test_a_send_raises_at_its_deadline_and_goes_on(pair):
     b.reg(src)
     a.reg(dst)
     start = time.monotonic()
-    with pytest.raises(ferry.DeadlineExceeded, match="goes on"):
+    with pytest.raises(ferry.DeadlineExceeded, match="will still be delivered"):
         cb.send(src, timeout=0.2)  # the peer posts no receive
     assert time.monotonic() - start < 2
     assert ca.recv(dst, timeout=30) == len(src), "the send went on"
     assert np.array_equal(dst, src)
+
+
+def test_a_wait_without_a_deadline_says_it_is_still_waiting(caplog):
+    # timeout=None waits for ever; after 5 s the `ferry` logger says so once,
+    # rather than hanging without a word.
+    with ferry.Engine() as a, ferry.Engine() as b:
+        def late_peer():
+            time.sleep(5.5)
+            b.connect(a.address, timeout=10)
+
+        import threading
+        t = threading.Thread(target=late_peer)
+        t.start()
+        with caplog.at_level("WARNING", logger="ferry"):
+            conn = a.accept()
+        t.join(timeout=10)
+        assert conn.health().ok()
+    said = [r for r in caplog.records if "still waiting for a peer" in r.getMessage()]
+    assert len(said) == 1, caplog.text
+    assert "timeout=None waits for ever" in said[0].getMessage()

@@ -23,7 +23,13 @@ void put_ticket(const Ticket& t, wire::FrameHeader& h) {
   std::memcpy(&h.a, t.data(), 8);
   std::memcpy(&h.b, t.data() + 8, 8);
 }
-PeerPolicy policy_of(const Options& o) { return PeerPolicy{o.local_other_uids, o.local_same_process}; }
+// A peer the kernel says is this very process is another engine sharing
+// this address space, one trust domain, when its engine id (proven by the
+// handshake's signature) is not this engine's: allowed. An engine is its
+// own peer only with Options::local_same_process.
+PeerPolicy policy_of(const core::EngineContext& ctx, uint64_t peer_engine) {
+  return PeerPolicy{ctx.options.local_other_uids, ctx.options.local_same_process || peer_engine != ctx.engine_id};
+}
 
 Ticket get_ticket(const wire::FrameHeader& h) {
   Ticket t;
@@ -46,7 +52,7 @@ Result<std::shared_ptr<transport::ConnectionCore>> connect_local(const std::shar
   setup.aux = rendezvous.name();
   setup.header.aux_len = static_cast<uint16_t>(setup.aux.size());
   FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(control.fd(), setup, deadline));
-  Result<PeerCredentials> proven = rendezvous.hand_over(channel.fd(), control.fd(), policy_of(ctx->options), deadline);
+  Result<PeerCredentials> proven = rendezvous.hand_over(channel.fd(), control.fd(), policy_of(*ctx, peer_engine), deadline);
   if (!proven.ok() && proven.status().code() != Code::kCancelled) return proven.status();
   FERRY_ASSIGN_OR_RETURN(bootstrap::RawFrame reply, bootstrap::read_handshake_frame(control.fd(), deadline));
   if (reply.header.type == wire::FrameType::kRejected) {
@@ -78,7 +84,7 @@ Result<std::shared_ptr<transport::ConnectionCore>> accept_local(const std::share
         Status(Code::kDataLoss, "expected LOCAL_SETUP, got " + std::string(wire::frame_type_name(setup.header.type))));
   }
   Result<ReceivedChannel> received =
-      fetch_channel(setup.aux, get_ticket(setup.header), policy_of(ctx->options), deadline);
+      fetch_channel(setup.aux, get_ticket(setup.header), policy_of(*ctx, peer_engine), deadline);
   if (!received.ok()) return refuse(received.status());
   Result<ShmChannel> channel = ShmChannel::attach(received->fd, setup.header.c);
   if (!channel.ok()) return refuse(channel.status());
