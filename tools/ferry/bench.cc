@@ -6,10 +6,7 @@
 // The two sides agree on the run over the ferry connection itself: the
 // initiator sends the configuration, both exchange descriptors, and each size
 // is bracketed by "begin"/"end" messages that carry checksums for --verify.
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -35,14 +32,13 @@
 #include "ferry/bench_alternate.h"
 #include "ferry/bench_blocks.h"
 #include "ferry/bench_gate.h"
+#include "ferry/bench_local_target.h"
 #include "ferry/bench_pairs.h"
 #include "ferry/bench_session.h"
 #include "ferry/bench_sizes.h"
 #include "ferry/commands.h"
 #include "ferry/ferry.h"
 #include "platform/thread.h"
-
-extern char** environ;
 
 namespace ferry::cli {
 namespace {
@@ -230,11 +226,10 @@ int run_target(const BenchFlags& f, const Options& options) {
   return failed.load() > 0 ? 1 : 0;
 }
 
-// Starts this binary as the target of --local; returns its pid and address.
-pid_t spawn_local_target(const BenchFlags& f, std::string& address) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) die("pipe", Status(Code::kResourceExhausted, std::strerror(errno)));
-  std::vector<std::string> args = {"ferry", "bench", "--listen", "127.0.0.1:0"};
+// The flags of the --local target (bench_local_target.h): the initiator's
+// engine settings, so that both ends agree.
+std::vector<std::string> local_target_flags(const BenchFlags& f) {
+  std::vector<std::string> args;
   if (f.sweep_csv.empty()) args.push_back("--once");  // a sweep opens one session per combination
   if (f.streams > 0) {
     args.push_back("--streams");
@@ -252,25 +247,7 @@ pid_t spawn_local_target(const BenchFlags& f, std::string& address) {
     args.push_back("--window");
     args.push_back(std::to_string(f.window));
   }
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-  pid_t pid = 0;
-  int rc = posix_spawn(&pid, "/proc/self/exe", &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(fds[1]);
-  if (rc != 0) die("start the local target", Status(Code::kUnavailable, std::strerror(rc)));
-  std::string line;
-  char c;
-  while (::read(fds[0], &c, 1) == 1 && c != '\n') line += c;
-  ::close(fds[0]);
-  auto at = line.rfind(' ');
-  if (at == std::string::npos) die("local target", Status(Code::kUnavailable, "did not report its address"));
-  address = line.substr(at + 1);
-  return pid;
+  return args;
 }
 
 int usage_error(const std::string& what) {
@@ -498,17 +475,6 @@ void write_json(const BenchFlags& f, const RunConfig& cfg, const Options& o, std
   }
 }
 
-// Waits briefly for the local target to exit after its session, then ends it.
-void stop_child(pid_t child) {
-  if (child <= 0) return;
-  int status = 0;
-  for (int i = 0; i < 40 && ::waitpid(child, &status, WNOHANG) == 0; ++i) std::this_thread::sleep_for(50ms);
-  if (::waitpid(child, &status, WNOHANG) == 0) {
-    ::kill(child, SIGKILL);
-    ::waitpid(child, &status, 0);
-  }
-}
-
 // One session per combination of chunk size, window, streams per NIC pair and
 // NIC count; every size's result becomes a CSV row (see docs/tuning.md).
 int run_sweep(const BenchFlags& f, const Options& base, const RunConfig& cfg, const std::string& peer) {
@@ -630,21 +596,22 @@ int run_bench(const BenchFlags& f) {
   std::vector<std::string> nic_sets;
   if (!f.alternate_nics.empty()) nic_sets = must(parse_nic_sets(f.alternate_nics), "--alternate-nics");
   std::string peer = f.peer;
-  pid_t child = -1;
-  if (f.local) child = spawn_local_target(f, peer);
+  if (f.local) {
+    peer = start_local_target(local_target_flags(f), /*once=*/f.sweep_csv.empty());
+  }
   if (!f.gpus.empty()) {
     int rc = run_gpus(f, o, cfg, peer);
-    stop_child(child);
+    stop_local_target();
     return rc;
   }
   if (!f.alternate_nics.empty()) {
     int rc = run_alternating(nic_sets, o, cfg, f.rounds, peer);
-    stop_child(child);
+    stop_local_target();
     return rc;
   }
   if (!f.sweep_csv.empty()) {
     int rc = run_sweep(f, o, cfg, peer);
-    stop_child(child);
+    stop_local_target();
     return rc;
   }
   auto engine = must(Engine::create(o), "create engine");
@@ -659,7 +626,7 @@ int run_bench(const BenchFlags& f) {
   cfg.stop = interrupt.flag();
   auto results = run_initiator(*engine, *conn, cfg);
   conn->close();
-  stop_child(child);
+  stop_local_target();
   if (f.json_out != "-") print_table(cfg, results);
   if (!f.json_out.empty()) write_json(f, cfg, engine->options(), transport, results);
   if (interrupt.fired()) {
