@@ -51,6 +51,7 @@ struct BenchFlags {
   std::string listen;
   std::string peer;
   std::string directory;  // --directory (else FERRY_DIRECTORY): names for --listen and --peer
+  std::string transport;  // --transport: auto, tcp or local (else FERRY_TRANSPORT)
   std::string op = "send";
   std::string sizes = "4K:64M:x4";
   int iters = 20;
@@ -265,6 +266,39 @@ std::string transport_note(const std::string& transport, const Options& o) {
   return " (" + streams + ", chunk " + format_bytes(o.chunk_bytes) + ", window " + std::to_string(o.window) + ")";
 }
 
+// The first line of a table: what was measured over which transport, e.g.
+// "# send over the local transport, 1 in flight". Two engines on one host
+// take the local transport unless told otherwise, so a table read alone (or
+// set beside iperf3's) must say which one it measured.
+std::string table_title(const RunConfig& cfg, const std::string& transport, const Options& o) {
+  return "# " + cfg.op + " over the " + transport + " transport" + transport_note(transport, o) + ", " +
+         std::to_string(cfg.inflight) + " in flight" + footprint_note(cfg);
+}
+
+// "--a", "--a and --b", "--a, --b and --c".
+std::string join_words(const std::vector<std::string>& words) {
+  std::string out;
+  for (size_t i = 0; i < words.size(); ++i) {
+    out += (i == 0 ? "" : i + 1 == words.size() ? " and " : ", ") + words[i];
+  }
+  return out;
+}
+
+// One line on stderr when flags given shape only TCP transfers (streams,
+// chunks, window) and the connection took another transport: the local
+// transport moves bytes through shared memory and ignores them, so a run
+// that varies them measures the same thing each time.
+void note_flags_without_effect(const BenchFlags& f, const std::string& transport) {
+  if (transport == "tcp") return;
+  std::vector<std::string> given;
+  if (f.streams > 0) given.push_back("--streams");
+  if (!f.chunk.empty()) given.push_back("--chunk");
+  if (f.window > 0) given.push_back("--window");
+  if (given.empty()) return;
+  std::fprintf(stderr, "ferry bench: note: %s %s nothing on the %s transport (TCP's settings); --transport tcp measures TCP\n",
+               join_words(given).c_str(), given.size() == 1 ? "does" : "do", transport.c_str());
+}
+
 // SIGINT while it lives: the first sets flag(), the second ends the process
 // as Ctrl-C does. A signal handler can only reach a static.
 class InterruptLatch {
@@ -322,6 +356,7 @@ int run_gpus(const BenchFlags& f, const Options& o, RunConfig cfg, const std::st
                cfg.op.c_str(), f.gpus.c_str(), f.peer_gpus.empty() ? f.gpus.c_str() : f.peer_gpus.c_str(),
                transport.c_str(), transport_note(transport, engine->options()).c_str(), staging.c_str(), cfg.inflight,
                footprint_note(cfg).c_str());
+  note_flags_without_effect(f, transport);
   // The last session to arrive also waits for the other processes of --gate.
   auto pass_gate = [&gate]() noexcept {
     if (gate) must(gate->pass(after(120s)), "--gate");
@@ -364,6 +399,7 @@ int run_gpus(const BenchFlags& f, const Options& o, RunConfig cfg, const std::st
       };
       std::printf("%s\n", json{{"bytes", cfg.sizes[s]},
                                {"iters", cfg.iters},
+                               {"transport", transport},
                                {"start_ns", ns(first)},  // the host's monotonic clock, shared by its processes
                                {"end_ns", ns(last)},
                                {"aggregate_bytes_per_s", secs > 0 ? bytes / secs : 0.0},
@@ -376,6 +412,7 @@ int run_gpus(const BenchFlags& f, const Options& o, RunConfig cfg, const std::st
     }
     return 0;
   }
+  std::printf("%s\n", table_title(cfg, transport, engine->options()).c_str());
   if (cfg.blocks > 0) {
     // Each pair's batch against its own contiguous anchor.
     bool bad = false;
@@ -488,9 +525,10 @@ int run_sweep(const BenchFlags& f, const Options& base, const RunConfig& cfg, co
   if (nic_counts.empty()) nic_counts.push_back(static_cast<int>(nics.size()));
   std::FILE* csv = std::fopen(f.sweep_csv.c_str(), "w");
   if (csv == nullptr) die("open " + f.sweep_csv, Status(Code::kUnavailable, std::strerror(errno)));
-  std::fprintf(csv, "op,bytes,chunk_bytes,window,streams,nics,iters,gbps,p50_us,p99_us,verified\n");
+  // transport last, so that readers of the older columns find them where they were.
+  std::fprintf(csv, "op,bytes,chunk_bytes,window,streams,nics,iters,gbps,p50_us,p99_us,verified,transport\n");
   size_t runs = chunks.size() * windows.size() * streams.size() * nic_counts.size(), n = 0;
-  bool bad = false;
+  bool bad = false, noted = false;
   for (uint64_t chunk : chunks) {
     for (int window : windows) {
       for (int stream : streams) {
@@ -504,10 +542,18 @@ int run_sweep(const BenchFlags& f, const Options& base, const RunConfig& cfg, co
                        format_bytes(chunk).c_str(), window, stream, nic_count);
           auto engine = must(Engine::create(o), "create engine");
           auto conn = must(engine->connect(peer, after(10s)), "connect to " + peer);
+          std::string transport(conn->transport_name());
+          if (transport != "tcp" && !noted) {
+            std::fprintf(stderr,
+                         "ferry bench: note: the sweep's chunk sizes, windows and streams do nothing on the %s "
+                         "transport: every combination measures the same thing; --transport tcp sweeps TCP\n",
+                         transport.c_str());
+            noted = true;
+          }
           for (const SizeResult& r : run_initiator(*engine, *conn, cfg)) {
-            std::fprintf(csv, "%s,%" PRIu64 ",%" PRIu64 ",%d,%d,%d,%d,%.4f,%.1f,%.1f,%s\n", cfg.op.c_str(), r.bytes,
-                         chunk, window, stream, nic_count, r.iters, r.bytes_per_s / 1e9, r.p50_us, r.p99_us,
-                         r.verified.c_str());
+            std::fprintf(csv, "%s,%" PRIu64 ",%" PRIu64 ",%d,%d,%d,%d,%.4f,%.1f,%.1f,%s,%s\n", cfg.op.c_str(),
+                         r.bytes, chunk, window, stream, nic_count, r.iters, r.bytes_per_s / 1e9, r.p50_us, r.p99_us,
+                         r.verified.c_str(), transport.c_str());
             bad = bad || r.verified == "FAILED";
           }
           std::fflush(csv);
@@ -528,6 +574,13 @@ int run_bench(const BenchFlags& f) {
     return 2;
   }
   Options o;
+  if (!f.transport.empty()) {
+    // The engine applies FERRY_TRANSPORT over its options, and the --local
+    // target reads only its environment: the flag takes the variable's place
+    // in this process, and so in the target it starts.
+    ::setenv("FERRY_TRANSPORT", f.transport.c_str(), 1);
+    o.transport = must(parse_transport(f.transport), "--transport");
+  }
   if (f.streams > 0) o.streams = f.streams;
   if (!f.chunk.empty()) {
     auto chunk = parse_bytes(f.chunk);
@@ -620,6 +673,7 @@ int run_bench(const BenchFlags& f) {
   std::fprintf(stderr, "ferry bench: %s to %s over the %s transport%s, %d in flight%s\n", cfg.op.c_str(), peer.c_str(),
                transport.c_str(), transport_note(transport, engine->options()).c_str(), cfg.inflight,
                footprint_note(cfg).c_str());
+  note_flags_without_effect(f, transport);
   // Ctrl-C: the size being measured finishes, then what was measured is
   // printed (and written) as usual; a second Ctrl-C quits at once.
   InterruptLatch interrupt;
@@ -627,7 +681,10 @@ int run_bench(const BenchFlags& f) {
   auto results = run_initiator(*engine, *conn, cfg);
   conn->close();
   stop_local_target();
-  if (f.json_out != "-") print_table(cfg, results);
+  if (f.json_out != "-") {
+    std::printf("%s\n", table_title(cfg, transport, engine->options()).c_str());
+    print_table(cfg, results);
+  }
   if (!f.json_out.empty()) write_json(f, cfg, engine->options(), transport, results);
   if (interrupt.fired()) {
     std::fprintf(stderr, "ferry bench: interrupted after %zu of %zu sizes\n", results.size(), cfg.sizes.size());
@@ -649,6 +706,10 @@ void add_bench_command(CLI::App& app) {
   b->add_option("--directory", f->directory,
                 "redis://host:port[/ns] or etcd://host:port[/ns]: where --listen NAME publishes and --peer NAME "
                 "resolves (default: FERRY_DIRECTORY)");
+  b->add_option("--transport", f->transport,
+                "auto (the local transport for a peer on this host, TCP otherwise), tcp or local; set it to tcp to "
+                "measure TCP between two engines of one host (default: FERRY_TRANSPORT, else auto)")
+      ->check(CLI::IsMember({"auto", "tcp", "local"}));
   b->add_option("--op", f->op, "send, write, read or pingpong")
       ->check(CLI::IsMember({"send", "write", "read", "pingpong"}));
   b->add_option("--sizes", f->sizes, "sizes: list and ranges, e.g. 4K,1M or 1K:256M:x4")->capture_default_str();
