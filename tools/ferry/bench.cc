@@ -14,6 +14,7 @@
 #include <atomic>
 #include <barrier>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -37,6 +38,7 @@
 #include "ferry/bench_session.h"
 #include "ferry/bench_sizes.h"
 #include "ferry/commands.h"
+#include "ferry/connect_hint.h"
 #include "ferry/ferry.h"
 #include "platform/thread.h"
 
@@ -107,6 +109,37 @@ std::string first_nics(const std::vector<std::string>& nics, size_t n) {
   return out;
 }
 
+// A command line that cannot run: the reason, then exit code 2 (usage.h).
+// A run that failed exits 1 (die).
+int usage_error(const std::string& what) {
+  std::fprintf(stderr, "ferry bench: %s\nRun 'ferry bench --help' for its flags.\n", what.c_str());
+  return 2;
+}
+
+// The value of a flag, or a usage error naming it (exit 2): a value the
+// command line got wrong is the user's to fix, not a run that failed.
+template <typename T>
+T flag_value(Result<T> r, const std::string& flag) {
+  if (!r.ok()) std::exit(usage_error(flag + ": " + r.status().message()));
+  return std::move(r).value();
+}
+
+// A comma-separated list of whole numbers in [lo, hi], for --sweep-*.
+Result<std::vector<int>> parse_int_list(const std::string& s, int lo, int hi) {
+  std::vector<int> out;
+  for (const std::string& item : split_list(s)) {
+    int v = 0;
+    auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (ec != std::errc() || p != item.data() + item.size() || v < lo || v > hi) {
+      return Status(Code::kInvalidArgument, "\"" + item + "\" is not a whole number in [" + std::to_string(lo) + ", " +
+                                                std::to_string(hi) + "]");
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) return Status(Code::kInvalidArgument, "empty list");
+  return out;
+}
+
 // "0-3,6" -> {0, 1, 2, 3, 6}; empty on a malformed list.
 std::vector<int> parse_gpu_list(const std::string& s) {
   std::vector<int> out;
@@ -153,7 +186,7 @@ int run_target(const BenchFlags& f, const Options& options) {
   } else {
     o.listen = f.listen;
   }
-  uint64_t max_memory = f.max_memory.empty() ? 0 : must(parse_bytes(f.max_memory), "--max-memory");
+  uint64_t max_memory = f.max_memory.empty() ? 0 : flag_value(parse_bytes(f.max_memory), "--max-memory");
   auto engine = must(Engine::create(o), "create engine");
   MemoryBudget budget(max_memory);
   if (!o.name.empty() && engine->directory() == nullptr) {
@@ -251,11 +284,6 @@ std::vector<std::string> local_target_flags(const BenchFlags& f) {
   return args;
 }
 
-int usage_error(const std::string& what) {
-  std::fprintf(stderr, "ferry bench: %s\nRun 'ferry bench --help' for its flags.\n", what.c_str());
-  return 2;
-}
-
 // The settings that shape a transfer over the named transport (TCP's streams,
 // chunks and window mean nothing to the same-host transport).
 std::string transport_note(const std::string& transport, const Options& o) {
@@ -295,7 +323,8 @@ void note_flags_without_effect(const BenchFlags& f, const std::string& transport
   if (!f.chunk.empty()) given.push_back("--chunk");
   if (f.window > 0) given.push_back("--window");
   if (given.empty()) return;
-  std::fprintf(stderr, "ferry bench: note: %s %s nothing on the %s transport (TCP's settings); --transport tcp measures TCP\n",
+  std::fprintf(stderr,
+               "ferry bench: note: %s %s nothing on the %s transport (TCP's settings); --transport tcp measures TCP\n",
                join_words(given).c_str(), given.size() == 1 ? "does" : "do", transport.c_str());
 }
 
@@ -347,7 +376,7 @@ int run_gpus(const BenchFlags& f, const Options& o, RunConfig cfg, const std::st
   auto engine = must(Engine::create(o), "create engine");
   size_t n = gpus.size();
   std::vector<std::shared_ptr<Connection>> conns;
-  for (size_t i = 0; i < n; ++i) conns.push_back(must(engine->connect(peer, after(10s)), "connect to " + peer));
+  for (size_t i = 0; i < n; ++i) conns.push_back(connect_or_die(*engine, peer));
   std::string transport(conns[0]->transport_name());
   std::string staging = transport == "tcp" ? ", staging chunk " + format_bytes(engine->options().staging_chunk_bytes) +
                                                  " depth " + std::to_string(engine->options().staging_depth)
@@ -512,17 +541,37 @@ void write_json(const BenchFlags& f, const RunConfig& cfg, const Options& o, std
   }
 }
 
+// What --sweep runs through, checked before anything starts.
+struct SweepLists {
+  std::vector<uint64_t> chunks;
+  std::vector<int> windows, streams, nic_counts;
+};
+
+// The --sweep-* lists, or a usage error (exit 2) naming the bad one.
+SweepLists parse_sweep_lists(const BenchFlags& f) {
+  SweepLists l;
+  for (const auto& c : split_list(f.sweep_chunk)) l.chunks.push_back(flag_value(parse_bytes(c), "--sweep-chunk"));
+  if (l.chunks.empty()) std::exit(usage_error("--sweep-chunk: empty list"));
+  l.windows = flag_value(parse_int_list(f.sweep_window, 1, 4096), "--sweep-window");
+  l.streams = flag_value(parse_int_list(f.sweep_streams, 1, 64), "--sweep-streams");
+  int nics = static_cast<int>(split_list(f.nics).size());
+  if (f.sweep_nics.empty()) {
+    l.nic_counts.push_back(nics);
+  } else if (nics == 0) {
+    std::exit(usage_error("--sweep-nics: counts of --nics, which was not given"));
+  } else {
+    l.nic_counts = flag_value(parse_int_list(f.sweep_nics, 1, nics), "--sweep-nics");
+  }
+  return l;
+}
+
 // One session per combination of chunk size, window, streams per NIC pair and
 // NIC count; every size's result becomes a CSV row (see docs/tuning.md).
-int run_sweep(const BenchFlags& f, const Options& base, const RunConfig& cfg, const std::string& peer) {
-  std::vector<uint64_t> chunks;
-  for (const auto& c : split_list(f.sweep_chunk)) chunks.push_back(must(parse_bytes(c), "--sweep-chunk"));
-  std::vector<int> windows, streams, nic_counts;
-  for (const auto& w : split_list(f.sweep_window)) windows.push_back(std::stoi(w));
-  for (const auto& s : split_list(f.sweep_streams)) streams.push_back(std::stoi(s));
+int run_sweep(const BenchFlags& f, const SweepLists& lists, const Options& base, const RunConfig& cfg,
+              const std::string& peer) {
+  const std::vector<uint64_t>& chunks = lists.chunks;
+  const std::vector<int>&windows = lists.windows, &streams = lists.streams, &nic_counts = lists.nic_counts;
   std::vector<std::string> nics = split_list(f.nics);
-  for (const auto& n : split_list(f.sweep_nics)) nic_counts.push_back(std::stoi(n));
-  if (nic_counts.empty()) nic_counts.push_back(static_cast<int>(nics.size()));
   std::FILE* csv = std::fopen(f.sweep_csv.c_str(), "w");
   if (csv == nullptr) die("open " + f.sweep_csv, Status(Code::kUnavailable, std::strerror(errno)));
   // transport last, so that readers of the older columns find them where they were.
@@ -541,7 +590,7 @@ int run_sweep(const BenchFlags& f, const Options& base, const RunConfig& cfg, co
           std::fprintf(stderr, "ferry bench: sweep %zu/%zu: chunk %s window %d streams %d nics %d\n", ++n, runs,
                        format_bytes(chunk).c_str(), window, stream, nic_count);
           auto engine = must(Engine::create(o), "create engine");
-          auto conn = must(engine->connect(peer, after(10s)), "connect to " + peer);
+          auto conn = connect_or_die(*engine, peer);
           std::string transport(conn->transport_name());
           if (transport != "tcp" && !noted) {
             std::fprintf(stderr,
@@ -551,8 +600,8 @@ int run_sweep(const BenchFlags& f, const Options& base, const RunConfig& cfg, co
             noted = true;
           }
           for (const SizeResult& r : run_initiator(*engine, *conn, cfg)) {
-            std::fprintf(csv, "%s,%" PRIu64 ",%" PRIu64 ",%d,%d,%d,%d,%.4f,%.1f,%.1f,%s,%s\n", cfg.op.c_str(),
-                         r.bytes, chunk, window, stream, nic_count, r.iters, r.bytes_per_s / 1e9, r.p50_us, r.p99_us,
+            std::fprintf(csv, "%s,%" PRIu64 ",%" PRIu64 ",%d,%d,%d,%d,%.4f,%.1f,%.1f,%s,%s\n", cfg.op.c_str(), r.bytes,
+                         chunk, window, stream, nic_count, r.iters, r.bytes_per_s / 1e9, r.p50_us, r.p99_us,
                          r.verified.c_str(), transport.c_str());
             bad = bad || r.verified == "FAILED";
           }
@@ -579,7 +628,7 @@ int run_bench(const BenchFlags& f) {
     // target reads only its environment: the flag takes the variable's place
     // in this process, and so in the target it starts.
     ::setenv("FERRY_TRANSPORT", f.transport.c_str(), 1);
-    o.transport = must(parse_transport(f.transport), "--transport");
+    o.transport = flag_value(parse_transport(f.transport), "--transport");
   }
   if (f.streams > 0) o.streams = f.streams;
   if (!f.chunk.empty()) {
@@ -601,13 +650,13 @@ int run_bench(const BenchFlags& f) {
 
   RunConfig cfg;
   cfg.op = f.op;
-  cfg.sizes = must(parse_sizes(f.sizes), "--sizes");
+  cfg.sizes = flag_value(parse_sizes(f.sizes), "--sizes");
   cfg.iters = f.iters;
   cfg.warmup = f.warmup;
   cfg.inflight = f.inflight;
   cfg.bidir = f.bidir;
   cfg.verify = f.verify;
-  if (!f.footprint.empty()) cfg.footprint = must(parse_bytes(f.footprint), "--footprint");
+  if (!f.footprint.empty()) cfg.footprint = flag_value(parse_bytes(f.footprint), "--footprint");
   if (f.blocks > 0 || !f.block_size.empty() || f.scatter) {
     if (f.blocks == 0 || f.block_size.empty()) {
       std::fprintf(stderr, "ferry bench: --blocks N and --block-size S go together (--scatter with them)\n");
@@ -623,7 +672,7 @@ int run_bench(const BenchFlags& f) {
     }
     cfg.op = "write";
     cfg.blocks = f.blocks;
-    cfg.block_bytes = must(parse_bytes(f.block_size), "--block-size");
+    cfg.block_bytes = flag_value(parse_bytes(f.block_size), "--block-size");
     cfg.scatter = f.scatter;
     if (cfg.block_bytes == 0 || cfg.block_bytes > (uint64_t{1} << 30) / cfg.blocks) {
       std::fprintf(stderr, "ferry bench: --blocks x --block-size must be 1 byte to 1 GiB\n");
@@ -645,9 +694,12 @@ int run_bench(const BenchFlags& f) {
     return 2;
   }
   cfg.budget =
-      std::make_shared<MemoryBudget>(f.max_memory.empty() ? 0 : must(parse_bytes(f.max_memory), "--max-memory"));
+      std::make_shared<MemoryBudget>(f.max_memory.empty() ? 0 : flag_value(parse_bytes(f.max_memory), "--max-memory"));
   std::vector<std::string> nic_sets;
-  if (!f.alternate_nics.empty()) nic_sets = must(parse_nic_sets(f.alternate_nics), "--alternate-nics");
+  if (!f.alternate_nics.empty()) nic_sets = flag_value(parse_nic_sets(f.alternate_nics), "--alternate-nics");
+  SweepLists sweep;
+  if (!f.sweep_csv.empty()) sweep = parse_sweep_lists(f);
+  if (!f.gate.empty()) flag_value(FileGate::parse(f.gate), "--gate");
   std::string peer = f.peer;
   if (f.local) {
     peer = start_local_target(local_target_flags(f), /*once=*/f.sweep_csv.empty());
@@ -663,12 +715,12 @@ int run_bench(const BenchFlags& f) {
     return rc;
   }
   if (!f.sweep_csv.empty()) {
-    int rc = run_sweep(f, o, cfg, peer);
+    int rc = run_sweep(f, sweep, o, cfg, peer);
     stop_local_target();
     return rc;
   }
   auto engine = must(Engine::create(o), "create engine");
-  auto conn = must(engine->connect(peer, after(10s)), "connect to " + peer);
+  auto conn = connect_or_die(*engine, peer);
   std::string transport(conn->transport_name());
   std::fprintf(stderr, "ferry bench: %s to %s over the %s transport%s, %d in flight%s\n", cfg.op.c_str(), peer.c_str(),
                transport.c_str(), transport_note(transport, engine->options()).c_str(), cfg.inflight,
@@ -712,7 +764,10 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "tcp", "local"}));
   b->add_option("--op", f->op, "send, write, read or pingpong")
       ->check(CLI::IsMember({"send", "write", "read", "pingpong"}));
-  b->add_option("--sizes", f->sizes, "sizes: list and ranges, e.g. 4K,1M or 1K:256M:x4")->capture_default_str();
+  b->add_option("--sizes", f->sizes,
+                "sizes: list and ranges, e.g. 4K,1M or 1K:256M:x4; units K, M, G, T in either case, alone or as KB "
+                "or KiB, all 1024-based: 1KB = 1KiB = 1024 bytes (here and in every size flag)")
+      ->capture_default_str();
   b->add_option("--iters", f->iters, "timed operations per size")->capture_default_str();
   b->add_option("--warmup", f->warmup, "untimed operations per size first")->capture_default_str();
   b->add_option("--inflight", f->inflight,
