@@ -1,7 +1,10 @@
 # Helpers shared by the benchmark scripts (sourced, not run).
 
 # The TCP benchmarks run both engines on this host, which would otherwise
-# pick the local transport.
+# pick the local transport (shared memory, cross-memory attach): a figure set
+# beside iperf3's or sockperf's would not be TCP's. Each `ferry bench` line
+# also says FERRY_TRANSPORT=tcp itself, and its table is read with
+# tcp_table_value, which refuses a table of another transport.
 export FERRY_TRANSPORT=tcp
 
 # Median of the numbers given as arguments.
@@ -45,3 +48,20 @@ sockperf_p50_us() {
 
 # The value of column $2 in the row whose first field is $1, from `ferry bench` table output on stdin.
 table_value() { awk -v size="$1" -v col="$2" '$1 == size { print $col }'; }
+
+# table_value of a table that measured TCP: its first line ("# send over the
+# tcp transport (...)") must name tcp; another transport is an error (exit 1,
+# the transport named on stderr). A table without that line comes from a
+# build older than it, trusted to FERRY_TRANSPORT=tcp on its command line.
+tcp_table_value() {
+  awk -v size="$1" -v col="$2" '
+    /^# / && match($0, /over the [a-z]+ transport/) { transport = substr($0, RSTART + 9, RLENGTH - 19) }
+    $1 == size { value = $col }
+    END {
+      if (transport != "" && transport != "tcp") {
+        print "ferry bench measured the " transport " transport, not tcp: not comparable with a TCP anchor" > "/dev/stderr"
+        exit 1
+      }
+      print value
+    }'
+}

@@ -11,8 +11,9 @@ before=$1 after=$2 rounds=${3:-5}
 for b in "$before" "$after"; do [ -x "$b" ] || { echo "not a ferry binary: $b" >&2; exit 1; }; done
 command -v iperf3 >/dev/null && command -v sockperf >/dev/null || { echo "iperf3 or sockperf missing: scripts/setup.sh" >&2; exit 1; }
 
-bandwidth() { "$1" bench --local --op "$2" --sizes 64M --streams 1 --iters 60 --warmup 5 2>/dev/null | table_value 64M 2; }
-round_trip() { "$1" bench --local --op pingpong --sizes 16 --iters 20000 --warmup 500 2>/dev/null | table_value 16 3; }
+# FERRY_TRANSPORT rather than --transport: the older build may not have the flag.
+bandwidth() { FERRY_TRANSPORT=tcp "$1" bench --local --op "$2" --sizes 64M --streams 1 --iters 60 --warmup 5 2>/dev/null | tcp_table_value 64M 2; }
+round_trip() { FERRY_TRANSPORT=tcp "$1" bench --local --op pingpong --sizes 16 --iters 20000 --warmup 500 2>/dev/null | tcp_table_value 16 3; }
 
 iperf=(); rtt=(); bs=(); as=(); bw=(); aw=(); bp=(); ap=()
 for r in $(seq "$rounds"); do

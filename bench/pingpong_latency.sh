@@ -13,7 +13,7 @@ command -v sockperf >/dev/null || { echo "sockperf missing: scripts/setup.sh" >&
 sp=(); fy=()
 for r in $(seq "$rounds"); do
   sp+=("$(sockperf_p50_us)")
-  fy+=("$($ferry bench --local --op pingpong --sizes 16 --iters 20000 --warmup 500 2>/dev/null | table_value 16 3)")
+  fy+=("$($ferry bench --local --transport tcp --op pingpong --sizes 16 --iters 20000 --warmup 500 2>/dev/null | tcp_table_value 16 3)")
   echo "round $r: sockperf p50 ${sp[-1]} us, ferry p50 ${fy[-1]} us" >&2
 done
 s=$(median "${sp[@]}"); f=$(median "${fy[@]}")

@@ -13,8 +13,8 @@ command -v iperf3 >/dev/null || { echo "iperf3 missing: scripts/setup.sh" >&2; e
 iperf=(); send=(); write=()
 for r in $(seq "$rounds"); do
   iperf+=("$(iperf3_gbytes)")
-  send+=("$($ferry bench --local --op send --sizes 64M --streams 1 --iters 60 --warmup 5 2>/dev/null | table_value 64M 2)")
-  write+=("$($ferry bench --local --op write --sizes 64M --streams 1 --iters 60 --warmup 5 2>/dev/null | table_value 64M 2)")
+  send+=("$($ferry bench --local --transport tcp --op send --sizes 64M --streams 1 --iters 60 --warmup 5 2>/dev/null | tcp_table_value 64M 2)")
+  write+=("$($ferry bench --local --transport tcp --op write --sizes 64M --streams 1 --iters 60 --warmup 5 2>/dev/null | tcp_table_value 64M 2)")
   echo "round $r: iperf3 ${iperf[-1]} GB/s, ferry send ${send[-1]} GB/s, ferry write ${write[-1]} GB/s" >&2
 done
 i=$(median "${iperf[@]}"); s=$(median "${send[@]}"); w=$(median "${write[@]}")

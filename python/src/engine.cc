@@ -5,7 +5,9 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <limits>
 #include <mutex>
+#include <string>
 #include <system_error>
 #include <thread>
 #include <type_traits>
@@ -71,6 +73,63 @@ void choice_property(pyb::class_<Options>& c, const char* name, const char* doc)
       doc);
 }
 
+// A value as a TypeError quotes it: its type and repr, the repr cut short
+// ("str '1M'", "float 2.5"). pybind11's own error for a setter given the
+// wrong type lists the setter's overloads and the whole Options' repr.
+std::string describe_value(pyb::handle v) {
+  std::string repr = pyb::repr(v).cast<std::string>();
+  if (repr.size() > 40) repr = repr.substr(0, 37) + "...";
+  return std::string(Py_TYPE(v.ptr())->tp_name) + " " + repr;
+}
+
+// An integer field: any int (or object with __index__, such as numpy's), bool
+// excepted; `what` is how the field is described ("an int (bytes)"). Another
+// type raises TypeError, a value past the field's C++ type ValueError, each
+// one line naming the field.
+template <auto Field>
+void int_property(pyb::class_<Options>& c, const char* name, const char* what, const char* doc) {
+  using T = std::remove_reference_t<decltype(std::declval<Options&>().*Field)>;
+  static_assert(std::is_integral_v<T> && !std::is_same_v<T, bool>);
+  c.def_property(
+      name, [](const Options& o) { return o.*Field; },
+      [name, what](Options& o, pyb::handle v) {
+        if (PyBool_Check(v.ptr()) || !PyIndex_Check(v.ptr())) {
+          throw pyb::type_error(std::string(name) + " must be " + what + ", got " + describe_value(v));
+        }
+        pyb::int_ i = pyb::reinterpret_steal<pyb::int_>(PyNumber_Index(v.ptr()));
+        if (!i) throw pyb::error_already_set();
+        // pybind11's cast checks the range (an error it raises is cleared here).
+        try {
+          o.*Field = i.cast<T>();
+        } catch (const pyb::cast_error&) {
+          PyErr_Clear();
+          throw pyb::value_error(
+              std::string(name) + " must be " + what + " from " + std::to_string(std::numeric_limits<T>::min()) +
+              " to " + std::to_string(std::numeric_limits<T>::max()) + ", got " + pyb::str(i).cast<std::string>());
+        }
+      },
+      doc);
+}
+
+// A str field, or a bool one: the value's own type only (a bool is not
+// taken from 1, nor a str from 7000), else a one-line TypeError.
+template <auto Field>
+void exact_property(pyb::class_<Options>& c, const char* name, const char* doc) {
+  using T = std::remove_reference_t<decltype(std::declval<Options&>().*Field)>;
+  static_assert(std::is_same_v<T, std::string> || std::is_same_v<T, bool>);
+  c.def_property(
+      name, [](const Options& o) { return o.*Field; },
+      [name](Options& o, pyb::handle v) {
+        constexpr bool kText = std::is_same_v<T, std::string>;
+        if (kText ? !PyUnicode_Check(v.ptr()) : !PyBool_Check(v.ptr())) {
+          throw pyb::type_error(std::string(name) + (kText ? " must be a str" : " must be a bool") + ", got " +
+                                describe_value(v));
+        }
+        o.*Field = v.cast<T>();
+      },
+      doc);
+}
+
 template <auto Field>
 void duration_property(pyb::class_<Options>& c, const char* name, const char* doc) {
   using Duration = std::remove_reference_t<decltype(std::declval<Options&>().*Field)>;
@@ -90,49 +149,58 @@ void bind_options(pyb::module_& m) {
   pyb::class_<Options> o(m, "Options",
                          "Engine options (include/ferry/options.h). Each can be overridden by its FERRY_* "
                          "environment variable when the engine starts; durations are in seconds.");
-  o.def(pyb::init<>())
-      .def(pyb::init<const Options&>(), pyb::arg("other"), "A copy of `other`.")
-      .def_readwrite("listen", &Options::listen, "host:port to listen on; port 0 picks a free port.")
-      .def_readwrite("nics", &Options::nics,
-                     "NICs to serve and move data on, comma-separated interface names ('eth1,eth2'); empty: only "
-                     "the listen address.")
-      .def_readwrite("tx_bindings", &Options::tx_bindings, "CPUs of each NIC's transmit workers, 'eth1:8-21;eth2:...'.")
-      .def_readwrite("rx_bindings", &Options::rx_bindings, "CPUs of each NIC's receive workers.")
-      .def_readwrite("streams", &Options::streams, "Data streams (paths) per NIC pair, besides the control one.")
-      .def_readwrite("chunk_bytes", &Options::chunk_bytes, "Bulk transfers are cut into chunks of this many bytes.")
-      .def_readwrite("staging_depth", &Options::staging_depth,
-                     "GPU memory over TCP: chunks each path stages ahead per direction.")
-      .def_readwrite("staging_chunk_bytes", &Options::staging_chunk_bytes,
-                     "GPU memory over TCP: chunk and staging slot size in bytes.")
-      .def_readwrite("staging_lend_pages", &Options::staging_lend_pages,
-                     "GPU memory over TCP: sockets borrow sent slots' pages instead of copying them.")
-      .def_readwrite("window", &Options::window, "Unconfirmed chunks a path may have in flight.")
-      .def_readwrite("inline_max", &Options::inline_max, "Messages up to this size ride on the control stream.")
-      .def_readwrite("auth_token", &Options::auth_token, "Shared secret; empty means no authentication.")
-      .def_readwrite("socket_buffer_bytes", &Options::socket_buffer_bytes,
-                     "Kernel socket buffer per stream in bytes; 0 keeps the kernel's autotuning.")
-      .def_readwrite("max_connections", &Options::max_connections,
-                     "Connections the engine holds at once (accepted, dialed or queued); one more is refused.")
-      .def_readwrite("max_handshakes", &Options::max_handshakes,
-                     "Handshakes in progress at once; a connection past it is closed unread.")
-      .def_readwrite("max_connections_per_peer", &Options::max_connections_per_peer,
-                     "Connections one peer address may hold at once.")
-      .def_readwrite("max_streams", &Options::max_streams,
-                     "Data streams over all connections (each costs two threads); a handshake past it is refused.")
-      .def_readwrite("connection_memory_bytes", &Options::connection_memory_bytes,
-                     "Bytes a connection may hold for its peer (unreceived messages, unpolled notifications, unread "
-                     "replies); past it the connection fails with ResourceExhausted.")
-      .def_readwrite("engine_memory_bytes", &Options::engine_memory_bytes,
-                     "Bytes all connections together may hold for their peers (each within connection_memory_bytes); "
-                     "a connection whose peer would pass it fails with ResourceExhausted.")
-      .def_readwrite("local_other_uids", &Options::local_other_uids,
-                     "Same-host peers of another uid may use the local transport (refused by default).")
-      .def_readwrite("local_same_process", &Options::local_same_process,
-                     "An engine may be its own peer on the local transport (two engines of one process always may).")
-      .def_readwrite("directory", &Options::directory,
-                     "'redis://[user:pass@]host:port[/ns]' or 'etcd://host:port[,...][/ns]': publish this engine "
-                     "there under `name` and resolve names in connect(); empty: no directory.")
-      .def_readwrite("name", &Options::name, "The name published in the directory; empty: hostname-pid.");
+  o.def(pyb::init<>()).def(pyb::init<const Options&>(), pyb::arg("other"), "A copy of `other`.");
+  // Each field checks the type it is given (int_property, exact_property), so
+  // that a wrong one is a one-line error naming the field.
+  constexpr const char* kInt = "an int";
+  constexpr const char* kBytes = "an int (bytes)";
+  exact_property<&Options::listen>(o, "listen", "host:port to listen on; port 0 picks a free port.");
+  exact_property<&Options::nics>(o, "nics",
+                                 "NICs to serve and move data on, comma-separated interface names ('eth1,eth2'); "
+                                 "empty: only the listen address.");
+  exact_property<&Options::tx_bindings>(o, "tx_bindings", "CPUs of each NIC's transmit workers, 'eth1:8-21;eth2:...'.");
+  exact_property<&Options::rx_bindings>(o, "rx_bindings", "CPUs of each NIC's receive workers.");
+  int_property<&Options::streams>(o, "streams", kInt, "Data streams (paths) per NIC pair, besides the control one.");
+  int_property<&Options::chunk_bytes>(o, "chunk_bytes", kBytes,
+                                      "Bulk transfers are cut into chunks of this many bytes.");
+  int_property<&Options::staging_depth>(o, "staging_depth", kInt,
+                                        "GPU memory over TCP: chunks each path stages ahead per direction.");
+  int_property<&Options::staging_chunk_bytes>(o, "staging_chunk_bytes", kBytes,
+                                              "GPU memory over TCP: chunk and staging slot size in bytes.");
+  exact_property<&Options::staging_lend_pages>(
+      o, "staging_lend_pages", "GPU memory over TCP: sockets borrow sent slots' pages instead of copying them.");
+  int_property<&Options::window>(o, "window", kInt, "Unconfirmed chunks a path may have in flight.");
+  int_property<&Options::inline_max>(o, "inline_max", kBytes, "Messages up to this size ride on the control stream.");
+  exact_property<&Options::auth_token>(o, "auth_token", "Shared secret; empty means no authentication.");
+  int_property<&Options::socket_buffer_bytes>(
+      o, "socket_buffer_bytes", kBytes, "Kernel socket buffer per stream in bytes; 0 keeps the kernel's autotuning.");
+  int_property<&Options::max_connections>(
+      o, "max_connections", kInt,
+      "Connections the engine holds at once (accepted, dialed or queued); one more is refused.");
+  int_property<&Options::max_handshakes>(o, "max_handshakes", kInt,
+                                         "Handshakes in progress at once; a connection past it is closed unread.");
+  int_property<&Options::max_connections_per_peer>(o, "max_connections_per_peer", kInt,
+                                                   "Connections one peer address may hold at once.");
+  int_property<&Options::max_streams>(
+      o, "max_streams", kInt,
+      "Data streams over all connections (each costs two threads); a handshake past it is refused.");
+  int_property<&Options::connection_memory_bytes>(
+      o, "connection_memory_bytes", kBytes,
+      "Bytes a connection may hold for its peer (unreceived messages, unpolled notifications, unread replies); past "
+      "it the connection fails with ResourceExhausted.");
+  int_property<&Options::engine_memory_bytes>(
+      o, "engine_memory_bytes", kBytes,
+      "Bytes all connections together may hold for their peers (each within connection_memory_bytes); a connection "
+      "whose peer would pass it fails with ResourceExhausted.");
+  exact_property<&Options::local_other_uids>(
+      o, "local_other_uids", "Same-host peers of another uid may use the local transport (refused by default).");
+  exact_property<&Options::local_same_process>(
+      o, "local_same_process", "An engine may be its own peer on the local transport (two engines of one process always may).");
+  exact_property<&Options::directory>(
+      o, "directory",
+      "'redis://[user:pass@]host:port[/ns]' or 'etcd://host:port[,...][/ns]': publish this engine there under `name` "
+      "and resolve names in connect(); empty: no directory.");
+  exact_property<&Options::name>(o, "name", "The name published in the directory; empty: hostname-pid.");
   choice_property<&Options::transport, &parse_transport>(
       o, "transport", "'auto' (the local transport for same-host peers, TCP otherwise), 'tcp' or 'local'.");
   choice_property<&Options::nic_policy, &parse_nic_policy>(o, "nic_policy",

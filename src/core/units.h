@@ -1,5 +1,8 @@
-// Byte counts as people write them: "4096", "64K", "1M", "2G" (binary units).
-// Shared by the FERRY_* variables and the CLI's flags.
+// Byte counts as people write them: "4096", "64K", "1m", "2GB", "1TiB".
+// Units K, M, G, T in either case, alone or followed by B or iB, are all
+// powers of 1024 (1K = 1KB = 1KiB = 1024 bytes): ferry's sizes are buffer and
+// chunk sizes, which are counted in pages. Shared by the FERRY_* variables
+// and the CLI's flags.
 #pragma once
 
 #include <cstdint>

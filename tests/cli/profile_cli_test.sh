@@ -42,4 +42,19 @@ grep -Eq "no rendezvous directory|built without CUDA" <<<"$msg" || fail "a ferry
 [ $rc -eq 2 ] || fail "size 0 should exit 2, got $rc"
 "$ferry" profile --dry-run --gpus 0,1 --backend nope >/dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] || fail "an unknown backend should exit 2, got $rc"
+# A host without GPUs (the driver's device files absent): a plain run says
+# what is missing and what a profile needs, exit 1 (a host matter, not bad
+# usage), instead of CUDA's "driver version is insufficient".
+if ! ls /dev/nvidia[0-9]* >/dev/null 2>&1; then
+  for args in "" "--gpus 0,1"; do
+    # shellcheck disable=SC2086
+    msg=$(timeout 30 "$ferry" profile $args --out "$tmp/run" 2>&1); rc=$?
+    [ $rc -eq 1 ] || fail "profile $args without a GPU should exit 1, got $rc: $msg"
+    grep -q "^ferry profile: no GPU to profile: " <<<"$msg" || fail "profile $args without a GPU: $msg"
+    grep -q "needs two or more NVIDIA GPUs and their driver" <<<"$msg" || fail "profile $args: not what it needs: $msg"
+    if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
+      grep -q "driver version is insufficient" <<<"$msg" && fail "profile $args without a driver: CUDA's words: $msg"
+    fi
+  done
+fi
 echo "profile CLI: ok"

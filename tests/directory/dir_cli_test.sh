@@ -71,6 +71,10 @@ for kind in redis etcd; do
 
   "$ferry" dir ls "$url" >"$work/$kind-ls.out" || fail "$kind: dir ls exited $?"
   grep -q "^decode-3 " "$work/$kind-ls.out" || fail "$kind: dir ls does not list decode-3"
+  # Without a URL, the one FERRY_DIRECTORY names (as the engines take it).
+  FERRY_DIRECTORY="$url" "$ferry" dir ls >"$work/$kind-ls-env.out" || fail "$kind: dir ls with FERRY_DIRECTORY exited $?"
+  grep -q "^decode-3 " "$work/$kind-ls-env.out" || fail "$kind: dir ls with FERRY_DIRECTORY does not list decode-3"
+  FERRY_DIRECTORY="$url" "$ferry" dir get decode-3 >/dev/null || fail "$kind: dir get NAME with FERRY_DIRECTORY"
   "$ferry" dir ls "$url" --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert [e["name"] for e in d]==["decode-3"], d' ||
     fail "$kind: dir ls --json"
   "$ferry" dir get "$url" decode-3 --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["addresses"] and d["incarnation"]>0, d' ||

@@ -121,6 +121,17 @@ def test_default_absent_failed_rows_and_repeats(tmp_path):
     check_png(tmp_path / "o" / "write_1M_streams1_nics2.png")
 
 
+@pytest.mark.parametrize("transport", ["tcp", "local"])
+def test_a_sweep_that_names_its_transport(tmp_path, transport):
+    # `ferry bench --sweep` writes the transport of each row last; on the local
+    # transport chunk, window and streams do nothing, and the summary says so.
+    rows = [r + "," + transport for r in sweep_rows([("write", 1 << 20)])]
+    r = run_analysis(write_csv(tmp_path / "s.csv", rows, header=HEADER + ",transport"), "--out", tmp_path / "o")
+    assert r.returncode == 0, r.stderr
+    assert "Best: chunk 1M, window 16, streams 2, nics 2: 4.3500 GB/s." in r.stdout
+    assert ("**Not TCP:** 24 row(s) measured the local transport" in r.stdout) == (transport == "local"), r.stdout
+
+
 @pytest.mark.parametrize("case", ["missing", "wrong_header", "empty", "header_only", "not_numbers", "directory"])
 def test_bad_input_exits_2(tmp_path, case):
     path = tmp_path / "sweep.csv"

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "ferry/bench_sizes.h"
@@ -47,6 +48,25 @@ TEST(ParseBytes, NumbersAndUnits) {
   EXPECT_EQ(bytes("2G"), 2 * G);
   EXPECT_EQ(bytes("7B"), 7u);
   EXPECT_EQ(bytes("17179869183G"), 17179869183ull * G);  // largest whole G that fits
+}
+
+// Every usual spelling of a unit, all 1024-based (issue 59: "1m" and "1KB"
+// were refused while "1k" and "1KiB" were taken).
+TEST(ParseBytes, EveryUnitInEverySpelling) {
+  constexpr uint64_t T = 1ull << 40;
+  for (const char* u : {"k", "K", "KB", "kB", "kb", "KiB", "kib"}) EXPECT_EQ(bytes(std::string("3") + u), 3 * K) << u;
+  for (const char* u : {"m", "M", "MB", "mb", "MiB"}) EXPECT_EQ(bytes(std::string("3") + u), 3 * M) << u;
+  for (const char* u : {"g", "G", "GB", "GiB"}) EXPECT_EQ(bytes(std::string("3") + u), 3 * G) << u;
+  for (const char* u : {"t", "T", "TB", "TiB"}) EXPECT_EQ(bytes(std::string("3") + u), 3 * T) << u;
+  EXPECT_EQ(bytes("7b"), 7u);
+  EXPECT_EQ(bytes("16777215T"), 16777215ull * T);  // largest whole T that fits
+  expect_bad_bytes("16777216T");                   // 2^64 bytes
+  expect_bad_bytes("1KBB");
+  expect_bad_bytes("1iB");
+  expect_bad_bytes("1Ki");
+  expect_bad_bytes("1P");
+  auto r = parse_bytes("1Q");
+  EXPECT_NE(r.status().message().find("1024"), std::string::npos) << r.status().message();
 }
 
 TEST(ParseBytes, Errors) {

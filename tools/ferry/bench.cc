@@ -6,10 +6,7 @@
 // The two sides agree on the run over the ferry connection itself: the
 // initiator sends the configuration, both exchange descriptors, and each size
 // is bracketed by "begin"/"end" messages that carry checksums for --verify.
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -17,6 +14,7 @@
 #include <atomic>
 #include <barrier>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -35,14 +33,14 @@
 #include "ferry/bench_alternate.h"
 #include "ferry/bench_blocks.h"
 #include "ferry/bench_gate.h"
+#include "ferry/bench_local_target.h"
 #include "ferry/bench_pairs.h"
 #include "ferry/bench_session.h"
 #include "ferry/bench_sizes.h"
 #include "ferry/commands.h"
+#include "ferry/connect_hint.h"
 #include "ferry/ferry.h"
 #include "platform/thread.h"
-
-extern char** environ;
 
 namespace ferry::cli {
 namespace {
@@ -55,6 +53,7 @@ struct BenchFlags {
   std::string listen;
   std::string peer;
   std::string directory;  // --directory (else FERRY_DIRECTORY): names for --listen and --peer
+  std::string transport;  // --transport: auto, tcp or local (else FERRY_TRANSPORT)
   std::string op = "send";
   std::string sizes = "4K:64M:x4";
   int iters = 20;
@@ -110,6 +109,37 @@ std::string first_nics(const std::vector<std::string>& nics, size_t n) {
   return out;
 }
 
+// A command line that cannot run: the reason, then exit code 2 (usage.h).
+// A run that failed exits 1 (die).
+int usage_error(const std::string& what) {
+  std::fprintf(stderr, "ferry bench: %s\nRun 'ferry bench --help' for its flags.\n", what.c_str());
+  return 2;
+}
+
+// The value of a flag, or a usage error naming it (exit 2): a value the
+// command line got wrong is the user's to fix, not a run that failed.
+template <typename T>
+T flag_value(Result<T> r, const std::string& flag) {
+  if (!r.ok()) std::exit(usage_error(flag + ": " + r.status().message()));
+  return std::move(r).value();
+}
+
+// A comma-separated list of whole numbers in [lo, hi], for --sweep-*.
+Result<std::vector<int>> parse_int_list(const std::string& s, int lo, int hi) {
+  std::vector<int> out;
+  for (const std::string& item : split_list(s)) {
+    int v = 0;
+    auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (ec != std::errc() || p != item.data() + item.size() || v < lo || v > hi) {
+      return Status(Code::kInvalidArgument, "\"" + item + "\" is not a whole number in [" + std::to_string(lo) + ", " +
+                                                std::to_string(hi) + "]");
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) return Status(Code::kInvalidArgument, "empty list");
+  return out;
+}
+
 // "0-3,6" -> {0, 1, 2, 3, 6}; empty on a malformed list.
 std::vector<int> parse_gpu_list(const std::string& s) {
   std::vector<int> out;
@@ -156,7 +186,7 @@ int run_target(const BenchFlags& f, const Options& options) {
   } else {
     o.listen = f.listen;
   }
-  uint64_t max_memory = f.max_memory.empty() ? 0 : must(parse_bytes(f.max_memory), "--max-memory");
+  uint64_t max_memory = f.max_memory.empty() ? 0 : flag_value(parse_bytes(f.max_memory), "--max-memory");
   auto engine = must(Engine::create(o), "create engine");
   MemoryBudget budget(max_memory);
   if (!o.name.empty() && engine->directory() == nullptr) {
@@ -230,11 +260,10 @@ int run_target(const BenchFlags& f, const Options& options) {
   return failed.load() > 0 ? 1 : 0;
 }
 
-// Starts this binary as the target of --local; returns its pid and address.
-pid_t spawn_local_target(const BenchFlags& f, std::string& address) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) die("pipe", Status(Code::kResourceExhausted, std::strerror(errno)));
-  std::vector<std::string> args = {"ferry", "bench", "--listen", "127.0.0.1:0"};
+// The flags of the --local target (bench_local_target.h): the initiator's
+// engine settings, so that both ends agree.
+std::vector<std::string> local_target_flags(const BenchFlags& f) {
+  std::vector<std::string> args;
   if (f.sweep_csv.empty()) args.push_back("--once");  // a sweep opens one session per combination
   if (f.streams > 0) {
     args.push_back("--streams");
@@ -252,30 +281,7 @@ pid_t spawn_local_target(const BenchFlags& f, std::string& address) {
     args.push_back("--window");
     args.push_back(std::to_string(f.window));
   }
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-  pid_t pid = 0;
-  int rc = posix_spawn(&pid, "/proc/self/exe", &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(fds[1]);
-  if (rc != 0) die("start the local target", Status(Code::kUnavailable, std::strerror(rc)));
-  std::string line;
-  char c;
-  while (::read(fds[0], &c, 1) == 1 && c != '\n') line += c;
-  ::close(fds[0]);
-  auto at = line.rfind(' ');
-  if (at == std::string::npos) die("local target", Status(Code::kUnavailable, "did not report its address"));
-  address = line.substr(at + 1);
-  return pid;
-}
-
-int usage_error(const std::string& what) {
-  std::fprintf(stderr, "ferry bench: %s\nRun 'ferry bench --help' for its flags.\n", what.c_str());
-  return 2;
+  return args;
 }
 
 // The settings that shape a transfer over the named transport (TCP's streams,
@@ -286,6 +292,40 @@ std::string transport_note(const std::string& transport, const Options& o) {
                             ? "auto: " + std::to_string(auto_streams(platform::usable_cpu_count())) + " streams in all"
                             : std::to_string(o.streams) + " streams";
   return " (" + streams + ", chunk " + format_bytes(o.chunk_bytes) + ", window " + std::to_string(o.window) + ")";
+}
+
+// The first line of a table: what was measured over which transport, e.g.
+// "# send over the local transport, 1 in flight". Two engines on one host
+// take the local transport unless told otherwise, so a table read alone (or
+// set beside iperf3's) must say which one it measured.
+std::string table_title(const RunConfig& cfg, const std::string& transport, const Options& o) {
+  return "# " + cfg.op + " over the " + transport + " transport" + transport_note(transport, o) + ", " +
+         std::to_string(cfg.inflight) + " in flight" + footprint_note(cfg);
+}
+
+// "--a", "--a and --b", "--a, --b and --c".
+std::string join_words(const std::vector<std::string>& words) {
+  std::string out;
+  for (size_t i = 0; i < words.size(); ++i) {
+    out += (i == 0 ? "" : i + 1 == words.size() ? " and " : ", ") + words[i];
+  }
+  return out;
+}
+
+// One line on stderr when flags given shape only TCP transfers (streams,
+// chunks, window) and the connection took another transport: the local
+// transport moves bytes through shared memory and ignores them, so a run
+// that varies them measures the same thing each time.
+void note_flags_without_effect(const BenchFlags& f, const std::string& transport) {
+  if (transport == "tcp") return;
+  std::vector<std::string> given;
+  if (f.streams > 0) given.push_back("--streams");
+  if (!f.chunk.empty()) given.push_back("--chunk");
+  if (f.window > 0) given.push_back("--window");
+  if (given.empty()) return;
+  std::fprintf(stderr,
+               "ferry bench: note: %s %s nothing on the %s transport (TCP's settings); --transport tcp measures TCP\n",
+               join_words(given).c_str(), given.size() == 1 ? "does" : "do", transport.c_str());
 }
 
 // SIGINT while it lives: the first sets flag(), the second ends the process
@@ -336,7 +376,7 @@ int run_gpus(const BenchFlags& f, const Options& o, RunConfig cfg, const std::st
   auto engine = must(Engine::create(o), "create engine");
   size_t n = gpus.size();
   std::vector<std::shared_ptr<Connection>> conns;
-  for (size_t i = 0; i < n; ++i) conns.push_back(must(engine->connect(peer, after(10s)), "connect to " + peer));
+  for (size_t i = 0; i < n; ++i) conns.push_back(connect_or_die(*engine, peer));
   std::string transport(conns[0]->transport_name());
   std::string staging = transport == "tcp" ? ", staging chunk " + format_bytes(engine->options().staging_chunk_bytes) +
                                                  " depth " + std::to_string(engine->options().staging_depth)
@@ -345,6 +385,7 @@ int run_gpus(const BenchFlags& f, const Options& o, RunConfig cfg, const std::st
                cfg.op.c_str(), f.gpus.c_str(), f.peer_gpus.empty() ? f.gpus.c_str() : f.peer_gpus.c_str(),
                transport.c_str(), transport_note(transport, engine->options()).c_str(), staging.c_str(), cfg.inflight,
                footprint_note(cfg).c_str());
+  note_flags_without_effect(f, transport);
   // The last session to arrive also waits for the other processes of --gate.
   auto pass_gate = [&gate]() noexcept {
     if (gate) must(gate->pass(after(120s)), "--gate");
@@ -387,6 +428,7 @@ int run_gpus(const BenchFlags& f, const Options& o, RunConfig cfg, const std::st
       };
       std::printf("%s\n", json{{"bytes", cfg.sizes[s]},
                                {"iters", cfg.iters},
+                               {"transport", transport},
                                {"start_ns", ns(first)},  // the host's monotonic clock, shared by its processes
                                {"end_ns", ns(last)},
                                {"aggregate_bytes_per_s", secs > 0 ? bytes / secs : 0.0},
@@ -399,6 +441,7 @@ int run_gpus(const BenchFlags& f, const Options& o, RunConfig cfg, const std::st
     }
     return 0;
   }
+  std::printf("%s\n", table_title(cfg, transport, engine->options()).c_str());
   if (cfg.blocks > 0) {
     // Each pair's batch against its own contiguous anchor.
     bool bad = false;
@@ -498,33 +541,43 @@ void write_json(const BenchFlags& f, const RunConfig& cfg, const Options& o, std
   }
 }
 
-// Waits briefly for the local target to exit after its session, then ends it.
-void stop_child(pid_t child) {
-  if (child <= 0) return;
-  int status = 0;
-  for (int i = 0; i < 40 && ::waitpid(child, &status, WNOHANG) == 0; ++i) std::this_thread::sleep_for(50ms);
-  if (::waitpid(child, &status, WNOHANG) == 0) {
-    ::kill(child, SIGKILL);
-    ::waitpid(child, &status, 0);
+// What --sweep runs through, checked before anything starts.
+struct SweepLists {
+  std::vector<uint64_t> chunks;
+  std::vector<int> windows, streams, nic_counts;
+};
+
+// The --sweep-* lists, or a usage error (exit 2) naming the bad one.
+SweepLists parse_sweep_lists(const BenchFlags& f) {
+  SweepLists l;
+  for (const auto& c : split_list(f.sweep_chunk)) l.chunks.push_back(flag_value(parse_bytes(c), "--sweep-chunk"));
+  if (l.chunks.empty()) std::exit(usage_error("--sweep-chunk: empty list"));
+  l.windows = flag_value(parse_int_list(f.sweep_window, 1, 4096), "--sweep-window");
+  l.streams = flag_value(parse_int_list(f.sweep_streams, 1, 64), "--sweep-streams");
+  int nics = static_cast<int>(split_list(f.nics).size());
+  if (f.sweep_nics.empty()) {
+    l.nic_counts.push_back(nics);
+  } else if (nics == 0) {
+    std::exit(usage_error("--sweep-nics: counts of --nics, which was not given"));
+  } else {
+    l.nic_counts = flag_value(parse_int_list(f.sweep_nics, 1, nics), "--sweep-nics");
   }
+  return l;
 }
 
 // One session per combination of chunk size, window, streams per NIC pair and
 // NIC count; every size's result becomes a CSV row (see docs/tuning.md).
-int run_sweep(const BenchFlags& f, const Options& base, const RunConfig& cfg, const std::string& peer) {
-  std::vector<uint64_t> chunks;
-  for (const auto& c : split_list(f.sweep_chunk)) chunks.push_back(must(parse_bytes(c), "--sweep-chunk"));
-  std::vector<int> windows, streams, nic_counts;
-  for (const auto& w : split_list(f.sweep_window)) windows.push_back(std::stoi(w));
-  for (const auto& s : split_list(f.sweep_streams)) streams.push_back(std::stoi(s));
+int run_sweep(const BenchFlags& f, const SweepLists& lists, const Options& base, const RunConfig& cfg,
+              const std::string& peer) {
+  const std::vector<uint64_t>& chunks = lists.chunks;
+  const std::vector<int>&windows = lists.windows, &streams = lists.streams, &nic_counts = lists.nic_counts;
   std::vector<std::string> nics = split_list(f.nics);
-  for (const auto& n : split_list(f.sweep_nics)) nic_counts.push_back(std::stoi(n));
-  if (nic_counts.empty()) nic_counts.push_back(static_cast<int>(nics.size()));
   std::FILE* csv = std::fopen(f.sweep_csv.c_str(), "w");
   if (csv == nullptr) die("open " + f.sweep_csv, Status(Code::kUnavailable, std::strerror(errno)));
-  std::fprintf(csv, "op,bytes,chunk_bytes,window,streams,nics,iters,gbps,p50_us,p99_us,verified\n");
+  // transport last, so that readers of the older columns find them where they were.
+  std::fprintf(csv, "op,bytes,chunk_bytes,window,streams,nics,iters,gbps,p50_us,p99_us,verified,transport\n");
   size_t runs = chunks.size() * windows.size() * streams.size() * nic_counts.size(), n = 0;
-  bool bad = false;
+  bool bad = false, noted = false;
   for (uint64_t chunk : chunks) {
     for (int window : windows) {
       for (int stream : streams) {
@@ -537,11 +590,19 @@ int run_sweep(const BenchFlags& f, const Options& base, const RunConfig& cfg, co
           std::fprintf(stderr, "ferry bench: sweep %zu/%zu: chunk %s window %d streams %d nics %d\n", ++n, runs,
                        format_bytes(chunk).c_str(), window, stream, nic_count);
           auto engine = must(Engine::create(o), "create engine");
-          auto conn = must(engine->connect(peer, after(10s)), "connect to " + peer);
+          auto conn = connect_or_die(*engine, peer);
+          std::string transport(conn->transport_name());
+          if (transport != "tcp" && !noted) {
+            std::fprintf(stderr,
+                         "ferry bench: note: the sweep's chunk sizes, windows and streams do nothing on the %s "
+                         "transport: every combination measures the same thing; --transport tcp sweeps TCP\n",
+                         transport.c_str());
+            noted = true;
+          }
           for (const SizeResult& r : run_initiator(*engine, *conn, cfg)) {
-            std::fprintf(csv, "%s,%" PRIu64 ",%" PRIu64 ",%d,%d,%d,%d,%.4f,%.1f,%.1f,%s\n", cfg.op.c_str(), r.bytes,
+            std::fprintf(csv, "%s,%" PRIu64 ",%" PRIu64 ",%d,%d,%d,%d,%.4f,%.1f,%.1f,%s,%s\n", cfg.op.c_str(), r.bytes,
                          chunk, window, stream, nic_count, r.iters, r.bytes_per_s / 1e9, r.p50_us, r.p99_us,
-                         r.verified.c_str());
+                         r.verified.c_str(), transport.c_str());
             bad = bad || r.verified == "FAILED";
           }
           std::fflush(csv);
@@ -562,6 +623,13 @@ int run_bench(const BenchFlags& f) {
     return 2;
   }
   Options o;
+  if (!f.transport.empty()) {
+    // The engine applies FERRY_TRANSPORT over its options, and the --local
+    // target reads only its environment: the flag takes the variable's place
+    // in this process, and so in the target it starts.
+    ::setenv("FERRY_TRANSPORT", f.transport.c_str(), 1);
+    o.transport = flag_value(parse_transport(f.transport), "--transport");
+  }
   if (f.streams > 0) o.streams = f.streams;
   if (!f.chunk.empty()) {
     auto chunk = parse_bytes(f.chunk);
@@ -582,13 +650,13 @@ int run_bench(const BenchFlags& f) {
 
   RunConfig cfg;
   cfg.op = f.op;
-  cfg.sizes = must(parse_sizes(f.sizes), "--sizes");
+  cfg.sizes = flag_value(parse_sizes(f.sizes), "--sizes");
   cfg.iters = f.iters;
   cfg.warmup = f.warmup;
   cfg.inflight = f.inflight;
   cfg.bidir = f.bidir;
   cfg.verify = f.verify;
-  if (!f.footprint.empty()) cfg.footprint = must(parse_bytes(f.footprint), "--footprint");
+  if (!f.footprint.empty()) cfg.footprint = flag_value(parse_bytes(f.footprint), "--footprint");
   if (f.blocks > 0 || !f.block_size.empty() || f.scatter) {
     if (f.blocks == 0 || f.block_size.empty()) {
       std::fprintf(stderr, "ferry bench: --blocks N and --block-size S go together (--scatter with them)\n");
@@ -604,7 +672,7 @@ int run_bench(const BenchFlags& f) {
     }
     cfg.op = "write";
     cfg.blocks = f.blocks;
-    cfg.block_bytes = must(parse_bytes(f.block_size), "--block-size");
+    cfg.block_bytes = flag_value(parse_bytes(f.block_size), "--block-size");
     cfg.scatter = f.scatter;
     if (cfg.block_bytes == 0 || cfg.block_bytes > (uint64_t{1} << 30) / cfg.blocks) {
       std::fprintf(stderr, "ferry bench: --blocks x --block-size must be 1 byte to 1 GiB\n");
@@ -626,41 +694,49 @@ int run_bench(const BenchFlags& f) {
     return 2;
   }
   cfg.budget =
-      std::make_shared<MemoryBudget>(f.max_memory.empty() ? 0 : must(parse_bytes(f.max_memory), "--max-memory"));
+      std::make_shared<MemoryBudget>(f.max_memory.empty() ? 0 : flag_value(parse_bytes(f.max_memory), "--max-memory"));
   std::vector<std::string> nic_sets;
-  if (!f.alternate_nics.empty()) nic_sets = must(parse_nic_sets(f.alternate_nics), "--alternate-nics");
+  if (!f.alternate_nics.empty()) nic_sets = flag_value(parse_nic_sets(f.alternate_nics), "--alternate-nics");
+  SweepLists sweep;
+  if (!f.sweep_csv.empty()) sweep = parse_sweep_lists(f);
+  if (!f.gate.empty()) flag_value(FileGate::parse(f.gate), "--gate");
   std::string peer = f.peer;
-  pid_t child = -1;
-  if (f.local) child = spawn_local_target(f, peer);
+  if (f.local) {
+    peer = start_local_target(local_target_flags(f), /*once=*/f.sweep_csv.empty());
+  }
   if (!f.gpus.empty()) {
     int rc = run_gpus(f, o, cfg, peer);
-    stop_child(child);
+    stop_local_target();
     return rc;
   }
   if (!f.alternate_nics.empty()) {
     int rc = run_alternating(nic_sets, o, cfg, f.rounds, peer);
-    stop_child(child);
+    stop_local_target();
     return rc;
   }
   if (!f.sweep_csv.empty()) {
-    int rc = run_sweep(f, o, cfg, peer);
-    stop_child(child);
+    int rc = run_sweep(f, sweep, o, cfg, peer);
+    stop_local_target();
     return rc;
   }
   auto engine = must(Engine::create(o), "create engine");
-  auto conn = must(engine->connect(peer, after(10s)), "connect to " + peer);
+  auto conn = connect_or_die(*engine, peer);
   std::string transport(conn->transport_name());
   std::fprintf(stderr, "ferry bench: %s to %s over the %s transport%s, %d in flight%s\n", cfg.op.c_str(), peer.c_str(),
                transport.c_str(), transport_note(transport, engine->options()).c_str(), cfg.inflight,
                footprint_note(cfg).c_str());
+  note_flags_without_effect(f, transport);
   // Ctrl-C: the size being measured finishes, then what was measured is
   // printed (and written) as usual; a second Ctrl-C quits at once.
   InterruptLatch interrupt;
   cfg.stop = interrupt.flag();
   auto results = run_initiator(*engine, *conn, cfg);
   conn->close();
-  stop_child(child);
-  if (f.json_out != "-") print_table(cfg, results);
+  stop_local_target();
+  if (f.json_out != "-") {
+    std::printf("%s\n", table_title(cfg, transport, engine->options()).c_str());
+    print_table(cfg, results);
+  }
   if (!f.json_out.empty()) write_json(f, cfg, engine->options(), transport, results);
   if (interrupt.fired()) {
     std::fprintf(stderr, "ferry bench: interrupted after %zu of %zu sizes\n", results.size(), cfg.sizes.size());
@@ -682,9 +758,16 @@ void add_bench_command(CLI::App& app) {
   b->add_option("--directory", f->directory,
                 "redis://host:port[/ns] or etcd://host:port[/ns]: where --listen NAME publishes and --peer NAME "
                 "resolves (default: FERRY_DIRECTORY)");
+  b->add_option("--transport", f->transport,
+                "auto (the local transport for a peer on this host, TCP otherwise), tcp or local; set it to tcp to "
+                "measure TCP between two engines of one host (default: FERRY_TRANSPORT, else auto)")
+      ->check(CLI::IsMember({"auto", "tcp", "local"}));
   b->add_option("--op", f->op, "send, write, read or pingpong")
       ->check(CLI::IsMember({"send", "write", "read", "pingpong"}));
-  b->add_option("--sizes", f->sizes, "sizes: list and ranges, e.g. 4K,1M or 1K:256M:x4")->capture_default_str();
+  b->add_option("--sizes", f->sizes,
+                "sizes: list and ranges, e.g. 4K,1M or 1K:256M:x4; units K, M, G, T in either case, alone or as KB "
+                "or KiB, all 1024-based: 1KB = 1KiB = 1024 bytes (here and in every size flag)")
+      ->capture_default_str();
   b->add_option("--iters", f->iters, "timed operations per size")->capture_default_str();
   b->add_option("--warmup", f->warmup, "untimed operations per size first")->capture_default_str();
   b->add_option("--inflight", f->inflight,

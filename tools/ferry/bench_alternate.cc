@@ -8,6 +8,7 @@
 
 #include "ferry/bench_pairs.h"
 #include "ferry/bench_sizes.h"
+#include "ferry/connect_hint.h"
 #include "platform/mutex.h"
 #include "profile/stats.h"
 
@@ -57,10 +58,18 @@ int run_alternating(const std::vector<std::string>& nic_sets, const Options& bas
     Options o = base;
     o.nics = nics;
     engines.push_back(must(Engine::create(o), "create engine for NICs " + nics));
-    conns.push_back(must(engines.back()->connect(peer, after(std::chrono::seconds(10))), "connect over " + nics));
+    conns.push_back(connect_or_die(*engines.back(), peer, "connect over " + nics));
   }
-  std::fprintf(stderr, "ferry bench: %s %s, %d rounds of %d per set, sets %d, alternating\n", cfg.op.c_str(),
-               format_bytes(cfg.sizes[0]).c_str(), rounds, cfg.iters, sets);
+  std::string transport(conns[0]->transport_name());
+  std::fprintf(stderr, "ferry bench: %s %s over the %s transport, %d rounds of %d per set, sets %d, alternating\n",
+               cfg.op.c_str(), format_bytes(cfg.sizes[0]).c_str(), transport.c_str(), rounds, cfg.iters, sets);
+  if (transport != "tcp") {
+    // The local transport moves bytes through shared memory, on no NIC.
+    std::fprintf(stderr,
+                 "ferry bench: note: --alternate-nics does nothing on the %s transport: every set measures "
+                 "the same thing; --transport tcp measures TCP\n",
+                 transport.c_str());
+  }
   cfg.sizes.assign(static_cast<size_t>(total), cfg.sizes[0]);
   cfg.warmup = 0;  // a warm-up outside the turns would run beside another set's burst
   cfg.group = sets;  // a --once target serves every set's session before it exits
@@ -86,6 +95,7 @@ int run_alternating(const std::vector<std::string>& nic_sets, const Options& bas
   for (auto& c : conns) c->close();
 
   std::vector<std::vector<double>> gbs(static_cast<size_t>(sets));
+  std::printf("# %s over the %s transport, NIC sets alternating\n", cfg.op.c_str(), transport.c_str());
   std::printf("%-6s", "round");
   for (const std::string& n : nic_sets) std::printf(" %16s", n.c_str());
   std::printf("\n");

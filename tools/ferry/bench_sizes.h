@@ -12,7 +12,8 @@
 
 namespace ferry::cli {
 
-// "64K" -> 65536. Units K, M, G are binary; a bare number is bytes.
+// "64K" -> 65536. Units K, M, G, T in either case, alone or as KB or KiB, are
+// all 1024-based (core/units.h); a bare number is bytes.
 Result<uint64_t> parse_bytes(std::string_view text);
 // A comma-separated list of sizes and ranges, in the order given.
 Result<std::vector<uint64_t>> parse_sizes(std::string_view text);

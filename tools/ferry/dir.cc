@@ -1,16 +1,21 @@
-// `ferry dir ls|get|watch URL`: the engines a directory names (Redis or etcd,
-// docs/directory.md). Reads only; entries come from the engines themselves,
-// or from anyone else who can write the directory, so the table and the
-// watch's lines show their text escaped (--json escapes it as JSON does).
+// `ferry dir ls|get|watch [URL]`: the engines a directory names (Redis or
+// etcd, docs/directory.md); without URL, the directory FERRY_DIRECTORY
+// names, as for the engines themselves. Reads only; entries come from the
+// engines themselves, or from anyone else who can write the directory, so
+// the table and the watch's lines show their text escaped (--json escapes it
+// as JSON does).
 #include <CLI/CLI.hpp>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "directory/entry.h"
 #include "ferry/commands.h"
 #include "ferry/directory.h"
+#include "ferry/options.h"
 
 namespace ferry::cli {
 namespace {
@@ -18,6 +23,9 @@ namespace {
 using namespace std::chrono_literals;
 
 struct DirFlags {
+  // The command line's words after the command: [URL] for ls and watch,
+  // [URL] NAME for get (see resolve).
+  std::vector<std::string> words;
   std::string url;
   std::string name;
   bool json = false;
@@ -35,6 +43,36 @@ nlohmann::json to_json(const DirectoryEntry& e) {
 }
 
 std::string dump(const nlohmann::json& j) { return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace); }
+
+// Fills f.url (and f.name for get) from the words given and FERRY_DIRECTORY;
+// a usage error (exit 2) names `command` when the URL or the name is missing.
+void resolve(DirFlags& f, const std::string& command, bool wants_name) {
+  size_t need = wants_name ? 1 : 0;
+  if (f.words.size() > need + 1 || f.words.size() < need) {
+    std::fprintf(stderr, "ferry dir %s: give %s\nRun 'ferry dir %s --help' for its flags.\n", command.c_str(),
+                 wants_name ? "[URL] NAME" : "at most one URL", command.c_str());
+    std::exit(2);
+  }
+  if (wants_name) f.name = f.words.back();
+  if (f.words.size() == need + 1) {
+    f.url = f.words.front();
+    return;
+  }
+  // The engines read FERRY_DIRECTORY through the tunables' registry; so does this.
+  auto env = apply_environment(Options{});
+  if (!env.ok()) {
+    std::fprintf(stderr, "ferry dir %s: %s\n", command.c_str(), env.status().to_string().c_str());
+    std::exit(2);
+  }
+  f.url = env->directory;
+  if (f.url.empty()) {
+    std::fprintf(stderr,
+                 "ferry dir %s: which directory? Give its URL (redis://host:port[/ns] or etcd://host:port[/ns]) or "
+                 "set FERRY_DIRECTORY\nRun 'ferry dir %s --help' for its flags.\n",
+                 command.c_str(), command.c_str());
+    std::exit(2);
+  }
+}
 
 std::unique_ptr<Directory> open_or_exit(const std::string& url) {
   auto d = Directory::open(url);
@@ -135,24 +173,37 @@ void add_dir_command(CLI::App& app) {
   auto f = std::make_shared<DirFlags>();
   CLI::App* d = app.add_subcommand("dir", "the engines a directory (redis://... or etcd://...) names");
   d->require_subcommand(1);
-  auto url = [&](CLI::App* c) {
-    c->add_option("url", f->url, "redis://[user:pass@]host:port[/ns] or etcd://host:port[,host:port...][/ns]")
-        ->required();
+  static const char kUrl[] =
+      "redis://[user:pass@]host:port[/ns] or etcd://host:port[,host:port...][/ns] (default: FERRY_DIRECTORY)";
+  auto common = [&](CLI::App* c) {
     c->add_option("--timeout", f->timeout_s, "seconds to wait for the directory")->capture_default_str();
     c->add_flag("--json", f->json, "JSON instead of a table");
   };
   CLI::App* ls = d->add_subcommand("ls", "list every engine");
-  url(ls);
-  ls->callback([f] { std::exit(run_ls(*f)); });
+  ls->add_option("url", f->words, kUrl);
+  common(ls);
+  ls->callback([f] {
+    resolve(*f, "ls", false);
+    std::exit(run_ls(*f));
+  });
   CLI::App* get = d->add_subcommand("get", "one engine's entry (exit 3: no such name)");
-  url(get);
-  get->add_option("name", f->name, "the engine's name")->required();
-  get->callback([f] { std::exit(run_get(*f)); });
+  get->add_option("url_and_name", f->words,
+                  std::string("[URL] NAME: the engine's name, in the directory at URL, ") + kUrl)
+      ->required();
+  common(get);
+  get->callback([f] {
+    resolve(*f, "get", true);
+    std::exit(run_get(*f));
+  });
   CLI::App* watch = d->add_subcommand("watch", "print names as they appear, vanish or restart");
-  url(watch);
+  watch->add_option("url", f->words, kUrl);
+  common(watch);
   watch->add_option("--interval", f->interval_ms, "milliseconds between listings")->capture_default_str();
   watch->add_option("--for", f->for_s, "stop after this many seconds (0: never)")->capture_default_str();
-  watch->callback([f] { std::exit(run_watch(*f)); });
+  watch->callback([f] {
+    resolve(*f, "watch", false);
+    std::exit(run_watch(*f));
+  });
 }
 
 }  // namespace ferry::cli

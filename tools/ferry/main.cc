@@ -9,7 +9,9 @@
 #endif
 
 int main(int argc, char** argv) {
-  CLI::App app{"ferry: point-to-point data transfer engine for GPU clusters"};
+  // Named here: CLI11 would name it argv[0], and every usage line would show
+  // the binary's whole path.
+  CLI::App app{"ferry: point-to-point data transfer engine for GPU clusters", "ferry"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "ferry " FERRY_VERSION);
   ferry::cli::add_bench_command(app);

@@ -117,6 +117,15 @@ std::string default_run_dir(const std::string& backend) {
   return "profile-" + backend + "-" + buf;
 }
 
+// Why there is nothing to profile, for a host where CUDA finds no GPU: what
+// is missing (`why`, from device_count) and what a profile needs. A host
+// matter, not the command line's: exit 1.
+[[noreturn]] void die_without_gpus(const Status& why) {
+  die(kExitFailed, "no GPU to profile: " + why.message() +
+                       ". ferry profile times copies between the GPUs of this host: it needs two or more NVIDIA GPUs "
+                       "and their driver (nvidia-smi lists them). --dry-run --gpus 0,1 prints the plan without them.");
+}
+
 // The plan from the flags; GPUs default to every GPU CUDA sees.
 std::vector<int> plan_gpus(const ProfileFlags& f) {
   if (!f.gpus.empty()) {
@@ -125,7 +134,7 @@ std::vector<int> plan_gpus(const ProfileFlags& f) {
     return g.value();
   }
   auto n = profile_gpu::device_count();
-  if (!n.ok()) die(kExitUsage, "cannot list GPUs (" + n.status().message() + "); give --gpus, e.g. --gpus 0,1");
+  if (!n.ok()) die_without_gpus(n.status());
   std::vector<int> all;
   for (int i = 0; i < n.value(); ++i) all.push_back(i);
   return all;
@@ -450,7 +459,7 @@ void run_profile(const ProfileFlags& f) {
   }
 
   auto count = profile_gpu::device_count();
-  if (!count.ok()) die(kExitFailed, count.status().message());
+  if (!count.ok()) die_without_gpus(count.status());
   for (int g : gpus) {
     if (g >= count.value()) {
       die(kExitUsage, "GPU " + std::to_string(g) + " does not exist: CUDA sees " + std::to_string(count.value()));

@@ -1,6 +1,7 @@
 // The CUDA side of `ferry profile` outside the backends: device facts, the
 // data pattern, clock-drift windows, thermal warm-up, the op timer, and the
 // spin-gated reference loop (nvbandwidth's method).
+#include <dlfcn.h>
 #include <time.h>
 
 #include <algorithm>
@@ -300,8 +301,22 @@ bool built_with_cuda() { return true; }
 Result<int> device_count() {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) return Status(Code::kUnavailable, std::string("no GPU: ") + cudaGetErrorString(e));
-  if (n == 0) return Status(Code::kUnavailable, "no GPU: CUDA sees none");
+  // CUDA's words for a host without the driver ("CUDA driver version is
+  // insufficient for CUDA runtime version") send people after versions;
+  // whether the driver's library loads at all tells the two cases apart.
+  if (e == cudaErrorInsufficientDriver && dlopen("libcuda.so.1", RTLD_LAZY) == nullptr) {
+    return Status(Code::kUnavailable, "no NVIDIA GPU driver on this host (libcuda.so.1 is not installed)");
+  }
+  if (e == cudaErrorInsufficientDriver) {
+    return Status(Code::kUnavailable, std::string("the NVIDIA driver is older than this build's CUDA runtime (") +
+                                          cudaGetErrorString(e) + ")");
+  }
+  if (e == cudaErrorNoDevice || (e == cudaSuccess && n == 0)) {
+    return Status(Code::kUnavailable, "the NVIDIA driver sees no GPU");
+  }
+  if (e != cudaSuccess) {
+    return Status(Code::kUnavailable, std::string("CUDA cannot list GPUs: ") + cudaGetErrorString(e));
+  }
   return n;
 }
 

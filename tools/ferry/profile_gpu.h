@@ -17,7 +17,9 @@ namespace ferry::cli::profile_gpu {
 // Whether this build has the CUDA parts.
 bool built_with_cuda();
 
-// GPUs the CUDA runtime sees. kUnavailable (with CUDA's reason) when none.
+// GPUs the CUDA runtime sees. kUnavailable saying what is missing when none
+// (no driver, a driver older than the CUDA runtime, no GPU);
+// kUnimplemented in a build without CUDA.
 Result<int> device_count();
 
 struct DeviceInfo {

@@ -41,6 +41,27 @@ const CLI::App* chosen(const CLI::App& app) {
   }
 }
 
+// "ferry dir ls": the command as typed, from the program down to `app`.
+std::string command_path(const CLI::App& app) {
+  std::string path;
+  for (const CLI::App* at = &app; at != nullptr; at = at->get_parent()) {
+    path = at->get_name() + (path.empty() ? "" : " " + path);
+  }
+  return path;
+}
+
+// CLI11's words for an error, in plainer ones where they are obscure: a flag
+// given twice is "--iters: At Most 1 required but received 2".
+std::string plain_words(const CLI::ParseError& e) {
+  std::string what = e.what();
+  static const std::string kAtMost = ": At Most 1 required but received ";
+  size_t at = what.find(kAtMost);
+  if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) != nullptr && at != std::string::npos) {
+    return what.substr(0, at) + " was given " + what.substr(at + kAtMost.size()) + " times; give it once";
+  }
+  return what;
+}
+
 std::vector<std::string> long_flags(const CLI::App& app) {
   std::vector<std::string> flags;
   for (const CLI::Option* o : app.get_options()) {
@@ -86,8 +107,8 @@ int parse_command_line(CLI::App& app, int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     const CLI::App* where = chosen(app);
-    std::string command = where == &app ? "ferry" : "ferry " + where->get_name();
-    std::fprintf(stderr, "%s: %s\n", command.c_str(), e.what());
+    std::string command = command_path(*where);
+    std::fprintf(stderr, "%s: %s\n", command.c_str(), plain_words(e).c_str());
     if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
       std::vector<std::string> flags = long_flags(*where);
       for (int i = 1; i < argc; ++i) {

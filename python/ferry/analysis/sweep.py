@@ -4,10 +4,14 @@ The CSV has one row per combination of chunk size, window, streams per NIC
 pair and NIC count, and message size (`ferry bench` runs every size of its
 --sizes list once per combination):
 
-    op,bytes,chunk_bytes,window,streams,nics,iters,gbps,p50_us,p99_us,verified
-    write,67108864,131072,4,1,4,8,0.4747,140801.5,144938.4,
+    op,bytes,chunk_bytes,window,streams,nics,iters,gbps,p50_us,p99_us,verified,transport
+    write,67108864,131072,4,1,4,8,0.4747,140801.5,144938.4,,tcp
 
-gbps is GB/s (10^9 bytes per second); `verified` is empty, "ok" or "FAILED".
+gbps is GB/s (10^9 bytes per second); `verified` is empty, "ok" or "FAILED";
+`transport` is the one the row measured (older CSVs have no such column).
+Chunk size, window and streams shape only TCP transfers: rows of another
+transport (the local one, which two engines on one host take unless told
+otherwise) measure the same thing at every combination, and summary.md says so.
 
 analyze_sweep() writes, for each (op, bytes):
   * OP_SIZE_streamsS_nicsN.png per (streams, nics): chunk_bytes x window
@@ -28,6 +32,8 @@ import re
 from dataclasses import dataclass, field
 
 SWEEP_HEADER = "op,bytes,chunk_bytes,window,streams,nics,iters,gbps,p50_us,p99_us,verified"
+# The header since `ferry bench` names the transport of each row.
+SWEEP_HEADER_WITH_TRANSPORT = SWEEP_HEADER + ",transport"
 COLUMNS = SWEEP_HEADER.split(",")
 INT_COLUMNS = ["bytes", "chunk_bytes", "window", "streams", "nics", "iters"]
 FLOAT_COLUMNS = ["gbps", "p50_us", "p99_us"]
@@ -82,7 +88,7 @@ def load_sweep(csv_path: str):
         raise SweepError(f"{csv_path}: cannot read: {e}") from None
     if not header:
         raise SweepError(f"{csv_path}: empty file (expected the header {SWEEP_HEADER!r} and rows)")
-    if header.replace(" ", "") != SWEEP_HEADER:
+    if header.replace(" ", "") not in (SWEEP_HEADER, SWEEP_HEADER_WITH_TRANSPORT):
         raise SweepError(f"{csv_path}: not a `ferry bench --sweep` CSV: header is {header!r}, "
                          f"expected {SWEEP_HEADER!r}")
     if not rest:
@@ -107,6 +113,8 @@ def load_sweep(csv_path: str):
         df[col] = values.astype("int64") if col in INT_COLUMNS else values.astype("float64")
     df["op"] = df["op"].str.strip()
     df["verified"] = df["verified"].str.strip()
+    if "transport" in df.columns:
+        df["transport"] = df["transport"].str.strip()
     if (df["op"] == "").any():
         raise SweepError(f"{csv_path}: empty 'op' on line(s) "
                          + ", ".join(str(i + 2) for i in df.index[df["op"] == ""][:5]))
@@ -258,6 +266,12 @@ def analyze_sweep(csv_path: str, out_dir: str | None = None) -> SweepReport:
              "more than once is averaged. vs best: how far below the best configuration. "
              f"Default: ferry's defaults (chunk {format_bytes(d['chunk_bytes'])}, window {d['window']}, "
              f"streams {d['streams']}) at the best configuration's NIC count.", ""]
+    if "transport" in df.columns:
+        others = sorted(set(df["transport"]) - {"tcp"})
+        if others:
+            lines += [f"**Not TCP:** {(df['transport'] != 'tcp').sum()} row(s) measured the {', '.join(others)} "
+                      "transport, on which chunk size, window and streams do nothing: their differences are "
+                      "noise. Sweep with `ferry bench --transport tcp` to tune TCP.", ""]
     images: list[str] = []
     for (op, size), g in df.groupby(["op", "bytes"], sort=True):
         lines += [f"## {op} {format_bytes(size)} ({int(size)} bytes)", ""]
