@@ -11,8 +11,9 @@ Code written for ``mooncake.engine`` runs on ferry with the import changed::
 
 Same signatures, same returns: 0 on success and a negative number on failure
 (never an exception for a failed transfer; the reason is logged on the
-``ferry.mooncake`` logger and kept in ``engine.last_error``), batch ids,
-``transfer_check_status`` 1 / 0 / -1 / -2.
+``ferry.mooncake`` logger and kept in ``engine.last_error``), batch ids (0
+when a batch could not be posted), ``transfer_check_status`` 1 / 0 / -1 / -2,
+``TransferOpcode.Read`` / ``.Write`` (also ``TransferEngine.TransferOpcode``).
 
 Remote memory is named by raw address. An engine learns a peer's registered
 segments (address ranges, each with the ferry descriptor that exports it)
@@ -29,11 +30,22 @@ prepared once per pair of tables).
 
 Differences from Mooncake, all stated:
 - ``metadata_server``: ``"P2PHANDSHAKE"`` (peers named ``host:rpc_port``, no
-  server), or a directory URL ``redis://host:port[/ns]`` / ``etcd://host:port[/ns]``
-  (a bare ``host:port`` means etcd, as in Mooncake). With a directory the
-  engine publishes itself under its ``local_hostname`` and resolves peers'
-  names there; a name's ``:`` and other characters outside ``[A-Za-z0-9._-]``
-  become ``_`` in the directory. ``http://`` metadata servers are refused.
+  server), a ferry directory URL ``redis://host:port[/ns]`` /
+  ``etcd://host:port[/ns]`` (a bare ``host:port`` means etcd, as in
+  Mooncake), or Mooncake's HTTP metadata server ``http(s)://host:port/path``
+  (``metadata_type="http"`` with a bare ``host:port/path``). With a server
+  the engine publishes itself under its ``local_hostname`` and resolves
+  peers' names there. In a ferry directory a name's ``:`` and other
+  characters outside ``[A-Za-z0-9._-]`` become ``_``, and the entry is
+  ferry's, not Mooncake's. On an HTTP server the entries are Mooncake's
+  keys and shapes (``mooncake/rpc_meta/<name>``, ``mooncake/ram/<name>``;
+  ferry/_mooncake_http.py), but peers take the buffers, with the descriptors
+  that export them, from the engine, not from the server: a Mooncake engine
+  and a ferry one still cannot talk.
+- The port of ``local_hostname`` is tried first; when it is taken the
+  engine listens on another, as Mooncake's P2PHANDSHAKE engine does (it
+  takes a free one), and ``get_rpc_port()`` says which. With P2PHANDSHAKE
+  the engine's name is ``host:<that port>``.
 - ``protocol``: ``"tcp"`` and ``"rdma"`` both run on ferry's transports (TCP
   between hosts, the same-host transport within one); other names are refused.
 - ``device_name``: NICs to use, comma-separated interface names (ferry's
@@ -42,6 +54,15 @@ Differences from Mooncake, all stated:
 - Local buffers must lie in memory registered with ``register_memory`` or
   ``allocate_managed_buffer``; anything else is refused (-1), as Mooncake's
   RDMA transport does.
+- ``register_memory``'s ``location`` (``batch_register_memory``'s: one, or
+  one per buffer) is checked against what ferry detects the memory to be:
+  ``"cpu:N"`` for host memory, ``"cuda:N"`` for GPU N's; a contradiction,
+  or a kind ferry does not register (``"npu:0"``), is refused with -1 and
+  nothing registered. ``"*"`` and ``""`` detect. The NUMA node of
+  ``"cpu:N"`` is not checked.
+- ``get_local_topology()`` names network interfaces (ferry's NICs), not
+  RDMA devices, and ranks NICs for a GPU by NUMA node, not PCI distance
+  (ferry/_mooncake_topology.py describes its fields).
 - ``*_on_cuda(stream_ptr)`` keeps the stream's order by waiting for the
   stream, then transferring, then returning (Mooncake returns at once and
   runs the transfer in a host function queued on the stream). A failure is
@@ -76,7 +97,6 @@ import enum
 import itertools
 import logging
 import os
-import re
 import threading
 import time
 import weakref
@@ -85,16 +105,19 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 import ferry
+from . import _mooncake_start as start
+from . import _mooncake_topology as topology
 from . import _mooncake_wire as wire
 from ._cuda_stream import StreamWork
+from ._mooncake_http import MetadataError, Publication
 from ._mooncake_segments import SegmentIndex, Unmapped
 from ._mooncake_service import Service
 
-__all__ = ["TransferEngine", "TransferOpcode", "TransferNotify", "P2P_HANDSHAKE"]
+__all__ = ["TransferEngine", "TransferOpcode", "TransferNotify", "P2P_HANDSHAKE", "Read", "Write"]
 
 log = logging.getLogger("ferry.mooncake")
 
-P2P_HANDSHAKE = "P2PHANDSHAKE"
+P2P_HANDSHAKE = start.P2P_HANDSHAKE
 DEFAULT_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 3.0  # at most this long to reach a peer, within MC_TRANSFER_TIMEOUT
 
@@ -116,8 +139,18 @@ STATUS_TIMEOUT = -2
 
 
 class TransferOpcode(enum.IntEnum):
+    """Mooncake spells the members Read and Write (also exported from the
+    module, as its binding's export_values does); READ and WRITE, this
+    facade's first spelling, name the same members."""
+
+    Read = 0
+    Write = 1
     READ = 0
     WRITE = 1
+
+
+Read = TransferOpcode.Read
+Write = TransferOpcode.Write
 
 
 class TransferNotify:
@@ -153,21 +186,6 @@ def _timeout_s() -> float:
     if value <= 0:
         raise ValueError(f"MC_TRANSFER_TIMEOUT={text!r}: expected seconds > 0")
     return value
-
-
-def _directory_name(session: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", session)[:128]
-
-
-def _split_host_port(text: str) -> Tuple[str, Optional[int]]:
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        return host, int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else None
-    if text.count(":") == 1:
-        host, port = text.split(":")
-        if port.isdigit():
-            return host, int(port)
-    return text, None
 
 
 class _Peer:
@@ -207,19 +225,34 @@ def _cancel(transfer: ferry.Transfer) -> bool:
 
 
 def _shutdown(held: List[object]) -> None:
-    """Closes the engine and stops its threads; runs at close(), when the
-    TransferEngine is collected, or at interpreter exit, whichever is first
-    (ferry's threads must not outlive the interpreter)."""
+    """Takes the engine out of the HTTP metadata server (where it is in one),
+    closes it and stops its threads; runs at close(), when the TransferEngine
+    is collected, or at interpreter exit, whichever is first (ferry's threads
+    must not outlive the interpreter)."""
     if not held:
         return
-    engine, service = held
+    engine, service, publication = held
     held.clear()
+    if publication is not None:
+        publication.unpublish()
     engine.close()
     service.stop()
 
 
+def _check_location(location: object, region: Optional[ferry.Region] = None) -> None:
+    """Raises _Failure (-1, as Mooncake refuses a location it does not
+    know) when `location` is malformed, or names other memory than `region`
+    (its kind and GPU as ferry detected them)."""
+    try:
+        topology.check_location(location, region)
+    except ValueError as e:
+        raise _Failure(ERR_INVALID_ARGUMENT, str(e)) from None
+
+
 class TransferEngine:
     """Mooncake's TransferEngine on a ferry engine. Thread-safe."""
+
+    TransferOpcode = TransferOpcode  # Mooncake's binding hangs the enum on the class too
 
     def __init__(self) -> None:
         self.last_error = ""
@@ -228,12 +261,14 @@ class TransferEngine:
         self._service: Optional[Service] = None
         self._session = ""
         self._use_directory = False
+        self._publication: Optional[Publication] = None  # on the HTTP metadata server, with one
         self._timeout = DEFAULT_TIMEOUT_S
         self._lock = threading.Lock()
         self._local: SegmentIndex[ferry.Region] = SegmentIndex()
         # What peers are told, in registration order (the first is get_first_buffer_address's):
         # each buffer exported once, when registered; its export goes with its region at unregistration.
         self._table: List[wire.Segment] = []
+        self._locations: Dict[int, str] = {}  # base -> the location it was registered with, for the segment entry
         self._managed: Dict[int, Tuple[np.ndarray, int]] = {}
         self._peers: Dict[str, _Peer] = {}
         self._batches: Dict[int, _Batch] = {}
@@ -283,12 +318,17 @@ class TransferEngine:
                                                 "as its alias)")
         if protocol == "rdma":
             log.info("mooncake: protocol 'rdma' runs on ferry's transports (TCP, and same-host copies)")
-        directory = self._directory_url(metadata_server, metadata_type)
-        host, port = _split_host_port(local_hostname)
+        try:
+            directory, http_url = start.metadata_urls(metadata_server, metadata_type)
+        except NotImplementedError as e:
+            raise _Failure(ERR_NOT_IMPLEMENTED, str(e)) from None
+        except ValueError as e:
+            raise _Failure(ERR_INVALID_ARGUMENT, str(e)) from None
+        host, port = start.split_host_port(local_hostname)
         if not host:
             raise _Failure(ERR_INVALID_ARGUMENT, f"local_hostname {local_hostname!r} names no host")
         bind = os.environ.get("MC_TCP_BIND_ADDRESS", "") or "0.0.0.0"
-        fields = {"listen": f"{bind}:{port or 0}"}
+        fields: Dict[str, object] = {}
         nics = [n for n in device_name.split(",") if n.strip()] if device_name else []
         usable = [n.strip() for n in nics if os.path.exists(f"/sys/class/net/{n.strip()}")]
         if len(usable) != len(nics):
@@ -298,7 +338,7 @@ class TransferEngine:
             fields["nics"] = ",".join(usable)
         if directory:
             fields["directory"] = directory
-            fields["name"] = _directory_name(local_hostname)
+            fields["name"] = start.directory_name(local_hostname)
         self._timeout = _timeout_s()
         # A silent peer fails its connection soon after MC_TRANSFER_TIMEOUT:
         # a transfer to it reports -2 (timed out) at the timeout, never -1
@@ -309,37 +349,35 @@ class TransferEngine:
             fields["peer_timeout"] = peer_timeout
             fields["heartbeat_interval"] = min(defaults.heartbeat_interval, self._timeout / 4)
         try:
-            engine = ferry.Engine(**fields)
+            engine = start.listen(fields, bind, port)
         except ferry.FerryError as e:
             code = ERR_METADATA if directory else ERR_SOCKET
-            raise _Failure(code, f"cannot start the engine listening on {fields['listen']}: {e}") from None
+            raise _Failure(code, f"cannot start the engine listening on {bind}:{port or 0}: {e}") from None
+        rpc_port = int(engine.address.rsplit(":", 1)[1])
+        if http_url:
+            try:
+                self._publication = Publication(http_url, local_hostname, engine.address)
+                self._publication.publish(self._published_buffers)
+            except MetadataError as e:
+                self._publication = None
+                engine.close()
+                raise _Failure(ERR_METADATA, f"cannot publish {local_hostname!r} on {http_url}: {e}") from None
         self._engine = engine
         self._use_directory = bool(directory)
-        self._session = local_hostname if directory else f"{host}:{self.get_rpc_port()}"
+        # P2PHANDSHAKE names an engine by the port it got, as Mooncake does; a
+        # metadata service, by local_hostname.
+        self._session = local_hostname if directory or http_url else \
+            f"[{host}]:{rpc_port}" if ":" in host else f"{host}:{rpc_port}"
         method = weakref.WeakMethod(self._table_for_peers)  # the service must not keep this object alive
         peers = self._peers
         self._service = Service(engine, lambda: method()() if method() is not None else [],
                                 lambda cid: next((p.conn for p in list(peers.values()) if p.conn.id == cid), None))
-        self._held[:] = [engine, self._service]
+        self._held[:] = [engine, self._service, self._publication]
         return OK
 
-    @staticmethod
-    def _directory_url(metadata_server: str, metadata_type: str) -> str:
-        if metadata_server == P2P_HANDSHAKE or metadata_type == "p2p":
-            return ""
-        if metadata_server.startswith(("redis://", "etcd://")):
-            return metadata_server
-        if metadata_server.startswith("http"):
-            raise _Failure(ERR_NOT_IMPLEMENTED, f"metadata_server {metadata_server!r}: HTTP metadata servers are not "
-                                                "supported; use P2PHANDSHAKE, redis:// or etcd://")
-        kind = metadata_type or "etcd"
-        if kind not in ("etcd", "redis"):
-            raise _Failure(ERR_NOT_IMPLEMENTED, f"metadata_type {metadata_type!r}: expected p2p, etcd or redis")
-        if not metadata_server:
-            raise _Failure(ERR_INVALID_ARGUMENT, "metadata_server is empty")
-        return f"{kind}://{metadata_server}"
-
     def get_rpc_port(self) -> int:
+        """The port this engine listens on: local_hostname's, or another where
+        that one was taken (as in Mooncake); -1 before initialize."""
         if self._engine is None:
             return -1
         return int(self._engine.address.rsplit(":", 1)[1])
@@ -350,7 +388,8 @@ class TransferEngine:
 
     @property
     def session_id(self) -> str:
-        """The name peers reach this engine by: host:rpc_port, or local_hostname with a directory."""
+        """The name peers reach this engine by: host:rpc_port with P2PHANDSHAKE,
+        else local_hostname (under which it is published)."""
         return self._session
 
     def close(self) -> None:
@@ -359,12 +398,23 @@ class TransferEngine:
             return
         self._engine = None
         self._closer()
+        self._publication = None
         with self._lock:
             self._peers.clear()
             self._batches.clear()
             self._managed.clear()
             self._local = SegmentIndex()
             self._table = []
+            self._locations.clear()
+
+    def get_local_topology(self, device_name: Optional[str] = None) -> str:
+        """Mooncake's NIC priority matrix, as JSON text: for each memory
+        location ("cpu:<node>", "cuda:<ordinal>"), [preferred NICs, other
+        NICs]. `device_name` (comma-separated) picks the NICs; without it, the
+        engine's (device_name at initialize), else the host's. The fields are
+        described in ferry/_mooncake_topology.py. Needs no initialize."""
+        wanted = device_name or (self._engine.options.nics if self._engine is not None else "")
+        return topology.local_topology([n.strip() for n in wanted.split(",") if n.strip()])
 
     # ---- memory -----------------------------------------------------------
 
@@ -375,22 +425,25 @@ class TransferEngine:
         with self._lock:
             return list(self._table) if self._engine is not None else []
 
-    def _register(self, addr: int, length: int) -> None:
+    def _register(self, addr: int, length: int, location: str = topology.WILDCARD_LOCATION) -> None:
         engine = self._ferry()
         if isinstance(addr, bool) or not isinstance(addr, int) or not isinstance(length, int):
             raise _Failure(ERR_INVALID_ARGUMENT, f"address {addr!r} and capacity {length!r} must be ints")
         if addr <= 0 or length <= 0 or addr + length > 1 << 64:
             raise _Failure(ERR_INVALID_ARGUMENT, f"[{addr:#x}, +{length}) is no memory range")
+        _check_location(location)  # a malformed location is refused before anything is registered
         with self._lock:
             i = self._local.find_base(addr)
             if i >= 0 and int(self._local.ends[i]) - addr == length:
+                _check_location(location, self._local.payloads[i])
                 return  # already registered, as Mooncake allows
             if self._local.overlaps(addr, length):
                 raise _Failure(ERR_ADDRESS_OVERLAPPED, f"[{addr:#x}, +{length}) overlaps a registered buffer")
             if len(self._local) >= wire.MAX_SEGMENTS:  # what one segment table carries to peers
                 raise _Failure(ERR_MEMORY, f"{len(self._local)} buffers are registered, at most {wire.MAX_SEGMENTS}")
-            region = engine.reg((addr, length))
+            region = engine.reg((addr, length))  # detects host, pinned or CUDA memory
             try:
+                _check_location(location, region)
                 exported = engine.export_region(region)
             except BaseException:
                 engine.dereg(region)
@@ -398,6 +451,7 @@ class TransferEngine:
             self._replace_local([(int(b), int(e - b), r) for b, e, r in
                                  zip(self._local.bases, self._local.ends, self._local.payloads)] + [(addr, length, region)])
             self._table.append(wire.Segment(addr, length, exported))
+            self._locations[addr] = location or topology.WILDCARD_LOCATION
 
     def _unregister(self, addr: int) -> None:
         engine = self._ferry()
@@ -410,26 +464,59 @@ class TransferEngine:
                     enumerate(zip(self._local.bases, self._local.ends, self._local.payloads)) if j != i]
             self._replace_local(kept)
             self._table = [s for s in self._table if s.base != addr]
+            self._locations.pop(addr, None)
         engine.dereg(region)  # revokes its export: a peer that still names it is refused
 
     def _replace_local(self, segments: List[Tuple[int, int, ferry.Region]]) -> None:
         self._local = SegmentIndex(segments, self._local.version + 1)
 
-    def register_memory(self, buffer_addr: int, capacity: int) -> int:
-        return self._guard("register_memory", lambda: self._register(buffer_addr, capacity) or OK)
+    def _published_buffers(self) -> List[Tuple[str, int, int]]:
+        """(location, address, length) of each registered buffer, for the segment entry."""
+        with self._lock:
+            return [(self._locations.get(s.base, topology.WILDCARD_LOCATION), s.base, s.length) for s in self._table]
+
+    def _registered(self, what: str, body) -> int:
+        """_guard(body) for a call that changes the registered buffers; then,
+        with an HTTP metadata server, the segment entry there is replaced by
+        one of the buffers as they are now. Peers take the buffers from this
+        engine, so a failed update is logged and the call's result stands."""
+        result = self._guard(what, body)
+        publication = self._publication
+        if publication is not None and result >= 0:  # a failed call changed nothing (batches: all or nothing)
+            try:
+                publication.update(self._published_buffers)
+            except MetadataError as e:
+                log.warning("mooncake %s: the segment entry on %s is stale: %s", what, publication.metadata.url, e)
+        return result
+
+    def register_memory(self, buffer_addr: int, capacity: int, location: str = topology.WILDCARD_LOCATION) -> int:
+        """Registers [buffer_addr, +capacity). `location` ("cpu:0", "cuda:1")
+        says what the memory is; ferry detects that anyway, and refuses (-1)
+        a location that contradicts it ("*" or "": detect)."""
+        return self._registered("register_memory", lambda: self._register(buffer_addr, capacity, location) or OK)
 
     def unregister_memory(self, buffer_addr: int) -> int:
-        return self._guard("unregister_memory", lambda: self._unregister(buffer_addr) or OK)
+        return self._registered("unregister_memory", lambda: self._unregister(buffer_addr) or OK)
 
-    def batch_register_memory(self, buffer_addresses: Sequence[int], capacities: Sequence[int]) -> int:
+    def batch_register_memory(self, buffer_addresses: Sequence[int], capacities: Sequence[int],
+                              location: object = topology.WILDCARD_LOCATION) -> int:
+        """register_memory of each buffer, all or nothing. `location` is one
+        location for all of them (as in Mooncake) or one per buffer."""
         def body() -> int:
             if len(buffer_addresses) != len(capacities):
                 raise _Failure(ERR_INVALID_ARGUMENT, f"{len(buffer_addresses)} addresses but {len(capacities)} capacities")
+            try:
+                locations = [location] * len(capacities) if isinstance(location, str) else list(location)
+            except TypeError:
+                raise _Failure(ERR_INVALID_ARGUMENT, f"location {location!r}: expected a str or one per buffer") \
+                    from None
+            if len(locations) != len(capacities):
+                raise _Failure(ERR_INVALID_ARGUMENT, f"{len(capacities)} buffers but {len(locations)} locations")
             done: List[int] = []
             try:
-                for a, c in zip(buffer_addresses, capacities):
+                for a, c, where in zip(buffer_addresses, capacities, locations):
                     fresh = not isinstance(a, int) or self._local.find_base(a) < 0
-                    self._register(a, c)
+                    self._register(a, c, where)
                     if fresh:
                         done.append(a)
             except BaseException:
@@ -437,7 +524,7 @@ class TransferEngine:
                     self._unregister(a)
                 raise
             return OK
-        return self._guard("batch_register_memory", body)
+        return self._registered("batch_register_memory", body)
 
     def batch_unregister_memory(self, buffer_addresses: Sequence[int]) -> int:
         def body() -> int:
@@ -447,7 +534,7 @@ class TransferEngine:
             for a in buffer_addresses:
                 self._unregister(a)
             return OK
-        return self._guard("batch_unregister_memory", body)
+        return self._registered("batch_unregister_memory", body)
 
     def allocate_managed_buffer(self, length: int) -> int:
         """Host memory, page-aligned and registered; its address, or 0 on failure."""
@@ -462,7 +549,7 @@ class TransferEngine:
             with self._lock:
                 self._managed[addr] = (raw, length)
             return addr
-        out = self._guard("allocate_managed_buffer", body)
+        out = self._registered("allocate_managed_buffer", body)
         return out if out > 0 else 0
 
     def free_managed_buffer(self, buffer_addr: int, length: int) -> int:
@@ -477,7 +564,7 @@ class TransferEngine:
             with self._lock:
                 del self._managed[buffer_addr]
             return OK
-        return self._guard("free_managed_buffer", body)
+        return self._registered("free_managed_buffer", body)
 
     def _host_span(self, address: int, length: int, what: str) -> None:
         try:
@@ -529,7 +616,13 @@ class TransferEngine:
         peer = self._peers.get(name)
         if peer is not None and not peer.lost:
             return peer  # a lost connection is noticed where a transfer on it fails (_finish, _post)
-        address = _directory_name(name) if self._use_directory else name
+        if self._publication is not None:
+            try:
+                address = self._publication.metadata.locate(name, deadline)
+            except MetadataError as e:
+                raise _Failure(ERR_METADATA, f"target {name!r}: {e}") from None
+        else:
+            address = start.directory_name(name) if self._use_directory else name
         # A refused address is dialled again until the deadline; a dead peer
         # should cost each call little more than that, not MC_TRANSFER_TIMEOUT.
         conn = engine.connect(address, timeout=max(min(deadline - time.monotonic(), CONNECT_TIMEOUT_S), 0.001))
@@ -592,7 +685,7 @@ class TransferEngine:
         try:
             opcode = TransferOpcode(opcode)
         except ValueError:
-            raise _Failure(ERR_INVALID_ARGUMENT, f"opcode {opcode!r}: expected TransferOpcode.READ or WRITE") from None
+            raise _Failure(ERR_INVALID_ARGUMENT, f"opcode {opcode!r}: expected TransferOpcode.Read or Write") from None
         try:
             note = wire.encode_notify(notify.name, notify.msg) if notify is not None else None
         except (ValueError, AttributeError, UnicodeError) as e:
@@ -772,9 +865,10 @@ class TransferEngine:
 
     def transfer_submit_write(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
                               transport_hint: str = "") -> int:
-        """A batch id (>= 1), or a negative number if the write could not be posted."""
-        return self._submit("transfer_submit_write", target_hostname, [buffer], [peer_buffer_address], [length],
-                            TransferOpcode.WRITE)
+        """A batch id (>= 1), or 0 (Mooncake's failed batch id) if the write
+        could not be posted; last_error says why."""
+        return max(self._submit("transfer_submit_write", target_hostname, [buffer], [peer_buffer_address], [length],
+                                TransferOpcode.WRITE), 0)
 
     def transfer_check_status(self, batch_id: int) -> int:
         """1 done, 0 still moving, -1 failed (or no such batch), -2 past MC_TRANSFER_TIMEOUT.

@@ -346,7 +346,7 @@ def test_initialize_gives_an_rpc_port_and_refuses_a_second_time(peer, target):
 
 
 @pytest.mark.parametrize("protocol, metadata", [("bogus", "P2PHANDSHAKE"), ("efa", "P2PHANDSHAKE"),
-                                                ("tcp", "http://127.0.0.1:8080/metadata")])
+                                                ("tcp", "consul://127.0.0.1:8500")])
 def test_initialize_refuses_what_it_cannot_do(protocol, metadata):
     e = TransferEngine()
     try:
@@ -727,6 +727,11 @@ def _failed_async(e: TransferEngine, batch_id: int) -> int:
     return -1 if batch_id == 0 or e.get_batch_transfer_status([batch_id]) < 0 else 0
 
 
+def _failed_submit(e: TransferEngine, batch_id: int) -> int:
+    """Mooncake's transfer_submit_write: 0 when it cannot post, else a batch whose status fails."""
+    return -1 if batch_id == 0 or poll_status(e, batch_id)[0] != 1 else 0
+
+
 def _one_bad_entry(e, s, pool, g, stray, bad_local=False):
     locals_ = [pool.addr + 200 * i for i in range(7)]
     remotes = [g.lo + 1000 * i for i in range(7)]
@@ -766,7 +771,7 @@ BAD_WRITES = {
         lambda e, s, pool, g, stray: e.transfer_sync(s, pool.addr, g.lo, 2, TransferOpcode.WRITE,
                                                      TransferNotify("long", "x" * 100_000)),
     "transfer_submit_write past the end":
-        lambda e, s, pool, g, stray: e.transfer_submit_write(s, pool.addr, g.hi - 1, 2),
+        lambda e, s, pool, g, stray: _failed_submit(e, e.transfer_submit_write(s, pool.addr, g.hi - 1, 2)),
     "batch_transfer_async_write past the end":
         lambda e, s, pool, g, stray: _failed_async(e, e.batch_transfer_async_write(s, [pool.addr], [g.hi - 1], [2])),
     "batch_transfer_async_write, mismatched lists":

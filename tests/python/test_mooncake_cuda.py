@@ -233,3 +233,24 @@ def test_failed_work_on_cuda_is_counted_and_the_stream_goes_on(engine, peer, gpu
         t.check("a good transfer on the stream after a failed one; nothing of the failed one")
     finally:
         src.close()
+
+
+def test_cuda_register_memory_checks_the_location(engine, peer, gpu_target):
+    """GPU memory registered as "cuda:<its GPU>" (or with the location
+    detected) is written from; named as host memory or another GPU's it is
+    refused with -1 and nothing is registered (issue 52)."""
+    src = torch.from_numpy(seeded("cuda-location").integers(0, 256, 8192, dtype=np.uint8)).to(LOCAL)
+    torch.cuda.synchronize()
+    addr = src.data_ptr()
+    for bad in ("cpu:0", f"cuda:{LOCAL.index + 1}", "npu:0"):
+        assert engine.register_memory(addr, 8192, bad) == -1, f"{bad!r}"
+        assert engine.unregister_memory(addr) == -3, f"{bad!r}: a refused registration left one behind"
+    for good in (f"cuda:{LOCAL.index}", "*", ""):
+        assert engine.register_memory(addr, 8192, good) == 0, engine.last_error
+        t = gpu_target(8192, seed=None)
+        try:
+            assert engine.transfer_sync_write(session_of(peer), addr, t.addr, 8192) == 0, engine.last_error
+            t.expect(0, src.cpu().numpy())
+            t.check(f"a write from GPU memory registered at {good!r}")
+        finally:
+            assert engine.unregister_memory(addr) == 0, engine.last_error

@@ -167,8 +167,9 @@ def test_fuzzed_descriptors_raise_only_ferry_errors():
 def test_p2p_accept_drops_a_hello_with_an_absurd_gpu_index(base_port):
     """The hello's GPU index is the peer's text too: 5,000 digits must not raise out of accept()."""
     from ferry import p2p
+    from ferry._p2p_wire import HELLO_PREFIX
 
     with p2p.Endpoint(local_gpu_idx=0, num_cpus=1) as ep, ferry.Engine() as plain:
         conn = plain.connect(f"127.0.0.1:{ep.port}", timeout=5)
-        conn.notify(p2p.HELLO_PREFIX + b"9" * 5000, timeout=5)
+        conn.notify(HELLO_PREFIX + b"gpu=" + b"9" * 5000 + b" kind=net", timeout=5)
         assert ep.accept(timeout=1.0) == (False, "", -1, 0)  # dropped, then no one else came
