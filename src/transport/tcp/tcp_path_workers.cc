@@ -90,6 +90,9 @@ void TcpTransport::path_tx_loop(int path) {
       take(std::move(*c));
     }
     Status s = transmit_chunk(fd, pipe.front(), stager.get());
+    // A chunk that went out is progress: the peer owes a write's answer only
+    // once it has the bytes, and a slow sender is not a stalled peer.
+    if (s.ok()) last_progress_ns_.store(now_ns(), std::memory_order_relaxed);
     if (ChunkQueue::release(pipe.front().chunk)) finish_acknowledged(*pipe.front().chunk.op);
     pipe.pop_front();
     if (!s.ok()) {

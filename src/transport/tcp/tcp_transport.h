@@ -410,8 +410,9 @@ class TcpTransport final : public transport::Transport {
 
   std::atomic<int64_t> last_rx_ns_{0};
   std::atomic<int64_t> last_tx_ns_{0};
-  // The last time the peer engine moved an operation: an ACK, a CTS, a
-  // chunk confirmed or landing. Heartbeats do not count.
+  // The last time an operation the peer engine owes moved: an ACK, a CTS, a
+  // chunk confirmed, landed or sent (a write is owed once its bytes are
+  // out). Heartbeats do not count.
   std::atomic<int64_t> last_progress_ns_{0};
   // Per data path (the control stream's last, unused): when the frame it is
   // reading began to arrive, 0 between frames (tick cuts off a stalled one).
