@@ -28,6 +28,10 @@ import pytest
 
 import ferry
 from ferry import _mooncake_service as service
+
+# Under AddressSanitizer (scripts/sanitize.sh preloads it) freed memory sits
+# in quarantine: resident memory says nothing about what the facade holds.
+UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "")
 from ferry import _mooncake_wire as wire
 from ferry.mooncake import TransferNotify, TransferOpcode
 
@@ -210,7 +214,7 @@ def test_table_requests_make_no_exports(target):
         assert exports[0] == exported, f"2,000 table requests made {exports[0] - exported} exports"
         assert differing == 0, f"{differing} of 2,000 answers carried other descriptors than the first"
         grew = rss_bytes() - rss
-        assert grew < 16 * MiB, f"2,000 table requests grew the process by {grew / MiB:.1f} MiB"
+        assert UNDER_ASAN or grew < 16 * MiB, f"2,000 table requests grew the process by {grew / MiB:.1f} MiB"
 
         # A buffer registered now is exported once; one unregistered leaves the table and its export goes.
         third = mc.Local(e, 8 * KiB + 1, mc.seeded("registered later"))
@@ -267,7 +271,7 @@ def test_notifications_nobody_collects_are_bounded_in_bytes():
                 break
         time.sleep(0.5)  # what ferry took is taken by the facade, up to its limit
         grew = rss_bytes() - rss
-        assert grew < 128 * MiB, f"{sent} notifications of 60 KiB nobody collects grew the process by " \
+        assert UNDER_ASAN or grew < 128 * MiB, f"{sent} notifications of 60 KiB nobody collects grew the process by " \
                                  f"{grew / MiB:.0f} MiB"
         assert refused is not None or not conn.health().ok(), \
             f"all {sent} notifications were taken; the flooding connection is {conn.health().to_string()}"
