@@ -28,6 +28,8 @@ bool LocalTransport::has_pending() {
 }
 
 bool LocalTransport::peer_gone() const {
+  platform::MutexLock lock(control_mu_);
+  if (control_.fd() < 0) return true;
   pollfd p{control_.fd(), POLLIN | POLLRDHUP, 0};
   if (::poll(&p, 1, 0) <= 0) return false;
   if (p.revents & (POLLHUP | POLLRDHUP | POLLERR)) return true;
@@ -160,7 +162,7 @@ Status LocalTransport::handle(const std::string& msg) {
       peer_quiet_.store(true, std::memory_order_release);
       core_.set_closed_by_peer();
       stop_copying(Status(Code::kPeerLost, where() + ": the peer closed the connection"));
-      control_.shutdown();
+      shut_control();
       return Status();
     default:
       return Status(Code::kDataLoss, where() + ": unexpected " + std::string(wire::frame_type_name(h.type)) +

@@ -723,7 +723,7 @@ void LocalTransport::failed(const Status& why) {
   for (auto& [key, waiters] : opening) {
     for (auto& w : waiters) w(why);
   }
-  if (!keep_control_open_.load(std::memory_order_acquire)) control_.shutdown();
+  if (!keep_control_open_.load(std::memory_order_acquire)) shut_control();
   local_work_.store(true);
   channel_.kick();
 }
@@ -757,7 +757,7 @@ void LocalTransport::close() {
   }
   close_settled_.store(true, std::memory_order_release);
   core_.fail(Status(Code::kCancelled, where() + ": connection closed"));
-  control_.shutdown();
+  shut_control();
   stop_.store(true, std::memory_order_release);
   channel_.kick();
   bool on_progress_thread = false;
@@ -772,7 +772,15 @@ void LocalTransport::close() {
   copier_.forget(0);
   // Nothing reads the control stream any more: its descriptor goes now,
   // not when the application lets go of the connection.
-  if (!on_progress_thread) control_.reset();
+  if (!on_progress_thread) {
+    platform::MutexLock lock(control_mu_);
+    control_.reset();
+  }
+}
+
+void LocalTransport::shut_control() {
+  platform::MutexLock lock(control_mu_);
+  control_.shutdown();
 }
 
 }  // namespace ferry::local

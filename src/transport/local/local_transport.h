@@ -179,7 +179,9 @@ class LocalTransport final : public transport::Transport {
   Status on_export(const wire::FrameHeader& h, std::string_view aux, std::string_view payload);
   Status on_pull_or_push(const wire::FrameHeader& h, std::string_view payload);
   Status on_revoke(const wire::FrameHeader& h, std::string_view payload);
-  bool peer_gone() const;
+  bool peer_gone() const EXCLUDES(control_mu_);
+  // Shuts the control stream (both directions); its descriptor stays until close().
+  void shut_control() EXCLUDES(control_mu_);
   // The peer's process has exited (its control stream ending says only that
   // it hung up).
   bool peer_process_gone() const;
@@ -199,7 +201,10 @@ class LocalTransport final : public transport::Transport {
   transport::ConnectionCore& core_;
   core::EngineContext* const ctx_;
   const LocalPeer peer_;
-  platform::Socket control_;
+  // The heartbeat thread shuts the control stream when it fails the
+  // connection while close() may be letting go of its descriptor.
+  mutable platform::Mutex control_mu_;
+  platform::Socket control_ GUARDED_BY(control_mu_);
   ShmChannel channel_;
   LocalCopier copier_;
   std::thread progress_;
