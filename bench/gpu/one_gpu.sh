@@ -73,7 +73,10 @@ if [[ $part == local || $part == all || $part == sanitize ]]; then
     rc=$?
     say "$name: rc $rc"
     tail -4 "$out/$name.log" | sed 's/^/  /' >&2
-    summary+=("$(printf '%-28s %s' "$name" "$([[ $rc == 0 ]] && echo passed || echo "FAILED (rc $rc)")")")
+    local verdict="FAILED (rc $rc)"
+    [[ $rc == 0 ]] && verdict=passed
+    [[ $rc == 77 ]] && verdict="skipped ($(grep -m1 -iE 'skip' "$out/$name.log" | cut -c1-60))"
+    summary+=("$(printf '%-28s %s' "$name" "$verdict")")
   }
   if [[ $part == sanitize ]]; then
     cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
@@ -94,9 +97,10 @@ if [[ $part == local || $part == all ]]; then
   run_test local_gpu_test 300 build-gpu/bin/ferry_local_gpu_test
   run_test local_gpu_impersonation 120 build-gpu/bin/ferry_local_gpu_impersonation_test
   run_test integration_local 200 env FERRY_TRANSPORT=local build-gpu/bin/ferry_integration_tests
-  run_test pytest_gpu_local 200 env PYTHONPATH=build-gpu/python "$py" -m pytest -q -x tests/python/test_gpu.py
-  run_test pytest_gpu_tcp 200 env FERRY_TRANSPORT=tcp PYTHONPATH=build-gpu/python "$py" -m pytest -q -x \
-    tests/python/test_gpu.py
+  run_test pytest_gpu_local 300 env PYTHONPATH=build-gpu/python "$py" -m pytest -q -x -s tests/python/test_gpu.py \
+    tests/python/test_gpu_stream_order.py
+  run_test pytest_gpu_tcp 300 env FERRY_TRANSPORT=tcp PYTHONPATH=build-gpu/python "$py" -m pytest -q -x -s \
+    tests/python/test_gpu.py tests/python/test_gpu_stream_order.py
 fi
 
 if [[ $part == tcp || $part == all ]]; then

@@ -37,6 +37,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ferry/directory.h"
 #include "ferry/memory.h"
@@ -60,6 +61,8 @@ struct Note {
   // bytes landed before is unspecified.
   bool delivered = true;
 };
+
+class StreamOrdered;
 
 // A bidirectional link to one peer engine. Thread-safe: any thread may post
 // operations; operations posted from one thread keep their order.
@@ -139,6 +142,29 @@ class Connection {
   // previous listener; an empty one removes it.
   void set_notification_listener(std::function<void()> listener);
 
+  // ---- CUDA stream order --------------------------------------------------
+  // GPU buffers are often still being produced by kernels queued on a CUDA
+  // stream when they are handed over. The operations posted through the
+  // returned view run after the work queued on each of `cuda_streams`
+  // (CUstream or cudaStream_t values; CU_STREAM_LEGACY and
+  // CU_STREAM_PER_THREAD allowed) at the time of each call: a source is read
+  // only after it, a destination written only after it (a fill queued before
+  // a receive never overwrites what lands). The posting thread never waits
+  // for the GPU: the operation is held and posted by a ferry thread once the
+  // streams get there. Operations on this connection posted after a held one
+  // wait behind it, so operations from one thread keep their order. A held
+  // operation counts as not moving data: cancel() and a deadline withdraw
+  // it. A stream the driver refuses (another context's, or one being
+  // captured into a graph) fails the transfer with kInvalidArgument; without
+  // a CUDA driver, kUnimplemented. Streams must outlive the call only.
+  StreamOrdered after_streams(std::span<void* const> cuda_streams);
+  // Makes `cuda_stream` wait, on the GPU, until `transfer` finishes
+  // (successfully or not: check its status before trusting the bytes), so a
+  // kernel that consumes a receive can be queued without a host round trip.
+  // OK at once if it has finished. kUnimplemented without a CUDA driver or
+  // where it lacks stream memory operations (then wait on the host).
+  Status stream_wait(const Transfer& transfer, void* cuda_stream);
+
   // ---- blocking wrappers (post, then wait) -------------------------------
   // Past `deadline`, a receive, write or read that has not started moving
   // data is cancelled and kDeadlineExceeded returned; one already moving data
@@ -185,6 +211,31 @@ class Connection {
   // come from Engine::connect and Engine::accept.
   friend class transport::ConnectionCore;
   Connection() = default;
+};
+
+// Connection's operations, each ordered after the work queued on CUDA
+// streams at its call (Connection::after_streams). The same operations and
+// rules as Connection's; a cheap value, valid while its connection is.
+class StreamOrdered {
+ public:
+  Transfer send_async(const void* data, size_t size);
+  Transfer sendv_async(std::span<const ConstBuffer> parts);
+  Transfer recv_async(void* data, size_t capacity);
+  Transfer recvv_async(std::span<const MutableBuffer> parts);
+  Transfer write_async(const void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset,
+                       std::string_view notification = {});
+  Transfer writev_async(std::span<const WriteItem> items, std::string_view notification = {});
+  Transfer write_blocks_async(const BlockPools& pools, std::span<const Block> blocks,
+                              std::string_view notification = {});
+  Transfer read_async(void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset);
+  Transfer readv_async(std::span<const ReadItem> items);
+
+ private:
+  friend class Connection;
+  StreamOrdered(Connection* connection, std::span<void* const> streams)
+      : connection_(connection), streams_(streams.begin(), streams.end()) {}
+  Connection* connection_;
+  std::vector<void*> streams_;
 };
 
 // A notification as the engine-wide stream gives it: who sent it, and what.

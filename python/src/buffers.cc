@@ -4,6 +4,7 @@
 
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <string>
 
 namespace ferry::py {
@@ -80,10 +81,11 @@ BufferArg from_buffer_protocol(pyb::handle obj, std::optional<uint64_t> size, Ac
     value_error(what, "buffer is read-only; a destination must be writable (bytearray, a writable NumPy array, ...)");
   }
   return BufferArg{view->buf, pick_size(size, static_cast<size_t>(view->len), what), std::move(keep),
-                   view->readonly ? type_name(obj) : std::string()};
+                   view->readonly ? type_name(obj) : std::string(), std::nullopt};
 }
 
-BufferArg from_tensor(pyb::handle obj, std::optional<uint64_t> size, const std::string& what) {
+BufferArg from_tensor(pyb::handle obj, std::optional<uint64_t> size, const std::string& what,
+                      const StreamChoice& order) {
   if (!obj.attr("is_contiguous")().cast<bool>()) {
     auto shape = pyb::tuple(obj.attr("shape")).cast<std::vector<int64_t>>();
     auto strides = pyb::tuple(obj.attr("stride")()).cast<std::vector<int64_t>>();
@@ -92,12 +94,18 @@ BufferArg from_tensor(pyb::handle obj, std::optional<uint64_t> size, const std::
   }
   auto ptr = obj.attr("data_ptr")().cast<uint64_t>();
   auto nbytes = obj.attr("numel")().cast<uint64_t>() * obj.attr("element_size")().cast<uint64_t>();
-  return BufferArg{
-      reinterpret_cast<void*>(ptr), pick_size(size, nbytes, what), pyb::reinterpret_borrow<pyb::object>(obj), {}};
+  BufferArg b{reinterpret_cast<void*>(ptr), pick_size(size, nbytes, what), pyb::reinterpret_borrow<pyb::object>(obj),
+              {}, std::nullopt};
+  if (order.kind == StreamChoice::Kind::kAuto && pyb::hasattr(obj, "is_cuda") && obj.attr("is_cuda").cast<bool>()) {
+    // What torch queued for this tensor is on the device's current stream.
+    pyb::object cuda = pyb::module_::import("torch").attr("cuda");
+    b.stream = cuda.attr("current_stream")(obj.attr("device")).attr("cuda_stream").cast<uintptr_t>();
+  }
+  return b;
 }
 
 BufferArg from_cuda_array_interface(pyb::handle obj, std::optional<uint64_t> size, Access access,
-                                    const std::string& what) {
+                                    const std::string& what, const StreamChoice& order) {
   pyb::dict cai = obj.attr("__cuda_array_interface__");
   pyb::tuple data = cai["data"];
   auto ptr = data[0].cast<uint64_t>();
@@ -115,8 +123,15 @@ BufferArg from_cuda_array_interface(pyb::handle obj, std::optional<uint64_t> siz
     }
   }
   if (access == Access::kWrite && readonly) value_error(what, "device array is read-only");
-  return BufferArg{reinterpret_cast<void*>(ptr), pick_size(size, static_cast<size_t>(count * itemsize), what),
-                   pyb::reinterpret_borrow<pyb::object>(obj), readonly ? type_name(obj) : std::string()};
+  BufferArg b{reinterpret_cast<void*>(ptr), pick_size(size, static_cast<size_t>(count * itemsize), what),
+              pyb::reinterpret_borrow<pyb::object>(obj), readonly ? type_name(obj) : std::string(), std::nullopt};
+  // Version 3: the stream the producer's work is on (None: nothing to wait
+  // for; 1 and 2 the legacy and per-thread default streams).
+  if (order.kind == StreamChoice::Kind::kAuto && cai.contains("stream") && !cai["stream"].is_none()) {
+    b.stream = to_u64(cai["stream"], what, "__cuda_array_interface__ stream");
+    if (*b.stream == 0) value_error(what, "__cuda_array_interface__ names stream 0, which the interface forbids");
+  }
+  return b;
 }
 
 // The DLPack ABI (dlpack.h v0.x), declared here to need no header.
@@ -144,8 +159,26 @@ struct DLManagedTensor {
   void (*deleter)(DLManagedTensor* self);
 };
 
-BufferArg from_dlpack(pyb::handle obj, std::optional<uint64_t> size, const std::string& what) {
-  pyb::object capsule = obj.attr("__dlpack__")();
+constexpr int32_t kDLCUDA = 2;
+constexpr uintptr_t kLegacyStream = 1;
+
+BufferArg from_dlpack(pyb::handle obj, std::optional<uint64_t> size, const std::string& what,
+                      const StreamChoice& order) {
+  // A CUDA producer is told which stream ferry follows and orders its own
+  // work before it (-1: ferry follows none).
+  bool on_gpu = pyb::hasattr(obj, "__dlpack_device__") &&
+                pyb::tuple(obj.attr("__dlpack_device__")())[0].cast<int32_t>() == kDLCUDA;
+  std::optional<uintptr_t> stream;
+  pyb::object capsule;
+  if (!on_gpu) {
+    capsule = obj.attr("__dlpack__")();
+  } else if (order.kind == StreamChoice::Kind::kNone) {
+    capsule = obj.attr("__dlpack__")(pyb::arg("stream") = -1);
+  } else {
+    stream = order.kind == StreamChoice::Kind::kGiven ? order.stream : kLegacyStream;
+    // 0 is not a DLPack stream: the legacy default stream is 1 there.
+    capsule = obj.attr("__dlpack__")(pyb::arg("stream") = *stream == 0 ? kLegacyStream : *stream);
+  }
   auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
   if (managed == nullptr) throw pyb::error_already_set();
   // Consume it: the producer's capsule no longer frees the tensor; ours does.
@@ -167,7 +200,9 @@ BufferArg from_dlpack(pyb::handle obj, std::optional<uint64_t> size, const std::
     }
   }
   void* base = static_cast<char*>(t.data) + t.byte_offset;
-  return BufferArg{base, pick_size(size, static_cast<size_t>(count * itemsize), what), std::move(owner), {}};
+  BufferArg b{base, pick_size(size, static_cast<size_t>(count * itemsize), what), std::move(owner), {}, std::nullopt};
+  b.stream = stream;
+  return b;
 }
 
 bool is_tensor_like(pyb::handle obj) {
@@ -175,33 +210,75 @@ bool is_tensor_like(pyb::handle obj) {
          pyb::hasattr(obj, "numel");
 }
 
-}  // namespace
-
-BufferArg resolve_buffer(pyb::handle obj, std::optional<uint64_t> size, Access access, const std::string& what) {
+BufferArg resolve_unordered(pyb::handle obj, std::optional<uint64_t> size, Access access, const std::string& what,
+                            const StreamChoice& order) {
   if (PyLong_Check(obj.ptr()) && !PyBool_Check(obj.ptr())) {
     if (!size) {
       throw pyb::type_error("argument '" + what + "' is an address (int): pass its size in bytes as well");
     }
     return BufferArg{
-        reinterpret_cast<void*>(to_u64(obj, what, "address")), static_cast<size_t>(*size), pyb::none(), {}};
+        reinterpret_cast<void*>(to_u64(obj, what, "address")), static_cast<size_t>(*size), pyb::none(), {}, std::nullopt};
   }
   if (PyTuple_Check(obj.ptr()) && PyTuple_GET_SIZE(obj.ptr()) == 2) {
     pyb::tuple t = pyb::reinterpret_borrow<pyb::tuple>(obj);
     uint64_t address = to_u64(t[0], what, "address");
     uint64_t n = to_u64(t[1], what, "size");
     if (size && *size > n) value_error(what, "size " + std::to_string(*size) + " exceeds " + std::to_string(n));
-    return BufferArg{reinterpret_cast<void*>(address), static_cast<size_t>(size ? *size : n), pyb::none(), {}};
+    return BufferArg{reinterpret_cast<void*>(address), static_cast<size_t>(size ? *size : n), pyb::none(), {}, std::nullopt};
   }
   if (PyObject_CheckBuffer(obj.ptr())) return from_buffer_protocol(obj, size, access, what);
-  if (is_tensor_like(obj)) return from_tensor(obj, size, what);
-  if (pyb::hasattr(obj, "__cuda_array_interface__")) return from_cuda_array_interface(obj, size, access, what);
-  if (pyb::hasattr(obj, "__dlpack__")) return from_dlpack(obj, size, what);
+  if (is_tensor_like(obj)) return from_tensor(obj, size, what, order);
+  if (pyb::hasattr(obj, "__cuda_array_interface__")) return from_cuda_array_interface(obj, size, access, what, order);
+  if (pyb::hasattr(obj, "__dlpack__")) return from_dlpack(obj, size, what, order);
   throw pyb::type_error("argument '" + what + "': expected an address (int) with a size, an (address, size) tuple, " +
                         "a buffer (bytes, bytearray, NumPy array, ...) or a tensor, not " +
                         std::string(pyb::str(pyb::type::handle_of(obj).attr("__name__"))));
 }
 
-std::vector<BufferArg> resolve_buffers(pyb::handle seq, Access access, const char* what) {
+}  // namespace
+
+StreamChoice stream_choice(pyb::handle stream) {
+  StreamChoice c;
+  if (stream.is_none()) {
+    c.kind = StreamChoice::Kind::kNone;
+    return c;
+  }
+  if (PyUnicode_Check(stream.ptr())) {
+    if (stream.cast<std::string>() == "auto") return c;
+    throw pyb::type_error("argument 'stream': \"" + stream.cast<std::string>() +
+                          "\" is not a stream; pass \"auto\" (the default), None, a cudaStream_t (int) or a stream "
+                          "object (torch.cuda.Stream, cupy.cuda.Stream)");
+  }
+  pyb::object handle = pyb::reinterpret_borrow<pyb::object>(stream);
+  if (pyb::hasattr(stream, "cuda_stream")) {
+    handle = stream.attr("cuda_stream");  // torch.cuda.Stream, ExternalStream
+  } else if (pyb::hasattr(stream, "ptr")) {
+    handle = stream.attr("ptr");  // cupy.cuda.Stream
+  }
+  c.kind = StreamChoice::Kind::kGiven;
+  c.stream = to_u64(handle, "stream", "a stream handle");
+  return c;
+}
+
+std::vector<void*> streams_of(const std::vector<BufferArg>& bufs) {
+  std::vector<void*> out;
+  for (const BufferArg& b : bufs) {
+    if (!b.stream) continue;
+    void* s = reinterpret_cast<void*>(*b.stream);
+    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+  }
+  return out;
+}
+
+BufferArg resolve_buffer(pyb::handle obj, std::optional<uint64_t> size, Access access, const std::string& what,
+                         const StreamChoice& order) {
+  BufferArg b = resolve_unordered(obj, size, access, what, order);
+  if (order.kind == StreamChoice::Kind::kGiven) b.stream = order.stream;
+  if (order.kind == StreamChoice::Kind::kNone) b.stream.reset();
+  return b;
+}
+
+std::vector<BufferArg> resolve_buffers(pyb::handle seq, Access access, const char* what, const StreamChoice& order) {
   if (PyUnicode_Check(seq.ptr()) || PyBytes_Check(seq.ptr()) || !PySequence_Check(seq.ptr())) {
     throw pyb::type_error(std::string("argument '") + what + "' must be a list of buffers or (address, size) tuples");
   }
@@ -209,7 +286,8 @@ std::vector<BufferArg> resolve_buffers(pyb::handle seq, Access access, const cha
   std::vector<BufferArg> out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size(); ++i) {
-    out.push_back(resolve_buffer(s[i], std::nullopt, access, std::string(what) + "[" + std::to_string(i) + "]"));
+    out.push_back(
+        resolve_buffer(s[i], std::nullopt, access, std::string(what) + "[" + std::to_string(i) + "]", order));
   }
   return out;
 }

@@ -29,6 +29,23 @@ namespace pyb = pybind11;
 
 enum class Access { kRead, kWrite };
 
+// Which CUDA stream a call orders its transfer after: its `stream=`
+// argument. "auto" (the default): the stream the buffer's producer named
+// (a torch CUDA tensor: torch.cuda.current_stream(its device); an object's
+// __cuda_array_interface__ "stream"; a CUDA DLPack producer is asked to
+// order its work before the legacy default stream, which ferry then
+// follows); None: no ordering (the caller synchronised); an int (a
+// cudaStream_t) or a stream object (torch.cuda.Stream: .cuda_stream; CuPy:
+// .ptr): that stream, for every buffer of the call.
+struct StreamChoice {
+  enum class Kind { kAuto, kNone, kGiven };
+  Kind kind = Kind::kAuto;
+  uintptr_t stream = 0;
+};
+
+// Parses a call's `stream=` argument; TypeError for anything else.
+StreamChoice stream_choice(pyb::handle stream);
+
 struct BufferArg {
   void* data = nullptr;
   size_t size = 0;
@@ -37,15 +54,22 @@ struct BufferArg {
   // as its buffer or __cuda_array_interface__ says; "" when it is writable or
   // cannot say (raw addresses, tensors, DLPack).
   std::string read_only;
+  // The CUDA stream whose queued work the transfer follows (none: unordered).
+  std::optional<uintptr_t> stream;
 };
 
 // Resolves `obj`, named `what` in messages (e.g. "data", "parts[2]").
 // `size`: bytes to use from the start of the object; defaults to all of it and
 // may not exceed it. Raises TypeError for an unsupported object, ValueError
 // for a non-contiguous or read-only one or a bad size.
-BufferArg resolve_buffer(pyb::handle obj, std::optional<uint64_t> size, Access access, const std::string& what);
+BufferArg resolve_buffer(pyb::handle obj, std::optional<uint64_t> size, Access access, const std::string& what,
+                         const StreamChoice& order = {});
 
 // Resolves each element of a sequence of buffers (or (address, size) tuples).
-std::vector<BufferArg> resolve_buffers(pyb::handle seq, Access access, const char* what);
+std::vector<BufferArg> resolve_buffers(pyb::handle seq, Access access, const char* what,
+                                       const StreamChoice& order = {});
+
+// The distinct streams of `bufs`, in first-seen order.
+std::vector<void*> streams_of(const std::vector<BufferArg>& bufs);
 
 }  // namespace ferry::py

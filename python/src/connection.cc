@@ -37,13 +37,21 @@ struct Posted {
   std::vector<pyb::object> keep;
 };
 
+// `fn(to)` posts on `to`: the connection, or its view ordered after the
+// CUDA streams the buffers name (Connection::after_streams).
 template <typename PostFn>
-Posted post(const std::vector<BufferArg>& bufs, PostFn&& fn) {
+Posted post(Connection& conn, const std::vector<BufferArg>& bufs, PostFn&& fn) {
   sweep_graveyard();
   Posted p{Transfer(), owners(bufs)};
+  std::vector<void*> streams = streams_of(bufs);
   {
     pyb::gil_scoped_release nogil;  // posting may write a small message to a socket
-    p.transfer = fn();
+    if (streams.empty()) {
+      p.transfer = fn(conn);
+    } else {
+      StreamOrdered ordered = conn.after_streams(streams);
+      p.transfer = fn(ordered);
+    }
   }
   return p;
 }
@@ -68,7 +76,7 @@ struct Item {
   uint64_t offset = 0;
 };
 
-std::vector<Item> resolve_items(pyb::handle seq, Access access, const char* what) {
+std::vector<Item> resolve_items(pyb::handle seq, Access access, const char* what, const StreamChoice& order) {
   if (!PySequence_Check(seq.ptr())) throw pyb::type_error(std::string("argument '") + what + "' must be a list");
   pyb::sequence s = pyb::reinterpret_borrow<pyb::sequence>(seq);
   std::vector<Item> out;
@@ -81,7 +89,7 @@ std::vector<Item> resolve_items(pyb::handle seq, Access access, const char* what
     pyb::tuple t = pyb::reinterpret_borrow<pyb::tuple>(e);
     Item item;
     std::optional<uint64_t> size = t.size() == 4 ? optional_count_from(t[3], name + ".size") : std::nullopt;
-    item.local = resolve_buffer(t[0], size, access, name + ".local");
+    item.local = resolve_buffer(t[0], size, access, name + ".local", order);
     item.remote = remote_from(t[1], name + ".remote");
     item.offset = t.size() >= 3 ? count_from(t[2], name + ".remote_offset") : 0;
     out.push_back(std::move(item));
@@ -97,51 +105,46 @@ std::vector<BufferArg> locals_of(const std::vector<Item>& items) {
 
 // ---- the operations, shared by the async and blocking forms -----------------
 
-Posted post_send(PyConnection& c, pyb::handle data, const Size& size) {
-  std::vector<BufferArg> b{resolve_buffer(data, size.value, Access::kRead, "data")};
-  auto conn = c.conn;
-  return post(b, [&] { return conn->send_async(b[0].data, b[0].size); });
+Posted post_send(PyConnection& c, pyb::handle data, const Size& size, const StreamChoice& order) {
+  std::vector<BufferArg> b{resolve_buffer(data, size.value, Access::kRead, "data", order)};
+  return post(*c.conn, b, [&](auto& to) { return to.send_async(b[0].data, b[0].size); });
 }
 
-Posted post_sendv(PyConnection& c, pyb::handle parts) {
-  std::vector<BufferArg> b = resolve_buffers(parts, Access::kRead, "parts");
+Posted post_sendv(PyConnection& c, pyb::handle parts, const StreamChoice& order) {
+  std::vector<BufferArg> b = resolve_buffers(parts, Access::kRead, "parts", order);
   std::vector<ConstBuffer> v;
   for (const BufferArg& x : b) v.push_back(ConstBuffer{x.data, x.size});
-  auto conn = c.conn;
-  return post(b, [&] { return conn->sendv_async(v); });
+  return post(*c.conn, b, [&](auto& to) { return to.sendv_async(v); });
 }
 
-Posted post_recv(PyConnection& c, pyb::handle data, const Size& size) {
-  std::vector<BufferArg> b{resolve_buffer(data, size.value, Access::kWrite, "data")};
+Posted post_recv(PyConnection& c, pyb::handle data, const Size& size, const StreamChoice& order) {
+  std::vector<BufferArg> b{resolve_buffer(data, size.value, Access::kWrite, "data", order)};
   check_destination(c.engine, b[0], "data");
-  auto conn = c.conn;
-  return post(b, [&] { return conn->recv_async(b[0].data, b[0].size); });
+  return post(*c.conn, b, [&](auto& to) { return to.recv_async(b[0].data, b[0].size); });
 }
 
-Posted post_recvv(PyConnection& c, pyb::handle parts) {
-  std::vector<BufferArg> b = resolve_buffers(parts, Access::kWrite, "parts");
+Posted post_recvv(PyConnection& c, pyb::handle parts, const StreamChoice& order) {
+  std::vector<BufferArg> b = resolve_buffers(parts, Access::kWrite, "parts", order);
   for (size_t i = 0; i < b.size(); ++i) check_destination(c.engine, b[i], "parts[" + std::to_string(i) + "]");
   std::vector<MutableBuffer> v;
   for (const BufferArg& x : b) v.push_back(MutableBuffer{x.data, x.size});
-  auto conn = c.conn;
-  return post(b, [&] { return conn->recvv_async(v); });
+  return post(*c.conn, b, [&](auto& to) { return to.recvv_async(v); });
 }
 
 Posted post_write(PyConnection& c, pyb::handle local, const Remote& remote, const Offset& offset,
-                  pyb::handle notification, const Size& size) {
-  std::vector<BufferArg> b{resolve_buffer(local, size.value, Access::kRead, "local")};
+                  pyb::handle notification, const Size& size, const StreamChoice& order) {
+  std::vector<BufferArg> b{resolve_buffer(local, size.value, Access::kRead, "local", order)};
   std::string note = notification.is_none() ? std::string() : text(notification, "notification");
-  auto conn = c.conn;
-  return post(b, [&] { return conn->write_async(b[0].data, b[0].size, remote.value, offset.value, note); });
+  return post(*c.conn, b,
+              [&](auto& to) { return to.write_async(b[0].data, b[0].size, remote.value, offset.value, note); });
 }
 
-Posted post_writev(PyConnection& c, pyb::handle items, pyb::handle notification) {
-  std::vector<Item> it = resolve_items(items, Access::kRead, "items");
+Posted post_writev(PyConnection& c, pyb::handle items, pyb::handle notification, const StreamChoice& order) {
+  std::vector<Item> it = resolve_items(items, Access::kRead, "items", order);
   std::vector<WriteItem> v;
   for (const Item& i : it) v.push_back(WriteItem{i.local.data, i.local.size, i.remote, i.offset});
   std::string note = notification.is_none() ? std::string() : text(notification, "notification");
-  auto conn = c.conn;
-  return post(locals_of(it), [&] { return conn->writev_async(v, note); });
+  return post(*c.conn, locals_of(it), [&](auto& to) { return to.writev_async(v, note); });
 }
 
 // Blocks: a sequence of (local_pool, remote_pool, local_offset,
@@ -188,43 +191,47 @@ std::vector<Block> blocks_from(pyb::handle blocks) {
   return out;
 }
 
-Posted post_write_blocks(PyConnection& c, pyb::object pools, pyb::handle blocks, pyb::handle notification) {
+// The pools are registered regions, not buffers: only an explicit stream
+// orders a block write.
+Posted post_write_blocks(PyConnection& c, pyb::object pools, pyb::handle blocks, pyb::handle notification,
+                         const StreamChoice& order) {
   const BlockPools& prepared = pools.cast<const BlockPools&>();
   std::vector<Block> v = blocks_from(blocks);
   std::string note = notification.is_none() ? std::string() : text(notification, "notification");
-  auto conn = c.conn;
-  sweep_graveyard();
-  Posted p{Transfer(), {pools}};
-  {
-    pyb::gil_scoped_release nogil;
-    p.transfer = conn->write_blocks_async(prepared, v, note);
-  }
+  BufferArg marker;
+  if (order.kind == StreamChoice::Kind::kGiven) marker.stream = order.stream;
+  Posted p = post(*c.conn, {marker}, [&](auto& to) { return to.write_blocks_async(prepared, v, note); });
+  p.keep = {pools};
   return p;
 }
 
 Posted post_read(PyConnection& c, pyb::handle local, const Remote& remote, const Offset& offset,
-                 const Size& size) {
-  std::vector<BufferArg> b{resolve_buffer(local, size.value, Access::kWrite, "local")};
+                 const Size& size, const StreamChoice& order) {
+  std::vector<BufferArg> b{resolve_buffer(local, size.value, Access::kWrite, "local", order)};
   check_destination(c.engine, b[0], "local");
-  auto conn = c.conn;
-  return post(b, [&] { return conn->read_async(b[0].data, b[0].size, remote.value, offset.value); });
+  return post(*c.conn, b, [&](auto& to) { return to.read_async(b[0].data, b[0].size, remote.value, offset.value); });
 }
 
-Posted post_readv(PyConnection& c, pyb::handle items) {
-  std::vector<Item> it = resolve_items(items, Access::kWrite, "items");
+Posted post_readv(PyConnection& c, pyb::handle items, const StreamChoice& order) {
+  std::vector<Item> it = resolve_items(items, Access::kWrite, "items", order);
   for (size_t i = 0; i < it.size(); ++i) {
     check_destination(c.engine, it[i].local, "items[" + std::to_string(i) + "].local");
   }
   std::vector<ReadItem> v;
   for (const Item& i : it) v.push_back(ReadItem{i.local.data, i.local.size, i.remote, i.offset});
-  auto conn = c.conn;
-  return post(locals_of(it), [&] { return conn->readv_async(v); });
+  return post(*c.conn, locals_of(it), [&](auto& to) { return to.readv_async(v); });
 }
 
 Posted post_notify(PyConnection& c, pyb::handle message) {
   std::string m = text(message, "message");
+  sweep_graveyard();
   auto conn = c.conn;
-  return post({}, [&] { return conn->notify_async(m); });
+  Posted p{Transfer(), {}};
+  {
+    pyb::gil_scoped_release nogil;
+    p.transfer = conn->notify_async(m);
+  }
+  return p;
 }
 
 // The next value `wait(connection, deadline)` gives (wait_notification or
@@ -287,59 +294,79 @@ void bind_connection(pyb::module_& m) {
       "Every local buffer must lie inside memory registered with the local engine (NotFound otherwise, "
       "OutOfRange if it runs past the region). A buffer is a NumPy array, any buffer-protocol object, a torch "
       "tensor (CPU or CUDA), an object with __cuda_array_interface__ or __dlpack__, an (address, size) tuple, "
-      "or an address (int) with size=. Buffers must be contiguous; the Transfer keeps them alive.");
+      "or an address (int) with size=. Buffers must be contiguous; the Transfer keeps them alive.\n\n"
+      "CUDA stream order: a transfer of a torch CUDA tensor runs after the work queued on "
+      "torch.cuda.current_stream(its device) when the call is made (a source is read after its producer "
+      "kernels, a destination written after a fill queued before the receive); an object with "
+      "__cuda_array_interface__ follows the stream it names, a CUDA DLPack producer the legacy default stream. "
+      "The call never waits for the GPU: the transfer is held until the stream gets there. stream= overrides "
+      "it (a torch/CuPy stream or a cudaStream_t), stream=None turns it off. Work queued after the call is "
+      "not ordered after the transfer: wait for it (a blocking call returns once the bytes are in place), or "
+      "queue stream_wait(transfer, stream).");
   std::string t = kTimeoutDoc;
   std::string finish_t = t + kFinishDoc, leave_t = t + kLeaveDoc;
 
   // two-sided
   c.def(
-      "send_async", [](PyConnection& c, pyb::handle data, const Size& size) { return async(post_send(c, data, size)); },
-      arg("data"), arg("size") = none,
+      "send_async", [](PyConnection& c, pyb::handle data, const Size& size, pyb::handle stream) {
+        return async(post_send(c, data, size, stream_choice(stream)));
+      },
+      arg("data"), arg("size") = none, pyb::kw_only(), arg("stream") = "auto",
       "Sends `size` bytes of `data` (default: all of it) as one message; finishes when the peer's matching "
       "receive holds them. Returns a Transfer." ASYNC_DOC);
   c.def(
       "send",
-      [](PyConnection& c, pyb::handle data, const Size& size, const Timeout& timeout) {
+      [](PyConnection& c, pyb::handle data, const Size& size, const Timeout& timeout, pyb::handle stream) {
         Deadline deadline = timeout.deadline;
-        finish(post_send(c, data, size), deadline, PastDeadline::kLeave);
+        finish(post_send(c, data, size, stream_choice(stream)), deadline, PastDeadline::kLeave);
       },
-      arg("data"), arg("size") = none, pyb::kw_only(), arg("timeout") = none,
+      arg("data"), arg("size") = none, pyb::kw_only(), arg("timeout") = none, arg("stream") = "auto",
       ("Blocking send_async: returns once the peer holds the message." + leave_t).c_str());
   c.def(
-      "sendv_async", [](PyConnection& c, pyb::handle parts) { return async(post_sendv(c, parts)); }, arg("parts"),
+      "sendv_async",
+      [](PyConnection& c, pyb::handle parts, pyb::handle stream) {
+        return async(post_sendv(c, parts, stream_choice(stream)));
+      },
+      arg("parts"), pyb::kw_only(), arg("stream") = "auto",
       "Sends the concatenation of `parts` (a list of buffers) as one message. Returns a Transfer." ASYNC_DOC);
   c.def(
       "sendv",
-      [](PyConnection& c, pyb::handle parts, const Timeout& timeout) {
+      [](PyConnection& c, pyb::handle parts, const Timeout& timeout, pyb::handle stream) {
         Deadline deadline = timeout.deadline;
-        finish(post_sendv(c, parts), deadline, PastDeadline::kLeave);
+        finish(post_sendv(c, parts, stream_choice(stream)), deadline, PastDeadline::kLeave);
       },
-      arg("parts"), pyb::kw_only(), arg("timeout") = none, ("Blocking sendv_async." + leave_t).c_str());
+      arg("parts"), pyb::kw_only(), arg("timeout") = none, arg("stream") = "auto", ("Blocking sendv_async." + leave_t).c_str());
   c.def(
-      "recv_async", [](PyConnection& c, pyb::handle data, const Size& size) { return async(post_recv(c, data, size)); },
-      arg("data"), arg("size") = none,
+      "recv_async", [](PyConnection& c, pyb::handle data, const Size& size, pyb::handle stream) {
+        return async(post_recv(c, data, size, stream_choice(stream)));
+      },
+      arg("data"), arg("size") = none, pyb::kw_only(), arg("stream") = "auto",
       "Receives the next message into `data` (at most `size` bytes; default all of it; must be writable). "
       "Transfer.bytes is the message size. A message larger than the buffer fails both sides with "
       "BufferTooSmall and the message is dropped (probe() first to learn its size). Returns a Transfer." ASYNC_DOC);
   c.def(
       "recv",
-      [](PyConnection& c, pyb::handle data, const Size& size, const Timeout& timeout) {
+      [](PyConnection& c, pyb::handle data, const Size& size, const Timeout& timeout, pyb::handle stream) {
         Deadline deadline = timeout.deadline;
-        return finish(post_recv(c, data, size), deadline, PastDeadline::kCancelOrFinish);
+        return finish(post_recv(c, data, size, stream_choice(stream)), deadline, PastDeadline::kCancelOrFinish);
       },
-      arg("data"), arg("size") = none, pyb::kw_only(), arg("timeout") = none,
+      arg("data"), arg("size") = none, pyb::kw_only(), arg("timeout") = none, arg("stream") = "auto",
       ("Blocking recv_async; returns the message size." + finish_t)
           .c_str());
   c.def(
-      "recvv_async", [](PyConnection& c, pyb::handle parts) { return async(post_recvv(c, parts)); }, arg("parts"),
+      "recvv_async",
+      [](PyConnection& c, pyb::handle parts, pyb::handle stream) {
+        return async(post_recvv(c, parts, stream_choice(stream)));
+      },
+      arg("parts"), pyb::kw_only(), arg("stream") = "auto",
       "Receives the next message scattered over `parts`, in order. Returns a Transfer." ASYNC_DOC);
   c.def(
       "recvv",
-      [](PyConnection& c, pyb::handle parts, const Timeout& timeout) {
+      [](PyConnection& c, pyb::handle parts, const Timeout& timeout, pyb::handle stream) {
         Deadline deadline = timeout.deadline;
-        return finish(post_recvv(c, parts), deadline, PastDeadline::kCancelOrFinish);
+        return finish(post_recvv(c, parts, stream_choice(stream)), deadline, PastDeadline::kCancelOrFinish);
       },
-      arg("parts"), pyb::kw_only(), arg("timeout") = none,
+      arg("parts"), pyb::kw_only(), arg("timeout") = none, arg("stream") = "auto",
       ("Blocking recvv_async; returns the message size." + finish_t).c_str());
 
   c.def(
@@ -369,34 +396,39 @@ void bind_connection(pyb::module_& m) {
   c.def(
       "write_async",
       [](PyConnection& c, pyb::handle local, const Remote& remote, const Offset& offset, pyb::handle note,
-         const Size& size) { return async(post_write(c, local, remote, offset, note, size)); },
+         const Size& size, pyb::handle stream) {
+        return async(post_write(c, local, remote, offset, note, size, stream_choice(stream)));
+      },
       arg("local"), arg("remote"), arg("remote_offset") = 0, arg("notification") = none, pyb::kw_only(),
-      arg("size") = none,
+      arg("size") = none, arg("stream") = "auto",
       "Writes `local` into the peer's exported memory `remote` at `remote_offset`. A notification (bytes or "
       "str, at most 60 KiB) reaches the peer after the data is in place. Returns a Transfer." ASYNC_DOC);
   c.def(
       "write",
       [](PyConnection& c, pyb::handle local, const Remote& remote, const Offset& offset, pyb::handle note,
-         const Size& size, const Timeout& timeout) {
+         const Size& size, const Timeout& timeout, pyb::handle stream) {
         Deadline deadline = timeout.deadline;
-        finish(post_write(c, local, remote, offset, note, size), deadline, PastDeadline::kCancelOrFinish);
+        finish(post_write(c, local, remote, offset, note, size, stream_choice(stream)), deadline,
+               PastDeadline::kCancelOrFinish);
       },
       arg("local"), arg("remote"), arg("remote_offset") = 0, arg("notification") = none, pyb::kw_only(),
-      arg("size") = none, arg("timeout") = none,
+      arg("size") = none, arg("timeout") = none, arg("stream") = "auto",
       ("Blocking write_async: returns once the bytes are in the peer's memory." + finish_t).c_str());
   c.def(
       "writev_async",
-      [](PyConnection& c, pyb::handle items, pyb::handle note) { return async(post_writev(c, items, note)); },
-      arg("items"), arg("notification") = none,
+      [](PyConnection& c, pyb::handle items, pyb::handle note, pyb::handle stream) {
+        return async(post_writev(c, items, note, stream_choice(stream)));
+      },
+      arg("items"), arg("notification") = none, pyb::kw_only(), arg("stream") = "auto",
       "Writes every (local, remote, remote_offset[, size]) item; the notification follows once all are in place. "
       "Returns a Transfer." ASYNC_DOC);
   c.def(
       "writev",
-      [](PyConnection& c, pyb::handle items, pyb::handle note, const Timeout& timeout) {
+      [](PyConnection& c, pyb::handle items, pyb::handle note, const Timeout& timeout, pyb::handle stream) {
         Deadline deadline = timeout.deadline;
-        finish(post_writev(c, items, note), deadline, PastDeadline::kCancelOrFinish);
+        finish(post_writev(c, items, note, stream_choice(stream)), deadline, PastDeadline::kCancelOrFinish);
       },
-      arg("items"), arg("notification") = none, pyb::kw_only(), arg("timeout") = none,
+      arg("items"), arg("notification") = none, pyb::kw_only(), arg("timeout") = none, arg("stream") = "auto",
       ("Blocking writev_async." + finish_t).c_str());
   pyb::class_<BlockPools>(m, "BlockPools",
                           "Local regions and the peer's exports checked once (Connection.prepare_blocks), for "
@@ -417,47 +449,56 @@ void bind_connection(pyb::module_& m) {
       "their bytes) once, for write_blocks: a KV cache's pools.");
   c.def(
       "write_blocks_async",
-      [](PyConnection& c, pyb::object pools, pyb::handle blocks, pyb::handle note) {
-        return async(post_write_blocks(c, std::move(pools), blocks, note));
+      [](PyConnection& c, pyb::object pools, pyb::handle blocks, pyb::handle note, pyb::handle stream) {
+        return async(post_write_blocks(c, std::move(pools), blocks, note, stream_choice(stream)));
       },
-      arg("pools"), arg("blocks"), arg("notification") = none,
+      arg("pools"), arg("blocks"), arg("notification") = none, pyb::kw_only(), arg("stream") = none,
       "Writes `blocks` between prepared pools as one operation: (local_pool, remote_pool, local_offset, "
       "remote_offset, size) tuples, or a (n, 5) uint64 NumPy array; the notification follows once every block "
       "is in place. Returns a Transfer." ASYNC_DOC);
   c.def(
       "write_blocks",
-      [](PyConnection& c, pyb::object pools, pyb::handle blocks, pyb::handle note, const Timeout& timeout) {
+      [](PyConnection& c, pyb::object pools, pyb::handle blocks, pyb::handle note, const Timeout& timeout,
+         pyb::handle stream) {
         Deadline deadline = timeout.deadline;
-        finish(post_write_blocks(c, std::move(pools), blocks, note), deadline, PastDeadline::kCancelOrFinish);
+        finish(post_write_blocks(c, std::move(pools), blocks, note, stream_choice(stream)), deadline,
+               PastDeadline::kCancelOrFinish);
       },
       arg("pools"), arg("blocks"), arg("notification") = none, pyb::kw_only(), arg("timeout") = none,
+      arg("stream") = none,
       ("Blocking write_blocks_async." + finish_t).c_str());
   c.def(
       "read_async",
-      [](PyConnection& c, pyb::handle local, const Remote& remote, const Offset& offset, const Size& size) {
-        return async(post_read(c, local, remote, offset, size));
-      },
+      [](PyConnection& c, pyb::handle local, const Remote& remote, const Offset& offset, const Size& size,
+         pyb::handle stream) { return async(post_read(c, local, remote, offset, size, stream_choice(stream))); },
       arg("local"), arg("remote"), arg("remote_offset") = 0, pyb::kw_only(), arg("size") = none,
+      arg("stream") = "auto",
       "Reads the peer's exported memory `remote` at `remote_offset` into `local` (writable). Returns a Transfer." ASYNC_DOC);
   c.def(
       "read",
       [](PyConnection& c, pyb::handle local, const Remote& remote, const Offset& offset, const Size& size,
-         const Timeout& timeout) {
+         const Timeout& timeout, pyb::handle stream) {
         Deadline deadline = timeout.deadline;
-        finish(post_read(c, local, remote, offset, size), deadline, PastDeadline::kCancelOrFinish);
+        finish(post_read(c, local, remote, offset, size, stream_choice(stream)), deadline,
+               PastDeadline::kCancelOrFinish);
       },
       arg("local"), arg("remote"), arg("remote_offset") = 0, pyb::kw_only(), arg("size") = none, arg("timeout") = none,
+      arg("stream") = "auto",
       ("Blocking read_async." + finish_t).c_str());
   c.def(
-      "readv_async", [](PyConnection& c, pyb::handle items) { return async(post_readv(c, items)); }, arg("items"),
+      "readv_async",
+      [](PyConnection& c, pyb::handle items, pyb::handle stream) {
+        return async(post_readv(c, items, stream_choice(stream)));
+      },
+      arg("items"), pyb::kw_only(), arg("stream") = "auto",
       "Reads every (local, remote, remote_offset[, size]) item. Returns a Transfer." ASYNC_DOC);
   c.def(
       "readv",
-      [](PyConnection& c, pyb::handle items, const Timeout& timeout) {
+      [](PyConnection& c, pyb::handle items, const Timeout& timeout, pyb::handle stream) {
         Deadline deadline = timeout.deadline;
-        finish(post_readv(c, items), deadline, PastDeadline::kCancelOrFinish);
+        finish(post_readv(c, items, stream_choice(stream)), deadline, PastDeadline::kCancelOrFinish);
       },
-      arg("items"), pyb::kw_only(), arg("timeout") = none, ("Blocking readv_async." + finish_t).c_str());
+      arg("items"), pyb::kw_only(), arg("timeout") = none, arg("stream") = "auto", ("Blocking readv_async." + finish_t).c_str());
 
   // notifications
   c.def(
@@ -535,6 +576,20 @@ void bind_connection(pyb::module_& m) {
       "transport_name", [](PyConnection& c) { return std::string(c.conn->transport_name()); }, "'tcp' or 'local'.");
   c.def_property_readonly(
       "engine", [](PyConnection& c) { return c.engine; }, "The local Engine.");
+  c.def(
+      "stream_wait",
+      [](PyConnection& c, const PyTransfer& transfer, pyb::handle stream) {
+        StreamChoice order = stream_choice(stream);
+        if (order.kind != StreamChoice::Kind::kGiven) {
+          throw pyb::type_error("argument 'stream': a cudaStream_t (int) or a stream object, not \"auto\" or None");
+        }
+        throw_if_error(c.conn->stream_wait(transfer.transfer(), reinterpret_cast<void*>(order.stream)));
+      },
+      arg("transfer"), arg("stream"),
+      "Makes CUDA `stream` (torch.cuda.Stream, cupy.cuda.Stream or a cudaStream_t) wait, on the GPU, until "
+      "`transfer` finishes, successfully or not (check transfer.wait() before trusting the bytes): a kernel that "
+      "consumes a receive can be queued without waiting on the host. Keep the buffers alive until the transfer "
+      "finishes. Raises Unimplemented without a CUDA driver with stream memory operations.");
   c.def_readonly_static("MAX_NOTIFICATION", &Connection::kMaxNotification);
   c.def("__enter__", [](pyb::object self) { return self; });
   c.def("__exit__", [](PyConnection& c, pyb::args) {

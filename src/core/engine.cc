@@ -14,12 +14,14 @@
 
 #include "core/engine_context.h"
 #include "core/log.h"
+#include "core/stream_order.h"
 #include "directory/publisher.h"
 #include "directory/url.h"
 #include "platform/crypto.h"
 #include "platform/memory_kind.h"
 #include "platform/mutex.h"
 #include "platform/socket.h"
+#include "platform/stream_signals.h"
 #include "platform/thread.h"
 #include "transport/bootstrap/engine_transports.h"
 #include "transport/bootstrap/dialer.h"
@@ -275,6 +277,8 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
   }
   impl->ctx->options = opts;
   impl->ctx->memory_budget = std::make_shared<core::ByteBudget>(opts.engine_memory_bytes);
+  impl->ctx->stream_gate = std::make_shared<core::StreamGate>(platform::cuda_stream_waits());
+  impl->ctx->stream_signals = std::make_shared<platform::StreamSignals>();
   {
     auto topo = platform::read_topology("");
     platform::Topology host = topo.ok() ? std::move(topo).value() : platform::Topology{};
@@ -365,6 +369,7 @@ Engine::~Engine() {
   }
   for (auto& k : closers) k.thread.join();
   for (auto& c : conns) c->close();
+  impl_->ctx->stream_gate->stop();
 }
 
 uint64_t Engine::id() const { return impl_->ctx->engine_id; }

@@ -22,6 +22,7 @@
 
 namespace ferry::platform {
 class GatherKernels;
+class StreamSignals;
 class ResidentGather;
 }  // namespace ferry::platform
 
@@ -31,6 +32,8 @@ class GpuImports;
 }  // namespace ferry::local
 
 namespace ferry::core {
+
+class StreamGate;
 
 struct EngineContext {
   Options options;
@@ -67,6 +70,10 @@ struct EngineContext {
   std::shared_ptr<platform::GatherKernels> gather_kernels;
   // The gather kernel kept resident between batches (null: launched per batch).
   std::shared_ptr<platform::ResidentGather> resident_gather;
+  // Holds transfers ordered after CUDA streams until the streams get there.
+  std::shared_ptr<StreamGate> stream_gate;
+  // The words CUDA streams wait on for a transfer to finish.
+  std::shared_ptr<platform::StreamSignals> stream_signals;
 };
 
 }  // namespace ferry::core

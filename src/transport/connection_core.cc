@@ -7,6 +7,7 @@
 
 #include "core/log.h"
 #include "platform/heap.h"
+#include "platform/stream_signals.h"
 
 namespace ferry::transport {
 namespace {
@@ -29,7 +30,9 @@ ConnectionCore::ConnectionCore(std::shared_ptr<core::EngineContext> ctx, uint64_
       id_(id),
       peer_(std::move(peer)),
       budget_(std::make_shared<core::ByteBudget>(ctx_->options.connection_memory_bytes, ctx_->memory_budget)),
-      notes_(budget_.get(), &ctx_->notifications) {}
+      notes_(budget_.get(), &ctx_->notifications),
+      ordered_(std::make_shared<core::OrderedPosts>(
+          ctx_->stream_gate ? ctx_->stream_gate : std::make_shared<core::StreamGate>(platform::cuda_stream_waits()))) {}
 
 ConnectionCore::~ConnectionCore() {
   close();
@@ -71,6 +74,7 @@ void ConnectionCore::fail(const Status& reason) {
     FERRY_LOG(kWarn, std::string(transport_->name()).c_str(), "%s", why.to_string().c_str());
   }
   transport_->failed(why);
+  ordered_->fail_all(why);
   std::deque<PostedRecv> posted;
   {
     // Receives posted after this find failed_ set (new_state and recv check
@@ -511,6 +515,16 @@ Transfer ConnectionCore::readv_async(std::span<const ReadItem> items) {
 
 // ---- notifications -------------------------------------------------------------
 
+Status ConnectionCore::stream_wait(const Transfer& transfer, void* cuda_stream) {
+  const std::shared_ptr<TransferState>& state = transfer.state();
+  if (!state) return Status(Code::kInvalidArgument, "stream_wait on an empty Transfer handle");
+  if (state->done()) return Status();
+  if (!ctx_->stream_signals) return Status(Code::kUnimplemented, "stream_wait: this engine has no stream signals");
+  FERRY_ASSIGN_OR_RETURN(platform::StreamSignals::Armed armed, ctx_->stream_signals->arm(cuda_stream));
+  state->on_finish([signals = ctx_->stream_signals, armed](const Status&) { signals->signal(armed); });
+  return Status();
+}
+
 Transfer ConnectionCore::notify_async(std::string_view message) {
   if (Status u = usable(); !u.ok()) return failed_transfer(u);
   if (Status c = core::NotificationQueue::check_size(message, "notify"); !c.ok()) return failed_transfer(c);
@@ -564,42 +578,129 @@ const transport::ConnectionCore& core_of(const Connection* c) {
   return static_cast<const transport::ConnectionCore&>(*c);
 }
 
+// An operation's arguments as a held operation keeps them (the caller's
+// arrays and strings may be gone when it is posted), and as it passes them.
+template <typename T>
+std::vector<T> own(std::span<const T> s) {
+  return std::vector<T>(s.begin(), s.end());
+}
+inline std::string own(std::string_view s) { return std::string(s); }
+inline BlockPools own(const BlockPools& p) { return p; }
+template <typename T>
+std::span<const T> pass(const std::vector<T>& v) {
+  return std::span<const T>(v);
+}
+inline std::string_view pass(const std::string& s) { return s; }
+inline const BlockPools& pass(const BlockPools& p) { return p; }
+
+// Posts `post(core, args...)` now, or holds it behind the streams and what
+// is held already (core/stream_order.h).
+template <typename Post, typename... Args>
+Transfer in_order(transport::ConnectionCore& core, std::span<void* const> streams, Post post, const Args&... args) {
+  core::OrderedPosts& ordered = core.ordered();
+  if (ordered.posts_now(streams)) return post(core, args...);
+  std::weak_ptr<transport::ConnectionCore> weak = core.weak_from_this();
+  auto held = [weak, post, owned = std::make_tuple(own(args)...)]() -> Transfer {
+    auto c = weak.lock();
+    if (!c) return transport::ConnectionCore::failed_transfer(Status(Code::kCancelled, "the connection is gone"));
+    return std::apply([&](const auto&... o) { return post(*c, pass(o)...); }, owned);
+  };
+  return ordered.post_later(streams, core.new_state(), std::move(held));
+}
+
+const auto kSendv = [](transport::ConnectionCore& c, std::span<const ConstBuffer> p) { return c.sendv_async(p); };
+const auto kRecvv = [](transport::ConnectionCore& c, std::span<const MutableBuffer> p) { return c.recvv_async(p); };
+const auto kWritev = [](transport::ConnectionCore& c, std::span<const WriteItem> i, std::string_view n) {
+  return c.writev_async(i, n);
+};
+const auto kWriteBlocks = [](transport::ConnectionCore& c, const BlockPools& p, std::span<const Block> b,
+                             std::string_view n) { return c.write_blocks_async(p, b, n); };
+const auto kReadv = [](transport::ConnectionCore& c, std::span<const ReadItem> i) { return c.readv_async(i); };
+const auto kNotify = [](transport::ConnectionCore& c, std::string_view m) { return c.notify_async(m); };
+
+template <typename T>
+std::span<const T> one(const T& t) {
+  return std::span<const T>(&t, 1);
+}
+
 }  // namespace
 
 Transfer Connection::send_async(const void* data, size_t size) {
   ConstBuffer b{data, size};
-  return core_of(this).sendv_async(std::span<const ConstBuffer>(&b, 1));
+  return in_order(core_of(this), {}, kSendv, one(b));
 }
-Transfer Connection::sendv_async(std::span<const ConstBuffer> parts) { return core_of(this).sendv_async(parts); }
+Transfer Connection::sendv_async(std::span<const ConstBuffer> parts) { return in_order(core_of(this), {}, kSendv, parts); }
 Transfer Connection::recv_async(void* data, size_t capacity) {
   MutableBuffer b{data, capacity};
-  return core_of(this).recvv_async(std::span<const MutableBuffer>(&b, 1));
+  return in_order(core_of(this), {}, kRecvv, one(b));
 }
-Transfer Connection::recvv_async(std::span<const MutableBuffer> parts) { return core_of(this).recvv_async(parts); }
+Transfer Connection::recvv_async(std::span<const MutableBuffer> parts) {
+  return in_order(core_of(this), {}, kRecvv, parts);
+}
 Result<uint64_t> Connection::probe(Deadline deadline) { return core_of(this).probe(deadline); }
 Transfer Connection::write_async(const void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset,
                                  std::string_view notification) {
   WriteItem item{local, size, remote, remote_offset};
-  return core_of(this).writev_async(std::span<const WriteItem>(&item, 1), notification);
+  return in_order(core_of(this), {}, kWritev, one(item), notification);
 }
 Transfer Connection::writev_async(std::span<const WriteItem> items, std::string_view notification) {
-  return core_of(this).writev_async(items, notification);
+  return in_order(core_of(this), {}, kWritev, items, notification);
 }
 Result<BlockPools> Connection::prepare_blocks(std::span<const Region> local, std::span<const RemoteDescriptor> remote) {
   return core_of(this).prepare_blocks(local, remote);
 }
 Transfer Connection::write_blocks_async(const BlockPools& pools, std::span<const Block> blocks,
                                         std::string_view notification) {
-  return core_of(this).write_blocks_async(pools, blocks, notification);
+  return in_order(core_of(this), {}, kWriteBlocks, pools, blocks, notification);
 }
 size_t BlockPools::local_pools() const { return pools_ ? pools_->local.size() : 0; }
 size_t BlockPools::remote_pools() const { return pools_ ? pools_->remote.size() : 0; }
 Transfer Connection::read_async(void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset) {
   ReadItem item{local, size, remote, remote_offset};
-  return core_of(this).readv_async(std::span<const ReadItem>(&item, 1));
+  return in_order(core_of(this), {}, kReadv, one(item));
 }
-Transfer Connection::readv_async(std::span<const ReadItem> items) { return core_of(this).readv_async(items); }
-Transfer Connection::notify_async(std::string_view message) { return core_of(this).notify_async(message); }
+Transfer Connection::readv_async(std::span<const ReadItem> items) { return in_order(core_of(this), {}, kReadv, items); }
+Transfer Connection::notify_async(std::string_view message) { return in_order(core_of(this), {}, kNotify, message); }
+StreamOrdered Connection::after_streams(std::span<void* const> cuda_streams) {
+  return StreamOrdered(this, cuda_streams);
+}
+Status Connection::stream_wait(const Transfer& transfer, void* cuda_stream) {
+  return core_of(this).stream_wait(transfer, cuda_stream);
+}
+
+Transfer StreamOrdered::send_async(const void* data, size_t size) {
+  ConstBuffer b{data, size};
+  return in_order(core_of(connection_), streams_, kSendv, one(b));
+}
+Transfer StreamOrdered::sendv_async(std::span<const ConstBuffer> parts) {
+  return in_order(core_of(connection_), streams_, kSendv, parts);
+}
+Transfer StreamOrdered::recv_async(void* data, size_t capacity) {
+  MutableBuffer b{data, capacity};
+  return in_order(core_of(connection_), streams_, kRecvv, one(b));
+}
+Transfer StreamOrdered::recvv_async(std::span<const MutableBuffer> parts) {
+  return in_order(core_of(connection_), streams_, kRecvv, parts);
+}
+Transfer StreamOrdered::write_async(const void* local, size_t size, const RemoteDescriptor& remote,
+                                    uint64_t remote_offset, std::string_view notification) {
+  WriteItem item{local, size, remote, remote_offset};
+  return in_order(core_of(connection_), streams_, kWritev, one(item), notification);
+}
+Transfer StreamOrdered::writev_async(std::span<const WriteItem> items, std::string_view notification) {
+  return in_order(core_of(connection_), streams_, kWritev, items, notification);
+}
+Transfer StreamOrdered::write_blocks_async(const BlockPools& pools, std::span<const Block> blocks,
+                                           std::string_view notification) {
+  return in_order(core_of(connection_), streams_, kWriteBlocks, pools, blocks, notification);
+}
+Transfer StreamOrdered::read_async(void* local, size_t size, const RemoteDescriptor& remote, uint64_t remote_offset) {
+  ReadItem item{local, size, remote, remote_offset};
+  return in_order(core_of(connection_), streams_, kReadv, one(item));
+}
+Transfer StreamOrdered::readv_async(std::span<const ReadItem> items) {
+  return in_order(core_of(connection_), streams_, kReadv, items);
+}
 Result<std::string> Connection::wait_notification(Deadline deadline) {
   return core_of(this).wait_notification(deadline);
 }

@@ -23,6 +23,7 @@
 
 #include "core/engine_context.h"
 #include "core/notification_queue.h"
+#include "core/stream_order.h"
 #include "ferry/engine.h"
 #include "platform/mutex.h"
 #include "transport/transport.h"
@@ -69,6 +70,10 @@ class ConnectionCore final : public Connection, public std::enable_shared_from_t
   Result<Note> wait_note(Deadline deadline);
   std::optional<Note> poll_note();
   void set_notification_listener(std::function<void()> listener) { notes_.set_listener(std::move(listener)); }
+  Status stream_wait(const Transfer& transfer, void* cuda_stream);
+  // Operations held until CUDA streams reach them (core/stream_order.h);
+  // every public operation goes through it to keep posting order.
+  core::OrderedPosts& ordered() { return *ordered_; }
   void close();
   Status health() const;
   uint64_t id() const { return id_; }
@@ -186,6 +191,7 @@ class ConnectionCore final : public Connection, public std::enable_shared_from_t
   std::condition_variable arrived_;  // with mu_: a message joined unexpected_, or the connection failed
 
   core::NotificationQueue notes_;
+  const std::shared_ptr<core::OrderedPosts> ordered_;
 };
 
 }  // namespace ferry::transport

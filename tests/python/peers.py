@@ -158,6 +158,28 @@ def serve(pipe, listen: str = "127.0.0.1:0", options: dict | None = None) -> Non
                 engine.reg(t)
                 conn.send(t, timeout=WAIT)
                 reply_ok()
+            elif cmd == "torch_user_recv":  # (count, k, device, stream, slow): wrong elements received
+                import torch
+
+                count, k, device, stream, slow = args
+                t = torch.zeros(count, dtype=torch.int64, device=device)
+                if slow:  # a fill still queued behind a long kernel when the receive is posted
+                    torch.cuda._sleep(slow)
+                    t.zero_()
+                engine.reg(t)
+                n = conn.recv(t, timeout=WAIT, stream=stream)
+                want = torch.arange(count, dtype=torch.int64, device=device) * k
+                reply_ok((n, int((t != want).sum().item())))
+            elif cmd == "torch_user_send":  # (count, k, device, stream, slow)
+                import torch
+
+                count, k, device, stream, slow = args
+                if slow:  # the producer kernel queued behind a long one
+                    torch.cuda._sleep(slow)
+                t = torch.arange(count, dtype=torch.int64, device=device) * k
+                engine.reg(t)
+                conn.send(t, timeout=WAIT, stream=stream)
+                reply_ok()
             elif cmd == "close":
                 conn.close()
                 reply_ok()

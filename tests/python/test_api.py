@@ -375,9 +375,9 @@ def test_descriptor_bytes_go_where_a_descriptor_goes(pair):
 def test_every_public_call_has_a_readable_signature():
     import inspect
 
-    assert str(inspect.signature(ferry.Connection.send)) == "(self, data, size=None, *, timeout=None)"
+    assert str(inspect.signature(ferry.Connection.send)) == "(self, data, size=None, *, timeout=None, stream='auto')"
     assert str(inspect.signature(ferry.Connection.write)) == (
-        "(self, local, remote, remote_offset=0, notification=None, *, size=None, timeout=None)")
+        "(self, local, remote, remote_offset=0, notification=None, *, size=None, timeout=None, stream='auto')")
     assert str(inspect.signature(ferry.Engine.connect)) == "(self, peer, timeout=None)"
     for cls in (ferry.Connection, ferry.Engine, ferry.Transfer, ferry.Directory, ferry.RemoteDescriptor):
         for name, member in vars(cls).items():

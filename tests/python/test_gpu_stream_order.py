@@ -1,0 +1,106 @@
+"""CUDA tensors as users hand them over: their producer kernels, or a fill of
+the receive buffer, still queued on torch's current stream when ferry gets
+them. ferry orders each transfer after that work (stream="auto"); the same
+rounds with the ordering turned off (stream=None) must go wrong, or this test
+could not tell.
+
+Both processes use the first GPU (the peer the last), so on one host the
+connection is the local transport (CUDA IPC); FERRY_TRANSPORT=tcp runs the
+same rounds through GPU staging. Skips without a CUDA device.
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device", allow_module_level=True)
+
+import ferry  # noqa: E402
+from conftest import Link  # noqa: E402
+
+WAIT = 60
+LOCAL = "cuda:0"
+REMOTE = f"cuda:{torch.cuda.device_count() - 1}"
+COUNT = 4_000_037
+ROUNDS = 50
+SLOW = 20_000_000  # cycles of torch.cuda._sleep: about 10 ms of queued work
+
+
+@pytest.fixture(scope="module")
+def link():
+    lk = Link()
+    yield lk
+    lk.close()
+
+
+def user_rounds(link, stream):
+    """Runs ROUNDS rounds each way; returns (wrong rounds, rounds)."""
+    wrong = 0
+    for r in range(ROUNDS):
+        slow = SLOW if r % 2 else 0  # odd rounds: the work is queued behind a long kernel
+        k = r + 2
+        # this process -> peer: the producer kernel is still queued
+        link.peer.call_async("torch_user_recv", COUNT, k, REMOTE, stream, slow)
+        if slow:
+            torch.cuda._sleep(slow)
+        src = torch.arange(COUNT, dtype=torch.int64, device=LOCAL) * k
+        link.engine.reg(src)
+        link.conn.send(src, timeout=WAIT, stream=stream)
+        n, bad = link.peer.expect("ok", timeout=WAIT)
+        assert n == COUNT * 8
+        wrong += bad > 0
+        # peer -> this process: a fill of the destination is still queued
+        dst = torch.zeros(COUNT, dtype=torch.int64, device=LOCAL)
+        if slow:
+            torch.cuda._sleep(slow)
+            dst.zero_()
+        link.engine.reg(dst)
+        link.peer.call_async("torch_user_send", COUNT, k + 1000, REMOTE, stream, slow)
+        assert link.conn.recv(dst, timeout=WAIT, stream=stream) == COUNT * 8
+        link.peer.expect("ok", timeout=WAIT)
+        want = torch.arange(COUNT, dtype=torch.int64, device=LOCAL) * (k + 1000)
+        wrong += not torch.equal(dst, want)
+    return wrong, 2 * ROUNDS
+
+
+def test_transfers_follow_the_work_queued_on_the_current_stream(link):
+    wrong, rounds = user_rounds(link, "auto")
+    print(f"stream order on ({link.conn.transport_name}): {wrong} of {rounds} rounds wrong")
+    assert wrong == 0
+
+
+def test_without_the_order_the_same_rounds_go_wrong(link):
+    wrong, rounds = user_rounds(link, None)
+    print(f"stream order off ({link.conn.transport_name}): {wrong} of {rounds} rounds wrong")
+    assert wrong > 0, "the hazard never showed: this test could not catch a missing order"
+
+
+def test_a_stream_waits_on_the_gpu_for_a_receive(link):
+    # A kernel queued after stream_wait sees the received bytes, with no
+    # host wait between posting the receive and queuing the kernel.
+    dst = torch.zeros(COUNT, dtype=torch.int64, device=LOCAL)
+    link.engine.reg(dst)
+    t = link.conn.recv_async(dst)
+    link.conn.stream_wait(t, torch.cuda.current_stream())
+    total = dst.sum()  # queued behind the wait
+    link.peer.call("torch_user_send", COUNT, 7, REMOTE, "auto", SLOW)
+    assert t.wait(WAIT) == COUNT * 8
+    assert total.item() == 7 * COUNT * (COUNT - 1) // 2
+
+
+def test_an_explicit_stream_is_followed(link):
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(SLOW)
+        src = torch.arange(COUNT, dtype=torch.int64, device=LOCAL) * 5
+    link.engine.reg(src)
+    link.peer.call_async("torch_user_recv", COUNT, 5, REMOTE, "auto", 0)
+    link.conn.send(src, timeout=WAIT, stream=side)
+    n, bad = link.peer.expect("ok", timeout=WAIT)
+    assert (n, bad) == (COUNT * 8, 0)
+
+
+def test_a_bad_stream_argument_is_refused_before_anything_is_posted(link):
+    src = torch.zeros(16, device=LOCAL)
+    with pytest.raises(TypeError, match="stream"):
+        link.conn.send_async(src, stream="current")
