@@ -13,7 +13,8 @@
 #
 # Benchmarks run in their CPU form (--device cpu) at small sizes; their GPU
 # forms, and the tests that allocate CUDA memory, run only where torch sees a
-# GPU. Two-rank programs are started here, one process per rank with the
+# GPU (on a GPU host, bench/gpu/uccl.sh runs those under torchrun, over each
+# transport). Two-rank programs are started here, one process per rank with the
 # variables torchrun sets, because Debian's torchrun (torch 1.13) fails
 # before starting any worker.
 set -u

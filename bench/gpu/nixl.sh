@@ -2,8 +2,9 @@
 # The FERRY NIXL plugin on a GPU host. NIXL itself travels built, in .deps/nixl
 # (scripts/setup.sh builds it on the build machine; carry .deps). Builds the
 # plugin, its tests and ferry_nixl_bench against it (build-gpu), runs the
-# plugin's tests (host memory between two processes, and VRAM between GPUs 0
-# and 1, each over the local transport and TCP), then the benchmark: host
+# plugin's tests (host memory between two processes, VRAM between GPUs 0 and
+# 1, and one agent's own host memory and VRAM on GPU 0, each over the local
+# transport and TCP), then the benchmark: host
 # memory over loopback TCP, and GPU 0 -> GPU 1 over the local transport and
 # TCP, each against ferry's own API in the same run. A table last.
 #
@@ -18,7 +19,7 @@ export LD_LIBRARY_PATH=$PWD/.deps/nixl/lib:${LD_LIBRARY_PATH:-}
 t0=$(date +%s)
 gpu_configure "$out/cmake.log" -DFERRY_NIXL_PREFIX="$PWD/.deps/nixl" || exit 1
 if ! ninja -C build-gpu plugin_FERRY ferry_nixl_unit_tests ferry_nixl_plugin_tests ferry_nixl_gpu_tests \
-    ferry_nixl_bench nixl_agent_peer ferry_block_gpu_tests >"$out/build.log" 2>&1; then
+    ferry_nixl_local_tests ferry_nixl_bench nixl_agent_peer ferry_block_gpu_tests >"$out/build.log" 2>&1; then
   grep -E "error|Error" "$out/build.log" | head -30
   exit 1
 fi

@@ -86,6 +86,14 @@ nixlFerryEngine::nixlFerryEngine(const nixlBackendInitParams* init_params)
     return;
   }
   engine_ = std::move(engine).value();
+  {
+    // The agent is its own peer (supportsLocal): notes naming it are taken
+    // from this engine only, as for any agent whose metadata is loaded.
+    platform::MutexLock lock(state_->mu);
+    State::Peer& self = state_->peers[localAgent];
+    self.conn_info = engine_->metadata();
+    self.engine_id = engine_->id();
+  }
   NIXL_INFO << "FERRY backend of agent '" << localAgent << "' listening at " << engine_->address();
 }
 
@@ -182,6 +190,30 @@ nixl_status_t nixlFerryEngine::loadRemoteMD(const nixlBlobDesc& input, const nix
   return NIXL_SUCCESS;
 }
 
+nixl_status_t nixlFerryEngine::loadLocalMD(nixlBackendMD* input, nixlBackendMD*& output) {
+  const auto* local = static_cast<const LocalMemory*>(input);
+  std::string data;
+  {
+    platform::MutexLock lock(state_->mu);
+    if (!state_->local.contains(local)) {
+      NIXL_ERROR << "FERRY backend: loadLocalMD of metadata it did not register";
+      return NIXL_ERR_INVALID_PARAM;
+    }
+    data = memory_data(*local);
+  }
+  // Made from the public data a peer would load, so a transfer within the
+  // agent passes the checks a peer's does.
+  auto memory = RemoteMemory::make(localAgent, local->base(), local->region.length, data);
+  if (!memory.ok()) {
+    NIXL_ERROR << "FERRY backend: loadLocalMD: " << memory.status().message();
+    return NIXL_ERR_BACKEND;
+  }
+  platform::MutexLock lock(state_->mu);
+  state_->remote.insert(memory->get());
+  output = std::move(memory).value().release();
+  return NIXL_SUCCESS;
+}
+
 nixl_status_t nixlFerryEngine::unloadMD(nixlBackendMD* input) {
   auto* memory = static_cast<RemoteMemory*>(input);
   {
@@ -208,6 +240,10 @@ nixl_status_t nixlFerryEngine::getConnInfo(std::string& str) const {
 
 nixl_status_t nixlFerryEngine::loadRemoteConnInfo(const std::string& remote_agent,
                                                   const std::string& remote_conn_info) {
+  if (remote_agent == localAgent) {
+    NIXL_ERROR << "FERRY backend: connection info for agent '" << remote_agent << "', this agent's own name";
+    return NIXL_ERR_INVALID_PARAM;
+  }
   if (remote_conn_info.empty() || remote_conn_info.size() > kMaxConnInfo) {
     NIXL_ERROR << "FERRY backend: agent '" << remote_agent << "' sent connection info of "
                << remote_conn_info.size() << " bytes";
@@ -269,6 +305,10 @@ Result<std::shared_ptr<Connection>> nixlFerryEngine::connection_to(const std::st
 }
 
 nixl_status_t nixlFerryEngine::connect(const std::string& remote_agent) {
+  // NIXL connects an agent to itself when it creates the backend. Its
+  // connection is opened on first use: an agent that never moves bytes
+  // within itself holds none, and creating a backend cannot fail on it.
+  if (remote_agent == localAgent) return NIXL_SUCCESS;
   auto c = connection_to(remote_agent);
   if (!c.ok()) {
     NIXL_ERROR << "FERRY backend: " << c.status().to_string();
@@ -284,7 +324,8 @@ nixl_status_t nixlFerryEngine::disconnect(const std::string& remote_agent) {
     auto it = state_->peers.find(remote_agent);
     if (it == state_->peers.end()) return NIXL_SUCCESS;
     connection = std::move(it->second.connection);
-    state_->peers.erase(it);
+    // The agent stays its own peer; its connection reopens on next use.
+    if (remote_agent != localAgent) state_->peers.erase(it);
   }
   if (connection) connection->close();
   return NIXL_SUCCESS;

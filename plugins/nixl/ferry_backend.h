@@ -20,9 +20,13 @@
 //                    the first engine that spoke for it while that engine
 //                    stays connected (notif_senders=loaded: not at all)
 //   genNotif         notify_async
+//   loadLocalMD      the agent's own registration as a peer would load it
+//   connect(itself)  the engine is its own peer: transfers and notifications
+//                    within one agent go on a connection of the engine to
+//                    itself, opened on first use, and arrive as a peer's do
 // Same-host peers use ferry's local transport (GPU memory included), others
-// TCP; transfers within one agent are not offered (supportsLocal false), so
-// NIXL picks another backend for them.
+// TCP; the engine's connection to itself uses whichever transport a same-host
+// peer would (FERRY_TRANSPORT decides, as for any peer).
 //
 // Threading: every method may be called from any thread. Peers, connections
 // and live metadata are guarded by mu_; connecting happens outside it.
@@ -51,7 +55,7 @@ class nixlFerryEngine : public nixlBackendEngine {
   ~nixlFerryEngine() override;
 
   bool supportsRemote() const override { return true; }
-  bool supportsLocal() const override { return false; }
+  bool supportsLocal() const override { return true; }
   bool supportsNotif() const override { return true; }
   nixl_mem_list_t getSupportedMems() const override { return {DRAM_SEG, VRAM_SEG}; }
 
@@ -76,6 +80,9 @@ class nixlFerryEngine : public nixlBackendEngine {
   nixl_status_t loadRemoteConnInfo(const std::string& remote_agent, const std::string& remote_conn_info) override;
   nixl_status_t loadRemoteMD(const nixlBlobDesc& input, const nixl_mem_t& nixl_mem, const std::string& remote_agent,
                              nixlBackendMD*& output) override;
+  // The target side of `input`, a registration of this agent, for transfers
+  // within the agent; unloadMD frees it.
+  nixl_status_t loadLocalMD(nixlBackendMD* input, nixlBackendMD*& output) override;
 
   nixl_status_t getNotifs(notif_list_t& notif_list) override;
   nixl_status_t genNotif(const std::string& remote_agent, const std::string& msg) const override;
@@ -93,7 +100,8 @@ class nixlFerryEngine : public nixlBackendEngine {
   struct State;
 
   // The connection to `agent`, dialed with its loaded connection info when
-  // there is none or the last one failed. Blocks up to connect_timeout.
+  // there is none or the last one failed (for this agent itself, the
+  // engine's own metadata). Blocks up to connect_timeout.
   Result<std::shared_ptr<Connection>> connection_to(const std::string& agent) const;
   Result<std::string> encode_note(const std::string& message, bool failed) const;
   // Whether a note naming `agent` that came from `connection`'s engine is
