@@ -22,7 +22,6 @@
 
 namespace ferry::platform {
 class GatherKernels;
-class StreamSignals;
 class ResidentGather;
 }  // namespace ferry::platform
 
@@ -72,8 +71,6 @@ struct EngineContext {
   std::shared_ptr<platform::ResidentGather> resident_gather;
   // Holds transfers ordered after CUDA streams until the streams get there.
   std::shared_ptr<StreamGate> stream_gate;
-  // The words CUDA streams wait on for a transfer to finish.
-  std::shared_ptr<platform::StreamSignals> stream_signals;
 };
 
 }  // namespace ferry::core

@@ -6,8 +6,9 @@
 #include <net/if.h>
 #include <netinet/in.h>
 
-#include <fstream>
+#include <charconv>
 
+#include "platform/host_files.h"
 #include "platform/system_error.h"
 
 namespace ferry::platform {
@@ -37,8 +38,16 @@ Result<std::vector<Interface>> list_interfaces() {
       n.netmask = ntohl(reinterpret_cast<struct sockaddr_in*>(i->ifa_netmask)->sin_addr.s_addr);
     n.up = (i->ifa_flags & IFF_UP) != 0 && (i->ifa_flags & IFF_RUNNING) != 0;
     n.loopback = (i->ifa_flags & IFF_LOOPBACK) != 0;
-    std::ifstream speed("/sys/class/net/" + n.name + "/speed");
-    if (!(speed >> n.speed_mbps) || n.speed_mbps < 0) n.speed_mbps = 0;
+    // Parsed without iostreams: a process that loaded a C++ library of
+    // another ABI first (torch's wheels) crashed in the stream's number
+    // parsing here.
+    n.speed_mbps = 0;
+    if (auto speed = read_trimmed("/sys/class/net/" + n.name + "/speed"); speed.ok()) {
+      const std::string& t = speed.value();
+      int v = 0;
+      auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+      if (ec == std::errc() && end == t.data() + t.size() && v > 0) n.speed_mbps = v;
+    }
     out.push_back(std::move(n));
   }
   ::freeifaddrs(all);
