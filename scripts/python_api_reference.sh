@@ -24,7 +24,7 @@ PYTHONPATH="$build/python" "$py" -m pydoc -w "${modules[@]}" >/dev/null
 fail() { echo "python_api_reference: $*" >&2; exit 1; }
 for m in "${modules[@]}"; do [ -s "$m.html" ] || fail "no page for $m"; done
 # Signatures as Python writes them (pydoc puts them after the name's anchor).
-for want in "send</strong></a>(self, data, size=None, *, timeout=None)" "probe</strong></a>(self, *, timeout=None)" \
+for want in "send</strong></a>(self, data, size=None, *, timeout=None, stream=" "probe</strong></a>(self, *, timeout=None)" \
     "wait_notification</strong></a>(self, timeout=None)" "notification</strong></a>(conn"; do
   grep -qF "$want" ferry._ferry.html ferry.aio.html || fail "no signature '$want' in the reference"
 done
