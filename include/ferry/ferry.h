@@ -3,6 +3,7 @@
 
 #include "ferry/directory.h"
 #include "ferry/engine.h"
+#include "ferry/log.h"
 #include "ferry/memory.h"
 #include "ferry/options.h"
 #include "ferry/status.h"

@@ -132,8 +132,8 @@ Result<Dialed> dial_once(const std::shared_ptr<core::EngineContext>& ctx, const 
       local_failed = true;
       return context(conn.status().with_context("local transport"));
     }
-    FERRY_LOG(kInfo, "local", "connected to %s on this host (peer connection %" PRIu64 ")", where.c_str(),
-              accepted->connection_id);
+    FERRY_ENGINE_LOG(kInfo, "local", ctx->engine_id, "connected to %s on this host (peer connection %" PRIu64 ")",
+                     where.c_str(), accepted->connection_id);
     return Dialed{std::move(conn).value(), std::move(ticket).value()};
   }
   std::vector<platform::Socket> data;
@@ -175,7 +175,8 @@ Result<Dialed> dial_once(const std::shared_ptr<core::EngineContext>& ctx, const 
     conn->close();
     return context(started);
   }
-  FERRY_LOG(kInfo, "tcp", "connected to %s (peer connection %" PRIu64 ")", where.c_str(), accepted->connection_id);
+  FERRY_ENGINE_LOG(kInfo, "tcp", ctx->engine_id, "connected to %s (peer connection %" PRIu64 ")", where.c_str(),
+                   accepted->connection_id);
   return Dialed{std::move(conn), nullptr};
 }
 
@@ -188,7 +189,7 @@ Result<Dialed> dial(const std::shared_ptr<core::EngineContext>& ctx, const platf
   if (c.ok() || ctx->options.transport != TransportChoice::kAuto || !local_failed) return c;
   // Same host but the processes cannot reach each other's memory (another
   // pid namespace, no permission): TCP still works.
-  FERRY_LOG(kInfo, "engine", "%s; using TCP", c.status().to_string().c_str());
+  FERRY_ENGINE_LOG(kInfo, "engine", ctx->engine_id, "%s; using TCP", c.status().to_string().c_str());
   return dial_once(ctx, to, deadline, next_id(), /*allow_local=*/false, local_failed);
 }
 

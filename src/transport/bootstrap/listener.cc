@@ -197,7 +197,8 @@ void TcpListener::start_handshake_locked(platform::Socket s, std::string group) 
       [this, id, sock = std::make_shared<platform::Socket>(std::move(s))]() mutable { serve(id, std::move(*sock)); });
   if (!started.ok()) {
     // The stream closes with the dropped function that owned it.
-    FERRY_LOG(kWarn, "tcp", "closed an incoming stream: %s", started.status().to_string().c_str());
+    FERRY_ENGINE_LOG(kWarn, "tcp", ctx_->engine_id, "closed an incoming stream: %s",
+                     started.status().to_string().c_str());
     uncount_locked(h);
     handshakes_.erase(id);
     return;
@@ -210,10 +211,11 @@ void TcpListener::closed_unread_locked(const std::string& group) {
   if (now - busy_logged_ < std::chrono::seconds(1)) return;
   busy_logged_ = now;
   auto it = counted_by_group_.find(group);
-  FERRY_LOG(kWarn, "tcp",
-            "%d handshakes in progress, %d of them from %s (max_handshakes, half of it per address group): closing "
-            "incoming streams unread",
-            counted_, it == counted_by_group_.end() ? 0 : it->second, group.c_str());
+  FERRY_ENGINE_LOG(
+      kWarn, "tcp", ctx_->engine_id,
+      "%d handshakes in progress, %d of them from %s (max_handshakes, half of it per address group): closing "
+      "incoming streams unread",
+      counted_, it == counted_by_group_.end() ? 0 : it->second, group.c_str());
 }
 
 void TcpListener::start_parked_locked() {
@@ -291,11 +293,12 @@ void TcpListener::accept_loop() {
     for (platform::Socket& s : fresh) place_locked(std::move(s));
     fresh.clear();
     if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
-      FERRY_LOG(kWarn, "tcp", "accept: out of resources (errno %d); retrying", err);
+      FERRY_ENGINE_LOG(kWarn, "tcp", ctx_->engine_id, "accept: out of resources (errno %d); retrying", err);
       // Sleeping here (not spinning) gives descriptors a chance to be freed.
       cv_.wait_for(lock.native(), std::chrono::milliseconds(50));
     } else if (err != 0) {
-      FERRY_LOG(kError, "tcp", "accept failed (errno %d); the engine no longer accepts peers", err);
+      FERRY_ENGINE_LOG(kError, "tcp", ctx_->engine_id, "accept failed (errno %d); the engine no longer accepts peers",
+                       err);
       return;
     }
   }
@@ -319,7 +322,10 @@ void TcpListener::serve(uint64_t handshake_id, platform::Socket s) {
       st = serve_control(handshake_id, s, *hello, deadline);
     }
   }
-  if (!st.ok()) FERRY_LOG(kWarn, "tcp", "dropped incoming stream from %s: %s", from.c_str(), st.to_string().c_str());
+  if (!st.ok()) {
+    FERRY_ENGINE_LOG(kWarn, "tcp", ctx_->engine_id, "dropped incoming stream from %s: %s", from.c_str(),
+                     st.to_string().c_str());
+  }
   platform::MutexLock lock(mu_);
   auto it = handshakes_.find(handshake_id);
   if (it != handshakes_.end()) {
