@@ -58,9 +58,11 @@ Result<Dialed> dial_once(const std::shared_ptr<core::EngineContext>& ctx, const 
   }
   auto welcome = wire::decode_welcome(frame->header, frame->aux);
   if (!welcome.ok()) return context(welcome.status());
-  if (welcome->version != wire::kProtocolVersion) {
-    return context(Status(Code::kUnimplemented, "peer speaks protocol version " + std::to_string(welcome->version) +
-                                                    ", this engine speaks " + std::to_string(wire::kProtocolVersion)));
+  // The acceptor chose from this engine's offer (the HELLO's range).
+  if (welcome->version < wire::kSpokenVersions.min || welcome->version > wire::kSpokenVersions.max) {
+    return context(Status(Code::kUnimplemented, "the accepting engine chose protocol version " +
+                                                    std::to_string(welcome->version) + ", outside this engine's " +
+                                                    wire::to_string(wire::kSpokenVersions)));
   }
 
   if (welcome->engine_id != platform::engine_id_of(welcome->identity)) {

@@ -313,13 +313,23 @@ void TcpListener::serve(uint64_t handshake_id, platform::Socket s) {
     st = hello_frame.status();
   } else {
     hello_seen(handshake_id);
-    auto hello = wire::decode_hello(hello_frame->header, hello_frame->aux);
+    // The offer is judged from the header alone: a HELLO of a version this
+    // engine does not speak is refused in words, whatever its aux bytes.
+    auto versions = wire::hello_versions(hello_frame->header);
+    auto chosen =
+        versions.ok() ? wire::negotiate(wire::kSpokenVersions, *versions) : Result<uint16_t>(versions.status());
+    auto hello =
+        chosen.ok() ? wire::decode_hello(hello_frame->header, hello_frame->aux) : Result<wire::Hello>(chosen.status());
+    if (!chosen.ok() && chosen.status().code() == Code::kUnimplemented) {
+      (void)write_handshake_frame(s.fd(), wire::encode(wire::Rejected{Code::kUnimplemented, chosen.status().message()}),
+                                  deadline);
+    }
     if (!hello.ok()) {
       st = hello.status();
     } else if (hello->role == wire::StreamRole::kData) {
       st = attach_data(s, *hello);
     } else {
-      st = serve_control(handshake_id, s, *hello, deadline);
+      st = serve_control(handshake_id, s, *hello, *chosen, deadline);
     }
   }
   if (!st.ok()) {
@@ -356,20 +366,16 @@ Status TcpListener::attach_data(platform::Socket& s, const wire::Hello& hello) {
 }
 
 Status TcpListener::serve_control(uint64_t handshake_id, platform::Socket& s, const wire::Hello& hello,
-                                  Deadline deadline) {
+                                  uint16_t version, Deadline deadline) {
   const Options& o = ctx_->options;
   int fd = s.fd();
   auto reject = [&](Code code, const std::string& why) {
     (void)write_handshake_frame(fd, wire::encode(wire::Rejected{code, why}), deadline);
     return Status(code, why);
   };
-  if (hello.version != wire::kProtocolVersion) {
-    return reject(Code::kUnimplemented, "this engine speaks protocol version " +
-                                            std::to_string(wire::kProtocolVersion) + ", the connector " +
-                                            std::to_string(hello.version));
-  }
   FERRY_RETURN_IF_ERROR(platform::tune_stream(s, 0));
   wire::Welcome welcome;
+  welcome.version = version;
   welcome.engine_id = ctx_->engine_id;
   welcome.auth_required = !o.auth_token.empty();
   welcome.host_id = ctx_->host_id;
