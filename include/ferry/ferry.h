@@ -8,3 +8,4 @@
 #include "ferry/options.h"
 #include "ferry/status.h"
 #include "ferry/transfer.h"
+#include "ferry/version.h"

@@ -44,6 +44,9 @@ log to "ferry.p2p" and "ferry.mooncake"); FERRY_LOG (default warn) decides
 which lines exist. Without any logging configuration they are printed on
 stderr as the C++ library prints them. ferry.logs_to_python(False) or
 FERRY_LOG_STDERR=1 keeps them on stderr.
+
+Versions: ferry.__version__, and ferry.version_info() for the wire protocol
+versions and what the build holds (what `ferry --version` prints).
 """
 
 from typing import Any, Optional
@@ -88,7 +91,7 @@ from ._ferry import (
 )
 from . import _logs
 
-__version__ = "0.1.0"
+__version__: str = _ferry.build_info()["version"]
 
 from . import aio  # noqa: E402  (makes a Transfer awaitable)
 
@@ -103,7 +106,21 @@ __all__ = [
     "Options", "OutOfRange", "PeerLost", "PermissionDenied", "Region", "RemoteDescriptor",
     "ResourceExhausted", "Status", "Transfer", "Unauthenticated", "Unavailable", "Unimplemented",
     "apply_environment", "code_name", "describe_tunables", "logs_to_python", "make_options", "validate",
+    "version_info",
 ]
+
+
+def version_info() -> "dict[str, Any]":
+    """What this build of ferry is, as `ferry --version` prints it.
+
+    Keys: version ("0.1.0"); protocol, the wire protocol version it speaks
+    best, and protocol_range, (lowest, highest) it accepts from a peer;
+    cuda (GPU memory support; the driver is loaded at run time), nixl_plugin
+    (the NIXL backend plugin was built with it), directories (the directory
+    servers its clients speak: "redis", "etcd"); text, the lines of
+    `ferry --version` about the library.
+    """
+    return _ferry.build_info()
 
 
 def logs_to_python(enable: bool = True) -> None:

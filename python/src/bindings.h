@@ -5,7 +5,7 @@
 //   engine.cc      Options, Region, RemoteDescriptor, Engine
 //   connection.cc  Connection
 //   address_blocks.cc  raw addresses to block rows (ferry.mooncake)
-//   logs.cc        ferry's log lines to `logging`
+//   logs.cc        ferry's log lines to `logging`; what the build is
 #pragma once
 
 #include <pybind11/pybind11.h>

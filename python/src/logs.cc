@@ -1,4 +1,4 @@
-// ferry's log lines for Python's `logging`.
+// ferry's log lines for Python's `logging`, and what the build is.
 //
 // The C++ side never takes the GIL to log: lines go to ferry's bounded log
 // queue (include/ferry/log.h), and the `ferry-log` thread of ferry/_logs.py
@@ -15,6 +15,7 @@
 #include "bindings.h"
 #include "errors.h"
 #include "ferry/log.h"
+#include "ferry/version.h"
 
 namespace ferry::py {
 
@@ -75,6 +76,22 @@ void bind_logs(pyb::module_& m) {
       },
       pyb::arg("threads"), pyb::arg("lines"), pyb::arg("level"), pyb::arg("subsystem"),
       "For tests: `threads` C++ threads each log `lines` lines while this call holds the GIL.");
+  m.def(
+      "build_info",
+      [] {
+        BuildInfo b = build_info();
+        pyb::dict d;
+        d["version"] = b.version;
+        d["protocol"] = b.protocol_version;
+        d["protocol_range"] = pyb::make_tuple(b.min_protocol_version, b.protocol_version);
+        d["cuda"] = b.cuda;
+        d["nixl_plugin"] = b.nixl_plugin;
+        d["directories"] = b.directories;
+        d["text"] = describe(b);
+        return d;
+      },
+      "What this build is: version, wire protocol version and the range it accepts, and what was compiled in "
+      "(cuda, nixl_plugin, directories); `text` is what `ferry --version` prints of it.");
 }
 
 }  // namespace ferry::py

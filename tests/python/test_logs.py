@@ -1,5 +1,5 @@
-"""ferry's C++ log lines in Python's `logging`, and FERRY_LOG in any case
-(issue 59, item 6).
+"""ferry's C++ log lines in Python's `logging`, FERRY_LOG in any case, and the
+version facts (issue 59, item 6).
 
 Each case runs in a fresh interpreter: the log level and the log queue are
 the process's, and what happens at interpreter exit is part of the contract.
@@ -194,3 +194,16 @@ def test_log_level_in_any_case_and_one_clear_error():
     error = report_of(r)["error"]
     assert 'FERRY_LOG="verbose"' in error and "error, warn, info, debug or trace" in error, error
 
+
+def test_version_info_says_what_ferry_version_says():
+    info = ferry.version_info()
+    assert ferry.__version__ == info["version"]
+    lo, hi = info["protocol_range"]
+    assert lo <= info["protocol"] == hi
+    assert isinstance(info["cuda"], bool) and isinstance(info["nixl_plugin"], bool)
+    assert set(info["directories"]) <= {"redis", "etcd"}
+    assert info["text"].startswith(f"ferry {ferry.__version__}\nwire protocol {info['protocol']} ")
+    cli = os.path.join(os.path.dirname(ferry.__file__), "..", "..", "bin", "ferry")
+    if os.path.exists(cli):
+        out = subprocess.run([cli, "--version"], stdout=subprocess.PIPE, text=True, timeout=TIMEOUT).stdout
+        assert out.startswith(info["text"]), (out, info["text"])
