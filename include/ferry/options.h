@@ -178,6 +178,9 @@ struct Options {
   // otherwise), kTcp ("tcp": always TCP) or kLocal ("local": refuse peers on
   // other hosts).
   TransportChoice transport = TransportChoice::kAuto;
+  // The process's log level (FERRY_LOG, in any case); lines and where they
+  // go: ferry/log.h. A level other than kWarn, or FERRY_LOG, set at
+  // Engine::create applies to every engine of the process.
   LogLevel log_level = LogLevel::kWarn;
 
   // ---- the directory: engines find each other by name (docs/directory.md) ----

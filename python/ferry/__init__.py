@@ -37,6 +37,16 @@ Engines find each other by name through Redis or etcd:
 
 `ferry.p2p` is a facade with the Endpoint API of UCCL's P2P engine;
 `ferry.mooncake` one with the TransferEngine API of Mooncake's Transfer Engine.
+
+Logs: ferry's C++ lines go to Python's `logging`, to the loggers
+"ferry.engine", "ferry.tcp", "ferry.local", "ferry.directory", ... (the facades
+log to "ferry.p2p" and "ferry.mooncake"); FERRY_LOG (default warn) decides
+which lines exist. Without any logging configuration they are printed on
+stderr as the C++ library prints them. ferry.logs_to_python(False) or
+FERRY_LOG_STDERR=1 keeps them on stderr.
+
+Versions: ferry.__version__, and ferry.version_info() for the wire protocol
+versions and what the build holds (what `ferry --version` prints).
 """
 
 from typing import Any, Optional
@@ -79,8 +89,9 @@ from ._ferry import (
     describe_tunables,
     validate,
 )
+from . import _logs
 
-__version__ = "0.1.0"
+__version__: str = _ferry.build_info()["version"]
 
 from . import aio  # noqa: E402  (makes a Transfer awaitable)
 
@@ -94,8 +105,37 @@ __all__ = [
     "FerryError", "InternalError", "InvalidArgument", "LogLevel", "MemoryKind", "NotFound", "Note", "Notification",
     "Options", "OutOfRange", "PeerLost", "PermissionDenied", "Region", "RemoteDescriptor",
     "ResourceExhausted", "Status", "Transfer", "Unauthenticated", "Unavailable", "Unimplemented",
-    "apply_environment", "code_name", "describe_tunables", "make_options", "validate",
+    "apply_environment", "code_name", "describe_tunables", "logs_to_python", "make_options", "validate",
+    "version_info",
 ]
+
+
+def version_info() -> "dict[str, Any]":
+    """What this build of ferry is, as `ferry --version` prints it.
+
+    Keys: version ("0.1.0"); protocol, the wire protocol version it speaks
+    best, and protocol_range, (lowest, highest) it accepts from a peer;
+    cuda (GPU memory support; the driver is loaded at run time), nixl_plugin
+    (the NIXL backend plugin was built with it), directories (the directory
+    servers its clients speak: "redis", "etcd"); text, the lines of
+    `ferry --version` about the library.
+    """
+    return _ferry.build_info()
+
+
+def logs_to_python(enable: bool = True) -> None:
+    """Whether ferry's C++ log lines go to Python's `logging` (the default).
+
+    True: a daemon thread, "ferry-log", hands each line to the logger
+    "ferry.<subsystem>" at its level, with the line's own time and thread
+    name; lines about one engine start with "engine 1a2b3c4d: " and carry
+    record.ferry_engine. Nothing configured for those loggers: the lines are
+    printed on stderr as C++ prints them. ferry's threads never wait for
+    Python: past 4096 lines not yet taken, lines are dropped and counted.
+    False: lines go straight to stderr (as FERRY_LOG_STDERR=1 at start).
+    FERRY_LOG or Options.log_level decides which lines exist either way.
+    """
+    _logs.to_python(enable)
 
 
 def make_options(options: Optional[Options] = None, **fields: Any) -> Options:

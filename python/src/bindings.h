@@ -5,6 +5,7 @@
 //   engine.cc      Options, Region, RemoteDescriptor, Engine
 //   connection.cc  Connection
 //   address_blocks.cc  raw addresses to block rows (ferry.mooncake)
+//   logs.cc        ferry's log lines to `logging`; what the build is
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -41,6 +42,12 @@ struct BufferArg;
 // land there. Needs the GIL.
 void check_destination(pyb::handle engine, const BufferArg& b, const std::string& what);
 
+// Starts the thread that hands ferry's log lines to Python's `logging`
+// (ferry/_logs.py), unless it runs or the application chose stderr. Called
+// with the GIL held before anything that may log is made.
+void start_log_reader();
+
+void bind_logs(pyb::module_& m);
 void bind_engine(pyb::module_& m);
 void bind_directory(pyb::module_& m);
 void bind_connection(pyb::module_& m);

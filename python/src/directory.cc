@@ -111,6 +111,7 @@ void bind_directory(pyb::module_& m) {
                            "A client of a directory (redis://[user:pass@]host:port[/ns] or "
                            "etcd://host:port[,host:port...][/ns]). Engine.directory is the engine's own.")
       .def(pyb::init([](const std::string& url) {
+             start_log_reader();
              PyDirectory d;
              d.own = std::shared_ptr<Directory>(value_or_throw(Directory::open(url)));
              return d;

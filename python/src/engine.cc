@@ -18,6 +18,7 @@
 #include "bindings.h"
 #include "buffers.h"
 #include "errors.h"
+#include "ferry/log.h"
 #include "transfer.h"
 #include "waker.h"
 
@@ -48,14 +49,11 @@ Duration to_duration(pyb::handle v, const char* field) {
 LogLevel to_level(pyb::handle v) {
   if (pyb::isinstance<LogLevel>(v)) return v.cast<LogLevel>();
   if (PyUnicode_Check(v.ptr())) {
-    std::string s = v.cast<std::string>();
-    if (s == "error") return LogLevel::kError;
-    if (s == "warn") return LogLevel::kWarn;
-    if (s == "info") return LogLevel::kInfo;
-    if (s == "debug") return LogLevel::kDebug;
-    if (s == "trace") return LogLevel::kTrace;
+    auto level = parse_log_level(v.cast<std::string>());
+    if (level.ok()) return level.value();
   }
-  throw pyb::value_error("log_level must be a ferry.LogLevel or one of 'error', 'warn', 'info', 'debug', 'trace'");
+  throw pyb::value_error(
+      "log_level must be a ferry.LogLevel or one of 'error', 'warn', 'info', 'debug', 'trace' (any case)");
 }
 
 // A field that holds one of a few names (include/ferry/options.h): Python
@@ -228,7 +226,7 @@ void bind_options(pyb::module_& m) {
       "a batch; it holds 32 SMs' blocks meanwhile); 0: launched for each batch.");
   o.def_property(
       "log_level", [](const Options& x) { return x.log_level; },
-      [](Options& x, pyb::handle v) { x.log_level = to_level(v); }, "A ferry.LogLevel or its lower-case name.");
+      [](Options& x, pyb::handle v) { x.log_level = to_level(v); }, "A ferry.LogLevel or its name, in any case.");
   o.def("__repr__", [](const Options& x) {
     std::string s = "ferry.Options(";
     bool first = true;
@@ -340,6 +338,7 @@ void bind_memory(pyb::module_& m) {
 class PyEngine {
  public:
   explicit PyEngine(const Options& options) {
+    start_log_reader();  // the engine's first lines go to `logging` already
     Result<std::unique_ptr<Engine>> r = Status();
     {
       pyb::gil_scoped_release nogil;

@@ -18,5 +18,6 @@ PYBIND11_MODULE(_ferry, m) {
   ferry::py::bind_directory(m);
   ferry::py::bind_connection(m);
   ferry::py::bind_address_blocks(m);
+  ferry::py::bind_logs(m);
   ferry::py::publish_text_signatures(m);
 }

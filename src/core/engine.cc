@@ -22,9 +22,10 @@
 #include "platform/mutex.h"
 #include "platform/socket.h"
 #include "platform/thread.h"
-#include "transport/bootstrap/engine_transports.h"
 #include "transport/bootstrap/dialer.h"
+#include "transport/bootstrap/engine_transports.h"
 #include "transport/bootstrap/listener.h"
+#include "wire/frame.h"
 #include "wire/metadata.h"
 
 namespace ferry {
@@ -206,10 +207,10 @@ Status start_directory(Engine::Impl& impl) {
   bool remote_directory = std::any_of(url.endpoints.begin(), url.endpoints.end(),
                                       [&](const platform::HostPort& e) { return !loopback(e.host); });
   if (remote_directory && std::all_of(self.addresses.begin(), self.addresses.end(), loopback)) {
-    FERRY_LOG(kWarn, "directory",
-              "publishing \"%s\" in %s with only loopback addresses (%s): engines on other hosts cannot reach "
-              "them; set listen (FERRY_LISTEN) to this host's address or name its NICs (FERRY_NICS)",
-              o.name.c_str(), url.redacted.c_str(), self.addresses.front().c_str());
+    FERRY_ENGINE_LOG(kWarn, "directory", impl.ctx->engine_id,
+                     "publishing \"%s\" in %s with only loopback addresses (%s): engines on other hosts cannot reach "
+                     "them; set listen (FERRY_LISTEN) to this host's address or name its NICs (FERRY_NICS)",
+                     o.name.c_str(), url.redacted.c_str(), self.addresses.front().c_str());
   }
   // The first publish gets a moment, so that peers find the name as soon as
   // create returns; a directory that is down only delays it.
@@ -238,8 +239,10 @@ Status start_directory(Engine::Impl& impl) {
   };
   FERRY_ASSIGN_OR_RETURN(impl.publisher, directory::Publisher::start(url, std::move(self), o.directory_ttl,
                                                                      after(first_try), std::move(verify)));
-  FERRY_LOG(kInfo, "directory", "published \"%s\" in %s (incarnation %" PRIu64 ", ttl %lld ms)", o.name.c_str(),
-            url.redacted.c_str(), impl.publisher->self().incarnation, static_cast<long long>(o.directory_ttl.count()));
+  FERRY_ENGINE_LOG(kInfo, "directory", impl.ctx->engine_id,
+                   "published \"%s\" in %s (incarnation %" PRIu64 ", ttl %lld ms)", o.name.c_str(),
+                   url.redacted.c_str(), impl.publisher->self().incarnation,
+                   static_cast<long long>(o.directory_ttl.count()));
   return Status();
 }
 
@@ -338,7 +341,8 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
     return heartbeat.status().with_context("engine");
   }
   impl->heartbeat = std::move(heartbeat).value();
-  FERRY_LOG(kInfo, "engine", "engine %016" PRIx64 " listening on %s", impl->ctx->engine_id, impl->address.c_str());
+  FERRY_ENGINE_LOG(kInfo, "engine", impl->ctx->engine_id, "listening on %s (engine id %016" PRIx64 ", protocol %u)",
+                   impl->address.c_str(), impl->ctx->engine_id, static_cast<unsigned>(wire::kProtocolVersion));
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 

@@ -48,12 +48,9 @@ Result<int64_t> parse_int(std::string_view env, std::string_view v) {
 }
 
 Result<LogLevel> parse_level(std::string_view env, std::string_view v) {
-  if (v == "error") return LogLevel::kError;
-  if (v == "warn") return LogLevel::kWarn;
-  if (v == "info") return LogLevel::kInfo;
-  if (v == "debug") return LogLevel::kDebug;
-  if (v == "trace") return LogLevel::kTrace;
-  return bad_value(env, v, "expected error, warn, info, debug or trace");
+  auto level = parse_log_level(v);
+  if (!level.ok()) return bad_value(env, v, "expected error, warn, info, debug or trace (any case)");
+  return level;
 }
 
 // The names of an enum's values, indexed by value.
@@ -98,11 +95,6 @@ template <typename E, size_t N>
 Status check_named(const Names<E, N>& n, E value) {
   if (!name_of(n, value).empty()) return Status();
   return not_a_name(n, std::to_string(static_cast<int>(value)));
-}
-
-const char* level_name(LogLevel l) {
-  static const char* names[] = {"error", "warn", "info", "debug", "trace"};
-  return names[static_cast<int>(l)];
 }
 
 template <typename Field>
@@ -297,8 +289,8 @@ const std::vector<Tunable>& tunables() {
       ms_tunable("directory_ttl", "FERRY_DIRECTORY_TTL_MS",
                  "a directory entry not refreshed this long expires (refreshed every third of it)",
                  &Options::directory_ttl),
-      Tunable{"log_level", "FERRY_LOG", "", "error, warn, info, debug or trace",
-              [](const Options& o) { return std::string(level_name(o.log_level)); },
+      Tunable{"log_level", "FERRY_LOG", "", "error, warn, info, debug or trace (any case)",
+              [](const Options& o) { return std::string(to_string(o.log_level)); },
               [](Options& o, std::string_view v) -> Status {
                 auto r = parse_level("FERRY_LOG", v);
                 if (!r.ok()) return r.status();
@@ -352,8 +344,8 @@ Result<Options> apply_environment(Options base) {
 
 std::vector<std::string> unknown_environment() {
   // Variables ferry reads outside the tunables' table.
-  static const char* const kOthers[] = {"FERRY_AUTH_TOKEN_FILE", "FERRY_NCCL_LIBRARY", "FERRY_P2P_BASE_PORT",
-                                        "FERRY_P2P_CONNECT_TIMEOUT"};
+  static const char* const kOthers[] = {"FERRY_AUTH_TOKEN_FILE", "FERRY_LOG_STDERR", "FERRY_NCCL_LIBRARY",
+                                        "FERRY_P2P_BASE_PORT", "FERRY_P2P_CONNECT_TIMEOUT"};
   std::vector<std::string> unknown;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     std::string_view entry(*e);
@@ -395,6 +387,10 @@ Status validate(const Options& o) {
   for (const Status& s : {check_named(kStagingCopyNames, o.staging_copy), check_named(kPathPolicyNames, o.path_policy),
                           check_named(kNicPolicyNames, o.nic_policy), check_named(kTransportNames, o.transport)}) {
     if (!s.ok()) return bad(s.message());
+  }
+  if (static_cast<int>(o.log_level) > static_cast<int>(LogLevel::kTrace)) {
+    return bad("log_level must be error, warn, info, debug or trace, got " +
+               std::to_string(static_cast<int>(o.log_level)));
   }
   if (o.peer_timeout <= o.heartbeat_interval) {
     return bad("peer_timeout (" + std::to_string(o.peer_timeout.count()) + " ms) must exceed heartbeat_interval (" +

@@ -48,10 +48,10 @@ Result<std::unique_ptr<Publisher>> Publisher::start(const DirectoryUrl& url, Dir
   if (!s.ok()) {
     p->failing_ = true;
     p->backoff_ = kFirstBackoff;
-    FERRY_LOG(kWarn, "directory",
-              "cannot publish \"%s\" in %s yet: %s; retrying in the background with backoff (connections are "
-              "unaffected)",
-              p->self_.name.c_str(), url.redacted.c_str(), s.to_string().c_str());
+    FERRY_ENGINE_LOG(kWarn, "directory", p->self_.engine_id,
+                     "cannot publish \"%s\" in %s yet: %s; retrying in the background with backoff (connections are "
+                     "unaffected)",
+                     p->self_.name.c_str(), url.redacted.c_str(), s.to_string().c_str());
   }
   Publisher* raw = p.get();
   auto t = platform::try_start_thread("ferry-directory", [raw] { raw->loop(); });
@@ -74,8 +74,9 @@ Publisher::~Publisher() {
   if (published_ && !displaced_) {
     Status s = backend_->remove_if(key_, value_, after(std::chrono::milliseconds(500)));
     if (!s.ok()) {
-      FERRY_LOG(kInfo, "directory", "could not delete \"%s\" on shutdown (%s); it expires within %lld ms",
-                self_.name.c_str(), s.to_string().c_str(), static_cast<long long>(ttl_.count()));
+      FERRY_ENGINE_LOG(kInfo, "directory", self_.engine_id,
+                       "could not delete \"%s\" on shutdown (%s); it expires within %lld ms", self_.name.c_str(),
+                       s.to_string().c_str(), static_cast<long long>(ttl_.count()));
     }
   }
 }
@@ -93,10 +94,11 @@ bool Publisher::genuine(const DirectoryEntry& e, Deadline deadline) {
   if (auto it = verdicts_.find(key); it != verdicts_.end()) return it->second;
   Status s = verify_ ? verify_(e, deadline) : Status();
   if (!s.ok()) {
-    FERRY_LOG(kWarn, "directory",
-              "\"%s\" in %s names engine %s incarnation %" PRIu64
-              ", which did not answer as that engine at its addresses (%s): the entry is not believed",
-              e.name.c_str(), url_.redacted.c_str(), hex(e.engine_id).c_str(), e.incarnation, s.to_string().c_str());
+    FERRY_ENGINE_LOG(kWarn, "directory", self_.engine_id,
+                     "\"%s\" in %s names engine %s incarnation %" PRIu64
+                     ", which did not answer as that engine at its addresses (%s): the entry is not believed",
+                     e.name.c_str(), url_.redacted.c_str(), hex(e.engine_id).c_str(), e.incarnation,
+                     s.to_string().c_str());
   }
   // Unreachable is not remembered: a real newcomer may not be listening yet.
   if (s.ok() || s.code() != Code::kUnavailable) {
@@ -115,11 +117,11 @@ Status Publisher::publish_now(Deadline deadline) {
         // A newer start took the name; fighting it would send peers back and
         // forth. The newcomer wins.
         displaced_ = true;
-        FERRY_LOG(kError, "directory",
-                  "\"%s\" in %s now names engine %s incarnation %" PRIu64
-                  " (a newer start under the same name); engine %s incarnation %" PRIu64 " stops publishing it",
-                  self_.name.c_str(), url_.redacted.c_str(), hex(e->engine_id).c_str(), e->incarnation,
-                  hex(self_.engine_id).c_str(), self_.incarnation);
+        FERRY_ENGINE_LOG(kError, "directory", self_.engine_id,
+                         "\"%s\" in %s now names engine %s incarnation %" PRIu64
+                         " (a newer start under the same name); engine %s incarnation %" PRIu64 " stops publishing it",
+                         self_.name.c_str(), url_.redacted.c_str(), hex(e->engine_id).c_str(), e->incarnation,
+                         hex(self_.engine_id).c_str(), self_.incarnation);
         return Status();
       }
       if (!ever_published_ && e->incarnation >= self_.incarnation) {
@@ -131,8 +133,8 @@ Status Publisher::publish_now(Deadline deadline) {
   }
   FERRY_RETURN_IF_ERROR(backend_->put_with_ttl(key_, value_, ttl_, deadline));
   if (ever_published_ && !published_) {
-    FERRY_LOG(kInfo, "directory", "\"%s\" was gone from %s; published again", self_.name.c_str(),
-              url_.redacted.c_str());
+    FERRY_ENGINE_LOG(kInfo, "directory", self_.engine_id, "\"%s\" was gone from %s; published again",
+                     self_.name.c_str(), url_.redacted.c_str());
   }
   published_ = true;
   ever_published_ = true;
@@ -158,17 +160,19 @@ Clock::duration Publisher::publish_step() {
   }
   if (s.ok()) {
     if (failing_) {
-      FERRY_LOG(kWarn, "directory", "%s answers again; \"%s\" is published", url_.redacted.c_str(), self_.name.c_str());
+      FERRY_ENGINE_LOG(kWarn, "directory", self_.engine_id, "%s answers again; \"%s\" is published",
+                       url_.redacted.c_str(), self_.name.c_str());
       failing_ = false;
     }
     backoff_ = Clock::duration::zero();
     return period;
   }
   if (!failing_) {
-    FERRY_LOG(kWarn, "directory",
-              "cannot refresh \"%s\" in %s: %s; retrying with backoff (connections are unaffected; the entry "
-              "expires within %lld ms)",
-              self_.name.c_str(), url_.redacted.c_str(), s.to_string().c_str(), static_cast<long long>(ttl_.count()));
+    FERRY_ENGINE_LOG(kWarn, "directory", self_.engine_id,
+                     "cannot refresh \"%s\" in %s: %s; retrying with backoff (connections are unaffected; the entry "
+                     "expires within %lld ms)",
+                     self_.name.c_str(), url_.redacted.c_str(), s.to_string().c_str(),
+                     static_cast<long long>(ttl_.count()));
     failing_ = true;
   }
   backoff_ = backoff_ == Clock::duration::zero() ? Clock::duration(kFirstBackoff)
@@ -213,8 +217,9 @@ void Publisher::check_peers() {
                                            std::to_string(e->incarnation) + "; this connection was to engine " +
                                            hex(w.peer.engine_id) + " incarnation " +
                                            std::to_string(w.peer.incarnation) + ", which is gone"));
-    FERRY_LOG(kWarn, "directory", "connection %" PRIu64 " to \"%s\" failed: the name moved to incarnation %" PRIu64,
-              conn->id(), w.peer.name.c_str(), e->incarnation);
+    FERRY_ENGINE_LOG(kWarn, "directory", self_.engine_id,
+                     "connection %" PRIu64 " to \"%s\" failed: the name moved to incarnation %" PRIu64, conn->id(),
+                     w.peer.name.c_str(), e->incarnation);
   }
 }
 

@@ -68,9 +68,9 @@ void ConnectionCore::fail(const Status& reason) {
     failed_.store(true, std::memory_order_release);
   }
   if (why.code() == Code::kCancelled || closed_by_peer()) {
-    FERRY_LOG(kInfo, std::string(transport_->name()).c_str(), "%s", why.message().c_str());
+    FERRY_ENGINE_LOG(kInfo, std::string(transport_->name()).c_str(), ctx_->engine_id, "%s", why.message().c_str());
   } else {
-    FERRY_LOG(kWarn, std::string(transport_->name()).c_str(), "%s", why.to_string().c_str());
+    FERRY_ENGINE_LOG(kWarn, std::string(transport_->name()).c_str(), ctx_->engine_id, "%s", why.to_string().c_str());
   }
   transport_->failed(why);
   ordered_->fail_all(why);

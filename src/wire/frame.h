@@ -21,8 +21,13 @@ inline constexpr uint32_t kFrameMagic = 0x31595246;  // "FRY1" little-endian
 // 3: LOCAL_SETUP names a Unix rendezvous and a ticket instead of a pid and a
 //    descriptor number (the kernel, not the peer, says who the peer is).
 // 5: HELLO and WELCOME carry an identity key, AUTH and ACCEPTED a signature:
-//    engine ids are proven (platform/identity.h).
+//    engine ids are proven (platform/identity.h). HELLO offers a range of
+//    versions (handshake.h), and the acceptor picks the highest in both.
+// kProtocolVersion is the highest version this build speaks, and
+// kMinProtocolVersion the lowest it accepts: engines before 5 cannot prove
+// their ids, so none older is accepted.
 inline constexpr uint16_t kProtocolVersion = 5;
+inline constexpr uint16_t kMinProtocolVersion = 5;
 inline constexpr size_t kHeaderSize = 64;
 inline constexpr size_t kMaxAux = 64 * 1024 - 1;
 // No single frame carries more than this; chunks are far smaller.

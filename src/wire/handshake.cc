@@ -65,7 +65,7 @@ Status read_signed(const std::string& aux, Signature& signature, bool& has_proof
 EncodedFrame encode(const Hello& m) {
   EncodedFrame f;
   f.header.type = FrameType::kHello;
-  f.header.code = m.version;
+  f.header.code = static_cast<uint32_t>(m.min_version) | static_cast<uint32_t>(m.version) << 16;
   f.header.flags = static_cast<uint8_t>(m.role);
   f.header.id = m.engine_id;
   f.header.a = m.cookie;
@@ -76,10 +76,38 @@ EncodedFrame encode(const Hello& m) {
   return f;
 }
 
-Result<Hello> decode_hello(const FrameHeader& h, const std::string& aux) {
+Result<VersionRange> hello_versions(const FrameHeader& h) {
   FERRY_RETURN_IF_ERROR(expect(h, FrameType::kHello));
+  VersionRange r;
+  r.min = static_cast<uint16_t>(h.code & 0xffff);
+  r.max = static_cast<uint16_t>(h.code >> 16);
+  if (r.max == 0) r.max = r.min;  // an engine from before ranges: one version
+  if (r.min == 0 || r.min > r.max) {
+    return Status(Code::kDataLoss, "handshake: hello offers no protocol version (" + std::to_string(r.min) + ".." +
+                                       std::to_string(r.max) + ")");
+  }
+  return r;
+}
+
+std::string to_string(VersionRange r) {
+  if (r.min == r.max) return "version " + std::to_string(r.min);
+  return "versions " + std::to_string(r.min) + ".." + std::to_string(r.max);
+}
+
+Result<uint16_t> negotiate(VersionRange ours, VersionRange theirs) {
+  uint16_t best = std::min(ours.max, theirs.max);
+  if (best >= ours.min && best >= theirs.min) return best;
+  return Status(Code::kUnimplemented,
+                "no protocol version in common: the connecting engine speaks " + to_string(theirs) +
+                    ", the accepting engine " + to_string(ours) +
+                    (theirs.max < ours.min ? " (upgrade the connecting engine)" : " (upgrade the accepting engine)"));
+}
+
+Result<Hello> decode_hello(const FrameHeader& h, const std::string& aux) {
+  FERRY_ASSIGN_OR_RETURN(VersionRange versions, hello_versions(h));
   Hello m;
-  m.version = static_cast<uint16_t>(h.code);
+  m.min_version = versions.min;
+  m.version = versions.max;
   if (h.flags != static_cast<uint8_t>(StreamRole::kControl) && h.flags != static_cast<uint8_t>(StreamRole::kData)) {
     return Status(Code::kDataLoss, "handshake: hello has unknown stream role " + std::to_string(h.flags));
   }

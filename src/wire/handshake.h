@@ -10,6 +10,14 @@
 // carries (platform/identity.h); AUTH and ACCEPTED carry each side's
 // signature over both nonces and both keys, so an engine id on a connection
 // is proven whether or not a secret is configured.
+//
+// Versions: a HELLO offers the range of protocol versions its engine speaks
+// (its header's code: the lowest in the low 16 bits, the highest in the high
+// 16; engines before ranges wrote one version and 0 above it). The acceptor
+// picks the highest version both speak and answers with it in WELCOME, or
+// REJECTED (unimplemented) naming both sides' versions. The HELLO frame keeps
+// its version-5 layout in every later version, so that any two engines can
+// read each other's offer; what a later version adds travels after WELCOME.
 #pragma once
 
 #include <array>
@@ -29,8 +37,19 @@ using Signature = std::array<uint8_t, 64>;    // an Ed25519 signature
 
 enum class StreamRole : uint8_t { kControl = 1, kData = 2 };
 
+// The protocol versions an engine speaks, lowest and highest.
+struct VersionRange {
+  uint16_t min = kMinProtocolVersion;
+  uint16_t max = kProtocolVersion;
+  bool operator==(const VersionRange&) const = default;
+};
+// What this build speaks.
+inline constexpr VersionRange kSpokenVersions{kMinProtocolVersion, kProtocolVersion};
+
 struct Hello {
-  uint16_t version = kProtocolVersion;
+  // The versions the connector speaks (HELLO's code, see above).
+  uint16_t min_version = kMinProtocolVersion;
+  uint16_t version = kProtocolVersion;  // the highest
   StreamRole role = StreamRole::kControl;
   uint64_t engine_id = 0;
   uint32_t streams = 0;       // control: data streams that will follow
@@ -42,7 +61,7 @@ struct Hello {
 };
 
 struct Welcome {
-  uint16_t version = kProtocolVersion;
+  uint16_t version = kProtocolVersion;  // the version the acceptor chose
   uint64_t engine_id = 0;
   bool auth_required = false;
   Nonce nonce{};  // the acceptor's challenge
@@ -87,6 +106,20 @@ EncodedFrame encode(const Welcome& m);
 EncodedFrame encode(const Auth& m);
 EncodedFrame encode(const Accepted& m);
 EncodedFrame encode(const Rejected& m);
+
+// The versions a HELLO offers, read from its header alone (a HELLO of any
+// version has one), so that an offer is judged before its aux bytes, whose
+// layout is the version's. kDataLoss: not a HELLO, or no range (0, or the
+// lowest above the highest).
+Result<VersionRange> hello_versions(const FrameHeader& h);
+
+// The highest version in both `ours` (the acceptor's) and `theirs` (the
+// connector's). kUnimplemented when there is none, naming both ranges and
+// which side to upgrade.
+Result<uint16_t> negotiate(VersionRange ours, VersionRange theirs);
+
+// "version 5" or "versions 5..7".
+std::string to_string(VersionRange r);
 
 // Each decode checks the frame type and aux layout; kDataLoss says what is wrong.
 Result<Hello> decode_hello(const FrameHeader& h, const std::string& aux);

@@ -1,5 +1,9 @@
 // Metadata blob codec: "FRYM", version u16, engine id u64, then
 // length-prefixed (u16) strings: host id, address count (u16), addresses.
+// The version is the highest protocol version of the engine that wrote the
+// blob; the layout is the same from version 5 on, so a blob of a later
+// version is read (the handshake then picks a version both engines speak)
+// and only one older than this engine accepts is refused.
 #include "wire/metadata.h"
 
 #include <algorithm>
@@ -29,7 +33,7 @@ bool looks_like_metadata(std::string_view s) { return s.size() >= 4 && s.substr(
 std::string encode_metadata(const EngineMetadata& m) {
   std::string out(kMagic, 4);
   uint8_t buf[8];
-  put_u16(buf, kProtocolVersion);
+  put_u16(buf, m.protocol_version);
   out.append(reinterpret_cast<const char*>(buf), 2);
   put_u64(buf, m.engine_id);
   out.append(reinterpret_cast<const char*>(buf), 8);
@@ -49,11 +53,14 @@ Result<EngineMetadata> decode_metadata(std::string_view blob) {
   if (!need(10)) return malformed("truncated header");
   uint16_t version = get_u16(p + off);
   off += 2;
-  if (version != kProtocolVersion) {
-    return Status(Code::kUnimplemented, "engine metadata speaks protocol version " + std::to_string(version) +
-                                            ", this engine speaks " + std::to_string(kProtocolVersion));
+  if (version < kMinProtocolVersion) {
+    return Status(Code::kUnimplemented, "engine metadata blob of protocol version " + std::to_string(version) +
+                                            ": this engine accepts versions " + std::to_string(kMinProtocolVersion) +
+                                            ".." + std::to_string(kProtocolVersion) +
+                                            " (upgrade the engine that wrote it)");
   }
   EngineMetadata m;
+  m.protocol_version = version;
   m.engine_id = get_u64(p + off);
   off += 8;
   auto get_string = [&](std::string& s) -> bool {

@@ -8,10 +8,13 @@
 #include <vector>
 
 #include "ferry/status.h"
+#include "wire/frame.h"
 
 namespace ferry::wire {
 
 struct EngineMetadata {
+  // The highest protocol version of the engine that wrote the blob.
+  uint16_t protocol_version = kProtocolVersion;
   uint64_t engine_id = 0;
   std::string host_id;
   std::vector<std::string> addresses;  // "host:port", preferred first

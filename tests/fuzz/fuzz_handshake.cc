@@ -26,16 +26,25 @@ ferry::Result<FrameHeader> redecode(const EncodedFrame& f) {
 }
 
 void check_hello(const FrameHeader& h, const std::string& aux) {
+  // The offer is read from the header alone, and agrees with the decode.
+  auto versions = hello_versions(h);
+  if (versions.ok()) {
+    require(versions->min >= 1 && versions->min <= versions->max);
+    auto chosen = negotiate(kSpokenVersions, *versions);
+    require(!chosen.ok() || (*chosen >= versions->min && *chosen <= versions->max && *chosen >= kSpokenVersions.min &&
+                             *chosen <= kSpokenVersions.max));
+  }
   auto m = decode_hello(h, aux);
   if (!m.ok()) return;
+  require(versions.ok() && versions->min == m->min_version && versions->max == m->version);
   EncodedFrame f = encode(*m);
   auto fh = redecode(f);
   require(fh.ok() && f.header.aux_len == f.aux.size());
   auto again = decode_hello(*fh, f.aux);
   require(again.ok());
-  require(again->version == m->version && again->role == m->role && again->engine_id == m->engine_id &&
-          again->streams == m->streams && again->cookie == m->cookie && again->stream_index == m->stream_index &&
-          again->nonce == m->nonce && again->host_id == m->host_id);
+  require(again->version == m->version && again->min_version == m->min_version && again->role == m->role &&
+          again->engine_id == m->engine_id && again->streams == m->streams && again->cookie == m->cookie &&
+          again->stream_index == m->stream_index && again->nonce == m->nonce && again->host_id == m->host_id);
 }
 
 void check_welcome(const FrameHeader& h, const std::string& aux) {

@@ -200,7 +200,6 @@ TEST(Options, MalformedValuesNameTheVariable) {
   expect_rejected("FERRY_CHUNK", "12Q");
   expect_rejected("FERRY_CHUNK", "M");
   expect_rejected("FERRY_LOG", "loud");
-  expect_rejected("FERRY_LOG", "DEBUG");
   expect_rejected("FERRY_PEER_TIMEOUT_MS", "1.5");
   expect_rejected("FERRY_PEER_TIMEOUT_MS", "0");
   expect_rejected("FERRY_HEARTBEAT_MS", "-5");
@@ -438,6 +437,32 @@ TEST(Options, DescribeTunablesListsEveryVariableOnce) {
       EXPECT_EQ(t.default_value, "(unset)");
     }
   }
+}
+
+// FERRY_LOG takes a level in any case; anything else is one error naming the
+// variable, the value and every accepted level.
+TEST(Options, LogLevelInAnyCase) {
+  for (const char* v : {"INFO", "Info", "info", "iNfO"}) {
+    EnvGuard env;
+    env.set("FERRY_LOG", v);
+    auto r = apply_environment(Options{});
+    ASSERT_TRUE(r.ok()) << v << ": " << r.status().to_string();
+    EXPECT_EQ(r->log_level, LogLevel::kInfo) << v;
+  }
+  EnvGuard env;
+  env.set("FERRY_LOG", "verbose");
+  auto r = apply_environment(Options{});
+  ASSERT_FALSE(r.ok());
+  const std::string m = r.status().message();
+  EXPECT_NE(m.find("FERRY_LOG"), std::string::npos) << m;
+  EXPECT_NE(m.find("\"verbose\""), std::string::npos) << m;
+  for (const char* level : {"error", "warn", "info", "debug", "trace"}) {
+    EXPECT_NE(m.find(level), std::string::npos) << level << " missing from: " << m;
+  }
+  EXPECT_EQ(parse_log_level("TRACE").value(), LogLevel::kTrace);
+  EXPECT_EQ(parse_log_level("Warn").value(), LogLevel::kWarn);
+  EXPECT_EQ(parse_log_level("warning").status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(to_string(LogLevel::kDebug), "debug");
 }
 
 // A FERRY_* variable that ferry does not read (a typo) is named, so that

@@ -127,9 +127,10 @@ struct Target {
   }
 };
 
-// A connector of another protocol version (an engine built before
-// notifications carried sequence numbers) is turned away at the handshake
-// with a reason that names both versions, and no connection is accepted.
+// A connector that offers only a version older than this engine accepts is
+// turned away at the handshake with a reason that names both versions, and no
+// connection is accepted (protocol_version_test.cc has the previous
+// protocol's own encoding, and ranges).
 TEST(TcpPeerGarbage, AnotherProtocolVersionIsRefusedAtTheHandshake) {
   Options o;
   o.transport = TransportChoice::kTcp;
@@ -141,7 +142,7 @@ TEST(TcpPeerGarbage, AnotherProtocolVersionIsRefusedAtTheHandshake) {
   auto c = platform::connect_tcp(hp.value(), d);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   wire::Hello hello;
-  hello.version = wire::kProtocolVersion - 1;
+  hello.min_version = hello.version = wire::kMinProtocolVersion - 1;
   hello.engine_id = 0x1234;
   hello.host_id = "older-peer";
   ASSERT_TRUE(bootstrap::write_handshake_frame(c->fd(), wire::encode(hello), d).ok());
@@ -152,7 +153,8 @@ TEST(TcpPeerGarbage, AnotherProtocolVersionIsRefusedAtTheHandshake) {
   EXPECT_EQ(rejected->code, Code::kUnimplemented);
   EXPECT_NE(rejected->message.find("version " + std::to_string(wire::kProtocolVersion)), std::string::npos)
       << rejected->message;
-  EXPECT_NE(rejected->message.find(std::to_string(wire::kProtocolVersion - 1)), std::string::npos) << rejected->message;
+  EXPECT_NE(rejected->message.find("version " + std::to_string(wire::kMinProtocolVersion - 1)), std::string::npos)
+      << rejected->message;
   EXPECT_FALSE(engine->accept(after(200ms)).ok());
 }
 

@@ -452,13 +452,32 @@ TEST(Metadata, RejectsTrailingBytesBadMagicVersionAndNoAddresses) {
   bad[0] = 'X';
   EXPECT_EQ(decode_metadata(bad).status().code(), Code::kInvalidArgument);
 
+  // A blob older than this engine accepts is refused naming both versions.
   bad = blob;
-  put_u16(reinterpret_cast<uint8_t*>(bad.data()) + 4, kProtocolVersion + 1);
-  EXPECT_EQ(decode_metadata(bad).status().code(), Code::kUnimplemented);
+  put_u16(reinterpret_cast<uint8_t*>(bad.data()) + 4, kMinProtocolVersion - 1);
+  auto old = decode_metadata(bad);
+  EXPECT_EQ(old.status().code(), Code::kUnimplemented);
+  EXPECT_NE(old.status().message().find("version " + std::to_string(kMinProtocolVersion - 1)), std::string::npos)
+      << old.status().message();
+  EXPECT_NE(old.status().message().find(std::to_string(kMinProtocolVersion) + ".."), std::string::npos)
+      << old.status().message();
 
   EngineMetadata none = sample_metadata();
   none.addresses.clear();
   EXPECT_EQ(decode_metadata(encode_metadata(none)).status().code(), Code::kInvalidArgument);
+}
+
+// A blob written by a later release (a higher version, the same layout) is
+// read: the handshake, not the blob, decides whether the engines talk.
+TEST(Metadata, ABlobOfALaterVersionIsRead) {
+  std::string blob = encode_metadata(sample_metadata());
+  put_u16(reinterpret_cast<uint8_t*>(blob.data()) + 4, kProtocolVersion + 2);
+  auto r = decode_metadata(blob);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->protocol_version, kProtocolVersion + 2);
+  EXPECT_EQ(r->engine_id, sample_metadata().engine_id);
+  EXPECT_EQ(r->addresses, sample_metadata().addresses);
+  EXPECT_EQ(encode_metadata(*r), blob);
 }
 
 // A string longer than a u16 length can say must not corrupt the blob: the
@@ -577,11 +596,17 @@ TEST(WireFuzz, DecodersNeverCrashAndAnswerConsistently) {
       h.b = rng() % 1100;
       h.c = rng() % 1100;
     }
+    // Offers of small versions, in or out of order, sometimes without a highest.
+    if (rng() % 2) h.code = static_cast<uint32_t>(rng() % 8) | static_cast<uint32_t>(rng() % 8) << 16;
     std::string aux = random_bytes(rng, rng() % 300);
     auto hel = decode_hello(h, aux);
     if (hel.ok()) {
       ++hello_ok;
       ASSERT_EQ(h.type, FrameType::kHello);
+      ASSERT_GE(hel->min_version, 1);
+      ASSERT_LE(hel->min_version, hel->version);
+      ASSERT_EQ(hel->min_version, h.code & 0xffff);
+      ASSERT_EQ(hel->version, (h.code >> 16) == 0 ? h.code & 0xffff : h.code >> 16);
       ASSERT_LE(hel->streams, 1024u);
       ASSERT_LE(hel->stream_index, 1024u);
       ASSERT_EQ(static_cast<uint8_t>(hel->role), h.flags);

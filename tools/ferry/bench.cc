@@ -641,6 +641,12 @@ int run_bench(const BenchFlags& f) {
   if (!f.directory.empty()) o.directory = f.directory;
   // Every flag is checked before anything runs, the output file too.
   if (Status v = validate(o); !v.ok()) return usage_error(v.message());
+  // And the FERRY_* variables, here and once: a bad one would otherwise fail
+  // the --local target's engine first, then this one's.
+  if (auto env = apply_environment(o); !env.ok()) {
+    std::fprintf(stderr, "ferry bench: %s\n", env.status().to_string().c_str());
+    return 2;
+  }
   if (!f.json_out.empty() && f.json_out != "-") {
     std::FILE* out = std::fopen(f.json_out.c_str(), "a");
     if (out == nullptr) return usage_error("--json " + f.json_out + ": cannot be written: " + std::strerror(errno));

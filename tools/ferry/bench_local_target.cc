@@ -130,7 +130,7 @@ std::string start_local_target(const std::vector<std::string>& flags, bool once)
   }
   ::close(fds[0]);
   auto at = line.rfind(' ');
-  if (at == std::string::npos) fail("it exited without reporting its address");
+  if (at == std::string::npos) fail("it exited without reporting its address (its own error, if any, is above)");
   return line.substr(at + 1);
 }
 

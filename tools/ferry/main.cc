@@ -2,18 +2,21 @@
 #include <CLI/CLI.hpp>
 
 #include "ferry/commands.h"
+#include "ferry/profile_gpu.h"
 #include "ferry/usage.h"
-
-#ifndef FERRY_VERSION
-#define FERRY_VERSION "unknown"
-#endif
+#include "ferry/version.h"
 
 int main(int argc, char** argv) {
   // Named here: CLI11 would name it argv[0], and every usage line would show
   // the binary's whole path.
   CLI::App app{"ferry: point-to-point data transfer engine for GPU clusters", "ferry"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "ferry " FERRY_VERSION);
+  // The release, the wire protocol versions, and what this build holds.
+  app.set_version_flag("--version", [] {
+    return ferry::describe(ferry::build_info()) + "profile GPU backends: " +
+           (ferry::cli::profile_gpu::built_with_cuda() ? "yes (ce, nccl, ferry)"
+                                                       : "no (built without a CUDA compiler)");
+  });
   ferry::cli::add_bench_command(app);
   ferry::cli::add_config_command(app);
   ferry::cli::add_tune_command(app);

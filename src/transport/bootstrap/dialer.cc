@@ -58,9 +58,11 @@ Result<Dialed> dial_once(const std::shared_ptr<core::EngineContext>& ctx, const 
   }
   auto welcome = wire::decode_welcome(frame->header, frame->aux);
   if (!welcome.ok()) return context(welcome.status());
-  if (welcome->version != wire::kProtocolVersion) {
-    return context(Status(Code::kUnimplemented, "peer speaks protocol version " + std::to_string(welcome->version) +
-                                                    ", this engine speaks " + std::to_string(wire::kProtocolVersion)));
+  // The acceptor chose from this engine's offer (the HELLO's range).
+  if (welcome->version < wire::kSpokenVersions.min || welcome->version > wire::kSpokenVersions.max) {
+    return context(Status(Code::kUnimplemented, "the accepting engine chose protocol version " +
+                                                    std::to_string(welcome->version) + ", outside this engine's " +
+                                                    wire::to_string(wire::kSpokenVersions)));
   }
 
   if (welcome->engine_id != platform::engine_id_of(welcome->identity)) {
@@ -132,8 +134,8 @@ Result<Dialed> dial_once(const std::shared_ptr<core::EngineContext>& ctx, const 
       local_failed = true;
       return context(conn.status().with_context("local transport"));
     }
-    FERRY_LOG(kInfo, "local", "connected to %s on this host (peer connection %" PRIu64 ")", where.c_str(),
-              accepted->connection_id);
+    FERRY_ENGINE_LOG(kInfo, "local", ctx->engine_id, "connected to %s on this host (peer connection %" PRIu64 ")",
+                     where.c_str(), accepted->connection_id);
     return Dialed{std::move(conn).value(), std::move(ticket).value()};
   }
   std::vector<platform::Socket> data;
@@ -175,7 +177,8 @@ Result<Dialed> dial_once(const std::shared_ptr<core::EngineContext>& ctx, const 
     conn->close();
     return context(started);
   }
-  FERRY_LOG(kInfo, "tcp", "connected to %s (peer connection %" PRIu64 ")", where.c_str(), accepted->connection_id);
+  FERRY_ENGINE_LOG(kInfo, "tcp", ctx->engine_id, "connected to %s (peer connection %" PRIu64 ")", where.c_str(),
+                   accepted->connection_id);
   return Dialed{std::move(conn), nullptr};
 }
 
@@ -188,7 +191,7 @@ Result<Dialed> dial(const std::shared_ptr<core::EngineContext>& ctx, const platf
   if (c.ok() || ctx->options.transport != TransportChoice::kAuto || !local_failed) return c;
   // Same host but the processes cannot reach each other's memory (another
   // pid namespace, no permission): TCP still works.
-  FERRY_LOG(kInfo, "engine", "%s; using TCP", c.status().to_string().c_str());
+  FERRY_ENGINE_LOG(kInfo, "engine", ctx->engine_id, "%s; using TCP", c.status().to_string().c_str());
   return dial_once(ctx, to, deadline, next_id(), /*allow_local=*/false, local_failed);
 }
 

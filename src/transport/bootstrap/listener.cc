@@ -197,7 +197,8 @@ void TcpListener::start_handshake_locked(platform::Socket s, std::string group) 
       [this, id, sock = std::make_shared<platform::Socket>(std::move(s))]() mutable { serve(id, std::move(*sock)); });
   if (!started.ok()) {
     // The stream closes with the dropped function that owned it.
-    FERRY_LOG(kWarn, "tcp", "closed an incoming stream: %s", started.status().to_string().c_str());
+    FERRY_ENGINE_LOG(kWarn, "tcp", ctx_->engine_id, "closed an incoming stream: %s",
+                     started.status().to_string().c_str());
     uncount_locked(h);
     handshakes_.erase(id);
     return;
@@ -210,10 +211,11 @@ void TcpListener::closed_unread_locked(const std::string& group) {
   if (now - busy_logged_ < std::chrono::seconds(1)) return;
   busy_logged_ = now;
   auto it = counted_by_group_.find(group);
-  FERRY_LOG(kWarn, "tcp",
-            "%d handshakes in progress, %d of them from %s (max_handshakes, half of it per address group): closing "
-            "incoming streams unread",
-            counted_, it == counted_by_group_.end() ? 0 : it->second, group.c_str());
+  FERRY_ENGINE_LOG(
+      kWarn, "tcp", ctx_->engine_id,
+      "%d handshakes in progress, %d of them from %s (max_handshakes, half of it per address group): closing "
+      "incoming streams unread",
+      counted_, it == counted_by_group_.end() ? 0 : it->second, group.c_str());
 }
 
 void TcpListener::start_parked_locked() {
@@ -291,11 +293,12 @@ void TcpListener::accept_loop() {
     for (platform::Socket& s : fresh) place_locked(std::move(s));
     fresh.clear();
     if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
-      FERRY_LOG(kWarn, "tcp", "accept: out of resources (errno %d); retrying", err);
+      FERRY_ENGINE_LOG(kWarn, "tcp", ctx_->engine_id, "accept: out of resources (errno %d); retrying", err);
       // Sleeping here (not spinning) gives descriptors a chance to be freed.
       cv_.wait_for(lock.native(), std::chrono::milliseconds(50));
     } else if (err != 0) {
-      FERRY_LOG(kError, "tcp", "accept failed (errno %d); the engine no longer accepts peers", err);
+      FERRY_ENGINE_LOG(kError, "tcp", ctx_->engine_id, "accept failed (errno %d); the engine no longer accepts peers",
+                       err);
       return;
     }
   }
@@ -310,16 +313,29 @@ void TcpListener::serve(uint64_t handshake_id, platform::Socket s) {
     st = hello_frame.status();
   } else {
     hello_seen(handshake_id);
-    auto hello = wire::decode_hello(hello_frame->header, hello_frame->aux);
+    // The offer is judged from the header alone: a HELLO of a version this
+    // engine does not speak is refused in words, whatever its aux bytes.
+    auto versions = wire::hello_versions(hello_frame->header);
+    auto chosen =
+        versions.ok() ? wire::negotiate(wire::kSpokenVersions, *versions) : Result<uint16_t>(versions.status());
+    auto hello =
+        chosen.ok() ? wire::decode_hello(hello_frame->header, hello_frame->aux) : Result<wire::Hello>(chosen.status());
+    if (!chosen.ok() && chosen.status().code() == Code::kUnimplemented) {
+      (void)write_handshake_frame(s.fd(), wire::encode(wire::Rejected{Code::kUnimplemented, chosen.status().message()}),
+                                  deadline);
+    }
     if (!hello.ok()) {
       st = hello.status();
     } else if (hello->role == wire::StreamRole::kData) {
       st = attach_data(s, *hello);
     } else {
-      st = serve_control(handshake_id, s, *hello, deadline);
+      st = serve_control(handshake_id, s, *hello, *chosen, deadline);
     }
   }
-  if (!st.ok()) FERRY_LOG(kWarn, "tcp", "dropped incoming stream from %s: %s", from.c_str(), st.to_string().c_str());
+  if (!st.ok()) {
+    FERRY_ENGINE_LOG(kWarn, "tcp", ctx_->engine_id, "dropped incoming stream from %s: %s", from.c_str(),
+                     st.to_string().c_str());
+  }
   platform::MutexLock lock(mu_);
   auto it = handshakes_.find(handshake_id);
   if (it != handshakes_.end()) {
@@ -350,20 +366,16 @@ Status TcpListener::attach_data(platform::Socket& s, const wire::Hello& hello) {
 }
 
 Status TcpListener::serve_control(uint64_t handshake_id, platform::Socket& s, const wire::Hello& hello,
-                                  Deadline deadline) {
+                                  uint16_t version, Deadline deadline) {
   const Options& o = ctx_->options;
   int fd = s.fd();
   auto reject = [&](Code code, const std::string& why) {
     (void)write_handshake_frame(fd, wire::encode(wire::Rejected{code, why}), deadline);
     return Status(code, why);
   };
-  if (hello.version != wire::kProtocolVersion) {
-    return reject(Code::kUnimplemented, "this engine speaks protocol version " +
-                                            std::to_string(wire::kProtocolVersion) + ", the connector " +
-                                            std::to_string(hello.version));
-  }
   FERRY_RETURN_IF_ERROR(platform::tune_stream(s, 0));
   wire::Welcome welcome;
+  welcome.version = version;
   welcome.engine_id = ctx_->engine_id;
   welcome.auth_required = !o.auth_token.empty();
   welcome.host_id = ctx_->host_id;

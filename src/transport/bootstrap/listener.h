@@ -101,8 +101,9 @@ class TcpListener {
   // Wakes the accept loop from its poll.
   void wake();
   void serve(uint64_t handshake_id, platform::Socket s) EXCLUDES(mu_);
-  Status serve_control(uint64_t handshake_id, platform::Socket& s, const wire::Hello& hello, Deadline deadline)
-      EXCLUDES(mu_);
+  // `version`: the protocol version chosen from the connector's offer.
+  Status serve_control(uint64_t handshake_id, platform::Socket& s, const wire::Hello& hello, uint16_t version,
+                       Deadline deadline) EXCLUDES(mu_);
   Status attach_data(platform::Socket& s, const wire::Hello& hello) EXCLUDES(mu_);
   void reap_locked() REQUIRES(mu_);
   // The handshake no longer counts against max_handshakes.

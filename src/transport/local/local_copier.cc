@@ -346,8 +346,9 @@ size_t LocalCopier::start_helpers() {
       // The copies go on without it; asking the kernel again on every copy
       // would put a failing thread start on each.
       retry_at_ = now + kHelperRetry;
-      FERRY_LOG(kWarn, "local", "%s; large host copies use %zu helper threads for now", t.status().to_string().c_str(),
-                helpers_.size());
+      FERRY_ENGINE_LOG(kWarn, "local", helpers_config_.engine_id,
+                       "%s; large host copies use %zu helper threads for now", t.status().to_string().c_str(),
+                       helpers_.size());
       break;
     }
     helpers_.push_back(std::move(t).value());
@@ -359,13 +360,13 @@ void LocalCopier::helper_loop(size_t index) {
   const platform::CpuList& want = helpers_config_.cpus;
   platform::CpuList actual = platform::pin_current_thread(want);
   bool pinned = want.empty() || actual == want;
-  FERRY_LOG(kInfo, "local", "copy helper %s-%zu: expected %s actual %s %s", helpers_config_.name.c_str(), index,
-            want.empty() ? "any" : platform::format_cpu_list(want).c_str(),
-            platform::format_cpu_list(actual).c_str(), pinned ? "ok" : "MISMATCH");
+  FERRY_ENGINE_LOG(kInfo, "local", helpers_config_.engine_id, "copy helper %s-%zu: expected %s actual %s %s",
+                   helpers_config_.name.c_str(), index, want.empty() ? "any" : platform::format_cpu_list(want).c_str(),
+                   platform::format_cpu_list(actual).c_str(), pinned ? "ok" : "MISMATCH");
   if (!pinned) {
-    FERRY_LOG(kWarn, "local", "copy helper %s-%zu could not be pinned to %s (runs on %s)",
-              helpers_config_.name.c_str(), index, platform::format_cpu_list(want).c_str(),
-              platform::format_cpu_list(actual).c_str());
+    FERRY_ENGINE_LOG(kWarn, "local", helpers_config_.engine_id,
+                     "copy helper %s-%zu could not be pinned to %s (runs on %s)", helpers_config_.name.c_str(), index,
+                     platform::format_cpu_list(want).c_str(), platform::format_cpu_list(actual).c_str());
   }
   platform::UniqueLock lock(helpers_mu_);
   for (;;) {

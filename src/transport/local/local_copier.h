@@ -70,6 +70,7 @@ bool any_host(const core::SegmentList& list);
 struct CopyHelpers {
   std::string name = "ferry-xcopy";  // helper i is "<name>-<i>"; the kernel keeps 15 characters
   platform::CpuList cpus;            // where they run; empty: where the thread constructing the copier may
+  uint64_t engine_id = 0;            // the engine their log lines are about (0: none)
 };
 
 class LocalCopier {

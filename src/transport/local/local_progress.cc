@@ -389,10 +389,10 @@ void LocalTransport::settle_after_failure(uint64_t region_id) {
   // otherwise (silent past peer_timeout, garbage) cannot be asked, and may
   // still be copying if it is alive.
   if (!peer_quiet_.load(std::memory_order_acquire)) {
-    FERRY_LOG(kWarn, "local",
-              "%s: region %llu was shared with a peer lost without confirming it stopped copying (%s); "
-              "if that process is still alive it may still write into the region",
-              where().c_str(), static_cast<unsigned long long>(region_id), core_.usable().message().c_str());
+    FERRY_ENGINE_LOG(kWarn, "local", ctx_->engine_id,
+                     "%s: region %llu was shared with a peer lost without confirming it stopped copying (%s); "
+                     "if that process is still alive it may still write into the region",
+                     where().c_str(), static_cast<unsigned long long>(region_id), core_.usable().message().c_str());
   }
 }
 

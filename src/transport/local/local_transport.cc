@@ -38,15 +38,16 @@ LocalTransport::LocalTransport(transport::ConnectionCore& core, LocalPeer peer, 
       peer_(std::move(peer)),
       control_(std::move(control)),
       channel_(std::move(channel)),
-      copier_(*ctx_->gpu_imports, peer_.engine_id, peer_.pid,
-              [this] {
-                if (!channel_.peer_gave_up()) return Status();
-                return Status(Code::kPeerLost, where() +
-                                                   ": the peer gave up on the connection before this copy ended; "
-                                                   "the bytes copied cannot be trusted");
-              },
-              CopyHelpers{"ferry-c" + std::to_string(core.id()) + "-x", /*cpus=*/{}}, ctx_->gather_kernels,
-              ctx_->resident_gather) {
+      copier_(
+          *ctx_->gpu_imports, peer_.engine_id, peer_.pid,
+          [this] {
+            if (!channel_.peer_gave_up()) return Status();
+            return Status(Code::kPeerLost, where() +
+                                               ": the peer gave up on the connection before this copy ended; "
+                                               "the bytes copied cannot be trusted");
+          },
+          CopyHelpers{"ferry-c" + std::to_string(core.id()) + "-x", /*cpus=*/{}, ctx_->engine_id}, ctx_->gather_kernels,
+          ctx_->resident_gather) {
   last_peer_beat_at_ = Clock::now();
 }
 
@@ -751,8 +752,8 @@ void LocalTransport::close() {
       peer_quiet_.store(true, std::memory_order_release);
     }
     if (!peer_quiet_.load(std::memory_order_acquire)) {
-      FERRY_LOG(kWarn, "local", "%s: the peer did not confirm within peer_timeout that it stopped copying",
-                where().c_str());
+      FERRY_ENGINE_LOG(kWarn, "local", ctx_->engine_id,
+                       "%s: the peer did not confirm within peer_timeout that it stopped copying", where().c_str());
     }
   }
   close_settled_.store(true, std::memory_order_release);

@@ -138,8 +138,8 @@ Status TcpTransport::land_data(int fd, int path, const FrameHeader& h) {
   }
   if (!l) {
     // The operation already ended (aborted or failed); its late bytes go nowhere.
-    FERRY_LOG(kDebug, "tcp", "%s: %u bytes for finished token %" PRIu64 " dropped", where().c_str(), h.payload_len,
-              h.id);
+    FERRY_ENGINE_LOG(kDebug, "tcp", ctx_->engine_id, "%s: %u bytes for finished token %" PRIu64 " dropped",
+                     where().c_str(), h.payload_len, h.id);
     return drain(fd, h.payload_len);
   }
   if (h.flags & kFlagAborted) {

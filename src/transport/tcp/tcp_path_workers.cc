@@ -23,12 +23,14 @@ void TcpTransport::pin_worker(int path, const char* role, const std::string& thr
   platform::CpuList expected = it == b.end() ? platform::CpuList{} : it->second;
   platform::CpuList actual = platform::pin_current_thread(expected);
   bool ok = expected.empty() || actual == expected;
-  FERRY_LOG(kInfo, "tcp", "%s %s worker %s: expected %s actual %s %s", role, nic.empty() ? "-" : nic.c_str(),
-            thread.c_str(), expected.empty() ? "any" : platform::format_cpu_list(expected).c_str(),
-            platform::format_cpu_list(actual).c_str(), ok ? "ok" : "MISMATCH");
+  FERRY_ENGINE_LOG(kInfo, "tcp", ctx_->engine_id, "%s %s worker %s: expected %s actual %s %s", role,
+                   nic.empty() ? "-" : nic.c_str(), thread.c_str(),
+                   expected.empty() ? "any" : platform::format_cpu_list(expected).c_str(),
+                   platform::format_cpu_list(actual).c_str(), ok ? "ok" : "MISMATCH");
   if (!ok) {
-    FERRY_LOG(kWarn, "tcp", "%s worker %s could not be pinned to %s (runs on %s)", role, thread.c_str(),
-              platform::format_cpu_list(expected).c_str(), platform::format_cpu_list(actual).c_str());
+    FERRY_ENGINE_LOG(kWarn, "tcp", ctx_->engine_id, "%s worker %s could not be pinned to %s (runs on %s)", role,
+                     thread.c_str(), platform::format_cpu_list(expected).c_str(),
+                     platform::format_cpu_list(actual).c_str());
   }
 }
 

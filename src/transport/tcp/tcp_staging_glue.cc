@@ -159,8 +159,9 @@ Status TcpTransport::exchange(std::span<const Piece> pieces, uint8_t* buffer, bo
   auto slot = control_bounce_->acquire(staged->device);
   if (!slot.ok()) {
     if (!bounce_refused_) {
-      FERRY_LOG(kWarn, "tcp", "%s: no pinned bounce for small GPU payloads (%s); copying them unpinned",
-                where().c_str(), slot.status().to_string().c_str());
+      FERRY_ENGINE_LOG(kWarn, "tcp", ctx_->engine_id,
+                       "%s: no pinned bounce for small GPU payloads (%s); copying them unpinned", where().c_str(),
+                       slot.status().to_string().c_str());
     }
     bounce_refused_ = true;
     return copy_direct(copier, pieces, buffer, to_buffer);

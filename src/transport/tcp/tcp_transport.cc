@@ -119,12 +119,12 @@ Status TcpTransport::start() {
   }
   worker_done();
   if (!st.ok()) {
-    FERRY_LOG(kWarn, "tcp", "%s", st.to_string().c_str());
+    FERRY_ENGINE_LOG(kWarn, "tcp", ctx_->engine_id, "%s", st.to_string().c_str());
     return st;
   }
-  FERRY_LOG(kInfo, "tcp", "%s up with %zu data streams", where().c_str(), data_.size());
+  FERRY_ENGINE_LOG(kInfo, "tcp", ctx_->engine_id, "%s up with %zu data streams", where().c_str(), data_.size());
   for (size_t p = 0; p < paths_.size(); ++p) {
-    FERRY_LOG(kDebug, "tcp", "%s path %zu: %s", where().c_str(), p, paths_[p].name.c_str());
+    FERRY_ENGINE_LOG(kDebug, "tcp", ctx_->engine_id, "%s path %zu: %s", where().c_str(), p, paths_[p].name.c_str());
   }
   return Status();
 }
@@ -270,10 +270,11 @@ void TcpTransport::path_failed(int path, const Status& why, bool orderly) {
   // (its control stream follows at once): not worth a warning. A link that
   // fails gives a reset or a timeout instead.
   if (orderly) {
-    FERRY_LOG(kInfo, "tcp", "%s: data path %d (%s) closed by the peer", where().c_str(), path, name.c_str());
+    FERRY_ENGINE_LOG(kInfo, "tcp", ctx_->engine_id, "%s: data path %d (%s) closed by the peer", where().c_str(), path,
+                     name.c_str());
   } else {
-    FERRY_LOG(kWarn, "tcp", "%s: data path %d (%s) lost: %s; %d path(s) carry on", where().c_str(), path, name.c_str(),
-              why.message().c_str(), live);
+    FERRY_ENGINE_LOG(kWarn, "tcp", ctx_->engine_id, "%s: data path %d (%s) lost: %s; %d path(s) carry on",
+                     where().c_str(), path, name.c_str(), why.message().c_str(), live);
   }
   if (live == 0) {
     Status down(Code::kPeerLost, where() + ": every data path is down (last: path " + std::to_string(path) + " " +
