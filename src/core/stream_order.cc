@@ -109,9 +109,9 @@ Transfer OrderedPosts::post_later(std::span<void* const> streams, std::shared_pt
     held_.push_back(op);
   }
   std::weak_ptr<OrderedPosts> self = weak_from_this();
-  // Held: withdrawn. Posted: the posted operation's own canceller/stopper.
-  // They keep the operation (and it `outer`) until `outer` finishes, which
-  // drops them.
+  // Held: withdrawn. Being posted: the posted operation's, once it has one.
+  // They keep the record (and it `outer`) until `outer` finishes or the
+  // operation is posted, which replaces them.
   outer->set_canceller([self, held = op]() -> bool {
     auto queue = self.lock();
     if (!queue) return false;
@@ -233,6 +233,17 @@ void OrderedPosts::drain() {
       }
       op->posted.notify_all();
       chain(op->outer, inner);
+      // From now on a cancel goes straight to the posted operation, and the
+      // handle no longer keeps the held record (nor, through it, itself).
+      std::weak_ptr<TransferState> weak_in = inner.state();
+      op->outer->set_canceller([weak_in] {
+        auto in = weak_in.lock();
+        return in && in->cancel(/*moving_too=*/false);
+      });
+      op->outer->set_stopper([weak_in] {
+        auto in = weak_in.lock();
+        return in && in->stop();
+      });
     } else {
       op->outer->finish(refused);
     }
