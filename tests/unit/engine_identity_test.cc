@@ -123,6 +123,51 @@ TEST(EngineIdentity, AConnectorNamingAnotherEnginesIdIsRefused) {
   EXPECT_FALSE(victim->accept(after(200ms)).ok()) << "an impostor's connection reached the application";
 }
 
+// A hand-made acceptor that names `claimed_id` (its own key's when empty)
+// and answers AUTH with ACCEPTED signed by its own key, one byte of the
+// signature flipped when `flip` names one. Returns what a dialing engine's
+// connect said.
+Status dial_hand_made_acceptor(std::optional<uint64_t> claimed_id, std::optional<size_t> flip) {
+  auto hp = platform::parse_host_port("127.0.0.1:0").value();
+  auto listening = platform::listen_tcp(hp, 4);
+  if (!listening.ok()) return listening.status();
+  const std::string where = "127.0.0.1:" + std::to_string(platform::local_port(*listening).value());
+  auto own = platform::IdentityKey::generate().value();
+  std::thread fake([&] {
+    Deadline d = after(5s);
+    struct pollfd p = {listening->fd(), POLLIN, 0};
+    if (::poll(&p, 1, 5000) != 1) return;
+    platform::Socket s(::accept4(listening->fd(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!s.valid()) return;
+    auto hf = bootstrap::read_handshake_frame(s.fd(), d);
+    if (!hf.ok()) return;
+    auto hello = wire::decode_hello(hf->header, hf->aux);
+    if (!hello.ok()) return;
+    wire::Welcome welcome;
+    welcome.engine_id = claimed_id.value_or(own->engine_id());
+    welcome.identity = own->public_key();
+    welcome.host_id = "elsewhere";
+    welcome.addresses = {where};
+    if (!bootstrap::write_handshake_frame(s.fd(), wire::encode(welcome), d).ok()) return;
+    if (!bootstrap::read_handshake_frame(s.fd(), d).ok()) return;  // AUTH
+    wire::Accepted accepted;
+    accepted.cookie = 1;
+    accepted.signature = own->sign(wire::identity_input(wire::Signer::kAcceptor, *hello, welcome));
+    if (flip) accepted.signature[*flip % accepted.signature.size()] ^= 0x01;
+    (void)bootstrap::write_handshake_frame(s.fd(), wire::encode(accepted), d);
+    // Nothing after ACCEPTED: a dialer that refused hangs up at once; one
+    // that took it waits for what follows, until its deadline.
+    struct pollfd q = {s.fd(), POLLIN, 0};
+    (void)::poll(&q, 1, 3000);
+  });
+  Options o;
+  o.transport = TransportChoice::kTcp;
+  auto dialer = Engine::create(o).value();
+  auto c = dialer->connect(where, after(2s));
+  fake.join();
+  return c.ok() ? Status() : c.status();
+}
+
 // The acceptor side: a listener that answers with another engine's id and
 // its own key. The dialing engine refuses it before READY, and
 // Engine::connect with the other engine's metadata refuses an engine with
@@ -140,86 +185,9 @@ TEST(EngineIdentity, AnAcceptorNamingAnotherEnginesIdIsRefused) {
   EXPECT_NE(c.status().message().find("answered there"), std::string::npos) << c.status().to_string();
 
   // A hand-made acceptor that claims the real engine's id.
-  auto hp = platform::parse_host_port("127.0.0.1:0").value();
-  auto listening = platform::listen_tcp(hp, 4);
-  ASSERT_TRUE(listening.ok()) << listening.status().to_string();
-  const std::string where = "127.0.0.1:" + std::to_string(platform::local_port(*listening).value());
-  auto own = platform::IdentityKey::generate().value();
-  std::thread fake([&] {
-    Deadline d = after(5s);
-    struct pollfd p = {listening->fd(), POLLIN, 0};
-    if (::poll(&p, 1, 5000) != 1) return;
-    platform::Socket s(::accept4(listening->fd(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (!s.valid()) return;
-    auto hf = bootstrap::read_handshake_frame(s.fd(), d);
-    if (!hf.ok()) return;
-    auto hello = wire::decode_hello(hf->header, hf->aux);
-    if (!hello.ok()) return;
-    wire::Welcome welcome;
-    welcome.engine_id = real->id();
-    welcome.identity = own->public_key();
-    welcome.host_id = "elsewhere";
-    welcome.addresses = {where};
-    if (!bootstrap::write_handshake_frame(s.fd(), wire::encode(welcome), d).ok()) return;
-    if (!bootstrap::read_handshake_frame(s.fd(), d).ok()) return;  // AUTH
-    wire::Accepted accepted;
-    accepted.cookie = 1;
-    accepted.signature = own->sign(wire::identity_input(wire::Signer::kAcceptor, *hello, welcome));
-    (void)bootstrap::write_handshake_frame(s.fd(), wire::encode(accepted), d);
-    char byte;
-    (void)::recv(s.fd(), &byte, 1, 0);  // until the dialer hangs up
-  });
-  Options o;
-  o.transport = TransportChoice::kTcp;
-  auto tcp_dialer = Engine::create(o).value();
-  auto d = tcp_dialer->connect(where, after(5s));
-  fake.join();
+  Status d = dial_hand_made_acceptor(real->id(), std::nullopt);
   ASSERT_FALSE(d.ok()) << "the dialer took an acceptor that named another engine's id";
-  EXPECT_EQ(d.status().code(), Code::kUnauthenticated) << d.status().to_string();
-}
-
-// A hand-made acceptor whose id is its own key's, that answers AUTH with
-// ACCEPTED signed by that key, one byte of the signature flipped when
-// `flip` names one. Returns what the dialing engine's connect said.
-Status dial_acceptor_whose_signature(std::optional<size_t> flip) {
-  auto hp = platform::parse_host_port("127.0.0.1:0").value();
-  auto listening = platform::listen_tcp(hp, 4);
-  if (!listening.ok()) return listening.status();
-  const std::string where = "127.0.0.1:" + std::to_string(platform::local_port(*listening).value());
-  auto own = platform::IdentityKey::generate().value();
-  std::thread fake([&] {
-    Deadline d = after(5s);
-    struct pollfd p = {listening->fd(), POLLIN, 0};
-    if (::poll(&p, 1, 5000) != 1) return;
-    platform::Socket s(::accept4(listening->fd(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (!s.valid()) return;
-    auto hf = bootstrap::read_handshake_frame(s.fd(), d);
-    if (!hf.ok()) return;
-    auto hello = wire::decode_hello(hf->header, hf->aux);
-    if (!hello.ok()) return;
-    wire::Welcome welcome;
-    welcome.engine_id = own->engine_id();
-    welcome.identity = own->public_key();
-    welcome.host_id = "elsewhere";
-    welcome.addresses = {where};
-    if (!bootstrap::write_handshake_frame(s.fd(), wire::encode(welcome), d).ok()) return;
-    if (!bootstrap::read_handshake_frame(s.fd(), d).ok()) return;  // AUTH
-    wire::Accepted accepted;
-    accepted.cookie = 1;
-    accepted.signature = own->sign(wire::identity_input(wire::Signer::kAcceptor, *hello, welcome));
-    if (flip) accepted.signature[*flip % accepted.signature.size()] ^= 0x01;
-    (void)bootstrap::write_handshake_frame(s.fd(), wire::encode(accepted), d);
-    // Nothing after ACCEPTED: an accepted signature leaves the dialer
-    // waiting for what follows, until its deadline.
-    struct pollfd q = {s.fd(), POLLIN, 0};
-    (void)::poll(&q, 1, 3000);
-  });
-  Options o;
-  o.transport = TransportChoice::kTcp;
-  auto dialer = Engine::create(o).value();
-  auto c = dialer->connect(where, after(2s));
-  fake.join();
-  return c.ok() ? Status() : c.status();
+  EXPECT_EQ(d.code(), Code::kUnauthenticated) << d.to_string();
 }
 
 // ACCEPTED proves the acceptor holds the key of the id it named: one bit
@@ -227,10 +195,10 @@ Status dial_acceptor_whose_signature(std::optional<size_t> flip) {
 // no honest acceptor (the control: the same acceptor unflipped gets past the
 // signature and fails only for lack of what follows).
 TEST(EngineIdentity, AnAcceptedWhoseSignatureHasOneBitFlippedIsRefused) {
-  Status honest = dial_acceptor_whose_signature(std::nullopt);
+  Status honest = dial_hand_made_acceptor(std::nullopt, std::nullopt);
   EXPECT_NE(honest.code(), Code::kUnauthenticated) << honest.to_string();
   for (size_t byte : {size_t{0}, size_t{31}, size_t{32}, size_t{63}}) {
-    Status s = dial_acceptor_whose_signature(byte);
+    Status s = dial_hand_made_acceptor(std::nullopt, byte);
     EXPECT_EQ(s.code(), Code::kUnauthenticated) << "byte " << byte << ": " << s.to_string();
   }
 }
