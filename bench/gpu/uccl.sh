@@ -17,6 +17,8 @@
 #
 #   bash bench/gpu/uccl.sh OUT
 #
+# ONLY, a regular expression, runs only the items whose name matches it (for
+# a rerun of some).
 # UCCL_P2P_SEED names the seed's upstream folder (default: the one
 # scripts/uccl_conformance.sh uses, ../shared/third_party/uccl_p2p/seed-a1184318
 # from the repository root).
@@ -85,6 +87,7 @@ run() {
   shift
   file=$1
   shift
+  if [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]]; then return; fi
   log="$out/$(log_name "$name").log"
   (cd "$(dirname "$file")" && env "${env[@]}" timeout "$ITEM_TIMEOUT" "${torchrun[@]}" --nnodes=1 --nproc_per_node=2 \
     --master_addr=127.0.0.1 --master_port="$(free_port)" "$file" "$@" >"$log" 2>&1)

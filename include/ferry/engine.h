@@ -158,6 +158,12 @@ class Connection {
   // captured into a graph) fails the transfer with kInvalidArgument; without
   // a CUDA driver, kUnimplemented. Streams must outlive the call only.
   StreamOrdered after_streams(std::span<void* const> cuda_streams);
+  // Makes `cuda_stream` wait, on the GPU, until `transfer` finishes
+  // (successfully or not: check its status before trusting the bytes), so a
+  // kernel that consumes a receive can be queued without a host round trip.
+  // OK at once if it has finished. kUnimplemented without a CUDA driver or
+  // where it lacks stream memory operations (then wait on the host).
+  Status stream_wait(const Transfer& transfer, void* cuda_stream);
 
   // ---- blocking wrappers (post, then wait) -------------------------------
   // Past `deadline`, a receive, write or read that has not started moving

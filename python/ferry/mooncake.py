@@ -63,10 +63,13 @@ Differences from Mooncake, all stated:
 - ``get_local_topology()`` names network interfaces (ferry's NICs), not
   RDMA devices, and ranks NICs for a GPU by NUMA node, not PCI distance
   (ferry/_mooncake_topology.py describes its fields).
-- ``*_on_cuda(stream_ptr)`` keeps the stream's order by waiting for the
-  stream, then transferring, then returning (Mooncake returns at once and
-  runs the transfer in a host function queued on the stream). A failure is
-  logged and counted in ``engine.cuda_failures``; the process is not ended.
+- ``*_on_cuda(stream_ptr)`` returns at once, as Mooncake's does: the
+  transfer is held until the stream has run the work queued before the call,
+  and the stream waits on the GPU for the transfer before the work queued
+  after it (Mooncake runs the transfer in a host function on the stream). A
+  failure is logged and counted in ``engine.cuda_failures`` once the
+  transfer ends; the process is not ended. Where the driver cannot make a
+  stream wait, the call returns once the transfer ended.
 - ``MC_TRANSFER_TIMEOUT`` (seconds, default 30) bounds every transfer and
   connection (reaching a peer takes at most 3 s of it, so a dead peer fails
   each call within that); ``MC_TCP_BIND_ADDRESS`` picks the address to listen on (default
@@ -108,7 +111,6 @@ import ferry
 from . import _mooncake_start as start
 from . import _mooncake_topology as topology
 from . import _mooncake_wire as wire
-from ._cuda_stream import StreamWork
 from ._mooncake_http import MetadataError, Publication
 from ._mooncake_segments import SegmentIndex, Unmapped
 from ._mooncake_service import Service
@@ -273,7 +275,7 @@ class TransferEngine:
         self._peers: Dict[str, _Peer] = {}
         self._batches: Dict[int, _Batch] = {}
         self._batch_ids = itertools.count(1)
-        self._stream_work = StreamWork()
+        self._stream_batches: List[Tuple[str, int, _Batch]] = []
         self._held: List[object] = []
         self._closer = weakref.finalize(self, _shutdown, self._held)
 
@@ -402,6 +404,7 @@ class TransferEngine:
         with self._lock:
             self._peers.clear()
             self._batches.clear()
+            self._stream_batches.clear()
             self._managed.clear()
             self._local = SegmentIndex()
             self._table = []
@@ -681,7 +684,7 @@ class TransferEngine:
     # ---- posting ----------------------------------------------------------
 
     def _post(self, target: str, buffers: Sequence[int], peer_addresses: Sequence[int], lengths: Sequence[int],
-              opcode: TransferOpcode, notify: Optional[TransferNotify]) -> _Batch:
+              opcode: TransferOpcode, notify: Optional[TransferNotify], stream: Optional[int] = None) -> _Batch:
         try:
             opcode = TransferOpcode(opcode)
         except ValueError:
@@ -701,29 +704,29 @@ class TransferEngine:
             if blocks is None:
                 self._refresh(peer, deadline)  # the peer may have registered it after we last asked
                 blocks, remote = self._blocks(peer, local, buffers, peer_addresses, lengths, last_try=True)
-            return self._start(peer, local, remote, blocks, opcode, note, deadline)
+            return self._start(peer, local, remote, blocks, opcode, note, deadline, stream)
         except (ferry.PeerLost, ferry.Unavailable, ferry.DeadlineExceeded):
             peer.lost = True  # the next request connects anew
             raise
 
     def _start(self, peer: _Peer, local: SegmentIndex, remote: SegmentIndex, blocks: np.ndarray,
-               opcode: TransferOpcode, note: Optional[bytes], deadline: float) -> _Batch:
+               opcode: TransferOpcode, note: Optional[bytes], deadline: float, stream: Optional[int] = None) -> _Batch:
         conn = peer.conn
         n = len(blocks)
         if opcode == TransferOpcode.WRITE:
             if n == 0:
                 transfers = [conn.notify_async(note)] if note else []
             else:
-                transfers = [conn.write_blocks_async(self._pools(peer, local, remote), blocks, note)]
+                transfers = [conn.write_blocks_async(self._pools(peer, local, remote), blocks, note, stream=stream)]
             return _Batch(transfers, deadline, peer, None, reads=False)
         items = [(int(local.bases[b[0]] + b[2]), remote.payloads[int(b[1])], int(b[3]), int(b[4])) for b in blocks]
         if n == 0:
             transfers = []
         elif n == 1:
             a, d, o, size = items[0]
-            transfers = [conn.read_async((a, size), d, o)]
+            transfers = [conn.read_async((a, size), d, o, stream=stream)]
         else:
-            transfers = [conn.readv_async(items)]
+            transfers = [conn.readv_async(items, stream=stream)]
         return _Batch(transfers, deadline, peer, note, reads=True)
 
     def _blocks(self, peer: _Peer, local: SegmentIndex, buffers: Sequence[int], peer_addresses: Sequence[int],
@@ -941,13 +944,46 @@ class TransferEngine:
 
     def _on_stream(self, what: str, stream_ptr: int, target: str, buffers, peer_addresses, lengths,
                    opcode: TransferOpcode) -> None:
-        def work() -> None:
-            if self._sync(what, target, buffers, peer_addresses, lengths, opcode) != OK:
-                self.cuda_failures += 1
-                log.error("mooncake %s on CUDA stream %#x failed: %s", what, stream_ptr, self.last_error)
+        """Mooncake's order: the transfer follows the work queued on the stream,
+        and what is queued on it next follows the transfer. ferry holds the
+        transfer until the stream gets there and makes the stream wait for it on
+        the GPU (Connection.stream_wait), so the call returns at once; a failure
+        counts in cuda_failures and is logged once the transfer ends. Where the
+        driver cannot make a stream wait, the call waits for the transfer."""
         if self._engine is None:
             raise RuntimeError(f"{what}: the engine is not initialized")
-        self._stream_work.run(int(stream_ptr), work)
+        stream = int(stream_ptr)
+        self._reap_stream_batches()
+
+        def body() -> int:
+            batch = self._post(target, buffers, peer_addresses, lengths, opcode, None, stream=stream)
+            try:
+                for t in batch.transfers:
+                    batch.peer.conn.stream_wait(t, stream)
+            except ferry.Unimplemented:
+                return OK if self._finish(batch, block=True) == STATUS_COMPLETED else ERR_TRANSFER
+            with self._lock:
+                self._stream_batches.append((what, stream, batch))
+            return OK
+
+        if self._guard(what, body) != OK:
+            self._cuda_failed(what, stream)
+
+    def _cuda_failed(self, what: str, stream: int) -> None:
+        self.cuda_failures += 1
+        log.error("mooncake %s on CUDA stream %#x failed: %s", what, stream, self.last_error)
+
+    def _reap_stream_batches(self, block: bool = False) -> None:
+        """Settles the *_on_cuda transfers that ended (with `block`, all of them)."""
+        with self._lock:
+            batches, self._stream_batches = self._stream_batches, []
+        for what, stream, batch in batches:
+            status = self._finish(batch, block=block)
+            if status == STATUS_WAITING:
+                with self._lock:
+                    self._stream_batches.append((what, stream, batch))
+            elif status != STATUS_COMPLETED:
+                self._cuda_failed(what, stream)
 
     def transfer_write_on_cuda(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
                                stream_ptr: int = 0, transport_hint: str = "") -> None:

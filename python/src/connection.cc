@@ -301,8 +301,8 @@ void bind_connection(pyb::module_& m) {
       "__cuda_array_interface__ follows the stream it names, a CUDA DLPack producer the legacy default stream. "
       "The call never waits for the GPU: the transfer is held until the stream gets there. stream= overrides "
       "it (a torch/CuPy stream or a cudaStream_t), stream=None turns it off. Work queued after the call is "
-      "not ordered after the transfer: wait for it first (a blocking call returns once the bytes are in "
-      "place).");
+      "not ordered after the transfer: wait for it (a blocking call returns once the bytes are in place), or "
+      "queue stream_wait(transfer, stream).");
   std::string t = kTimeoutDoc;
   std::string finish_t = t + kFinishDoc, leave_t = t + kLeaveDoc;
 
@@ -576,6 +576,20 @@ void bind_connection(pyb::module_& m) {
       "transport_name", [](PyConnection& c) { return std::string(c.conn->transport_name()); }, "'tcp' or 'local'.");
   c.def_property_readonly(
       "engine", [](PyConnection& c) { return c.engine; }, "The local Engine.");
+  c.def(
+      "stream_wait",
+      [](PyConnection& c, const PyTransfer& transfer, pyb::handle stream) {
+        StreamChoice order = stream_choice(stream);
+        if (order.kind != StreamChoice::Kind::kGiven) {
+          throw pyb::type_error("argument 'stream': a cudaStream_t (int) or a stream object, not \"auto\" or None");
+        }
+        throw_if_error(c.conn->stream_wait(transfer.transfer(), reinterpret_cast<void*>(order.stream)));
+      },
+      arg("transfer"), arg("stream"),
+      "Makes CUDA `stream` (torch.cuda.Stream, cupy.cuda.Stream or a cudaStream_t) wait, on the GPU, until "
+      "`transfer` finishes, successfully or not (check transfer.wait() before trusting the bytes): a kernel that "
+      "consumes a receive can be queued without waiting on the host. Keep the buffers alive until the transfer "
+      "finishes. Raises Unimplemented without a CUDA driver with stream memory operations.");
   c.def_readonly_static("MAX_NOTIFICATION", &Connection::kMaxNotification);
   c.def("__enter__", [](pyb::object self) { return self; });
   c.def("__exit__", [](PyConnection& c, pyb::args) {

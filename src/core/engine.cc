@@ -21,6 +21,7 @@
 #include "platform/memory_kind.h"
 #include "platform/mutex.h"
 #include "platform/socket.h"
+#include "platform/stream_signals.h"
 #include "platform/thread.h"
 #include "transport/bootstrap/dialer.h"
 #include "transport/bootstrap/engine_transports.h"
@@ -280,6 +281,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
   impl->ctx->options = opts;
   impl->ctx->memory_budget = std::make_shared<core::ByteBudget>(opts.engine_memory_bytes);
   impl->ctx->stream_gate = std::make_shared<core::StreamGate>(platform::cuda_stream_waits());
+  impl->ctx->stream_signals = std::make_shared<platform::StreamSignals>();
   {
     auto topo = platform::read_topology("");
     platform::Topology host = topo.ok() ? std::move(topo).value() : platform::Topology{};

@@ -22,6 +22,8 @@
 
 namespace ferry::platform {
 class GatherKernels;
+class StagingKernels;
+class StreamSignals;
 class ResidentGather;
 }  // namespace ferry::platform
 
@@ -69,8 +71,12 @@ struct EngineContext {
   std::shared_ptr<platform::GatherKernels> gather_kernels;
   // The gather kernel kept resident between batches (null: launched per batch).
   std::shared_ptr<platform::ResidentGather> resident_gather;
+  // The TCP staging copy kernel, loaded once per device (null: copy engines only).
+  std::shared_ptr<platform::StagingKernels> staging_kernels;
   // Holds transfers ordered after CUDA streams until the streams get there.
   std::shared_ptr<StreamGate> stream_gate;
+  // The words CUDA streams wait on for a transfer to finish.
+  std::shared_ptr<platform::StreamSignals> stream_signals;
 };
 
 }  // namespace ferry::core

@@ -70,6 +70,7 @@ CudaDriver load_driver() {
   need("cuMemHostRegister_v2", d.mem_host_register);
   need("cuMemHostUnregister", d.mem_host_unregister);
   need("cuMemGetInfo_v2", d.mem_get_info);
+  need("cuMemHostGetDevicePointer_v2", d.mem_host_get_device_pointer);
   need("cuLaunchHostFunc", d.launch_host_func);
   need("cuStreamIsCapturing", d.stream_is_capturing);
   need("cuCtxSynchronize", d.ctx_synchronize);
@@ -78,6 +79,11 @@ CudaDriver load_driver() {
   need("cuModuleUnload", d.module_unload);
   need("cuModuleGetFunction", d.module_get_function);
   need("cuLaunchKernel", d.launch_kernel);
+  // The _v2 entry point works on every device of CUDA 12 on; the first
+  // needed a kernel module option.
+  if (missing.ok() && !lib->lookup_optional("cuStreamWaitValue32_v2", d.stream_wait_value32)) {
+    (void)lib->lookup_optional("cuStreamWaitValue32", d.stream_wait_value32);
+  }
   if (missing.ok() && !lib->lookup_optional("cuMemcpyBatchAsync_v2", d.memcpy_batch_async_v2)) {
     (void)lib->lookup_optional("cuMemcpyBatchAsync", d.memcpy_batch_async_v1);
   }

@@ -77,6 +77,8 @@ inline constexpr unsigned kEventDisableTiming = 2;
 inline constexpr unsigned kHostAllocPortable = 1;
 inline constexpr unsigned kHostRegisterPortable = 1;
 inline constexpr unsigned kHostRegisterDeviceMap = 2;
+inline constexpr unsigned kHostAllocDeviceMap = 2;
+inline constexpr unsigned kStreamWaitValueGeq = 0;  // (int32_t)(*addr - value) >= 0
 inline constexpr int kStreamCaptureStatusNone = 0;
 using HostFn = void (*)(void*);
 }  // namespace cu
@@ -132,9 +134,12 @@ struct CudaDriver {
   cu::Result (*mem_host_register)(void*, size_t, unsigned) = nullptr;
   cu::Result (*mem_host_unregister)(void*) = nullptr;
   cu::Result (*mem_get_info)(size_t*, size_t*) = nullptr;
+  cu::Result (*mem_host_get_device_pointer)(cu::DevicePtr*, void*, unsigned) = nullptr;
   cu::Result (*launch_host_func)(cu::Stream, cu::HostFn, void*) = nullptr;
   cu::Result (*stream_is_capturing)(cu::Stream, int*) = nullptr;
-
+  // Optional: a stream waits on the GPU for a 32-bit word (stream memory
+  // operations). Null where the driver lacks it.
+  cu::Result (*stream_wait_value32)(cu::Stream, cu::DevicePtr, uint32_t, unsigned) = nullptr;
   cu::Result (*ctx_synchronize)() = nullptr;
   cu::Result (*primary_ctx_get_state)(cu::Device, unsigned*, int*) = nullptr;
   cu::Result (*module_load_data)(cu::Module*, const void*) = nullptr;

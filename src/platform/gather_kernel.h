@@ -67,6 +67,9 @@ class GatherKernels {
   Status launch_resident(int device, cu::Stream stream, void* mailbox, cu::DevicePtr relay, uint64_t generation,
                          uint64_t linger_ns, unsigned grid, unsigned threads);
 
+  // Loads the kernels now on every device this process uses (PtxKernels::load_where_used).
+  void load_where_used() { kernels_.load_where_used(); }
+
   static constexpr uint64_t kMaxAveragePiece = 256 * 1024;
   static constexpr uint64_t kItemBytes = 64 * 1024;
   static constexpr size_t kSmallItems = 168;   // gather_kernel.cu: 4 KiB of parameters

@@ -40,4 +40,18 @@ cu::Function PtxKernels::function(int device, size_t index) {
   return l.functions[index];
 }
 
+void PtxKernels::load_where_used() {
+  const CudaDriver& d = cuda();
+  int count = 0;
+  if (!d.available() || d.device_get_count(&count) != cu::kSuccess) return;
+  for (int device = 0; device < count && device < kMaxDevices; ++device) {
+    unsigned flags = 0;
+    int active = 0;
+    if (d.primary_ctx_get_state(device, &flags, &active) != cu::kSuccess || !active) continue;
+    if (loaded_[static_cast<size_t>(device)].tried.load(std::memory_order_acquire)) continue;
+    DeviceScope scope(device);
+    if (scope.ok()) (void)function(device, 0);
+  }
+}
+
 }  // namespace ferry::platform

@@ -36,6 +36,12 @@ class PtxKernels {
   // loading the module there on first use; null where it cannot load (or
   // `device` or `index` is out of range: at most kMaxFunctions names count).
   cu::Function function(int device, size_t index);
+  // Loads the module now on every device whose primary context this process
+  // has made active, each in that context. Why: loading waits for every
+  // stream of the context, so it must not happen on a ferry thread while an
+  // application stream waits on the GPU for ferry (Connection::stream_wait);
+  // once loaded, launches wait for nothing (bench/gpu/blocked_stream_probe.cu).
+  void load_where_used();
 
   static constexpr size_t kMaxFunctions = 5;
 

@@ -1,5 +1,6 @@
 // StreamWaits: how ferry learns that a CUDA stream has run the work queued on
-// it, without blocking the thread that asks.
+// it, without blocking the thread that asks, and how a stream is made to
+// wait on the GPU for something ferry does.
 //
 // Applications hand ferry GPU buffers whose producer kernels are still
 // queued on their stream (torch, CuPy, ...). ferry orders a transfer after

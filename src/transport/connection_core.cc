@@ -7,6 +7,9 @@
 
 #include "core/log.h"
 #include "platform/heap.h"
+#include "platform/gather_kernel.h"
+#include "platform/staging_kernel.h"
+#include "platform/stream_signals.h"
 
 namespace ferry::transport {
 namespace {
@@ -514,6 +517,20 @@ Transfer ConnectionCore::readv_async(std::span<const ReadItem> items) {
 
 // ---- notifications -------------------------------------------------------------
 
+Status ConnectionCore::stream_wait(const Transfer& transfer, void* cuda_stream) {
+  const std::shared_ptr<TransferState>& state = transfer.state();
+  if (!state) return Status(Code::kInvalidArgument, "stream_wait on an empty Transfer handle");
+  if (state->done()) return Status();
+  if (!ctx_->stream_signals) return Status(Code::kUnimplemented, "stream_wait: this engine has no stream signals");
+  // The kernels ferry's threads may launch are loaded now, on this thread:
+  // loading waits for every stream of the context, the armed one too.
+  if (ctx_->staging_kernels) ctx_->staging_kernels->load_where_used();
+  if (ctx_->gather_kernels) ctx_->gather_kernels->load_where_used();
+  FERRY_ASSIGN_OR_RETURN(platform::StreamSignals::Armed armed, ctx_->stream_signals->arm(cuda_stream));
+  state->on_finish([signals = ctx_->stream_signals, armed](const Status&) { signals->signal(armed); });
+  return Status();
+}
+
 Transfer ConnectionCore::notify_async(std::string_view message) {
   if (Status u = usable(); !u.ok()) return failed_transfer(u);
   if (Status c = core::NotificationQueue::check_size(message, "notify"); !c.ok()) return failed_transfer(c);
@@ -652,6 +669,9 @@ Transfer Connection::readv_async(std::span<const ReadItem> items) { return in_or
 Transfer Connection::notify_async(std::string_view message) { return in_order(core_of(this), {}, kNotify, message); }
 StreamOrdered Connection::after_streams(std::span<void* const> cuda_streams) {
   return StreamOrdered(this, cuda_streams);
+}
+Status Connection::stream_wait(const Transfer& transfer, void* cuda_stream) {
+  return core_of(this).stream_wait(transfer, cuda_stream);
 }
 
 Transfer StreamOrdered::send_async(const void* data, size_t size) {

@@ -13,7 +13,7 @@
 #include "gpu/tcp_gpu_util.h"
 #include "integration/peer_process.h"
 #include "transport/tcp/staging_copier.h"
-#include "transport/tcp/staging_kernel.h"
+#include "platform/staging_kernel.h"
 #include "transport/tcp/staging_ring.h"
 
 namespace ferry::test {
@@ -276,7 +276,7 @@ TEST(CudaCopier, AWaitReturnsOnlyOnceItsCopiesEnded) {
   constexpr size_t kBytes = (64u << 20) + 64;
   Memory dev(0, kBytes);
   ASSERT_TRUE(dev.ok());
-  auto copier = tcp::make_cuda_copier(std::make_shared<tcp::StagingKernels>());
+  auto copier = tcp::make_cuda_copier(std::make_shared<platform::StagingKernels>());
   auto in = copier->alloc_host(0, kBytes), out = copier->alloc_host(0, kBytes);
   ASSERT_TRUE(in.ok() && out.ok());
   auto* src = static_cast<uint8_t*>(in.value());

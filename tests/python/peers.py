@@ -123,6 +123,14 @@ def serve(pipe, listen: str = "127.0.0.1:0", options: dict | None = None) -> Non
                 region = engine.reg(arr)
                 keep[name] = (arr, region)
                 reply_ok(engine.export_region(region, offset, length).serialize())
+            elif cmd == "torch_export":  # (name, count, device): an int64 CUDA tensor of zeros, exported whole
+                import torch
+
+                name, count, device = args
+                t = torch.zeros(count, dtype=torch.int64, device=device)
+                region = engine.reg(t)
+                keep[name] = (t, region)
+                reply_ok(engine.export_region(region, 0, 0).serialize())
             elif cmd == "unexport":  # (name): deregister, revoking the exports
                 arr, region = keep.pop(args[0])
                 engine.dereg(region)

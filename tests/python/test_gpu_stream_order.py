@@ -75,6 +75,57 @@ def test_without_the_order_the_same_rounds_go_wrong(link):
     assert wrong > 0, "the hazard never showed: this test could not catch a missing order"
 
 
+def test_a_stream_waits_on_the_gpu_for_a_receive(link):
+    # A kernel queued after stream_wait sees the received bytes, with no
+    # host wait between posting the receive and queuing the kernel.
+    dst = torch.zeros(COUNT, dtype=torch.int64, device=LOCAL)
+    link.engine.reg(dst)
+    t = link.conn.recv_async(dst)
+    link.conn.stream_wait(t, torch.cuda.current_stream())
+    total = dst.sum()  # queued behind the wait
+    link.peer.call("torch_user_send", COUNT, 7, REMOTE, "auto", SLOW)
+    assert t.wait(WAIT) == COUNT * 8
+    assert total.item() == 7 * COUNT * (COUNT - 1) // 2
+
+
+def test_a_new_engine_whose_first_gpu_transfer_a_stream_waits_for():
+    # Nothing of ferry's GPU path was loaded before the wait was queued: its
+    # kernels load at stream_wait, not on a ferry thread behind the waiting
+    # stream (loading a module waits for every stream of the context).
+    lk = Link()
+    try:
+        dst = torch.zeros(COUNT, dtype=torch.int64, device=LOCAL)
+        lk.engine.reg(dst)
+        t = lk.conn.recv_async(dst)
+        lk.conn.stream_wait(t, torch.cuda.current_stream())
+        total = dst.sum()
+        lk.peer.call("torch_user_send", COUNT, 3, REMOTE, "auto", 0)
+        assert t.wait(WAIT) == COUNT * 8
+        assert total.item() == 3 * COUNT * (COUNT - 1) // 2
+    finally:
+        lk.close()
+
+
+def test_a_peer_revoking_its_memory_while_a_stream_waits_stalls_nothing(link):
+    # This process opened the peer's GPU allocation (a write into its
+    # export); the peer deregisters it while this process's stream waits for
+    # a receive on the same connection. Closing the mapping would wait for
+    # that stream; the connection's thread must go on and land the receive.
+    desc = ferry.RemoteDescriptor.parse(link.peer.call("torch_export", "kv", COUNT, REMOTE))
+    src = torch.arange(COUNT, dtype=torch.int64, device=LOCAL) * 11
+    link.engine.reg(src)
+    link.conn.write(src, desc, 0, timeout=WAIT)
+    dst = torch.zeros(COUNT, dtype=torch.int64, device=LOCAL)
+    link.engine.reg(dst)
+    t = link.conn.recv_async(dst)
+    link.conn.stream_wait(t, torch.cuda.current_stream())
+    total = dst.sum()
+    link.peer.call("unexport", "kv", timeout=WAIT)
+    link.peer.call("torch_user_send", COUNT, 13, REMOTE, "auto", 0, timeout=WAIT)
+    assert t.wait(WAIT) == COUNT * 8
+    assert total.item() == 13 * COUNT * (COUNT - 1) // 2
+
+
 def test_an_explicit_stream_is_followed(link):
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):

@@ -18,7 +18,7 @@
 
 #include "loopback_tcp_pair.h"
 #include "platform/socket.h"
-#include "transport/tcp/staging_kernel.h"
+#include "platform/staging_kernel.h"
 
 namespace ferry::tcp {
 namespace {
@@ -161,11 +161,11 @@ TEST(StagedChunkBytes, EveryPathGetsTwoChunksWithinLimits) {
 // The copy kernel moves 16 bytes a thread: anything else goes to the engines.
 TEST(StagingKernels, FitOnlyWhereAddressesAndSizeAreMultiplesOf16) {
   alignas(64) static uint8_t a[4096], b[4096];
-  EXPECT_TRUE(StagingKernels::fits(a, b, 4096));
-  EXPECT_TRUE(StagingKernels::fits(a + 16, b + 32, 1024));
-  EXPECT_FALSE(StagingKernels::fits(a + 1, b, 1024));
-  EXPECT_FALSE(StagingKernels::fits(a, b + 8, 1024));
-  EXPECT_FALSE(StagingKernels::fits(a, b, 1000));
+  EXPECT_TRUE(platform::StagingKernels::fits(a, b, 4096));
+  EXPECT_TRUE(platform::StagingKernels::fits(a + 16, b + 32, 1024));
+  EXPECT_FALSE(platform::StagingKernels::fits(a + 1, b, 1024));
+  EXPECT_FALSE(platform::StagingKernels::fits(a, b + 8, 1024));
+  EXPECT_FALSE(platform::StagingKernels::fits(a, b, 1000));
 }
 
 // A lending stager lends the pages of a chunk that fills its slot, which

@@ -273,6 +273,9 @@ TEST(StreamOrderedConnection, WithoutACudaDriverAnOrderedTransferFailsClearlyAnd
   ASSERT_TRUE(n.ok()) << n.status().to_string();
   ASSERT_TRUE(sent.wait(after(5s)).ok());
   EXPECT_EQ(in, out);
+  Transfer r = p.cb->recv_async(in.data(), in.size());
+  EXPECT_EQ(p.cb->stream_wait(r, stream).code(), Code::kUnimplemented);
+  r.cancel();
 }
 
 }  // namespace

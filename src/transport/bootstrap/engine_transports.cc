@@ -5,15 +5,17 @@
 
 #include "platform/gather_kernel.h"
 #include "platform/resident_gather.h"
+#include "platform/staging_kernel.h"
 #include "transport/local/gpu_sharing.h"
 
 namespace ferry::bootstrap {
 
 void prepare_transports(core::EngineContext& ctx) {
   ctx.gpu_exports = std::make_shared<local::GpuExports>();
-  ctx.gpu_imports = std::make_shared<local::GpuImports>();
+  ctx.gpu_imports = std::make_shared<local::GpuImports>(ctx.stream_signals);
   if (ctx.options.staging_copy == StagingCopy::kKernel) {
     ctx.gather_kernels = std::make_shared<platform::GatherKernels>();
+    ctx.staging_kernels = std::make_shared<platform::StagingKernels>();
     if (ctx.options.gather_linger.count() > 0) {
       ctx.resident_gather = std::make_shared<platform::ResidentGather>(ctx.gather_kernels, ctx.options.gather_linger);
     }

@@ -132,7 +132,20 @@ void GpuExports::retire(uint64_t region_id) {
 // ---- imports -----------------------------------------------------------------
 
 GpuImports::~GpuImports() {
+  platform::MutexLock lock(mu_);
   for (auto& [key, m] : maps_) close(m);
+  for (const Mapping& m : held_) close(m);
+}
+
+void GpuImports::close_held() {
+  if (held_.empty() || (signals_ && signals_->any_armed())) return;
+  for (const Mapping& m : held_) close(m);
+  held_.clear();
+}
+
+size_t GpuImports::held_closes() const {
+  platform::MutexLock lock(mu_);
+  return held_.size();
 }
 
 void GpuImports::close(const Mapping& m) {
@@ -172,6 +185,7 @@ Result<GpuImports::Opened> GpuImports::open(const void* user, uint64_t peer_engi
                                             const SharedSpan& span, int device) {
   auto key = std::make_tuple(peer_pid, peer_engine, span.alloc_base, span.alloc_id, device);
   platform::MutexLock lock(mu_);
+  close_held();
   auto it = maps_.find(key);
   if (it == maps_.end()) {
     const auto& d = platform::cuda();
@@ -271,13 +285,14 @@ void GpuImports::forget(const void* user, uint64_t peer_engine, pid_t peer_pid, 
         (alloc_base == 0 || std::get<2>(it->first) == alloc_base)) {
       it->second.users.erase(user);
       if (it->second.users.empty()) {
-        close(it->second);
+        if (!it->second.own) held_.push_back(it->second);
         it = maps_.erase(it);
         continue;
       }
     }
     ++it;
   }
+  close_held();
 }
 
 }  // namespace ferry::local

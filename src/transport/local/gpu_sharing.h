@@ -19,12 +19,14 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <tuple>
 #include <vector>
 
 #include "core/registry.h"
 #include "platform/mutex.h"
+#include "platform/stream_signals.h"
 #include "transport/local/shared_span.h"
 
 namespace ferry::local {
@@ -56,6 +58,11 @@ class GpuExports {
 
 class GpuImports {
  public:
+  // `signals` (may be null) says whether an application stream waits on
+  // ferry: closing a mapping then waits for that stream, so closes are held
+  // until none does (see forget()).
+  explicit GpuImports(std::shared_ptr<const platform::StreamSignals> signals = nullptr)
+      : signals_(std::move(signals)) {}
   ~GpuImports();
   // The local address of `span`'s first byte, opening its allocation in the
   // context of local device `device` if not yet open, for `user` (each
@@ -80,8 +87,14 @@ class GpuImports {
   static Result<uint8_t*> locate(const Opened& opened, const SharedSpan& span);
   // `user` stops using the peer's allocation at `alloc_base` (0: all of the
   // peer's); a mapping closes when its last user stops. The caller
-  // guarantees none of its copies uses them any more.
+  // guarantees none of its copies uses them any more. While an application
+  // stream waits on ferry (StreamSignals::any_armed) the close is held, and
+  // done by a later open() or forget() once none waits, or at destruction:
+  // the calling thread (a connection's progress thread) may be the one that
+  // ends the transfer the stream waits for, and a close waits for the stream.
   void forget(const void* user, uint64_t peer_engine, pid_t peer_pid, uint64_t alloc_base);
+  // Mappings whose close is held (see forget()).
+  size_t held_closes() const;
 
  private:
   struct Mapping {
@@ -97,8 +110,12 @@ class GpuImports {
   // Maps this process's own allocation of `span` for use from `device`.
   static Result<Mapping> map_own(const SharedSpan& span, int device);
   void close(const Mapping& m);
+  // Closes the held mappings unless a stream waits.
+  void close_held() REQUIRES(mu_);
 
-  platform::Mutex mu_;
+  const std::shared_ptr<const platform::StreamSignals> signals_;
+  mutable platform::Mutex mu_;
+  std::vector<Mapping> held_ GUARDED_BY(mu_);
   // By (peer pid, peer engine, base, alloc_id, device). The
   // pid is the kernel's word (peer_proof.h), the engine id the peer's: a
   // peer that names another engine's id still finds only mappings opened

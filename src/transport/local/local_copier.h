@@ -135,6 +135,11 @@ class LocalCopier {
   // every copy already running, on any thread, host copies too, and ends the
   // helper threads. Blocks.
   void stop();
+  // Copies `n` host bytes at `src` to `dst` on local `device` and waits for
+  // them, on this copier's own (non-blocking) stream: unlike cuMemcpy, it
+  // does not wait for the application's streams, one of which may be waiting
+  // on the GPU for this connection (Connection::stream_wait). Blocks.
+  Status copy_to_device_now(int device, void* dst, const void* src, size_t n) EXCLUDES(mu_);
   // Closes the peer's mappings of `alloc_base` (0: all) after draining.
   void forget(uint64_t alloc_base);
 

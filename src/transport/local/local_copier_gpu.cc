@@ -28,6 +28,21 @@ Result<cu::Stream> LocalCopier::stream_for(int device) {
   return s;
 }
 
+Status LocalCopier::copy_to_device_now(int device, void* dst, const void* src, size_t n) {
+  const auto& d = platform::cuda();
+  if (!d.available()) return Status(Code::kUnimplemented, "GPU memory on a host without a CUDA driver");
+  platform::DeviceScope on(device);
+  FERRY_RETURN_IF_ERROR(on.status());
+  cu::Stream s = nullptr;
+  {
+    platform::MutexLock lock(mu_);
+    FERRY_ASSIGN_OR_RETURN(s, stream_for(device));
+  }
+  FERRY_RETURN_IF_ERROR(d.check(d.memcpy_htod_async(reinterpret_cast<cu::DevicePtr>(dst), src, n, s),
+                                "cuMemcpyHtoDAsync into the receive buffer", Code::kInternal));
+  return d.check(d.stream_synchronize(s), "cuStreamSynchronize (into the receive buffer)", Code::kInternal);
+}
+
 Result<cu::Event> LocalCopier::take_event(int device) {
   auto& spare = spare_events_[device];
   if (!spare.empty()) {

@@ -334,18 +334,13 @@ Status LocalTransport::copy_into(const core::SegmentList& dest, const std::strin
     dest.copy_in(0, reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
     return Status();
   }
-  // An eager message for a GPU buffer: small, so a synchronous copy per part.
-  const auto& d = platform::cuda();
+  // An eager message for a GPU buffer: small, so a copy per part, waited for.
   std::vector<core::SpanPiece> pieces;
   dest.pieces(0, bytes.size(), pieces);
   const char* from = bytes.data();
   for (const core::SpanPiece& p : pieces) {
     if (p.kind == MemoryKind::kCuda) {
-      platform::DeviceScope on(p.device);
-      FERRY_RETURN_IF_ERROR(on.status());
-      FERRY_RETURN_IF_ERROR(d.check(d.memcpy(reinterpret_cast<platform::cu::DevicePtr>(p.data),
-                                             reinterpret_cast<platform::cu::DevicePtr>(from), p.size),
-                                    "cuMemcpy into the receive buffer"));
+      FERRY_RETURN_IF_ERROR(copier_.copy_to_device_now(p.device, p.data, from, p.size));
     } else {
       std::memcpy(p.data, from, p.size);
     }

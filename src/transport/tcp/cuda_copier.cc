@@ -12,7 +12,7 @@
 #include "platform/gather_kernel.h"
 #include "platform/page_lender.h"
 #include "transport/tcp/staging_copier.h"
-#include "transport/tcp/staging_kernel.h"
+#include "platform/staging_kernel.h"
 
 namespace ferry::tcp {
 namespace {
@@ -28,7 +28,7 @@ DevicePtr dptr(const void* p) { return static_cast<DevicePtr>(reinterpret_cast<u
 // thread's current context as it found it.
 class CudaCopier final : public Copier {
  public:
-  CudaCopier(std::shared_ptr<StagingKernels> kernels, std::shared_ptr<platform::GatherKernels> gather)
+  CudaCopier(std::shared_ptr<platform::StagingKernels> kernels, std::shared_ptr<platform::GatherKernels> gather)
       : kernels_(std::move(kernels)), gather_(std::move(gather)) {}
 
   ~CudaCopier() override {
@@ -98,7 +98,7 @@ class CudaCopier final : public Copier {
     auto stream = stream_of(device);
     if (!stream.ok()) return stream.status();
     Status s(Code::kUnimplemented, "no copy kernel");
-    if (kernels_ && StagingKernels::fits(dst, src, n)) s = kernels_->copy(device, stream.value(), dst, src, n);
+    if (kernels_ && platform::StagingKernels::fits(dst, src, n)) s = kernels_->copy(device, stream.value(), dst, src, n);
     // Bytes the kernel cannot move, or no kernel on this device: the copy engines.
     if (s.code() == Code::kUnimplemented) {
       s = d.check(d.memcpy_async(dptr(dst), dptr(src), n, stream.value()), "cuMemcpyAsync");
@@ -325,7 +325,7 @@ class CudaCopier final : public Copier {
     pending_.pop_front();
   }
 
-  const std::shared_ptr<StagingKernels> kernels_;        // null: copy engines only
+  const std::shared_ptr<platform::StagingKernels> kernels_;        // null: copy engines only
   const std::shared_ptr<platform::GatherKernels> gather_;   // batches of blocks (null: copy engines)
   std::vector<PerDevice> devices_;                 // by ordinal
   std::deque<Pending> pending_;                    // fences not yet seen done, oldest first
@@ -340,7 +340,7 @@ class CudaCopier final : public Copier {
 
 }  // namespace
 
-std::unique_ptr<Copier> make_cuda_copier(std::shared_ptr<StagingKernels> kernels,
+std::unique_ptr<Copier> make_cuda_copier(std::shared_ptr<platform::StagingKernels> kernels,
                                          std::shared_ptr<platform::GatherKernels> gather) {
   return std::make_unique<CudaCopier>(std::move(kernels), std::move(gather));
 }

@@ -24,6 +24,7 @@
 
 namespace ferry::platform {
 class GatherKernels;
+class StagingKernels;
 }
 
 namespace ferry::tcp {
@@ -87,8 +88,7 @@ using CopierFactory = std::function<std::unique_ptr<Copier>()>;
 // through `gather` (one launch a run), which may touch only device memory
 // and pinned host memory (never pageable memory: the kernel would fault).
 // Without a driver every call returns kUnimplemented.
-class StagingKernels;
-std::unique_ptr<Copier> make_cuda_copier(std::shared_ptr<StagingKernels> kernels = nullptr,
+std::unique_ptr<Copier> make_cuda_copier(std::shared_ptr<platform::StagingKernels> kernels = nullptr,
                                          std::shared_ptr<platform::GatherKernels> gather = nullptr);
 
 // A stand-in that moves host memory with memcpy on its own thread, each copy

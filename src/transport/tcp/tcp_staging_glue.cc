@@ -6,14 +6,14 @@
 #include <cstring>
 
 #include "core/log.h"
-#include "transport/tcp/staging_kernel.h"
+#include "platform/staging_kernel.h"
 #include "transport/tcp/tcp_transport.h"
 
 namespace ferry::tcp {
 
 std::unique_ptr<Copier> TcpTransport::new_copier() const {
   // Path copiers move between GPU memory and the pinned slots only.
-  return hooks_.make ? hooks_.make() : make_cuda_copier(kernels_, ctx_->gather_kernels);
+  return hooks_.make ? hooks_.make() : make_cuda_copier(ctx_->staging_kernels, ctx_->gather_kernels);
 }
 
 std::unique_ptr<Copier> TcpTransport::new_control_copier() const {

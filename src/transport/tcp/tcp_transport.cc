@@ -10,7 +10,7 @@
 
 #include "core/log.h"
 #include "platform/thread.h"
-#include "transport/tcp/staging_kernel.h"
+#include "platform/staging_kernel.h"
 #include "transport/tcp/tcp_internals.h"
 
 namespace ferry::tcp {
@@ -51,7 +51,6 @@ TcpTransport::TcpTransport(transport::ConnectionCore& core, PeerInfo peer, platf
       ticket_(std::move(ticket)),
       landed_chunks_(data_.size(), 0),
       hooks_(staging_hooks()),
-      kernels_(ctx_->options.staging_copy == StagingCopy::kKernel ? std::make_shared<StagingKernels>() : nullptr),
       rx_stage_(data_.size()),
       rx_scratch_(data_.size() + 1),
       held_(std::make_shared<Held>(core.shared_budget())) {

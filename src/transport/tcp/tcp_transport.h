@@ -456,7 +456,6 @@ class TcpTransport final : public transport::Transport {
   std::vector<uint64_t> landed_chunks_;           // per path; only its rx thread
 
   const StagingHooks hooks_;
-  const std::shared_ptr<StagingKernels> kernels_;    // the copy kernel (null: copy engines only)
   std::vector<std::unique_ptr<RxStager>> rx_stage_;  // per path; only its rx thread
   // What a reader needs per frame, kept between frames: per path and, last,
   // the control stream's; only that stream's reader.

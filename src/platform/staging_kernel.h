@@ -11,7 +11,7 @@
 // transfer's copies run; Options::staging_copy "engine" keeps the SMs free.
 //
 // The kernel is PTX (no CUDA toolchain is needed to build ferry), loaded once
-// per device by each connection that stages, on first use.
+// per device for the whole engine, on first use (or by load_where_used()).
 //
 // Thread-safe.
 #pragma once
@@ -22,7 +22,7 @@
 #include "platform/cuda_driver.h"
 #include "platform/ptx_kernels.h"
 
-namespace ferry::tcp {
+namespace ferry::platform {
 
 class StagingKernels {
  public:
@@ -36,10 +36,12 @@ class StagingKernels {
   // caller made current. REQUIRES: fits(dst, src, n). kUnimplemented if the
   // kernel cannot be loaded on this device (the caller then uses the copy
   // engines; the reason is logged once).
-  Status copy(int device, platform::cu::Stream stream, void* dst, const void* src, size_t n);
+  Status copy(int device, cu::Stream stream, void* dst, const void* src, size_t n);
+  // Loads the kernel now on every device this process uses (PtxKernels::load_where_used).
+  void load_where_used() { kernels_.load_where_used(); }
 
  private:
-  platform::PtxKernels kernels_;
+  PtxKernels kernels_;
 };
 
-}  // namespace ferry::tcp
+}  // namespace ferry::platform

@@ -1,0 +1,75 @@
+// Slots of mapped pinned memory that CUDA streams wait on.
+#include "platform/stream_signals.h"
+
+#include <cstdio>
+#include <string>
+
+#include "platform/cuda_driver.h"
+
+namespace ferry::platform {
+
+Result<uint32_t> StreamSignals::take_slot() {
+  if (!free_.empty()) {
+    uint32_t s = free_.back();
+    free_.pop_back();
+    return s;
+  }
+  const CudaDriver& cu = cuda();
+  // Pinned memory needs a context; the application's, if its thread has one.
+  cu::Context current = nullptr;
+  std::optional<DeviceScope> scope;
+  if (cu.ctx_get_current(&current) != cu::kSuccess || current == nullptr) {
+    scope.emplace(0);
+    if (!scope->ok()) return scope->status();
+  }
+  Page page;
+  void* host = nullptr;
+  FERRY_RETURN_IF_ERROR(cu.check(cu.mem_host_alloc(&host, kSlotsPerPage * sizeof(uint32_t),
+                                                   cu::kHostAllocPortable | cu::kHostAllocDeviceMap),
+                                 "cuMemHostAlloc", Code::kResourceExhausted));
+  page.host = static_cast<uint32_t*>(host);
+  if (Status s = cu.check(cu.mem_host_get_device_pointer(&page.device, host, 0), "cuMemHostGetDevicePointer");
+      !s.ok()) {
+    cu.mem_free_host(host);
+    return s;
+  }
+  for (uint32_t i = 0; i < kSlotsPerPage; ++i) __atomic_store_n(&page.host[i], 0u, __ATOMIC_RELAXED);
+  auto first = static_cast<uint32_t>(pages_.size()) * kSlotsPerPage;
+  pages_.push_back(page);
+  values_.resize(values_.size() + kSlotsPerPage, 0);
+  for (uint32_t i = kSlotsPerPage - 1; i > 0; --i) free_.push_back(first + i);
+  return first;
+}
+
+Result<StreamSignals::Armed> StreamSignals::arm(void* stream) {
+  const CudaDriver& cu = cuda();
+  if (!cu.available()) return Status(Code::kUnimplemented, "a stream wait needs the CUDA driver");
+  if (cu.stream_wait_value32 == nullptr) {
+    return Status(Code::kUnimplemented, "this CUDA driver has no stream memory operations (cuStreamWaitValue32)");
+  }
+  MutexLock lock(mu_);
+  FERRY_ASSIGN_OR_RETURN(uint32_t slot, take_slot());
+  const Page& page = pages_[slot / kSlotsPerPage];
+  uint32_t value = values_[slot] + 1;
+  uint64_t word = page.device + (slot % kSlotsPerPage) * sizeof(uint32_t);
+  cu::Result r = cu.stream_wait_value32(static_cast<cu::Stream>(stream), word, value, cu::kStreamWaitValueGeq);
+  if (r != cu::kSuccess) {
+    free_.push_back(slot);
+    char name[32];
+    std::snprintf(name, sizeof(name), "%p", stream);
+    return cu.check(r, "cuStreamWaitValue32", Code::kInvalidArgument).with_context(std::string("CUDA stream ") + name);
+  }
+  values_[slot] = value;
+  armed_.fetch_add(1, std::memory_order_acq_rel);
+  return Armed{slot, value};
+}
+
+void StreamSignals::signal(const Armed& armed) {
+  MutexLock lock(mu_);
+  uint32_t* word = &pages_[armed.slot / kSlotsPerPage].host[armed.slot % kSlotsPerPage];
+  __atomic_store_n(word, armed.value, __ATOMIC_RELEASE);
+  free_.push_back(armed.slot);
+  armed_.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+}  // namespace ferry::platform

@@ -1,0 +1,68 @@
+// StreamSignals: make a CUDA stream wait, on the GPU, until ferry says so.
+//
+// A receive that lands in GPU memory finishes on a ferry thread; the kernel
+// that consumes the bytes is queued on the application's stream. Rather
+// than a host round trip (wait for the transfer, then launch), the stream is
+// told to wait for a 32-bit word in mapped pinned host memory
+// (cuStreamWaitValue32) and ferry writes the word when the transfer ends.
+//
+// Each wait takes a slot; a slot's word only grows (the stream's comparison
+// is cyclic), so a slot is reused as soon as its value was written: a
+// stream still waiting on the old value sees a larger one and goes on.
+// Pages are never freed: a stream behind a long kernel may read its word
+// after the engine closed. A few KiB, on purpose.
+//
+// Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "ferry/status.h"
+#include "platform/mutex.h"
+
+namespace ferry::platform {
+
+class StreamSignals {
+ public:
+  // A wait armed on a stream; signal() releases the stream.
+  struct Armed {
+    uint32_t slot = 0;
+    uint32_t value = 0;
+  };
+
+  StreamSignals() = default;
+  StreamSignals(const StreamSignals&) = delete;
+  StreamSignals& operator=(const StreamSignals&) = delete;
+
+  // Queues on `stream` a wait for a later signal(). kUnimplemented without a
+  // driver or where the driver has no stream memory operations;
+  // kInvalidArgument for a stream the driver refuses.
+  Result<Armed> arm(void* stream) EXCLUDES(mu_);
+  // Releases the stream armed with `armed`, and the slot.
+  void signal(const Armed& armed) EXCLUDES(mu_);
+  // Whether a stream may be waiting: some wait armed and not yet signalled.
+  // While one is, a ferry thread must not make a driver call that waits for
+  // every stream of the context (freeing memory, closing an IPC mapping,
+  // loading a module: bench/gpu/blocked_stream_probe.cu), or it may wait on
+  // the very stream that waits on it.
+  bool any_armed() const { return armed_.load(std::memory_order_acquire) != 0; }
+
+ private:
+  static constexpr uint32_t kSlotsPerPage = 1024;
+  struct Page {
+    uint32_t* host = nullptr;
+    uint64_t device = 0;
+  };
+  Result<uint32_t> take_slot() REQUIRES(mu_);
+
+  std::atomic<uint32_t> armed_{0};
+  Mutex mu_;
+  std::vector<Page> pages_ GUARDED_BY(mu_);
+  std::vector<uint32_t> free_ GUARDED_BY(mu_);
+  std::vector<uint32_t> values_ GUARDED_BY(mu_);  // last value armed, per slot
+};
+
+}  // namespace ferry::platform
