@@ -588,7 +588,8 @@ void bind_connection(pyb::module_& m) {
       arg("transfer"), arg("stream"),
       "Makes CUDA `stream` (torch.cuda.Stream, cupy.cuda.Stream or a cudaStream_t) wait, on the GPU, until "
       "`transfer` finishes, successfully or not (check transfer.wait() before trusting the bytes): a kernel that "
-      "consumes a receive can be queued without waiting on the host. Keep the buffers alive until the transfer "
+      "consumes a receive can be queued without waiting on the host (a kernel never launched before waits on the "
+      "host while the stream waits: CUDA loads kernels lazily). Keep the buffers alive until the transfer "
       "finishes. Raises Unimplemented without a CUDA driver with stream memory operations.");
   c.def_readonly_static("MAX_NOTIFICATION", &Connection::kMaxNotification);
   c.def("__enter__", [](pyb::object self) { return self; });

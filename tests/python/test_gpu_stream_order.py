@@ -9,6 +9,8 @@ connection is the local transport (CUDA IPC); FERRY_TRANSPORT=tcp runs the
 same rounds through GPU staging. Skips without a CUDA device.
 """
 
+import time
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -75,17 +77,31 @@ def test_without_the_order_the_same_rounds_go_wrong(link):
     assert wrong > 0, "the hazard never showed: this test could not catch a missing order"
 
 
-def test_a_stream_waits_on_the_gpu_for_a_receive(link):
-    # A kernel queued after stream_wait sees the received bytes, with no
-    # host wait between posting the receive and queuing the kernel.
+PEER_DELAY = 2_000_000_000  # cycles of torch.cuda._sleep on the peer before its send: about 1 s
+
+
+def receive_behind_a_stream_wait(lk, k):
+    """Posts a receive, makes the current stream wait for it on the GPU and
+    queues a sum behind the wait while the peer's send is still a second
+    away; returns how long queuing the sum took on the host."""
     dst = torch.zeros(COUNT, dtype=torch.int64, device=LOCAL)
-    link.engine.reg(dst)
-    t = link.conn.recv_async(dst)
-    link.conn.stream_wait(t, torch.cuda.current_stream())
+    dst.sum()  # the sum kernel is loaded: a first launch (CUDA lazy loading) waits for every stream
+    lk.engine.reg(dst)
+    t = lk.conn.recv_async(dst)
+    lk.conn.stream_wait(t, torch.cuda.current_stream())
+    lk.peer.call_async("torch_user_send", COUNT, k, REMOTE, "auto", PEER_DELAY)
+    began = time.monotonic()
     total = dst.sum()  # queued behind the wait
-    link.peer.call("torch_user_send", COUNT, 7, REMOTE, "auto", SLOW)
+    queued = time.monotonic() - began
     assert t.wait(WAIT) == COUNT * 8
-    assert total.item() == 7 * COUNT * (COUNT - 1) // 2
+    lk.peer.expect("ok", timeout=WAIT)
+    assert total.item() == k * COUNT * (COUNT - 1) // 2
+    return queued
+
+
+def test_a_stream_waits_on_the_gpu_for_a_receive(link):
+    # The kernel that consumes the receive is queued without a host wait.
+    assert receive_behind_a_stream_wait(link, 7) < 0.5
 
 
 def test_a_new_engine_whose_first_gpu_transfer_a_stream_waits_for():
@@ -94,14 +110,7 @@ def test_a_new_engine_whose_first_gpu_transfer_a_stream_waits_for():
     # stream (loading a module waits for every stream of the context).
     lk = Link()
     try:
-        dst = torch.zeros(COUNT, dtype=torch.int64, device=LOCAL)
-        lk.engine.reg(dst)
-        t = lk.conn.recv_async(dst)
-        lk.conn.stream_wait(t, torch.cuda.current_stream())
-        total = dst.sum()
-        lk.peer.call("torch_user_send", COUNT, 3, REMOTE, "auto", 0)
-        assert t.wait(WAIT) == COUNT * 8
-        assert total.item() == 3 * COUNT * (COUNT - 1) // 2
+        assert receive_behind_a_stream_wait(lk, 3) < 0.5
     finally:
         lk.close()
 
@@ -116,6 +125,7 @@ def test_a_peer_revoking_its_memory_while_a_stream_waits_stalls_nothing(link):
     link.engine.reg(src)
     link.conn.write(src, desc, 0, timeout=WAIT)
     dst = torch.zeros(COUNT, dtype=torch.int64, device=LOCAL)
+    dst.sum()
     link.engine.reg(dst)
     t = link.conn.recv_async(dst)
     link.conn.stream_wait(t, torch.cuda.current_stream())
