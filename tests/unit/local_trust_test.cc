@@ -24,6 +24,7 @@
 
 #include "engine_pair.h"
 #include "ferry/ferry.h"
+#include "process_holdings.h"
 #include "transport/local/peer_proof.h"
 #include "transport/local/shm_channel.h"
 
@@ -31,6 +32,7 @@ namespace ferry::local {
 namespace {
 
 using namespace std::chrono_literals;
+using ferry::testing::thread_count;
 
 constexpr size_t kRing = 4096;
 
@@ -364,15 +366,6 @@ TEST(LocalTrust, ARendezvousWhoseBacklogIsKeptFullIsGivenUpByTheDeadline) {
   ASSERT_TRUE(returned) << "fetch_channel waited past its deadline on a full backlog";
   Status s = fetched.get();
   EXPECT_EQ(s.code(), Code::kDeadlineExceeded) << s.to_string();
-}
-
-size_t thread_count() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("Threads:", 0) == 0) return std::stoul(line.substr(8));
-  }
-  return 0;
 }
 
 // Peers that connect on the local transport and hang up, while the
