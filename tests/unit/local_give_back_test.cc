@@ -1,11 +1,16 @@
-// What a local connection holds once it cannot go on, and that it gives it
-// all back at once (issue 51): a failed connection the application still
-// holds keeps no thread, descriptor or channel mapping. The peers are made
-// by hand (the handshake as an engine speaks it, then nothing), so they can
-// hang up when no engine would.
+// What a local connection, or a local handshake, holds once it cannot go on,
+// and that it gives it all back by its bound (issue 51): a failed connection
+// the application still holds keeps no thread, descriptor or channel
+// mapping, and handshakes that dial a rendezvous someone else squats end by
+// their deadline, or at once when the engine closes. The peers are made by
+// hand (the handshake as an engine speaks it, then nothing), so they can
+// hang up or name another rendezvous when no engine would.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -208,6 +213,78 @@ TEST(LocalGiveBack, OperationsPostedWhileTheChannelGoesAllEnd) {
       }
     }
   }
+}
+
+// A local user binds the rendezvous name peers name in LOCAL_SETUP and keeps
+// its backlog full, so that a connect to it never completes (a blocking
+// connect pinned the handshake threads: engine.close() took 35 s). Eight
+// handshakes at once left fetching from it end by themselves at their
+// deadline; eight more end as soon as their peers hang up; eight more are
+// cut short when the engine closes, which returns at once and leaves no
+// thread behind.
+TEST(LocalGiveBack, HandshakesDialingASquattedRendezvousEndByTheirDeadlineOrSooner) {
+  const std::string name = "ferry-local-0123456789abcdef0123456789abcd51";
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());
+  auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  platform::Socket squatter(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ASSERT_EQ(::bind(squatter.fd(), reinterpret_cast<sockaddr*>(&addr), len), 0) << std::strerror(errno);
+  ASSERT_EQ(::listen(squatter.fd(), 0), 0);
+  std::vector<platform::Socket> fillers;
+  for (int i = 0; i < 64; ++i) {
+    platform::Socket f(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (::connect(f.fd(), reinterpret_cast<sockaddr*>(&addr), len) != 0) break;  // EAGAIN: the backlog is full
+    fillers.push_back(std::move(f));
+  }
+  ASSERT_FALSE(fillers.empty());
+
+  // A sanitizer's runtime may start a thread of its own once the process
+  // starts one (ThreadSanitizer's does): it is in the count before.
+  std::thread([] {}).join();
+  const size_t threads = thread_count();
+  Options o;
+  o.transport = TransportChoice::kLocal;
+  o.handshake_timeout = 2000ms;
+  auto target = Engine::create(o).value();
+  const size_t idle = thread_count();
+  constexpr int kPeers = 8;
+  auto squatted_handshakes = [&] {
+    std::vector<RawLocalPeer> peers(kPeers);
+    for (RawLocalPeer& p : peers) {
+      Status s = p.setup(target->address(), name, Ticket{}, 1, after(5s));
+      EXPECT_TRUE(s.ok()) << s.to_string();
+    }
+    EXPECT_GE(thread_count(), idle + kPeers) << "the handshakes ended before they could be measured";
+    return peers;  // their control streams stay open
+  };
+  auto ms = [](Clock::duration d) {
+    return static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+  };
+
+  auto start = Clock::now();
+  std::vector<RawLocalPeer> first = squatted_handshakes();
+  EXPECT_TRUE(eventually([&] { return thread_count() <= idle; }, start + o.handshake_timeout + 1s))
+      << "handshakes on a squatted rendezvous outlived handshake_timeout (" << thread_count() - idle << " left)";
+  std::printf("%d handshakes on a squatted rendezvous ended by themselves after %lld ms (handshake_timeout %lld ms)\n",
+              kPeers, ms(Clock::now() - start), ms(o.handshake_timeout));
+
+  // Their peers hang up: they end at once.
+  start = Clock::now();
+  squatted_handshakes();
+  EXPECT_TRUE(eventually([&] { return thread_count() <= idle; }, start + 1s))
+      << "handshakes on a squatted rendezvous outlived their peers' control streams (" << thread_count() - idle
+      << " left)";
+  std::printf("%d handshakes on a squatted rendezvous whose peers hung up ended after %lld ms\n", kPeers,
+              ms(Clock::now() - start));
+
+  std::vector<RawLocalPeer> second = squatted_handshakes();
+  start = Clock::now();
+  target.reset();
+  const auto took = Clock::now() - start;
+  std::printf("engine close with %d handshakes on a squatted rendezvous: %lld ms\n", kPeers, ms(took));
+  EXPECT_LT(took, 1s) << "the engine's close waited for the handshakes' deadline";
+  EXPECT_LE(thread_count(), threads) << "threads left behind by the closed engine";
 }
 
 }  // namespace

@@ -177,7 +177,7 @@ TEST(LocalTrust, APeerThatIsThisProcessIsRefusedByEitherEnd) {
     ASSERT_EQ(::pipe(control), 0);
     Result<PeerCredentials> handed = Status();
     std::thread owner([&] { handed = listener->hand_over(channel.fd(), control[0], c.owner, after(5s)); });
-    Result<ReceivedChannel> got = fetch_channel(listener->name(), listener->ticket(), c.fetcher, after(5s));
+    Result<ReceivedChannel> got = fetch_channel(listener->name(), listener->ticket(), -1, c.fetcher, after(5s));
     // A fetcher that refused never presents the ticket; the owner would
     // wait for the deadline, so the control stream "answers" instead.
     if (!got.ok()) ::close(control[1]);
@@ -325,7 +325,7 @@ TEST(LocalTrust, AProberWithoutTheTicketGetsNoChannel) {
   EXPECT_EQ(msg.msg_controllen, 0u);
   ::close(probe);
 
-  Result<ReceivedChannel> got = fetch_channel(listener->name(), listener->ticket(), policy, after(5s));
+  Result<ReceivedChannel> got = fetch_channel(listener->name(), listener->ticket(), -1, policy, after(5s));
   owner.join();
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   ASSERT_TRUE(handed.ok()) << handed.status().to_string();
@@ -358,7 +358,7 @@ TEST(LocalTrust, ARendezvousWhoseBacklogIsKeptFullIsGivenUpByTheDeadline) {
   }
   ASSERT_FALSE(fillers.empty());
   auto fetched = std::async(std::launch::async, [&] {
-    return fetch_channel(name, Ticket{}, PeerPolicy{false, true}, after(1s)).status();
+    return fetch_channel(name, Ticket{}, -1, PeerPolicy{false, true}, after(1s)).status();
   });
   const bool returned = fetched.wait_for(5s) == std::future_status::ready;
   ::close(squatter);  // unblocks a connect that waits (the bug), so the test ends either way
@@ -420,7 +420,7 @@ TEST(LocalTrust, OnlyRendezvousNamesOfTheEnginesFormAreDialed) {
                           "ferry-local-0123456789abcdef0123456789abcde", "/tmp/.X11-unix/X0",
                           "ferry-local-0123456789abcdef0123456789abcdef0"}) {
     EXPECT_FALSE(valid_rendezvous_name(bad)) << bad;
-    auto r = fetch_channel(bad, Ticket{}, {}, after(1s));
+    auto r = fetch_channel(bad, Ticket{}, -1, {}, after(1s));
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), Code::kDataLoss) << bad;
   }
