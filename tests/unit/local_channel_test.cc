@@ -1,8 +1,8 @@
 // The local transport's pieces that need no peer process: the shared-memory
 // message rings (order, wrap-around, full ring, wake-ups, a second mapping of
 // the same memfd as the peer would have), the span codec, span slicing,
-// cross-memory copies within this process, and a copy's answer to a peer
-// that gave up on the connection while it ran.
+// cross-memory copies within this process, a copy's answer to a peer that
+// gave up on the connection while it ran, and a side that closes its channel.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -16,6 +16,7 @@
 
 #include "transport/local/gpu_sharing.h"
 
+#include "process_holdings.h"
 #include "transport/local/cross_memory.h"
 #include "transport/local/local_copier.h"
 #include "transport/local/shared_span.h"
@@ -230,6 +231,32 @@ TEST(ShmChannel, GivingUpIsSeenByThePeerOnly) {
   b.give_up();
   EXPECT_TRUE(a.peer_gave_up());
   EXPECT_FALSE(b.peer_gave_up()) << "a side reads the other's record, never its own";
+}
+
+// Closing a side records that it gave up, unmaps its channel and closes its
+// descriptor; its later calls touch nothing, and the peer still reads what
+// was posted before.
+TEST(ShmChannel, ClosingGivesUpUnmapsAndLaterCallsTouchNothing) {
+  auto a = ShmChannel::create(4096, 6).value();
+  ShmChannel b = peer_of(a, 6);
+  ASSERT_TRUE(a.try_post("before", ""));
+  const size_t maps = ferry::testing::mappings_of("memfd:ferry-local");
+  ASSERT_TRUE(a.close(std::chrono::steady_clock::now() + std::chrono::seconds(1)));
+  EXPECT_TRUE(a.closed());
+  EXPECT_EQ(a.fd(), -1);
+  EXPECT_EQ(ferry::testing::mappings_of("memfd:ferry-local"), maps - 1);
+  EXPECT_TRUE(b.peer_gave_up()) << "a side that closed did not record that it gave up";
+  EXPECT_FALSE(a.try_post("after", ""));
+  a.kick();
+  a.beat();
+  a.give_up();
+  EXPECT_EQ(a.peer_beats(), 0u);
+  EXPECT_TRUE(a.peer_gave_up()) << "a copy that ends after the close must not be trusted";
+  std::string m;
+  ASSERT_TRUE(b.receive(m).value());
+  EXPECT_EQ(m, "before");
+  EXPECT_FALSE(b.receive(m).value());
+  EXPECT_TRUE(a.close(std::chrono::steady_clock::now() + std::chrono::seconds(1)));
 }
 
 // Host memory described as the peer would describe it (this process is the

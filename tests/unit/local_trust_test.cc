@@ -24,6 +24,7 @@
 
 #include "engine_pair.h"
 #include "ferry/ferry.h"
+#include "process_holdings.h"
 #include "transport/local/peer_proof.h"
 #include "transport/local/shm_channel.h"
 
@@ -31,6 +32,7 @@ namespace ferry::local {
 namespace {
 
 using namespace std::chrono_literals;
+using ferry::testing::thread_count;
 
 constexpr size_t kRing = 4096;
 
@@ -175,7 +177,7 @@ TEST(LocalTrust, APeerThatIsThisProcessIsRefusedByEitherEnd) {
     ASSERT_EQ(::pipe(control), 0);
     Result<PeerCredentials> handed = Status();
     std::thread owner([&] { handed = listener->hand_over(channel.fd(), control[0], c.owner, after(5s)); });
-    Result<ReceivedChannel> got = fetch_channel(listener->name(), listener->ticket(), c.fetcher, after(5s));
+    Result<ReceivedChannel> got = fetch_channel(listener->name(), listener->ticket(), -1, c.fetcher, after(5s));
     // A fetcher that refused never presents the ticket; the owner would
     // wait for the deadline, so the control stream "answers" instead.
     if (!got.ok()) ::close(control[1]);
@@ -323,7 +325,7 @@ TEST(LocalTrust, AProberWithoutTheTicketGetsNoChannel) {
   EXPECT_EQ(msg.msg_controllen, 0u);
   ::close(probe);
 
-  Result<ReceivedChannel> got = fetch_channel(listener->name(), listener->ticket(), policy, after(5s));
+  Result<ReceivedChannel> got = fetch_channel(listener->name(), listener->ticket(), -1, policy, after(5s));
   owner.join();
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   ASSERT_TRUE(handed.ok()) << handed.status().to_string();
@@ -356,7 +358,7 @@ TEST(LocalTrust, ARendezvousWhoseBacklogIsKeptFullIsGivenUpByTheDeadline) {
   }
   ASSERT_FALSE(fillers.empty());
   auto fetched = std::async(std::launch::async, [&] {
-    return fetch_channel(name, Ticket{}, PeerPolicy{false, true}, after(1s)).status();
+    return fetch_channel(name, Ticket{}, -1, PeerPolicy{false, true}, after(1s)).status();
   });
   const bool returned = fetched.wait_for(5s) == std::future_status::ready;
   ::close(squatter);  // unblocks a connect that waits (the bug), so the test ends either way
@@ -364,15 +366,6 @@ TEST(LocalTrust, ARendezvousWhoseBacklogIsKeptFullIsGivenUpByTheDeadline) {
   ASSERT_TRUE(returned) << "fetch_channel waited past its deadline on a full backlog";
   Status s = fetched.get();
   EXPECT_EQ(s.code(), Code::kDeadlineExceeded) << s.to_string();
-}
-
-size_t thread_count() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("Threads:", 0) == 0) return std::stoul(line.substr(8));
-  }
-  return 0;
 }
 
 // Peers that connect on the local transport and hang up, while the
@@ -427,7 +420,7 @@ TEST(LocalTrust, OnlyRendezvousNamesOfTheEnginesFormAreDialed) {
                           "ferry-local-0123456789abcdef0123456789abcde", "/tmp/.X11-unix/X0",
                           "ferry-local-0123456789abcdef0123456789abcdef0"}) {
     EXPECT_FALSE(valid_rendezvous_name(bad)) << bad;
-    auto r = fetch_channel(bad, Ticket{}, {}, after(1s));
+    auto r = fetch_channel(bad, Ticket{}, -1, {}, after(1s));
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), Code::kDataLoss) << bad;
   }

@@ -84,7 +84,7 @@ Result<std::shared_ptr<transport::ConnectionCore>> accept_local(const std::share
         Status(Code::kDataLoss, "expected LOCAL_SETUP, got " + std::string(wire::frame_type_name(setup.header.type))));
   }
   Result<ReceivedChannel> received =
-      fetch_channel(setup.aux, get_ticket(setup.header), policy_of(*ctx, peer_engine), deadline);
+      fetch_channel(setup.aux, get_ticket(setup.header), fd, policy_of(*ctx, peer_engine), deadline);
   if (!received.ok()) return refuse(received.status());
   Result<ShmChannel> channel = ShmChannel::attach(received->fd, setup.header.c);
   if (!channel.ok()) return refuse(channel.status());

@@ -42,6 +42,8 @@ LocalTransport::LocalTransport(transport::ConnectionCore& core, LocalPeer peer, 
           *ctx_->gpu_imports, peer_.engine_id, peer_.pid,
           [this] {
             if (!channel_.peer_gave_up()) return Status();
+            // Closed after the connection failed: its reason.
+            if (channel_.closed()) return core_.health();
             return Status(Code::kPeerLost, where() +
                                                ": the peer gave up on the connection before this copy ended; "
                                                "the bytes copied cannot be trusted");
@@ -103,6 +105,9 @@ void LocalTransport::post(const FrameHeader& h, std::string_view aux, std::strin
   {
     platform::MutexLock lock(out_mu_);
     if (outbox_.empty() && channel_.try_post(msg, {})) return;
+    // A closed channel takes nothing more, and close() emptied the outbox
+    // for good: the message goes nowhere.
+    if (channel_.closed()) return;
     // A peer that stops reading its ring while it keeps asking would grow
     // the outbox without end: past the budget the message is dropped and
     // the progress thread fails the connection (fail() cannot run here:
@@ -766,12 +771,32 @@ void LocalTransport::close() {
     }
   }
   copier_.forget(0);
-  // Nothing reads the control stream any more: its descriptor goes now,
-  // not when the application lets go of the connection.
+  // Nothing reads the control stream or the channel any more: their
+  // descriptors and the mapping go now, not when the application lets go of
+  // the connection (it may hold a failed one for long). On the progress
+  // thread the loop has yet to end: the destructor lets go of them.
   if (!on_progress_thread) {
-    platform::MutexLock lock(control_mu_);
-    control_.reset();
+    {
+      platform::MutexLock lock(control_mu_);
+      control_.reset();
+    }
+    let_go_of_channel();
   }
+}
+
+void LocalTransport::let_go_of_channel() {
+  if (!channel_.close(Clock::now() + kChannelUsersWait)) {
+    FERRY_ENGINE_LOG(kWarn, "local", ctx_->engine_id,
+                     "%s: a thread was still posting on the channel %lld ms after the connection closed; the "
+                     "channel stays mapped until the connection is destroyed",
+                     where().c_str(), static_cast<long long>(kChannelUsersWait.count()));
+  }
+  // What waited for room in the ring would never go now: its bytes go back
+  // to the budget.
+  platform::MutexLock lock(out_mu_);
+  for (const std::string& msg : outbox_) core_.budget().give(msg.size());
+  outbox_.clear();
+  outbox_size_.store(0, std::memory_order_release);
 }
 
 void LocalTransport::shut_control() {

@@ -20,7 +20,12 @@
 //
 // Failure: a peer that exits (control stream EOF), stops beating for
 // peer_timeout, or sends garbage fails every pending transfer with the
-// reason; close() and the destructor join the progress thread.
+// reason; close() and the destructor join the progress thread. close() (the
+// engine's heartbeat runs it as soon as the connection failed) also closes
+// the control stream and unmaps the channel, although the application may
+// still hold the connection and post on it from any thread: every call that
+// touches the channel holds it for its span (ShmChannel), so close() waits
+// for those inside (kChannelUsersWait at most) and later ones touch nothing.
 #pragma once
 
 #include <sys/types.h>
@@ -68,6 +73,10 @@ class LocalTransport final : public transport::Transport {
   static constexpr std::chrono::microseconds kWaitSpin{10000};
   // Messages up to this size are copied by the receiver when it can (match()).
   static constexpr uint64_t kPullMax = 64ull << 20;
+  // How long close() waits for application threads inside a call on the
+  // channel (each a copy into the ring or a wake-up: microseconds) before it
+  // leaves the mapping to the destructor.
+  static constexpr std::chrono::milliseconds kChannelUsersWait{1000};
 
   LocalTransport(transport::ConnectionCore& core, LocalPeer peer, platform::Socket control, ShmChannel channel);
   ~LocalTransport() override;
@@ -187,6 +196,9 @@ class LocalTransport final : public transport::Transport {
   bool peer_process_gone() const;
   // Posts CLOSE unless this side already did.
   void send_close();
+  // close(), once the progress thread has ended: unmaps the channel and
+  // closes its descriptor, and drops the outbox.
+  void let_go_of_channel();
   // Both ends of an orderly close: fails what is pending (control stream
   // left open), waits for this side's copies and refuses new ones, then
   // sends CLOSE, which tells the peer this side copies no more.
@@ -205,7 +217,7 @@ class LocalTransport final : public transport::Transport {
   // connection while close() may be letting go of its descriptor.
   mutable platform::Mutex control_mu_;
   platform::Socket control_ GUARDED_BY(control_mu_);
-  ShmChannel channel_;
+  ShmChannel channel_;  // any thread; closed by close() (what touches it then touches nothing)
   LocalCopier copier_;
   std::thread progress_;
   std::atomic<std::thread::id> progress_id_{};  // the progress thread's, once it runs

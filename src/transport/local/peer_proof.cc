@@ -45,6 +45,24 @@ int poll_ms(Deadline deadline) {
   return left <= 0 ? 0 : static_cast<int>(std::min<int64_t>(left + 1, 1000));
 }
 
+// Whether `control_fd` ended or became readable within `wait` (sleeps that
+// long without one, -1). The connector says nothing on the control stream
+// while the acceptor fetches its channel.
+bool control_ended(int control_fd, std::chrono::milliseconds wait) {
+  if (control_fd < 0) {
+    std::this_thread::sleep_for(wait);
+    return false;
+  }
+  pollfd p{control_fd, POLLIN | POLLRDHUP, 0};
+  return ::poll(&p, 1, static_cast<int>(wait.count())) > 0;
+}
+
+Status control_ended_status() {
+  return Status(Code::kCancelled,
+                "the control stream ended while the local peer's rendezvous was dialed (the peer hung up, or the "
+                "engine is stopping)");
+}
+
 // Reads the ticket from a freshly accepted connection: true only for exactly
 // the expected 16 bytes, by the deadline.
 bool presents(int fd, const Ticket& expected, Deadline deadline) {
@@ -172,8 +190,8 @@ Result<PeerCredentials> RendezvousListener::hand_over(int fd, int control_fd, co
   }
 }
 
-Result<ReceivedChannel> fetch_channel(std::string_view name, const Ticket& ticket, const PeerPolicy& policy,
-                                      Deadline deadline) {
+Result<ReceivedChannel> fetch_channel(std::string_view name, const Ticket& ticket, int control_fd,
+                                      const PeerPolicy& policy, Deadline deadline) {
   if (!valid_rendezvous_name(name)) {
     return Status(Code::kDataLoss, "LOCAL_SETUP names no valid rendezvous (expected ferry-local- and 32 hex digits)");
   }
@@ -185,7 +203,8 @@ Result<ReceivedChannel> fetch_channel(std::string_view name, const Ticket& ticke
   sockaddr_un addr;
   socklen_t len = abstract_address(name, addr);
   // A non-blocking Unix connect completes at once or fails; a full backlog
-  // says EAGAIN, tried again until the deadline.
+  // says EAGAIN, tried again until the deadline, or until the control
+  // stream ends: an engine that stops shuts it, and waits for this thread.
   constexpr auto kFullBacklogRetry = std::chrono::milliseconds(5);
   while (::connect(s.fd(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
     if ((errno != EAGAIN && errno != EINTR) || (deadline != kNoDeadline && Clock::now() >= deadline)) {
@@ -193,16 +212,19 @@ Result<ReceivedChannel> fetch_channel(std::string_view name, const Ticket& ticke
                                     "connecting to the local peer's rendezvous (another network namespace, or a "
                                     "backlog kept full?)");
     }
-    std::this_thread::sleep_for(kFullBacklogRetry);
+    if (control_ended(control_fd, kFullBacklogRetry)) return control_ended_status();
   }
   FERRY_ASSIGN_OR_RETURN(PeerCredentials peer, credentials_of(s.fd()));
   FERRY_RETURN_IF_ERROR(check_peer(peer, policy));
   FERRY_RETURN_IF_ERROR(platform::send_all_by(s.fd(), ticket.data(), ticket.size(), deadline));
 
-  pollfd p{s.fd(), POLLIN, 0};
+  // The channel comes by the deadline, or the wait ends with the control
+  // stream (a squatter may accept and never answer).
+  pollfd p[2] = {{s.fd(), POLLIN, 0}, {control_fd, POLLIN | POLLRDHUP, 0}};  // a negative fd is not polled
   for (;;) {
-    int n = ::poll(&p, 1, poll_ms(deadline));
-    if (n > 0) break;
+    int n = ::poll(p, 2, poll_ms(deadline));
+    if (n > 0 && p[0].revents != 0) break;
+    if (n > 0) return control_ended_status();
     if (n < 0 && errno != EINTR) return platform::errno_status(Code::kUnavailable, "poll");
     if (deadline != kNoDeadline && Clock::now() >= deadline) {
       return Status(Code::kDeadlineExceeded, "the local peer did not pass its channel by the deadline");

@@ -77,14 +77,17 @@ class RendezvousListener {
 
 // Acceptor side: connects to the connector's `name`, checks the connector's
 // credentials, presents `ticket` and receives the channel's descriptor
-// (owned by the caller). kPermissionDenied for a refused peer, kUnavailable
-// if the name cannot be reached (another network namespace), kDataLoss for
-// anything but exactly one descriptor.
+// (owned by the caller). Never blocks past `deadline`, whoever listens on
+// the name. kPermissionDenied for a refused peer, kUnavailable if the name
+// cannot be reached (another network namespace), kDataLoss for anything but
+// exactly one descriptor, kDeadlineExceeded. If `control_fd` (-1: none)
+// ends or becomes readable first (the peer hung up, or the engine is
+// stopping and shut it), returns kCancelled at once.
 struct ReceivedChannel {
   PeerCredentials peer;
   int fd = -1;
 };
-Result<ReceivedChannel> fetch_channel(std::string_view name, const Ticket& ticket, const PeerPolicy& policy,
-                                      Deadline deadline);
+Result<ReceivedChannel> fetch_channel(std::string_view name, const Ticket& ticket, int control_fd,
+                                      const PeerPolicy& policy, Deadline deadline);
 
 }  // namespace ferry::local

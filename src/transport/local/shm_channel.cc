@@ -144,6 +144,8 @@ Result<ShmChannel> ShmChannel::attach(int fd, uint64_t nonce) {
 bool ShmChannel::fits(size_t bytes) const { return align8(4 + bytes) <= ring_bytes_ / 2; }
 
 bool ShmChannel::try_post(std::string_view head, std::string_view body) {
+  platform::UseGate::Use use = users_.enter();
+  if (!use) return false;
   platform::MutexLock lock(post_mu_);
   Ring& r = ring(side_);
   uint8_t* d = data(side_);
@@ -236,17 +238,40 @@ void ShmChannel::wait(std::chrono::milliseconds timeout, const std::atomic<bool>
   r.sleeping.store(0, std::memory_order_relaxed);
 }
 
-void ShmChannel::kick() { wake(ring(1 - side_)); }
+void ShmChannel::kick() {
+  platform::UseGate::Use use = users_.enter();
+  if (use) wake(ring(1 - side_));
+}
 
-void ShmChannel::beat() { ring(1 - side_).beats.fetch_add(1, std::memory_order_relaxed); }
-uint64_t ShmChannel::peer_beats() const { return ring(side_).beats.load(std::memory_order_relaxed); }
+void ShmChannel::beat() {
+  platform::UseGate::Use use = users_.enter();
+  if (use) ring(1 - side_).beats.fetch_add(1, std::memory_order_relaxed);
+}
+
+uint64_t ShmChannel::peer_beats() const {
+  platform::UseGate::Use use = users_.enter();
+  return use ? ring(side_).beats.load(std::memory_order_relaxed) : 0;
+}
 
 // Sequentially consistent on both sides: the giver's later reuse of its
 // memory cannot be seen by a copy whose reader then finds the flag clear.
-void ShmChannel::give_up() { ring(1 - side_).gave_up.store(1, std::memory_order_seq_cst); }
+void ShmChannel::give_up() {
+  platform::UseGate::Use use = users_.enter();
+  if (use) ring(1 - side_).gave_up.store(1, std::memory_order_seq_cst);
+}
+
 bool ShmChannel::peer_gave_up() const {
+  platform::UseGate::Use use = users_.enter();
+  if (!use) return true;
   std::atomic_thread_fence(std::memory_order_seq_cst);
   return ring(side_).gave_up.load(std::memory_order_seq_cst) != 0;
+}
+
+bool ShmChannel::close(std::chrono::steady_clock::time_point deadline) {
+  give_up();  // while the record can still be made
+  if (!users_.retire(deadline)) return false;
+  release();
+  return true;
 }
 
 }  // namespace ferry::local

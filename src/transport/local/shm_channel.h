@@ -7,8 +7,20 @@
 // dominate small transfers. The reader spins briefly after activity and then
 // sleeps on a futex in the shared page, so an idle connection costs nothing.
 //
-// Threading: post() is thread-safe within one process (a mutex orders
-// producers); receive()/wait() belong to one consumer thread per side.
+// Threading: try_post(), kick(), beat(), peer_beats(), give_up() and
+// peer_gave_up() may run on any thread of this process (a mutex orders
+// producers), also while another thread closes the channel; receive(),
+// readable() and wait() belong to one consumer thread per side, close() to
+// one thread.
+//
+// Closing: a side lets go of its mapping and descriptor with close() as soon
+// as its connection is over, while threads of its application may still be
+// about to post. Every call that touches the mapping from any thread holds
+// the channel's UseGate for its span (microseconds: a copy into the ring, a
+// wake-up); close() refuses new ones, waits for those inside, then unmaps.
+// A call that comes after finds the channel closed and touches nothing (what
+// each one then does is in its comment). The consumer's calls take no hold
+// (they run on every turn of its loop): the consumer must have ended first.
 #pragma once
 
 #include <atomic>
@@ -20,6 +32,7 @@
 
 #include "ferry/status.h"
 #include "platform/mutex.h"
+#include "platform/use_gate.h"
 
 namespace ferry::local {
 
@@ -31,10 +44,13 @@ class ShmChannel {
   static Result<ShmChannel> attach(int fd, uint64_t nonce);
 
   ShmChannel() = default;
+  // A channel moves only before anyone uses it (a fresh one is never
+  // closed).
   ShmChannel(ShmChannel&& o) noexcept;
   ShmChannel& operator=(ShmChannel&& o) noexcept;
   ~ShmChannel();
 
+  // The file's descriptor; -1 once closed.
   int fd() const { return fd_; }
   size_t max_message() const { return ring_bytes_ / 4; }
 
@@ -43,7 +59,8 @@ class ShmChannel {
   bool fits(size_t bytes) const;
   // Appends one message made of `head` then `body` to the outgoing ring.
   // Returns false without posting when the ring lacks room (the caller
-  // retries later); a message that does not fit() never posts.
+  // retries later) or the channel is closed; a message that does not fit()
+  // never posts.
   bool try_post(std::string_view head, std::string_view body);
   // Takes the next incoming message into `out`; false if none. kDataLoss if
   // the peer's ring holds a length or marker that cannot be right (nothing is
@@ -55,7 +72,8 @@ class ShmChannel {
   // does not sleep if `local_work` is set (checked after arming the wake-up,
   // so a kick() that follows setting it is never lost).
   void wait(std::chrono::milliseconds timeout, const std::atomic<bool>& local_work);
-  // Wakes this side's own consumer (used when local work appears).
+  // Wakes this side's own consumer (used when local work appears); nothing
+  // once closed.
   void kick();
 
   // Where ring `i`'s shared head and tail, and its bytes, lie in the file:
@@ -65,6 +83,7 @@ class ShmChannel {
   size_t data_offset(int i) const;
 
   // Liveness: each side bumps its own counter; the other side reads it.
+  // Once closed: no beat, and the peer's count reads 0.
   void beat();
   uint64_t peer_beats() const;
 
@@ -72,8 +91,21 @@ class ShmChannel {
   // the peer, that it gave up on the connection. A side that copied from or
   // into the peer's memory reads it once its copy has ended: bytes copied
   // after the peer gave up may be the peer's reused memory, not its message.
+  // Once closed, give_up() records nothing (close() records it first) and
+  // peer_gave_up() is true: nothing the peer records can be read any more,
+  // so a copy that ends then is not trusted.
   void give_up();
   bool peer_gave_up() const;
+
+  // Records that this side gave up, then unmaps the channel and closes its
+  // descriptor once no call is inside one that touches them, waiting for
+  // those at most until `deadline`. REQUIRES: this side's consumer thread
+  // has ended. True once both are gone; false if a call was still inside at
+  // the deadline (both then stay until the channel is destroyed; later calls
+  // find it closed all the same). Blocks up to `deadline`; idempotent.
+  bool close(std::chrono::steady_clock::time_point deadline);
+  // close() began.
+  bool closed() const { return users_.retired(); }
 
  private:
   struct Layout;
@@ -94,6 +126,9 @@ class ShmChannel {
   uint64_t head_ GUARDED_BY(post_mu_) = 0;  // bytes this side published
   std::atomic<uint64_t> tail_{0};           // the consumer thread's: bytes this side consumed (readable() reads it)
   std::atomic<bool> broken_{false};         // the peer's tail was garbage: set by a producer, reported by receive()
+  // Held by every call of another thread than the consumer's that touches
+  // the mapping; close() retires it before base_ and fd_ go. Not moved.
+  mutable platform::UseGate users_;
 };
 
 }  // namespace ferry::local
