@@ -10,7 +10,6 @@
 
 #include "core/log.h"
 #include "platform/thread.h"
-#include "platform/staging_kernel.h"
 #include "transport/tcp/tcp_internals.h"
 
 namespace ferry::tcp {
