@@ -82,6 +82,29 @@ std::string check(CUresult r) {
   return n ? n : "?";
 }
 
+// One granule of device memory made, mapped and made accessible (VMM).
+struct Granule {
+  CUmemGenericAllocationHandle handle = 0;
+  CUdeviceptr va = 0;
+  size_t size = 0;
+};
+
+std::string map_granule(Granule& m) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  cuMemGetAllocationGranularity(&m.size, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  std::string e = check(cuMemCreate(&m.handle, m.size, &prop, 0));
+  if (e.empty()) e = check(cuMemAddressReserve(&m.va, m.size, 0, 0, 0));
+  if (e.empty()) e = check(cuMemMap(m.va, m.size, 0, m.handle, 0));
+  CUmemAccessDesc a{};
+  a.location = prop.location;
+  a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  if (e.empty()) e = check(cuMemSetAccess(m.va, m.size, &a, 1));
+  return e;
+}
+
 void host_fn_mark(void* p) { static_cast<std::atomic<bool>*>(p)->store(true); }
 
 }  // namespace
@@ -293,39 +316,15 @@ int main(int argc, char** argv) {
          return e;
        }},
       {"cuMemCreate+Map+SetAccess", [](Fixture&) {
-         CUmemAllocationProp prop{};
-         prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-         prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-         prop.location.id = 0;
-         size_t g = 0;
-         cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-         CUmemGenericAllocationHandle h;
-         std::string e = check(cuMemCreate(&h, g, &prop, 0));
-         CUdeviceptr va = 0;
-         if (e.empty()) e = check(cuMemAddressReserve(&va, g, 0, 0, 0));
-         if (e.empty()) e = check(cuMemMap(va, g, 0, h, 0));
-         CUmemAccessDesc a{};
-         a.location = prop.location;
-         a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-         if (e.empty()) e = check(cuMemSetAccess(va, g, &a, 1));
-         return e;
+         Granule m;
+         return map_granule(m);
        }},
-      {"cuMemUnmap+Release+AddressFree", [](Fixture&) {
-         CUmemAllocationProp prop{};
-         prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-         prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-         prop.location.id = 0;
-         size_t g = 0;
-         cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-         CUmemGenericAllocationHandle h;
-         CUdeviceptr va = 0;
-         // Made before the wait would be better; made here, the unmap is what is timed after it.
-         std::string e = check(cuMemCreate(&h, g, &prop, 0));
-         if (e.empty()) e = check(cuMemAddressReserve(&va, g, 0, 0, 0));
-         if (e.empty()) e = check(cuMemMap(va, g, 0, h, 0));
-         if (e.empty()) e = check(cuMemUnmap(va, g));
-         if (e.empty()) e = check(cuMemRelease(h));
-         if (e.empty()) e = check(cuMemAddressFree(va, g));
+      {"cuMemCreate+Map+SetAccess+Unmap+Release+AddressFree", [](Fixture&) {
+         Granule m;  // mapped after the wait began too: the unmap is what differs from the case above
+         std::string e = map_granule(m);
+         if (e.empty()) e = check(cuMemUnmap(m.va, m.size));
+         if (e.empty()) e = check(cuMemRelease(m.handle));
+         if (e.empty()) e = check(cuMemAddressFree(m.va, m.size));
          return e;
        }},
       {"cuStreamQuery(own)", [](Fixture& f) {
@@ -346,7 +345,9 @@ int main(int argc, char** argv) {
   for (const Kind& k : kinds) {
     CUstream waiting = nullptr;
     if (!k.legacy) CU(cuStreamCreate(&waiting, k.flags));
-    for (auto& [name, call] : calls) {
+    for (auto& named : calls) {
+      const char* name = named.first;
+      const Call& call = named.second;
       // Fresh resources for the calls that consume them.
       if (!f.module) CU(cuModuleLoadData(&f.module, kPtx));
       if (!f.loaded) {
