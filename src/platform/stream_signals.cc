@@ -47,7 +47,8 @@ Result<StreamSignals::Armed> StreamSignals::arm(void* stream) {
   if (cu.stream_wait_value32 == nullptr) {
     return Status(Code::kUnimplemented, "this CUDA driver has no stream memory operations (cuStreamWaitValue32)");
   }
-  MutexLock lock(mu_);
+  UniqueLock lock(mu_);
+  while (quiet_ > 0) unquiet_.wait(lock.native());
   FERRY_ASSIGN_OR_RETURN(uint32_t slot, take_slot());
   const Page& page = pages_[slot / kSlotsPerPage];
   uint32_t value = values_[slot] + 1;
@@ -60,7 +61,7 @@ Result<StreamSignals::Armed> StreamSignals::arm(void* stream) {
     return cu.check(r, "cuStreamWaitValue32", Code::kInvalidArgument).with_context(std::string("CUDA stream ") + name);
   }
   values_[slot] = value;
-  armed_.fetch_add(1, std::memory_order_acq_rel);
+  ++armed_;
   return Armed{slot, value};
 }
 
@@ -69,7 +70,24 @@ void StreamSignals::signal(const Armed& armed) {
   uint32_t* word = &pages_[armed.slot / kSlotsPerPage].host[armed.slot % kSlotsPerPage];
   __atomic_store_n(word, armed.value, __ATOMIC_RELEASE);
   free_.push_back(armed.slot);
-  armed_.fetch_sub(1, std::memory_order_acq_rel);
+  --armed_;
+}
+
+StreamSignals::Quiet::Quiet(StreamSignals* signals) : signals_(signals) {
+  if (signals_ == nullptr) return;
+  MutexLock lock(signals_->mu_);
+  ok_ = signals_->armed_ == 0;
+  if (ok_) ++signals_->quiet_;
+}
+
+StreamSignals::Quiet::~Quiet() {
+  if (signals_ == nullptr || !ok_) return;
+  bool last = false;
+  {
+    MutexLock lock(signals_->mu_);
+    last = --signals_->quiet_ == 0;
+  }
+  if (last) signals_->unquiet_.notify_all();
 }
 
 }  // namespace ferry::platform

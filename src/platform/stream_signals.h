@@ -15,7 +15,7 @@
 // Thread-safe.
 #pragma once
 
-#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -43,12 +43,26 @@ class StreamSignals {
   Result<Armed> arm(void* stream) EXCLUDES(mu_);
   // Releases the stream armed with `armed`, and the slot.
   void signal(const Armed& armed) EXCLUDES(mu_);
-  // Whether a stream may be waiting: some wait armed and not yet signalled.
-  // While one is, a ferry thread must not make a driver call that waits for
-  // every stream of the context (freeing memory, closing an IPC mapping,
-  // loading a module: bench/gpu/blocked_stream_probe.cu), or it may wait on
-  // the very stream that waits on it.
-  bool any_armed() const { return armed_.load(std::memory_order_acquire) != 0; }
+
+  // While a stream may wait (a wait armed and not yet signalled), a ferry
+  // thread must not make a driver call that waits for every stream of the
+  // context (freeing memory, closing an IPC mapping, loading a module:
+  // bench/gpu/blocked_stream_probe.cu), or it may wait on the very stream
+  // that waits on it. A Quiet taken before such a call is ok() if no wait
+  // was armed, and then keeps arm() waiting until it ends, so none is armed
+  // during the call either; not ok(), it holds nothing.
+  class Quiet {
+   public:
+    explicit Quiet(StreamSignals* signals);  // null: always ok()
+    ~Quiet();
+    Quiet(const Quiet&) = delete;
+    Quiet& operator=(const Quiet&) = delete;
+    bool ok() const { return ok_; }
+
+   private:
+    StreamSignals* const signals_;
+    bool ok_ = true;
+  };
 
  private:
   static constexpr uint32_t kSlotsPerPage = 1024;
@@ -58,8 +72,10 @@ class StreamSignals {
   };
   Result<uint32_t> take_slot() REQUIRES(mu_);
 
-  std::atomic<uint32_t> armed_{0};
   Mutex mu_;
+  std::condition_variable unquiet_;  // quiet_ fell to 0
+  uint32_t armed_ GUARDED_BY(mu_) = 0;
+  uint32_t quiet_ GUARDED_BY(mu_) = 0;  // Quiets held
   std::vector<Page> pages_ GUARDED_BY(mu_);
   std::vector<uint32_t> free_ GUARDED_BY(mu_);
   std::vector<uint32_t> values_ GUARDED_BY(mu_);  // last value armed, per slot

@@ -138,14 +138,11 @@ GpuImports::~GpuImports() {
 }
 
 void GpuImports::close_held() {
-  if (held_.empty() || (signals_ && signals_->any_armed())) return;
+  if (held_.empty()) return;
+  platform::StreamSignals::Quiet quiet(signals_.get());
+  if (!quiet.ok()) return;
   for (const Mapping& m : held_) close(m);
   held_.clear();
-}
-
-size_t GpuImports::held_closes() const {
-  platform::MutexLock lock(mu_);
-  return held_.size();
 }
 
 void GpuImports::close(const Mapping& m) {

@@ -61,7 +61,7 @@ class GpuImports {
   // `signals` (may be null) says whether an application stream waits on
   // ferry: closing a mapping then waits for that stream, so closes are held
   // until none does (see forget()).
-  explicit GpuImports(std::shared_ptr<const platform::StreamSignals> signals = nullptr)
+  explicit GpuImports(std::shared_ptr<platform::StreamSignals> signals = nullptr)
       : signals_(std::move(signals)) {}
   ~GpuImports();
   // The local address of `span`'s first byte, opening its allocation in the
@@ -89,12 +89,11 @@ class GpuImports {
   // peer's); a mapping closes when its last user stops. The caller
   // guarantees none of its copies uses them any more. While an application
   // stream waits on ferry (StreamSignals::any_armed) the close is held, and
-  // done by a later open() or forget() once none waits, or at destruction:
+  // done by a later open() or forget() once none waits (arming waits for
+  // the close: StreamSignals::Quiet), or at destruction:
   // the calling thread (a connection's progress thread) may be the one that
   // ends the transfer the stream waits for, and a close waits for the stream.
   void forget(const void* user, uint64_t peer_engine, pid_t peer_pid, uint64_t alloc_base);
-  // Mappings whose close is held (see forget()).
-  size_t held_closes() const;
 
  private:
   struct Mapping {
@@ -113,8 +112,8 @@ class GpuImports {
   // Closes the held mappings unless a stream waits.
   void close_held() REQUIRES(mu_);
 
-  const std::shared_ptr<const platform::StreamSignals> signals_;
-  mutable platform::Mutex mu_;
+  const std::shared_ptr<platform::StreamSignals> signals_;
+  platform::Mutex mu_;
   std::vector<Mapping> held_ GUARDED_BY(mu_);
   // By (peer pid, peer engine, base, alloc_id, device). The
   // pid is the kernel's word (peer_proof.h), the engine id the peer's: a
