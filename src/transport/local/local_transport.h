@@ -69,6 +69,10 @@ class LocalTransport final : public transport::Transport {
   // long: the answer usually comes within a copy's time (a futex wake-up on a
   // virtual machine costs tens of microseconds).
   static constexpr std::chrono::milliseconds kPendingSpinWindow{20};
+  // How long the progress thread sleeps between attempts to post messages
+  // that wait for room in the peer's ring, once the spin windows passed: a
+  // message that waited that long waits at most this much more.
+  static constexpr std::chrono::milliseconds kOutboxRetry{1};
   // How long Transfer::wait() polls before it sleeps (Options::wait_spin 0).
   static constexpr std::chrono::microseconds kWaitSpin{10000};
   // Messages up to this size are copied by the receiver when it can (match()).
