@@ -21,11 +21,13 @@
 // Failure: a peer that exits (control stream EOF), stops beating for
 // peer_timeout, or sends garbage fails every pending transfer with the
 // reason; close() and the destructor join the progress thread. close() (the
-// engine's heartbeat runs it as soon as the connection failed) also closes
-// the control stream and unmaps the channel, although the application may
-// still hold the connection and post on it from any thread: every call that
-// touches the channel holds it for its span (ShmChannel), so close() waits
-// for those inside (kChannelUsersWait at most) and later ones touch nothing.
+// engine's heartbeat runs it as soon as the connection failed) also stops
+// the copier (running host copies end at their next piece, its helper
+// threads end), closes the control stream and unmaps the channel, although
+// the application may still hold the connection and post on it from any
+// thread: every call that touches the channel holds it for its span
+// (ShmChannel), so close() waits for those inside (kChannelUsersWait at
+// most) and later ones touch nothing.
 #pragma once
 
 #include <sys/types.h>
