@@ -204,5 +204,43 @@ TEST(LocalCopierHelpers, ACopyHandedToTheHelpersEndsOnAHelper) {
   EXPECT_EQ(dst, src);
 }
 
+// stop() while a copy handed to the helpers runs (a failed connection's
+// close): the helpers take no piece after it, the copy ends kCancelled, and
+// stop() returns once the pieces under way ended. A copy that went on to its
+// last piece made the close wait for all of it, however large.
+TEST(LocalCopierHelpers, StopEndsARunningCopyAtItsNextPiece) {
+  // 64 MiB: eight pieces of 8 MiB, for four helpers. Each piece takes at
+  // least 200 ms here (the peer check before it sleeps).
+  const size_t piece = 8u << 20, size = 8 * piece;
+  std::vector<uint8_t> src = random_bytes(size, 7), dst(size, 0xEE);
+  GpuImports imports;
+  auto checks = std::make_shared<std::atomic<int>>(0);
+  LocalCopier copier(
+      imports, 1, ::getpid(),
+      [checks] {
+        if (checks->fetch_add(1) > 0) ::usleep(200000);  // the first check is start()'s own
+        return Status();
+      },
+      {"ferry-tstop", {}});
+  std::atomic<bool> ended{false};
+  Status result = Status(Code::kInternal, "no completion");
+  Status s = copier.start(
+      near_list(src), far_spans(dst), size, /*to_remote=*/true,
+      [&](const Status& st) {
+        result = st;
+        ended = true;
+      },
+      LocalCopier::HostCopyBy::kHelpers);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  ASSERT_TRUE(eventually([&] { return checks->load() >= 2; })) << "no helper took a piece";
+  copier.stop();
+  ASSERT_TRUE(ended.load()) << "stop() returned before the running copy ended";
+  EXPECT_EQ(result.code(), Code::kCancelled) << result.to_string();
+  int copied = 0;
+  for (size_t i = 0; i < size; i += piece) copied += std::memcmp(dst.data() + i, src.data() + i, piece) == 0;
+  EXPECT_LE(copied, 4) << "pieces taken after stop() began";
+  EXPECT_TRUE(threads_named("ferry-tstop-").empty()) << "stop() ends the helpers";
+}
+
 }  // namespace
 }  // namespace ferry::local

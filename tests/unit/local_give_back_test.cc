@@ -19,13 +19,10 @@
 
 #include "../hand_made_identity.h"
 #include "ferry/ferry.h"
-#include "platform/crypto.h"
 #include "platform/socket.h"
 #include "process_holdings.h"
-#include "transport/bootstrap/handshake_io.h"
-#include "transport/local/peer_proof.h"
+#include "raw_local_peer.h"
 #include "transport/local/shm_channel.h"
-#include "wire/handshake.h"
 
 namespace ferry::local {
 namespace {
@@ -37,82 +34,6 @@ using ferry::testing::thread_count;
 
 // How a channel's file shows in /proc/self/maps (ShmChannel::create names it).
 constexpr std::string_view kChannelFile = "memfd:ferry-local";
-
-// A same-host peer that speaks the handshake for the local transport.
-struct RawLocalPeer {
-  platform::Socket ctl;
-  ShmChannel channel;
-
-  // Up to and with LOCAL_SETUP naming `rendezvous`; a REJECTED answer comes
-  // back as its code and message.
-  Status setup(const std::string& address, const std::string& rendezvous, const Ticket& ticket, uint64_t nonce,
-               Deadline d) {
-    FERRY_ASSIGN_OR_RETURN(platform::HostPort hp, platform::parse_host_port(address));
-    FERRY_ASSIGN_OR_RETURN(ctl, platform::connect_tcp(hp, d));
-    wire::Hello hello;
-    testing::present_identity(hello);
-    hello.host_id = std::string(platform::host_id());
-    FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(ctl.fd(), wire::encode(hello), d));
-    FERRY_ASSIGN_OR_RETURN(auto welcome, bootstrap::read_handshake_frame(ctl.fd(), d));
-    FERRY_RETURN_IF_ERROR(rejected(welcome));
-    wire::Auth auth;
-    auth.streams = 0;  // the local transport
-    FERRY_RETURN_IF_ERROR(testing::sign_auth(hello, welcome, auth));
-    FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(ctl.fd(), wire::encode(auth), d));
-    FERRY_ASSIGN_OR_RETURN(auto accepted, bootstrap::read_handshake_frame(ctl.fd(), d));
-    FERRY_RETURN_IF_ERROR(rejected(accepted));
-    wire::EncodedFrame frame;
-    frame.header.type = wire::FrameType::kLocalSetup;
-    std::memcpy(&frame.header.a, ticket.data(), 8);
-    std::memcpy(&frame.header.b, ticket.data() + 8, 8);
-    frame.header.c = nonce;
-    frame.aux = rendezvous;
-    frame.header.aux_len = static_cast<uint16_t>(frame.aux.size());
-    return bootstrap::write_handshake_frame(ctl.fd(), frame, d);
-  }
-
-  // The whole handshake, with a channel of this peer's own.
-  Status dial(const std::string& address, Deadline d) {
-    const uint64_t nonce = platform::random_u64();
-    FERRY_ASSIGN_OR_RETURN(channel, ShmChannel::create(4 << 20, nonce));
-    FERRY_ASSIGN_OR_RETURN(RendezvousListener rendezvous, RendezvousListener::open());
-    FERRY_RETURN_IF_ERROR(setup(address, rendezvous.name(), rendezvous.ticket(), nonce, d));
-    FERRY_RETURN_IF_ERROR(rendezvous.hand_over(channel.fd(), ctl.fd(), PeerPolicy{false, true}, d).status());
-    FERRY_ASSIGN_OR_RETURN(auto ready, bootstrap::read_handshake_frame(ctl.fd(), d));
-    FERRY_RETURN_IF_ERROR(rejected(ready));
-    if (ready.header.type != wire::FrameType::kLocalReady) return Status(Code::kDataLoss, "expected LOCAL_READY");
-    return Status();
-  }
-
-  // Retries dial() while the engine refuses (its admissions not back yet).
-  Status dial_within(const std::string& address, Deadline until) {
-    Status s = dial(address, after(2s));
-    while (!s.ok() && Clock::now() < until) {
-      std::this_thread::sleep_for(20ms);
-      s = dial(address, after(2s));
-    }
-    return s;
-  }
-
-  void hang_up() {
-    ctl.reset();
-    channel = ShmChannel();
-  }
-
-  static Status rejected(const bootstrap::RawFrame& f) {
-    if (f.header.type != wire::FrameType::kRejected) return Status();
-    FERRY_ASSIGN_OR_RETURN(wire::Rejected r, wire::decode_rejected(f.header, f.aux));
-    return Status(r.code, r.message);
-  }
-};
-
-bool eventually(const std::function<bool()>& pred, Deadline deadline) {
-  while (!pred()) {
-    if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
-}
 
 // 64 peers connect on the local transport and hang up, while the application
 // holds every connection it accepted: once the engine saw each fail, the
@@ -189,8 +110,7 @@ TEST(LocalGiveBack, OperationsPostedWhileTheChannelGoesAllEnd) {
     std::vector<std::thread> threads;
     for (size_t t = 0; t < posted.size(); ++t) {
       threads.emplace_back([&, t] {
-        // The peer reads nothing: this many fit its ring (a full ring would
-        // keep the engine from noticing the hang-up before peer_timeout).
+        // The peer reads nothing.
         while (!stop.load() && posted[t].size() < 5000) {
           posted[t].push_back(t == 0   ? c->send_async(buf.data(), 100)
                               : t == 1 ? c->notify_async("n")

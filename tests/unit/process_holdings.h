@@ -6,6 +6,7 @@
 #include <dirent.h>
 
 #include <fstream>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -19,6 +20,22 @@ inline size_t thread_count() {
     if (line.rfind("Threads:", 0) == 0) return std::stoul(line.substr(8));
   }
   return 0;
+}
+
+// Threads of this process whose name (as the kernel keeps it: 15
+// characters) `matches`.
+inline size_t threads_named(const std::function<bool(const std::string&)>& matches) {
+  DIR* d = ::opendir("/proc/self/task");
+  if (d == nullptr) return 0;
+  size_t n = 0;
+  while (const dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream comm(std::string("/proc/self/task/") + e->d_name + "/comm");
+    std::string name;
+    if (std::getline(comm, name) && matches(name)) ++n;
+  }
+  ::closedir(d);
+  return n;
 }
 
 // Open descriptors of this process (the one that lists them not counted).

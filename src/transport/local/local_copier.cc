@@ -241,6 +241,9 @@ struct LocalCopier::HostCopy {
       if (i >= near.size()) return;
       Status s = c.peer_check_();
       if (s.ok() && stop) s = stop();
+      if (s.ok() && c.stopping_.load(std::memory_order_acquire)) {
+        s = Status(Code::kCancelled, "local copier: the connection is closing");
+      }
       if (s.ok()) s = to_remote ? cross_write(c.peer_pid_, near[i], far[i]) : cross_read(c.peer_pid_, near[i], far[i]);
       if (!s.ok()) {
         platform::MutexLock lock(mu);
@@ -464,9 +467,10 @@ void LocalCopier::stop() {
     platform::MutexLock lock(mu_);
     stopped_ = true;
   }
+  stopping_.store(true, std::memory_order_release);
   // Cross-memory copies run on the threads that started them (helped by
-  // the helpers) and always end (the kernel copies page by page); this waits
-  // for them, then for the GPU.
+  // the helpers) and end at their next piece now (the kernel copies page by
+  // page, a piece at most kCrossPiece): this waits for them, then for the GPU.
   while (host_copies_.load(std::memory_order_acquire) != 0) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }

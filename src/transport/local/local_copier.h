@@ -131,9 +131,10 @@ class LocalCopier {
   // (used before mappings close, and when the peer revokes an export).
   // Blocks.
   void drain();
-  // Refuses copies from now on (start() gives kCancelled), then waits for
-  // every copy already running, on any thread, host copies too, and ends the
-  // helper threads. Blocks.
+  // Refuses copies from now on (start() gives kCancelled), stops the host
+  // copies that run before their next piece (they end kCancelled), waits for
+  // every copy already running, on any thread, and ends the helper threads.
+  // Blocks: a host copy's piece, and queued GPU copies.
   void stop();
   // Copies `n` host bytes at `src` to `dst` on local `device` and waits for
   // them, on this copier's own (non-blocking) stream: unlike cuMemcpy, it
@@ -286,6 +287,7 @@ class LocalCopier {
   std::array<PieceTable, kTables> tables_ GUARDED_BY(mu_);  // items null: not allocated yet
   std::atomic<size_t> inflight_count_{0};        // inflight_.size(), readable without mu_
   bool stopped_ GUARDED_BY(mu_) = false;
+  std::atomic<bool> stopping_{false};            // stopped_, read by host copies before each piece
   std::atomic<int> host_copies_{0};              // cross-memory copies running (on callers' threads or offloaded)
   std::atomic<int> offloaded_{0};                // of which the helpers run alone
 

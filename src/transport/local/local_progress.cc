@@ -88,8 +88,14 @@ void LocalTransport::progress_loop() {
       std::this_thread::yield();
       continue;
     }
-    if (outbox_size_.load(std::memory_order_acquire) != 0) continue;
-    channel_.wait(std::chrono::milliseconds(20), local_work_);
+    // Messages waiting for room in the peer's ring: the peer makes room only
+    // by reading, and wakes nobody when it does, so this polls for it. Each
+    // turn sleeps kOutboxRetry on the channel (the peer's own messages wake
+    // it at once): polling without a pause burnt a core for as long as a peer
+    // left its ring unread (until peer_timeout), and its hang-up went unseen
+    // meanwhile.
+    const bool waiting_for_room = outbox_size_.load(std::memory_order_acquire) != 0;
+    channel_.wait(waiting_for_room ? kOutboxRetry : std::chrono::milliseconds(20), local_work_);
     if (peer_gone() && !core_.closing()) peer_exited();
   }
 }

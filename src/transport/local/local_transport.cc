@@ -770,6 +770,10 @@ void LocalTransport::close() {
       progress_.join();
     }
   }
+  // A failed connection's copies stop too, and its helper threads end,
+  // while the application may hold it for long (an orderly close did this
+  // in stop_copying).
+  copier_.stop();
   copier_.forget(0);
   // Nothing reads the control stream or the channel any more: their
   // descriptors and the mapping go now, not when the application lets go of

@@ -21,11 +21,13 @@
 // Failure: a peer that exits (control stream EOF), stops beating for
 // peer_timeout, or sends garbage fails every pending transfer with the
 // reason; close() and the destructor join the progress thread. close() (the
-// engine's heartbeat runs it as soon as the connection failed) also closes
-// the control stream and unmaps the channel, although the application may
-// still hold the connection and post on it from any thread: every call that
-// touches the channel holds it for its span (ShmChannel), so close() waits
-// for those inside (kChannelUsersWait at most) and later ones touch nothing.
+// engine's heartbeat runs it as soon as the connection failed) also stops
+// the copier (running host copies end at their next piece, its helper
+// threads end), closes the control stream and unmaps the channel, although
+// the application may still hold the connection and post on it from any
+// thread: every call that touches the channel holds it for its span
+// (ShmChannel), so close() waits for those inside (kChannelUsersWait at
+// most) and later ones touch nothing.
 #pragma once
 
 #include <sys/types.h>
@@ -69,6 +71,10 @@ class LocalTransport final : public transport::Transport {
   // long: the answer usually comes within a copy's time (a futex wake-up on a
   // virtual machine costs tens of microseconds).
   static constexpr std::chrono::milliseconds kPendingSpinWindow{20};
+  // How long the progress thread sleeps between attempts to post messages
+  // that wait for room in the peer's ring, once the spin windows passed: a
+  // message that waited that long waits at most this much more.
+  static constexpr std::chrono::milliseconds kOutboxRetry{1};
   // How long Transfer::wait() polls before it sleeps (Options::wait_spin 0).
   static constexpr std::chrono::microseconds kWaitSpin{10000};
   // Messages up to this size are copied by the receiver when it can (match()).
