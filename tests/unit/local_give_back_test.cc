@@ -22,6 +22,7 @@
 #include "platform/socket.h"
 #include "process_holdings.h"
 #include "raw_local_peer.h"
+#include "squatted_rendezvous.h"
 #include "transport/local/shm_channel.h"
 
 namespace ferry::local {
@@ -144,20 +145,8 @@ TEST(LocalGiveBack, OperationsPostedWhileTheChannelGoesAllEnd) {
 // thread behind.
 TEST(LocalGiveBack, HandshakesDialingASquattedRendezvousEndByTheirDeadlineOrSooner) {
   const std::string name = "ferry-local-0123456789abcdef0123456789abcd51";
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path + 1, name.data(), name.size());
-  auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-  platform::Socket squatter(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  ASSERT_EQ(::bind(squatter.fd(), reinterpret_cast<sockaddr*>(&addr), len), 0) << std::strerror(errno);
-  ASSERT_EQ(::listen(squatter.fd(), 0), 0);
-  std::vector<platform::Socket> fillers;
-  for (int i = 0; i < 64; ++i) {
-    platform::Socket f(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    if (::connect(f.fd(), reinterpret_cast<sockaddr*>(&addr), len) != 0) break;  // EAGAIN: the backlog is full
-    fillers.push_back(std::move(f));
-  }
-  ASSERT_FALSE(fillers.empty());
+  testing::SquattedRendezvous squat(name);
+  ASSERT_TRUE(squat.ok()) << std::strerror(errno);
 
   // A sanitizer's runtime may start a thread of its own once the process
   // starts one (ThreadSanitizer's does): it is in the count before.

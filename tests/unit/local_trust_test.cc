@@ -25,6 +25,7 @@
 #include "engine_pair.h"
 #include "ferry/ferry.h"
 #include "process_holdings.h"
+#include "squatted_rendezvous.h"
 #include "transport/local/peer_proof.h"
 #include "transport/local/shm_channel.h"
 
@@ -340,29 +341,13 @@ TEST(LocalTrust, AProberWithoutTheTicketGetsNoChannel) {
 // The fetch gives up by its deadline.
 TEST(LocalTrust, ARendezvousWhoseBacklogIsKeptFullIsGivenUpByTheDeadline) {
   const std::string name = "ferry-local-0123456789abcdef0123456789abcd00";
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path + 1, name.data(), name.size());
-  auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-  int squatter = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_EQ(::bind(squatter, reinterpret_cast<sockaddr*>(&addr), len), 0) << std::strerror(errno);
-  ASSERT_EQ(::listen(squatter, 0), 0);
-  std::vector<int> fillers;
-  for (int i = 0; i < 64; ++i) {
-    int f = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (::connect(f, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
-      ::close(f);
-      break;  // EAGAIN: the backlog is full
-    }
-    fillers.push_back(f);
-  }
-  ASSERT_FALSE(fillers.empty());
+  testing::SquattedRendezvous squat(name);
+  ASSERT_TRUE(squat.ok()) << std::strerror(errno);
   auto fetched = std::async(std::launch::async, [&] {
     return fetch_channel(name, Ticket{}, -1, PeerPolicy{false, true}, after(1s)).status();
   });
   const bool returned = fetched.wait_for(5s) == std::future_status::ready;
-  ::close(squatter);  // unblocks a connect that waits (the bug), so the test ends either way
-  for (int f : fillers) ::close(f);
+  squat.release();  // unblocks a connect that waits (the bug), so the test ends either way
   ASSERT_TRUE(returned) << "fetch_channel waited past its deadline on a full backlog";
   Status s = fetched.get();
   EXPECT_EQ(s.code(), Code::kDeadlineExceeded) << s.to_string();
