@@ -32,6 +32,7 @@
 
 #include "ferry/bench_alternate.h"
 #include "ferry/bench_blocks.h"
+#include "ferry/bench_fleet.h"
 #include "ferry/bench_gate.h"
 #include "ferry/bench_local_target.h"
 #include "ferry/bench_pairs.h"
@@ -88,6 +89,10 @@ struct BenchFlags {
   uint64_t blocks = 0;
   std::string block_size;
   bool scatter = false;
+  // --peers N: N initiator engines against one --local target (bench_fleet.h).
+  int peers = 0;
+  // A target's sessions at once (0: kMaxSessions).
+  int max_sessions = 0;
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -169,7 +174,8 @@ std::string footprint_note(const RunConfig& cfg) {
 
 std::string side_name(int gpu) { return gpu < 0 ? "host" : "gpu" + std::to_string(gpu); }
 
-// Sessions a target runs at once; an initiator past them is turned away.
+// Sessions a target runs at once unless --max-sessions says otherwise; an
+// initiator past them is turned away.
 constexpr size_t kMaxSessions = 64;
 
 // Serves sessions, each on its own thread (a --gpus initiator opens one
@@ -206,6 +212,7 @@ int run_target(const BenchFlags& f, const Options& options) {
   };
   std::atomic<int> ended{0}, group{0}, failed{0};
   std::vector<Session> sessions;
+  const size_t max_sessions = f.max_sessions > 0 ? static_cast<size_t>(f.max_sessions) : kMaxSessions;
   auto reap = [&sessions] {
     for (auto it = sessions.begin(); it != sessions.end();) {
       if (!it->done->load()) {
@@ -226,7 +233,7 @@ int run_target(const BenchFlags& f, const Options& options) {
     }
     std::shared_ptr<Connection> c = conn.value();
     std::string from = printable(c->peer_address());
-    if (sessions.size() >= kMaxSessions) {
+    if (sessions.size() >= max_sessions) {
       std::fprintf(stderr, "ferry bench: session from %s refused: %zu sessions running, the most this target serves\n",
                    from.c_str(), sessions.size());
       c->close();
@@ -280,6 +287,10 @@ std::vector<std::string> local_target_flags(const BenchFlags& f) {
   if (f.window > 0) {
     args.push_back("--window");
     args.push_back(std::to_string(f.window));
+  }
+  if (f.peers > 0) {
+    std::vector<std::string> fleet = prepare_fleet_target(f.peers);
+    args.insert(args.end(), fleet.begin(), fleet.end());
   }
   return args;
 }
@@ -706,9 +717,22 @@ int run_bench(const BenchFlags& f) {
   SweepLists sweep;
   if (!f.sweep_csv.empty()) sweep = parse_sweep_lists(f);
   if (!f.gate.empty()) flag_value(FileGate::parse(f.gate), "--gate");
+  if (f.peers > 0) {
+    // The target's threads, descriptors and memory are read from its /proc
+    // entry: it must be this bench's child.
+    if (!f.local) return usage_error("--peers N runs against a --local target (its /proc numbers are reported)");
+    if (!f.gpus.empty() || !f.sweep_csv.empty() || !f.alternate_nics.empty()) {
+      return usage_error("--peers does not combine with --gpus, --sweep or --alternate-nics");
+    }
+  }
   std::string peer = f.peer;
   if (f.local) {
     peer = start_local_target(local_target_flags(f), /*once=*/f.sweep_csv.empty());
+  }
+  if (f.peers > 0) {
+    int rc = run_fleet(FleetRun{f.peers, peer, local_target_pid(), f.json_out}, o, cfg);
+    stop_local_target();
+    return rc;
   }
   if (!f.gpus.empty()) {
     int rc = run_gpus(f, o, cfg, peer);
@@ -799,6 +823,17 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(uint64_t{1}, kMaxBlocks));
   b->add_option("--block-size", f->block_size, "--blocks: bytes of each block, e.g. 16K");
   b->add_flag("--scatter", f->scatter, "--blocks: at random aligned places in pools twice their bytes (else adjacent)");
+  b->add_option("--peers", f->peers,
+                "with --local: N initiator engines of this process, one connection each, run the session at once "
+                "against one target process; prints aggregate GB/s, each peer's rate and p50/p99, the slowest "
+                "peer's share of the mean, the setup time of all N, and the target's threads, fds and RSS with 1 "
+                "peer, N idle and N loaded (the target is given --max-sessions N and FERRY_MAX_CONNECTIONS, "
+                "FERRY_MAX_CONNECTIONS_PER_PEER of at least N unless they are set)")
+      ->check(CLI::Range(1, kMaxPeers));
+  b->add_option("--max-sessions", f->max_sessions,
+                "target: sessions served at once; one more is refused (default 64; a target for --peers N from "
+                "other hosts needs N, and FERRY_MAX_CONNECTIONS / FERRY_MAX_CONNECTIONS_PER_PEER of N)")
+      ->check(CLI::Range(1, kMaxPeers));
   b->add_option("--json", f->json_out, "also write results as JSON to FILE, or - for stdout");
   b->add_option("--nics", f->nics, "NICs to serve and stripe over, e.g. eth1,eth2 (FERRY_NICS)");
   b->add_option("--gpus", f->gpus,

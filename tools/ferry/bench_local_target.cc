@@ -134,6 +134,8 @@ std::string start_local_target(const std::vector<std::string>& flags, bool once)
   return line.substr(at + 1);
 }
 
+pid_t local_target_pid() { return g_target.load(); }
+
 void stop_local_target() {
   pid_t pid = g_target.load();
   if (pid <= 0) return;

@@ -8,6 +8,8 @@
 // SIGPIPE, SIGTERM, SIGHUP) kills and reaps it first.
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -21,6 +23,10 @@ namespace ferry::cli {
 // the parent-death signal follows the thread that started the child. On any
 // failure prints "ferry bench: ..." and exits 1, the child ended.
 std::string start_local_target(const std::vector<std::string>& flags, bool once);
+
+// The running target's process id, 0 when none runs (`--peers` reads its
+// threads, descriptors and memory from /proc).
+pid_t local_target_pid();
 
 // Ends the target started last, if any, and reaps it: one given --once gets
 // 2 s to exit after its session; any other is killed at once. Blocks until

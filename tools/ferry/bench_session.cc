@@ -764,9 +764,11 @@ std::vector<SizeResult> run_initiator(Engine& engine, Connection& conn, const Ru
       if (cfg.bidir && cfg.op != "pingpong") ok = ok && (cfg.op == "read" ? their_dst == my_src : my_dst == their_src);
       r.verified = ok ? "ok" : "FAILED";
     }
-    std::fprintf(stderr, "[%zu/%zu] %s %s: %.3f GB/s, p50 %.1f us%s%s\n", n, cfg.sizes.size(), cfg.op.c_str(),
-                 format_bytes(size).c_str(), r.bytes_per_s / 1e9, r.p50_us, r.verified.empty() ? "" : ", verify ",
-                 r.verified.c_str());
+    if (!cfg.quiet) {
+      std::fprintf(stderr, "[%zu/%zu] %s %s: %.3f GB/s, p50 %.1f us%s%s\n", n, cfg.sizes.size(), cfg.op.c_str(),
+                   format_bytes(size).c_str(), r.bytes_per_s / 1e9, r.p50_us, r.verified.empty() ? "" : ", verify ",
+                   r.verified.c_str());
+    }
     results.push_back(r);
   }
   must(send_text(conn, boot, "bye"), "bye");

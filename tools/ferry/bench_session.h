@@ -76,6 +76,9 @@ struct RunConfig {
   // Initiator: once set (Ctrl-C), no further size starts; the sizes measured
   // so far are returned. Not sent to the target.
   const std::atomic<bool>* stop = nullptr;
+  // Initiator: no progress line per size on stderr (`--peers` runs many
+  // sessions and prints their summary). Not sent to the target.
+  bool quiet = false;
 };
 
 // Limits on what one session may ask for; a target refuses more.

@@ -1,0 +1,65 @@
+// Threads, descriptors and resident memory of a process, from /proc.
+#include "ferry/bench_process_stats.h"
+
+#include <dirent.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace ferry::cli {
+namespace {
+
+Status proc_error(const std::string& path, int err) {
+  Code code = err == ENOENT || err == ESRCH   ? Code::kNotFound
+              : err == EACCES || err == EPERM ? Code::kPermissionDenied
+                                              : Code::kUnavailable;
+  return Status(code, path + ": " + std::strerror(err));
+}
+
+// The names in directory `path` other than "." and "..".
+Result<std::vector<std::string>> list_dir(const std::string& path) {
+  DIR* d = ::opendir(path.c_str());
+  if (d == nullptr) return proc_error(path, errno);
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
+  }
+  ::closedir(d);
+  return names;
+}
+
+}  // namespace
+
+Result<ProcessStats> sample_process(pid_t pid) {
+  const std::string root = "/proc/" + std::to_string(pid);
+  ProcessStats s;
+  std::ifstream status(root + "/status");
+  if (!status) return proc_error(root + "/status", errno != 0 ? errno : ENOENT);
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Threads:", 0) == 0) s.threads = std::atoi(line.c_str() + 8);
+    if (line.rfind("VmRSS:", 0) == 0)
+      s.rss_bytes = std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;  // "VmRSS:  1234 kB"
+  }
+  FERRY_ASSIGN_OR_RETURN(std::vector<std::string> fds, list_dir(root + "/fd"));
+  s.fds = static_cast<int>(fds.size());
+  FERRY_ASSIGN_OR_RETURN(std::vector<std::string> tasks, list_dir(root + "/task"));
+  for (const std::string& tid : tasks) {
+    std::ifstream comm(root + "/task/" + tid + "/comm");  // a thread that ended meanwhile reads empty
+    std::string name;
+    if (std::getline(comm, name) && name.rfind("ferry-", 0) == 0) ++s.engine_threads;
+  }
+  return s;
+}
+
+ProcessStats peak(const ProcessStats& a, const ProcessStats& b) {
+  return ProcessStats{std::max(a.threads, b.threads), std::max(a.engine_threads, b.engine_threads),
+                      std::max(a.fds, b.fds), std::max(a.rss_bytes, b.rss_bytes)};
+}
+
+}  // namespace ferry::cli

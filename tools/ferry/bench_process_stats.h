@@ -1,0 +1,30 @@
+// What a process holds, read from /proc: `ferry bench --peers` samples its
+// target (a separate process, so the numbers are the target's alone) to show
+// how threads, descriptors and memory grow with the peers it serves (issue 61).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+
+#include "ferry/ferry.h"
+
+namespace ferry::cli {
+
+// One sample of a process.
+struct ProcessStats {
+  int threads = 0;         // /proc/PID/status "Threads:"
+  int engine_threads = 0;  // of them, those named "ferry-..." (the engine's; the rest are the program's)
+  int fds = 0;             // entries of /proc/PID/fd
+  uint64_t rss_bytes = 0;  // /proc/PID/status "VmRSS:"
+};
+
+// Reads `pid`'s numbers now. Does not block on the process; the reads are not
+// one atomic snapshot (a thread may start between them). kNotFound when the
+// process is gone, kPermissionDenied when /proc hides it (another user's).
+Result<ProcessStats> sample_process(pid_t pid);
+
+// The larger of each field of `a` and `b`: the peak over samples of a phase.
+ProcessStats peak(const ProcessStats& a, const ProcessStats& b);
+
+}  // namespace ferry::cli
