@@ -93,6 +93,10 @@ struct BenchFlags {
   int peers = 0;
   // A target's sessions at once (0: kMaxSessions).
   int max_sessions = 0;
+  // --fan-out N: one initiator engine against N target engines (bench_fleet.h);
+  // --engines N: a target's engines (what --fan-out starts).
+  int fan_out = 0;
+  int engines = 0;
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -178,34 +182,12 @@ std::string side_name(int gpu) { return gpu < 0 ? "host" : "gpu" + std::to_strin
 // initiator past them is turned away.
 constexpr size_t kMaxSessions = 64;
 
-// Serves sessions, each on its own thread (a --gpus initiator opens one
-// connection per GPU at once). A failed session (refused, cut short, broken
-// protocol) is logged and its connection closed; the target goes on serving.
-// With --once, exits after the first group of sessions ended: 0 when they all
-// succeeded, 1 otherwise.
-int run_target(const BenchFlags& f, const Options& options) {
-  Options o = options;
-  // A name (no ':') is published in the directory; the engine listens where
-  // FERRY_LISTEN says (default 127.0.0.1:0).
-  if (f.listen.find(':') == std::string::npos && Directory::valid_name(f.listen)) {
-    o.name = f.listen;
-  } else {
-    o.listen = f.listen;
-  }
-  uint64_t max_memory = f.max_memory.empty() ? 0 : flag_value(parse_bytes(f.max_memory), "--max-memory");
-  auto engine = must(Engine::create(o), "create engine");
-  MemoryBudget budget(max_memory);
-  if (!o.name.empty() && engine->directory() == nullptr) {
-    std::fprintf(stderr, "ferry bench: --listen %s is a name: give --directory URL (or FERRY_DIRECTORY)\n",
-                 o.name.c_str());
-    return 2;
-  }
-  std::printf("ferry bench target listening on %s\n", engine->address().c_str());
-  if (engine->directory() != nullptr) {
-    std::printf("ferry bench target published as \"%s\" in %s (incarnation %" PRIu64 ")\n", engine->name().c_str(),
-                engine->directory()->url().c_str(), engine->incarnation());
-  }
-  std::fflush(stdout);
+// Serves `engine`'s sessions, each on its own thread (a --gpus initiator
+// opens one connection per GPU at once). A failed session (refused, cut
+// short, broken protocol) is logged and its connection closed; the target
+// goes on serving. With --once, returns after the first group of sessions
+// ended: 0 when they all succeeded, 1 otherwise.
+int serve_engine(const BenchFlags& f, Engine& engine, MemoryBudget& budget) {
   struct Session {
     std::thread thread;
     std::shared_ptr<std::atomic<bool>> done;
@@ -226,7 +208,7 @@ int run_target(const BenchFlags& f, const Options& options) {
   for (;;) {
     reap();
     if (f.once && group.load() > 0 && ended.load() >= group.load()) break;
-    auto conn = engine->accept(after(100ms));
+    auto conn = engine.accept(after(100ms));
     if (!conn.ok()) {
       if (conn.status().code() == Code::kDeadlineExceeded) continue;
       die("accept", conn.status());
@@ -241,7 +223,7 @@ int run_target(const BenchFlags& f, const Options& options) {
     }
     auto done = std::make_shared<std::atomic<bool>>(false);
     auto serve = [&engine, &budget, &ended, &group, &failed, c, done, from] {
-      Result<RunConfig> cfg = serve_session(*engine, c, budget);
+      Result<RunConfig> cfg = serve_session(engine, c, budget);
       c->close();
       if (!cfg.ok()) {
         std::fprintf(stderr, "ferry bench: session from %s failed: %s\n", from.c_str(),
@@ -267,6 +249,50 @@ int run_target(const BenchFlags& f, const Options& options) {
   return failed.load() > 0 ? 1 : 0;
 }
 
+// Runs the target: one engine (--engines N: N engines, each on an address
+// of its own and serving on a thread of its own, all sharing --max-memory;
+// `--fan-out` connects to each) and serves it as serve_engine says. Each
+// engine's address is a line "ferry bench target listening on ADDR".
+int run_target(const BenchFlags& f, const Options& options) {
+  Options o = options;
+  // A name (no ':') is published in the directory; the engine listens where
+  // FERRY_LISTEN says (default 127.0.0.1:0).
+  if (f.listen.find(':') == std::string::npos && Directory::valid_name(f.listen)) {
+    o.name = f.listen;
+  } else {
+    o.listen = f.listen;
+  }
+  const int count = std::max(1, f.engines);
+  if (count > 1 && !o.name.empty()) return usage_error("--engines N listens on addresses, not on a directory name");
+  uint64_t max_memory = f.max_memory.empty() ? 0 : flag_value(parse_bytes(f.max_memory), "--max-memory");
+  std::vector<std::unique_ptr<Engine>> engines;
+  for (int i = 0; i < count; ++i) engines.push_back(must(Engine::create(o), "create engine"));
+  MemoryBudget budget(max_memory);
+  Engine& first = *engines[0];
+  if (!o.name.empty() && first.directory() == nullptr) {
+    std::fprintf(stderr, "ferry bench: --listen %s is a name: give --directory URL (or FERRY_DIRECTORY)\n",
+                 o.name.c_str());
+    return 2;
+  }
+  for (const auto& e : engines) std::printf("ferry bench target listening on %s\n", e->address().c_str());
+  if (first.directory() != nullptr) {
+    std::printf("ferry bench target published as \"%s\" in %s (incarnation %" PRIu64 ")\n", first.name().c_str(),
+                first.directory()->url().c_str(), first.incarnation());
+  }
+  std::fflush(stdout);
+  if (count == 1) return serve_engine(f, first, budget);
+  std::atomic<int> rc{0};
+  std::vector<std::thread> serving;
+  for (const auto& e : engines) {
+    Engine* engine = e.get();
+    serving.push_back(platform::start_thread("bench-serve", [&f, &budget, &rc, engine] {
+      if (serve_engine(f, *engine, budget) != 0) rc.store(1);
+    }));
+  }
+  for (auto& t : serving) t.join();
+  return rc.load();
+}
+
 // The flags of the --local target (bench_local_target.h): the initiator's
 // engine settings, so that both ends agree.
 std::vector<std::string> local_target_flags(const BenchFlags& f) {
@@ -288,8 +314,8 @@ std::vector<std::string> local_target_flags(const BenchFlags& f) {
     args.push_back("--window");
     args.push_back(std::to_string(f.window));
   }
-  if (f.peers > 0) {
-    std::vector<std::string> fleet = prepare_fleet_target(f.peers);
+  if (f.peers > 0 || f.fan_out > 0) {
+    std::vector<std::string> fleet = prepare_fleet_target(std::max(f.peers, f.fan_out), f.fan_out > 0);
     args.insert(args.end(), fleet.begin(), fleet.end());
   }
   return args;
@@ -717,22 +743,28 @@ int run_bench(const BenchFlags& f) {
   SweepLists sweep;
   if (!f.sweep_csv.empty()) sweep = parse_sweep_lists(f);
   if (!f.gate.empty()) flag_value(FileGate::parse(f.gate), "--gate");
-  if (f.peers > 0) {
+  if (f.peers > 0 || f.fan_out > 0) {
     // The target's threads, descriptors and memory are read from its /proc
     // entry: it must be this bench's child.
-    if (!f.local) return usage_error("--peers N runs against a --local target (its /proc numbers are reported)");
+    if (f.peers > 0 && f.fan_out > 0) return usage_error("give one of --peers N and --fan-out N");
+    const std::string flag = f.peers > 0 ? "--peers" : "--fan-out";
+    if (!f.local) return usage_error(flag + " N runs against a --local target (its /proc numbers are reported)");
     if (!f.gpus.empty() || !f.sweep_csv.empty() || !f.alternate_nics.empty()) {
-      return usage_error("--peers does not combine with --gpus, --sweep or --alternate-nics");
+      return usage_error(flag + " does not combine with --gpus, --sweep or --alternate-nics");
     }
   }
   std::string peer = f.peer;
-  if (f.local) {
-    peer = start_local_target(local_target_flags(f), /*once=*/f.sweep_csv.empty());
-  }
-  if (f.peers > 0) {
-    int rc = run_fleet(FleetRun{f.peers, peer, local_target_pid(), f.json_out}, o, cfg);
+  if (f.peers > 0 || f.fan_out > 0) {
+    bool fan_out = f.fan_out > 0;
+    int n = fan_out ? f.fan_out : f.peers;
+    std::vector<std::string> targets =
+        start_local_targets(local_target_flags(f), /*once=*/true, static_cast<size_t>(fan_out ? n : 1));
+    int rc = run_fleet(FleetRun{n, fan_out, targets, local_target_pid(), f.json_out}, o, cfg);
     stop_local_target();
     return rc;
+  }
+  if (f.local) {
+    peer = start_local_target(local_target_flags(f), /*once=*/f.sweep_csv.empty());
   }
   if (!f.gpus.empty()) {
     int rc = run_gpus(f, o, cfg, peer);
@@ -829,6 +861,13 @@ void add_bench_command(CLI::App& app) {
                 "peer's share of the mean, the setup time of all N, and the target's threads, fds and RSS with 1 "
                 "peer, N idle and N loaded (the target is given --max-sessions N and FERRY_MAX_CONNECTIONS, "
                 "FERRY_MAX_CONNECTIONS_PER_PEER of at least N unless they are set)")
+      ->check(CLI::Range(1, kMaxPeers));
+  b->add_option("--fan-out", f->fan_out,
+                "with --local: the other way from --peers: one initiator engine connected to N target engines "
+                "(all in one target process), the session run on every connection at once; the same table, with "
+                "this process's (the initiator's) threads, fds and RSS")
+      ->check(CLI::Range(1, kMaxPeers));
+  b->add_option("--engines", f->engines, "target: N engines, each on an address of its own (what --fan-out starts)")
       ->check(CLI::Range(1, kMaxPeers));
   b->add_option("--max-sessions", f->max_sessions,
                 "target: sessions served at once; one more is refused (default 64; a target for --peers N from "

@@ -2,6 +2,8 @@
 // against one target process, and what the target holds meanwhile.
 #include "ferry/bench_fleet.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <barrier>
 #include <chrono>
@@ -159,16 +161,19 @@ void print_stats(const char* phase, const ProcessStats& s) {
 
 }  // namespace
 
-std::vector<std::string> prepare_fleet_target(int peers) {
+std::vector<std::string> prepare_fleet_target(int peers, bool fan_out) {
   const Options defaults;
   raise_env("FERRY_MAX_CONNECTIONS", defaults.max_connections, peers);
   raise_env("FERRY_MAX_CONNECTIONS_PER_PEER", defaults.max_connections_per_peer, peers);
+  if (fan_out) return {"--engines", std::to_string(peers)};
   return {"--max-sessions", std::to_string(peers)};
 }
 
 int run_fleet(const FleetRun& run, const Options& o, const RunConfig& base) {
   const size_t n = static_cast<size_t>(run.peers);
-  const pid_t pid = run.target_pid;
+  // --peers: the one target's numbers; --fan-out: this process's, the one initiator's.
+  const pid_t pid = run.fan_out ? ::getpid() : run.target_pid;
+  const char* role = run.fan_out ? "initiator" : "target";
   ProcessStats no_peer = sample_or_die(pid), one_peer, idle;
   LoadSampler sampler(pid);
   // The barrier's completion runs on one thread while the others wait: the
@@ -185,8 +190,9 @@ int run_fleet(const FleetRun& run, const Options& o, const RunConfig& base) {
   };
   std::barrier sync(static_cast<std::ptrdiff_t>(n), on_all_arrived);
   RunConfig cfg = base;
-  cfg.group = run.peers;  // the --once target ends after all of them
-  cfg.quiet = true;       // one progress line per size per peer would bury the table
+  // The --once target ends after all of them; a --fan-out target's engines each after its own.
+  cfg.group = run.fan_out ? 1 : run.peers;
+  cfg.quiet = true;  // one progress line per size per peer would bury the table
   cfg.sync = [&sync] { sync.arrive_and_wait(); };
 
   std::vector<std::unique_ptr<Engine>> engines(n);
@@ -194,22 +200,24 @@ int run_fleet(const FleetRun& run, const Options& o, const RunConfig& base) {
   std::vector<std::vector<SizeResult>> results(n);
   std::vector<std::thread> sessions;
   double connect_s = 0, slowest_ms = 0;
-  std::fprintf(stderr, "ferry bench: connecting %zu initiator engines to the target (pid %d) at %s\n", n,
-               static_cast<int>(pid), run.target.c_str());
+  std::fprintf(stderr, "ferry bench: connecting %s to %zu target engine%s of process %d\n",
+               run.fan_out ? "one initiator engine" : (std::to_string(n) + " initiator engines").c_str(),
+               run.fan_out ? n : 1, run.fan_out && n > 1 ? "s" : "", static_cast<int>(run.target_pid));
   for (size_t i = 0; i < n; ++i) {
     auto t0 = Clock::now();
-    engines[i] = must(Engine::create(o), "create engine " + std::to_string(i));
-    conns[i] = connect_or_die(*engines[i], run.target);
+    if (!run.fan_out || i == 0) engines[i] = must(Engine::create(o), "create engine " + std::to_string(i));
+    Engine& engine = *engines[run.fan_out ? 0 : i];
+    conns[i] = connect_or_die(engine, run.targets[run.fan_out ? i : 0]);
     double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     connect_s += secs;
     slowest_ms = std::max(slowest_ms, secs * 1e3);
     if (i == 0) one_peer = sample_or_die(pid);
     // At once: the target gives a connection 5 s to send its configuration.
     sessions.push_back(platform::start_thread("bench-peer-" + std::to_string(i),
-                                              [&, i] { results[i] = run_initiator(*engines[i], *conns[i], cfg); }));
+                                              [&, i] { results[i] = run_initiator(engine, *conns[i], cfg); }));
   }
   std::string transport(conns[0]->transport_name());
-  std::fprintf(stderr, "ferry bench: %zu peers connected in %.3f s over the %s transport; %s, %d in flight\n", n,
+  std::fprintf(stderr, "ferry bench: %zu connections up in %.3f s over the %s transport; %s, %d in flight\n", n,
                connect_s, transport.c_str(), cfg.op.c_str(), cfg.inflight);
   for (auto& t : sessions) t.join();
   for (auto& c : conns) c->close();
@@ -221,8 +229,14 @@ int run_fleet(const FleetRun& run, const Options& o, const RunConfig& base) {
   bool bad = std::any_of(rows.begin(), rows.end(), [](const FleetRow& r) { return !r.verified; });
 
   if (run.json_out != "-") {
-    std::printf("# %s over the %s transport: %zu initiator engines (this process) -> 1 target process, %d in flight\n",
-                cfg.op.c_str(), transport.c_str(), n, cfg.inflight);
+    if (run.fan_out) {
+      std::printf("# %s over the %s transport: 1 initiator engine (this process) -> %zu target engines, %d in flight\n",
+                  cfg.op.c_str(), transport.c_str(), n, cfg.inflight);
+    } else {
+      std::printf(
+          "# %s over the %s transport: %zu initiator engines (this process) -> 1 target process, %d in flight\n",
+          cfg.op.c_str(), transport.c_str(), n, cfg.inflight);
+    }
     std::printf("%-10s %10s %14s %15s %8s %14s %11s %11s%s\n", "size", "aggr_GB/s", "min_peer_GB/s", "mean_peer_GB/s",
                 "slowest", "p50_us_median", "p50_us_max", "p99_us_max", cfg.verify ? "   verify" : "");
     for (const FleetRow& r : rows) {
@@ -233,14 +247,14 @@ int run_fleet(const FleetRun& run, const Options& o, const RunConfig& base) {
     }
     std::printf("(slowest: the slowest peer's GB/s over the mean peer's; p50/p99 are each peer's own, over its ops)\n");
     std::printf(
-        "connection setup: %zu peers in %.3f s (engine created and connected one after another; slowest %.1f ms)\n", n,
-        connect_s, slowest_ms);
-    std::printf("%-24s %8s %14s %8s %10s\n", ("target (pid " + std::to_string(pid) + ")").c_str(), "threads",
-                "ferry_threads", "fds", "RSS_MiB");
-    print_stats("no peer", no_peer);
-    print_stats("1 peer connected", one_peer);
-    print_stats((std::to_string(n) + " peers idle").c_str(), idle);
-    print_stats((std::to_string(n) + " peers loaded (peak)").c_str(), load);
+        "connection setup: %zu connections in %.3f s (one after another, engine creation included; slowest %.1f ms)\n",
+        n, connect_s, slowest_ms);
+    std::printf("%-24s %8s %14s %8s %10s\n", (std::string(role) + " (pid " + std::to_string(pid) + ")").c_str(),
+                "threads", "ferry_threads", "fds", "RSS_MiB");
+    print_stats("no connection", no_peer);
+    print_stats("1 connection", one_peer);
+    print_stats((std::to_string(n) + " connections idle").c_str(), idle);
+    print_stats((std::to_string(n) + " connections loaded").c_str(), load);
   }
   if (!run.json_out.empty()) {
     json results_json = json::array();
@@ -275,6 +289,7 @@ int run_fleet(const FleetRun& run, const Options& o, const RunConfig& base) {
                 {"verify", cfg.verify},
                 {"footprint", cfg.footprint},
                 {"peers", n},
+                {"fan_out", run.fan_out},
                 {"transport", transport},
                 {"streams", eo.streams},
                 {"chunk_bytes", eo.chunk_bytes},
@@ -288,7 +303,7 @@ int run_fleet(const FleetRun& run, const Options& o, const RunConfig& base) {
     target["load"]["samples"] = samples;
     json doc{{"config", config},
              {"setup", {{"connect_s", connect_s}, {"slowest_connect_ms", slowest_ms}}},
-             {"target", target},
+             {role, target},
              {"results", results_json}};
     std::string text = doc.dump(2) + "\n";
     if (run.json_out == "-") {

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 #include "ferry/bench_session.h"
 #include "ferry/ferry.h"
@@ -20,20 +21,28 @@ namespace ferry::cli {
 // Peers one run may have: a target serves at most kMaxGroup sessions of one group.
 inline constexpr int kMaxPeers = kMaxGroup;
 
-// What the target must be told so that it admits `peers` at once: the
-// environment (FERRY_MAX_CONNECTIONS, FERRY_MAX_CONNECTIONS_PER_PEER: all
-// peers come from one address) is raised to `peers` where it is unset or its
-// default would refuse some, so call this before starting the target; the
-// flags returned ("--max-sessions N") go to the target's command line.
-std::vector<std::string> prepare_fleet_target(int peers);
+// What the engines must be told so that `peers` connections are admitted:
+// the environment (FERRY_MAX_CONNECTIONS, FERRY_MAX_CONNECTIONS_PER_PEER:
+// all connections are between 127.0.0.1 and itself) is raised to `peers`
+// where it is unset and its default would refuse some, for this process's
+// engines and the target's, so call this before starting the target. The
+// flags returned go to the target's command line: "--max-sessions N" (one
+// engine serving N peers) or, `fan_out`, "--engines N" (N engines, one
+// session each).
+std::vector<std::string> prepare_fleet_target(int peers, bool fan_out);
 
 struct FleetRun {
-  int peers = 1;
-  std::string target;    // the target's address
-  pid_t target_pid = 0;  // its process, sampled from /proc
-  std::string json_out;  // "" none, "-" stdout (then no table), else a file
+  int peers = 1;                     // connections in all
+  bool fan_out = false;              // false: `peers` engines -> 1 target engine; true: 1 engine -> `peers` targets
+  std::vector<std::string> targets;  // the target engines' addresses (1, or `peers` with fan_out)
+  pid_t target_pid = 0;              // the target process
+  std::string json_out;              // "" none, "-" stdout (then no table), else a file
 };
 
+// --fan-out N is the other way: one engine of this process connects to each
+// of N target engines (one target process holds them all), and the numbers
+// sampled are this process's, the initiator's.
+//
 // Connects `run.peers` engines made from `o` to the target one after another
 // (each session starts as soon as its connection is up: a target gives a
 // connection 5 s to send its configuration), runs `cfg` on all of them with

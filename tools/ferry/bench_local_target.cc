@@ -75,7 +75,7 @@ void guard_exits() {
 
 }  // namespace
 
-std::string start_local_target(const std::vector<std::string>& flags, bool once) {
+std::vector<std::string> start_local_targets(const std::vector<std::string>& flags, bool once, size_t count) {
   guard_exits();
   std::vector<std::string> args = {"ferry", "bench", "--listen", "127.0.0.1:0"};
   args.insert(args.end(), flags.begin(), flags.end());
@@ -111,7 +111,8 @@ std::string start_local_target(const std::vector<std::string>& flags, bool once)
   g_target_once.store(once);
   ::close(fds[1]);
 
-  // Its first line, "ferry bench target listening on ADDR", within 30 s.
+  // Its first `count` lines, "ferry bench target listening on ADDR", within 30 s.
+  std::vector<std::string> addresses;
   std::string line;
   auto give_up = std::chrono::steady_clock::now() + 30s;
   for (;;) {
@@ -125,13 +126,24 @@ std::string start_local_target(const std::vector<std::string>& flags, bool once)
     char c = 0;
     ssize_t got = ::read(fds[0], &c, 1);
     if (got < 0 && errno == EINTR) continue;
-    if (got <= 0 || c == '\n') break;  // the line, or it exited (its error is on stderr)
-    line += c;
+    if (got <= 0) break;  // it exited (its error is on stderr)
+    if (c != '\n') {
+      line += c;
+      continue;
+    }
+    auto at = line.rfind(' ');
+    if (at == std::string::npos) break;
+    addresses.push_back(line.substr(at + 1));
+    line.clear();
+    if (addresses.size() == count) break;
   }
   ::close(fds[0]);
-  auto at = line.rfind(' ');
-  if (at == std::string::npos) fail("it exited without reporting its address (its own error, if any, is above)");
-  return line.substr(at + 1);
+  if (addresses.size() < count) fail("it exited without reporting its address (its own error, if any, is above)");
+  return addresses;
+}
+
+std::string start_local_target(const std::vector<std::string>& flags, bool once) {
+  return start_local_targets(flags, once, 1)[0];
 }
 
 pid_t local_target_pid() { return g_target.load(); }

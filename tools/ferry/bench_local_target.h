@@ -10,6 +10,7 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,10 @@ namespace ferry::cli {
 // the parent-death signal follows the thread that started the child. On any
 // failure prints "ferry bench: ..." and exits 1, the child ended.
 std::string start_local_target(const std::vector<std::string>& flags, bool once);
+
+// As start_local_target, for a target given `--engines count`: returns the
+// address of each of its engines, in the order it reports them.
+std::vector<std::string> start_local_targets(const std::vector<std::string>& flags, bool once, size_t count);
 
 // The running target's process id, 0 when none runs (`--peers` reads its
 // threads, descriptors and memory from /proc).
