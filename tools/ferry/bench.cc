@@ -870,8 +870,8 @@ void add_bench_command(CLI::App& app) {
   b->add_option("--engines", f->engines, "target: N engines, each on an address of its own (what --fan-out starts)")
       ->check(CLI::Range(1, kMaxPeers));
   b->add_option("--max-sessions", f->max_sessions,
-                "target: sessions served at once; one more is refused (default 64; a target for --peers N from "
-                "other hosts needs N, and FERRY_MAX_CONNECTIONS / FERRY_MAX_CONNECTIONS_PER_PEER of N)")
+                "target: sessions served at once; one more is refused (default 64; --local --peers N gives its own "
+                "target N)")
       ->check(CLI::Range(1, kMaxPeers));
   b->add_option("--json", f->json_out, "also write results as JSON to FILE, or - for stdout");
   b->add_option("--nics", f->nics, "NICs to serve and stripe over, e.g. eth1,eth2 (FERRY_NICS)");
