@@ -70,13 +70,15 @@ TEST_P(ManyParts, SendvAndRecvvOfThousandsOfPartsArriveIntact) {
 // target): the readv finishes with that error only once its other item has
 // landed, not while its bytes still arrive in the caller's buffer.
 TEST(VectorOperations, AReadvWithAFailedItemEndsAfterItsOtherItems) {
+  // The buffers outlive the engines: the target may still be sending item 1
+  // from src1 (registered to the end) when the readv has finished.
+  const size_t n = size_t{64} << 20;
+  std::vector<uint8_t> src0(n, 0x11), src1(n, 0xab), dst(2 * n, 0);
   EnginePair p = connect_pair("tcp");
   ASSERT_TRUE(p.ca && p.cb);
   auto& x = p.a;  // the reader
   auto& y = p.b;  // the target
   auto& xc = p.ca;
-  const size_t n = size_t{64} << 20;
-  std::vector<uint8_t> src0(n, 0x11), src1(n, 0xab), dst(2 * n, 0);
   Region r0 = y->reg(src0.data(), n).value();
   Region r1 = y->reg(src1.data(), n).value();
   ASSERT_TRUE(x->reg(dst.data(), dst.size()).ok());
