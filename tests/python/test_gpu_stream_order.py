@@ -152,3 +152,55 @@ def test_a_bad_stream_argument_is_refused_before_anything_is_posted(link):
     src = torch.zeros(16, device=LOCAL)
     with pytest.raises(TypeError, match="stream"):
         link.conn.send_async(src, stream="current")
+
+
+def test_a_peer_that_revokes_more_than_a_waiting_stream_lets_close_is_refused():
+    # Closing a mapping of the peer's GPU memory waits for every stream of the
+    # context, so while this process's stream waits on ferry the closes of
+    # revoked mappings are held. A peer revoking as fast as it exports more
+    # would make them pile up: past GpuImports::kMaxHeldPerPeer the peer's
+    # new allocations are refused, and the waiting stream still goes on.
+    lk = Link()
+    try:
+        if lk.conn.transport_name != "local":
+            pytest.skip("mappings of a peer's GPU memory are the local transport's")
+        held_cap = 64
+        n = 1 << 18  # 2 MiB of int64: each export is an allocation of its own
+        src = torch.arange(n, dtype=torch.int64, device=LOCAL) * 3
+        lk.engine.reg(src)
+        names = [f"churn{i}" for i in range(held_cap)]
+        for name in names:
+            lk.conn.write(src, ferry.RemoteDescriptor.parse(lk.peer.call("torch_export", name, n, REMOTE)), 0,
+                          timeout=WAIT)
+        dst = torch.zeros(COUNT, dtype=torch.int64, device=LOCAL)
+        dst.sum()
+        lk.engine.reg(dst)
+        t = lk.conn.recv_async(dst)
+        lk.conn.stream_wait(t, torch.cuda.current_stream())
+        total = dst.sum()
+        for name in names:
+            lk.peer.call("unexport", name, timeout=WAIT)
+        # The note comes after the revokes on the same channel: once it is
+        # here, every revoke was handled.
+        lk.peer.call("notify", "revoked", timeout=WAIT)
+        assert lk.conn.wait_notification(timeout=WAIT) == b"revoked"
+        extra = ferry.RemoteDescriptor.parse(lk.peer.call("torch_export", "extra", n, REMOTE))
+        with pytest.raises(ferry.ResourceExhausted, match="revoked 64 GPU allocations"):
+            lk.conn.write(src, extra, 0, timeout=WAIT)
+        # The waiting stream is not stuck behind the refusal: the receive
+        # lands (or the connection failed and its wait was released).
+        lk.peer.call_async("torch_user_send", COUNT, 13, REMOTE, "auto", 0)
+        done = torch.cuda.Event()
+        done.record()
+        deadline = time.monotonic() + WAIT
+        while not done.query():
+            assert time.monotonic() < deadline, "the stream still waits after the peer's send"
+            time.sleep(0.01)
+        assert t.wait(WAIT) == COUNT * 8
+        lk.peer.expect("ok", timeout=WAIT)
+        assert total.item() == 13 * COUNT * (COUNT - 1) // 2
+        # The stream's wait ended: the peer's memory is opened again.
+        again = ferry.RemoteDescriptor.parse(lk.peer.call("torch_export", "again", n, REMOTE))
+        lk.conn.write(src, again, 0, timeout=WAIT)
+    finally:
+        lk.close()

@@ -185,6 +185,16 @@ Result<GpuImports::Opened> GpuImports::open(const void* user, uint64_t peer_engi
   close_held();
   auto it = maps_.find(key);
   if (it == maps_.end()) {
+    const size_t held_for_peer = static_cast<size_t>(std::count_if(held_.begin(), held_.end(), [&](const Mapping& h) {
+      return h.peer_pid == peer_pid && h.peer_engine == peer_engine;
+    }));
+    if (held_for_peer >= kMaxHeldPerPeer) {
+      return Status(Code::kResourceExhausted,
+                    "the peer revoked " + std::to_string(held_for_peer) +
+                        " GPU allocations this process still maps, because an application stream waits on a "
+                        "transfer and closing them would wait for that stream; no more of the peer's allocations are "
+                        "opened until the stream's wait ends");
+    }
     const auto& d = platform::cuda();
     Mapping m;
     m.device = device;
@@ -227,6 +237,8 @@ Result<GpuImports::Opened> GpuImports::open(const void* user, uint64_t peer_engi
         return s;
       }
     }
+    m.peer_pid = peer_pid;
+    m.peer_engine = peer_engine;
     it = maps_.emplace(key, m).first;
   }
   it->second.users.insert(user);

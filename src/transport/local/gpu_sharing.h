@@ -58,6 +58,13 @@ class GpuExports {
 
 class GpuImports {
  public:
+  // Mappings of one peer (process and engine) whose close may be held while
+  // a stream waits: past this many, open() refuses that peer's new
+  // allocations (kResourceExhausted). A peer that revokes memory as fast as
+  // it exports more, while the application's stream waits on it, would
+  // otherwise make this process hold every mapping it ever opened.
+  static constexpr size_t kMaxHeldPerPeer = 64;
+
   // `signals` (may be null) says whether an application stream waits on
   // ferry: closing a mapping then waits for that stream, so closes are held
   // until none does (see forget()).
@@ -70,7 +77,8 @@ class GpuImports {
   // process, since an allocation opens once per process). `peer_pid` is the
   // pid the kernel vouched for. The caller has made that context current. kUnavailable /
   // kPermissionDenied with the reason; kDataLoss if the span runs past the
-  // allocation as it was opened.
+  // allocation as it was opened; kResourceExhausted while kMaxHeldPerPeer of
+  // the peer's closed mappings are held.
   Result<uint8_t*> map(const void* user, uint64_t peer_engine, pid_t peer_pid, const SharedSpan& span, int device);
   // An opened allocation: where it starts here and how much of it was opened.
   struct Opened {
@@ -105,6 +113,8 @@ class GpuImports {
     // Options::local_same_process): used where it is, nothing to close.
     bool own = false;
     std::set<const void*> users;
+    pid_t peer_pid = 0;  // whose allocation it is, for kMaxHeldPerPeer
+    uint64_t peer_engine = 0;
   };
   // Maps this process's own allocation of `span` for use from `device`.
   static Result<Mapping> map_own(const SharedSpan& span, int device);
