@@ -46,6 +46,33 @@ sockperf_p50_us() {
   wait "$srv" 2>/dev/null || true
 }
 
+# sockperf's TCP ping-pong of 16 bytes over loopback for 5 s, as
+# "P50_US CPU_US": the median full round trip and the CPU time of client and
+# server together per round trip (the server's from /proc/PID/stat, the
+# client's from bash's time; round trips counted from the rate sockperf
+# reports over its valid duration, times the client's whole run).
+sockperf_p50_and_cpu_us() {
+  local port srv out ticks0 ticks1 wall user sys
+  port=$(free_port)
+  sockperf server --tcp -i 127.0.0.1 -p "$port" >/dev/null 2>&1 &
+  srv=$!
+  sleep 0.5
+  out=$(mktemp)
+  ticks0=$(awk '{print $14 + $15}' "/proc/$srv/stat")
+  read -r wall user sys < <({ TIMEFORMAT='%3R %3U %3S'; time sockperf ping-pong --tcp -i 127.0.0.1 -p "$port" -m 16 -t 5 \
+    --full-rtt >"$out" 2>&1; } 2>&1)
+  ticks1=$(awk '{print $14 + $15}' "/proc/$srv/stat")
+  kill "$srv" 2>/dev/null
+  wait "$srv" 2>/dev/null || true
+  awk -v wall="$wall" -v cpu="$(awk -v u="$user" -v s="$sys" -v t=$((ticks1 - ticks0)) -v hz="$(getconf CLK_TCK)" \
+      'BEGIN {print u + s + t / hz}')" '
+    /percentile 50.000/ { p50 = $NF }
+    /Valid Duration/ { match($0, /RunTime=[0-9.]+/); run = substr($0, RSTART + 8, RLENGTH - 8)
+                       match($0, /SentMessages=[0-9]+/); sent = substr($0, RSTART + 13, RLENGTH - 13) }
+    END { printf "%s %.1f\n", p50, cpu * 1e6 / (sent / run * wall) }' "$out"
+  rm -f "$out"
+}
+
 # The value of column $2 in the row whose first field is $1, from `ferry bench` table output on stdin.
 table_value() { awk -v size="$1" -v col="$2" '$1 == size { print $col }'; }
 

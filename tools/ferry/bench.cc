@@ -36,6 +36,7 @@
 #include "ferry/bench_gate.h"
 #include "ferry/bench_local_target.h"
 #include "ferry/bench_pairs.h"
+#include "ferry/bench_process_stats.h"
 #include "ferry/bench_session.h"
 #include "ferry/bench_sizes.h"
 #include "ferry/commands.h"
@@ -529,10 +530,15 @@ void print_table(const RunConfig& cfg, const std::vector<SizeResult>& rs) {
     }
     return;
   }
-  std::printf("%-12s %10s %12s %12s%s\n", "size", "GB/s", "p50_us", "p99_us", cfg.verify ? "   verify" : "");
+  // CPU per operation: this process's (the initiator's) and, with
+  // --local, the target's; "-" where not known.
+  std::printf("%-12s %10s %12s %12s %12s %12s%s\n", "size", "GB/s", "p50_us", "p99_us", "cpu_us/op",
+              "peer_cpu_us", cfg.verify ? "   verify" : "");
   for (const auto& r : rs) {
-    std::printf("%-12s %10.3f %12.1f %12.1f%s%s\n", format_bytes(r.bytes).c_str(), r.bytes_per_s / 1e9, r.p50_us,
-                r.p99_us, cfg.verify ? "   " : "", r.verified.c_str());
+    char peer[32] = "-";
+    if (r.peer_cpu_us_per_op >= 0) std::snprintf(peer, sizeof(peer), "%.1f", r.peer_cpu_us_per_op);
+    std::printf("%-12s %10.3f %12.1f %12.1f %12.1f %12s%s%s\n", format_bytes(r.bytes).c_str(), r.bytes_per_s / 1e9,
+                r.p50_us, r.p99_us, r.cpu_us_per_op, peer, cfg.verify ? "   " : "", r.verified.c_str());
   }
 }
 
@@ -560,6 +566,8 @@ void write_json(const BenchFlags& f, const RunConfig& cfg, const Options& o, std
            {"bytes_per_s", r.bytes_per_s},
            {"lat_us", {{"p50", r.p50_us}, {"p99", r.p99_us}}}};
     if (!r.verified.empty()) j["verified"] = r.verified == "ok";
+    j["cpu_us_per_op"] = r.cpu_us_per_op;
+    if (r.peer_cpu_us_per_op >= 0) j["peer_cpu_us_per_op"] = r.peer_cpu_us_per_op;
     if (cfg.blocks > 0) {
       j["blocks"] = cfg.blocks;
       j["block_bytes"] = cfg.block_bytes;
@@ -792,6 +800,12 @@ int run_bench(const BenchFlags& f) {
   // printed (and written) as usual; a second Ctrl-C quits at once.
   InterruptLatch interrupt;
   cfg.stop = interrupt.flag();
+  if (pid_t target = local_target_pid(); target != 0) {
+    cfg.peer_cpu_ns = [target]() -> uint64_t {
+      auto ns = process_cpu_ns(target);
+      return ns.ok() ? *ns : 0;
+    };
+  }
   auto results = run_initiator(*engine, *conn, cfg);
   conn->close();
   stop_local_target();

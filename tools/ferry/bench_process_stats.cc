@@ -2,12 +2,15 @@
 #include "ferry/bench_process_stats.h"
 
 #include <dirent.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -55,6 +58,34 @@ Result<ProcessStats> sample_process(pid_t pid) {
     if (std::getline(comm, name) && name.rfind("ferry-", 0) == 0) ++s.engine_threads;
   }
   return s;
+}
+
+Result<uint64_t> process_cpu_ns(pid_t pid) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) return proc_error(path, errno != 0 ? errno : ENOENT);
+  // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so
+  // the fields are counted from the last ')'; utime and stime are fields 14
+  // and 15, the 12th and 13th after it.
+  const size_t close = line.rfind(')');
+  if (close == std::string::npos) return Status(Code::kDataLoss, path + ": no ')' after the command name");
+  std::istringstream fields(line.substr(close + 1));
+  std::string field;
+  uint64_t utime = 0, stime = 0;
+  for (int i = 1; i <= 13 && fields >> field; ++i) {
+    if (i == 12) utime = std::strtoull(field.c_str(), nullptr, 10);
+    if (i == 13) stime = std::strtoull(field.c_str(), nullptr, 10);
+  }
+  if (!fields) return Status(Code::kDataLoss, path + ": fewer fields than utime and stime");
+  const long ticks = ::sysconf(_SC_CLK_TCK);
+  return (utime + stime) * 1'000'000'000ULL / static_cast<uint64_t>(ticks > 0 ? ticks : 100);
+}
+
+uint64_t process_cpu_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 ProcessStats peak(const ProcessStats& a, const ProcessStats& b) {

@@ -1,6 +1,8 @@
-// What a process holds, read from /proc: `ferry bench --peers` samples its
-// target (a separate process, so the numbers are the target's alone) to show
-// how threads, descriptors and memory grow with the peers it serves (issue 61).
+// What a process holds and the CPU time it used, read from /proc: `ferry
+// bench --peers` samples its target (a separate process, so the numbers are
+// the target's alone) to show how threads, descriptors and memory grow with
+// the peers it serves, and `ferry bench --local` what an operation costs
+// both sides in CPU time.
 #pragma once
 
 #include <sys/types.h>
@@ -23,6 +25,14 @@ struct ProcessStats {
 // one atomic snapshot (a thread may start between them). kNotFound when the
 // process is gone, kPermissionDenied when /proc hides it (another user's).
 Result<ProcessStats> sample_process(pid_t pid);
+
+// CPU time (user and system, every thread) `pid` used so far, in
+// nanoseconds, from /proc/PID/stat (the kernel counts it in clock ticks,
+// usually 10 ms: sample over a second or more).
+Result<uint64_t> process_cpu_ns(pid_t pid);
+
+// This process's CPU time so far, every thread, in nanoseconds.
+uint64_t process_cpu_ns();
 
 // The larger of each field of `a` and `b`: the peak over samples of a phase.
 ProcessStats peak(const ProcessStats& a, const ProcessStats& b);

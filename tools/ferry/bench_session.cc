@@ -20,6 +20,7 @@
 
 #include "core/pattern.h"
 #include "ferry/bench_blocks.h"
+#include "ferry/bench_process_stats.h"
 #include "ferry/bench_sizes.h"
 #include "platform/cuda_driver.h"
 
@@ -714,6 +715,8 @@ std::vector<SizeResult> run_initiator(Engine& engine, Connection& conn, const Ru
     }
     must(drive(conn, b, remote, cfg.op, size, 0, cfg.warmup, cfg.inflight, nullptr), "warmup");
     if (cfg.sync) cfg.sync();  // every GPU's session starts its timed phase together
+    const uint64_t cpu0 = process_cpu_ns();
+    const uint64_t peer_cpu0 = cfg.peer_cpu_ns ? cfg.peer_cpu_ns() : 0;
     auto t0 = Clock::now();
     double secs = 0;
     if (cfg.blocks > 0) {
@@ -741,12 +744,16 @@ std::vector<SizeResult> run_initiator(Engine& engine, Connection& conn, const Ru
     if (reverse.joinable()) reverse.join();
     must(reverse_status, "reverse direction");
     auto t1 = Clock::now();
+    const uint64_t cpu1 = process_cpu_ns();
+    const uint64_t peer_cpu1 = cfg.peer_cpu_ns ? cfg.peer_cpu_ns() : 0;
     if (cfg.sync) cfg.sync();
     if (cfg.blocks == 0) secs = std::chrono::duration<double>(t1 - t0).count();
     must(send_text(conn, b, "end"), "end");
     std::string theirs = must(recv_text(conn, b), "the target's checksums");
     SizeResult r{size, cfg.iters, 0, percentile(lat, 0.5), percentile(lat, 0.99), "", t0, t1,
                  contiguous.bytes_per_s, contiguous.p50_us};
+    r.cpu_us_per_op = static_cast<double>(cpu1 - cpu0) / 1e3 / cfg.iters;
+    if (cfg.peer_cpu_ns) r.peer_cpu_us_per_op = static_cast<double>(peer_cpu1 - peer_cpu0) / 1e3 / cfg.iters;
     double moved = static_cast<double>(size) * cfg.iters * (cfg.bidir ? 2 : 1);
     if (cfg.op == "pingpong") moved *= 2;
     r.bytes_per_s = secs > 0 ? moved / secs : 0;

@@ -76,6 +76,10 @@ struct RunConfig {
   // Initiator: once set (Ctrl-C), no further size starts; the sizes measured
   // so far are returned. Not sent to the target.
   const std::atomic<bool>* stop = nullptr;
+  // Initiator: the target's CPU time so far, in nanoseconds (null: not
+  // known, a remote target). Sampled with this process's own around each
+  // size's timed phase. Not sent to the target.
+  std::function<uint64_t()> peer_cpu_ns;
   // Initiator: no progress line per size on stderr (`--peers` runs many
   // sessions and prints their summary). Not sent to the target.
   bool quiet = false;
@@ -111,6 +115,12 @@ struct SizeResult {
   // contiguous write of the same bytes (0 otherwise).
   double contiguous_bytes_per_s = 0;
   double contiguous_p50_us = 0;
+  // CPU time per operation over the timed phase, every thread of the
+  // process: this one's (the initiator's), and the target's when
+  // RunConfig::peer_cpu_ns knows it (else -1). A pingpong's operation is a
+  // round trip.
+  double cpu_us_per_op = 0;
+  double peer_cpu_us_per_op = -1;
 };
 
 // Target side: serves one initiator's session on `conn` and returns its
