@@ -4,7 +4,8 @@
 # N initiator engines against one target process (and one initiator engine
 # against N target engines) must each move verified bytes (one JSON row per
 # connection, positive rates), and the JSON must carry the setup time and the
-# sampled process's threads, fds and RSS for each phase; 0, too many, both
+# sampled process's threads, fds and RSS for each phase, its CPU while idle
+# and (--peers) a 4 KiB round trip idle and under load; 0, too many, both
 # flags, and either without --local must fail with a message naming it.
 set -uo pipefail
 ferry=$1
@@ -28,6 +29,14 @@ for phase in ("no_peer", "one_peer", "idle", "load"):
 # n connections hold more than one does: a descriptor each at least.
 assert t["idle"]["fds"] >= t["one_peer"]["fds"] + n - 1, t
 assert t["load"]["samples"] >= 2, t["load"]
+# The sampled process's CPU while every connection idled, as a share of a core.
+assert 0 <= t["idle"]["cpu_share"] < 64, t["idle"]
+if not fan_out:
+    # --peers: the 4 KiB round trip alone and during the first size's phase.
+    pr = j["results"][0]["probe"]
+    for k in ("idle_lat_us", "load_lat_us"):
+        assert 0 < pr[k]["p50"] <= pr[k]["p99"], pr
+    assert 0 <= pr["load_covered"] <= 1, pr
 rows = j["results"]
 assert [r["bytes"] for r in rows] == [65536, 1 << 20], rows
 for r in rows:
@@ -46,6 +55,8 @@ done
 grep -q "4 connections loaded" "$work/write.out" || fail "the table has no row for the target under load"
 grep -q "connection setup: 4 connections" "$work/write.out" || fail "the table does not say how long 4 peers took to connect"
 grep -q "^target (pid" "$work/write.out" || fail "--peers: the table does not name the target as the process sampled"
+grep -q "^4K round trip: idle p50" "$work/write.out" || fail "--peers: the table has no 4 KiB round trip idle and under load"
+grep -q "^target CPU with 4 connections idle" "$work/write.out" || fail "--peers: the table has no idle CPU of the target"
 run fanout --fan-out 3 --op write --sizes 64K,1M --iters 20 --warmup 2 --verify
 check fanout write 3 1
 grep -q "^initiator (pid" "$work/fanout.out" || fail "--fan-out: the table does not name the initiator as the process sampled"

@@ -150,6 +150,45 @@ FleetRow summarize(const RunConfig& cfg, const std::vector<std::vector<SizeResul
   return row;
 }
 
+// The share of one core that `pid` uses over kIdleWindow (-1 when /proc
+// does not tell): sampled while every connection is up and nothing moves.
+constexpr std::chrono::seconds kIdleWindow{1};
+double idle_cpu(pid_t pid) {
+  auto before = threads_on_cpu_ns(pid);
+  auto t0 = Clock::now();
+  std::this_thread::sleep_for(kIdleWindow);
+  auto after = threads_on_cpu_ns(pid);
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!before.ok() || !after.ok() || *after < *before) return -1;
+  return static_cast<double>(*after - *before) / 1e9 / secs;
+}
+
+// Round trips a probe times.
+constexpr int kProbeRoundTrips = 1000;
+
+// The probe's session: a pingpong of kProbeBytes, `iters` round trips.
+RunConfig probe_config(const RunConfig& base, int group, int iters) {
+  RunConfig p;
+  p.op = "pingpong";
+  p.sizes = {kProbeBytes};
+  p.iters = iters;
+  p.warmup = 20;
+  p.inflight = 1;
+  p.group = group;
+  p.quiet = true;
+  p.gpu = -1;
+  p.peer_gpu = -1;
+  p.budget = base.budget;
+  return p;
+}
+
+// How much of [a0, a1] lies within [b0, b1], as a share of [a0, a1].
+double overlap(Clock::time_point a0, Clock::time_point a1, Clock::time_point b0, Clock::time_point b1) {
+  const auto lo = std::max(a0, b0), hi = std::min(a1, b1);
+  const double whole = std::chrono::duration<double>(a1 - a0).count();
+  return hi <= lo || whole <= 0 ? 0 : std::chrono::duration<double>(hi - lo).count() / whole;
+}
+
 json stats_json(const ProcessStats& s) {
   return json{{"threads", s.threads}, {"engine_threads", s.engine_threads}, {"fds", s.fds}, {"rss_bytes", s.rss_bytes}};
 }
@@ -163,10 +202,11 @@ void print_stats(const char* phase, const ProcessStats& s) {
 
 std::vector<std::string> prepare_fleet_target(int peers, bool fan_out) {
   const Options defaults;
-  raise_env("FERRY_MAX_CONNECTIONS", defaults.max_connections, peers);
-  raise_env("FERRY_MAX_CONNECTIONS_PER_PEER", defaults.max_connections_per_peer, peers);
+  const int sessions = fan_out ? peers : peers + kProbeSessions;
+  raise_env("FERRY_MAX_CONNECTIONS", defaults.max_connections, sessions);
+  raise_env("FERRY_MAX_CONNECTIONS_PER_PEER", defaults.max_connections_per_peer, sessions);
   if (fan_out) return {"--engines", std::to_string(peers)};
-  return {"--max-sessions", std::to_string(peers)};
+  return {"--max-sessions", std::to_string(sessions)};
 }
 
 int run_fleet(const FleetRun& run, const Options& o, const RunConfig& base) {
@@ -175,23 +215,49 @@ int run_fleet(const FleetRun& run, const Options& o, const RunConfig& base) {
   const pid_t pid = run.fan_out ? ::getpid() : run.target_pid;
   const char* role = run.fan_out ? "initiator" : "target";
   ProcessStats no_peer = sample_or_die(pid), one_peer, idle;
+  double idle_cpu_share = -1;
+  const int group = run.fan_out ? 1 : run.peers + kProbeSessions;
+  // --peers: the probe's engine, its two sessions' results, and the first
+  // size's timed phase they are set against.
+  std::unique_ptr<Engine> probe_engine;
+  if (!run.fan_out) probe_engine = must(Engine::create(o), "create the probe's engine");
+  std::shared_ptr<Connection> probe_conn;
+  std::vector<SizeResult> idle_probe, load_probe;
+  std::thread load_probe_thread;
+  Clock::time_point load_begin{}, load_end{};
+  auto probe = [&](std::vector<SizeResult>& out) {
+    auto c = connect_or_die(*probe_engine, run.targets[0]);
+    out = run_initiator(*probe_engine, *c, probe_config(base, group, kProbeRoundTrips));
+    c->close();
+  };
   LoadSampler sampler(pid);
   // The barrier's completion runs on one thread while the others wait: the
   // even ones open a size's timed phase, the odd ones close it.
   int completions = 0;
   auto on_all_arrived = [&]() noexcept {
     if (completions % 2 == 0) {
-      if (completions == 0) idle = sample_or_die(pid);  // every session set up and warmed, nothing moving
+      if (completions == 0) {
+        // Every session set up and warmed, nothing moving: what the
+        // connections hold, and the CPU they take while idle.
+        idle = sample_or_die(pid);
+        idle_cpu_share = idle_cpu(pid);
+        if (probe_engine) {
+          probe(idle_probe);
+          load_probe_thread = platform::start_thread("bench-probe", [&] { probe(load_probe); });
+        }
+        load_begin = Clock::now();
+      }
       sampler.begin();
     } else {
       sampler.end();
+      if (completions == 1) load_end = Clock::now();
     }
     ++completions;
   };
   std::barrier sync(static_cast<std::ptrdiff_t>(n), on_all_arrived);
   RunConfig cfg = base;
   // The --once target ends after all of them; a --fan-out target's engines each after its own.
-  cfg.group = run.fan_out ? 1 : run.peers;
+  cfg.group = group;
   cfg.quiet = true;  // one progress line per size per peer would bury the table
   cfg.sync = [&sync] { sync.arrive_and_wait(); };
 
@@ -220,6 +286,7 @@ int run_fleet(const FleetRun& run, const Options& o, const RunConfig& base) {
   std::fprintf(stderr, "ferry bench: %zu connections up in %.3f s over the %s transport; %s, %d in flight\n", n,
                connect_s, transport.c_str(), cfg.op.c_str(), cfg.inflight);
   for (auto& t : sessions) t.join();
+  if (load_probe_thread.joinable()) load_probe_thread.join();
   for (auto& c : conns) c->close();
   int samples = 0;
   ProcessStats load = sampler.peak_seen(samples);
@@ -249,6 +316,18 @@ int run_fleet(const FleetRun& run, const Options& o, const RunConfig& base) {
     std::printf(
         "connection setup: %zu connections in %.3f s (one after another, engine creation included; slowest %.1f ms)\n",
         n, connect_s, slowest_ms);
+    if (!idle_probe.empty() && !load_probe.empty()) {
+      const SizeResult &a = idle_probe.front(), &b = load_probe.front();
+      std::printf("%s round trip: idle p50 %.1f p99 %.1f us; during the %s phase p50 %.1f p99 %.1f us "
+                  "(p99 %.2f x idle; the phase covered %.0f %% of it)\n",
+                  format_bytes(kProbeBytes).c_str(), a.p50_us, a.p99_us, format_bytes(cfg.sizes.front()).c_str(),
+                  b.p50_us, b.p99_us, a.p99_us > 0 ? b.p99_us / a.p99_us : 0.0,
+                  100 * overlap(b.start, b.end, load_begin, load_end));
+    }
+    if (idle_cpu_share >= 0) {
+      std::printf("%s CPU with %zu connections idle: %.2f %% of a core (over %lld s)\n", role, n,
+                  idle_cpu_share * 100, static_cast<long long>(kIdleWindow.count()));
+    }
     std::printf("%-24s %8s %14s %8s %10s\n", (std::string(role) + " (pid " + std::to_string(pid) + ")").c_str(),
                 "threads", "ferry_threads", "fds", "RSS_MiB");
     print_stats("no connection", no_peer);
@@ -301,6 +380,15 @@ int run_fleet(const FleetRun& run, const Options& o, const RunConfig& base) {
                 {"idle", stats_json(idle)},
                 {"load", stats_json(load)}};
     target["load"]["samples"] = samples;
+    if (idle_cpu_share >= 0) target["idle"]["cpu_share"] = idle_cpu_share;
+    if (!idle_probe.empty() && !load_probe.empty()) {
+      const SizeResult &a = idle_probe.front(), &b = load_probe.front();
+      config["probe_bytes"] = kProbeBytes;
+      results_json.front()["probe"] = {
+          {"idle_lat_us", {{"p50", a.p50_us}, {"p99", a.p99_us}}},
+          {"load_lat_us", {{"p50", b.p50_us}, {"p99", b.p99_us}}},
+          {"load_covered", overlap(b.start, b.end, load_begin, load_end)}};
+    }
     json doc{{"config", config},
              {"setup", {{"connect_s", connect_s}, {"slowest_connect_ms", slowest_ms}}},
              {role, target},

@@ -18,8 +18,16 @@
 
 namespace ferry::cli {
 
-// Peers one run may have: a target serves at most kMaxGroup sessions of one group.
-inline constexpr int kMaxPeers = kMaxGroup;
+// --peers: sessions beside the peers' own, each on a connection of one more
+// engine: a 4 KiB round trip timed with every peer connected and idle, then
+// again while the peers move data (issue 61: under load within 2 x its idle
+// p99).
+inline constexpr int kProbeSessions = 2;
+inline constexpr size_t kProbeBytes = 4096;
+
+// Peers one run may have: a target serves at most kMaxGroup sessions of one
+// group, the probes included.
+inline constexpr int kMaxPeers = kMaxGroup - kProbeSessions;
 
 // What the engines must be told so that `peers` connections are admitted:
 // the environment (FERRY_MAX_CONNECTIONS, FERRY_MAX_CONNECTIONS_PER_PEER:
@@ -42,6 +50,13 @@ struct FleetRun {
 // --fan-out N is the other way: one engine of this process connects to each
 // of N target engines (one target process holds them all), and the numbers
 // sampled are this process's, the initiator's.
+//
+// With --peers, a probe engine also connects twice and times a 4 KiB
+// pingpong alone (every peer connected, none moving) and then during the
+// first size's timed phase; the table says how much of the loaded probe the
+// phase covered. The "loaded" sample of the target counts the probe's
+// connection too; "idle" (taken before the probes) and the idle CPU share
+// count the peers' alone.
 //
 // Connects `run.peers` engines made from `o` to the target one after another
 // (each session starts as soon as its connection is up: a target gives a

@@ -82,6 +82,18 @@ Result<uint64_t> process_cpu_ns(pid_t pid) {
   return (utime + stime) * 1'000'000'000ULL / static_cast<uint64_t>(ticks > 0 ? ticks : 100);
 }
 
+Result<uint64_t> threads_on_cpu_ns(pid_t pid) {
+  const std::string root = "/proc/" + std::to_string(pid) + "/task";
+  FERRY_ASSIGN_OR_RETURN(std::vector<std::string> tasks, list_dir(root));
+  uint64_t sum = 0;
+  for (const std::string& tid : tasks) {
+    std::ifstream in(root + "/" + tid + "/schedstat");  // a thread that ended meanwhile reads nothing
+    uint64_t on_cpu = 0;
+    if (in >> on_cpu) sum += on_cpu;
+  }
+  return sum;
+}
+
 uint64_t process_cpu_ns() {
   timespec ts{};
   ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);

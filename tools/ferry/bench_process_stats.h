@@ -31,6 +31,11 @@ Result<ProcessStats> sample_process(pid_t pid);
 // usually 10 ms: sample over a second or more).
 Result<uint64_t> process_cpu_ns(pid_t pid);
 
+// Time `pid`'s live threads have spent on a CPU, in nanoseconds, summed from
+// /proc/PID/task/*/schedstat (nanosecond counts: fine enough for a short
+// window; threads that ended are not counted).
+Result<uint64_t> threads_on_cpu_ns(pid_t pid);
+
 // This process's CPU time so far, every thread, in nanoseconds.
 uint64_t process_cpu_ns();
 

@@ -88,7 +88,7 @@ struct RunConfig {
 // Limits on what one session may ask for; a target refuses more.
 inline constexpr int kMaxIters = 1'000'000'000;  // iters and warmup each, so that their sum fits an int
 inline constexpr int kMaxInflight = 64;
-inline constexpr int kMaxGroup = 1024;  // sessions of one --gpus run
+inline constexpr int kMaxGroup = 1026;  // sessions of one run: 1,024 peers and --peers' two probes
 inline constexpr int kMaxGpu = 1023;
 
 // Whether `cfg` is a session a target can serve (sizes, counts, op, GPU
