@@ -38,7 +38,6 @@ class TransferState {
   bool finish(const Status& s);
 
   void set_bytes(size_t n) { bytes_.store(n, std::memory_order_relaxed); }
-  void add_bytes(size_t n) { bytes_.fetch_add(n, std::memory_order_relaxed); }
   size_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
 
   bool done() const { return done_.load(std::memory_order_acquire); }

@@ -1,6 +1,6 @@
 // `ferry diag`: snapshot the host's interrupts, softirqs, CPU time, NUMA
 // layout, NIC queues and sysctls, and diff two snapshots. The command-line
-// glue only; the logic lives in src/diag/.
+// glue only; the logic lives in ops/diag/.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>

@@ -1,5 +1,5 @@
 // `ferry tune`: plan, apply, reset and verify CPU bindings and IRQ affinities.
-// The command-line glue only; the logic lives in src/tune/ and src/platform/
+// The command-line glue only; the logic lives in ops/tune/ and src/platform/
 // where the unit tests reach it.
 #include <CLI/CLI.hpp>
 #include <cstdio>

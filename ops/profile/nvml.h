@@ -48,8 +48,6 @@ class Nvml {
   Nvml& operator=(const Nvml&) = delete;
 
   std::string driver_version() const;
-  // CUDA version the driver supports, e.g. 13000; -1 if unknown.
-  int cuda_driver_version() const;
   Result<NvmlSample> sample(const std::string& pci_bus_id) const;
   Result<NvmlFacts> facts(const std::string& pci_bus_id) const;
   // nvidia-smi topo -m's word for the link from a to b: "X" (itself), "NV18"

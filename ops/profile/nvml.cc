@@ -75,7 +75,6 @@ struct Nvml::Api {
   nvmlReturn_t (*utilization)(nvmlDevice_t, UtilizationRates*) = nullptr;
   nvmlReturn_t (*processes)(nvmlDevice_t, unsigned*, ProcessInfo*) = nullptr;
   nvmlReturn_t (*driver_version)(char*, unsigned) = nullptr;
-  nvmlReturn_t (*cuda_version)(int*) = nullptr;
   nvmlReturn_t (*common_ancestor)(nvmlDevice_t, nvmlDevice_t, int*) = nullptr;
   nvmlReturn_t (*nvlink_state)(nvmlDevice_t, unsigned, int*) = nullptr;
   nvmlReturn_t (*nvlink_remote)(nvmlDevice_t, unsigned, PciInfo*) = nullptr;
@@ -119,7 +118,6 @@ Result<std::unique_ptr<Nvml>> Nvml::load() {
   sym(api->utilization, "nvmlDeviceGetUtilizationRates", false);
   sym(api->processes, "nvmlDeviceGetComputeRunningProcesses_v3", false);
   sym(api->driver_version, "nvmlSystemGetDriverVersion");
-  sym(api->cuda_version, "nvmlSystemGetCudaDriverVersion_v2", false);
   sym(api->common_ancestor, "nvmlDeviceGetTopologyCommonAncestor", false);
   sym(api->nvlink_state, "nvmlDeviceGetNvLinkState", false);
   sym(api->nvlink_remote, "nvmlDeviceGetNvLinkRemotePciInfo_v2", false);
@@ -142,12 +140,6 @@ std::string Nvml::driver_version() const {
   char buf[96] = {};
   if (api_->driver_version(buf, sizeof(buf)) != kNvmlSuccess) return "unknown";
   return buf;
-}
-
-int Nvml::cuda_driver_version() const {
-  int v = -1;
-  if (api_->cuda_version == nullptr || api_->cuda_version(&v) != kNvmlSuccess) return -1;
-  return v;
 }
 
 Result<NvmlSample> Nvml::sample(const std::string& pci) const {
