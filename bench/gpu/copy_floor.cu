@@ -5,7 +5,7 @@
 // with 132, and for an empty kernel. Completion is seen by polling an event,
 // as ferry's local transport does. No transfer that posts a copy can finish
 // sooner than these; the same-host issue's 1 MiB target is weighed against
-// them in docs/benchmarks.md.
+// them in docs/benchmarks/2026-11-23.md.
 //
 //   nvcc -O2 -arch=sm_90 -o copy_floor bench/gpu/copy_floor.cu && ./copy_floor
 //

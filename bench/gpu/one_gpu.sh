@@ -25,7 +25,7 @@
 #               of its own (13-14 GB/s on an H200 over 8 streams, and a
 #               256 KiB message took 500 us), which says nothing of two GPUs.
 #               Under MPS it moved 26-27 GB/s from 64 MiB, as host memory
-#               did (docs/benchmarks.md, 2026-11-28 fourth night). MPS adds about
+#               did (docs/benchmarks/2026-11-28.md, fourth night). MPS adds about
 #               10 us to a small staged message, so small-message latency is
 #               measured without it (one side on the GPU: --peer-gpus host).
 #

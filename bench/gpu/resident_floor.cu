@@ -9,7 +9,7 @@
 // an event poll (a copy-engine push of 1 MiB: 9.5-10.4 us on the two-H200
 // host), more than the same-host issue's 3x NCCL at 1 MiB allows. This
 // measures the floor of the one design that avoids both, before building it.
-// Result (docs/benchmarks.md, 2026-11-23 morning): no lower. The doorbell's
+// Result (docs/benchmarks/2026-11-23.md, morning): no lower. The doorbell's
 // round trip alone, GPU polling host memory and host polling the GPU's
 // answer, costs what a launch and an event poll do (16 B: 7.4-7.9 us against
 // 6.7-7.8), and 1 MiB takes 10.0-10.7 us either way.

@@ -3,7 +3,7 @@
 // from GPU 0, pulled by GPU 1, or half each. Timed from posting to the host
 // seeing every part's event done, by polling, as the local transport does;
 // medians of 100 (after 20 untimed). The same-host 64 MiB target is weighed
-// against it in docs/benchmarks.md.
+// against it in docs/benchmarks/2026-11-23.md.
 //
 //   nvcc -O2 -arch=sm_90 -o split_floor bench/gpu/split_floor.cu && ./split_floor
 //

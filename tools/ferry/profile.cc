@@ -141,9 +141,10 @@ std::vector<int> plan_gpus(const ProfileFlags& f) {
 }
 
 // What a run of `plan` should take, for --dry-run. Fitted to full runs on
-// H200 hosts (2 GPUs: 63.0 s, 4 GPUs: 74.6 s, docs/benchmarks.md): the two
-// clock-drift windows, about 1 s to start, 2.3 ms per transfer (events,
-// synchronisation, checks) and the bytes at NVLink speed.
+// H200 hosts (2 GPUs: 63.0 s, docs/benchmarks/2026-11-22.md; 4 GPUs: 74.6 s,
+// docs/benchmarks/2026-11-26.md): the two clock-drift windows, about 1 s to
+// start, 2.3 ms per transfer (events, synchronisation, checks) and the bytes
+// at NVLink speed.
 constexpr double kStartSeconds = 1.0;
 constexpr double kSecondsPerTransfer = 0.0023;
 constexpr double kAssumedBytesPerSecond = 300e9;
