@@ -50,7 +50,13 @@ Result<std::shared_ptr<IoPool>> IoPool::start(const core::EngineContext& ctx) {
         auto w = platform::FiberWorker::start(name, [engine, name, r, nic, cpus] {
           pin_and_log(engine, name, r, nic, cpus);
         });
-        if (!w.ok()) return w.status().with_context("tcp data plane");
+        if (!w.ok()) {
+          // The pool's destructor stops the groups it holds; this one's
+          // workers are not among them yet.
+          for (auto& started : g.rx) started->stop();
+          for (auto& started : g.tx) started->stop();
+          return w.status().with_context("tcp data plane");
+        }
         (role == Role::kRx ? g.rx : g.tx).push_back(std::move(w).value());
       }
     }
