@@ -8,6 +8,11 @@
 // stays straight-line and a worker turns to another socket whenever one has
 // nothing to read or no room to write, instead of blocking on it.
 //
+// Switches save and restore only what the ABI says a call preserves (on
+// x86-64, a few registers and the floating-point control words: no system
+// call, which ucontext's switch makes to restore the signal mask; elsewhere
+// ucontext). A fiber shares its thread's signal mask.
+//
 // A fiber runs only between resume() and its suspend() (or its end), on the
 // resuming thread; it must never suspend while holding a lock that another
 // fiber of the same thread may take. Sanitizers are told of every switch
@@ -48,12 +53,17 @@ class Fiber {
  private:
   Fiber() = default;
   static void trampoline(unsigned lo, unsigned hi);
+  friend void fiber_main(Fiber* f);
+  // Switches from the context saved in `from` to `to`.
+  static void switch_context(Fiber* f, bool into);
 
   std::function<void()> fn_;
   void* stack_ = nullptr;  // the mapping, guard page included
   size_t mapped_ = 0;
   ucontext_t self_{};
   ucontext_t caller_{};
+  void* self_sp_ = nullptr;    // x86-64: the fiber's stack pointer while it is switched out
+  void* caller_sp_ = nullptr;  // and its resumer's
   Fiber* outer_ = nullptr;  // the fiber that resumed this one (null: a thread)
   bool done_ = false;
   // What the sanitizers need of a switch (unused in other builds).

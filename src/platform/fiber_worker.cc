@@ -220,28 +220,37 @@ void FiberWorker::run_until(const std::function<bool()>& done) {
 
 void FiberWorker::wait_fd(int fd, uint32_t events) {
   FiberTask* t = running_;
-  struct epoll_event ev {};
-  ev.events = events | EPOLLONESHOT;
-  ev.data.ptr = t;
-  if (t->epoll_fd_registered >= 0 && t->epoll_fd_registered != fd) {
-    ::epoll_ctl(epoll_, EPOLL_CTL_DEL, t->epoll_fd_registered, nullptr);
-    t->epoll_fd_registered = -1;
+  // Edge-triggered, and registered once while the fiber waits on the same
+  // socket for the same readiness: a fiber parks only after its read or
+  // write found nothing (EAGAIN), so the next arrival (or room) is an edge,
+  // and a wait costs no epoll_ctl. An edge that comes while the fiber runs
+  // wakes it once more for nothing: it tries again and parks.
+  const uint32_t want = events | EPOLLET;
+  if (t->epoll_fd_registered != fd || t->epoll_events != want) {
+    struct epoll_event ev {};
+    ev.events = want;
+    ev.data.ptr = t;
+    if (t->epoll_fd_registered >= 0 && t->epoll_fd_registered != fd) {
+      ::epoll_ctl(epoll_, EPOLL_CTL_DEL, t->epoll_fd_registered, nullptr);
+      t->epoll_fd_registered = -1;
+    }
+    int r;
+    if (t->epoll_fd_registered == fd) {
+      r = ::epoll_ctl(epoll_, EPOLL_CTL_MOD, fd, &ev);
+      if (r != 0 && errno == ENOENT) r = ::epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &ev);
+    } else {
+      r = ::epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &ev);
+      if (r != 0 && errno == EEXIST) r = ::epoll_ctl(epoll_, EPOLL_CTL_MOD, fd, &ev);
+    }
+    if (r != 0) {
+      // Not a socket epoll takes (closed meanwhile): the caller's next call
+      // says what is wrong with it.
+      t->epoll_fd_registered = -1;
+      return;
+    }
+    t->epoll_fd_registered = fd;
+    t->epoll_events = want;
   }
-  int r;
-  if (t->epoll_fd_registered == fd) {
-    r = ::epoll_ctl(epoll_, EPOLL_CTL_MOD, fd, &ev);
-    if (r != 0 && errno == ENOENT) r = ::epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &ev);
-  } else {
-    r = ::epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &ev);
-    if (r != 0 && errno == EEXIST) r = ::epoll_ctl(epoll_, EPOLL_CTL_MOD, fd, &ev);
-  }
-  if (r != 0) {
-    // Not a socket epoll takes (closed meanwhile): the caller's next call
-    // says what is wrong with it.
-    t->epoll_fd_registered = -1;
-    return;
-  }
-  t->epoll_fd_registered = fd;
   t->state = FiberTask::State::kParked;
   Fiber::suspend();
 }
@@ -251,6 +260,7 @@ void FiberWorker::forget_fd() {
   if (t != nullptr && t->epoll_fd_registered >= 0) {
     ::epoll_ctl(epoll_, EPOLL_CTL_DEL, t->epoll_fd_registered, nullptr);
     t->epoll_fd_registered = -1;
+    t->epoll_events = 0;
   }
 }
 

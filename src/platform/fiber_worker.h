@@ -7,7 +7,7 @@
 // of a thousand peers is served by the threads that serve one). A worker
 // runs its fibers round-robin: a fiber runs until it must wait (its socket
 // has nothing to read or no room to write: the socket goes into the epoll
-// set, one-shot; a condition it waits on: the notifier posts it back), or
+// set, edge-triggered, once; a condition it waits on: the notifier posts it back), or
 // until it moved a quantum of bytes in its turn (yield_turn), when it goes
 // to the back of the queue. So one stream's gigabyte waits its turn behind
 // another's four kilobytes instead of the other way round.
@@ -50,6 +50,7 @@ struct FiberTask {
   enum class State : uint8_t { kReady, kRunning, kParked, kDone };
   State state = State::kReady;  // only the worker's thread
   int epoll_fd_registered = -1;  // the fd it waits on in the epoll set (-1: none)
+  uint32_t epoll_events = 0;     // and for what
   size_t turn_bytes = 0;         // moved since its turn began
   std::chrono::steady_clock::time_point deadline{};  // of its park, if timed
   bool timed = false;
