@@ -232,8 +232,10 @@ void fiber_main(Fiber* f) {
   __sanitizer_start_switch_fiber(nullptr, f->asan_caller_bottom_, f->asan_caller_size_);
 #endif
 #if defined(FERRY_FIBER_ASM)
-  void* gone;
-  ferry_fiber_switch(&gone, f->caller_sp_);
+  // Through switch_context, as every switch: the resumer comes back out of
+  // its own switch_context, and ThreadSanitizer's record of the resumer's
+  // calls stays balanced (one entry, one exit).
+  Fiber::switch_context(f, /*into=*/false);
 #else
   ::setcontext(&f->caller_);
 #endif
