@@ -98,7 +98,7 @@ struct Options {
   // kNearest ("nearest"): a transfer uses the paths whose NIC is on the NUMA
   // node of its memory when there are any; kAll ("all"): every path.
   NicPolicy nic_policy = NicPolicy::kNearest;
-  // kAdaptive ("adaptive"): a connection whose paths' workers (two threads a path)
+  // kAdaptive ("adaptive"): a connection whose paths (a reader and a writer each)
   // outnumber the cores starts on one path and doubles the count while the
   // host's CPUs are under half busy (or mostly busy with other work); while
   // it saturates them itself it keeps fewer paths only when fewer measure
@@ -106,7 +106,7 @@ struct Options {
   // cores to spare, every path. kAll ("all"): every path, always.
   PathPolicy path_policy = PathPolicy::kAdaptive;
   // Data streams (paths) per NIC pair, besides the control stream; each
-  // costs two threads an end. 0 (auto): auto_streams() paths in all, dealt
+  // costs a descriptor an end (the engine's workers serve it). 0 (auto): auto_streams() paths in all, dealt
   // round-robin over the NIC pairs (at least one each), within what
   // max_streams leaves. Over loopback or fast NICs a stream is bound by the
   // CPU that copies its bytes, so more cores carry more streams: on the
@@ -198,8 +198,11 @@ struct Options {
 
   // ---- limits on what a peer can make the engine hold (docs/security.md) ----
   // Connections (accepted, dialed or waiting in the accept queue) the engine
-  // holds at once; one more is refused with kResourceExhausted.
-  int max_connections = 256;
+  // holds at once; one more is refused with kResourceExhausted. A connection
+  // costs no thread (the engine's workers serve every stream): its memory
+  // and its descriptors (1 + its data streams; raise RLIMIT_NOFILE, often
+  // 1,024, to hold thousands).
+  int max_connections = 4096;
   // Handshakes in progress at once (streams read before their peer is
   // admitted); one peer address may hold at most half of them, rounded up
   // (at least 1). A stream past either cap waits briefly for a handshake to
@@ -207,9 +210,10 @@ struct Options {
   int max_handshakes = 16;
   // Connections one peer address may hold at once.
   int max_connections_per_peer = 64;
-  // Data streams the engine holds over all its connections (each costs two
-  // threads); a handshake that would pass it is refused.
-  int max_streams = 512;
+  // Data streams the engine holds over all its connections (each costs a
+  // descriptor and its socket buffers, no thread); a handshake that would
+  // pass it is refused. 4,096 connections of 2 streams fit twice over.
+  int max_streams = 16384;
   // Bytes a connection may hold on behalf of its peer (messages nobody has
   // posted a receive for, notifications not yet polled, replies the peer does
   // not read); past it the connection fails with kResourceExhausted.
@@ -249,7 +253,7 @@ Status validate(const Options& options);
 
 // The data streams a connection of an engine with streams = kAutoStreams
 // opens in all when it dials from a thread that may run on `cpus` CPUs:
-// half of them (a stream's two threads an end), 2 to 16.
+// half of them (a stream keeps about a core busy at full rate), 2 to 16.
 int auto_streams(int cpus);
 
 // FERRY_* variables set in this process's environment that ferry does not

@@ -5,7 +5,7 @@ Each line goes to the logger "ferry.<subsystem>" ("ferry.engine", "ferry.tcp",
 matching level (error, warning, info, debug, and TRACE = 5), beside the
 facades' own "ferry.p2p" and "ferry.mooncake": one tree under "ferry". A
 record's time is when the C++ line was written, its threadName the C++
-thread's ("ferry-c1-p0-tx"), its message starts with "engine 1a2b3c4d: " when
+thread's ("ferry-tx-eth1-0"), its message starts with "engine 1a2b3c4d: " when
 the line is about one engine, and `record.ferry_engine` holds that engine's
 whole id (None otherwise).
 

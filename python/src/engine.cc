@@ -181,7 +181,7 @@ void bind_options(pyb::module_& m) {
                                                    "Connections one peer address may hold at once.");
   int_property<&Options::max_streams>(
       o, "max_streams", kInt,
-      "Data streams over all connections (each costs two threads); a handshake past it is refused.");
+      "Data streams over all connections (each costs a descriptor, no thread); a handshake past it is refused.");
   int_property<&Options::connection_memory_bytes>(
       o, "connection_memory_bytes", kBytes,
       "Bytes a connection may hold for its peer (unreceived messages, unpolled notifications, unread replies); past "

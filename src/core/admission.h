@@ -12,7 +12,7 @@
 namespace ferry::core {
 
 // Admission: the connections an engine holds (accepted, dialed or waiting in
-// the accept queue), per peer address, and their data streams (two threads
+// the accept queue), per peer address, and their data streams (a descriptor
 // each), against Options::max_connections, max_connections_per_peer and
 // max_streams. Thread-safe.
 class Admission {

@@ -27,6 +27,10 @@ class StreamSignals;
 class ResidentGather;
 }  // namespace ferry::platform
 
+namespace ferry::tcp {
+class IoPool;
+}  // namespace ferry::tcp
+
 namespace ferry::local {
 class GpuExports;
 class GpuImports;
@@ -77,6 +81,8 @@ struct EngineContext {
   std::shared_ptr<StreamGate> stream_gate;
   // The words CUDA streams wait on for a transfer to finish.
   std::shared_ptr<platform::StreamSignals> stream_signals;
+  // The TCP transport's workers, which serve every connection's streams.
+  std::shared_ptr<tcp::IoPool> tcp_pool;
 };
 
 }  // namespace ferry::core

@@ -262,7 +262,7 @@ const std::vector<Tunable>& tunables() {
       size_tunable("max_connections_per_peer", "FERRY_MAX_CONNECTIONS_PER_PEER", "count",
                    "connections one peer address may hold at once", &Options::max_connections_per_peer),
       size_tunable("max_streams", "FERRY_MAX_STREAMS", "count",
-                   "data streams over all connections (two threads each); a handshake past it is refused",
+                   "data streams over all connections (a descriptor each, no thread); a handshake past it is refused",
                    &Options::max_streams),
       size_tunable("connection_memory_bytes", "FERRY_CONNECTION_MEMORY", "bytes",
                    "bytes a connection may hold for its peer (unreceived messages, unpolled notes, unread replies)",

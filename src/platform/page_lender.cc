@@ -1,6 +1,8 @@
 // PageLender: vmsplice into a pipe, splice into the socket.
 #include "platform/page_lender.h"
 
+#include <poll.h>
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -10,6 +12,7 @@
 #include <cerrno>
 #include <utility>
 
+#include "platform/fiber_worker.h"
 #include "platform/system_error.h"
 
 namespace ferry::platform {
@@ -82,6 +85,11 @@ Status PageLender::lend(int fd, const void* p, size_t n, bool more) {
       unsigned flags = SPLICE_F_MOVE | (more || n > 0 ? SPLICE_F_MORE : 0);
       ssize_t k = ::splice(read_end_, nullptr, fd, nullptr, static_cast<size_t>(in - out), flags);
       if (k < 0 && errno == EINTR) continue;
+      if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        // A non-blocking socket (a data plane's fiber) with no room: wait for it.
+        wait_ready(fd, POLLOUT);
+        continue;
+      }
       if (k < 0) return errno_status(Code::kPeerLost, "splice");
       if (k == 0) return Status(Code::kPeerLost, "splice into the socket moved nothing");
       out += k;

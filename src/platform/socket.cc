@@ -16,6 +16,7 @@
 #include <charconv>
 #include <cstring>
 
+#include "platform/fiber_worker.h"
 #include "platform/system_error.h"
 
 namespace ferry::platform {
@@ -303,18 +304,26 @@ void receiving_through_the_peer() {}
 #endif
 
 Status send_all(int fd, struct iovec* iov, int iovcnt, int flags) {
+  // In a worker's fiber the socket is never waited on in the kernel: the
+  // fiber parks until it has room, and its worker serves other streams.
+  const bool in_fiber = FiberWorker::current_task() != nullptr;
   while (iovcnt > 0) {
     struct msghdr msg {};
     msg.msg_iov = iov;
     // The kernel takes at most IOV_MAX entries a call (EMSGSIZE beyond):
     // a vector of more parts goes in several calls.
     msg.msg_iovlen = static_cast<size_t>(std::min(iovcnt, IOV_MAX));
-    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | flags);
+    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | flags | (in_fiber ? MSG_DONTWAIT : 0));
     if (n < 0) {
       if (errno == EINTR) continue;
+      if (in_fiber && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        wait_ready(fd, POLLOUT);
+        continue;
+      }
       return errno_status(Code::kPeerLost, "send");
     }
     advance(iov, iovcnt, static_cast<size_t>(n));
+    if (in_fiber) count_turn(static_cast<size_t>(n));
   }
   sent_through_the_peer();
   return Status();
@@ -322,6 +331,9 @@ Status send_all(int fd, struct iovec* iov, int iovcnt, int flags) {
 
 Status recv_all(int fd, struct iovec* iov, int iovcnt, StreamEnd* end) {
   if (end != nullptr) *end = StreamEnd::kError;
+  // In a worker's fiber: what has arrived, then the fiber parks until more
+  // comes (its place in the frame is its stack), as in send_all.
+  const bool in_fiber = FiberWorker::current_task() != nullptr;
   while (iovcnt > 0 && iov->iov_len == 0) {
     ++iov;
     --iovcnt;
@@ -331,13 +343,18 @@ Status recv_all(int fd, struct iovec* iov, int iovcnt, StreamEnd* end) {
     msg.msg_iov = iov;
     msg.msg_iovlen = static_cast<size_t>(std::min(iovcnt, IOV_MAX));  // as in send_all
     receiving_through_the_peer();
-    ssize_t n = ::recvmsg(fd, &msg, MSG_WAITALL);
+    ssize_t n = ::recvmsg(fd, &msg, in_fiber ? MSG_DONTWAIT : MSG_WAITALL);
     if (n < 0) {
       if (errno == EINTR) continue;
+      if (in_fiber && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        wait_ready(fd, POLLIN);
+        continue;
+      }
       return errno_status(Code::kPeerLost, "recv");
     }
     if (n == 0) return end_of_stream(fd, end);
     advance(iov, iovcnt, static_cast<size_t>(n));
+    if (in_fiber) count_turn(static_cast<size_t>(n));
   }
   return Status();
 }

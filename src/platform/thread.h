@@ -1,5 +1,5 @@
 // Named worker threads. Every ferry thread carries a name that says what it
-// serves (ferry-c3-p0-tx: connection 3, path 0, transmit) so that top, perf
+// serves (ferry-tx-eth1-0: the first transmit worker of NIC eth1) so that top, perf
 // and gdb show who is busy.
 #pragma once
 

@@ -5,6 +5,7 @@
 
 #include "core/notification_queue.h"
 #include "hostile_peer.h"
+#include "peek_landing.h"
 
 namespace ferry::hostile {
 namespace {
@@ -55,7 +56,8 @@ TEST(TcpHostileCompletion, AnAckForAReadWhoseChunkIsLandingDoesNotCompleteIt) {
   h.payload_len = kReadSize;
   std::vector<uint8_t> first(1000, 0xab);
   ASSERT_TRUE(r.t.peer.frame(h, first.data(), first.size(), /*stream=*/0));
-  ASSERT_TRUE(eventually([&] { return r.mem[999] == 0xab; }, after(5s))) << "the first bytes never landed";
+  ASSERT_TRUE(eventually([&] { return testing::peek_landing(&r.mem[999]) == 0xab; }, after(5s)))
+      << "the first bytes never landed";
   ASSERT_NO_FATAL_FAILURE(r.ack(Code::kOk));
   Status s = r.read.wait(after(5s));
   EXPECT_FALSE(s.ok()) << "the read completed with " << (kReadSize - 1000) << " of its bytes still to come";

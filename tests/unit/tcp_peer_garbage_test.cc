@@ -18,6 +18,7 @@
 #include "ferry/ferry.h"
 #include "platform/socket.h"
 #include "transport/bootstrap/handshake_io.h"
+#include "peek_landing.h"
 #include "sanitizer_build.h"
 #include "transport/tcp/staging_copier.h"
 #include "wire/handshake.h"
@@ -274,7 +275,7 @@ void stale_bytes_do_not_land(Target& t, const StalledChunk& c, std::vector<uint8
 bool wait_for_bytes(const volatile uint8_t* mem, const std::vector<uint8_t>& want, size_t n, Deadline deadline) {
   while (Clock::now() < deadline) {
     size_t i = 0;
-    while (i < n && mem[i] == want[i]) ++i;
+    while (i < n && testing::peek_landing(&mem[i]) == want[i]) ++i;
     if (i == n) return true;
     std::this_thread::sleep_for(2ms);
   }

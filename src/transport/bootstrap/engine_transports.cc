@@ -7,10 +7,11 @@
 #include "platform/resident_gather.h"
 #include "platform/staging_kernel.h"
 #include "transport/local/gpu_sharing.h"
+#include "transport/tcp/io_pool.h"
 
 namespace ferry::bootstrap {
 
-void prepare_transports(core::EngineContext& ctx) {
+Status prepare_transports(core::EngineContext& ctx) {
   ctx.gpu_exports = std::make_shared<local::GpuExports>();
   ctx.gpu_imports = std::make_shared<local::GpuImports>(ctx.stream_signals);
   if (ctx.options.staging_copy == StagingCopy::kKernel) {
@@ -20,6 +21,8 @@ void prepare_transports(core::EngineContext& ctx) {
       ctx.resident_gather = std::make_shared<platform::ResidentGather>(ctx.gather_kernels, ctx.options.gather_linger);
     }
   }
+  FERRY_ASSIGN_OR_RETURN(ctx.tcp_pool, tcp::IoPool::start(ctx));
+  return Status();
 }
 
 void region_retired(core::EngineContext& ctx, uint64_t region_id) { ctx.gpu_exports->retire(region_id); }

@@ -56,10 +56,13 @@ ChunkQueue::ChunkQueue(uint64_t chunk_bytes, int window, int paths, PathGovernor
       path_cv_(static_cast<size_t>(paths)),
       governor_(governor),
       idle_since_ns_(now_ns()),
-      meter_(governor.meter()) {}
+      meter_(governor.meter()) {
+  for (int p = 0; p < paths; ++p) path_parked_.push_back(std::make_unique<platform::WaitList>());
+}
 
 void ChunkQueue::wake_all() {
   for (auto& cv : path_cv_) cv.notify_all();
+  for (auto& parked : path_parked_) parked->wake_all();
 }
 
 bool ChunkQueue::push(std::shared_ptr<OutOp> op) {
@@ -134,7 +137,7 @@ std::optional<Chunk> ChunkQueue::claim(int path) {
   for (;;) {
     if (stopped_ || !alive_[static_cast<size_t>(path)]) return std::nullopt;
     if (auto c = claim_locked(path)) return c;
-    path_cv_[static_cast<size_t>(path)].wait(lock.native());
+    platform::wait_on(lock.native(), path_cv_[static_cast<size_t>(path)], *path_parked_[static_cast<size_t>(path)]);
   }
 }
 
@@ -155,7 +158,7 @@ bool ChunkQueue::await_landed(int path, uint64_t count) {
   for (;;) {
     if (stopped_ || !alive_[p]) return false;
     if (landed_[p] >= count) return true;
-    path_cv_[p].wait(lock.native());  // on_landed, fail_path and stop wake it
+    platform::wait_on(lock.native(), path_cv_[p], *path_parked_[p]);  // on_landed, fail_path and stop wake it
   }
 }
 
@@ -192,6 +195,7 @@ void ChunkQueue::on_landed(int path, uint64_t landed) {
     wake_all();
   } else {
     path_cv_[p].notify_all();
+    path_parked_[p]->wake_all();
   }
 }
 

@@ -32,6 +32,7 @@
 #include "core/segments.h"
 #include "core/transfer_state.h"
 #include "ferry/status.h"
+#include "platform/fiber_worker.h"
 #include "platform/mutex.h"
 #include "transport/tcp/block_table.h"
 #include "transport/tcp/path_governor.h"
@@ -188,6 +189,8 @@ class ChunkQueue {
   // One per path: a confirmation wakes only the path whose window it opens,
   // not every transmit worker of the connection.
   std::vector<std::condition_variable> path_cv_;
+  // The same for path workers that run as fibers on the engine's workers.
+  std::vector<std::unique_ptr<platform::WaitList>> path_parked_;
   PathGovernor governor_ GUARDED_BY(mu_);
   int64_t busy_since_ns_ GUARDED_BY(mu_) = -1;        // when unreported busy time began, -1 while idle
   int64_t idle_since_ns_ GUARDED_BY(mu_);             // when the queue last went idle (or was made)

@@ -1,6 +1,6 @@
 // TcpTransport's control stream, both ways: frames written by the posting
-// thread or queued for the control-transmit thread, and the control
-// reader with the handlers of the frames it reads.
+// thread or queued for the control writer, and the control reader with the
+// handlers of the frames it reads.
 #include <sys/socket.h>
 
 #include <optional>
@@ -38,13 +38,11 @@ Status TcpTransport::write_control(const FrameHeader& h, std::string_view aux, c
     }
   }
   Status s;
-  {
-    platform::MutexLock lock(control_write_mu_);
-    // Once the connection failed its descriptor may be closed (and its number reused).
-    s = core_.failed()
-            ? Status(Code::kPeerLost, "the connection failed")
-            : platform::send_all(control_.fd(), iov.data(), static_cast<int>(iov.size()));
-  }
+  lock_control();
+  // Once the connection failed its descriptor may be closed (and its number reused).
+  s = core_.failed() ? Status(Code::kPeerLost, "the connection failed")
+                     : platform::send_all(control_.fd(), iov.data(), static_cast<int>(iov.size()));
+  unlock_control();
   if (!s.ok()) {
     Status lost(Code::kPeerLost, where() + ": control stream: " + s.message());
     core_.fail(lost);
@@ -73,7 +71,7 @@ void TcpTransport::queue_control(Outgoing out) {
         s = platform::send_all(control_.fd(), &rest, 1);
       }
     }
-    control_write_mu_.unlock();
+    unlock_control();
     if (n > 0) {
       if (!s.ok()) {
         core_.fail(Status(Code::kPeerLost, where() + ": control stream: " + s.message()));
@@ -103,6 +101,7 @@ void TcpTransport::queue_control(Outgoing out) {
     return;
   }
   out_cv_.notify_one();
+  out_parked_.wake_all();
 }
 
 void TcpTransport::ack(uint64_t op, const Status& s, uint8_t flags) {
@@ -121,7 +120,7 @@ void TcpTransport::control_tx_loop() {
     Outgoing o;
     {
       platform::UniqueLock lock(out_mu_);
-      out_cv_.wait(lock.native(), [&]() REQUIRES(out_mu_) { return out_stopped_ || !out_.empty(); });
+      while (!out_stopped_ && out_.empty()) platform::wait_on(lock.native(), out_cv_, out_parked_);
       if (out_stopped_) return;
       o = std::move(out_.front());
       out_.pop_front();

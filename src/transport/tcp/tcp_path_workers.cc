@@ -1,6 +1,7 @@
-// TcpTransport's path workers: each data stream's transmit worker claims
-// chunks and sends them (staging GPU memory ahead of the socket), pinned to
-// its NIC's CPUs; and the choice of paths (NICs) for a transfer.
+// TcpTransport's path writers: each data stream's transmit loop (a fiber on
+// a tx worker of its NIC, io_pool.h) claims chunks and sends them (staging
+// GPU memory ahead of the socket); and the choice of paths (NICs) for a
+// transfer.
 #include "core/log.h"
 #include "platform/memory_node.h"
 #include "platform/page_lender.h"
@@ -14,25 +15,6 @@ namespace ferry::tcp {
 using namespace internal;
 using wire::FrameHeader;
 using wire::FrameType;
-
-void TcpTransport::pin_worker(int path, const char* role, const std::string& thread) {
-  const std::string& nic = static_cast<size_t>(path) < paths_.size() ? paths_[static_cast<size_t>(path)].nic : "";
-  const core::WorkerCpus& w = ctx_->worker_cpus;
-  const platform::NicBindings& b = std::string_view(role) == "tx" ? w.tx : w.rx;
-  auto it = nic.empty() ? b.end() : b.find(nic);
-  platform::CpuList expected = it == b.end() ? platform::CpuList{} : it->second;
-  platform::CpuList actual = platform::pin_current_thread(expected);
-  bool ok = expected.empty() || actual == expected;
-  FERRY_ENGINE_LOG(kInfo, "tcp", ctx_->engine_id, "%s %s worker %s: expected %s actual %s %s", role,
-                   nic.empty() ? "-" : nic.c_str(), thread.c_str(),
-                   expected.empty() ? "any" : platform::format_cpu_list(expected).c_str(),
-                   platform::format_cpu_list(actual).c_str(), ok ? "ok" : "MISMATCH");
-  if (!ok) {
-    FERRY_ENGINE_LOG(kWarn, "tcp", ctx_->engine_id, "%s worker %s could not be pinned to %s (runs on %s)", role,
-                     thread.c_str(), platform::format_cpu_list(expected).c_str(),
-                     platform::format_cpu_list(actual).c_str());
-  }
-}
 
 uint64_t TcpTransport::paths_for(const core::SegmentList& source) const {
   if (source.empty() || ctx_->options.nic_policy != NicPolicy::kNearest) return 0;
@@ -59,7 +41,8 @@ uint64_t TcpTransport::paths_for(const core::SegmentList& source) const {
 
 void TcpTransport::path_tx_loop(int path) {
   // Staged chunks may go out as pages lent to the socket: a splice into a
-  // socket the peer reset raises SIGPIPE in this thread.
+  // socket the peer reset raises SIGPIPE in the thread that runs it. The
+  // fiber's signal mask is its own (saved and restored with its context).
   platform::block_sigpipe_in_this_thread();
   int fd = data_[static_cast<size_t>(path)].fd();
   const size_t depth = static_cast<size_t>(ctx_->options.staging_depth);

@@ -2,6 +2,7 @@
 // heartbeats, paths that die) and failure.
 #include "transport/tcp/tcp_transport.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "core/log.h"
 #include "platform/thread.h"
+#include "transport/tcp/io_pool.h"
 #include "transport/tcp/tcp_internals.h"
 
 namespace ferry::tcp {
@@ -27,10 +29,7 @@ bool TcpTransport::Held::take_reply(size_t n) {
 void TcpTransport::Held::give_reply(size_t n) {
   budget->give(n);
   size_t before = replies.fetch_sub(n, std::memory_order_relaxed);
-  if (before > reply_cap && before - n <= reply_cap) {
-    platform::MutexLock lock(mu);
-    room.notify_all();
-  }
+  if (before > reply_cap && before - n <= reply_cap) wake();
 }
 
 TcpTransport::TcpTransport(transport::ConnectionCore& core, PeerInfo peer, platform::Socket control,
@@ -86,34 +85,23 @@ std::string TcpTransport::describe(uint64_t id, const PeerInfo& peer) {
 }
 
 Status TcpTransport::start() {
-  std::string base = "ferry-c" + std::to_string(core_.id());
-  auto launch = [this](std::string name, std::function<void()> fn) -> Status {
-    workers_.fetch_add(1, std::memory_order_relaxed);
-    auto t = platform::try_start_thread(std::move(name), [this, fn = std::move(fn)] {
-      fn();
-      worker_done();
-    });
-    if (!t.ok()) {
-      workers_.fetch_sub(1, std::memory_order_relaxed);
-      return t.status().with_context(where());
+  Status st;
+  Result<IoPool*> pool = io_pool(*ctx_);
+  if (!pool.ok()) st = pool.status().with_context(where());
+  // Only the workers' fibers use the data streams from now on: a send or
+  // splice that finds no room returns at once and the fiber parks.
+  for (auto& d : data_) {
+    int flags = ::fcntl(d.fd(), F_GETFL);
+    if (st.ok() && (flags < 0 || ::fcntl(d.fd(), F_SETFL, flags | O_NONBLOCK) != 0)) {
+      st = Status(Code::kInternal, where() + ": cannot make a data stream non-blocking");
     }
-    threads_.push_back(std::move(t).value());
-    return Status();
-  };
-  Status st = launch(base + "-ctl-rx", [this] { control_rx_loop(); });
-  if (st.ok()) st = launch(base + "-ctl-tx", [this] { control_tx_loop(); });
+  }
+  auto nic = [this](size_t p) { return p < paths_.size() ? paths_[p].nic : std::string(); };
+  if (st.ok()) st = spawn((*pool)->pick(IoPool::Role::kRx, nic(0)), [this] { control_rx_loop(); });
+  if (st.ok()) st = spawn((*pool)->pick(IoPool::Role::kTx, nic(0)), [this] { control_tx_loop(); });
   for (int p = 0; st.ok() && p < static_cast<int>(data_.size()); ++p) {
-    std::string pb = base + "-p" + std::to_string(p);
-    st = launch(pb + "-tx", [this, p, pb] {
-      pin_worker(p, "tx", pb + "-tx");
-      path_tx_loop(p);
-    });
-    if (st.ok()) {
-      st = launch(pb + "-rx", [this, p, pb] {
-        pin_worker(p, "rx", pb + "-rx");
-        path_rx_loop(p);
-      });
-    }
+    st = spawn((*pool)->pick(IoPool::Role::kTx, nic(static_cast<size_t>(p))), [this, p] { path_tx_loop(p); });
+    if (st.ok()) st = spawn((*pool)->pick(IoPool::Role::kRx, nic(static_cast<size_t>(p))), [this, p] { path_rx_loop(p); });
   }
   worker_done();
   if (!st.ok()) {
@@ -125,6 +113,50 @@ Status TcpTransport::start() {
     FERRY_ENGINE_LOG(kDebug, "tcp", ctx_->engine_id, "%s path %zu: %s", where().c_str(), p, paths_[p].name.c_str());
   }
   return Status();
+}
+
+Status TcpTransport::spawn(platform::FiberWorker& worker, std::function<void()> loop) {
+  workers_.fetch_add(1, std::memory_order_relaxed);
+  // Listed before it can run: close() must find it. Counted as one of the
+  // workers that use the sockets until it ends.
+  platform::MutexLock lock(fibers_mu_);
+  auto task = worker.spawn([this, loop = std::move(loop)] {
+    loop();
+    if (platform::FiberWorker* w = platform::FiberWorker::current()) w->forget_fd();
+    worker_done();
+    platform::MutexLock lock(fibers_mu_);
+    auto self = std::find(fibers_.begin(), fibers_.end(), platform::FiberWorker::current_task());
+    if (self != fibers_.end()) fibers_.erase(self);
+    fibers_cv_.notify_all();
+  });
+  if (!task.ok()) {
+    workers_.fetch_sub(1, std::memory_order_relaxed);
+    return task.status().with_context(where());
+  }
+  fibers_.push_back(task->get());
+  return Status();
+}
+
+bool TcpTransport::await_fibers() {
+  platform::FiberTask* me = platform::FiberWorker::current_task();
+  bool mine;
+  {
+    platform::MutexLock lock(fibers_mu_);
+    mine = me != nullptr && std::find(fibers_.begin(), fibers_.end(), me) != fibers_.end();
+  }
+  const size_t left = mine ? 1 : 0;
+  auto done = [&] {
+    platform::MutexLock lock(fibers_mu_);
+    return fibers_.size() <= left;
+  };
+  if (platform::FiberWorker* w = platform::FiberWorker::current(); w != nullptr && me != nullptr) {
+    // On a worker: the fibers waited for may be parked on this very thread.
+    w->run_until(done);
+  } else {
+    platform::UniqueLock lock(fibers_mu_);
+    fibers_cv_.wait(lock.native(), [&]() REQUIRES(fibers_mu_) { return fibers_.size() <= left; });
+  }
+  return !mine;
 }
 
 void TcpTransport::worker_done() {
@@ -140,12 +172,16 @@ void TcpTransport::release_sockets() {
     // An application thread may be writing a frame (failed() has shut the
     // stream down, so it returns soon); never the other order: failed() takes
     // sockets_mu_ to wake it.
-    platform::MutexLock write_lock(control_write_mu_);
+    lock_control();
     platform::MutexLock lock(sockets_mu_);
-    if (sockets_closed_) return;
+    bool closed = sockets_closed_;
     sockets_closed_ = true;
-    control_.reset();
-    for (auto& d : data_) d.reset();
+    if (!closed) {
+      control_.reset();
+      for (auto& d : data_) d.reset();
+    }
+    unlock_control();
+    if (closed) return;
   }
   if (ticket_) ticket_->release();
 }
@@ -160,12 +196,34 @@ Status TcpTransport::await_reply_room() {
   // had not read yet (a pause below leaves frames behind it) is not landed.
   if (core_.failed()) return core_.health();
   if (held_->replies.load(std::memory_order_relaxed) <= held_->reply_cap) return Status();
-  platform::UniqueLock lock(held_->mu);
   auto room = [&] {
     return core_.failed() ||
            held_->replies.load(std::memory_order_relaxed) <= held_->reply_cap;
   };
-  if (held_->room.wait_for(lock.native(), ctx_->options.peer_timeout, room)) {
+  bool waited;
+  if (std::shared_ptr<platform::FiberTask> task = platform::current_task_shared()) {
+    // A reader's fiber parks (its socket is not watched meanwhile: nothing
+    // more is read from the peer) until Held::wake or peer_timeout.
+    const auto deadline = std::chrono::steady_clock::now() + ctx_->options.peer_timeout;
+    waited = true;
+    for (;;) {
+      {
+        platform::MutexLock lock(held_->mu);
+        if (room()) break;
+        held_->parked.add(task);
+      }
+      bool timed_out = task->worker->park(deadline, true);
+      held_->parked.remove(task.get());
+      if (timed_out && !room()) {
+        waited = false;
+        break;
+      }
+    }
+  } else {
+    platform::UniqueLock lock(held_->mu);
+    waited = held_->room.wait_for(lock.native(), ctx_->options.peer_timeout, room);
+  }
+  if (waited) {
     if (core_.failed()) return core_.health();
     last_rx_ns_.store(now_ns(), std::memory_order_relaxed);  // the pause was ours, not the peer's silence
     return Status();
@@ -313,11 +371,9 @@ void TcpTransport::failed(const Status& why) {
   for (Outgoing& o : unsent) held_->give_reply(o.charged);
   unsent.clear();
   out_cv_.notify_all();
+  out_parked_.wake_all();
   out_drained_cv_.notify_all();
-  {
-    platform::MutexLock lock(held_->mu);  // a reader paused for reply room wakes to its end
-    held_->room.notify_all();
-  }
+  held_->wake();  // a reader paused for reply room wakes to its end
   std::vector<std::shared_ptr<TransferState>> states;
   std::vector<std::shared_ptr<TransferState>> parts;  // items of operations still draining
   std::unordered_set<const TransferState*> draining;   // operations that end later
@@ -380,6 +436,30 @@ void TcpTransport::failed(const Status& why) {
   for (auto& st : states) st->finish(why);
 }
 
+void TcpTransport::lock_control() NO_THREAD_SAFETY_ANALYSIS {
+  std::shared_ptr<platform::FiberTask> task = platform::current_task_shared();
+  if (!task) {
+    control_write_mu_.lock();
+    return;
+  }
+  for (;;) {
+    if (control_write_mu_.try_lock()) return;
+    control_parked_.add(task);
+    // Taken again after registering: an unlock in between wakes this fiber.
+    if (control_write_mu_.try_lock()) {
+      control_parked_.remove(task.get());
+      return;
+    }
+    task->worker->park({}, false);
+    control_parked_.remove(task.get());
+  }
+}
+
+void TcpTransport::unlock_control() NO_THREAD_SAFETY_ANALYSIS {
+  control_write_mu_.unlock();
+  control_parked_.wake_all();
+}
+
 bool TcpTransport::try_lock_control_stream() NO_THREAD_SAFETY_ANALYSIS {
   for (int i = 0; i < 100; ++i) {
     if (control_write_mu_.try_lock()) return true;
@@ -408,19 +488,12 @@ void TcpTransport::close() {
         ssize_t ignored = ::send(control_.fd(), hb.data(), hb.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
         (void)ignored;
       }
-      control_write_mu_.unlock();
+      unlock_control();
     }
   }
   core_.fail(Status(Code::kCancelled, where() + ": closed locally"));
-  bool joined_all = true;
-  for (auto& t : threads_) {
-    if (t.joinable() && t.get_id() != std::this_thread::get_id()) {
-      t.join();
-    } else if (t.joinable()) {
-      joined_all = false;  // closed from one of its own workers, which releases on its way out
-    }
-  }
-  if (joined_all) release_sockets();
+  // Closed from one of its own fibers, that fiber releases on its way out.
+  if (await_fibers()) release_sockets();
 }
 
 }  // namespace ferry::tcp

@@ -8,20 +8,35 @@
 // dedupe of resent ones), tcp_path_workers.cc (path workers, NIC choice,
 // CPU pinning), tcp_staging_glue.cc (GPU memory through the staging copies).
 //
-// Threads, all named after the connection (c<id>):
-//   ferry-c<id>-ctl-rx   reads the control stream: matching, acks, inline data
-//   ferry-c<id>-ctl-tx   writes replies and heartbeats queued by other threads,
-//                        so that no reader ever blocks on a write (two engines
-//                        reading and writing each other cannot deadlock)
-//   ferry-c<id>-p<k>-tx  claims chunks from the ChunkQueue and sends them
-//   ferry-c<id>-p<k>-rx  lands incoming chunks straight into registered memory
+// Threads: none of its own. Its streams are served by the engine's data
+// plane (io_pool.h): fixed workers per NIC and direction, each running many
+// streams' loops as fibers (platform/fiber_worker.h) over one epoll set, so
+// that an engine's threads do not grow with its peers. Per connection:
+//   control reader   (an rx worker of path 0's NIC) reads the control
+//                    stream: matching, acks, inline data
+//   path k reader    (an rx worker of path k's NIC) lands incoming chunks
+//                    straight into registered memory
+//   control writer   (a tx worker of path 0's NIC) writes the frames queued
+//                    by other threads (replies, heartbeats)
+//   path k writer    (a tx worker of path k's NIC) claims chunks from the
+//                    ChunkQueue and sends them
+// A fiber never blocks its worker on a socket: a read that finds nothing, or
+// a write that finds no room, parks the fiber until epoll says the socket is
+// ready, and a fiber that moved a quantum of bytes (kTurnQuantum) yields to
+// the worker's other streams: one connection's gigabyte does not hold up
+// another's four kilobytes. Its place in a frame (a header half read, a
+// payload half landed) is its own stack.
+// The control writer exists so that no reader ever blocks on a write (two
+// engines reading and writing each other cannot deadlock); a fiber that
+// finds the control stream taken by an application thread parks until it
+// is free, never holding its worker.
 // Application threads post operations and write their own control frames
 // (eager sends, requests) directly, in posting order: a send_async of an
 // inline message blocks while the control stream's socket drains.
 //
-// GPU memory: a path's workers stage chunks of device memory through their
+// GPU memory: a path's reader and writer stage chunks of device memory through their
 // own pinned slots (staging_pipeline.h), created on the first such chunk and
-// freed when the worker ends, with copies run by a small kernel
+// freed when the loop ends (no thread of their own), with copies run by a small kernel
 // (staging_kernel.h) or the copy engines (Options::staging_copy): the
 // transmit worker copies chunks device->host ahead of the socket, claiming
 // the next once its oldest chunk's copy is done; the receive worker reads
@@ -32,18 +47,19 @@
 //
 // Failure: the first error on any stream, a CLOSE from the peer, or heartbeat
 // silence fails the connection (ConnectionCore::fail, then failed() here):
-// every socket is shut down (which wakes every blocked thread), and every
-// pending transfer finishes with the reason. The last worker to end closes
-// the sockets and gives the connection's admission back (a failed
-// connection the application still holds keeps neither threads nor
-// descriptors). close() joins the threads.
+// every socket is shut down (which wakes every blocked thread and parked
+// fiber), and every pending transfer finishes with the reason. The last
+// stream loop to end closes the sockets and gives the connection's admission
+// back (a failed connection the application still holds keeps neither
+// threads, fibers nor descriptors). close() waits for them all.
 //
 // What the peer makes it hold: messages nobody posted a receive for,
 // notifications not yet taken, replies the peer does not read and state of
 // incoming chunks count against Options::connection_memory_bytes; past it
 // the connection fails with kResourceExhausted. While the replies alone pass
-// a quarter of it (the peer is not reading), the reader threads stop reading
-// more requests; if the peer reads nothing for peer_timeout, the connection
+// a quarter of it (the peer is not reading), the readers stop reading more
+// requests (their fibers park; epoll is not asked for the socket again until
+// room returns); if the peer reads nothing for peer_timeout, the connection
 // fails.
 #pragma once
 
@@ -65,6 +81,7 @@
 #include "core/notification_queue.h"
 #include "core/segments.h"
 #include "core/transfer_state.h"
+#include "platform/fiber_worker.h"
 #include "platform/mutex.h"
 #include "platform/socket.h"
 #include "transport/connection_core.h"
@@ -167,7 +184,7 @@ class TcpTransport final : public transport::Transport {
     Status error;
     size_t charged = 0;  // budget it holds
   };
-  // A frame queued for the control-transmit thread.
+  // A frame queued for the control writer.
   struct Outgoing {
     wire::FrameHeader header;
     std::string aux;
@@ -186,6 +203,15 @@ class TcpTransport final : public transport::Transport {
     std::atomic<size_t> replies{0};
     platform::Mutex mu;            // orders a paused reader's check before a wake-up
     std::condition_variable room;  // replies fell to reply_cap, or the connection failed
+    platform::WaitList parked;     // readers' fibers waiting for the same
+    // Wakes every paused reader, thread or fiber.
+    void wake() {
+      {
+        platform::MutexLock lock(mu);
+        room.notify_all();
+      }
+      parked.wake_all();
+    }
   };
   // One read reply's part of Held, given back when the reply goes.
   class ReplyHold {
@@ -232,6 +258,12 @@ class TcpTransport final : public transport::Transport {
   // one part of its state if the queue stopped.
   void queue_chunks(uint64_t op, std::shared_ptr<OutOp> out);
 
+  // Takes control_write_mu_: in a worker's fiber, parks until it is free
+  // (an application thread may hold it while its own write waits for the
+  // peer to read); elsewhere, blocks.
+  void lock_control() ACQUIRE(control_write_mu_);
+  // Releases it and wakes the fibers parked for it.
+  void unlock_control() RELEASE(control_write_mu_);
   // Takes control_write_mu_ if it comes free within 100 ms (tried once a
   // millisecond: ThreadSanitizer does not follow the clock-based lock behind
   // std::timed_mutex and reports each of its unlocks as an error).
@@ -244,13 +276,18 @@ class TcpTransport final : public transport::Transport {
   void queue_control(Outgoing out);
   void ack(uint64_t op, const Status& s, uint8_t flags = 0);
 
-  // Threads.
+  // Runs `loop` in a fiber on `worker`, counted among the workers that may
+  // use the sockets. kResourceExhausted when its stack cannot be had.
+  Status spawn(platform::FiberWorker& worker, std::function<void()> loop);
+  // Waits until every fiber of this connection ended, but the caller's own
+  // when it is one (then false); runs the worker's other fibers meanwhile
+  // when called on a worker.
+  bool await_fibers();
+
+  // Stream loops.
   void control_rx_loop();
   void control_tx_loop();
   void path_tx_loop(int path);
-  // Pins the calling worker of `path` to its NIC's CPUs and logs expected and
-  // actual CPU sets.
-  void pin_worker(int path, const char* role, const std::string& thread);
   void path_rx_loop(int path);
   // A claimed chunk on its way out of a path: staged (its copies queued) or
   // not, or aborted (its memory vanished or could not be staged).
@@ -391,7 +428,9 @@ class TcpTransport final : public transport::Transport {
   std::unique_ptr<std::atomic<bool>[]> path_dead_;
   ChunkQueue chunks_;
 
-  std::vector<std::thread> threads_;
+  platform::Mutex fibers_mu_;
+  std::condition_variable fibers_cv_;  // a fiber ended
+  std::vector<platform::FiberTask*> fibers_ GUARDED_BY(fibers_mu_);  // alive
   // Workers that may still use the sockets, plus start() until it returns.
   std::atomic<int> workers_{1};
   // Serialises shutting sockets down with closing them: a descriptor number
@@ -419,13 +458,15 @@ class TcpTransport final : public transport::Transport {
   std::unique_ptr<std::atomic<int64_t>[]> frame_since_ns_;
 
   platform::Mutex control_write_mu_;  // serialises frames on the control stream
+  platform::WaitList control_parked_;  // fibers waiting for it
 
   platform::Mutex out_mu_;
   std::condition_variable out_cv_;
   std::deque<Outgoing> out_ GUARDED_BY(out_mu_);
   bool out_stopped_ GUARDED_BY(out_mu_) = false;
-  bool out_writing_ GUARDED_BY(out_mu_) = false;  // the control-transmit thread holds a frame
+  bool out_writing_ GUARDED_BY(out_mu_) = false;  // the control writer holds a frame
   std::condition_variable out_drained_cv_;  // out_ empty and nothing being written
+  platform::WaitList out_parked_;           // the control writer's fiber, waiting for out_
 
   // Operations waiting on the peer.
   platform::Mutex mu_;
@@ -453,10 +494,10 @@ class TcpTransport final : public transport::Transport {
   // carried the notification: the peer tells it (skip_note sends nothing).
   std::unordered_set<uint64_t> peer_tells_note_ GUARDED_BY(mu_);
   std::deque<uint64_t> finished_order_ GUARDED_BY(mu_);
-  std::vector<uint64_t> landed_chunks_;           // per path; only its rx thread
+  std::vector<uint64_t> landed_chunks_;           // per path; only its reader (fiber)
 
   const StagingHooks hooks_;
-  std::vector<std::unique_ptr<RxStager>> rx_stage_;  // per path; only its rx thread
+  std::vector<std::unique_ptr<RxStager>> rx_stage_;  // per path; only its reader (fiber)
   // What a reader needs per frame, kept between frames: per path and, last,
   // the control stream's; only that stream's reader.
   struct RxScratch {

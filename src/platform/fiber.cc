@@ -1,0 +1,245 @@
+// Fiber: ucontext switches, stacks from mmap, and the sanitizers told of
+// each switch.
+#include "platform/fiber.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+
+#include "platform/system_error.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define FERRY_FIBER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FERRY_FIBER_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define FERRY_FIBER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define FERRY_FIBER_TSAN 1
+#endif
+#endif
+
+#if defined(FERRY_FIBER_ASAN)
+extern "C" void __sanitizer_start_switch_fiber(void** fake_stack_save, const void* bottom, size_t size);
+extern "C" void __sanitizer_finish_switch_fiber(void* fake_stack_save, const void** bottom_old, size_t* size_old);
+#endif
+#if defined(FERRY_FIBER_TSAN)
+extern "C" void* __tsan_get_current_fiber();
+extern "C" void* __tsan_create_fiber(unsigned flags);
+extern "C" void __tsan_destroy_fiber(void* fiber);
+extern "C" void __tsan_switch_to_fiber(void* fiber, unsigned flags);
+#endif
+
+#if defined(__x86_64__)
+// Saves the callee-saved registers and the SSE and x87 control words on the
+// current stack, stores the stack pointer at *save, loads `load` and restores
+// the same from there. A new fiber's stack is laid out as if it had been
+// switched out just before ferry_fiber_entry, which passes r12 (the Fiber)
+// to fiber_main.
+extern "C" void ferry_fiber_switch(void** save, void* load);
+extern "C" void ferry_fiber_entry();
+asm(R"(
+  .text
+  .globl ferry_fiber_switch
+  .type ferry_fiber_switch,@function
+ferry_fiber_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size ferry_fiber_switch,.-ferry_fiber_switch
+
+  .globl ferry_fiber_entry
+  .type ferry_fiber_entry,@function
+ferry_fiber_entry:
+  movq %r12, %rdi
+  andq $-16, %rsp
+  call ferry_fiber_main
+  ud2
+  .size ferry_fiber_entry,.-ferry_fiber_entry
+  .section .note.GNU-stack,"",@progbits
+  .text
+)");
+#define FERRY_FIBER_ASM 1
+#endif
+
+namespace ferry::platform {
+
+void fiber_main(Fiber* f);
+
+}  // namespace ferry::platform
+
+extern "C" void ferry_fiber_main(void* f) { ferry::platform::fiber_main(static_cast<ferry::platform::Fiber*>(f)); }
+
+namespace ferry::platform {
+namespace {
+
+thread_local Fiber* g_current = nullptr;
+
+size_t page_size() {
+  static const size_t p = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  return p;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Fiber>> Fiber::create(std::function<void()> fn, size_t stack_bytes) {
+  std::unique_ptr<Fiber> f(new Fiber());
+  f->fn_ = std::move(fn);
+  const size_t page = page_size();
+  size_t usable = (stack_bytes + page - 1) / page * page;
+  f->mapped_ = usable + page;
+  // Reserved, not committed: a fiber's stack costs what it touches.
+  void* m = ::mmap(nullptr, f->mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK,
+                   -1, 0);
+  if (m == MAP_FAILED) return errno_status(Code::kResourceExhausted, "mapping a fiber's stack");
+  f->stack_ = m;
+  // The guard page below the stack turns an overflow into a fault, not into
+  // another fiber's memory.
+  (void)::mprotect(m, page, PROT_NONE);
+#if defined(FERRY_FIBER_ASM)
+  {
+    // What ferry_fiber_switch pops, from the lowest address: the control
+    // words, r15, r14, r13, r12 (the Fiber), rbx, rbp, then the address it
+    // returns to. That address sits 16-byte aligned.
+    auto top = reinterpret_cast<uintptr_t>(static_cast<char*>(m) + page + usable) & ~uintptr_t{15};
+    auto* ret = reinterpret_cast<uint64_t*>(top - 16);
+    ret[0] = reinterpret_cast<uint64_t>(&ferry_fiber_entry);
+    ret[1] = 0;
+    uint64_t* regs = ret - 7;
+    const uint32_t mxcsr = 0x1F80;   // all exceptions masked, round to nearest
+    const uint16_t fpucw = 0x037F;   // the same for x87
+    regs[0] = mxcsr | (uint64_t{fpucw} << 32);
+    regs[1] = 0;                                       // r15
+    regs[2] = 0;                                       // r14
+    regs[3] = 0;                                       // r13
+    regs[4] = reinterpret_cast<uint64_t>(f.get());     // r12
+    regs[5] = 0;                                       // rbx
+    regs[6] = 0;                                       // rbp
+    f->self_sp_ = regs;
+  }
+#else
+  if (::getcontext(&f->self_) != 0) return errno_status(Code::kInternal, "getcontext");
+  f->self_.uc_stack.ss_sp = static_cast<char*>(m) + page;
+  f->self_.uc_stack.ss_size = usable;
+  f->self_.uc_link = nullptr;
+  const auto p = reinterpret_cast<uintptr_t>(f.get());
+  ::makecontext(&f->self_, reinterpret_cast<void (*)()>(&Fiber::trampoline), 2, static_cast<unsigned>(p),
+                static_cast<unsigned>(p >> 32));
+#endif
+#if defined(FERRY_FIBER_TSAN)
+  f->tsan_fiber_ = __tsan_create_fiber(0);
+#endif
+  return f;
+}
+
+Fiber::~Fiber() {
+#if defined(FERRY_FIBER_TSAN)
+  if (tsan_fiber_ != nullptr) __tsan_destroy_fiber(tsan_fiber_);
+#endif
+  if (stack_ != nullptr) ::munmap(stack_, mapped_);
+}
+
+Fiber* Fiber::current() { return g_current; }
+
+void Fiber::resume() {
+  outer_ = g_current;
+  g_current = this;
+#if defined(FERRY_FIBER_TSAN)
+  tsan_caller_ = __tsan_get_current_fiber();
+  __tsan_switch_to_fiber(tsan_fiber_, 0);
+#endif
+#if defined(FERRY_FIBER_ASAN)
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(&fake, static_cast<char*>(stack_) + page_size(), mapped_ - page_size());
+#endif
+  switch_context(this, /*into=*/true);
+#if defined(FERRY_FIBER_ASAN)
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+  g_current = outer_;
+}
+
+void Fiber::suspend() {
+  Fiber* f = g_current;
+  if (f == nullptr) std::abort();  // only a fiber suspends
+#if defined(FERRY_FIBER_TSAN)
+  __tsan_switch_to_fiber(f->tsan_caller_, 0);
+#endif
+#if defined(FERRY_FIBER_ASAN)
+  __sanitizer_start_switch_fiber(&f->asan_fake_stack_, f->asan_caller_bottom_, f->asan_caller_size_);
+#endif
+  switch_context(f, /*into=*/false);
+#if defined(FERRY_FIBER_ASAN)
+  __sanitizer_finish_switch_fiber(f->asan_fake_stack_, &f->asan_caller_bottom_, &f->asan_caller_size_);
+#endif
+}
+
+void Fiber::switch_context(Fiber* f, bool into) {
+#if defined(FERRY_FIBER_ASM)
+  if (into) {
+    ferry_fiber_switch(&f->caller_sp_, f->self_sp_);
+  } else {
+    ferry_fiber_switch(&f->self_sp_, f->caller_sp_);
+  }
+#else
+  if (into) {
+    ::swapcontext(&f->caller_, &f->self_);
+  } else {
+    ::swapcontext(&f->self_, &f->caller_);
+  }
+#endif
+}
+
+void Fiber::trampoline(unsigned lo, unsigned hi) {
+  fiber_main(reinterpret_cast<Fiber*>(static_cast<uintptr_t>(lo) | (static_cast<uintptr_t>(hi) << 32)));
+}
+
+void fiber_main(Fiber* f) {
+#if defined(FERRY_FIBER_ASAN)
+  __sanitizer_finish_switch_fiber(nullptr, &f->asan_caller_bottom_, &f->asan_caller_size_);
+#endif
+  f->fn_();
+  f->fn_ = nullptr;
+  f->done_ = true;
+#if defined(FERRY_FIBER_TSAN)
+  __tsan_switch_to_fiber(f->tsan_caller_, 0);
+#endif
+#if defined(FERRY_FIBER_ASAN)
+  __sanitizer_start_switch_fiber(nullptr, f->asan_caller_bottom_, f->asan_caller_size_);
+#endif
+#if defined(FERRY_FIBER_ASM)
+  // Through switch_context, as every switch: the resumer comes back out of
+  // its own switch_context, and ThreadSanitizer's record of the resumer's
+  // calls stays balanced (one entry, one exit).
+  Fiber::switch_context(f, /*into=*/false);
+#else
+  ::setcontext(&f->caller_);
+#endif
+  std::abort();  // a fiber that ended is never switched back into
+}
+
+}  // namespace ferry::platform

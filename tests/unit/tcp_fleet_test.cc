@@ -1,0 +1,136 @@
+// A TCP engine serving a fleet: its threads do not grow with its
+// connections (the engine-wide data plane serves every stream), and one
+// connection's bulk transfer does not starve another's small messages.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "ferry/ferry.h"
+#include "process_holdings.h"
+
+namespace ferry {
+namespace {
+
+using namespace std::chrono_literals;
+
+Options fleet_options() {
+  Options o;
+  o.transport = TransportChoice::kTcp;
+  o.listen = "127.0.0.1:0";
+  o.streams = 2;
+  o.max_connections = 256;
+  o.max_connections_per_peer = 256;
+  o.max_streams = 1024;
+  return o;
+}
+
+// Buffers of 4 KiB round trips between a dialer and a target engine,
+// registered with both.
+struct Pings {
+  Pings(Engine& dialer, Engine& target)
+      : out(4096, 'x'), in(4096), echo(4096), r1(dialer.reg(out.data(), out.size()).value()),
+        r2(dialer.reg(echo.data(), echo.size()).value()), r3(target.reg(in.data(), in.size()).value()) {}
+  std::vector<char> out, in, echo;
+  Region r1, r2, r3;
+};
+
+// One 4 KiB round trip: `a` sends, `b` receives and sends it back.
+void round_trip(Connection& a, Connection& b, Pings& p) {
+  Transfer r = b.recv_async(p.in.data(), p.in.size());
+  Status sent = a.send(p.out.data(), p.out.size(), after(30s));
+  ASSERT_TRUE(sent.ok()) << sent.to_string();
+  ASSERT_TRUE(r.wait(after(30s)).ok());
+  Transfer back = a.recv_async(p.echo.data(), p.echo.size());
+  Status echoed = b.send(p.in.data(), p.in.size(), after(30s));
+  ASSERT_TRUE(echoed.ok()) << echoed.to_string();
+  Status got = back.wait(after(30s));
+  ASSERT_TRUE(got.ok()) << got.to_string();
+}
+
+// 64 connections cost the process no more threads than one, give or take a
+// few (the bench's or a test framework's own): an engine's threads depend on
+// its NICs and cores, not on its peers.
+TEST(TcpFleet, ThreadsDoNotGrowWithConnections) {
+  auto target = Engine::create(fleet_options()).value();
+  auto dialer = Engine::create(fleet_options()).value();
+  Pings pings(*dialer, *target);
+  std::vector<std::shared_ptr<Connection>> mine, theirs;
+  auto add = [&] {
+    auto c = dialer->connect(target->address(), after(10s));
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    auto a = target->accept(after(10s));
+    ASSERT_TRUE(a.ok()) << a.status().to_string();
+    mine.push_back(std::move(c).value());
+    theirs.push_back(std::move(a).value());
+    round_trip(*mine.back(), *theirs.back(), pings);
+  };
+  add();
+  const size_t one = testing::thread_count();
+  for (int i = 1; i < 64; ++i) {
+    add();
+    if (HasFatalFailure()) return;
+  }
+  for (size_t i = 0; i < mine.size(); ++i) round_trip(*mine[i], *theirs[i], pings);
+  const size_t sixty_four = testing::thread_count();
+  EXPECT_LE(sixty_four, one + 4) << "threads with 1 connection: " << one << ", with 64: " << sixty_four;
+  for (auto& c : mine) c->close();
+  for (auto& c : theirs) c->close();
+}
+
+// While one connection writes 256 MiB, another's 4 KiB round trips go on:
+// each takes a small part of the write's time, not the whole of it (the
+// workers serve streams round-robin, a quantum a turn). The bound is loose
+// for a loaded 2-CPU machine and sanitizers; a round trip that waited for
+// the write would take all of it.
+TEST(TcpFleet, ABulkWriteDoesNotStarveAnotherConnectionsSmallMessages) {
+  auto target = Engine::create(fleet_options()).value();
+  auto dialer = Engine::create(fleet_options()).value();
+  auto bulk = dialer->connect(target->address(), after(10s)).value();
+  auto bulk_there = target->accept(after(10s)).value();
+  auto small = dialer->connect(target->address(), after(10s)).value();
+  auto small_there = target->accept(after(10s)).value();
+  Pings pings(*dialer, *target);
+
+  constexpr size_t kBulk = 256u << 20;
+  std::vector<char> src(kBulk, 'b'), dst(kBulk);
+  auto src_region = dialer->reg(src.data(), src.size()).value();
+  auto dst_region = target->reg(dst.data(), dst.size()).value();
+  auto remote = target->export_region(dst_region).value();
+  round_trip(*small, *small_there, pings);
+
+  for (int rep = 0; rep < 2; ++rep) {
+    std::atomic<bool> writing{true};
+    std::chrono::nanoseconds worst{0};
+    int trips = 0;
+    std::thread pinger([&] {
+      while (writing.load()) {
+        auto t0 = std::chrono::steady_clock::now();
+        round_trip(*small, *small_there, pings);
+        worst = std::max<std::chrono::nanoseconds>(worst, std::chrono::steady_clock::now() - t0);
+        ++trips;
+      }
+    });
+    std::this_thread::sleep_for(5ms);  // the pings run before the write starts
+    auto t0 = std::chrono::steady_clock::now();
+    Status s = bulk->write(src.data(), src.size(), remote, 0, {}, after(120s));
+    auto took = std::chrono::steady_clock::now() - t0;
+    writing = false;
+    pinger.join();
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    EXPECT_GE(trips, 2) << "round trips during a write of " << std::chrono::duration<double>(took).count() << " s";
+    EXPECT_LT(worst, took / 2) << "a 4 KiB round trip took " << std::chrono::duration<double>(worst).count()
+                               << " s while a 256 MiB write took " << std::chrono::duration<double>(took).count()
+                               << " s";
+  }
+  (void)src_region;
+  bulk->close();
+  small->close();
+}
+
+}  // namespace
+}  // namespace ferry
