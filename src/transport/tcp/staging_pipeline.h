@@ -93,7 +93,7 @@ class TxStager {
   // -3 to +10 %, and 16 MiB over 8 paths (1 MiB chunks) +12 to +29 %. With
   // only full slots lent, 4 MiB and 1 MiB read as without lending; 16 MiB
   // over 16 paths, whose chunks are now copied, still read lower in one of
-  // two runs (docs/benchmarks.md).
+  // two runs (docs/benchmarks/2026-11-28.md).
   TxStager(std::unique_ptr<Copier> copier, size_t slot_bytes, int depth, bool lend = false);
   // Waits for the copies it queued, then frees its slots.
   ~TxStager();
