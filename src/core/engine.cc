@@ -294,11 +294,11 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
     impl->ctx->worker_cpus = std::move(cpus).value();
     impl->ctx->topology = std::move(host);
   }
-  bootstrap::prepare_transports(*impl->ctx);
   auto identity = platform::IdentityKey::generate();
   if (!identity.ok()) return identity.status().with_context("engine");
   impl->ctx->identity = std::move(identity).value();
   impl->ctx->engine_id = impl->ctx->identity->engine_id();
+  bootstrap::prepare_transports(*impl->ctx);  // after engine_id: the local workers log with it
   impl->ctx->host_id = std::string(platform::host_id());
   Impl* raw = impl.get();
   auto listener = bootstrap::TcpListener::bind(

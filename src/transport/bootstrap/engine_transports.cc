@@ -7,12 +7,14 @@
 #include "platform/resident_gather.h"
 #include "platform/staging_kernel.h"
 #include "transport/local/gpu_sharing.h"
+#include "transport/local/local_workers.h"
 
 namespace ferry::bootstrap {
 
 void prepare_transports(core::EngineContext& ctx) {
   ctx.gpu_exports = std::make_shared<local::GpuExports>();
   ctx.gpu_imports = std::make_shared<local::GpuImports>(ctx.stream_signals);
+  ctx.local_workers = std::make_shared<local::LocalWorkers>(ctx.engine_id);
   if (ctx.options.staging_copy == StagingCopy::kKernel) {
     ctx.gather_kernels = std::make_shared<platform::GatherKernels>();
     ctx.staging_kernels = std::make_shared<platform::StagingKernels>();
