@@ -123,6 +123,11 @@ class LocalCopier {
   // Completes queued copies whose events fired; true if any did. Never blocks.
   bool poll();
   bool busy() const;
+  // No copy handed to the helpers runs and no GPU copy waits for poll():
+  // drain() would return at once. Never blocks.
+  bool settled() const {
+    return offloaded_.load(std::memory_order_acquire) == 0 && inflight_count_.load(std::memory_order_acquire) == 0;
+  }
   // Waits for every queued copy, and every host copy handed to the helpers
   // (used before mappings close, and when the peer revokes an export).
   // Blocks.

@@ -63,18 +63,19 @@ ProgressPool::Client::Turn LocalTransport::turn(bool woken, bool hung_up) {
   bool more = false;
   const auto began = Clock::now();
   std::string msg;
-  for (int n = 1; next_message(msg); ++n) {
+  for (int n = 1; finish_revokes() && next_message(msg); ++n) {
     did = true;
     Status s = handle(msg);
     if (!s.ok()) {
       core_.fail(s);
       break;
     }
-    if (n >= kTurnMessages || (n % 8 == 0 && Clock::now() - began > kTurnBudget)) {
+    if (n >= kTurnMessages || Clock::now() - began > kTurnBudget) {
       more = true;
       break;
     }
   }
+  more |= !revocations_.empty();
   did |= copier_.poll();
   if (hung_up) {
     peer_exited();
@@ -405,21 +406,43 @@ Status LocalTransport::on_revoke(const FrameHeader& h, std::string_view payload)
   std::vector<uint64_t> values(payload.size() / 8);
   // memcpy takes no null pointer, not even for 0 bytes (an empty revoke).
   if (!values.empty()) std::memcpy(values.data(), payload.data(), payload.size());
-  {
-    // Exclusive: no application thread is between finding an export and
-    // starting its copy (run_item holds the shared side).
-    platform::WriterLock gate(revoke_mu_);
-    platform::MutexLock lock(mu_);
-    for (size_t i = 0; i < h.a; ++i) {
-      for (auto it = exports_.begin(); it != exports_.end();) {
-        it = it->first.first == values[i] ? exports_.erase(it) : std::next(it);
-      }
-    }
-  }
-  copier_.drain();
-  for (size_t i = h.a; i < values.size(); ++i) copier_.forget(values[i]);
-  answer(h.id, Status());
+  Revocation r;
+  r.id = h.id;
+  r.exports.assign(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(h.a));
+  r.allocs.assign(values.begin() + static_cast<std::ptrdiff_t>(h.a), values.end());
+  revocations_.push_back(std::move(r));
+  (void)finish_revokes();
   return Status();
+}
+
+bool LocalTransport::finish_revokes() {
+  while (!revocations_.empty()) {
+    Revocation& r = revocations_.front();
+    if (!r.exports_gone) {
+      // Exclusive: no application thread is between finding an export and
+      // starting its copy (run_item holds the shared side, for as long as a
+      // host copy of its own takes): tried, not waited for.
+      if (!revoke_mu_.try_lock()) return false;
+      {
+        platform::MutexLock lock(mu_);
+        for (uint64_t e : r.exports) {
+          for (auto it = exports_.begin(); it != exports_.end();) {
+            it = it->first.first == e ? exports_.erase(it) : std::next(it);
+          }
+        }
+      }
+      revoke_mu_.unlock();
+      r.exports_gone = true;
+    }
+    // Copies handed to the helpers, and GPU copies, end on their own (the
+    // turns poll the GPU's); the answer waits for them.
+    if (!copier_.settled()) return false;
+    copier_.drain();  // settled: at once
+    for (uint64_t a : r.allocs) copier_.forget(a);
+    answer(r.id, Status());
+    revocations_.pop_front();
+  }
+  return true;
 }
 
 }  // namespace ferry::local

@@ -379,7 +379,7 @@ void LocalTransport::match(transport::PostedRecv recv, transport::ArrivedMessage
     state->finish(s);
     answer(op, s);
   }
-  kick();
+  if (copier_.busy()) kick();  // GPU copies complete in the worker's turns
 }
 
 Status LocalTransport::copy_into(const core::SegmentList& dest, const std::string& bytes) {

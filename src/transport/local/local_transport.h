@@ -47,6 +47,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "core/engine_context.h"
 #include "core/notification_queue.h"
@@ -211,6 +212,12 @@ class LocalTransport final : public transport::Transport, private ProgressPool::
   Status on_export(const wire::FrameHeader& h, std::string_view aux, std::string_view payload);
   Status on_pull_or_push(const wire::FrameHeader& h, std::string_view payload);
   Status on_revoke(const wire::FrameHeader& h, std::string_view payload);
+  // Carries the oldest revocation as far as it can without blocking the
+  // worker (its other connections wait meanwhile): its exports go once no
+  // application thread is starting a copy from one, and the answer once
+  // this side's copies ended. True once none is left; until then the turn
+  // reads no further message (the peer's order is kept).
+  bool finish_revokes();
   bool peer_gone() const EXCLUDES(control_mu_);
   // Shuts the control stream (both directions); its descriptor stays until close().
   void shut_control() EXCLUDES(control_mu_);
@@ -258,6 +265,13 @@ class LocalTransport final : public transport::Transport, private ProgressPool::
   std::atomic<bool> outbox_over_budget_{false};
   bool channel_broken_ = false;            // progress turns (or the closer) only
   Clock::time_point last_activity_{};      // progress turns only
+  struct Revocation {
+    uint64_t id = 0;                // the peer's message, answered once done
+    std::vector<uint64_t> exports;  // the peer's exports to forget...
+    std::vector<uint64_t> allocs;   // ...and GPU allocations to close
+    bool exports_gone = false;
+  };
+  std::deque<Revocation> revocations_;  // progress turns only
   uint64_t last_peer_beats_ = 0;           // heartbeat thread only
   Clock::time_point last_peer_beat_at_{};  // heartbeat thread only
 
