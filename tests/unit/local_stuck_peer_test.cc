@@ -83,10 +83,11 @@ TEST(LocalStuckPeer, APeerThatStopsReadingCostsNoCoreAndItsHangUpIsSeenAtOnce) {
   }
 }
 
-// A large host copy into the peer's memory starts the engine's copy
-// helpers (ferry-lcopy-<i>, shared by all its local connections); once the
-// peer hangs up, the failed connection the application still holds starts
-// no more of them, and every operation on it gives the failure's reason.
+// A large host copy into the peer's memory runs on the engine's copy
+// helpers (ferry-lcopy-<i>, started with its first local connection and
+// shared by all of them); once the peer hangs up, the failed connection the
+// application still holds starts no more of them, and every operation on it
+// gives the failure's reason.
 TEST(LocalStuckPeer, AFailedConnectionTheApplicationHoldsStartsNoCopyHelper) {
   auto helpers = [] {
     return threads_named([](const std::string& name) { return name.rfind("ferry-lcopy-", 0) == 0; });
@@ -102,7 +103,7 @@ TEST(LocalStuckPeer, AFailedConnectionTheApplicationHoldsStartsNoCopyHelper) {
   RawLocalPeer peer;
   ASSERT_TRUE(peer.dial(target->address(), after(5s)).ok());
   auto c = target->accept(after(5s)).value();
-  ASSERT_EQ(helpers(), 0u);
+  EXPECT_LE(helpers(), CopyPool::kMaxHelpers) << "more copy helpers than an engine has";
 
   // The send's RTS, answered by a CTS that describes the peer's memory: the
   // engine copies into it, on its helpers.

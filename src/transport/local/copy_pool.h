@@ -9,8 +9,9 @@
 // being copied (a few milliseconds at most, LocalCopier::kCrossPiece), not
 // for the whole copy.
 //
-// The helpers start on the first job that wants them, not with the engine;
-// one the kernel refuses costs speed and never a copy (the caller copies
+// The helpers start on ensure_started() (an engine's first local
+// connection, or the first copy that wants them), not with the engine; one
+// the kernel refuses costs speed and never a copy (the caller copies
 // what no helper takes), and the pool asks the kernel again at most once per
 // kRetry. Each helper is named ("<name>-<i>": ferry-lx-0 in an engine),
 // pinned to the CPUs given, and logs its expected and actual CPUs once.

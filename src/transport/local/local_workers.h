@@ -2,7 +2,8 @@
 // per engine (EngineContext::local_workers): the progress workers that read
 // every channel and run the handlers (progress_pool.h) and the helpers that
 // share large host copies (copy_pool.h). Neither grows with connections;
-// both start with the first connection that needs them.
+// both start with the engine's first local connection and stay until the
+// engine and its last connection are gone.
 //
 // Thread-safe.
 #pragma once
