@@ -145,7 +145,7 @@ TEST(LocalStuckPeer, AFailedConnectionTheApplicationHoldsStartsNoCopyHelper) {
   EXPECT_EQ(c->send(src.data(), 100, after(1s)).code(), why.code());
   EXPECT_EQ(c->recv(src.data(), size, after(1s)).status().code(), why.code());
   EXPECT_EQ(c->notify("after the failure", after(1s)).code(), why.code());
-  EXPECT_EQ(helpers(), started) << "an operation on the failed connection started a helper";
+  EXPECT_LE(helpers(), started) << "an operation on the failed connection started a helper";
 }
 
 }  // namespace

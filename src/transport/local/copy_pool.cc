@@ -15,14 +15,21 @@ struct CopyPool::State {
   std::condition_variable work_cv;  // a job was queued, or the helpers must end
   std::condition_variable left_cv;  // a helper left a job
   std::deque<Job*> queue GUARDED_BY(mu);
-  std::vector<std::thread> threads GUARDED_BY(mu);
+  // Helper i runs in slot i; an empty (not joinable) slot is a helper that
+  // ended idle, or never started.
+  std::vector<std::thread> slots GUARDED_BY(mu);
   bool end GUARDED_BY(mu) = false;
   std::chrono::steady_clock::time_point retry_at GUARDED_BY(mu){};
 
-  // The first queued job that may take one more helper, moved to the back
-  // (pieces of different jobs take turns); null if none.
+  // Of the queued jobs that may take one more helper, the one fewest
+  // helpers copy (the first of those), moved to the back: a job nobody
+  // serves gets the next helper that comes free, and pieces of different
+  // jobs take turns. Null if none.
   Job* take() REQUIRES(mu) {
-    auto it = std::find_if(queue.begin(), queue.end(), [](const Job* j) { return j->working < j->wanted; });
+    auto it = queue.end();
+    for (auto j = queue.begin(); j != queue.end(); ++j) {
+      if ((*j)->working < (*j)->wanted && (it == queue.end() || (*j)->working < (*it)->working)) it = j;
+    }
     if (it == queue.end()) return nullptr;
     Job* job = *it;
     queue.erase(it);
@@ -45,6 +52,8 @@ CopyPool::CopyPool(size_t helpers, CopyHelpers config) : size_(helpers), s_(std:
   // would inherit the CPUs of whichever thread happens to copy first.
   if (config.cpus.empty()) config.cpus = platform::pin_current_thread({});
   s_->config = std::move(config);
+  platform::MutexLock lock(s_->mu);
+  s_->slots.resize(size_);
 }
 
 CopyPool::~CopyPool() {
@@ -52,10 +61,11 @@ CopyPool::~CopyPool() {
   {
     platform::MutexLock lock(s_->mu);
     s_->end = true;
-    threads.swap(s_->threads);
+    threads.swap(s_->slots);
   }
   s_->work_cv.notify_all();
   for (std::thread& t : threads) {
+    if (!t.joinable()) continue;
     // The last owner of the pool let go on a helper (a job's end): that
     // helper ends by itself, holding the state.
     if (t.get_id() == std::this_thread::get_id()) {
@@ -66,14 +76,19 @@ CopyPool::~CopyPool() {
   }
 }
 
-size_t CopyPool::ensure_started() {
+size_t CopyPool::start_locked() {
   State& s = *s_;
-  platform::MutexLock lock(s.mu);
-  if (s.threads.size() >= size_ || s.end) return s.threads.size();
+  s.mu.assert_held();
+  auto running = [&]() REQUIRES(s.mu) {
+    return static_cast<size_t>(std::count_if(s.slots.begin(), s.slots.end(), [](const std::thread& t) {
+      return t.joinable();
+    }));
+  };
+  if (s.end) return 0;
   auto now = std::chrono::steady_clock::now();
-  if (now < s.retry_at) return s.threads.size();
-  while (s.threads.size() < size_) {
-    size_t index = s.threads.size();
+  if (now < s.retry_at) return running();
+  for (size_t index = 0; index < s.slots.size(); ++index) {
+    if (s.slots[index].joinable()) continue;
     auto t = platform::try_start_thread(s.config.name + "-" + std::to_string(index),
                                         [state = s_, index] { helper_loop(state, index); });
     if (!t.ok()) {
@@ -81,21 +96,32 @@ size_t CopyPool::ensure_started() {
       // would put a failing thread start on each.
       s.retry_at = now + kRetry;
       FERRY_ENGINE_LOG(kWarn, "local", s.config.engine_id, "%s; large host copies use %zu helper threads for now",
-                       t.status().to_string().c_str(), s.threads.size());
+                       t.status().to_string().c_str(), running());
       break;
     }
-    s.threads.push_back(std::move(t).value());
+    s.slots[index] = std::move(t).value();
   }
-  return s.threads.size();
+  return running();
 }
 
-void CopyPool::add(Job* job) {
+size_t CopyPool::ensure_started() {
+  platform::MutexLock lock(s_->mu);
+  return start_locked();
+}
+
+size_t CopyPool::add(Job* job) {
+  size_t running;
   {
     platform::MutexLock lock(s_->mu);
+    // Started here, under the lock a helper ends under: a queued job always
+    // finds one.
+    running = start_locked();
+    if (running == 0) return 0;
     job->queued = true;
     s_->queue.push_back(job);
   }
   s_->work_cv.notify_all();
+  return running;
 }
 
 void CopyPool::withdraw(Job* job) {
@@ -120,8 +146,16 @@ void CopyPool::helper_loop(const std::shared_ptr<State>& state, size_t index) {
   platform::UniqueLock lock(s.mu);
   for (;;) {
     Job* job = nullptr;
-    s.work_cv.wait(lock.native(), [&]() REQUIRES(s.mu) { return s.end || (job = s.take()) != nullptr; });
+    bool woken = s.work_cv.wait_for(lock.native(), kIdle,
+                                    [&]() REQUIRES(s.mu) { return s.end || (job = s.take()) != nullptr; });
     if (s.end) return;
+    if (!woken) {
+      // Idle: this helper ends, and its slot is free for the next copy that
+      // wants one (add() starts it again under this lock). Detached here,
+      // so the pool neither joins nor counts it.
+      if (index < s.slots.size() && s.slots[index].get_id() == std::this_thread::get_id()) s.slots[index].detach();
+      return;
+    }
     ++job->working;
     lock.unlock();
     // One piece, then the job goes to the back of the queue: the next piece

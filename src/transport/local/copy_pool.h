@@ -3,17 +3,18 @@
 // with cores, never with peers). It used to be four helpers per connection.
 //
 // A copy is a Job cut into pieces. A helper takes one piece at a time, from
-// the first queued job that may use one more helper, and then puts that job
-// at the back of the queue: pieces of different connections' copies take
-// turns, so a small copy queued behind a 1 GiB one waits for the pieces
-// being copied (a few milliseconds at most, LocalCopier::kCrossPiece), not
-// for the whole copy.
+// the queued job that fewest helpers copy (of those that may use one more),
+// and then puts that job at the back of the queue: pieces of different
+// connections' copies take turns, so a small copy queued behind a 1 GiB one
+// waits for the first helper to finish its piece (a few milliseconds,
+// LocalCopier::kCrossPiece), not for the whole copy.
 //
-// The helpers start on ensure_started() (an engine's first local
-// connection, or the first copy that wants them), not with the engine; one
-// the kernel refuses costs speed and never a copy (the caller copies
-// what no helper takes), and the pool asks the kernel again at most once per
-// kRetry. Each helper is named ("<name>-<i>": ferry-lx-0 in an engine),
+// The helpers start with the first copy that wants them, not with the
+// engine, and each ends after kIdle without a piece to copy: an engine that
+// moves no large host copy, or has not for a while (one of a thousand in a
+// process, say), holds none. One the kernel refuses costs speed and never a
+// copy (the caller copies what no helper takes), and the pool asks the
+// kernel again at most once per kRetry. Each helper is named ("<name>-<i>": ferry-lx-0 in an engine),
 // pinned to the CPUs given, and logs its expected and actual CPUs once.
 //
 // Thread-safe. A job's bookkeeping below is the pool's, under its lock.
@@ -69,6 +70,9 @@ class CopyPool {
   // After the kernel refused a helper, how long the pool goes without it
   // before it asks again.
   static constexpr std::chrono::seconds kRetry{1};
+  // How long a helper waits for a piece before it ends. Starting it again
+  // costs tens of microseconds; a copy that wants helpers takes milliseconds.
+  static constexpr std::chrono::seconds kIdle{1};
 
   CopyPool(size_t helpers, CopyHelpers config);
   // Ends and joins the helpers (one running this destructor itself is left
@@ -77,16 +81,17 @@ class CopyPool {
   CopyPool(const CopyPool&) = delete;
   CopyPool& operator=(const CopyPool&) = delete;
 
-  // Starts the helpers that do not run yet (not again within kRetry of a
+  // Starts the helpers that do not run (not again within kRetry of a
   // refusal) and returns how many run. Blocks for thread starts only.
   size_t ensure_started();
   size_t size() const { return size_; }
 
-  // Queues `job` for the helpers. For a job that is not offloaded, the
-  // caller copies pieces too and then calls withdraw(); an offloaded job is
-  // the pool's until ended() (REQUIRES: ensure_started() > 0, else nobody
-  // ends it). The job must outlive both.
-  void add(Job* job);
+  // Queues `job` for the helpers, starting those that do not run, and
+  // returns how many run; 0: none does, and `job` is not queued (the caller
+  // copies it alone). For a job that is not offloaded, the caller copies
+  // pieces too and then calls withdraw(); an offloaded job is the pool's
+  // until ended(). The job must outlive both.
+  size_t add(Job* job);
   // Takes `job` out of the queue and waits until no helper copies a piece
   // of it. Blocks: a piece at most.
   void withdraw(Job* job);
@@ -94,6 +99,8 @@ class CopyPool {
  private:
   struct State;
   static void helper_loop(const std::shared_ptr<State>& s, size_t index);
+  // ensure_started() under the pool's lock.
+  size_t start_locked();
 
   const size_t size_;
   // Held by the helpers too: a helper whose job's end lets go of the last

@@ -258,8 +258,7 @@ Status LocalCopier::cross_copy(const std::vector<iovec>& near, const std::vector
   job.stop = stop;
   job.copier = this;
   job.wanted = std::min(threads, job.near.size()) - 1;
-  const bool helped = job.wanted > 0 && helpers_ && helpers_->ensure_started() > 0;
-  if (helped) helpers_->add(&job);
+  const bool helped = job.wanted > 0 && helpers_ && helpers_->add(&job) > 0;
   while (job.run_piece()) {
   }
   // No piece is left to take: no helper may join any more, and the memory
@@ -288,7 +287,14 @@ bool LocalCopier::offload(const std::vector<iovec>& near, const std::vector<iove
   job->keep = job;
   host_copies_.fetch_add(1, std::memory_order_acq_rel);
   offloaded_.fetch_add(1, std::memory_order_acq_rel);
-  helpers_->add(job.get());
+  if (helpers_->add(job.get()) == 0) {
+    // Every helper ended idle meanwhile and none can start: the caller's.
+    done = std::move(job->on_end);
+    job->keep.reset();
+    offloaded_.fetch_sub(1, std::memory_order_acq_rel);
+    host_copies_.fetch_sub(1, std::memory_order_acq_rel);
+    return false;
+  }
   return true;
 }
 

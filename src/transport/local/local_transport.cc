@@ -74,11 +74,6 @@ Status LocalTransport::start() {
     fd = control_.fd();
   }
   FERRY_ASSIGN_OR_RETURN(entry_, progress_.add(core_.weak_from_this(), this, fd));
-  // The engine's copy helpers start with its first local connection too, so
-  // that what an engine holds for its local peers is there from the first
-  // one on and stays the same (a helper the kernel refuses is asked for again
-  // by a later copy, which meanwhile copies without it).
-  (void)ctx_->local_workers->copies->ensure_started();
   return Status();
 }
 

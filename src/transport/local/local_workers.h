@@ -1,9 +1,10 @@
 // LocalWorkers: the threads an engine's local connections share, made once
 // per engine (EngineContext::local_workers): the progress workers that read
 // every channel and run the handlers (progress_pool.h) and the helpers that
-// share large host copies (copy_pool.h). Neither grows with connections;
-// both start with the engine's first local connection and stay until the
-// engine and its last connection are gone.
+// share large host copies (copy_pool.h). Neither grows with connections.
+// The workers start with the engine's first local connection and stay until
+// the engine and its last connection are gone; the helpers start with the
+// first large copy and end after kIdle without one.
 //
 // Thread-safe.
 #pragma once
