@@ -14,6 +14,7 @@
 
 #include "engine_pair.h"
 #include "ferry/ferry.h"
+#include "platform/thread.h"
 
 namespace ferry {
 namespace {
@@ -171,6 +172,27 @@ TEST(LocalFleet, BulkCopyDoesNotHoldAnotherConnectionsMessages) {
                               << std::chrono::duration_cast<std::chrono::microseconds>(worst).count()
                               << " us while a copy of " << big << " bytes took "
                               << std::chrono::duration_cast<std::chrono::microseconds>(alone).count() << " us alone";
+  for (auto& c : ends) c->close();
+}
+
+// The kernel refuses the engine's progress worker: the connection that
+// needed it fails with resource_exhausted (the process goes on), and the
+// next connection starts it and works.
+TEST(LocalFleet, ARefusedProgressWorkerFailsOneConnectionNotTheProcess) {
+  Options o = local_options(4);
+  auto a = Engine::create(o).value();
+  auto b = Engine::create(o).value();
+  platform::set_thread_start_fault([](std::string_view name) { return name.rfind("ferry-local-", 0) == 0; });
+  std::thread t([&] { (void)b->accept(after(2s)); });  // b's end fails too: nothing to accept
+  auto refused = a->connect(b->address(), after(5s));
+  t.join();
+  platform::set_thread_start_fault(nullptr);
+  ASSERT_FALSE(refused.ok()) << "a connection without a progress worker was made";
+  EXPECT_EQ(refused.status().code(), Code::kResourceExhausted) << refused.status().to_string();
+  std::vector<std::shared_ptr<Connection>> ends;
+  connect_more(*a, *b, 1, ends);
+  ASSERT_EQ(ends.size(), 2u);
+  round_trip(*a, *b, *ends[0], *ends[1], 7);
   for (auto& c : ends) c->close();
 }
 
