@@ -786,7 +786,15 @@ void LocalTransport::close() {
     // process is gone. Polling: a close waits at most peer_timeout.
     auto until = Clock::now() + ctx_->options.peer_timeout;
     auto hung_up = Clock::time_point::max();
+    // On the worker that serves this connection (its last owner let go
+    // there, after a turn), nobody else reads the answer: this does.
+    const bool read_here = entry_ && progress_.serves_here(*entry_);
+    std::string msg;
     while (!peer_quiet_.load(std::memory_order_acquire) && Clock::now() < until) {
+      while (read_here && next_message(msg)) {
+        if (!handle(msg).ok()) break;
+      }
+      if (peer_quiet_.load(std::memory_order_acquire)) break;
       if (hung_up == Clock::time_point::max() && peer_gone()) hung_up = Clock::now();
       // The answer precedes the hang-up in the ring: give the reader a moment.
       if (Clock::now() - hung_up > std::chrono::milliseconds(20)) break;

@@ -31,6 +31,7 @@ constexpr auto kEventsEvery = std::chrono::microseconds(20);
 constexpr int kMaxEvents = 64;
 
 thread_local bool tl_on_worker = false;
+thread_local const void* tl_worker = nullptr;  // the Worker this thread is
 thread_local const void* tl_turn = nullptr;  // the entry whose turn runs on this thread
 
 std::atomic<uint64_t> g_next_entry{1};  // 0 is a worker's own eventfd in its epoll set
@@ -97,6 +98,10 @@ struct ProgressPool::Worker {
 };
 
 bool ProgressPool::on_worker() { return tl_on_worker; }
+
+bool ProgressPool::serves_here(const Entry& entry) {
+  return tl_worker == entry.worker.get() && tl_turn != &entry;
+}
 
 ProgressPool::ProgressPool(size_t workers, std::string name, platform::CpuList cpus, uint64_t engine_id)
     : size_(std::max<size_t>(workers, 1)),
@@ -200,6 +205,7 @@ bool ProgressPool::remove(Entry& e) {
 
 void ProgressPool::worker_loop(const std::shared_ptr<Worker>& wp, size_t index) {
   tl_on_worker = true;
+  tl_worker = wp.get();
   Worker& w = *wp;
   platform::CpuList actual = platform::pin_current_thread(w.cpus);
   bool pinned = w.cpus.empty() || actual == w.cpus;

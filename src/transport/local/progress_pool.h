@@ -95,6 +95,10 @@ class ProgressPool {
   bool remove(Entry& entry);
   // Whether the calling thread is a worker (of any engine).
   static bool on_worker();
+  // Whether the calling thread is the worker that serves `entry`, outside
+  // its turn: no turn of it can run meanwhile, so this thread may read its
+  // channel.
+  static bool serves_here(const Entry& entry);
 
   size_t size() const { return size_; }
 
