@@ -19,6 +19,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "platform/thread.h"
@@ -103,7 +104,9 @@ TEST(LocalCopierHelpers, LargeCopiesShareOneFixedSetOfNamedPinnedHelpers) {
   int cpu = 0;
   while (!CPU_ISSET(cpu, &mine)) ++cpu;
   GpuImports imports;
-  auto pool = std::make_shared<CopyPool>(4, CopyHelpers{"ferry-tcopy", {cpu}});
+  // Helpers that never end idle here: this test counts them (a slow build
+  // may take seconds between copies).
+  auto pool = std::make_shared<CopyPool>(4, CopyHelpers{"ferry-tcopy", {cpu}}, std::chrono::hours(1));
   auto owned = std::make_unique<LocalCopier>(imports, 1, ::getpid(), [] { return Status(); }, pool);
   LocalCopier& copier = *owned;
   EXPECT_TRUE(threads_named("ferry-tcopy").empty()) << "helpers start with the first large copy, not before";
@@ -259,6 +262,40 @@ TEST(LocalCopierHelpers, StopEndsARunningCopyAtItsNextPiece) {
   int copied = 0;
   for (size_t i = 0; i < size; i += piece) copied += std::memcmp(dst.data() + i, src.data() + i, piece) == 0;
   EXPECT_LE(copied, 4) << "pieces taken after stop() began";
+}
+
+// A helper that finds no piece for its idle time ends; the next copy that
+// wants helpers starts them again, under the same names.
+TEST(LocalCopierHelpers, IdleHelpersEndAndTheNextCopyStartsThemAgain) {
+  const size_t size = 32u << 20;
+  std::vector<uint8_t> src = random_bytes(size, 12), dst(size, 0);
+  GpuImports imports;
+  auto pool = std::make_shared<CopyPool>(2, CopyHelpers{"ferry-tidle", {}}, std::chrono::milliseconds(100));
+  LocalCopier copier(imports, 1, ::getpid(), [] { return Status(); }, pool);
+  ASSERT_TRUE(copy(copier, src, dst).ok());
+  EXPECT_EQ(dst, src);
+  EXPECT_TRUE(eventually([] { return threads_named("ferry-tidle-").empty(); })) << "idle helpers did not end";
+  std::fill(dst.begin(), dst.end(), 0);
+  ASSERT_TRUE(copy(copier, src, dst).ok());
+  EXPECT_EQ(dst, src);
+  EXPECT_LE(threads_named("ferry-tidle-").size(), 2u);
+  // Handed to them alone: a copy queued as they end still finds one.
+  for (int i = 0; i < 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(95 + 2 * i));
+    std::atomic<bool> ended{false};
+    Status result = Status(Code::kInternal, "no completion");
+    ASSERT_TRUE(copier
+                    .start(near_list(src), far_spans(dst), size, true,
+                           [&](const Status& st) {
+                             result = st;
+                             ended = true;
+                           },
+                           LocalCopier::HostCopyBy::kHelpers)
+                    .ok());
+    copier.drain();
+    ASSERT_TRUE(ended.load());
+    EXPECT_TRUE(result.ok()) << result.to_string();
+  }
 }
 
 // Two copies handed to one helper: the later, small one does not wait for

@@ -11,6 +11,7 @@ namespace ferry::local {
 
 struct CopyPool::State {
   CopyHelpers config;
+  std::chrono::milliseconds idle{};
   platform::Mutex mu;
   std::condition_variable work_cv;  // a job was queued, or the helpers must end
   std::condition_variable left_cv;  // a helper left a job
@@ -47,7 +48,9 @@ size_t CopyPool::default_size() {
   return std::clamp<size_t>(static_cast<size_t>(platform::usable_cpu_count()), 2, kMaxHelpers);
 }
 
-CopyPool::CopyPool(size_t helpers, CopyHelpers config) : size_(helpers), s_(std::make_shared<State>()) {
+CopyPool::CopyPool(size_t helpers, CopyHelpers config, std::chrono::milliseconds idle)
+    : size_(helpers), s_(std::make_shared<State>()) {
+  s_->idle = idle;
   // Without CPUs named, the constructing thread's: fixed now, or the helpers
   // would inherit the CPUs of whichever thread happens to copy first.
   if (config.cpus.empty()) config.cpus = platform::pin_current_thread({});
@@ -146,7 +149,7 @@ void CopyPool::helper_loop(const std::shared_ptr<State>& state, size_t index) {
   platform::UniqueLock lock(s.mu);
   for (;;) {
     Job* job = nullptr;
-    bool woken = s.work_cv.wait_for(lock.native(), kIdle,
+    bool woken = s.work_cv.wait_for(lock.native(), s.idle,
                                     [&]() REQUIRES(s.mu) { return s.end || (job = s.take()) != nullptr; });
     if (s.end) return;
     if (!woken) {

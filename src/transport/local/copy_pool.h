@@ -72,9 +72,10 @@ class CopyPool {
   static constexpr std::chrono::seconds kRetry{1};
   // How long a helper waits for a piece before it ends. Starting it again
   // costs tens of microseconds; a copy that wants helpers takes milliseconds.
-  static constexpr std::chrono::seconds kIdle{1};
+  static constexpr std::chrono::milliseconds kIdle{1000};
 
-  CopyPool(size_t helpers, CopyHelpers config);
+  // `idle`: how long a helper waits for a piece before it ends.
+  CopyPool(size_t helpers, CopyHelpers config, std::chrono::milliseconds idle = kIdle);
   // Ends and joins the helpers (one running this destructor itself is left
   // to end on its own). REQUIRES: no job queued.
   ~CopyPool();
