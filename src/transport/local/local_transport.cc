@@ -73,7 +73,7 @@ Status LocalTransport::start() {
     platform::MutexLock lock(control_mu_);
     fd = control_.fd();
   }
-  FERRY_ASSIGN_OR_RETURN(entry_, progress_.add(core_.weak_from_this(), this, fd));
+  FERRY_ASSIGN_OR_RETURN(entry_, progress_.add(this, fd));
   return Status();
 }
 
@@ -786,8 +786,8 @@ void LocalTransport::close() {
     // process is gone. Polling: a close waits at most peer_timeout.
     auto until = Clock::now() + ctx_->options.peer_timeout;
     auto hung_up = Clock::time_point::max();
-    // On the worker that serves this connection (its last owner let go
-    // there, after a turn), nobody else reads the answer: this does.
+    // On the worker that serves this connection (closed from another
+    // connection's turn), nobody else reads the answer: this does.
     const bool read_here = entry_ && progress_.serves_here(*entry_);
     std::string msg;
     while (!peer_quiet_.load(std::memory_order_acquire) && Clock::now() < until) {

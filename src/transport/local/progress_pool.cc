@@ -40,12 +40,11 @@ std::atomic<uint64_t> g_next_entry{1};  // 0 is a worker's own eventfd in its ep
 
 class ProgressPool::Entry {
  public:
-  Entry(uint64_t id, std::shared_ptr<Worker> worker, std::weak_ptr<void> owner, Client* client, int fd)
-      : id(id), worker(std::move(worker)), owner(std::move(owner)), client(client), fd(fd) {}
+  Entry(uint64_t id, std::shared_ptr<Worker> worker, Client* client, int fd)
+      : id(id), worker(std::move(worker)), client(client), fd(fd) {}
 
   const uint64_t id;
   const std::shared_ptr<Worker> worker;
-  const std::weak_ptr<void> owner;
   Client* const client;
   const int fd;
   std::atomic<bool> kicked{false};  // in the worker's kicked list, or about to be
@@ -122,8 +121,9 @@ ProgressPool::~ProgressPool() {
     }
     uint64_t one = 1;
     (void)!::write(w->wakefd, &one, sizeof(one));
-    // The last owner of the pool let go inside a turn (a connection's last
-    // owner was the turn's): that worker ends by itself, holding its state.
+    // The last owner of the pool let go on its worker (an application's
+    // callback inside a turn dropped its engine's last connection): that
+    // worker ends by itself, holding its state.
     if (w->thread.get_id() == std::this_thread::get_id()) {
       w->thread.detach();
     } else {
@@ -132,7 +132,7 @@ ProgressPool::~ProgressPool() {
   }
 }
 
-Result<std::shared_ptr<ProgressPool::Entry>> ProgressPool::add(std::weak_ptr<void> owner, Client* client, int fd) {
+Result<std::shared_ptr<ProgressPool::Entry>> ProgressPool::add(Client* client, int fd) {
   std::shared_ptr<Worker> w;
   {
     platform::MutexLock lock(mu_);
@@ -157,7 +157,7 @@ Result<std::shared_ptr<ProgressPool::Entry>> ProgressPool::add(std::weak_ptr<voi
     }
     w = workers_[next_++ % workers_.size()];
   }
-  auto e = std::make_shared<Entry>(g_next_entry.fetch_add(1), w, std::move(owner), client, fd);
+  auto e = std::make_shared<Entry>(g_next_entry.fetch_add(1), w, client, fd);
   {
     platform::MutexLock lock(w->mu);
     epoll_event ev{};
@@ -290,38 +290,32 @@ void ProgressPool::worker_loop(const std::shared_ptr<Worker>& wp, size_t index) 
         if (e->removed) continue;
         e->busy = true;
       }
+      // No owner is held: the connection's destructor closes it first, and
+      // its close() waits in remove() for this turn to end (as it joined the
+      // connection's own progress thread before). Holding one for the turn
+      // made this thread let go of the last one at times, and destroy the
+      // connection and even its engine here.
       Client::Turn t;
-      bool alive = false;
-      if (std::shared_ptr<void> owner = e->owner.lock()) {
-        alive = true;
-        e->kicked.store(false, std::memory_order_release);  // a kick from now on asks again
-        tl_turn = e.get();
-        if (e->armed) {
-          e->client->disarm();
-          e->armed = false;
+      e->kicked.store(false, std::memory_order_release);  // a kick from now on asks again
+      tl_turn = e.get();
+      if (e->armed) {
+        e->client->disarm();
+        e->armed = false;
+      }
+      t = e->client->turn(std::exchange(e->woken, false), std::exchange(e->hung_up, false));
+      if (!t.hot) {
+        if (e->client->arm()) {
+          e->armed = true;
+        } else {
+          t.hot = true;  // a message came as it armed
         }
-        t = e->client->turn(std::exchange(e->woken, false), std::exchange(e->hung_up, false));
-        if (!t.hot) {
-          if (e->client->arm()) {
-            e->armed = true;
-          } else {
-            t.hot = true;  // a message came as it armed
-          }
-        }
-        tl_turn = nullptr;
-        {
-          platform::MutexLock lock(w.mu);
-          e->busy = false;
-        }
-        w.turn_cv.notify_all();
-        // `owner` goes here, after the turn: the connection's destructor may
-        // run now, on this thread, and remove() does not wait for itself.
-      } else {
+      }
+      tl_turn = nullptr;
+      {
         platform::MutexLock lock(w.mu);
         e->busy = false;
-        w.turn_cv.notify_all();
       }
-      if (!alive) continue;
+      w.turn_cv.notify_all();
       did_work |= t.did;
       if (t.hot) {
         hot.push_back(e);

@@ -20,9 +20,11 @@
 // helpers), so one busy connection delays another's message by a turn, not
 // by its whole backlog.
 //
-// Lifetime: each turn holds the connection's owner (a weak_ptr locked for
-// the turn), so a connection is never destroyed during its turn; remove()
-// waits for a turn under way. Workers start with the first connection; a
+// Lifetime: a connection takes itself out with remove() (its close(), which
+// its destructor runs first), which waits for a turn under way; the workers
+// hold no owner of it, so a connection and its engine are destroyed where
+// the application lets go of them, never on a worker. Workers start with the
+// first connection; a
 // refusal by the kernel fails that connection (kResourceExhausted), never
 // the process, and the next connection asks again.
 //
@@ -81,11 +83,11 @@ class ProgressPool {
   ProgressPool& operator=(const ProgressPool&) = delete;
 
   // Serves `client` from now on; `fd` (the connection's control stream) is
-  // watched for the peer's rings and hang-up; `owner` is held during each
-  // turn. kResourceExhausted if no worker thread can start or `fd` cannot
-  // be watched. Starts workers that do not run yet. Blocks for thread
-  // starts only.
-  Result<std::shared_ptr<Entry>> add(std::weak_ptr<void> owner, Client* client, int fd);
+  // watched for the peer's rings and hang-up. REQUIRES: remove() before
+  // `client` or `fd` goes. kResourceExhausted if no worker thread can start
+  // or `fd` cannot be watched. Starts workers that do not run yet. Blocks
+  // for thread starts only.
+  Result<std::shared_ptr<Entry>> add(Client* client, int fd);
   // Asks for a turn of `entry` soon. Any thread; a lock and, when the
   // worker sleeps, a write to its eventfd.
   void kick(Entry& entry);
@@ -96,8 +98,8 @@ class ProgressPool {
   // Whether the calling thread is a worker (of any engine).
   static bool on_worker();
   // Whether the calling thread is the worker that serves `entry`, outside
-  // its turn: no turn of it can run meanwhile, so this thread may read its
-  // channel.
+  // its turn (inside another connection's, say): no turn of it can run
+  // meanwhile, so this thread may read its channel.
   static bool serves_here(const Entry& entry);
 
   size_t size() const { return size_; }
