@@ -73,7 +73,8 @@ Status LocalTransport::start() {
     platform::MutexLock lock(control_mu_);
     fd = control_.fd();
   }
-  FERRY_ASSIGN_OR_RETURN(entry_, progress_.add(this, fd));
+  // entry_ is set before a turn can run (a turn kicks through it).
+  FERRY_RETURN_IF_ERROR(progress_.add(this, fd, entry_));
   return Status();
 }
 

@@ -250,7 +250,7 @@ class LocalTransport final : public transport::Transport, private ProgressPool::
   ShmChannel channel_;  // any thread; closed by close() (what touches it then touches nothing)
   LocalCopier copier_;
   ProgressPool& progress_;                      // the engine's workers
-  std::shared_ptr<ProgressPool::Entry> entry_;  // set by start(), before any other thread sees this
+  std::shared_ptr<ProgressPool::Entry> entry_;  // set by start() before a turn can run; constant after
   // The connection's failure leaves the control stream open: an orderly
   // close shuts it only once copies have ended (stop_copying).
   std::atomic<bool> keep_control_open_{false};

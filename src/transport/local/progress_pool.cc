@@ -132,7 +132,7 @@ ProgressPool::~ProgressPool() {
   }
 }
 
-Result<std::shared_ptr<ProgressPool::Entry>> ProgressPool::add(Client* client, int fd) {
+Status ProgressPool::add(Client* client, int fd, std::shared_ptr<Entry>& entry) {
   std::shared_ptr<Worker> w;
   {
     platform::MutexLock lock(mu_);
@@ -147,7 +147,10 @@ Result<std::shared_ptr<ProgressPool::Entry>> ProgressPool::add(Client* client, i
       if (!t.ok()) {
         // Fewer workers serve all connections; none fails this one (and
         // the next connection asks again).
-        if (workers_.empty()) return t.status().with_context("no local progress worker runs");
+        if (workers_.empty()) {
+          entry.reset();
+          return t.status().with_context("no local progress worker runs");
+        }
         FERRY_ENGINE_LOG(kWarn, "local", engine_id_, "%s; %zu local progress workers serve every connection for now",
                          t.status().to_string().c_str(), workers_.size());
         break;
@@ -157,19 +160,21 @@ Result<std::shared_ptr<ProgressPool::Entry>> ProgressPool::add(Client* client, i
     }
     w = workers_[next_++ % workers_.size()];
   }
-  auto e = std::make_shared<Entry>(g_next_entry.fetch_add(1), w, client, fd);
+  entry = std::make_shared<Entry>(g_next_entry.fetch_add(1), w, client, fd);
+  Entry& e = *entry;
   {
     platform::MutexLock lock(w->mu);
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
-    ev.data.u64 = e->id;
+    ev.data.u64 = e.id;
     if (::epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      entry.reset();
       return platform::errno_status(Code::kResourceExhausted, "epoll_ctl for a local connection's control stream");
     }
-    w->entries.emplace(e->id, e);
+    w->entries.emplace(e.id, entry);
   }
-  kick(*e);  // its first turn arms its channel
-  return e;
+  kick(e);  // its first turn arms its channel
+  return Status();
 }
 
 void ProgressPool::kick(Entry& e) {

@@ -83,11 +83,13 @@ class ProgressPool {
   ProgressPool& operator=(const ProgressPool&) = delete;
 
   // Serves `client` from now on; `fd` (the connection's control stream) is
-  // watched for the peer's rings and hang-up. REQUIRES: remove() before
-  // `client` or `fd` goes. kResourceExhausted if no worker thread can start
-  // or `fd` cannot be watched. Starts workers that do not run yet. Blocks
-  // for thread starts only.
-  Result<std::shared_ptr<Entry>> add(Client* client, int fd);
+  // watched for the peer's rings and hang-up. `entry` is set before any
+  // worker can run a turn of `client` (which may use it to kick), and reset
+  // on failure. REQUIRES: remove() before `client` or `fd` goes.
+  // kResourceExhausted if no worker thread can start or `fd` cannot be
+  // watched. Starts workers that do not run yet. Blocks for thread starts
+  // only.
+  Status add(Client* client, int fd, std::shared_ptr<Entry>& entry);
   // Asks for a turn of `entry` soon. Any thread; a lock and, when the
   // worker sleeps, a write to its eventfd.
   void kick(Entry& entry);
