@@ -100,9 +100,10 @@ TEST(LocalFleet, ThreadsDoNotGrowWithConnections) {
 
 // While one connection moves a large message (its copy handed to the
 // engine's copy helpers), another connection's 4 KiB round trips and 1 MiB
-// messages (copied by the same helpers) go on: none waits for the whole
-// large copy. Generous bound: each small operation takes less than half the
-// large one, on a loaded 2-CPU machine too.
+// messages (copied by the same helpers) go on: several of them complete
+// while the large copy runs, and none waits as long as the large copy takes
+// alone. Loose on purpose: on a loaded 2-CPU machine one scheduling delay
+// can be tens of milliseconds.
 TEST(LocalFleet, BulkCopyDoesNotHoldAnotherConnectionsMessages) {
   Options o = local_options(2);
   auto a = Engine::create(o).value();
@@ -166,9 +167,11 @@ TEST(LocalFleet, BulkCopyDoesNotHoldAnotherConnectionsMessages) {
   ASSERT_TRUE(big_recv.wait(after(60s)).ok());
   EXPECT_EQ(0, std::memcmp(mid_dst.data(), mid_src.data(), mid));
   for (size_t i = 0; i < big; i += 4096) ASSERT_EQ(big_dst[i], big_src[i]) << "at " << i;
-  ASSERT_GE(during, 1) << "no small operation ran while the large copy did";
+  EXPECT_GE(during, 3) << "small operations waited for the large copy: " << during
+                       << " completed while it ran, the first in "
+                       << std::chrono::duration_cast<std::chrono::microseconds>(took.front()).count() << " us";
   const auto worst = *std::max_element(took.begin(), took.end());
-  EXPECT_LT(worst, alone / 2) << "a 1 MiB message and two 4 KiB messages took "
+  EXPECT_LT(worst, alone) << "a 1 MiB message and two 4 KiB messages took "
                               << std::chrono::duration_cast<std::chrono::microseconds>(worst).count()
                               << " us while a copy of " << big << " bytes took "
                               << std::chrono::duration_cast<std::chrono::microseconds>(alone).count() << " us alone";
