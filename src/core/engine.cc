@@ -299,6 +299,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
   impl->ctx->identity = std::move(identity).value();
   impl->ctx->engine_id = impl->ctx->identity->engine_id();
   impl->ctx->host_id = std::string(platform::host_id());
+  // After engine_id: the workers log with it.
   FERRY_RETURN_IF_ERROR(bootstrap::prepare_transports(*impl->ctx).with_context("engine"));
   Impl* raw = impl.get();
   auto listener = bootstrap::TcpListener::bind(

@@ -34,6 +34,7 @@ class IoPool;
 namespace ferry::local {
 class GpuExports;
 class GpuImports;
+struct LocalWorkers;
 }  // namespace ferry::local
 
 namespace ferry::core {
@@ -71,6 +72,8 @@ struct EngineContext {
   // GPU memory shared with and opened from same-host peers (local transport).
   std::shared_ptr<local::GpuExports> gpu_exports;
   std::shared_ptr<local::GpuImports> gpu_imports;
+  // The threads every local connection shares (progress workers, copy helpers).
+  std::shared_ptr<local::LocalWorkers> local_workers;
   // The kernel that copies batches of small GPU blocks (null: copy engines).
   std::shared_ptr<platform::GatherKernels> gather_kernels;
   // The gather kernel kept resident between batches (null: launched per batch).

@@ -96,36 +96,44 @@ TEST(ShmChannel, AttachRejectsAWrongNonce) {
   EXPECT_EQ(b.status().code(), Code::kDataLoss);
 }
 
-TEST(ShmChannel, SleepingConsumerWakesOnPostAndOnKick) {
+// A reader that armed the channel is rung by the next post, and only then:
+// a reader that polls costs the producer nothing, and arming finds a
+// message that came first (the reader then reads it instead of sleeping).
+TEST(ShmChannel, APostRingsOnlyAnArmedReader) {
   auto a = ShmChannel::create(1 << 16, 5).value();
   ShmChannel b = peer_of(a, 5);
-  std::atomic<bool> no_work{false};
-  auto t0 = std::chrono::steady_clock::now();
-  std::thread producer([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    a.try_post("wake", "");
-  });
-  b.wait(std::chrono::milliseconds(5000), no_work);
-  auto waited = std::chrono::steady_clock::now() - t0;
-  producer.join();
+  bool ring = true;
+  ASSERT_TRUE(a.try_post("polled", "", &ring));
+  EXPECT_FALSE(ring) << "a reader that polls was rung";
+  EXPECT_FALSE(b.arm()) << "arming missed a message already posted";
   std::string m;
   ASSERT_TRUE(b.receive(m).value());
-  EXPECT_EQ(m, "wake");
-  EXPECT_LT(waited, std::chrono::milliseconds(2000));
-  // A kick from this side's own threads also ends the wait.
-  t0 = std::chrono::steady_clock::now();
-  std::thread kicker([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    b.kick();
-  });
-  b.wait(std::chrono::milliseconds(5000), no_work);
-  kicker.join();
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(2000));
-  // Pending local work means no sleep at all.
-  std::atomic<bool> work{true};
-  t0 = std::chrono::steady_clock::now();
-  b.wait(std::chrono::milliseconds(5000), work);
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1000));
+  EXPECT_EQ(m, "polled");
+  EXPECT_TRUE(b.arm());
+  ASSERT_TRUE(a.try_post("armed", "", &ring));
+  EXPECT_TRUE(ring) << "an armed reader was not rung";
+  ASSERT_TRUE(a.try_post("again", "", &ring));
+  EXPECT_TRUE(ring) << "the reader is armed until it disarms";
+  b.disarm();
+  ASSERT_TRUE(a.try_post("disarmed", "", &ring));
+  EXPECT_FALSE(ring);
+  // The other direction has its own flag.
+  EXPECT_TRUE(a.arm());
+  ASSERT_TRUE(b.try_post("to a", "", &ring));
+  EXPECT_TRUE(ring);
+  ASSERT_TRUE(a.try_post("to b", "", &ring));
+  EXPECT_FALSE(ring);
+}
+
+// A channel of the previous version (woken by a futex) is refused with a
+// message that says so.
+TEST(ShmChannel, AttachRefusesAnOlderVersionByName) {
+  auto a = ShmChannel::create(4096, 9).value();
+  const uint64_t v1 = 0x314d485359524546ull;  // "FERYSHM1"
+  ASSERT_EQ(::pwrite(a.fd(), &v1, sizeof(v1), 0), static_cast<ssize_t>(sizeof(v1)));
+  auto b = ShmChannel::attach(::dup(a.fd()), 9);
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("older ferry"), std::string::npos) << b.status().to_string();
 }
 
 TEST(ShmChannel, HeartbeatsAreSeenByThePeerOnly) {
@@ -247,7 +255,6 @@ TEST(ShmChannel, ClosingGivesUpUnmapsAndLaterCallsTouchNothing) {
   EXPECT_EQ(ferry::testing::mappings_of("memfd:ferry-local"), maps - 1);
   EXPECT_TRUE(b.peer_gave_up()) << "a side that closed did not record that it gave up";
   EXPECT_FALSE(a.try_post("after", ""));
-  a.kick();
   a.beat();
   a.give_up();
   EXPECT_EQ(a.peer_beats(), 0u);

@@ -1,9 +1,11 @@
-// The local copier's helper threads: a large host copy is shared with a
-// fixed set of named, pinned helpers that live as long as the copier (none
-// started per copy), a helper the kernel refuses costs speed and never the
-// copy, stop() ends them, and a peer that gives up mid-copy stops every
-// helper before its next piece. Copies go between two buffers of this
-// process through cross-memory attach, as they would with a peer's.
+// The local copier and the engine's copy helpers (CopyPool): a large host
+// copy is shared with a fixed set of named, pinned helpers that every
+// copier of the engine uses (none started per copy or per connection), a
+// helper the kernel refuses costs speed and never the copy, stop() ends a
+// copier's copies and leaves the helpers to the others, pieces of different
+// copies take turns, and a peer that gives up mid-copy stops every helper
+// before its next piece. Copies go between two buffers of this process
+// through cross-memory attach, as they would with a peer's.
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -17,9 +19,11 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "platform/thread.h"
+#include "transport/local/copy_pool.h"
 #include "transport/local/gpu_sharing.h"
 #include "transport/local/local_copier.h"
 
@@ -100,7 +104,11 @@ TEST(LocalCopierHelpers, LargeCopiesShareOneFixedSetOfNamedPinnedHelpers) {
   int cpu = 0;
   while (!CPU_ISSET(cpu, &mine)) ++cpu;
   GpuImports imports;
-  LocalCopier copier(imports, 1, ::getpid(), [] { return Status(); }, {"ferry-tcopy", {cpu}});
+  // Helpers that never end idle here: this test counts them (a slow build
+  // may take seconds between copies).
+  auto pool = std::make_shared<CopyPool>(4, CopyHelpers{"ferry-tcopy", {cpu}}, std::chrono::hours(1));
+  auto owned = std::make_unique<LocalCopier>(imports, 1, ::getpid(), [] { return Status(); }, pool);
+  LocalCopier& copier = *owned;
   EXPECT_TRUE(threads_named("ferry-tcopy").empty()) << "helpers start with the first large copy, not before";
   std::vector<uint8_t> small = random_bytes(1u << 20, 4), small_dst(small.size());
   ASSERT_TRUE(copy(copier, small, small_dst).ok());
@@ -123,15 +131,27 @@ TEST(LocalCopierHelpers, LargeCopiesShareOneFixedSetOfNamedPinnedHelpers) {
   EXPECT_EQ(threads_named("ferry-tcopy-"), helpers) << "the same helpers serve every copy";
 
   copier.stop();
-  EXPECT_TRUE(eventually([] { return threads_named("ferry-tcopy-").empty(); })) << "stop() ends the helpers";
   EXPECT_EQ(copy(copier, src, dst).code(), Code::kCancelled);
+  EXPECT_EQ(threads_named("ferry-tcopy-"), helpers) << "stop() leaves the helpers to the other copiers";
+  // Another copier (another connection of the engine) uses the same helpers.
+  {
+    LocalCopier other(imports, 2, ::getpid(), [] { return Status(); }, pool);
+    std::fill(dst.begin(), dst.end(), 0);
+    ASSERT_TRUE(copy(other, src, dst).ok());
+    EXPECT_EQ(dst, src);
+    EXPECT_EQ(threads_named("ferry-tcopy-"), helpers) << "a second copier started helpers of its own";
+  }
+  owned.reset();
+  pool.reset();
+  EXPECT_TRUE(threads_named("ferry-tcopy-").empty()) << "the pool's end ends the helpers";
 }
 
 TEST(LocalCopierHelpers, AHelperTheKernelRefusesLeavesItsShareToTheCaller) {
   const size_t size = 32u << 20;
   std::vector<uint8_t> src = random_bytes(size, 5), dst(size, 0);
   GpuImports imports;
-  LocalCopier copier(imports, 1, ::getpid(), [] { return Status(); }, {"ferry-tref", {}});
+  LocalCopier copier(imports, 1, ::getpid(), [] { return Status(); },
+                     std::make_shared<CopyPool>(4, CopyHelpers{"ferry-tref", {}}));
   // The second helper is refused: two help, the caller copies the rest.
   platform::set_thread_start_fault([](std::string_view name) { return name == "ferry-tref-1"; });
   Status s = copy(copier, src, dst);
@@ -142,7 +162,8 @@ TEST(LocalCopierHelpers, AHelperTheKernelRefusesLeavesItsShareToTheCaller) {
   ::usleep(50000);
   EXPECT_EQ(threads_named("ferry-tref-").size(), 1u) << "helpers after the refused one are not asked for at once";
   // Every helper refused: the caller copies alone, and the copy still succeeds.
-  LocalCopier alone(imports, 1, ::getpid(), [] { return Status(); }, {"ferry-tnone", {}});
+  LocalCopier alone(imports, 1, ::getpid(), [] { return Status(); },
+                    std::make_shared<CopyPool>(4, CopyHelpers{"ferry-tnone", {}}));
   platform::set_thread_start_fault([](std::string_view name) { return name.rfind("ferry-tnone", 0) == 0; });
   std::fill(dst.begin(), dst.end(), 0);
   s = copy(alone, src, dst);
@@ -159,9 +180,10 @@ TEST(LocalCopierHelpers, APeerThatGivesUpStopsEveryHelperBeforeItsNextPiece) {
   std::vector<uint8_t> src = random_bytes(size, 6), dst(size, 0xEE);
   GpuImports imports;
   auto calls = std::make_shared<std::atomic<int>>(0);
-  LocalCopier copier(imports, 1, ::getpid(), [calls] {
-    return calls->fetch_add(1) < 3 ? Status() : Status(Code::kPeerLost, "the peer gave up");
-  });
+  LocalCopier copier(
+      imports, 1, ::getpid(),
+      [calls] { return calls->fetch_add(1) < 3 ? Status() : Status(Code::kPeerLost, "the peer gave up"); },
+      std::make_shared<CopyPool>(4, CopyHelpers{"ferry-tgive", {}}));
   int completions = 0;
   Status s = copier.start(near_list(src), far_spans(dst), size, true, [&](const Status&) { ++completions; });
   EXPECT_EQ(s.code(), Code::kPeerLost) << s.to_string();
@@ -175,15 +197,16 @@ TEST(LocalCopierHelpers, APeerThatGivesUpStopsEveryHelperBeforeItsNextPiece) {
   EXPECT_EQ(untouched, 6) << "nothing may be written into the peer's memory once it gave up";
 }
 
-// A copy handed to the helpers alone (HostCopyBy::kHelpers, what the
-// progress thread asks for) returns at once; its completion runs on a
+// A copy handed to the helpers alone (HostCopyBy::kHelpers, what a
+// progress worker asks for) returns at once; its completion runs on a
 // helper once every byte is in place, and drain() waits for it.
 TEST(LocalCopierHelpers, ACopyHandedToTheHelpersEndsOnAHelper) {
   const size_t size = (24u << 20) + 5;
   std::vector<uint8_t> src = random_bytes(size, 11), dst(size, 0);
   for (size_t i = 0; i < size; i += 997) src[i] = static_cast<uint8_t>(i * 31);
   GpuImports imports;
-  LocalCopier copier(imports, 1, ::getpid(), [] { return Status(); }, {"ferry-toff", {}});
+  LocalCopier copier(imports, 1, ::getpid(), [] { return Status(); },
+                     std::make_shared<CopyPool>(4, CopyHelpers{"ferry-toff", {}}));
   std::atomic<bool> ended{false};
   std::atomic<pid_t> ended_on{0};
   Status result = Status(Code::kInternal, "no completion");
@@ -221,7 +244,7 @@ TEST(LocalCopierHelpers, StopEndsARunningCopyAtItsNextPiece) {
         if (checks->fetch_add(1) > 0) ::usleep(200000);  // the first check is start()'s own
         return Status();
       },
-      {"ferry-tstop", {}});
+      std::make_shared<CopyPool>(4, CopyHelpers{"ferry-tstop", {}}));
   std::atomic<bool> ended{false};
   Status result = Status(Code::kInternal, "no completion");
   Status s = copier.start(
@@ -239,7 +262,84 @@ TEST(LocalCopierHelpers, StopEndsARunningCopyAtItsNextPiece) {
   int copied = 0;
   for (size_t i = 0; i < size; i += piece) copied += std::memcmp(dst.data() + i, src.data() + i, piece) == 0;
   EXPECT_LE(copied, 4) << "pieces taken after stop() began";
-  EXPECT_TRUE(threads_named("ferry-tstop-").empty()) << "stop() ends the helpers";
+}
+
+// A helper that finds no piece for its idle time ends; the next copy that
+// wants helpers starts them again, under the same names.
+TEST(LocalCopierHelpers, IdleHelpersEndAndTheNextCopyStartsThemAgain) {
+  const size_t size = 32u << 20;
+  std::vector<uint8_t> src = random_bytes(size, 12), dst(size, 0);
+  GpuImports imports;
+  auto pool = std::make_shared<CopyPool>(2, CopyHelpers{"ferry-tidle", {}}, std::chrono::milliseconds(100));
+  LocalCopier copier(imports, 1, ::getpid(), [] { return Status(); }, pool);
+  ASSERT_TRUE(copy(copier, src, dst).ok());
+  EXPECT_EQ(dst, src);
+  EXPECT_TRUE(eventually([] { return threads_named("ferry-tidle-").empty(); })) << "idle helpers did not end";
+  std::fill(dst.begin(), dst.end(), 0);
+  ASSERT_TRUE(copy(copier, src, dst).ok());
+  EXPECT_EQ(dst, src);
+  EXPECT_LE(threads_named("ferry-tidle-").size(), 2u);
+  // Handed to them alone: a copy queued as they end still finds one.
+  for (int i = 0; i < 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(95 + 2 * i));
+    std::atomic<bool> ended{false};
+    Status result = Status(Code::kInternal, "no completion");
+    ASSERT_TRUE(copier
+                    .start(near_list(src), far_spans(dst), size, true,
+                           [&](const Status& st) {
+                             result = st;
+                             ended = true;
+                           },
+                           LocalCopier::HostCopyBy::kHelpers)
+                    .ok());
+    copier.drain();
+    ASSERT_TRUE(ended.load());
+    EXPECT_TRUE(result.ok()) << result.to_string();
+  }
+}
+
+// Two copies handed to one helper: the later, small one does not wait for
+// the whole of the earlier, large one (pieces of different copies take
+// turns), so one connection's bulk copy holds another's for a piece or two.
+TEST(LocalCopierHelpers, PiecesOfDifferentCopiesTakeTurns) {
+  // The large copy: eight pieces of 8 MiB, each at least 100 ms (the peer
+  // check before it sleeps); the small one, 1 MiB, starts once the large
+  // one's first piece runs.
+  const size_t piece = 8u << 20, size = 8 * piece;
+  std::vector<uint8_t> src = random_bytes(size, 8), dst(size, 0);
+  std::vector<uint8_t> small = random_bytes(1u << 20, 9), small_dst(small.size(), 0);
+  GpuImports imports;
+  auto pool = std::make_shared<CopyPool>(1, CopyHelpers{"ferry-tturn", {}});
+  auto checks = std::make_shared<std::atomic<int>>(0);
+  LocalCopier bulk(
+      imports, 1, ::getpid(),
+      [checks] {
+        if (checks->fetch_add(1) > 0) ::usleep(100000);  // the first check is start()'s own
+        return Status();
+      },
+      pool);
+  LocalCopier quick(imports, 2, ::getpid(), [] { return Status(); }, pool);
+  std::atomic<bool> bulk_ended{false}, bulk_ended_first{false}, quick_ended{false};
+  ASSERT_TRUE(bulk.start(near_list(src), far_spans(dst), size, true, [&](const Status&) { bulk_ended = true; },
+                         LocalCopier::HostCopyBy::kHelpers)
+                  .ok());
+  ASSERT_TRUE(eventually([&] { return checks->load() >= 2; })) << "the helper took no piece of the large copy";
+  ASSERT_TRUE(quick
+                  .start(near_list(small), far_spans(small_dst), small.size(), true,
+                         [&](const Status& st) {
+                           EXPECT_TRUE(st.ok()) << st.to_string();
+                           bulk_ended_first = bulk_ended.load();
+                           quick_ended = true;
+                         },
+                         LocalCopier::HostCopyBy::kHelpers)
+                  .ok());
+  quick.drain();
+  ASSERT_TRUE(quick_ended.load());
+  EXPECT_FALSE(bulk_ended_first.load()) << "the small copy waited for the whole large one";
+  EXPECT_EQ(small_dst, small);
+  bulk.drain();
+  ASSERT_TRUE(bulk_ended.load());
+  EXPECT_EQ(dst, src);
 }
 
 }  // namespace

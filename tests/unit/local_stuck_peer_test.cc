@@ -16,6 +16,7 @@
 #include "ferry/ferry.h"
 #include "process_holdings.h"
 #include "raw_local_peer.h"
+#include "transport/local/copy_pool.h"
 #include "transport/local/shared_span.h"
 #include "wire/frame.h"
 
@@ -82,16 +83,14 @@ TEST(LocalStuckPeer, APeerThatStopsReadingCostsNoCoreAndItsHangUpIsSeenAtOnce) {
   }
 }
 
-// A large host copy into the peer's memory starts the copier's helper
-// threads (ferry-c<id>-x-<i>); once the peer hangs up, the failed connection
-// lets them go although the application still holds it (they stayed until
-// the connection was destroyed), and every operation on it gives the
-// failure's reason.
-TEST(LocalStuckPeer, AFailedConnectionTheApplicationHoldsKeepsNoCopyHelper) {
+// A large host copy into the peer's memory runs on the engine's copy
+// helpers (ferry-lcopy-<i>, started with its first local connection and
+// shared by all of them); once the peer hangs up, the failed connection the
+// application still holds starts no more of them, and every operation on it
+// gives the failure's reason.
+TEST(LocalStuckPeer, AFailedConnectionTheApplicationHoldsStartsNoCopyHelper) {
   auto helpers = [] {
-    return threads_named([](const std::string& name) {
-      return name.rfind("ferry-c", 0) == 0 && name.find("-x-") != std::string::npos;
-    });
+    return threads_named([](const std::string& name) { return name.rfind("ferry-lcopy-", 0) == 0; });
   };
   Options o;
   o.transport = TransportChoice::kLocal;
@@ -104,7 +103,7 @@ TEST(LocalStuckPeer, AFailedConnectionTheApplicationHoldsKeepsNoCopyHelper) {
   RawLocalPeer peer;
   ASSERT_TRUE(peer.dial(target->address(), after(5s)).ok());
   auto c = target->accept(after(5s)).value();
-  ASSERT_EQ(helpers(), 0u);
+  EXPECT_LE(helpers(), CopyPool::kMaxHelpers) << "more copy helpers than an engine has";
 
   // The send's RTS, answered by a CTS that describes the peer's memory: the
   // engine copies into it, on its helpers.
@@ -133,13 +132,11 @@ TEST(LocalStuckPeer, AFailedConnectionTheApplicationHoldsKeepsNoCopyHelper) {
   const size_t started = helpers();
   EXPECT_GT(started, 0u) << "the copy started no helper: this test proves nothing";
 
+  EXPECT_LE(started, CopyPool::kMaxHelpers) << "more copy helpers than an engine has";
+
   peer.hang_up();
   const auto hung_up = Clock::now();
   ASSERT_TRUE(eventually([&] { return !c->health().ok(); }, hung_up + 2s)) << "the hang-up was not noticed";
-  EXPECT_TRUE(eventually([&] { return helpers() == 0; }, hung_up + 2s))
-      << helpers() << " of " << started << " copy helpers left 2 s after the connection failed";
-  std::printf("%zu copy helpers of a failed held connection: %zu left after %lld ms\n", started, helpers(),
-              ms(Clock::now() - hung_up));
 
   const Status why = c->health();
   ASSERT_EQ(why.code(), Code::kPeerLost) << why.to_string();
@@ -148,7 +145,7 @@ TEST(LocalStuckPeer, AFailedConnectionTheApplicationHoldsKeepsNoCopyHelper) {
   EXPECT_EQ(c->send(src.data(), 100, after(1s)).code(), why.code());
   EXPECT_EQ(c->recv(src.data(), size, after(1s)).status().code(), why.code());
   EXPECT_EQ(c->notify("after the failure", after(1s)).code(), why.code());
-  EXPECT_EQ(helpers(), 0u) << "an operation on the failed connection started a helper";
+  EXPECT_LE(helpers(), started) << "an operation on the failed connection started a helper";
 }
 
 }  // namespace

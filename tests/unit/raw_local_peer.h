@@ -4,6 +4,8 @@
 // read or post on the channel, or nothing, and hang up when told.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <atomic>
 #include <cstring>
 #include <functional>
@@ -79,7 +81,9 @@ struct RawLocalPeer {
     return s;
   }
 
-  // Posts one message on the channel; false if the ring lacks room.
+  // Posts one message on the channel, and rings the engine's doorbell (a
+  // byte on the control stream) when its reader asked for it, as an engine
+  // does; false if the ring lacks room.
   bool post(wire::FrameHeader h, std::string_view aux = {}, std::string_view payload = {}) {
     h.aux_len = static_cast<uint16_t>(aux.size());
     h.payload_len = static_cast<uint32_t>(payload.size());
@@ -87,7 +91,13 @@ struct RawLocalPeer {
     wire::encode_header(h, hb);
     std::string head(reinterpret_cast<const char*>(hb.data()), hb.size());
     head.append(aux);
-    return channel.try_post(head, payload);
+    bool ring = false;
+    if (!channel.try_post(head, payload, &ring)) return false;
+    if (ring && ctl.fd() >= 0) {
+      const char r = 'r';
+      (void)::send(ctl.fd(), &r, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    return true;
   }
 
   // The next message the engine posted, waiting for it until `until`: its

@@ -7,6 +7,7 @@
 #include "platform/resident_gather.h"
 #include "platform/staging_kernel.h"
 #include "transport/local/gpu_sharing.h"
+#include "transport/local/local_workers.h"
 #include "transport/tcp/io_pool.h"
 
 namespace ferry::bootstrap {
@@ -14,6 +15,7 @@ namespace ferry::bootstrap {
 Status prepare_transports(core::EngineContext& ctx) {
   ctx.gpu_exports = std::make_shared<local::GpuExports>();
   ctx.gpu_imports = std::make_shared<local::GpuImports>(ctx.stream_signals);
+  ctx.local_workers = std::make_shared<local::LocalWorkers>(ctx.engine_id);
   if (ctx.options.staging_copy == StagingCopy::kKernel) {
     ctx.gather_kernels = std::make_shared<platform::GatherKernels>();
     ctx.staging_kernels = std::make_shared<platform::StagingKernels>();

@@ -99,7 +99,7 @@ class GpuImports {
   // stream waits on ferry (StreamSignals::any_armed) the close is held, and
   // done by a later open() or forget() once none waits (arming waits for
   // the close: StreamSignals::Quiet), or at destruction:
-  // the calling thread (a connection's progress thread) may be the one that
+  // the calling thread (a progress worker) may be the one that
   // ends the transfer the stream waits for, and a close waits for the stream.
   void forget(const void* user, uint64_t peer_engine, pid_t peer_pid, uint64_t alloc_base);
 

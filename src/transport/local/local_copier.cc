@@ -1,6 +1,7 @@
 // One-copy moves between this process and a same-host peer: the copier's
-// life, start(), host copies by cross-memory attach and its helper threads,
-// completions (local_copier_gpu.cc holds the GPU side).
+// life, start(), host copies by cross-memory attach (shared with the
+// engine's copy helpers, copy_pool.h), completions (local_copier_gpu.cc
+// holds the GPU side).
 #include "transport/local/local_copier.h"
 
 #include <algorithm>
@@ -66,17 +67,8 @@ int active_device(int fallback) {
   return fallback;
 }
 
-namespace {
-// Without CPUs named, the constructing thread's: fixed now, or the helpers
-// would inherit the CPUs of whichever thread happens to copy first.
-CopyHelpers with_cpus(CopyHelpers h) {
-  if (h.cpus.empty()) h.cpus = platform::pin_current_thread({});
-  return h;
-}
-}  // namespace
-
 LocalCopier::LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid, PeerCheck peer_check,
-                         CopyHelpers helpers, std::shared_ptr<platform::GatherKernels> gather,
+                         std::shared_ptr<CopyPool> helpers, std::shared_ptr<platform::GatherKernels> gather,
                          std::shared_ptr<platform::ResidentGather> resident)
     : imports_(imports),
       gather_(std::move(gather)),
@@ -84,10 +76,9 @@ LocalCopier::LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_p
       peer_engine_(peer_engine),
       peer_pid_(peer_pid),
       peer_check_(std::move(peer_check)),
-      helpers_config_(with_cpus(std::move(helpers))) {}
+      helpers_(std::move(helpers)) {}
 
 LocalCopier::~LocalCopier() {
-  stop_helpers();
   drain();
   const auto& d = platform::cuda();
   platform::MutexLock lock(mu_);
@@ -210,49 +201,46 @@ std::vector<std::vector<iovec>> cut(const std::vector<iovec>& in, size_t per) {
 }
 }  // namespace
 
-// One host copy cut into pieces. Whoever copies takes the next piece not yet
-// taken, so a helper that wakes late takes fewer; after a failure nobody
-// takes another.
-struct LocalCopier::HostCopy {
+// One host copy cut into pieces. Whoever copies (the caller, the engine's
+// helpers) takes the next piece not yet taken, so a helper that comes late
+// takes fewer; after a failure nobody takes another.
+struct LocalCopier::HostCopy final : CopyPool::Job {
+  LocalCopier* copier = nullptr;
   std::vector<std::vector<iovec>> near, far;
   bool to_remote = false;
   StopCheck stop;  // asked before each piece, after the peer
-  size_t wanted = 0;   // helpers it can use
-  // Guarded by the copier's helpers_mu_ (the analysis cannot name another
-  // object's lock here).
-  size_t joined = 0;   // helpers that took it so far
-  size_t working = 0;  // helpers copying it now
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
   platform::Mutex mu;
   Status first_error GUARDED_BY(mu);
   // Offloaded (the helpers alone copy it): what ends it, and the copy
-  // itself, held until the last helper out ends it.
+  // itself, held until ended() lets go of it.
   Done on_end;
   std::shared_ptr<HostCopy> keep;
-  bool ended = false;  // guarded by the copier's helpers_mu_, as joined and working
 
   bool all_taken() const { return failed.load(std::memory_order_acquire) || next.load() >= near.size(); }
 
-  // Copies pieces until none is left or one failed.
-  void run(const LocalCopier& c) {
-    while (!failed.load(std::memory_order_acquire)) {
-      size_t i = next.fetch_add(1, std::memory_order_relaxed);
-      if (i >= near.size()) return;
-      Status s = c.peer_check_();
-      if (s.ok() && stop) s = stop();
-      if (s.ok() && c.stopping_.load(std::memory_order_acquire)) {
-        s = Status(Code::kCancelled, "local copier: the connection is closing");
-      }
-      if (s.ok()) s = to_remote ? cross_write(c.peer_pid_, near[i], far[i]) : cross_read(c.peer_pid_, near[i], far[i]);
-      if (!s.ok()) {
-        platform::MutexLock lock(mu);
-        if (first_error.ok()) first_error = s;
-        failed.store(true, std::memory_order_release);
-        return;
-      }
+  bool run_piece() override {
+    if (failed.load(std::memory_order_acquire)) return false;
+    size_t i = next.fetch_add(1, std::memory_order_relaxed);
+    if (i >= near.size()) return false;
+    const LocalCopier& c = *copier;
+    Status s = c.peer_check_();
+    if (s.ok() && stop) s = stop();
+    if (s.ok() && c.stopping_.load(std::memory_order_acquire)) {
+      s = Status(Code::kCancelled, "local copier: the connection is closing");
     }
+    if (s.ok()) s = to_remote ? cross_write(c.peer_pid_, near[i], far[i]) : cross_read(c.peer_pid_, near[i], far[i]);
+    if (!s.ok()) {
+      platform::MutexLock lock(mu);
+      if (first_error.ok()) first_error = s;
+      failed.store(true, std::memory_order_release);
+      return false;
+    }
+    return !all_taken();
   }
+
+  void ended() override { copier->end_offloaded(*this); }
 };
 
 Status LocalCopier::cross_copy(const std::vector<iovec>& near, const std::vector<iovec>& far, bool to_remote,
@@ -268,35 +256,28 @@ Status LocalCopier::cross_copy(const std::vector<iovec>& near, const std::vector
   job.far = cut(far, per);
   job.to_remote = to_remote;
   job.stop = stop;
+  job.copier = this;
   job.wanted = std::min(threads, job.near.size()) - 1;
-  if (job.wanted > 0 && start_helpers() > 0) {
-    {
-      platform::MutexLock lock(helpers_mu_);
-      wanting_.push_back(&job);
-    }
-    work_cv_.notify_all();
+  const bool helped = job.wanted > 0 && helpers_ && helpers_->add(&job) > 0;
+  while (job.run_piece()) {
   }
-  job.run(*this);
-  if (job.wanted > 0) {
-    // No piece is left to take: no helper may join any more, and the memory
-    // is the caller's again once those that did have left.
-    platform::UniqueLock lock(helpers_mu_);
-    auto it = std::find(wanting_.begin(), wanting_.end(), &job);
-    if (it != wanting_.end()) wanting_.erase(it);
-    left_cv_.wait(lock.native(), [&] { return job.working == 0; });
-  }
+  // No piece is left to take: no helper may join any more, and the memory
+  // is the caller's again once those that did have left.
+  if (helped) helpers_->withdraw(&job);
   platform::MutexLock lock(job.mu);
   return job.first_error;
 }
 
 bool LocalCopier::offload(const std::vector<iovec>& near, const std::vector<iovec>& far, bool to_remote,
                           Done& done, const StopCheck& stop) {
-  size_t helpers = start_helpers();
+  size_t helpers = helpers_ ? helpers_->ensure_started() : 0;
   if (helpers == 0) return false;
   size_t total = 0;
   for (const iovec& v : near) total += v.iov_len;
   size_t per = std::min(kCrossPiece, (total + helpers - 1) / helpers);
   auto job = std::make_shared<HostCopy>();
+  job->copier = this;
+  job->offloaded = true;
   job->near = cut(near, per);
   job->far = cut(far, per);
   job->to_remote = to_remote;
@@ -306,104 +287,34 @@ bool LocalCopier::offload(const std::vector<iovec>& near, const std::vector<iove
   job->keep = job;
   host_copies_.fetch_add(1, std::memory_order_acq_rel);
   offloaded_.fetch_add(1, std::memory_order_acq_rel);
-  {
-    platform::MutexLock lock(helpers_mu_);
-    wanting_.push_back(job.get());
+  if (helpers_->add(job.get()) == 0) {
+    // Every helper ended idle meanwhile and none can start: the caller's.
+    done = std::move(job->on_end);
+    job->keep.reset();
+    offloaded_.fetch_sub(1, std::memory_order_acq_rel);
+    host_copies_.fetch_sub(1, std::memory_order_acq_rel);
+    return false;
   }
-  work_cv_.notify_all();
   return true;
 }
 
-std::shared_ptr<LocalCopier::HostCopy> LocalCopier::left(HostCopy* job) {
-  if (--job->working == 0) left_cv_.notify_all();
-  if (!job->on_end || job->working != 0 || job->ended || !job->all_taken()) return nullptr;
-  // No piece is left and nobody copies: no helper may join any more.
-  job->ended = true;
-  auto it = std::find(wanting_.begin(), wanting_.end(), job);
-  if (it != wanting_.end()) wanting_.erase(it);
-  return std::move(job->keep);
-}
-
-void LocalCopier::end_offloaded(std::shared_ptr<HostCopy> job) {
+void LocalCopier::end_offloaded(HostCopy& job) {
   Status s;
   {
-    platform::MutexLock l(job->mu);
-    s = job->first_error;
+    platform::MutexLock l(job.mu);
+    s = job.first_error;
   }
-  job->on_end(s);
-  job.reset();
+  job.on_end(s);
+  std::shared_ptr<HostCopy> last = std::move(job.keep);  // `job` goes with it
+  last.reset();
   offloaded_.fetch_sub(1, std::memory_order_acq_rel);
   host_copies_.fetch_sub(1, std::memory_order_acq_rel);
-}
-
-size_t LocalCopier::start_helpers() {
-  platform::MutexLock lock(helpers_mu_);
-  if (helpers_.size() >= kHelperThreads || helpers_end_) return helpers_.size();
-  auto now = std::chrono::steady_clock::now();
-  if (now < retry_at_) return helpers_.size();
-  while (helpers_.size() < kHelperThreads) {
-    size_t index = helpers_.size();
-    auto t = platform::try_start_thread(helpers_config_.name + "-" + std::to_string(index),
-                                        [this, index] { helper_loop(index); });
-    if (!t.ok()) {
-      // The copies go on without it; asking the kernel again on every copy
-      // would put a failing thread start on each.
-      retry_at_ = now + kHelperRetry;
-      FERRY_ENGINE_LOG(kWarn, "local", helpers_config_.engine_id,
-                       "%s; large host copies use %zu helper threads for now", t.status().to_string().c_str(),
-                       helpers_.size());
-      break;
-    }
-    helpers_.push_back(std::move(t).value());
-  }
-  return helpers_.size();
-}
-
-void LocalCopier::helper_loop(size_t index) {
-  const platform::CpuList& want = helpers_config_.cpus;
-  platform::CpuList actual = platform::pin_current_thread(want);
-  bool pinned = want.empty() || actual == want;
-  FERRY_ENGINE_LOG(kInfo, "local", helpers_config_.engine_id, "copy helper %s-%zu: expected %s actual %s %s",
-                   helpers_config_.name.c_str(), index, want.empty() ? "any" : platform::format_cpu_list(want).c_str(),
-                   platform::format_cpu_list(actual).c_str(), pinned ? "ok" : "MISMATCH");
-  if (!pinned) {
-    FERRY_ENGINE_LOG(kWarn, "local", helpers_config_.engine_id,
-                     "copy helper %s-%zu could not be pinned to %s (runs on %s)", helpers_config_.name.c_str(), index,
-                     platform::format_cpu_list(want).c_str(), platform::format_cpu_list(actual).c_str());
-  }
-  platform::UniqueLock lock(helpers_mu_);
-  for (;;) {
-    work_cv_.wait(lock.native(), [&]() REQUIRES(helpers_mu_) { return helpers_end_ || !wanting_.empty(); });
-    if (helpers_end_) return;
-    HostCopy* job = wanting_.front();
-    if (++job->joined >= job->wanted) wanting_.pop_front();
-    ++job->working;
-    lock.unlock();
-    job->run(*this);
-    lock.lock();
-    if (std::shared_ptr<HostCopy> ended = left(job)) {
-      lock.unlock();
-      end_offloaded(std::move(ended));
-      lock.lock();
-    }
-  }
-}
-
-void LocalCopier::stop_helpers() {
-  std::vector<std::thread> helpers;
-  {
-    platform::MutexLock lock(helpers_mu_);
-    helpers_end_ = true;
-    helpers.swap(helpers_);
-  }
-  work_cv_.notify_all();
-  for (std::thread& t : helpers) t.join();
 }
 
 bool LocalCopier::busy() const { return inflight_count_.load(std::memory_order_acquire) != 0; }
 
 bool LocalCopier::poll() {
-  if (!busy()) return false;  // the progress thread asks on every turn: no lock when idle
+  if (!busy()) return false;  // the progress worker asks on every turn: no lock when idle
   const auto& d = platform::cuda();
   std::vector<std::pair<Done, Status>> finished;
   {
@@ -436,7 +347,8 @@ bool LocalCopier::poll() {
 
 void LocalCopier::drain() {
   // Host copies handed to the helpers end on their own (the kernel copies
-  // page by page): polled, since they end seldom and this waits seldom.
+  // page by page, the helpers take turns between connections' pieces):
+  // polled, since they end seldom and this waits seldom.
   while (offloaded_.load(std::memory_order_acquire) != 0) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
@@ -469,12 +381,12 @@ void LocalCopier::stop() {
   }
   stopping_.store(true, std::memory_order_release);
   // Cross-memory copies run on the threads that started them (helped by
-  // the helpers) and end at their next piece now (the kernel copies page by
-  // page, a piece at most kCrossPiece): this waits for them, then for the GPU.
+  // the engine's helpers) and end at their next piece now (the kernel copies
+  // page by page, a piece at most kCrossPiece): this waits for them, then
+  // for the GPU.
   while (host_copies_.load(std::memory_order_acquire) != 0) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
-  stop_helpers();
   drain();
 }
 

@@ -16,14 +16,14 @@
 // peer_timeout in the middle of a copy resumes it).
 //
 // A large host copy is cut into pieces that the thread calling start() and
-// the copier's helper threads take in turn (or the helpers alone, for a
-// caller that must not stall: HostCopyBy). The helpers are a fixed set,
-// started on the first large host copy and kept until stop(): no thread is
-// started per copy. A helper the kernel refuses leaves its share to the
-// caller (slower, never a failure); the copier tries again a second later.
+// the engine's copy helpers (CopyPool, shared by every local connection of
+// the engine) take in turn, or the helpers alone, for a caller that must not
+// stall: HostCopyBy. No thread is started per copy or per connection. Where
+// no helper runs (the kernel refused them) the caller copies alone: slower,
+// never a failure.
 //
 // Thread-safe: start() may run on any thread; poll() and drain() belong to
-// the connection's progress thread (or its closer).
+// the connection's progress turns (or its closer).
 #pragma once
 
 #include <sys/types.h>
@@ -50,6 +50,7 @@
 #include "platform/mutex.h"
 #include "platform/gather_kernel.h"
 #include "platform/resident_gather.h"
+#include "transport/local/copy_pool.h"
 #include "transport/local/gpu_sharing.h"
 #include "transport/local/shared_span.h"
 
@@ -66,13 +67,6 @@ bool any_host(const std::vector<SharedSpan>& spans);
 bool any_gpu(const core::SegmentList& list);
 bool any_host(const core::SegmentList& list);
 
-// Names and CPUs of a LocalCopier's helper threads.
-struct CopyHelpers {
-  std::string name = "ferry-xcopy";  // helper i is "<name>-<i>"; the kernel keeps 15 characters
-  platform::CpuList cpus;            // where they run; empty: where the thread constructing the copier may
-  uint64_t engine_id = 0;            // the engine their log lines are about (0: none)
-};
-
 class LocalCopier {
  public:
   using Done = std::function<void(const Status&)>;
@@ -83,11 +77,13 @@ class LocalCopier {
 
   // `gather` (null: copy engines only) copies runs of small device-to-device
   // pieces in one launch; `resident` (null: none) takes batches of blocks
-  // without a launch.
+  // without a launch; `helpers` (null: none, the caller copies alone) share
+  // large host copies.
   LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid, PeerCheck peer_check,
-              CopyHelpers helpers = {}, std::shared_ptr<platform::GatherKernels> gather = nullptr,
+              std::shared_ptr<CopyPool> helpers = nullptr, std::shared_ptr<platform::GatherKernels> gather = nullptr,
               std::shared_ptr<platform::ResidentGather> resident = nullptr);
-  // Joins the helpers and waits for queued GPU copies. Blocks.
+  // Waits for the copies handed to the helpers and for queued GPU copies.
+  // Blocks.
   ~LocalCopier();
 
   // True unless the copy would pair this side's GPU memory with the peer's
@@ -99,7 +95,7 @@ class LocalCopier {
   // Who moves a host-only copy of kOffloadBytes or more.
   enum class HostCopyBy {
     kCallerAndHelpers,  // the calling thread, helped: start returns once it ended
-    kHelpers,  // the helpers alone: start returns at once (for a thread that must not stall: the progress thread)
+    kHelpers,  // the helpers alone: start returns at once (for a thread that must not stall: a progress worker)
   };
 
   // Copies the first `size` bytes of `local` to (to_remote) or from the
@@ -127,14 +123,20 @@ class LocalCopier {
   // Completes queued copies whose events fired; true if any did. Never blocks.
   bool poll();
   bool busy() const;
+  // No copy handed to the helpers runs and no GPU copy waits for poll():
+  // drain() would return at once. Never blocks.
+  bool settled() const {
+    return offloaded_.load(std::memory_order_acquire) == 0 && inflight_count_.load(std::memory_order_acquire) == 0;
+  }
   // Waits for every queued copy, and every host copy handed to the helpers
   // (used before mappings close, and when the peer revokes an export).
   // Blocks.
   void drain();
   // Refuses copies from now on (start() gives kCancelled), stops the host
-  // copies that run before their next piece (they end kCancelled), waits for
-  // every copy already running, on any thread, and ends the helper threads.
-  // Blocks: a host copy's piece, and queued GPU copies.
+  // copies that run before their next piece (they end kCancelled) and waits
+  // for every copy already running, on any thread (the engine's helpers go
+  // on serving other connections). Blocks: a host copy's piece, and queued
+  // GPU copies.
   void stop();
   // Copies `n` host bytes at `src` to `dst` on local `device` and waits for
   // them, on this copier's own (non-blocking) stream: unlike cuMemcpy, it
@@ -152,30 +154,26 @@ class LocalCopier {
   };
   // Copies up to this size complete on the thread that starts them: the
   // copy engines move 1 MiB to a peer GPU in about 11 us on 2 x H100, and
-  // handing the completion to the progress thread added about 4 us to it.
+  // handing the completion to the progress worker added about 4 us to it.
   static constexpr uint64_t kCompleteInline = 1024 * 1024;
   // How long the starting thread waits for such a copy before it hands the
-  // completion to the progress thread after all.
+  // completion to the progress worker after all.
   static constexpr std::chrono::microseconds kInlineWait{200};
   // A copy of at least this many remote spans queues its GPU pieces in two
   // parts when the gather kernel takes them (start()).
   static constexpr size_t kEarlyLaunchSpans = 64;
-  // Host copies from this size on are shared by kCrossThreads threads: the
-  // caller and kCrossThreads - 1 helpers.
+  // Host copies from this size on are shared by up to kCrossThreads threads:
+  // the caller and kCrossThreads - 1 helpers.
   static constexpr size_t kParallelCrossBytes = 16u << 20;
   static constexpr size_t kCrossThreads = 4;
-  // The helpers: a copy handed to them alone gets kCrossThreads threads too.
-  static constexpr size_t kHelperThreads = kCrossThreads;
   // Host copies go in pieces of at most this size, the peer checked before
-  // each: what a resumed copy can still write into memory its owner gave up.
+  // each: what a resumed copy can still write into memory its owner gave up,
+  // and how long another connection's copy waits for a helper (a piece at
+  // about 2.5 GB/s, one thread's cross-memory speed: 3 ms).
   static constexpr size_t kCrossPiece = 8u << 20;
   // Host copies from this size on may go to the helpers alone (HostCopyBy):
   // below it a copy costs less than the hand-off.
   static constexpr size_t kOffloadBytes = 1u << 20;
-  // After the kernel refused a helper, how long large copies go without it
-  // before the copier asks again.
-  static constexpr std::chrono::seconds kHelperRetry{1};
-
   struct HostCopy;  // the pieces of one host copy and who copies them (local_copier.cc)
 
   // A copy counted in host_copies_ (which stop() waits for) while this lives.
@@ -205,16 +203,8 @@ class LocalCopier {
   // it. False (nothing taken) when no helper runs.
   bool offload(const std::vector<iovec>& near, const std::vector<iovec>& far, bool to_remote, Done& done,
                const StopCheck& stop);
-  // A helper left `job`: an offloaded copy whose last helper this was is
-  // returned, for end_offloaded() outside the lock.
-  std::shared_ptr<HostCopy> left(HostCopy* job) REQUIRES(helpers_mu_);
   // Runs an offloaded copy's completion and lets it go.
-  void end_offloaded(std::shared_ptr<HostCopy> job);
-  // Starts the helpers that are not running (at most once per kHelperRetry
-  // after a refusal); returns how many run.
-  size_t start_helpers();
-  void helper_loop(size_t index);
-  void stop_helpers();
+  void end_offloaded(HostCopy& job);
   // The caller made the device's context current.
   Result<platform::cu::Stream> stream_for(int device) REQUIRES(mu_);
   Result<platform::cu::Event> take_event(int device) REQUIRES(mu_);
@@ -260,7 +250,7 @@ class LocalCopier {
   void sync_streams(const std::vector<int>& used);
   // Finishes a copy whose GPU pieces are queued on the streams of `used`:
   // at once if it is small and ends within microseconds, else by events the
-  // progress thread polls. An error (after waiting for the streams) means
+  // progress worker polls. An error (after waiting for the streams) means
   // `finish` never runs.
   Status complete_gpu(const std::vector<int>& used, uint64_t size, Done finish);
   // Finishes a batch the resident kernel took: at once if it is small and
@@ -291,14 +281,7 @@ class LocalCopier {
   std::atomic<int> host_copies_{0};              // cross-memory copies running (on callers' threads or offloaded)
   std::atomic<int> offloaded_{0};                // of which the helpers run alone
 
-  const CopyHelpers helpers_config_;
-  platform::Mutex helpers_mu_;
-  std::condition_variable work_cv_;                    // a copy wants helpers, or they must end
-  std::condition_variable left_cv_;                    // a helper left a copy
-  std::deque<HostCopy*> wanting_ GUARDED_BY(helpers_mu_);  // copies that want more helpers
-  std::vector<std::thread> helpers_ GUARDED_BY(helpers_mu_);
-  bool helpers_end_ GUARDED_BY(helpers_mu_) = false;
-  std::chrono::steady_clock::time_point retry_at_ GUARDED_BY(helpers_mu_){};  // next start after a refusal
+  const std::shared_ptr<CopyPool> helpers_;  // the engine's; null: none
 };
 
 }  // namespace ferry::local

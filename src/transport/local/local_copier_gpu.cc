@@ -356,7 +356,7 @@ Status LocalCopier::complete_gpu(const std::vector<int>& used, uint64_t size, Do
       return Status();
     }
   }
-  // Completion by an event on each stream used, polled by the progress thread.
+  // Completion by an event on each stream used, polled by the progress worker.
   InFlight f;
   f.done = std::move(finish);
   Status recorded;

@@ -1,4 +1,4 @@
-// What both halves of LocalTransport (posting and the progress thread) say
+// What both halves of LocalTransport (posting and the progress turn) say
 // about messages: flag values.
 #pragma once
 

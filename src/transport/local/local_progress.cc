@@ -1,5 +1,6 @@
-// LocalTransport's progress thread and the handlers of the messages it
-// reads from the channel (posting is in local_connection.cc).
+// LocalTransport's progress turn (run by the engine's progress workers) and
+// the handlers of the messages it reads from the channel (posting is in
+// local_transport.cc).
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -17,7 +18,7 @@ namespace ferry::local {
 using wire::FrameHeader;
 using wire::FrameType;
 
-// ---- progress thread ------------------------------------------------------------------
+// ---- progress turn --------------------------------------------------------------------
 
 bool LocalTransport::has_pending() {
   {
@@ -48,56 +49,52 @@ bool LocalTransport::next_message(std::string& msg) {
   return false;
 }
 
-void LocalTransport::progress_loop() {
-  progress_id_.store(std::this_thread::get_id(), std::memory_order_release);
-  auto last_activity = Clock::now();
-  std::string msg;
-  unsigned idle_spins = 0;
-  while (!stop_.load(std::memory_order_acquire)) {
-    local_work_.store(false, std::memory_order_release);
-    bool did = flush_outbox();
-    if (outbox_over_budget_.load(std::memory_order_acquire)) {
-      core_.fail(Status(Code::kResourceExhausted,
-                  where() +
-                      ": the peer left more control messages unread in its channel than connection_memory_bytes (" +
-                      std::to_string(ctx_->options.connection_memory_bytes) + ") holds"));
-    }
-    while (next_message(msg)) {
-      did = true;
-      Status s = handle(msg);
-      if (!s.ok()) {
-        core_.fail(s);
-        break;
-      }
-    }
-    did |= copier_.poll();
-    if (did) {
-      last_activity = Clock::now();
-      idle_spins = 0;
-      continue;
-    }
-    // Busy-polling while copies are in flight or right after traffic: the
-    // next message or copy completion is microseconds away, a futex sleep
-    // and wake would cost more than the whole transfer. Yielding keeps the
-    // poll from starving the threads it waits for when cores are scarce.
-    auto quiet = Clock::now() - last_activity;
-    if (copier_.busy() || quiet < kSpinWindow || (quiet < kPendingSpinWindow && has_pending())) {
-      if (++idle_spins % 4096 == 0 && peer_gone()) peer_exited();
-      // Yield on every turn: measured on the two-GPU host, polling without
-      // it slowed large copies of both processes by 10%.
-      std::this_thread::yield();
-      continue;
-    }
-    // Messages waiting for room in the peer's ring: the peer makes room only
-    // by reading, and wakes nobody when it does, so this polls for it. Each
-    // turn sleeps kOutboxRetry on the channel (the peer's own messages wake
-    // it at once): polling without a pause burnt a core for as long as a peer
-    // left its ring unread (until peer_timeout), and its hang-up went unseen
-    // meanwhile.
-    const bool waiting_for_room = outbox_size_.load(std::memory_order_acquire) != 0;
-    channel_.wait(waiting_for_room ? kOutboxRetry : std::chrono::milliseconds(20), local_work_);
-    if (peer_gone() && !core_.closing()) peer_exited();
+ProgressPool::Client::Turn LocalTransport::turn(bool woken, bool hung_up) {
+  Turn t;
+  if (woken && drain_doorbell()) hung_up = true;
+  bool did = flush_outbox();
+  if (outbox_over_budget_.load(std::memory_order_acquire)) {
+    core_.fail(Status(Code::kResourceExhausted,
+                      where() +
+                          ": the peer left more control messages unread in its channel than connection_memory_bytes (" +
+                          std::to_string(ctx_->options.connection_memory_bytes) + ") holds"));
   }
+  // Bounded: the worker's other connections wait for this turn to end.
+  bool more = false;
+  const auto began = Clock::now();
+  std::string msg;
+  for (int n = 1; finish_revokes() && next_message(msg); ++n) {
+    did = true;
+    Status s = handle(msg);
+    if (!s.ok()) {
+      core_.fail(s);
+      break;
+    }
+    if (n >= kTurnMessages || Clock::now() - began > kTurnBudget) {
+      more = true;
+      break;
+    }
+  }
+  more |= !revocations_.empty();
+  did |= copier_.poll();
+  if (hung_up) {
+    peer_exited();
+    did = true;
+  }
+  auto now = Clock::now();
+  if (did) last_activity_ = now;
+  // Polled again without sleeping while copies are in flight or right after
+  // traffic: the next message or copy completion is microseconds away, a
+  // sleep and wake-up would cost more than the whole transfer.
+  auto quiet = now - last_activity_;
+  t.did = did;
+  t.hot = more || copier_.busy() || quiet < kSpinWindow || (quiet < kPendingSpinWindow && has_pending());
+  // Messages waiting for room in the peer's ring: the peer makes room only
+  // by reading, and wakes nobody when it does, so the worker retries them
+  // (ProgressPool::kOutboxRetryMs) once the windows passed. Retrying without
+  // a pause burnt a core for as long as a peer left its ring unread.
+  t.waiting_for_room = outbox_size_.load(std::memory_order_acquire) != 0;
+  return t;
 }
 
 Status LocalTransport::handle(const std::string& msg) {
@@ -409,21 +406,43 @@ Status LocalTransport::on_revoke(const FrameHeader& h, std::string_view payload)
   std::vector<uint64_t> values(payload.size() / 8);
   // memcpy takes no null pointer, not even for 0 bytes (an empty revoke).
   if (!values.empty()) std::memcpy(values.data(), payload.data(), payload.size());
-  {
-    // Exclusive: no application thread is between finding an export and
-    // starting its copy (run_item holds the shared side).
-    platform::WriterLock gate(revoke_mu_);
-    platform::MutexLock lock(mu_);
-    for (size_t i = 0; i < h.a; ++i) {
-      for (auto it = exports_.begin(); it != exports_.end();) {
-        it = it->first.first == values[i] ? exports_.erase(it) : std::next(it);
-      }
-    }
-  }
-  copier_.drain();
-  for (size_t i = h.a; i < values.size(); ++i) copier_.forget(values[i]);
-  answer(h.id, Status());
+  Revocation r;
+  r.id = h.id;
+  r.exports.assign(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(h.a));
+  r.allocs.assign(values.begin() + static_cast<std::ptrdiff_t>(h.a), values.end());
+  revocations_.push_back(std::move(r));
+  (void)finish_revokes();
   return Status();
+}
+
+bool LocalTransport::finish_revokes() {
+  while (!revocations_.empty()) {
+    Revocation& r = revocations_.front();
+    if (!r.exports_gone) {
+      // Exclusive: no application thread is between finding an export and
+      // starting its copy (run_item holds the shared side, for as long as a
+      // host copy of its own takes): tried, not waited for.
+      if (!revoke_mu_.try_lock()) return false;
+      {
+        platform::MutexLock lock(mu_);
+        for (uint64_t e : r.exports) {
+          for (auto it = exports_.begin(); it != exports_.end();) {
+            it = it->first.first == e ? exports_.erase(it) : std::next(it);
+          }
+        }
+      }
+      revoke_mu_.unlock();
+      r.exports_gone = true;
+    }
+    // Copies handed to the helpers, and GPU copies, end on their own (the
+    // turns poll the GPU's); the answer waits for them.
+    if (!copier_.settled()) return false;
+    copier_.drain();  // settled: at once
+    for (uint64_t a : r.allocs) copier_.forget(a);
+    answer(r.id, Status());
+    revocations_.pop_front();
+  }
+  return true;
 }
 
 }  // namespace ferry::local

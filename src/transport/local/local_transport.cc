@@ -1,6 +1,10 @@
 // LocalTransport: posting operations, notifications, liveness and failure
-// (the progress thread and the message handlers are in local_progress.cc).
+// (the progress turn and the message handlers are in local_progress.cc).
 #include "transport/local/local_transport.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
 #include <cerrno>
 #include <cinttypes>
@@ -8,8 +12,8 @@
 #include <cstring>
 
 #include "core/log.h"
-#include "platform/thread.h"
 #include "transport/local/local_messages.h"
+#include "transport/local/local_workers.h"
 
 namespace ferry::local {
 namespace {
@@ -48,18 +52,56 @@ LocalTransport::LocalTransport(transport::ConnectionCore& core, LocalPeer peer, 
                                                ": the peer gave up on the connection before this copy ended; "
                                                "the bytes copied cannot be trusted");
           },
-          CopyHelpers{"ferry-c" + std::to_string(core.id()) + "-x", /*cpus=*/{}, ctx_->engine_id}, ctx_->gather_kernels,
-          ctx_->resident_gather) {
+          ctx_->local_workers->copies, ctx_->gather_kernels, ctx_->resident_gather),
+      progress_(ctx_->local_workers->progress) {
   last_peer_beat_at_ = Clock::now();
+  last_activity_ = last_peer_beat_at_;
+  // The peer's doorbell: one byte rings it, and must not wait for an
+  // acknowledgement of the one before (Nagle).
+  platform::MutexLock lock(control_mu_);
+  int one = 1;
+  (void)::setsockopt(control_.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-// The core closes first (its destructor), which joins the progress thread.
+// The core closes first (its destructor), which takes the connection out of
+// the progress workers' hands.
 LocalTransport::~LocalTransport() = default;
 
 Status LocalTransport::start() {
-  std::string name = "ferry-c" + std::to_string(core_.id()) + "-local";
-  FERRY_ASSIGN_OR_RETURN(progress_, platform::try_start_thread(name, [this] { progress_loop(); }));
+  int fd;
+  {
+    platform::MutexLock lock(control_mu_);
+    fd = control_.fd();
+  }
+  // entry_ is set before a turn can run (a turn kicks through it).
+  FERRY_RETURN_IF_ERROR(progress_.add(this, fd, entry_));
   return Status();
+}
+
+void LocalTransport::kick() {
+  if (entry_) progress_.kick(*entry_);
+}
+
+void LocalTransport::ring_peer() {
+  platform::MutexLock lock(control_mu_);
+  if (control_.fd() < 0) return;
+  // A full socket buffer means rings the peer has yet to read: it wakes
+  // anyway. A peer that hung up is the progress worker's to notice.
+  static const char kRing = 'r';
+  (void)::send(control_.fd(), &kRing, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+bool LocalTransport::drain_doorbell() {
+  platform::MutexLock lock(control_mu_);
+  if (control_.fd() < 0) return true;
+  // Bounded: a peer that rings without end is read again on the next turn.
+  char buf[256];
+  for (int i = 0; i < 16; ++i) {
+    ssize_t n = ::recv(control_.fd(), buf, sizeof(buf), MSG_DONTWAIT);
+    if (n == 0) return true;
+    if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+  }
+  return false;
 }
 
 Result<std::shared_ptr<transport::ConnectionCore>> LocalTransport::connection(
@@ -102,37 +144,44 @@ void LocalTransport::post(const FrameHeader& h, std::string_view aux, std::strin
                 where() + ": a control message of " + std::to_string(msg.size()) + " bytes does not fit the channel"));
     return;
   }
+  bool posted = false, ring = false, closed = false;
   {
     platform::MutexLock lock(out_mu_);
-    if (outbox_.empty() && channel_.try_post(msg, {})) return;
+    posted = outbox_.empty() && channel_.try_post(msg, {}, &ring);
     // A closed channel takes nothing more, and close() emptied the outbox
     // for good: the message goes nowhere.
-    if (channel_.closed()) return;
-    // A peer that stops reading its ring while it keeps asking would grow
-    // the outbox without end: past the budget the message is dropped and
-    // the progress thread fails the connection (fail() cannot run here:
-    // callers may hold mu_).
-    if (!core_.budget().take(msg.size())) {
+    closed = !posted && channel_.closed();
+    if (posted || closed) {
+    } else if (!core_.budget().take(msg.size())) {
+      // A peer that stops reading its ring while it keeps asking would grow
+      // the outbox without end: past the budget the message is dropped and
+      // the progress worker fails the connection (fail() cannot run here:
+      // callers may hold mu_).
       outbox_over_budget_.store(true, std::memory_order_release);
     } else {
       outbox_.push_back(std::move(msg));
       outbox_size_.store(outbox_.size(), std::memory_order_release);
     }
   }
-  local_work_.store(true, std::memory_order_release);
-  channel_.kick();
+  if (ring) ring_peer();
+  if (!posted && !closed) kick();  // the outbox, or its budget, is the worker's
 }
 
 bool LocalTransport::flush_outbox() {
   if (outbox_size_.load(std::memory_order_acquire) == 0) return false;
-  platform::MutexLock lock(out_mu_);
-  bool any = false;
-  while (!outbox_.empty() && channel_.try_post(outbox_.front(), {})) {
-    core_.budget().give(outbox_.front().size());
-    outbox_.pop_front();
-    any = true;
+  bool any = false, ring = false;
+  {
+    platform::MutexLock lock(out_mu_);
+    bool rang = false;
+    while (!outbox_.empty() && channel_.try_post(outbox_.front(), {}, &rang)) {
+      core_.budget().give(outbox_.front().size());
+      outbox_.pop_front();
+      any = true;
+      ring |= rang;
+    }
+    outbox_size_.store(outbox_.size(), std::memory_order_release);
   }
-  outbox_size_.store(outbox_.size(), std::memory_order_release);
+  if (ring) ring_peer();
   return any;
 }
 
@@ -331,7 +380,7 @@ void LocalTransport::match(transport::PostedRecv recv, transport::ArrivedMessage
     state->finish(s);
     answer(op, s);
   }
-  local_work_.store(true, std::memory_order_release);
+  if (copier_.busy()) kick();  // GPU copies complete in the worker's turns
 }
 
 Status LocalTransport::copy_into(const core::SegmentList& dest, const std::string& bytes) {
@@ -429,8 +478,7 @@ bool LocalTransport::start_pool_blocks(const std::shared_ptr<TransferState>& sta
   if (s.code() == Code::kUnimplemented) return false;
   if (!s.ok()) state->finish_part(s.with_context(where()));
   if (copier_.busy()) {
-    local_work_.store(true, std::memory_order_release);
-    channel_.kick();
+    kick();
   }
   return true;
 }
@@ -488,8 +536,7 @@ void LocalTransport::run_batch(const std::shared_ptr<TransferState>& state,
       [state, access, batch](const Status& st) { state->finish_part(st); }, copy_by(), stop_check(state));
   if (!s.ok()) state->finish_part(s.with_context(where()));
   if (copier_.busy()) {
-    local_work_.store(true, std::memory_order_release);
-    channel_.kick();
+    kick();
   }
 }
 
@@ -597,7 +644,7 @@ void LocalTransport::run_item(const std::shared_ptr<TransferState>& state, const
       state->finish_part(Status(Code::kNotFound, where() + ": local buffer was deregistered"));
       return;
     }
-    // The first item to use an export runs here on the progress thread,
+    // The first item to use an export runs here on a progress worker,
     // once the peer opened it (on_export): a large host copy then goes to
     // the copier's helpers, so acks and notifications do not wait for it.
     Status s = copier_.start(
@@ -605,11 +652,10 @@ void LocalTransport::run_item(const std::shared_ptr<TransferState>& state, const
         is_write ? stop_check(stop_from) : LocalCopier::StopCheck());
     if (!s.ok()) state->finish_part(s.with_context(where()));
     if (copier_.busy()) {
-      // Queued GPU copies complete on the progress thread. A small copy has
+      // Queued GPU copies complete on the progress worker. A small copy has
       // already completed here: waking that thread would cost the caller a
       // futex call for nothing.
-      local_work_.store(true, std::memory_order_release);
-      channel_.kick();
+      kick();
     }
     return;
   }
@@ -725,8 +771,7 @@ void LocalTransport::failed(const Status& why) {
     for (auto& w : waiters) w(why);
   }
   if (!keep_control_open_.load(std::memory_order_acquire)) shut_control();
-  local_work_.store(true);
-  channel_.kick();
+  kick();
 }
 
 void LocalTransport::close() {
@@ -737,12 +782,20 @@ void LocalTransport::close() {
     // closes the control stream once its copies have ended).
     stop_copying(Status(Code::kCancelled, where() + ": connection closed"));
     // The peer answers CLOSE once its own copies have ended (on_close);
-    // the progress thread reads it and sets peer_quiet_. A peer whose
+    // the progress worker reads it and sets peer_quiet_. A peer whose
     // control stream ends without that answer stopped copying only if its
     // process is gone. Polling: a close waits at most peer_timeout.
     auto until = Clock::now() + ctx_->options.peer_timeout;
     auto hung_up = Clock::time_point::max();
+    // On the worker that serves this connection (closed from another
+    // connection's turn), nobody else reads the answer: this does.
+    const bool read_here = entry_ && progress_.serves_here(*entry_);
+    std::string msg;
     while (!peer_quiet_.load(std::memory_order_acquire) && Clock::now() < until) {
+      while (read_here && next_message(msg)) {
+        if (!handle(msg).ok()) break;
+      }
+      if (peer_quiet_.load(std::memory_order_acquire)) break;
       if (hung_up == Clock::time_point::max() && peer_gone()) hung_up = Clock::now();
       // The answer precedes the hang-up in the ring: give the reader a moment.
       if (Clock::now() - hung_up > std::chrono::milliseconds(20)) break;
@@ -759,27 +812,19 @@ void LocalTransport::close() {
   close_settled_.store(true, std::memory_order_release);
   core_.fail(Status(Code::kCancelled, where() + ": connection closed"));
   shut_control();
-  stop_.store(true, std::memory_order_release);
-  channel_.kick();
-  bool on_progress_thread = false;
-  if (progress_.joinable()) {
-    if (progress_.get_id() == std::this_thread::get_id()) {
-      progress_.detach();
-      on_progress_thread = true;
-    } else {
-      progress_.join();
-    }
-  }
-  // A failed connection's copies stop too, and its helper threads end,
-  // while the application may hold it for long (an orderly close did this
-  // in stop_copying).
+  // No progress turn runs after this (one under way has ended), unless this
+  // is that very turn: it goes on once close() returns.
+  const bool in_own_turn = entry_ && !progress_.remove(*entry_);
+  // A failed connection's copies stop too, while the application may hold
+  // it for long (an orderly close did this in stop_copying).
   copier_.stop();
   copier_.forget(0);
   // Nothing reads the control stream or the channel any more: their
   // descriptors and the mapping go now, not when the application lets go of
-  // the connection (it may hold a failed one for long). On the progress
-  // thread the loop has yet to end: the destructor lets go of them.
-  if (!on_progress_thread) {
+  // the connection (it may hold a failed one for long). Inside this
+  // connection's own turn the turn has yet to end: the destructor lets go
+  // of them.
+  if (!in_own_turn) {
     {
       platform::MutexLock lock(control_mu_);
       control_.reset();

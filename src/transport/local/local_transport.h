@@ -10,24 +10,29 @@
 // stays open only to notice the peer's death (the kernel closes it).
 //
 // Files: local_transport.cc (posting, liveness, failure), local_progress.cc
-// (the progress thread and the message handlers).
+// (a progress turn and the message handlers).
 //
-// Threads: ferry-c<id>-local, the progress thread (local_progress.cc), reads the channel, polls
-// GPU copy events and runs the handlers. It busy-polls while copies are in
-// flight or for kSpinWindow after the last message (a futex wake-up costs
-// tens of microseconds, a local copy a few), then sleeps on the channel.
-// Application threads post operations and may start copies themselves.
+// Threads: none of its own. The engine's progress workers (progress_pool.h,
+// one per engine by default, shared by every local connection) take turns
+// serving it: a turn reads the channel, polls GPU copy events and runs the
+// handlers. A turn keeps the connection "hot" (polled on every round, no
+// sleep) while copies are in flight or for kSpinWindow after the last
+// message (a futex or eventfd wake-up costs tens of microseconds, a local
+// copy a few); after that the worker arms the channel and the peer rings
+// the control stream with its next message. Large host copies go to the
+// engine's copy helpers (copy_pool.h). Application threads post operations
+// and may start copies themselves.
 //
 // Failure: a peer that exits (control stream EOF), stops beating for
 // peer_timeout, or sends garbage fails every pending transfer with the
-// reason; close() and the destructor join the progress thread. close() (the
-// engine's heartbeat runs it as soon as the connection failed) also stops
-// the copier (running host copies end at their next piece, its helper
-// threads end), closes the control stream and unmaps the channel, although
-// the application may still hold the connection and post on it from any
-// thread: every call that touches the channel holds it for its span
-// (ShmChannel), so close() waits for those inside (kChannelUsersWait at
-// most) and later ones touch nothing.
+// reason; close() and the destructor take the connection out of the
+// workers' hands (waiting for a turn under way). close() (the engine's
+// heartbeat runs it as soon as the connection failed) also stops the
+// copier (running host copies end at their next piece), closes the control
+// stream and unmaps the channel, although the application may still hold
+// the connection and post on it from any thread: every call that touches
+// the channel holds it for its span (ShmChannel), so close() waits for
+// those inside (kChannelUsersWait at most) and later ones touch nothing.
 #pragma once
 
 #include <sys/types.h>
@@ -42,6 +47,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "core/engine_context.h"
 #include "core/notification_queue.h"
@@ -52,6 +58,7 @@
 #include "transport/connection_core.h"
 #include "transport/transport.h"
 #include "transport/local/local_copier.h"
+#include "transport/local/progress_pool.h"
 #include "transport/local/shm_channel.h"
 #include "wire/frame.h"
 
@@ -63,18 +70,20 @@ struct LocalPeer {
   std::string address;  // the control stream's remote end, for messages
 };
 
-class LocalTransport final : public transport::Transport {
+class LocalTransport final : public transport::Transport, private ProgressPool::Client {
  public:
-  // How long the progress thread keeps polling after the last message.
+  // How long the progress worker keeps polling the connection after the
+  // last message: the next one usually comes within a round trip, and the
+  // wake-up that sleeping would cost (tens of microseconds on a virtual
+  // machine) is more than a small transfer takes.
   static constexpr std::chrono::microseconds kSpinWindow{200};
   // ... and, while operations of this connection wait on the peer, for this
-  // long: the answer usually comes within a copy's time (a futex wake-up on a
-  // virtual machine costs tens of microseconds).
+  // long: the answer usually comes within a copy's time.
   static constexpr std::chrono::milliseconds kPendingSpinWindow{20};
-  // How long the progress thread sleeps between attempts to post messages
-  // that wait for room in the peer's ring, once the spin windows passed: a
-  // message that waited that long waits at most this much more.
-  static constexpr std::chrono::milliseconds kOutboxRetry{1};
+  // A turn reads at most this many messages, and stops after kTurnBudget:
+  // the other connections of the worker wait a turn, not a backlog.
+  static constexpr int kTurnMessages = 64;
+  static constexpr std::chrono::microseconds kTurnBudget{100};
   // How long Transfer::wait() polls before it sleeps (Options::wait_spin 0).
   static constexpr std::chrono::microseconds kWaitSpin{10000};
   // Messages up to this size are copied by the receiver when it can (match()).
@@ -88,7 +97,7 @@ class LocalTransport final : public transport::Transport {
   ~LocalTransport() override;
 
   // A started connection over a new LocalTransport (the handshake's last
-  // step); kResourceExhausted if its thread cannot start.
+  // step); kResourceExhausted if no progress worker can serve it.
   static Result<std::shared_ptr<transport::ConnectionCore>> connection(const std::shared_ptr<core::EngineContext>& ctx,
                                                                        uint64_t id, LocalPeer peer,
                                                                        platform::Socket control, ShmChannel channel);
@@ -97,10 +106,11 @@ class LocalTransport final : public transport::Transport {
 
   // ---- transport.h --------------------------------------------------------
   std::string_view name() const override { return "local"; }
-  // Starts the progress thread; kResourceExhausted if the kernel refuses it.
+  // Hands the connection to the engine's progress workers (starting them
+  // with the first connection); kResourceExhausted if none can start.
   Status start() override;
-  // The progress thread polls while copies run, so a waiter polling too costs
-  // little, and it does not oversleep a long GPU copy.
+  // The progress worker polls while copies run, so a waiter polling too
+  // costs little, and it does not oversleep a long GPU copy.
   std::chrono::microseconds wait_spin() const override { return kWaitSpin; }
   bool notes_ride_with_writes() const override { return false; }
   void start_send(const std::shared_ptr<TransferState>& state, core::SegmentList source) override;
@@ -147,7 +157,7 @@ class LocalTransport final : public transport::Transport {
   // A batch item by item; finishes one part of `state` with the last.
   void start_each(const std::shared_ptr<TransferState>& state, transport::WriteBatch batch);
 
-  // Posting messages. post() never blocks the progress thread: what does not
+  // Posting messages. post() never blocks the progress worker: what does not
   // fit in the ring now waits in outbox_ (order kept); a message that could
   // never fit fails the connection, so callers check what can grow first:
   // fits() names the operation in its error.
@@ -175,14 +185,22 @@ class LocalTransport final : public transport::Transport {
   // Posts notification `seq` (`op` 0: the peer confirms nothing).
   void post_note(uint64_t op, uint64_t seq, bool skip, std::string_view note);
 
-  // Progress thread.
-  void progress_loop();
-  // Large host copies started on the progress thread go to the copier's
-  // helpers: the thread must stay free for acks and notifications.
-  LocalCopier::HostCopyBy copy_by() const {
-    return std::this_thread::get_id() == progress_id_.load(std::memory_order_acquire)
-               ? LocalCopier::HostCopyBy::kHelpers
-               : LocalCopier::HostCopyBy::kCallerAndHelpers;
+  // Progress (ProgressPool::Client, on the engine's progress worker).
+  Turn turn(bool woken, bool hung_up) override;
+  bool arm() override { return channel_.arm(); }
+  void disarm() override { channel_.disarm(); }
+  // Asks the progress worker for a turn of this connection (outbox, copies
+  // to poll, a failure to act on). Any thread.
+  void kick();
+  // Wakes the peer's reader after a post that found the channel armed: a
+  // byte on the control stream. Never blocks.
+  void ring_peer() EXCLUDES(control_mu_);
+  // Reads the peer's rings off the control stream; true if it ended.
+  bool drain_doorbell() EXCLUDES(control_mu_);
+  // Large host copies started on a progress worker go to the copy helpers:
+  // the worker must stay free for every connection's acks and notifications.
+  static LocalCopier::HostCopyBy copy_by() {
+    return ProgressPool::on_worker() ? LocalCopier::HostCopyBy::kHelpers : LocalCopier::HostCopyBy::kCallerAndHelpers;
   }
   // The next message from the peer's ring; false if none, or if the ring held
   // garbage (the connection then fails).
@@ -194,6 +212,12 @@ class LocalTransport final : public transport::Transport {
   Status on_export(const wire::FrameHeader& h, std::string_view aux, std::string_view payload);
   Status on_pull_or_push(const wire::FrameHeader& h, std::string_view payload);
   Status on_revoke(const wire::FrameHeader& h, std::string_view payload);
+  // Carries the oldest revocation as far as it can without blocking the
+  // worker (its other connections wait meanwhile): its exports go once no
+  // application thread is starting a copy from one, and the answer once
+  // this side's copies ended. True once none is left; until then the turn
+  // reads no further message (the peer's order is kept).
+  bool finish_revokes();
   bool peer_gone() const EXCLUDES(control_mu_);
   // Shuts the control stream (both directions); its descriptor stays until close().
   void shut_control() EXCLUDES(control_mu_);
@@ -202,7 +226,7 @@ class LocalTransport final : public transport::Transport {
   bool peer_process_gone() const;
   // Posts CLOSE unless this side already did.
   void send_close();
-  // close(), once the progress thread has ended: unmaps the channel and
+  // close(), once no progress turn can run: unmaps the channel and
   // closes its descriptor, and drops the outbox.
   void let_go_of_channel();
   // Both ends of an orderly close: fails what is pending (control stream
@@ -212,7 +236,7 @@ class LocalTransport final : public transport::Transport {
   // A dereg of `region_id` on a failed connection: waits for a close under
   // way to settle, and warns if the peer may still be copying.
   void settle_after_failure(uint64_t region_id);
-  // Progress thread: handles what the dead peer left in the channel, then fails.
+  // Progress worker: handles what the dead peer left in the channel, then fails.
   void peer_exited();
   bool has_pending();
 
@@ -225,10 +249,8 @@ class LocalTransport final : public transport::Transport {
   platform::Socket control_ GUARDED_BY(control_mu_);
   ShmChannel channel_;  // any thread; closed by close() (what touches it then touches nothing)
   LocalCopier copier_;
-  std::thread progress_;
-  std::atomic<std::thread::id> progress_id_{};  // the progress thread's, once it runs
-  std::atomic<bool> stop_{false};
-  std::atomic<bool> local_work_{false};  // set with a kick(): outbox or copies to poll
+  ProgressPool& progress_;                      // the engine's workers
+  std::shared_ptr<ProgressPool::Entry> entry_;  // set by start() before a turn can run; constant after
   // The connection's failure leaves the control stream open: an orderly
   // close shuts it only once copies have ended (stop_copying).
   std::atomic<bool> keep_control_open_{false};
@@ -239,15 +261,23 @@ class LocalTransport final : public transport::Transport {
   std::atomic<bool> close_settled_{false};
   std::atomic<bool> close_sent_{false};  // CLOSE goes once: a close, or the answer to the peer's
   // post() found the outbox past connection_memory_bytes; the progress
-  // thread fails the connection.
+  // worker fails the connection.
   std::atomic<bool> outbox_over_budget_{false};
-  bool channel_broken_ = false;            // progress thread (or its closer) only
+  bool channel_broken_ = false;            // progress turns (or the closer) only
+  Clock::time_point last_activity_{};      // progress turns only
+  struct Revocation {
+    uint64_t id = 0;                // the peer's message, answered once done
+    std::vector<uint64_t> exports;  // the peer's exports to forget...
+    std::vector<uint64_t> allocs;   // ...and GPU allocations to close
+    bool exports_gone = false;
+  };
+  std::deque<Revocation> revocations_;  // progress turns only
   uint64_t last_peer_beats_ = 0;           // heartbeat thread only
   Clock::time_point last_peer_beat_at_{};  // heartbeat thread only
 
   platform::Mutex out_mu_;
   std::deque<std::string> outbox_ GUARDED_BY(out_mu_);  // encoded messages not yet in the ring
-  // outbox_.size(), read without out_mu_ by the progress thread on every
+  // outbox_.size(), read without out_mu_ by the progress worker on every
   // turn. Taking the lock there made an application thread's post wait for
   // it and then wake it (two-GPU host: an RTS took 1.75 us to post, 0.7 now).
   std::atomic<size_t> outbox_size_{0};

@@ -1,8 +1,8 @@
-// Shared-memory message rings with futex wake-ups.
+// Shared-memory message rings; the reader asks for a ring on its doorbell
+// when it stops polling.
 #include "transport/local/shm_channel.h"
 
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -11,22 +11,20 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
-#include <ctime>
 
 #include "platform/system_error.h"
 
 namespace ferry::local {
 
 namespace {
-constexpr uint64_t kMagic = 0x314d485359524546ull;  // "FERYSHM1"
+// Version 2: a reader that stopped polling is woken by a byte on the
+// control stream, no longer by a futex in the shared page.
+constexpr uint64_t kMagic = 0x324d485359524546ull;  // "FERYSHM2"
+constexpr uint64_t kMagicV1 = 0x314d485359524546ull;  // "FERYSHM1"
 constexpr uint32_t kWrap = 0xffffffffu;             // "continue at the ring's start"
 // A peer that could shrink or grow the file under our mapping could make
 // every later access fault (SIGBUS): both are sealed before it is shared.
 constexpr int kRequiredSeals = F_SEAL_SHRINK | F_SEAL_GROW;
-
-long futex(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* timeout) {
-  return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, val, timeout, nullptr, 0);
-}
 
 size_t align8(size_t n) { return (n + 7) & ~size_t{7}; }
 }  // namespace
@@ -34,8 +32,8 @@ size_t align8(size_t n) { return (n + 7) & ~size_t{7}; }
 struct ShmChannel::Ring {
   alignas(64) std::atomic<uint64_t> head;   // bytes published by the producer
   alignas(64) std::atomic<uint64_t> tail;   // bytes consumed by the consumer
-  alignas(64) std::atomic<uint32_t> seq;    // futex word: bumped to wake the consumer
-  std::atomic<uint32_t> sleeping;           // the consumer is (about to be) asleep
+  alignas(64) std::atomic<uint32_t> unused;  // version 1's futex word
+  std::atomic<uint32_t> sleeping;            // the consumer armed the channel: ring after posting
   alignas(64) std::atomic<uint64_t> beats;  // liveness of the consumer's side
   std::atomic<uint32_t> gave_up;            // the consumer's side failed the connection
 };
@@ -121,6 +119,10 @@ Result<ShmChannel> ShmChannel::attach(int fd, uint64_t nonce) {
                   "local channel: the peer's shared segment is not sealed against shrinking and growing");
   }
   Layout head{};
+  if (::pread(fd, &head, sizeof(head), 0) == static_cast<ssize_t>(sizeof(head)) && head.magic == kMagicV1) {
+    return Status(Code::kUnimplemented,
+                  "local channel: the peer runs an older ferry (channel version 1, this side speaks 2)");
+  }
   if (::pread(fd, &head, sizeof(head), 0) != static_cast<ssize_t>(sizeof(head)) || head.magic != kMagic ||
       head.nonce != nonce || head.ring_bytes < 4096 || head.ring_bytes > (1u << 30) || head.ring_bytes % 8 != 0) {
     return Status(Code::kDataLoss, "local channel: the shared segment is not the one the peer announced");
@@ -143,7 +145,7 @@ Result<ShmChannel> ShmChannel::attach(int fd, uint64_t nonce) {
 // ring is sure to find room wherever the head stands.
 bool ShmChannel::fits(size_t bytes) const { return align8(4 + bytes) <= ring_bytes_ / 2; }
 
-bool ShmChannel::try_post(std::string_view head, std::string_view body) {
+bool ShmChannel::try_post(std::string_view head, std::string_view body, bool* ring_peer) {
   platform::UseGate::Use use = users_.enter();
   if (!use) return false;
   platform::MutexLock lock(post_mu_);
@@ -176,17 +178,10 @@ bool ShmChannel::try_post(std::string_view head, std::string_view body) {
   if (!body.empty()) std::memcpy(d + at + 4 + head.size(), body.data(), body.size());
   head_ = h + need;
   r.head.store(head_, std::memory_order_release);
-  wake(r);
-  return true;
-}
-
-void ShmChannel::wake(Ring& r) {
-  // seq_cst pairs with the consumer's store of `sleeping` then re-check of head.
+  // seq_cst pairs with arm()'s store of `sleeping` then re-check of head.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (r.sleeping.load(std::memory_order_relaxed) != 0) {
-    r.seq.fetch_add(1, std::memory_order_release);
-    futex(&r.seq, FUTEX_WAKE, 1, nullptr);
-  }
+  if (ring_peer != nullptr) *ring_peer = r.sleeping.load(std::memory_order_relaxed) != 0;
+  return true;
 }
 
 bool ShmChannel::readable() const {
@@ -226,22 +221,13 @@ Result<bool> ShmChannel::receive(std::string& out) {
   return true;
 }
 
-void ShmChannel::wait(std::chrono::milliseconds timeout, const std::atomic<bool>& local_work) {
-  Ring& r = ring(1 - side_);
-  uint32_t seq = r.seq.load(std::memory_order_acquire);
-  r.sleeping.store(1, std::memory_order_relaxed);
+bool ShmChannel::arm() {
+  ring(1 - side_).sleeping.store(1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (!readable() && !local_work.load(std::memory_order_acquire)) {
-    timespec ts{static_cast<time_t>(timeout.count() / 1000), static_cast<long>(timeout.count() % 1000) * 1000000};
-    futex(&r.seq, FUTEX_WAIT, seq, &ts);
-  }
-  r.sleeping.store(0, std::memory_order_relaxed);
+  return !readable();
 }
 
-void ShmChannel::kick() {
-  platform::UseGate::Use use = users_.enter();
-  if (use) wake(ring(1 - side_));
-}
+void ShmChannel::disarm() { ring(1 - side_).sleeping.store(0, std::memory_order_relaxed); }
 
 void ShmChannel::beat() {
   platform::UseGate::Use use = users_.enter();

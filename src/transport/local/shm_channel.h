@@ -2,16 +2,20 @@
 // message rings (one per direction) in a memfd that both processes map.
 //
 // Why shared memory and not the TCP control stream: a message costs a store
-// and, only when the reader sleeps, a futex wake; a local copy takes a few
+// and, only when the reader sleeps, a wake-up; a local copy takes a few
 // microseconds, so a socket hop (tens of microseconds with the wake-up) would
-// dominate small transfers. The reader spins briefly after activity and then
-// sleeps on a futex in the shared page, so an idle connection costs nothing.
+// dominate small transfers. The reader (an engine's progress worker, which
+// serves many channels) polls briefly after activity; before it stops
+// polling it arms the channel (a flag in the shared page), and a producer
+// that finds the flag set after posting rings the reader's doorbell: a byte
+// on the connection's control stream, which the worker sleeps on with every
+// other connection's (progress_pool.h). An idle connection costs nothing.
 //
-// Threading: try_post(), kick(), beat(), peer_beats(), give_up() and
-// peer_gave_up() may run on any thread of this process (a mutex orders
-// producers), also while another thread closes the channel; receive(),
-// readable() and wait() belong to one consumer thread per side, close() to
-// one thread.
+// Threading: try_post(), beat(), peer_beats(), give_up() and peer_gave_up()
+// may run on any thread of this process (a mutex orders producers), also
+// while another thread closes the channel; receive(), readable(), arm() and
+// disarm() belong to one consumer per side (one thread at a time), close()
+// to one thread.
 //
 // Closing: a side lets go of its mapping and descriptor with close() as soon
 // as its connection is over, while threads of its application may still be
@@ -60,21 +64,22 @@ class ShmChannel {
   // Appends one message made of `head` then `body` to the outgoing ring.
   // Returns false without posting when the ring lacks room (the caller
   // retries later) or the channel is closed; a message that does not fit()
-  // never posts.
-  bool try_post(std::string_view head, std::string_view body);
+  // never posts. Sets `*ring` (when given) if the peer's reader armed the
+  // channel: the caller then rings the peer's doorbell.
+  bool try_post(std::string_view head, std::string_view body, bool* ring = nullptr);
   // Takes the next incoming message into `out`; false if none. kDataLoss if
   // the peer's ring holds a length or marker that cannot be right (nothing is
   // read past what it published).
   Result<bool> receive(std::string& out);
   // True if an incoming message is waiting.
   bool readable() const;
-  // Sleeps until a message arrives, kick() is called, or `timeout` passes;
-  // does not sleep if `local_work` is set (checked after arming the wake-up,
-  // so a kick() that follows setting it is never lost).
-  void wait(std::chrono::milliseconds timeout, const std::atomic<bool>& local_work);
-  // Wakes this side's own consumer (used when local work appears); nothing
-  // once closed.
-  void kick();
+  // Asks the peer to ring after its next message (the reader is about to
+  // stop polling); false if a message is already waiting (the reader reads
+  // it instead). Ordered against the peer's post: a message published before
+  // the peer could see the request is found here, any later one rings.
+  bool arm();
+  // The reader polls again: the peer need not ring.
+  void disarm();
 
   // Where ring `i`'s shared head and tail, and its bytes, lie in the file:
   // what a peer can write, for tests that play a hostile one.
@@ -112,7 +117,6 @@ class ShmChannel {
   struct Ring;
   Ring& ring(int i) const;
   uint8_t* data(int i) const;
-  void wake(Ring& r);
   void release();
 
   int fd_ = -1;
