@@ -44,7 +44,9 @@ struct CopyPool::State {
   }
 };
 
-size_t CopyPool::default_size() { return kMaxHelpers; }
+size_t CopyPool::default_size() {
+  return std::clamp<size_t>(static_cast<size_t>(platform::usable_cpu_count()), 2, kMaxHelpers);
+}
 
 CopyPool::CopyPool(size_t helpers, CopyHelpers config, std::chrono::milliseconds idle)
     : size_(helpers), s_(std::make_shared<State>()) {

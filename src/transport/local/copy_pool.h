@@ -62,12 +62,9 @@ class CopyPool {
     bool ended_run = false;  // ended() ran (offloaded jobs)
   };
 
-  // How many helpers an engine gets: kMaxHelpers, whatever the CPUs. A large
-  // copy is shared by its caller and up to three helpers
-  // (LocalCopier::kCrossThreads), and four beat two even on 2 CPUs (the
-  // kernel pins the peer's pages as it goes): in three alternating rounds of
-  // 64 MiB writes on the 2-vCPU machine, 5.8 GB/s with four against 5.3
-  // with two (medians).
+  // How many helpers an engine gets: as many as the CPUs this process may
+  // use, at most kMaxHelpers, at least 2 (a copy shared by the caller and
+  // one helper already runs at twice one thread's speed; see cross_memory.h).
   static size_t default_size();
   static constexpr size_t kMaxHelpers = 4;
   // After the kernel refused a helper, how long the pool goes without it
