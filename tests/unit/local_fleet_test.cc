@@ -15,6 +15,7 @@
 #include "engine_pair.h"
 #include "ferry/ferry.h"
 #include "platform/thread.h"
+#include "sanitizer_build.h"
 
 namespace ferry {
 namespace {
@@ -105,6 +106,7 @@ TEST(LocalFleet, ThreadsDoNotGrowWithConnections) {
 // alone. Loose on purpose: on a loaded 2-CPU machine one scheduling delay
 // can be tens of milliseconds.
 TEST(LocalFleet, BulkCopyDoesNotHoldAnotherConnectionsMessages) {
+  if (sanitizer_build::kThread || sanitizer_build::kAddress) GTEST_SKIP() << sanitizer_build::kTimingTest;
   Options o = local_options(2);
   auto a = Engine::create(o).value();
   auto b = Engine::create(o).value();

@@ -1,5 +1,6 @@
 // Whether this test binary runs under ThreadSanitizer, for the few tests
-// whose subject is something it reports by design (scripts/sanitize.sh).
+// whose subject is something it reports by design, or under either
+// sanitizer, for the tests whose subject is timing (scripts/sanitize.sh).
 #pragma once
 
 namespace ferry::sanitizer_build {
@@ -15,6 +16,24 @@ inline constexpr bool kThread = false;
 #else
 inline constexpr bool kThread = false;
 #endif
+
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kAddress = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kAddress = true;
+#else
+inline constexpr bool kAddress = false;
+#endif
+#else
+inline constexpr bool kAddress = false;
+#endif
+
+// Why a test that measures how long one connection's messages wait behind
+// another's bulk transfer does not run under a sanitizer: the sanitizers
+// slow copies, locks and thread switches unevenly, so the times say nothing
+// of the data plane (the plain build runs it in every suite).
+inline constexpr const char* kTimingTest = "a timing test: the sanitizers change the timing it measures";
 
 // Why a test of one chunk landing twice (a peer resending it on a second
 // path while the first copy is still arriving) does not run under it: both

@@ -12,6 +12,7 @@
 
 #include "ferry/ferry.h"
 #include "process_holdings.h"
+#include "sanitizer_build.h"
 
 namespace ferry {
 namespace {
@@ -88,6 +89,7 @@ TEST(TcpFleet, ThreadsDoNotGrowWithConnections) {
 // for a loaded 2-CPU machine and sanitizers; a round trip that waited for
 // the write would take all of it.
 TEST(TcpFleet, ABulkWriteDoesNotStarveAnotherConnectionsSmallMessages) {
+  if (sanitizer_build::kThread || sanitizer_build::kAddress) GTEST_SKIP() << sanitizer_build::kTimingTest;
   auto target = Engine::create(fleet_options()).value();
   auto dialer = Engine::create(fleet_options()).value();
   auto bulk = dialer->connect(target->address(), after(10s)).value();
