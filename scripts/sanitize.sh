@@ -20,13 +20,13 @@ case "$kind" in
     build=build-asan
     flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
     labels='^(unit|integration)$'
-    targets=(ferry_unit_tests ferry_integration_tests ferry_test_peer _ferry)
+    targets=(ferry_unit_tests ferry_ops_tests ferry_integration_tests ferry_test_peer _ferry)
     ;;
   thread)
     build=build-tsan
     flags="-fsanitize=thread"
     labels='^(unit|integration)$'
-    targets=(ferry_unit_tests ferry_integration_tests ferry_test_peer)
+    targets=(ferry_unit_tests ferry_ops_tests ferry_integration_tests ferry_test_peer)
     ;;
   *)
     echo "usage: scripts/sanitize.sh address|thread [ctest arguments]" >&2
