@@ -261,13 +261,16 @@ void ProgressPool::worker_loop(const std::shared_ptr<Worker>& wp, size_t index) 
       }
     }
     for (int i = 0; i < n; ++i) {
-      if (events[i].data.u64 == 0) {
+      // A copy: epoll_event is packed on x86-64, so its member is not
+      // aligned for the reference find() takes.
+      const uint64_t id = events[i].data.u64;
+      if (id == 0) {
         uint64_t v;
         (void)!::read(w.wakefd, &v, sizeof(v));
         continue;
       }
       platform::MutexLock lock(w.mu);
-      auto it = w.entries.find(events[i].data.u64);
+      auto it = w.entries.find(id);
       if (it == w.entries.end()) continue;  // removed since
       const std::shared_ptr<Entry>& e = it->second;
       e->woken = true;
