@@ -19,6 +19,11 @@
 #               answers to the engine's pointer probes (cuPointerGetAttribute
 #               on host memory says "invalid value" by design) are not counted;
 #   PART=all    local and tcp (the default; sanitize only when asked).
+#   REPEAT=N    PART=local: the tests N times after the one build (stops
+#               starting runs once BUDGET seconds, default 540, have passed),
+#               with a line per test saying in how many runs it passed. A test
+#               still running at its limit has every thread's stack of its
+#               processes written to its log (cuda-gdb) before it is killed.
 #   MPS=1       PART=tcp under an MPS daemon started for it (and stopped
 #               after). Two processes' CUDA contexts on one GPU otherwise
 #               take turns on it: GPU 0 -> GPU 0 over TCP then stops at a rate
@@ -40,6 +45,7 @@ mkdir -p "$out"
 start=$(date +%s)
 say() { echo "[one_gpu $(($(date +%s) - start))s] $*" >&2; }
 summary=()
+results=()
 
 {
   nvidia-smi --query-gpu=index,name,driver_version,memory.used --format=csv,noheader
@@ -66,17 +72,39 @@ if [[ $part == local || $part == all || $part == sanitize ]]; then
     grep -E "error|Error" "$out/build.log" | head -30; exit 1
   fi
   say "built"
+  # Every thread's stack of the processes of session `sid` (a test at its limit).
+  dump_stacks() {
+    local gdb
+    gdb=$(command -v cuda-gdb || ls /usr/local/cuda*/bin/cuda-gdb 2>/dev/null | head -1)
+    [[ -n $gdb ]] || { echo "(no cuda-gdb: no stacks)"; return; }
+    for p in $(pgrep -s "$1"); do
+      echo "=== stacks of $p: $(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null | cut -c1-160)"
+      timeout 90 "$gdb" -p "$p" -batch -ex "thread apply all bt 40" 2>&1 | grep -E "^(Thread|#)" | head -600
+    done
+  }
   run_test() {  # name, timeout, command...
-    local name=$1 limit=$2 rc
+    local name=$1 limit=$2 rc pid waited=0
     shift 2
-    timeout "$limit" "$@" >"$out/$name.log" 2>&1
-    rc=$?
+    setsid "$@" >"$out/$name.log" 2>&1 &
+    pid=$!
+    while kill -0 "$pid" 2>/dev/null && ((waited < limit)); do sleep 1; waited=$((waited + 1)); done
+    if kill -0 "$pid" 2>/dev/null; then
+      say "$name: still running after ${limit}s: stacks, then killed"
+      dump_stacks "$pid" >>"$out/$name.log" 2>&1
+      kill -9 -- "-$pid" 2>/dev/null
+      wait "$pid" 2>/dev/null
+      rc=124
+    else
+      wait "$pid"
+      rc=$?
+    fi
     say "$name: rc $rc"
     tail -4 "$out/$name.log" | sed 's/^/  /' >&2
     local verdict="FAILED (rc $rc)"
     [[ $rc == 0 ]] && verdict=passed
     [[ $rc == 77 ]] && verdict="skipped ($(grep -m1 -iE 'skip' "$out/$name.log" | cut -c1-60))"
     summary+=("$(printf '%-28s %s' "$name" "$verdict")")
+    results+=("$name $rc")
   }
   if [[ $part == sanitize ]]; then
     cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
@@ -94,13 +122,31 @@ if [[ $part == local || $part == all || $part == sanitize ]]; then
 fi
 
 if [[ $part == local || $part == all ]]; then
-  run_test local_gpu_test 300 build-gpu/bin/ferry_local_gpu_test
-  run_test local_gpu_impersonation 120 build-gpu/bin/ferry_local_gpu_impersonation_test
-  run_test integration_local 200 env FERRY_TRANSPORT=local build-gpu/bin/ferry_integration_tests
-  run_test pytest_gpu_local 300 env PYTHONPATH=build-gpu/python "$py" -m pytest -q -x -s tests/python/test_gpu.py \
-    tests/python/test_gpu_stream_order.py
-  run_test pytest_gpu_tcp 300 env FERRY_TRANSPORT=tcp PYTHONPATH=build-gpu/python "$py" -m pytest -q -x -s \
-    tests/python/test_gpu.py tests/python/test_gpu_stream_order.py
+  local_tests() {  # prefix
+    run_test "${1}local_gpu_test" 300 build-gpu/bin/ferry_local_gpu_test
+    run_test "${1}local_gpu_impersonation" 120 build-gpu/bin/ferry_local_gpu_impersonation_test
+    run_test "${1}integration_local" 200 env FERRY_TRANSPORT=local build-gpu/bin/ferry_integration_tests
+    run_test "${1}pytest_gpu_local" 300 env PYTHONPATH=build-gpu/python "$py" -m pytest -q -x -s -p no:cacheprovider \
+      tests/python/test_gpu.py tests/python/test_gpu_stream_order.py
+    run_test "${1}pytest_gpu_tcp" 300 env FERRY_TRANSPORT=tcp PYTHONPATH=build-gpu/python "$py" -m pytest -q -x -s \
+      -p no:cacheprovider tests/python/test_gpu.py tests/python/test_gpu_stream_order.py
+  }
+  repeat=${REPEAT:-1}
+  if ((repeat <= 1)); then
+    local_tests ""
+  else
+    runs=0 green=0
+    for ((i = 1; i <= repeat; i++)); do
+      (($(date +%s) - start > ${BUDGET:-540})) && break
+      results=()
+      local_tests "r${i}_"
+      runs=$((runs + 1))
+      bad=$(printf '%s\n' "${results[@]}" | awk '$2 != 0 && $2 != 77' | wc -l)
+      ((bad == 0)) && green=$((green + 1))
+      say "run $i: $((${#results[@]} - bad)) of ${#results[@]} tests passed or skipped"
+    done
+    summary=("runs: $runs, all tests passed (or skipped with 77) in $green" "${summary[@]}")
+  fi
 fi
 
 if [[ $part == tcp || $part == all ]]; then
