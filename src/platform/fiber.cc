@@ -5,8 +5,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "platform/system_error.h"
 
@@ -104,7 +107,38 @@ size_t page_size() {
   return p;
 }
 
+// Mappings left to the rest of the process: a CUDA process holds a few
+// thousand (its libraries, pinned pools, IPC handles), malloc's arenas and
+// every thread's stack more.
+constexpr size_t kMappingsLeftToTheProcess = 16000;
+
+size_t budget_from_the_kernel() {
+  size_t max_maps = 65530;  // the kernel's default
+  if (FILE* f = std::fopen("/proc/sys/vm/max_map_count", "r")) {
+    unsigned long long v = 0;
+    if (std::fscanf(f, "%llu", &v) == 1 && v > 0) max_maps = static_cast<size_t>(v);
+    std::fclose(f);
+  }
+  const size_t left = max_maps >= 2 * kMappingsLeftToTheProcess ? kMappingsLeftToTheProcess : max_maps / 2;
+  return (max_maps - left) / 2;  // two mappings a stack
+}
+
+// The process's stacks (see Fiber::stacks_held): process-wide because the
+// kernel's limit is.
+std::atomic<size_t> g_stacks_held{0};
+std::atomic<size_t> g_budget_for_testing{0};
+
 }  // namespace
+
+size_t Fiber::stacks_held() { return g_stacks_held.load(std::memory_order_relaxed); }
+
+size_t Fiber::stack_budget() {
+  static const size_t from_the_kernel = budget_from_the_kernel();
+  size_t testing = g_budget_for_testing.load(std::memory_order_relaxed);
+  return testing != 0 ? testing : from_the_kernel;
+}
+
+void Fiber::set_stack_budget_for_testing(size_t stacks) { g_budget_for_testing.store(stacks); }
 
 Result<std::unique_ptr<Fiber>> Fiber::create(std::function<void()> fn, size_t stack_bytes) {
   std::unique_ptr<Fiber> f(new Fiber());
@@ -112,6 +146,15 @@ Result<std::unique_ptr<Fiber>> Fiber::create(std::function<void()> fn, size_t st
   const size_t page = page_size();
   size_t usable = (stack_bytes + page - 1) / page * page;
   f->mapped_ = usable + page;
+  const size_t budget = stack_budget();
+  if (g_stacks_held.fetch_add(1, std::memory_order_relaxed) >= budget) {
+    g_stacks_held.fetch_sub(1, std::memory_order_relaxed);
+    return Status(Code::kResourceExhausted,
+                  "fiber stacks: this process holds " + std::to_string(budget) +
+                      ", the most that vm.max_map_count leaves room for (each is two memory mappings); "
+                      "raise vm.max_map_count, or serve fewer connections or streams");
+  }
+  f->counted_ = true;  // the destructor gives it back
   // Reserved, not committed: a fiber's stack costs what it touches.
   void* m = ::mmap(nullptr, f->mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK,
                    -1, 0);
@@ -161,6 +204,7 @@ Fiber::~Fiber() {
   if (tsan_fiber_ != nullptr) __tsan_destroy_fiber(tsan_fiber_);
 #endif
   if (stack_ != nullptr) ::munmap(stack_, mapped_);
+  if (counted_) g_stacks_held.fetch_sub(1, std::memory_order_relaxed);
 }
 
 Fiber* Fiber::current() { return g_current; }

@@ -38,6 +38,18 @@ class Fiber {
   // stack cannot be mapped.
   static Result<std::unique_ptr<Fiber>> create(std::function<void()> fn, size_t stack_bytes);
   ~Fiber();
+
+  // Fiber stacks this process holds, and the most it may. Each stack is two
+  // of the process's memory mappings (it and its guard page), and the kernel
+  // refuses any mapping past vm.max_map_count (65,530 by default) — malloc's,
+  // the loader's and CUDA's too, which would then fail anywhere in the
+  // process. So stacks stop short of it: past the budget create() is
+  // kResourceExhausted, which fails the stream or connection that asked and
+  // nothing else. The count is the process's, as the kernel's limit is.
+  static size_t stacks_held();
+  static size_t stack_budget();
+  // Tests: another budget (0: back to the one vm.max_map_count sets).
+  static void set_stack_budget_for_testing(size_t stacks);
   Fiber(const Fiber&) = delete;
   Fiber& operator=(const Fiber&) = delete;
 
@@ -59,6 +71,7 @@ class Fiber {
 
   std::function<void()> fn_;
   void* stack_ = nullptr;  // the mapping, guard page included
+  bool counted_ = false;   // holds one of the process's stacks
   size_t mapped_ = 0;
   ucontext_t self_{};
   ucontext_t caller_{};

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ferry/ferry.h"
+#include "platform/fiber.h"
 #include "process_holdings.h"
 #include "sanitizer_build.h"
 
@@ -132,6 +133,63 @@ TEST(TcpFleet, ABulkWriteDoesNotStarveAnotherConnectionsSmallMessages) {
   (void)src_region;
   bulk->close();
   small->close();
+}
+
+// Each stream's fiber holds a stack, and each stack two of the process's
+// memory mappings, which the kernel caps (vm.max_map_count) for malloc and
+// CUDA as well. Past the process's fiber budget a new connection is refused
+// with a status that says why; the connections already up go on, the
+// refused one's stacks are given back, and once there is room again a new
+// connection comes up.
+TEST(TcpFleet, FiberStacksPastTheProcessBudgetFailOneConnectionNotTheProcess) {
+  auto target = Engine::create(fleet_options()).value();
+  auto dialer = Engine::create(fleet_options()).value();
+  Pings pings(*dialer, *target);
+  auto first = dialer->connect(target->address(), after(10s));
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  auto first_there = target->accept(after(10s));
+  ASSERT_TRUE(first_there.ok()) << first_there.status().to_string();
+  round_trip(**first, **first_there, pings);
+  const size_t held = platform::Fiber::stacks_held();
+  ASSERT_GT(held, 0u);
+  ASSERT_LT(held, platform::Fiber::stack_budget());
+
+  // Room for 3 more stacks; a connection of 2 streams wants 6 on each side.
+  platform::Fiber::set_stack_budget_for_testing(held + 3);
+  auto second = dialer->connect(target->address(), after(10s));
+  auto second_there = target->accept(after(3s));
+  platform::Fiber::set_stack_budget_for_testing(0);
+  std::vector<Status> seen;
+  if (!second.ok()) seen.push_back(second.status());
+  if (!second_there.ok()) seen.push_back(second_there.status());
+  if (second.ok() && second_there.ok()) {
+    // Both ends came back: one of them failed as its fibers started, which
+    // its next operation says.
+    std::vector<char> byte(1);
+    seen.push_back((*second)->send(byte.data(), byte.size(), after(10s)));
+  }
+  ASSERT_FALSE(seen.empty()) << "a connection came up with fewer stacks than its streams need";
+  bool named = false;
+  for (const Status& s : seen) {
+    EXPECT_FALSE(s.ok());
+    named |= s.code() == Code::kResourceExhausted && s.message().find("vm.max_map_count") != std::string::npos;
+  }
+  if (!second.ok()) EXPECT_TRUE(named) << second.status().to_string();
+
+  // The first connection is untouched; the refused one's stacks come back.
+  round_trip(**first, **first_there, pings);
+  if (second.ok()) (*second)->close();
+  if (second_there.ok()) (*second_there)->close();
+  auto until = std::chrono::steady_clock::now() + 10s;
+  while (platform::Fiber::stacks_held() > held && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(platform::Fiber::stacks_held(), held);
+  auto third = dialer->connect(target->address(), after(10s));
+  ASSERT_TRUE(third.ok()) << third.status().to_string();
+  auto third_there = target->accept(after(10s));
+  ASSERT_TRUE(third_there.ok()) << third_there.status().to_string();
+  round_trip(**third, **third_there, pings);
 }
 
 }  // namespace

@@ -885,8 +885,8 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1, kMaxPeers));
   b->add_option("--max-sessions", f->max_sessions,
                 "target: sessions served at once; one more is refused (default 64; --local --peers N gives its own "
-                "target N)")
-      ->check(CLI::Range(1, kMaxPeers));
+                "target N and its probes)")
+      ->check(CLI::Range(1, kMaxGroup));
   b->add_option("--json", f->json_out, "also write results as JSON to FILE, or - for stdout");
   b->add_option("--nics", f->nics, "NICs to serve and stripe over, e.g. eth1,eth2 (FERRY_NICS)");
   b->add_option("--gpus", f->gpus,
