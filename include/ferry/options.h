@@ -3,7 +3,7 @@
 // Options come from code first; each field can then be overridden by its
 // FERRY_* environment variable (Engine::create applies them). Every tunable is
 // declared once, with its variable, default, unit and meaning, in
-// src/core/tunables.cc; `ferry config` prints that table.
+// src/engine/tunables.cc; `ferry config` prints that table.
 #pragma once
 
 #include <chrono>

@@ -16,7 +16,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
-#include "core/log.h"
+#include "platform/log.h"
 #include "directory/entry.h"
 
 namespace ferry::directory {

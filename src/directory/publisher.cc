@@ -4,7 +4,7 @@
 #include <cinttypes>
 #include <map>
 
-#include "core/log.h"
+#include "platform/log.h"
 #include "directory/entry.h"
 #include "platform/thread.h"
 
@@ -81,10 +81,10 @@ Publisher::~Publisher() {
   }
 }
 
-void Publisher::watch_peer(const DirectoryEntry& peer, const std::shared_ptr<transport::ConnectionCore>& conn) {
+void Publisher::watch_peer(const DirectoryEntry& peer, WatchedConnection conn) {
   {
     platform::MutexLock lock(mu_);
-    watched_.push_back(Watched{peer, conn});
+    watched_.push_back(Watched{peer, std::move(conn)});
   }
   cv_.notify_all();
 }
@@ -184,10 +184,7 @@ void Publisher::check_peers() {
   std::vector<Watched> watched;
   {
     platform::MutexLock lock(mu_);
-    std::erase_if(watched_, [](const Watched& w) {
-      auto c = w.conn.lock();
-      return c == nullptr || !c->health().ok();
-    });
+    std::erase_if(watched_, [](const Watched& w) { return !w.conn.up(); });
     watched = watched_;
   }
   if (watched.empty()) return;
@@ -207,18 +204,17 @@ void Publisher::check_peers() {
   for (const Watched& w : watched) {
     const auto& e = now[w.peer.name];
     if (!e.has_value() || e->engine_id == w.peer.engine_id || e->incarnation <= w.peer.incarnation) continue;
-    auto conn = w.conn.lock();
-    if (conn == nullptr) continue;
+    if (!w.conn.up()) continue;
     // Only once the newer engine proved itself: a forged entry must not end
     // a live, authenticated connection.
     if (!genuine(*e, after(std::chrono::seconds(1)))) continue;
-    conn->fail(Status(Code::kPeerLost, "directory " + url_.redacted + ": \"" + w.peer.name +
+    w.conn.fail(Status(Code::kPeerLost, "directory " + url_.redacted + ": \"" + w.peer.name +
                                            "\" restarted: it now names engine " + hex(e->engine_id) + " incarnation " +
                                            std::to_string(e->incarnation) + "; this connection was to engine " +
                                            hex(w.peer.engine_id) + " incarnation " +
                                            std::to_string(w.peer.incarnation) + ", which is gone"));
     FERRY_ENGINE_LOG(kWarn, "directory", self_.engine_id,
-                     "connection %" PRIu64 " to \"%s\" failed: the name moved to incarnation %" PRIu64, conn->id(),
+                     "connection %" PRIu64 " to \"%s\" failed: the name moved to incarnation %" PRIu64, w.conn.id,
                      w.peer.name.c_str(), e->incarnation);
   }
 }

@@ -36,8 +36,8 @@
 
 #include "directory/backend.h"
 #include "ferry/directory.h"
+#include "ferry/status.h"
 #include "platform/mutex.h"
-#include "transport/connection_core.h"
 
 namespace ferry::directory {
 
@@ -59,9 +59,18 @@ class Publisher {
   // This engine's entry as published (or to be). Thread-safe.
   DirectoryEntry self() const;
 
+  // A connection as the publisher sees it, handed over by the engine that
+  // owns it (the directory sits beside the transports, not above them): its
+  // id, whether it is still up (false once it failed or is gone), and how to
+  // fail it (nothing once it is gone). Neither keeps it alive.
+  struct WatchedConnection {
+    uint64_t id = 0;
+    std::function<bool()> up;
+    std::function<void(const Status&)> fail;
+  };
   // Fails `conn` with kPeerLost once `name` names an engine other than
   // `peer` with a higher incarnation. Thread-safe.
-  void watch_peer(const DirectoryEntry& peer, const std::shared_ptr<transport::ConnectionCore>& conn);
+  void watch_peer(const DirectoryEntry& peer, WatchedConnection conn);
 
  private:
   Publisher(const DirectoryUrl& url, DirectoryEntry self, std::chrono::milliseconds ttl, Verifier verify);
@@ -76,7 +85,7 @@ class Publisher {
 
   struct Watched {
     DirectoryEntry peer;
-    std::weak_ptr<transport::ConnectionCore> conn;
+    WatchedConnection conn;
   };
 
   DirectoryUrl url_;

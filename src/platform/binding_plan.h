@@ -1,6 +1,6 @@
 // Which CPUs each NIC's TX and RX workers should run on, derived from the
 // topology: the policy behind `ferry tune plan`, whose output becomes
-// FERRY_TX_BINDINGS / FERRY_RX_BINDINGS (DESIGN.md §4). It leaves cores for the
+// FERRY_TX_BINDINGS / FERRY_RX_BINDINGS (docs/architecture.md, "Threads"). It leaves cores for the
 // system and the application; the engine's own default when no bindings are
 // given (core/worker_cpus.h) splits the whole node between TX and RX.
 //

@@ -1,7 +1,7 @@
 // CPU lists ("0-3,8,10-11") and NCCL-format binding strings
 // ("eth1:8-21,112-125;eth2:8-21,112-125"): the one parser and formatter for
 // both, shared by `ferry tune` (which prints and checks them) and the engine
-// (which pins its TX and RX workers to them, DESIGN.md §4).
+// (which pins its TX and RX workers to them, docs/architecture.md, "Threads").
 //
 // Errors name the source of the text (an environment variable, a file) and the
 // 1-based character position, and say what was expected there:

@@ -3,7 +3,7 @@
 
 #include <utility>
 
-#include "core/log.h"
+#include "platform/log.h"
 
 namespace ferry::platform {
 

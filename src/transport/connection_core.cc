@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cinttypes>
 
-#include "core/log.h"
+#include "platform/log.h"
 #include "platform/heap.h"
 #include "platform/gather_kernel.h"
 #include "platform/staging_kernel.h"

@@ -3,11 +3,11 @@
 
 #include <cinttypes>
 
-#include "core/log.h"
+#include "platform/log.h"
 #include "platform/crypto.h"
 #include "platform/identity.h"
 #include "platform/thread.h"
-#include "transport/bootstrap/handshake_io.h"
+#include "transport/handshake_io.h"
 #include "transport/local/local_handshake.h"
 #include "transport/tcp/path_plan.h"
 #include "transport/tcp/tcp_transport.h"

@@ -10,12 +10,12 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "core/log.h"
+#include "platform/log.h"
 #include "platform/crypto.h"
 #include "platform/identity.h"
 #include "platform/system_error.h"
 #include "platform/thread.h"
-#include "transport/bootstrap/handshake_io.h"
+#include "transport/handshake_io.h"
 #include "transport/local/local_handshake.h"
 #include "transport/tcp/tcp_transport.h"
 #include "wire/handshake.h"

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "core/log.h"
+#include "platform/log.h"
 #include "platform/thread.h"
 
 namespace ferry::local {

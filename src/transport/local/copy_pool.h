@@ -1,5 +1,5 @@
 // CopyPool: the threads that help with large host copies, one fixed set per
-// engine shared by all its local connections (DESIGN.md 6d: threads grow
+// engine shared by all its local connections (docs/architecture.md, "Threads": threads grow
 // with cores, never with peers). It used to be four helpers per connection.
 //
 // A copy is a Job cut into pieces. A helper takes one piece at a time, from

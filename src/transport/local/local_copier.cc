@@ -8,7 +8,7 @@
 #include <chrono>
 #include <thread>
 
-#include "core/log.h"
+#include "platform/log.h"
 #include "platform/thread.h"
 #include "transport/local/cross_memory.h"
 

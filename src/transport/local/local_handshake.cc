@@ -8,7 +8,7 @@
 #include "platform/crypto.h"
 #include "transport/local/local_transport.h"
 #include "transport/local/peer_proof.h"
-#include "transport/bootstrap/handshake_io.h"
+#include "transport/handshake_io.h"
 
 namespace ferry::local {
 namespace {

@@ -9,7 +9,7 @@
 #include <optional>
 #include <thread>
 
-#include "core/log.h"
+#include "platform/log.h"
 #include "transport/local/local_transport.h"
 #include "transport/local/local_messages.h"
 

@@ -11,7 +11,7 @@
 #include <csignal>
 #include <cstring>
 
-#include "core/log.h"
+#include "platform/log.h"
 #include "transport/local/local_messages.h"
 #include "transport/local/local_workers.h"
 

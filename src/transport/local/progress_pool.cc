@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "core/log.h"
+#include "platform/log.h"
 #include "platform/system_error.h"
 #include "platform/thread.h"
 

@@ -1,6 +1,6 @@
 // ProgressPool: the threads that serve every local connection of an engine
 // (read its channel, run its handlers, complete its GPU copies, retry its
-// outbox), a fixed few per engine (DESIGN.md 6d: threads grow with cores,
+// outbox), a fixed few per engine (docs/architecture.md, "Threads": threads grow with cores,
 // never with peers). It used to be one progress thread per connection.
 //
 // A worker sleeps in epoll_wait on the control streams of the connections

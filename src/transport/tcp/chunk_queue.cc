@@ -7,7 +7,7 @@
 #include <memory>
 #include <utility>
 
-#include "core/log.h"
+#include "platform/log.h"
 #include "platform/cpu_load.h"
 
 namespace ferry::tcp {

@@ -4,13 +4,13 @@
 #include <algorithm>
 #include <set>
 
-#include "core/log.h"
+#include "platform/log.h"
 #include "platform/thread.h"
 
 namespace ferry::tcp {
 namespace {
 
-// Pins the calling worker and logs expected and actual CPU sets (DESIGN §4).
+// Pins the calling worker and logs expected and actual CPU sets (docs/architecture.md, "Threads").
 void pin_and_log(uint64_t engine, const std::string& thread, const char* role, const std::string& nic,
                  const platform::CpuList& expected) {
   platform::CpuList actual = platform::pin_current_thread(expected);

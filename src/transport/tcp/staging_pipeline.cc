@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "core/log.h"
+#include "platform/log.h"
 #include "platform/socket.h"
 
 namespace ferry::tcp {

@@ -5,7 +5,7 @@
 // place.
 #include <cinttypes>
 
-#include "core/log.h"
+#include "platform/log.h"
 #include "transport/tcp/tcp_internals.h"
 #include "transport/tcp/tcp_transport.h"
 

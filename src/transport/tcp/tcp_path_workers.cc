@@ -2,7 +2,7 @@
 // a tx worker of its NIC, io_pool.h) claims chunks and sends them (staging
 // GPU memory ahead of the socket); and the choice of paths (NICs) for a
 // transfer.
-#include "core/log.h"
+#include "platform/log.h"
 #include "platform/memory_node.h"
 #include "platform/page_lender.h"
 #include "platform/thread.h"

@@ -5,7 +5,7 @@
 #include <bit>
 #include <cstring>
 
-#include "core/log.h"
+#include "platform/log.h"
 #include "platform/staging_kernel.h"
 #include "transport/tcp/tcp_transport.h"
 

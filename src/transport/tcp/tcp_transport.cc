@@ -9,7 +9,7 @@
 #include <cinttypes>
 #include <unordered_set>
 
-#include "core/log.h"
+#include "platform/log.h"
 #include "platform/thread.h"
 #include "transport/tcp/io_pool.h"
 #include "transport/tcp/tcp_internals.h"

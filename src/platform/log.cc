@@ -1,5 +1,5 @@
 // The leveled logger: the line's prefix, stderr, and the process's log queue.
-#include "core/log.h"
+#include "platform/log.h"
 
 #include <pthread.h>
 #include <unistd.h>
@@ -13,7 +13,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/log_queue.h"
+#include "platform/log_queue.h"
 #include "platform/thread_annotations.h"
 
 namespace ferry {

@@ -12,7 +12,7 @@
 #include <limits>
 #include <sstream>
 
-#include "core/log.h"
+#include "platform/log.h"
 #include "core/units.h"
 #include "directory/url.h"
 #include "ferry/directory.h"

@@ -1,5 +1,5 @@
 // The bounded log queue.
-#include "core/log_queue.h"
+#include "platform/log_queue.h"
 
 #include <algorithm>
 #include <iterator>

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "core/engine_context.h"
-#include "core/log.h"
+#include "platform/log.h"
 #include "core/stream_order.h"
 #include "directory/publisher.h"
 #include "directory/url.h"
@@ -491,7 +491,18 @@ Result<std::shared_ptr<Connection>> Engine::connect(std::string_view peer, Deadl
                                               ", but engine " + got + " answered there");
         continue;
       }
-      if (entry.has_value() && impl_->publisher) impl_->publisher->watch_peer(*entry, conn);
+      if (entry.has_value() && impl_->publisher) {
+        std::weak_ptr<transport::ConnectionCore> weak = conn;
+        impl_->publisher->watch_peer(
+            *entry, {conn->id(),
+                     [weak] {
+                       auto c = weak.lock();
+                       return c != nullptr && c->health().ok();
+                     },
+                     [weak](const Status& why) {
+                       if (auto c = weak.lock()) c->fail(why);
+                     }});
+      }
       return std::shared_ptr<Connection>(std::move(conn));
     }
     last = c.status();

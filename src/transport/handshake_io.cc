@@ -1,5 +1,5 @@
 // Handshake frame I/O.
-#include "transport/bootstrap/handshake_io.h"
+#include "transport/handshake_io.h"
 
 #include "platform/socket.h"
 
