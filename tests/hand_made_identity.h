@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "platform/identity.h"
-#include "transport/bootstrap/handshake_io.h"
+#include "transport/handshake_io.h"
 #include "wire/handshake.h"
 
 namespace ferry::testing {

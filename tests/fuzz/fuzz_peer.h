@@ -40,7 +40,7 @@
 #include "../hand_made_identity.h"
 #include "ferry/ferry.h"
 #include "platform/socket.h"
-#include "transport/bootstrap/handshake_io.h"
+#include "transport/handshake_io.h"
 #include "wire/frame.h"
 #include "wire/handshake.h"
 

@@ -14,7 +14,7 @@
 #include "ferry/ferry.h"
 #include "platform/identity.h"
 #include "platform/socket.h"
-#include "transport/bootstrap/handshake_io.h"
+#include "transport/handshake_io.h"
 #include "wire/handshake.h"
 #include "wire/metadata.h"
 

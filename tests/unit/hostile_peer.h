@@ -22,7 +22,7 @@
 #include "../hand_made_identity.h"
 #include "ferry/ferry.h"
 #include "platform/socket.h"
-#include "transport/bootstrap/handshake_io.h"
+#include "transport/handshake_io.h"
 #include "wire/handshake.h"
 
 namespace ferry::hostile {

@@ -2,7 +2,7 @@
 // the engine a line is about), an engine's own lines naming it, and the
 // queue an application takes them from (bounded, never waited on by ferry's
 // threads, safe across fork).
-#include "core/log.h"
+#include "platform/log.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>

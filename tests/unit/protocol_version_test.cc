@@ -14,7 +14,7 @@
 #include "ferry/ferry.h"
 #include "platform/crypto.h"
 #include "platform/socket.h"
-#include "transport/bootstrap/handshake_io.h"
+#include "transport/handshake_io.h"
 #include "wire/handshake.h"
 
 namespace ferry {

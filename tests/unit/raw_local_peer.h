@@ -17,7 +17,7 @@
 #include "ferry/ferry.h"
 #include "platform/crypto.h"
 #include "platform/socket.h"
-#include "transport/bootstrap/handshake_io.h"
+#include "transport/handshake_io.h"
 #include "transport/local/peer_proof.h"
 #include "transport/local/shm_channel.h"
 #include "wire/frame.h"

@@ -17,7 +17,7 @@
 #include "../hand_made_identity.h"
 #include "ferry/ferry.h"
 #include "platform/socket.h"
-#include "transport/bootstrap/handshake_io.h"
+#include "transport/handshake_io.h"
 #include "peek_landing.h"
 #include "sanitizer_build.h"
 #include "transport/tcp/staging_copier.h"
