@@ -189,7 +189,7 @@ Transfer ConnectionCore::recvv_async(std::span<const MutableBuffer> parts) {
     unexpected_.pop_front();
   }
   budget_->give(held_cost(msg));
-  transport_->match(std::move(recv), std::move(msg));
+  deliver(std::move(recv), std::move(msg));
   return handle;
 }
 
@@ -227,6 +227,22 @@ size_t ConnectionCore::held_cost(const ArrivedMessage& msg) {
   return kUnexpectedBytes + msg.bytes.size() + (msg.source ? msg.source->held_bytes() : 0);
 }
 
+void ConnectionCore::deliver(transport::PostedRecv recv, transport::ArrivedMessage msg) {
+  // The one rule for a message larger than the receive that met it, for
+  // every transport: the receive and the send end with kBufferTooSmall, and
+  // no byte lands.
+  const uint64_t capacity = recv.dest.total();
+  if (msg.size > capacity) {
+    Status s(Code::kBufferTooSmall, where() + ": message of " + std::to_string(msg.size) +
+                                        " bytes does not fit the receive buffer of " + std::to_string(capacity) +
+                                        " bytes");
+    transport_->refuse(msg, s);
+    recv.state->finish(s);
+    return;
+  }
+  transport_->match(std::move(recv), std::move(msg));
+}
+
 Status ConnectionCore::arrive(ArrivedMessage msg) {
   PostedRecv recv;
   {
@@ -247,7 +263,7 @@ Status ConnectionCore::arrive(ArrivedMessage msg) {
     posted_.pop_front();
   }
   recv.state->set_canceller(nullptr);
-  transport_->match(std::move(recv), std::move(msg));
+  deliver(std::move(recv), std::move(msg));
   return Status();
 }
 

@@ -121,6 +121,11 @@ class ConnectionCore final : public Connection, public std::enable_shared_from_t
   // Receive matching, for the inbound thread. The oldest posted receive,
   // taken off the queue (its cancel disarmed), if any.
   std::optional<PostedRecv> take_posted();
+  // Hands a receive its message (the transport's match), or refuses one that
+  // does not fit: the one place of that rule. A transport that took the
+  // receive itself (take_posted) and cannot land the message straight away
+  // hands both back here.
+  void deliver(PostedRecv recv, ArrivedMessage msg);
   // Hands `msg` to the oldest posted receive (Transport::match) or keeps it
   // for the next one; kResourceExhausted, keeping nothing, when keeping it
   // would pass connection_memory_bytes.
@@ -142,6 +147,7 @@ class ConnectionCore final : public Connection, public std::enable_shared_from_t
   ConnectionCore(std::shared_ptr<core::EngineContext> ctx, uint64_t id, PeerIdentity peer);
   // What a message kept for a later receive counts against the budget.
   static size_t held_cost(const ArrivedMessage& msg);
+
   Result<std::vector<RemoteItem>> resolve_items(std::span<const ReadItem> items, const char* op) const;
   Status check_remote(const RemoteDescriptor& r, uint64_t offset, uint64_t size, const char* op) const;
   // Starts checked writes on `state` with the note (and its number) that

@@ -160,8 +160,14 @@ class Transport {
   // ---- receiving ---------------------------------------------------------
   // A receive met its message (caller thread from a receive, inbound thread
   // from an arrival): move the message into `recv.dest`, finish
-  // `recv.state` and answer the sender. Must not block on the peer.
+  // `recv.state` and answer the sender. Must not block on the peer. The
+  // message fits `recv.dest`: the core refuses one that does not (refuse).
   virtual void match(PostedRecv recv, ArrivedMessage msg) = 0;
+  // The receive that met `msg` ends with `why` (the core finishes it):
+  // answer the sender so that its send ends with `why` too, and drop what
+  // the transport holds of the message. Same threads as match; must not
+  // block on the peer.
+  virtual void refuse(const ArrivedMessage& msg, const Status& why) = 0;
 
   // ---- liveness and teardown ---------------------------------------------
   // Heartbeat thread, periodically while the connection is up: declare the

@@ -279,18 +279,12 @@ void LocalTransport::start_send(const std::shared_ptr<TransferState>& state, cor
   post(h, {}, payload);
 }
 
+void LocalTransport::refuse(const transport::ArrivedMessage& msg, const Status& why) { answer(msg.op, why); }
+
 void LocalTransport::match(transport::PostedRecv recv, transport::ArrivedMessage msg) {
   const auto& state = recv.state;
   static const std::vector<SharedSpan> kNone;
   const std::vector<SharedSpan>& source = msg.source ? static_cast<const SpansSource&>(*msg.source).spans : kNone;
-  uint64_t capacity = recv.dest.total();
-  if (msg.size > capacity) {
-    Status s(Code::kBufferTooSmall, where() + ": message of " + std::to_string(msg.size) +
-                                        " bytes does not fit the receive buffer of " + std::to_string(capacity));
-    state->finish(s);
-    answer(msg.op, s);
-    return;
-  }
   state->set_bytes(msg.size);
   if (msg.eager) {
     core::ChunkAccess access(recv.dest, 0, msg.size);

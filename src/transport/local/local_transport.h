@@ -130,6 +130,7 @@ class LocalTransport final : public transport::Transport, private ProgressPool::
   void skip_note(uint64_t seq, std::string_view note) override;
   bool stop_write(const std::shared_ptr<TransferState>& state) override;
   void match(transport::PostedRecv recv, transport::ArrivedMessage msg) override;
+  void refuse(const transport::ArrivedMessage& msg, const Status& why) override;
   void tick(Clock::time_point now) override;
   void region_retired(uint64_t region_id) override;
   void failed(const Status& why) override;

@@ -276,15 +276,15 @@ Status TcpTransport::handle_eager(int fd, const FrameHeader& h) {
     if (recv) recv->state->finish(s.with_context(where()));  // as above
     return s;
   }
-  if (recv) {
-    complete_recv_now(*recv, h.id, h.a, bytes);  // reports the too-small buffer
-    return Status();
-  }
   transport::ArrivedMessage msg;
   msg.op = h.id;
   msg.size = h.a;
   msg.eager = true;
   msg.bytes = std::move(bytes);
+  if (recv) {
+    core_.deliver(std::move(*recv), std::move(msg));  // refuses a buffer too small
+    return Status();
+  }
   // A receive posted while the bytes were read takes it there.
   if (Status s = core_.arrive(std::move(msg)); !s.ok()) return fail_with(s);
   return Status();

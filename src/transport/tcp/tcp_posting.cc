@@ -328,15 +328,9 @@ void TcpTransport::match(transport::PostedRecv recv, transport::ArrivedMessage m
   }
 }
 
+void TcpTransport::refuse(const transport::ArrivedMessage& msg, const Status& why) { ack(msg.op, why); }
+
 void TcpTransport::complete_recv_now(transport::PostedRecv& recv, uint64_t op, uint64_t size, const std::string& bytes) {
-  if (recv.dest.total() < size) {
-    Status s(Code::kBufferTooSmall, "message of " + std::to_string(size) +
-                                        " bytes does not fit the receive buffer of " +
-                                        std::to_string(recv.dest.total()) + " bytes (" + where() + ")");
-    ack(op, s);
-    recv.state->finish(s);
-    return;
-  }
   Status s;
   {
     core::ChunkAccess access(recv.dest, 0, size);
@@ -352,14 +346,6 @@ void TcpTransport::complete_recv_now(transport::PostedRecv& recv, uint64_t op, u
 }
 
 void TcpTransport::match_rendezvous(transport::PostedRecv recv, uint64_t op, uint64_t size) {
-  if (recv.dest.total() < size) {
-    Status s(Code::kBufferTooSmall, "message of " + std::to_string(size) +
-                                        " bytes does not fit the receive buffer of " +
-                                        std::to_string(recv.dest.total()) + " bytes (" + where() + ")");
-    ack(op, s);
-    recv.state->finish(s);
-    return;
-  }
   auto landing = std::make_shared<Landing>(recv.state, std::move(recv.dest), size, op, now_ns());
   uint64_t token = core_.next_op();
   bool up;

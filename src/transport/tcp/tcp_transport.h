@@ -144,6 +144,7 @@ class TcpTransport final : public transport::Transport {
   bool stop_write(const std::shared_ptr<TransferState>& state) override;
   bool stop_landing(const std::shared_ptr<TransferState>& state) override;
   void match(transport::PostedRecv recv, transport::ArrivedMessage msg) override;
+  void refuse(const transport::ArrivedMessage& msg, const Status& why) override;
   // Declares the peer lost after peer_timeout of silence, or after
   // peer_timeout in which the peer engine moved nothing of what it owes
   // (heartbeats prove it alive, not that an operation moves); shuts a data
