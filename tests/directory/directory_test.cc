@@ -24,8 +24,8 @@ using namespace std::chrono_literals;
 namespace ferry {
 namespace {
 
-using test::Child;
 using test::DirectoryServer;
+using testing::ChildProcess;
 using Kind = DirectoryServer::Kind;
 
 constexpr auto kTtl = 1000ms;
@@ -82,13 +82,13 @@ class DirectoryServers : public ::testing::TestWithParam<Kind> {
 
   // A peer process publishing `name`; its READY line gives engine id and incarnation.
   struct Peer {
-    Child child;
+    ChildProcess child;
     uint64_t engine_id = 0;
     uint64_t incarnation = 0;
   };
   Peer spawn_peer(const std::string& name, const std::string& transport = "tcp") {
     Peer p;
-    p.child = Child({FERRY_DIRECTORY_PEER, url(), name, std::to_string(kTtl.count()), transport}, true);
+    p.child = ChildProcess::start_ready({FERRY_DIRECTORY_PEER, url(), name, std::to_string(kTtl.count()), transport});
     unsigned long long id = 0, inc = 0;
     EXPECT_EQ(std::sscanf(p.child.line().c_str(), "READY %llx %llu", &id, &inc), 2) << p.child.line();
     p.engine_id = id;
@@ -556,7 +556,7 @@ TEST_P(DirectoryServers, AListingHoldsNoMoreThanItsBound) {
   for (auto& t : writers) t.join();
   ASSERT_EQ(written.load(), kEntries) << "the entries could not all be written";
   double wrote = seconds_since(t0);
-  Child lister({FERRY_DIRECTORY_PEER, "--list", url()}, true, "", 60s);
+  ChildProcess lister = ChildProcess::start_ready({FERRY_DIRECTORY_PEER, "--list", url()}, 60s);
   const std::string& line = lister.line();
   size_t at = line.rfind(" hwm_kib ");
   ASSERT_NE(at, std::string::npos) << "the lister said: " << line;

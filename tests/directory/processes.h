@@ -1,16 +1,12 @@
-// Child processes for the directory tests: a directory server (redis-server
-// or etcd) on loopback with a random port and a temporary data directory,
-// and the engine peer process. Every wait has a deadline.
+// The directory tests' servers: a directory server (redis-server or etcd) on
+// loopback with a random port and a temporary data directory, started through
+// the shared spawner (testing/child_process.h). Every wait has a deadline.
 #pragma once
 
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -22,79 +18,9 @@
 
 #include "directory/backend.h"
 #include "directory/url.h"
-
-extern char** environ;
+#include "testing/child_process.h"
 
 namespace ferry::test {
-
-// A program run with `args`; its first line of stdout is read when
-// `read_line` (the rest, and stderr, go to `log`, if given).
-class Child {
- public:
-  Child() = default;
-  Child(const std::vector<std::string>& args, bool read_line, const std::string& log = "",
-        std::chrono::milliseconds ready_within = std::chrono::seconds(20)) {
-    int fds[2] = {-1, -1};
-    if (read_line && ::pipe2(fds, O_CLOEXEC) != 0) return;
-    std::vector<std::string> a = args;
-    std::vector<char*> argv;
-    for (auto& s : a) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    if (!log.empty()) {
-      posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      if (!read_line) posix_spawn_file_actions_adddup2(&fa, 2, 1);
-    }
-    if (read_line) posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-    int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (read_line) ::close(fds[1]);
-    if (rc != 0) {
-      pid_ = -1;
-      if (read_line) ::close(fds[0]);
-      return;
-    }
-    if (!read_line) return;
-    auto deadline = std::chrono::steady_clock::now() + ready_within;
-    char c;
-    while (std::chrono::steady_clock::now() < deadline) {
-      struct pollfd p = {fds[0], POLLIN, 0};
-      if (::poll(&p, 1, 100) <= 0) continue;
-      if (::read(fds[0], &c, 1) != 1 || c == '\n') break;
-      line_ += c;
-    }
-    ::close(fds[0]);
-  }
-  Child(Child&& o) noexcept : pid_(o.pid_), line_(std::move(o.line_)) { o.pid_ = -1; }
-  Child& operator=(Child&& o) noexcept {
-    if (this != &o) {
-      kill_now();
-      pid_ = o.pid_;
-      line_ = std::move(o.line_);
-      o.pid_ = -1;
-    }
-    return *this;
-  }
-  ~Child() { kill_now(); }
-
-  pid_t pid() const { return pid_; }
-  bool running() const { return pid_ > 0; }
-  const std::string& line() const { return line_; }
-  void signal(int sig) const {
-    if (pid_ > 0) ::kill(pid_, sig);
-  }
-  void kill_now() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-  std::string line_;
-};
 
 // Whether every thread of `pid` is in the stopped state ('T' or 't' in
 // /proc/PID/task/TID/stat, after the name's closing parenthesis).
@@ -204,8 +130,8 @@ class DirectoryServer {
               "--election-timeout",
               "100"};
     }
-    child_ = Child(args, false, dir_ + "/server.log");
-    if (!child_.running()) return false;
+    child_ = testing::ChildProcess(args, {.log = dir_ + "/server.log"});
+    if (!child_.started()) return false;
     auto url = directory::parse_directory_url(this->url());
     auto backend = directory::make_backend(url.value());
     auto deadline = std::chrono::steady_clock::now() + within;
@@ -235,7 +161,7 @@ class DirectoryServer {
   Kind kind_;
   std::string dir_;
   uint16_t port_ = 0, peer_port_ = 0;
-  Child child_;
+  testing::ChildProcess child_;
 };
 
 }  // namespace ferry::test

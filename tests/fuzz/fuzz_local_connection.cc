@@ -96,19 +96,8 @@ struct LocalPeer {
   Status dial(const Target& t, Deadline d) {
     FERRY_ASSIGN_OR_RETURN(platform::HostPort hp, platform::parse_host_port(t.engine->address()));
     FERRY_ASSIGN_OR_RETURN(ctl, platform::connect_tcp(hp, d));
-    wire::Hello hello;
-    testing::present_identity(hello);
-    hello.host_id = t.host_id;
-    FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(ctl.fd(), wire::encode(hello), d));
-    FERRY_ASSIGN_OR_RETURN(auto welcome, bootstrap::read_handshake_frame(ctl.fd(), d));
-    if (welcome.header.type != wire::FrameType::kWelcome) return Status(Code::kDataLoss, "expected WELCOME");
-    wire::Auth auth;
-    auth.streams = 0;
-    FERRY_RETURN_IF_ERROR(testing::sign_auth(hello, welcome, auth));
-    FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(ctl.fd(), wire::encode(auth), d));
-    FERRY_ASSIGN_OR_RETURN(auto f, bootstrap::read_handshake_frame(ctl.fd(), d));
-    FERRY_RETURN_IF_ERROR(rejected(f));
-    FERRY_RETURN_IF_ERROR(wire::decode_accepted(f.header, f.aux).status());
+    // streams 0: the local transport.
+    FERRY_RETURN_IF_ERROR(testing::hand_made_hello(ctl.fd(), t.host_id, 0, d).status());
     uint64_t nonce = platform::random_u64();
     FERRY_ASSIGN_OR_RETURN(channel, ShmChannel::create(kRing, nonce));
     FERRY_ASSIGN_OR_RETURN(local::RendezvousListener rendezvous, local::RendezvousListener::open());
@@ -122,7 +111,7 @@ struct LocalPeer {
     FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(ctl.fd(), setup, d));
     FERRY_RETURN_IF_ERROR(rendezvous.hand_over(channel.fd(), ctl.fd(), local::PeerPolicy{false, true}, d).status());
     FERRY_ASSIGN_OR_RETURN(auto ready, bootstrap::read_handshake_frame(ctl.fd(), d));
-    FERRY_RETURN_IF_ERROR(rejected(ready));
+    FERRY_RETURN_IF_ERROR(testing::rejected_status(ready));
     if (ready.header.type != wire::FrameType::kLocalReady) return Status(Code::kDataLoss, "expected LOCAL_READY");
     return Status();
   }

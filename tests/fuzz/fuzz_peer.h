@@ -1,8 +1,9 @@
 // What the stateful harnesses (fuzz_tcp_connection, fuzz_local_connection)
 // and the seed recorder share: the input format, a peer that speaks the
-// handshake by hand, a reader that splits what the engine sends into
-// frames, guarded memory, and the operations the engine's application posts
-// before the peer's frames arrive.
+// handshake by hand (the tests' own, testing/hand_made_handshake.h), a
+// reader that splits what the engine sends into frames, guarded memory, and
+// the operations the engine's application posts before the peer's frames
+// arrive.
 //
 // Input of a stateful harness:
 //   u8  setup: which operations the engine's application posts (kSetup*)
@@ -40,6 +41,7 @@
 #include "../hand_made_identity.h"
 #include "ferry/ferry.h"
 #include "platform/socket.h"
+#include "testing/hand_made_handshake.h"
 #include "transport/handshake_io.h"
 #include "wire/frame.h"
 #include "wire/handshake.h"
@@ -168,13 +170,6 @@ inline bool drain_fd(int fd, FrameSplitter& s) {
   }
 }
 
-// A REJECTED frame as its code and reason; OK for any other frame.
-inline Status rejected(const bootstrap::RawFrame& f) {
-  if (f.header.type != wire::FrameType::kRejected) return Status();
-  FERRY_ASSIGN_OR_RETURN(wire::Rejected r, wire::decode_rejected(f.header, f.aux));
-  return Status(r.code, "the engine refused the handshake: " + r.message);
-}
-
 // A peer over TCP that speaks the handshake itself (no secret), then sends
 // whatever it is given and reads whatever the engine sends.
 struct TcpPeer {
@@ -187,30 +182,7 @@ struct TcpPeer {
   Status dial(const std::string& address, int streams, Deadline d, bool keep = false) {
     FERRY_ASSIGN_OR_RETURN(platform::HostPort hp, platform::parse_host_port(address));
     FERRY_ASSIGN_OR_RETURN(ctl, platform::connect_tcp(hp, d));
-    wire::Hello hello;
-    testing::present_identity(hello);
-    hello.host_id = "fuzz-peer";
-    FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(ctl.fd(), wire::encode(hello), d));
-    FERRY_ASSIGN_OR_RETURN(auto welcome, bootstrap::read_handshake_frame(ctl.fd(), d));
-    if (welcome.header.type != wire::FrameType::kWelcome) return Status(Code::kDataLoss, "expected WELCOME");
-    wire::Auth auth;
-    auth.streams = static_cast<uint32_t>(streams);
-    FERRY_RETURN_IF_ERROR(testing::sign_auth(hello, welcome, auth));
-    FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(ctl.fd(), wire::encode(auth), d));
-    FERRY_ASSIGN_OR_RETURN(auto f, bootstrap::read_handshake_frame(ctl.fd(), d));
-    FERRY_RETURN_IF_ERROR(rejected(f));
-    FERRY_ASSIGN_OR_RETURN(wire::Accepted accepted, wire::decode_accepted(f.header, f.aux));
-    for (int i = 0; i < streams; ++i) {
-      FERRY_ASSIGN_OR_RETURN(platform::Socket s, platform::connect_tcp(hp, d));
-      wire::Hello stream;
-      stream.role = wire::StreamRole::kData;
-      stream.cookie = accepted.cookie;
-      stream.stream_index = static_cast<uint32_t>(i);
-      FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(s.fd(), wire::encode(stream), d));
-      data.push_back(std::move(s));
-    }
-    FERRY_ASSIGN_OR_RETURN(auto ready, bootstrap::read_handshake_frame(ctl.fd(), d));
-    if (ready.header.type != wire::FrameType::kReady) return Status(Code::kDataLoss, "expected READY");
+    FERRY_RETURN_IF_ERROR(testing::hand_made_tcp_handshake(ctl.fd(), hp, "fuzz-peer", streams, d, data));
     // Without TCP_NODELAY a frame sent right after another waits for the
     // engine's delayed ACK (40 ms).
     FERRY_RETURN_IF_ERROR(platform::tune_stream(ctl, 0));

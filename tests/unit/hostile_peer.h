@@ -1,6 +1,7 @@
 // A hand-made peer for the tests of what a hostile peer can make a TCP engine
-// do: it speaks the handshake and the steady-state frames directly, so it can
-// send what no engine would, and stop reading when an engine would not.
+// do: it speaks the handshake (testing/hand_made_handshake.h) and the
+// steady-state frames directly, so it can send what no engine would, and stop
+// reading when an engine would not.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -22,8 +23,8 @@
 #include "../hand_made_identity.h"
 #include "ferry/ferry.h"
 #include "platform/socket.h"
-#include "transport/handshake_io.h"
-#include "wire/handshake.h"
+#include "testing/hand_made_handshake.h"
+#include "wire/frame.h"
 
 namespace ferry::hostile {
 
@@ -54,32 +55,7 @@ struct Peer {
     } else {
       FERRY_ASSIGN_OR_RETURN(ctl, platform::connect_tcp(hp, d, source_ip));
     }
-    wire::Hello hello;
-    testing::present_identity(hello);
-    hello.host_id = "hostile-peer";
-    FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(ctl.fd(), wire::encode(hello), d));
-    FERRY_ASSIGN_OR_RETURN(auto welcome, bootstrap::read_handshake_frame(ctl.fd(), d));
-    FERRY_RETURN_IF_ERROR(rejected(welcome));
-    wire::Auth auth;
-    auth.streams = static_cast<uint32_t>(streams);
-    FERRY_RETURN_IF_ERROR(testing::sign_auth(hello, welcome, auth));
-    FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(ctl.fd(), wire::encode(auth), d));
-    FERRY_ASSIGN_OR_RETURN(auto f, bootstrap::read_handshake_frame(ctl.fd(), d));
-    FERRY_RETURN_IF_ERROR(rejected(f));
-    FERRY_ASSIGN_OR_RETURN(wire::Accepted accepted, wire::decode_accepted(f.header, f.aux));
-    for (int i = 0; i < streams; ++i) {
-      FERRY_ASSIGN_OR_RETURN(platform::Socket s, platform::connect_tcp(hp, d, source_ip));
-      data.push_back(std::move(s));
-      wire::Hello stream;
-      stream.role = wire::StreamRole::kData;
-      stream.cookie = accepted.cookie;
-      stream.stream_index = static_cast<uint32_t>(i);
-      FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(data.back().fd(), wire::encode(stream), d));
-    }
-    FERRY_ASSIGN_OR_RETURN(auto ready, bootstrap::read_handshake_frame(ctl.fd(), d));
-    FERRY_RETURN_IF_ERROR(rejected(ready));
-    if (ready.header.type != wire::FrameType::kReady) return Status(Code::kDataLoss, "expected READY");
-    return Status();
+    return testing::hand_made_tcp_handshake(ctl.fd(), hp, "hostile-peer", streams, d, data, source_ip);
   }
 
   // A blocking IPv4 connect whose receive buffer is `bytes` from the start
@@ -98,12 +74,6 @@ struct Peer {
       return Status(Code::kUnavailable, std::string("connect: ") + std::strerror(errno));
     }
     return s;
-  }
-
-  static Status rejected(const bootstrap::RawFrame& f) {
-    if (f.header.type != wire::FrameType::kRejected) return Status();
-    FERRY_ASSIGN_OR_RETURN(wire::Rejected r, wire::decode_rejected(f.header, f.aux));
-    return Status(r.code, r.message);
   }
 
   void hang_up() {

@@ -1,6 +1,7 @@
 // A same-host peer made by hand for tests that play a hostile one on the
 // local transport: it speaks the handshake as an engine does (from another
-// engine id, in this very process), then does only what the test tells it:
+// engine id, in this very process; its first half is the shared
+// testing/hand_made_handshake.h), then does only what the test tells it:
 // read or post on the channel, or nothing, and hang up when told.
 #pragma once
 
@@ -13,10 +14,10 @@
 #include <string_view>
 #include <thread>
 
-#include "../hand_made_identity.h"
 #include "ferry/ferry.h"
 #include "platform/crypto.h"
 #include "platform/socket.h"
+#include "testing/hand_made_handshake.h"
 #include "transport/handshake_io.h"
 #include "transport/local/peer_proof.h"
 #include "transport/local/shm_channel.h"
@@ -36,18 +37,8 @@ struct RawLocalPeer {
                Deadline d) {
     FERRY_ASSIGN_OR_RETURN(platform::HostPort hp, platform::parse_host_port(address));
     FERRY_ASSIGN_OR_RETURN(ctl, platform::connect_tcp(hp, d));
-    wire::Hello hello;
-    testing::present_identity(hello);
-    hello.host_id = std::string(platform::host_id());
-    FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(ctl.fd(), wire::encode(hello), d));
-    FERRY_ASSIGN_OR_RETURN(auto welcome, bootstrap::read_handshake_frame(ctl.fd(), d));
-    FERRY_RETURN_IF_ERROR(rejected(welcome));
-    wire::Auth auth;
-    auth.streams = 0;  // the local transport
-    FERRY_RETURN_IF_ERROR(testing::sign_auth(hello, welcome, auth));
-    FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(ctl.fd(), wire::encode(auth), d));
-    FERRY_ASSIGN_OR_RETURN(auto accepted, bootstrap::read_handshake_frame(ctl.fd(), d));
-    FERRY_RETURN_IF_ERROR(rejected(accepted));
+    // streams 0: the local transport.
+    FERRY_RETURN_IF_ERROR(testing::hand_made_hello(ctl.fd(), platform::host_id(), 0, d).status());
     wire::EncodedFrame frame;
     frame.header.type = wire::FrameType::kLocalSetup;
     std::memcpy(&frame.header.a, ticket.data(), 8);
@@ -66,7 +57,7 @@ struct RawLocalPeer {
     FERRY_RETURN_IF_ERROR(setup(address, rendezvous.name(), rendezvous.ticket(), nonce, d));
     FERRY_RETURN_IF_ERROR(rendezvous.hand_over(channel.fd(), ctl.fd(), PeerPolicy{false, true}, d).status());
     FERRY_ASSIGN_OR_RETURN(auto ready, bootstrap::read_handshake_frame(ctl.fd(), d));
-    FERRY_RETURN_IF_ERROR(rejected(ready));
+    FERRY_RETURN_IF_ERROR(testing::rejected_status(ready));
     if (ready.header.type != wire::FrameType::kLocalReady) return Status(Code::kDataLoss, "expected LOCAL_READY");
     return Status();
   }
@@ -119,12 +110,6 @@ struct RawLocalPeer {
   void hang_up() {
     ctl.reset();
     channel = ShmChannel();
-  }
-
-  static Status rejected(const bootstrap::RawFrame& f) {
-    if (f.header.type != wire::FrameType::kRejected) return Status();
-    FERRY_ASSIGN_OR_RETURN(wire::Rejected r, wire::decode_rejected(f.header, f.aux));
-    return Status(r.code, r.message);
   }
 };
 

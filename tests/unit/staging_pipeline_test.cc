@@ -19,18 +19,14 @@
 #include "loopback_tcp_pair.h"
 #include "platform/socket.h"
 #include "platform/staging_kernel.h"
+#include "testing/random_data.h"
 
 namespace ferry::tcp {
 namespace {
 
 using namespace std::chrono_literals;
 
-std::vector<uint8_t> random_bytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<uint8_t> v(n);
-  for (auto& b : v) b = static_cast<uint8_t>(rng());
-  return v;
-}
+using testing::random_bytes;
 
 // Copies happen only when the test says so: complete(t) runs every copy
 // fenced by tickets up to t.

@@ -17,6 +17,7 @@
 
 #include "deny_syscall.h"
 #include "ferry/ferry.h"
+#include "testing/random_data.h"
 #include "transport/tcp/staging_copier.h"
 #include "transport/tcp/staging_ring.h"
 
@@ -25,10 +26,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-void fill(uint8_t* p, size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  for (size_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(rng() >> 13);
-}
+// Bytes from a seed, as these tests have always drawn them (bits 13..20 of each draw).
+void fill(uint8_t* p, size_t n, uint64_t seed) { testing::fill_random_bytes(p, n, seed, 13); }
 
 bool wait_for_no_staging(Deadline deadline) {
   while (staging_bytes_allocated() != 0) {

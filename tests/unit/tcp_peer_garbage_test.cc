@@ -20,6 +20,7 @@
 #include "transport/handshake_io.h"
 #include "peek_landing.h"
 #include "sanitizer_build.h"
+#include "testing/hand_made_handshake.h"
 #include "transport/tcp/staging_copier.h"
 #include "wire/handshake.h"
 
@@ -42,32 +43,7 @@ struct HandMadePeer {
     auto c = platform::connect_tcp(hp.value(), d);
     if (!c.ok()) return false;
     ctl = std::move(c).value();
-    wire::Hello hello;
-    testing::present_identity(hello);
-    hello.host_id = "hand-made-peer";
-    if (!bootstrap::write_handshake_frame(ctl.fd(), wire::encode(hello), d).ok()) return false;
-    auto welcome = bootstrap::read_handshake_frame(ctl.fd(), d);
-    if (!welcome.ok()) return false;
-    wire::Auth auth;
-    auth.streams = static_cast<uint16_t>(streams);
-    if (!testing::sign_auth(hello, *welcome, auth).ok()) return false;
-    if (!bootstrap::write_handshake_frame(ctl.fd(), wire::encode(auth), d).ok()) return false;
-    auto f = bootstrap::read_handshake_frame(ctl.fd(), d);
-    if (!f.ok()) return false;
-    auto accepted = wire::decode_accepted(f->header, f->aux);
-    if (!accepted.ok()) return false;
-    for (int i = 0; i < streams; ++i) {
-      auto s = platform::connect_tcp(hp.value(), d);
-      if (!s.ok()) return false;
-      data.push_back(std::move(s).value());
-      wire::Hello stream;
-      stream.role = wire::StreamRole::kData;
-      stream.cookie = accepted->cookie;
-      stream.stream_index = static_cast<uint16_t>(i);
-      if (!bootstrap::write_handshake_frame(data.back().fd(), wire::encode(stream), d).ok()) return false;
-    }
-    auto ready = bootstrap::read_handshake_frame(ctl.fd(), d);
-    return ready.ok() && ready->header.type == wire::FrameType::kReady;
+    return testing::hand_made_tcp_handshake(ctl.fd(), hp.value(), "hand-made-peer", streams, d, data).ok();
   }
 
   // A frame header and the bytes after it (aux, then payload) on the control

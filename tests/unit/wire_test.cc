@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ferry/memory.h"
+#include "testing/random_data.h"
 #include "wire/frame.h"
 #include "wire/handshake.h"
 #include "wire/metadata.h"
@@ -24,16 +25,8 @@ const std::vector<FrameType> kAllTypes = {
     FrameType::kLocalCts, FrameType::kLocalDone, FrameType::kLocalOpen, FrameType::kLocalExport, FrameType::kLocalPull,
     FrameType::kLocalPush, FrameType::kLocalNote, FrameType::kLocalRevoke};
 
-template <typename Arr>
-void fill(Arr& a, std::mt19937_64& rng) {
-  for (auto& b : a) b = static_cast<uint8_t>(rng());
-}
-
-std::string random_bytes(std::mt19937_64& rng, size_t n) {
-  std::string s(n, '\0');
-  for (auto& c : s) c = static_cast<char>(rng());
-  return s;
-}
+using testing::fill_random_bytes;
+using testing::random_bytes;
 
 HeaderBytes encoded(const FrameHeader& h) {
   HeaderBytes b{};
@@ -172,8 +165,8 @@ TEST(Handshake, HelloControlRoundTrips) {
   m.streams = 8;
   m.cookie = 0;
   m.stream_index = 0;
-  fill(m.nonce, rng);
-  fill(m.identity, rng);
+  fill_random_bytes(m.nonce, rng);
+  fill_random_bytes(m.identity, rng);
   m.host_id = "node-17/boot-abcdef";
   EncodedFrame f = encode(m);
   EXPECT_EQ(f.header.type, FrameType::kHello);
@@ -193,7 +186,7 @@ TEST(Handshake, HelloControlWithEmptyAndMaximalHostId) {
   std::mt19937_64 rng(8);
   for (size_t len : {size_t{0}, size_t{255}}) {
     Hello m;
-    fill(m.nonce, rng);
+    fill_random_bytes(m.nonce, rng);
     m.host_id = std::string(len, 'h');
     EncodedFrame f = encode(m);
     auto r = decode_hello(through_wire(f), f.aux);
@@ -227,8 +220,8 @@ TEST(Handshake, WelcomeRoundTrips) {
     Welcome m;
     m.engine_id = rng();
     m.auth_required = auth;
-    fill(m.nonce, rng);
-    fill(m.identity, rng);
+    fill_random_bytes(m.nonce, rng);
+    fill_random_bytes(m.identity, rng);
     m.host_id = "acceptor-host";
     if (auth) m.addresses = {"10.77.0.2:7000", "10.77.1.2:7000", "[fe80::1]:7000"};
     EncodedFrame f = encode(m);
@@ -261,8 +254,8 @@ TEST(Handshake, AuthRoundTripsWithAndWithoutProof) {
   Auth with;
   with.has_proof = true;
   with.streams = 12;
-  fill(with.proof, rng);
-  fill(with.signature, rng);
+  fill_random_bytes(with.proof, rng);
+  fill_random_bytes(with.signature, rng);
   EncodedFrame f = encode(with);
   EXPECT_EQ(f.aux.size(), 96u);
   auto r = decode_auth(through_wire(f), f.aux);
@@ -273,8 +266,8 @@ TEST(Handshake, AuthRoundTripsWithAndWithoutProof) {
   EXPECT_EQ(r->signature, with.signature);
 
   Auth without;
-  fill(without.proof, rng);  // must not travel
-  fill(without.signature, rng);
+  fill_random_bytes(without.proof, rng);  // must not travel
+  fill_random_bytes(without.signature, rng);
   f = encode(without);
   EXPECT_EQ(f.aux.size(), 64u);
   r = decode_auth(through_wire(f), f.aux);
@@ -290,8 +283,8 @@ TEST(Handshake, AcceptedRoundTripsWithAndWithoutProof) {
     m.cookie = rng();
     m.connection_id = rng();
     m.has_proof = has;
-    fill(m.proof, rng);
-    fill(m.signature, rng);
+    fill_random_bytes(m.proof, rng);
+    fill_random_bytes(m.signature, rng);
     EncodedFrame f = encode(m);
     EXPECT_EQ(f.aux.size(), has ? 96u : 64u);
     auto r = decode_accepted(through_wire(f), f.aux);
@@ -569,7 +562,7 @@ TEST(WireFuzz, DecodersNeverCrashAndAnswerConsistently) {
   int header_ok = 0, hello_ok = 0, meta_ok = 0, desc_ok = 0;
   for (int iter = 0; iter < 20000; ++iter) {
     // decode_header: random bytes, often with a valid magic and type.
-    std::string raw = random_bytes(rng, rng() % 4 == 0 ? rng() % kHeaderSize : kHeaderSize + rng() % 16);
+    std::string raw = random_bytes<std::string>(rng() % 4 == 0 ? rng() % kHeaderSize : kHeaderSize + rng() % 16, rng);
     auto* p = reinterpret_cast<uint8_t*>(raw.data());
     if (raw.size() >= 5 && rng() % 2) put_u32(p, kFrameMagic);
     if (raw.size() >= 5 && rng() % 2) p[4] = static_cast<uint8_t>(kAllTypes[rng() % kAllTypes.size()]);
@@ -598,7 +591,7 @@ TEST(WireFuzz, DecodersNeverCrashAndAnswerConsistently) {
     }
     // Offers of small versions, in or out of order, sometimes without a highest.
     if (rng() % 2) h.code = static_cast<uint32_t>(rng() % 8) | static_cast<uint32_t>(rng() % 8) << 16;
-    std::string aux = random_bytes(rng, rng() % 300);
+    std::string aux = random_bytes<std::string>(rng() % 300, rng);
     auto hel = decode_hello(h, aux);
     if (hel.ok()) {
       ++hello_ok;
@@ -627,10 +620,10 @@ TEST(WireFuzz, DecodersNeverCrashAndAnswerConsistently) {
     std::string blob;
     switch (rng() % 3) {
       case 0:
-        blob = random_bytes(rng, rng() % 64);
+        blob = random_bytes<std::string>(rng() % 64, rng);
         break;
       case 1:
-        blob = "FRYM" + std::string("\x01\x00", 2) + random_bytes(rng, rng() % 64);
+        blob = "FRYM" + std::string("\x01\x00", 2) + random_bytes<std::string>(rng() % 64, rng);
         break;
       default:
         blob = good_meta;
@@ -648,7 +641,7 @@ TEST(WireFuzz, DecodersNeverCrashAndAnswerConsistently) {
     }
 
     // RemoteDescriptor::parse: mostly 48 bytes, often with the magic.
-    std::string desc = random_bytes(rng, rng() % 8 == 0 ? rng() % 100 : 48);
+    std::string desc = random_bytes<std::string>(rng() % 8 == 0 ? rng() % 100 : 48, rng);
     if (desc.size() >= 5 && rng() % 4) put_u32(reinterpret_cast<uint8_t*>(desc.data()), 0x44595246);
     if (desc.size() >= 5 && rng() % 2) desc[4] = static_cast<char>(rng() % 4);
     if (desc.size() == 48 && rng() % 4) {  // mostly zero reserved bytes, as serialize() writes
