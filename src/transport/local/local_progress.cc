@@ -1,6 +1,6 @@
 // LocalTransport's progress turn (run by the engine's progress workers) and
 // the handlers of the messages it reads from the channel (posting is in
-// local_transport.cc).
+// local_posting.cc and local_one_sided.cc).
 #include <poll.h>
 #include <sys/socket.h>
 

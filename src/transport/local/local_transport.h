@@ -9,8 +9,10 @@
 // copy directly. No data is staged. The TCP control stream of the handshake
 // stays open only to notice the peer's death (the kernel closes it).
 //
-// Files: local_transport.cc (posting, liveness, failure), local_progress.cc
-// (a progress turn and the message handlers).
+// Files: local_transport.cc (construction, liveness, failure),
+// local_posting.cc (control messages, send and receive, notifications),
+// local_one_sided.cc (writes and reads), local_progress.cc (a progress turn
+// and the message handlers).
 //
 // Threads: none of its own. The engine's progress workers (progress_pool.h,
 // one per engine by default, shared by every local connection) take turns

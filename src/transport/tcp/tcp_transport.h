@@ -5,8 +5,10 @@
 // Files: tcp_transport.cc (threads, liveness, failure), tcp_posting.cc
 // (outbound operations), tcp_control.cc (the control stream, both ways, and
 // its frames), tcp_landing.cc (inbound chunks into registered memory, and
-// dedupe of resent ones), tcp_path_workers.cc (path workers, NIC choice,
-// CPU pinning), tcp_staging_glue.cc (GPU memory through the staging copies).
+// dedupe of resent ones), tcp_path_reader.cc (each path's receive loop, a
+// chunk's bytes received in place or staged), tcp_path_workers.cc (path
+// workers, NIC choice, CPU pinning), tcp_staging_glue.cc (GPU memory through
+// the staging copies).
 //
 // Threads: none of its own. Its streams are served by the engine's data
 // plane (io_pool.h): fixed workers per NIC and direction, each running many
