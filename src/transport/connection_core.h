@@ -46,7 +46,9 @@ struct PreparedPools {
   std::vector<RemoteDescriptor> remote;
 };
 
-class ConnectionCore final : public Connection, public std::enable_shared_from_this<ConnectionCore> {
+class ConnectionCore final : public Connection,
+                             public ConnectionHost,
+                             public std::enable_shared_from_this<ConnectionCore> {
  public:
   // Makes the core and its transport (`make` builds it around the core).
   using MakeTransport = std::function<std::unique_ptr<Transport>(ConnectionCore&)>;
@@ -75,7 +77,7 @@ class ConnectionCore final : public Connection, public std::enable_shared_from_t
   // every public operation goes through it to keep posting order.
   core::OrderedPosts& ordered() { return *ordered_; }
   void close();
-  Status health() const;
+  Status health() const override;
   uint64_t id() const { return id_; }
   uint64_t peer_engine_id() const { return peer_.engine_id; }
   const std::string& peer_address() const { return peer_.address; }
@@ -91,50 +93,51 @@ class ConnectionCore final : public Connection, public std::enable_shared_from_t
   // Fails the connection with `why`; the first call wins. Once close()
   // began, the reason is kCancelled whatever happened next. Any thread,
   // under no lock of the connection.
-  void fail(const Status& why);
+  void fail(const Status& why) override;
 
   // ---- for the transport -----------------------------------------------------
-  const std::string& where() const { return peer_.where; }
-  core::EngineContext& context() const { return *ctx_; }
+  const std::string& where() const override { return peer_.where; }
+  core::EngineContext& context() const override { return *ctx_; }
   // The latch is set (acquire: the reason is in place).
-  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  bool failed() const override { return failed_.load(std::memory_order_acquire); }
   // close() began.
-  bool closing() const { return closed_.load(std::memory_order_acquire); }
+  bool closing() const override { return closed_.load(std::memory_order_acquire); }
   // OK while usable, else the reason it failed.
-  Status usable() const;
+  Status usable() const override;
   // A fresh operation number, unique within the connection. Any thread.
-  uint64_t next_op() { return next_op_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t next_op() override { return next_op_.fetch_add(1, std::memory_order_relaxed); }
   // A TransferState for a new operation of `parts` pieces.
   std::shared_ptr<TransferState> new_state(int parts = 1);
   // A transfer that ended before it began.
   static Transfer failed_transfer(const Status& s);
   // What the connection holds on the peer's behalf (connection_memory_bytes).
-  core::ByteBudget& budget() const { return *budget_; }
-  const std::shared_ptr<core::ByteBudget>& shared_budget() const { return budget_; }
+  core::ByteBudget& budget() const override { return *budget_; }
+  const std::shared_ptr<core::ByteBudget>& shared_budget() const override { return budget_; }
   // kResourceExhausted: `what` would pass connection_memory_bytes.
-  Status exhausted(const std::string& what) const;
-  core::NotificationQueue& notes() { return notes_; }
+  Status exhausted(const std::string& what) const override;
+  core::NotificationQueue& notes() override { return notes_; }
   // The peer said goodbye in order: its end is not worth a warning.
-  void set_closed_by_peer() { closed_by_peer_.store(true, std::memory_order_release); }
+  void set_closed_by_peer() override { closed_by_peer_.store(true, std::memory_order_release); }
   bool closed_by_peer() const { return closed_by_peer_.load(std::memory_order_acquire); }
 
   // Receive matching, for the inbound thread. The oldest posted receive,
   // taken off the queue (its cancel disarmed), if any.
-  std::optional<PostedRecv> take_posted();
+  std::optional<PostedRecv> take_posted() override;
   // Hands a receive its message (the transport's match), or refuses one that
   // does not fit: the one place of that rule. A transport that took the
   // receive itself (take_posted) and cannot land the message straight away
   // hands both back here.
-  void deliver(PostedRecv recv, ArrivedMessage msg);
+  void deliver(PostedRecv recv, ArrivedMessage msg) override;
   // Hands `msg` to the oldest posted receive (Transport::match) or keeps it
   // for the next one; kResourceExhausted, keeping nothing, when keeping it
   // would pass connection_memory_bytes.
-  Status arrive(ArrivedMessage msg);
+  Status arrive(ArrivedMessage msg) override;
   // Receives are posted and waiting.
-  bool has_posted();
+  bool has_posted() override;
 
   // A status the peer reported (`code`, `message`) as this side's, or OK.
-  Status peer_status(uint32_t code, std::string_view message) const;
+  Status peer_status(uint32_t code, std::string_view message) const override;
+  std::weak_ptr<ConnectionHost> weak_host() override { return weak_from_this(); }
 
  private:
   // Lets Transfer::cancel of `shown` (the application's handle) stop the

@@ -15,7 +15,8 @@
 //   heartbeat the engine's heartbeat thread;
 //   any       any of these.
 // Ownership: the core owns its transport and outlives it; the transport
-// keeps a reference to the core. Operations reach the transport already
+// keeps a reference to the core, through ConnectionHost (below): what a
+// transport may ask of the core is that interface and nothing else. Operations reach the transport already
 // checked and resolved; the transport finishes the TransferState (or the
 // part of it) it was handed exactly once, and never under its own locks.
 #pragma once
@@ -23,11 +24,14 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/engine_context.h"
+#include "core/notification_queue.h"
 #include "core/segments.h"
 #include "core/transfer_state.h"
 #include "ferry/memory.h"
@@ -78,6 +82,62 @@ struct WriteBatch {
   };
   core::SegmentList source;
   std::vector<Target> targets;
+};
+
+// What a transport may ask of the connection it serves (ConnectionCore is
+// the one implementation). Thread-safe.
+class ConnectionHost {
+ public:
+  virtual ~ConnectionHost() = default;
+  // "connection N to ADDRESS (engine ID)", for messages.
+  virtual const std::string& where() const = 0;
+  // The engine the connection belongs to (outlives it).
+  virtual core::EngineContext& context() const = 0;
+
+  // ---- the health latch ---------------------------------------------------
+  // Fails the connection with `why`; the first call wins (kCancelled once
+  // close() began). Any thread, under no lock of the transport's that its
+  // failed() takes.
+  virtual void fail(const Status& why) = 0;
+  // The latch is set (acquire: the reason is in place).
+  virtual bool failed() const = 0;
+  // close() began.
+  virtual bool closing() const = 0;
+  // OK while usable, else the reason it failed.
+  virtual Status usable() const = 0;
+  virtual Status health() const = 0;
+  // The peer said goodbye in order: its end is not worth a warning.
+  virtual void set_closed_by_peer() = 0;
+  // A status the peer reported (`code`, `message`) as this side's, or OK.
+  virtual Status peer_status(uint32_t code, std::string_view message) const = 0;
+
+  // ---- numbering and what the peer makes the connection hold --------------
+  // A fresh operation number, unique within the connection.
+  virtual uint64_t next_op() = 0;
+  // connection_memory_bytes, shared with the transport.
+  virtual core::ByteBudget& budget() const = 0;
+  virtual const std::shared_ptr<core::ByteBudget>& shared_budget() const = 0;
+  // kResourceExhausted: `what` would pass connection_memory_bytes.
+  virtual Status exhausted(const std::string& what) const = 0;
+  // The notifications the application waits for.
+  virtual core::NotificationQueue& notes() = 0;
+
+  // ---- receive matching (inbound) -------------------------------------------
+  // The oldest posted receive, taken off the queue (its cancel disarmed).
+  virtual std::optional<PostedRecv> take_posted() = 0;
+  // Receives are posted and waiting.
+  virtual bool has_posted() = 0;
+  // Hands a receive its message (Transport::match), or refuses one that does
+  // not fit (Transport::refuse): a transport that took the receive itself and
+  // cannot land the message straight away hands both back here.
+  virtual void deliver(PostedRecv recv, ArrivedMessage msg) = 0;
+  // Hands `msg` to the oldest posted receive or keeps it for the next one;
+  // kResourceExhausted, keeping nothing, past connection_memory_bytes.
+  virtual Status arrive(ArrivedMessage msg) = 0;
+
+  // A handle that says whether the connection (and so its transport) still
+  // lives, for completions that may run after it is gone.
+  virtual std::weak_ptr<ConnectionHost> weak_host() = 0;
 };
 
 class Transport {

@@ -29,7 +29,7 @@ void LocalTransport::start_write_batch(const std::shared_ptr<TransferState>& sta
     return;
   }
   // A KV cache's blocks all go into one pool: one copy of every block.
-  std::weak_ptr<transport::ConnectionCore> self = core_.weak_from_this();
+  std::weak_ptr<transport::ConnectionHost> self = core_.weak_host();
   auto shared = std::make_shared<transport::WriteBatch>(std::move(batch));
   with_export(first, [this, self, state, shared](Result<const ExportInfo*> info) {
     auto core = self.lock();  // the transport lives as long as its core
@@ -223,7 +223,7 @@ void LocalTransport::start_item(const std::shared_ptr<TransferState>& state, Ite
     return;
   }
   if (!stop_from) stop_from = state;
-  std::weak_ptr<transport::ConnectionCore> self = core_.weak_from_this();
+  std::weak_ptr<transport::ConnectionHost> self = core_.weak_host();
   auto shared = std::make_shared<Item>(std::move(item));
   with_export(shared->remote, [this, self, state, shared, is_write, stop_from](Result<const ExportInfo*> info) {
     auto core = self.lock();  // the transport lives as long as its core

@@ -264,7 +264,7 @@ void LocalTransport::match(transport::PostedRecv recv, transport::ArrivedMessage
     answer(op, gone);
     return;
   }
-  std::weak_ptr<transport::ConnectionCore> self = core_.weak_from_this();
+  std::weak_ptr<transport::ConnectionHost> self = core_.weak_host();
   Status s = copier_.start(
       recv.dest, source, msg.size, false,
       [this, self, state, op, access](const Status& st) {

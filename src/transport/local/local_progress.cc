@@ -212,7 +212,7 @@ Status LocalTransport::on_cts(const FrameHeader& h, std::string_view payload) {
   }
   uint64_t token = h.a;
   uint64_t size = source.total();
-  std::weak_ptr<transport::ConnectionCore> self = core_.weak_from_this();
+  std::weak_ptr<transport::ConnectionHost> self = core_.weak_host();
   auto finish = [this, self, token, done](const Status& st) {
     if (auto core = self.lock()) answer(token, st);  // the transport lives as long as its core
     done(st);
@@ -299,7 +299,7 @@ Status LocalTransport::on_export(const FrameHeader& h, std::string_view aux, std
 Status LocalTransport::on_pull_or_push(const FrameHeader& h, std::string_view payload) {
   bool pull = h.type == FrameType::kLocalPull;  // the peer writes into our export
   uint64_t op = h.id;
-  std::weak_ptr<transport::ConnectionCore> self = core_.weak_from_this();
+  std::weak_ptr<transport::ConnectionHost> self = core_.weak_host();
   auto finish = [this, self, op](const Status& st) {
     if (auto core = self.lock()) answer(op, st);  // the transport lives as long as its core
   };

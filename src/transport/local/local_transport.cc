@@ -19,7 +19,7 @@ namespace ferry::local {
 using wire::FrameHeader;
 using wire::FrameType;
 
-LocalTransport::LocalTransport(transport::ConnectionCore& core, LocalPeer peer, platform::Socket control,
+LocalTransport::LocalTransport(transport::ConnectionHost& core, LocalPeer peer, platform::Socket control,
                                ShmChannel channel)
     : core_(core),
       ctx_(&core.context()),

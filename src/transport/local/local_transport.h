@@ -95,7 +95,7 @@ class LocalTransport final : public transport::Transport, private ProgressPool::
   // leaves the mapping to the destructor.
   static constexpr std::chrono::milliseconds kChannelUsersWait{1000};
 
-  LocalTransport(transport::ConnectionCore& core, LocalPeer peer, platform::Socket control, ShmChannel channel);
+  LocalTransport(transport::ConnectionHost& core, LocalPeer peer, platform::Socket control, ShmChannel channel);
   ~LocalTransport() override;
 
   // A started connection over a new LocalTransport (the handshake's last
@@ -243,7 +243,7 @@ class LocalTransport final : public transport::Transport, private ProgressPool::
   void peer_exited();
   bool has_pending();
 
-  transport::ConnectionCore& core_;
+  transport::ConnectionHost& core_;
   core::EngineContext* const ctx_;
   const LocalPeer peer_;
   // The heartbeat thread shuts the control stream when it fails the

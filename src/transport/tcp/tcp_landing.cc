@@ -106,7 +106,7 @@ Status TcpTransport::land_data(int fd, int path, const FrameHeader& h) {
   if (over) return fail_with(core_.exhausted("chunks of operations still arriving"));
   if (begin.stalled_path >= 0) give_up_stalled_path(begin.stalled_path, path, offset);
   if (!begin.land) return drain(fd, size);  // a resent chunk that had landed already, or aborted
-  std::weak_ptr<transport::ConnectionCore> self = core_.weak_from_this();
+  std::weak_ptr<transport::ConnectionHost> self = core_.weak_host();
   auto abandon = [this, self, token, l, offset, path] {
     auto core = self.lock();  // the transport lives as long as its core
     landing_chunk_abandoned(core ? this : nullptr, token, l, offset, path);
@@ -315,7 +315,7 @@ Status TcpTransport::land_write(int fd, int path, const FrameHeader& frame, std:
   }
   if (!begin.land) return drain(fd, h.payload_len);  // over, or a resent chunk that had landed already
   FrameHeader fh = h;
-  std::weak_ptr<transport::ConnectionCore> self = core_.weak_from_this();
+  std::weak_ptr<transport::ConnectionHost> self = core_.weak_host();
   auto abandon = [this, self, op, offset = h.c, path] {
     if (auto core = self.lock()) write_chunk_abandoned(op, offset, path);  // the transport lives as long as its core
   };

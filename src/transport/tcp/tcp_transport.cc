@@ -32,7 +32,7 @@ void TcpTransport::Held::give_reply(size_t n) {
   if (before > reply_cap && before - n <= reply_cap) wake();
 }
 
-TcpTransport::TcpTransport(transport::ConnectionCore& core, PeerInfo peer, platform::Socket control,
+TcpTransport::TcpTransport(transport::ConnectionHost& core, PeerInfo peer, platform::Socket control,
                            std::vector<platform::Socket> data, std::vector<PathInfo> paths,
                            std::unique_ptr<core::Admission::Ticket> ticket)
     : core_(core),

@@ -111,7 +111,7 @@ class TcpTransport final : public transport::Transport {
  public:
   // `ticket`: the connection's admission, given back once it no longer holds
   // threads or descriptors (may be null).
-  TcpTransport(transport::ConnectionCore& core, PeerInfo peer, platform::Socket control,
+  TcpTransport(transport::ConnectionHost& core, PeerInfo peer, platform::Socket control,
                std::vector<platform::Socket> data, std::vector<PathInfo> paths,
                std::unique_ptr<core::Admission::Ticket> ticket = nullptr);
   ~TcpTransport() override;
@@ -421,7 +421,7 @@ class TcpTransport final : public transport::Transport {
   void finish_landing(uint64_t token, const std::shared_ptr<Landing>& l);
   void complete_recv_now(transport::PostedRecv& recv, uint64_t op, uint64_t size, const std::string& bytes);
 
-  transport::ConnectionCore& core_;
+  transport::ConnectionHost& core_;
   core::EngineContext* const ctx_;
   const PeerInfo peer_;
   platform::Socket control_;
