@@ -137,38 +137,48 @@ TEST(LocalFleet, BulkCopyDoesNotHoldAnotherConnectionsMessages) {
   ASSERT_TRUE(a->reg(ping.data(), ping.size()).ok());
   ASSERT_TRUE(b->reg(pong.data(), pong.size()).ok());
 
-  // Once alone, for the large copy's own time.
-  auto t0 = Clock::now();
-  {
-    Transfer r = bulk_b.recv_async(big_dst.data(), big);
-    ASSERT_TRUE(bulk_a.send(big_src.data(), big, after(60s)).ok());
-    ASSERT_TRUE(r.wait(after(60s)).ok());
-  }
-  const auto alone = Clock::now() - t0;
-  std::memset(big_dst.data(), 0, big);
-
-  Transfer big_recv = bulk_b.recv_async(big_dst.data(), big);
-  Transfer big_send = bulk_a.send_async(big_src.data(), big);
-  std::vector<Clock::duration> took;
+  // Up to three tries: on a loaded two-CPU machine one try can see fewer
+  // small operations than asked for while the copy runs. A worker that holds
+  // the small operations behind the copy fails every try (none completes
+  // during it, and the first takes as long as the copy).
   int during = 0;
-  while (!big_recv.test() && took.size() < 10000) {
-    auto s = Clock::now();
-    Transfer m = small_a.recv_async(mid_dst.data(), mid);  // posted first: a's progress thread copies
-    ASSERT_TRUE(small_b.send(mid_src.data(), mid, after(30s)).ok());
-    ASSERT_TRUE(m.wait(after(30s)).ok());
-    Transfer p = small_b.recv_async(pong.data(), pong.size());
-    ASSERT_TRUE(small_a.send(ping.data(), ping.size(), after(30s)).ok());
-    ASSERT_TRUE(p.wait(after(30s)).ok());
-    Transfer q = small_a.recv_async(ping.data(), ping.size());
-    ASSERT_TRUE(small_b.send(pong.data(), pong.size(), after(30s)).ok());
-    ASSERT_TRUE(q.wait(after(30s)).ok());
-    took.push_back(Clock::now() - s);
-    if (!big_recv.test()) ++during;
+  std::vector<Clock::duration> took;
+  Clock::duration alone{};
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    // Once alone, for the large copy's own time.
+    auto t0 = Clock::now();
+    {
+      Transfer r = bulk_b.recv_async(big_dst.data(), big);
+      ASSERT_TRUE(bulk_a.send(big_src.data(), big, after(60s)).ok());
+      ASSERT_TRUE(r.wait(after(60s)).ok());
+    }
+    alone = Clock::now() - t0;
+    std::memset(big_dst.data(), 0, big);
+
+    Transfer big_recv = bulk_b.recv_async(big_dst.data(), big);
+    Transfer big_send = bulk_a.send_async(big_src.data(), big);
+    took.clear();
+    during = 0;
+    while (!big_recv.test() && took.size() < 10000) {
+      auto s = Clock::now();
+      Transfer m = small_a.recv_async(mid_dst.data(), mid);  // posted first: a's progress thread copies
+      ASSERT_TRUE(small_b.send(mid_src.data(), mid, after(30s)).ok());
+      ASSERT_TRUE(m.wait(after(30s)).ok());
+      Transfer p = small_b.recv_async(pong.data(), pong.size());
+      ASSERT_TRUE(small_a.send(ping.data(), ping.size(), after(30s)).ok());
+      ASSERT_TRUE(p.wait(after(30s)).ok());
+      Transfer q = small_a.recv_async(ping.data(), ping.size());
+      ASSERT_TRUE(small_b.send(pong.data(), pong.size(), after(30s)).ok());
+      ASSERT_TRUE(q.wait(after(30s)).ok());
+      took.push_back(Clock::now() - s);
+      if (!big_recv.test()) ++during;
+    }
+    ASSERT_TRUE(big_send.wait(after(60s)).ok());
+    ASSERT_TRUE(big_recv.wait(after(60s)).ok());
+    EXPECT_EQ(0, std::memcmp(mid_dst.data(), mid_src.data(), mid));
+    for (size_t i = 0; i < big; i += 4096) ASSERT_EQ(big_dst[i], big_src[i]) << "at " << i;
+    if (during >= 3 && *std::max_element(took.begin(), took.end()) < alone) break;
   }
-  ASSERT_TRUE(big_send.wait(after(60s)).ok());
-  ASSERT_TRUE(big_recv.wait(after(60s)).ok());
-  EXPECT_EQ(0, std::memcmp(mid_dst.data(), mid_src.data(), mid));
-  for (size_t i = 0; i < big; i += 4096) ASSERT_EQ(big_dst[i], big_src[i]) << "at " << i;
   EXPECT_GE(during, 3) << "small operations waited for the large copy: " << during
                        << " completed while it ran, the first in "
                        << std::chrono::duration_cast<std::chrono::microseconds>(took.front()).count() << " us";
