@@ -38,7 +38,7 @@
 #include <string>
 #include <vector>
 
-#include "../../src/platform/gather_kernel.cu"
+#include "../../src/gpu/gather_kernel.cu"
 #include "cuda_check.cuh"
 #include "peer_pools.cuh"
 

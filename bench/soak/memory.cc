@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "platform/cuda_driver.h"
+#include "gpu/cuda_driver.h"
 #include "soak/pattern.h"
 
 namespace ferry::soak {

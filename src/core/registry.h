@@ -18,7 +18,7 @@
 
 #include "ferry/memory.h"
 #include "ferry/status.h"
-#include "platform/memory_kind.h"
+#include "gpu/memory_kind.h"
 #include "platform/mutex.h"
 
 namespace ferry::core {

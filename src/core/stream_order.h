@@ -26,8 +26,8 @@
 
 #include "core/transfer_state.h"
 #include "ferry/transfer.h"
+#include "gpu/stream_waits.h"
 #include "platform/mutex.h"
-#include "platform/stream_waits.h"
 
 namespace ferry::core {
 

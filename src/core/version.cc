@@ -25,7 +25,7 @@ BuildInfo build_info() {
   b.version = FERRY_VERSION;
   b.protocol_version = wire::kProtocolVersion;
   b.min_protocol_version = wire::kMinProtocolVersion;
-  b.cuda = true;  // the driver API is loaded with dlopen (platform/cuda_driver.h), never linked
+  b.cuda = true;  // the driver API is loaded with dlopen (gpu/cuda_driver.h), never linked
   b.nixl_plugin = FERRY_NIXL_PLUGIN != 0;
 #if FERRY_HAVE_HIREDIS
   b.directories.push_back("redis");

@@ -13,15 +13,15 @@
 #include <thread>
 
 #include "core/engine_context.h"
-#include "platform/log.h"
 #include "core/stream_order.h"
 #include "directory/publisher.h"
 #include "directory/url.h"
+#include "gpu/memory_kind.h"
+#include "gpu/stream_signals.h"
 #include "platform/crypto.h"
-#include "platform/memory_kind.h"
+#include "platform/log.h"
 #include "platform/mutex.h"
 #include "platform/socket.h"
-#include "platform/stream_signals.h"
 #include "platform/thread.h"
 #include "transport/bootstrap/dialer.h"
 #include "transport/bootstrap/engine_transports.h"

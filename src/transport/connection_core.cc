@@ -6,11 +6,11 @@
 
 #include <algorithm>
 
-#include "platform/log.h"
+#include "gpu/gather_kernel.h"
+#include "gpu/staging_kernel.h"
+#include "gpu/stream_signals.h"
 #include "platform/heap.h"
-#include "platform/gather_kernel.h"
-#include "platform/staging_kernel.h"
-#include "platform/stream_signals.h"
+#include "platform/log.h"
 
 namespace ferry::transport {
 namespace {

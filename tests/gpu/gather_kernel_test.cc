@@ -6,6 +6,8 @@
 // checked, the gaps between pieces included. Then the kernel kept resident
 // (ResidentGather): a batch handed to it after it lingered out is still
 // copied. Skips without a GPU.
+#include "gpu/gather_kernel.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,8 +20,7 @@
 #include <vector>
 
 #include "gpu/gpu_memory.h"
-#include "platform/gather_kernel.h"
-#include "platform/resident_gather.h"
+#include "gpu/resident_gather.h"
 
 namespace ferry::testing {
 namespace {

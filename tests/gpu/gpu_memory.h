@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "platform/cuda_driver.h"
+#include "gpu/cuda_driver.h"
 
 namespace ferry::testing {
 

@@ -33,12 +33,12 @@
 #include "core/engine_context.h"
 #include "ferry/engine.h"
 #include "gpu/gpu_memory.h"
+#include "gpu/memory_kind.h"
 #include "platform/crypto.h"
 #include "platform/identity.h"
-#include "platform/memory_kind.h"
 #include "platform/socket.h"
-#include "transport/local/gpu_sharing.h"
 #include "transport/bootstrap/dialer.h"
+#include "transport/local/gpu_sharing.h"
 
 using namespace ferry;
 using namespace ferry::testing;

@@ -10,10 +10,10 @@
 #include <cinttypes>
 #include <thread>
 
+#include "gpu/staging_kernel.h"
 #include "gpu/tcp_gpu_util.h"
 #include "integration/peer_process.h"
 #include "transport/tcp/staging_copier.h"
-#include "platform/staging_kernel.h"
 #include "transport/tcp/staging_ring.h"
 
 namespace ferry::test {

@@ -10,7 +10,7 @@
 
 #include "core/pattern.h"
 #include "ferry/ferry.h"
-#include "platform/cuda_driver.h"
+#include "gpu/cuda_driver.h"
 
 namespace ferry::test {
 

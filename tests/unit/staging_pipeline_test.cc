@@ -16,9 +16,9 @@
 #include <thread>
 #include <vector>
 
+#include "gpu/staging_kernel.h"
 #include "loopback_tcp_pair.h"
 #include "platform/socket.h"
-#include "platform/staging_kernel.h"
 #include "testing/random_data.h"
 
 namespace ferry::tcp {

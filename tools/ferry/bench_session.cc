@@ -22,7 +22,7 @@
 #include "ferry/bench_blocks.h"
 #include "ferry/bench_process_stats.h"
 #include "ferry/bench_sizes.h"
-#include "platform/cuda_driver.h"
+#include "gpu/cuda_driver.h"
 
 namespace ferry::cli {
 namespace {

@@ -3,9 +3,9 @@
 
 #include <memory>
 
-#include "platform/gather_kernel.h"
-#include "platform/resident_gather.h"
-#include "platform/staging_kernel.h"
+#include "gpu/gather_kernel.h"
+#include "gpu/resident_gather.h"
+#include "gpu/staging_kernel.h"
 #include "transport/local/gpu_sharing.h"
 #include "transport/local/local_workers.h"
 #include "transport/tcp/io_pool.h"

@@ -10,7 +10,7 @@
 #include <span>
 
 #include "ferry/memory.h"
-#include "platform/gather_kernel.h"
+#include "gpu/gather_kernel.h"
 
 namespace ferry::local {
 

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "platform/cuda_driver.h"
-#include "platform/memory_kind.h"
+#include "gpu/cuda_driver.h"
+#include "gpu/memory_kind.h"
 #include "transport/local/cross_memory.h"
 
 namespace ferry::local {

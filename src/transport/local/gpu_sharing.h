@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "core/registry.h"
+#include "gpu/stream_signals.h"
 #include "platform/mutex.h"
-#include "platform/stream_signals.h"
 #include "transport/local/shared_span.h"
 
 namespace ferry::local {

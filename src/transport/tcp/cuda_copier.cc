@@ -1,6 +1,6 @@
 // The CUDA copier: staging copies (by the copy kernel where it can, else the
 // copy engines) on per-device non-blocking streams, fenced by events, through
-// the driver table of platform/cuda_driver.h.
+// the driver table of gpu/cuda_driver.h.
 #include <algorithm>
 #include <array>
 #include <deque>
@@ -8,11 +8,11 @@
 #include <utility>
 #include <vector>
 
-#include "platform/cuda_driver.h"
-#include "platform/gather_kernel.h"
+#include "gpu/cuda_driver.h"
+#include "gpu/gather_kernel.h"
+#include "gpu/staging_kernel.h"
 #include "platform/page_lender.h"
 #include "transport/tcp/staging_copier.h"
-#include "platform/staging_kernel.h"
 
 namespace ferry::tcp {
 namespace {

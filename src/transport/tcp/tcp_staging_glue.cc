@@ -5,8 +5,8 @@
 #include <bit>
 #include <cstring>
 
+#include "gpu/staging_kernel.h"
 #include "platform/log.h"
-#include "platform/staging_kernel.h"
 #include "transport/tcp/tcp_transport.h"
 
 namespace ferry::tcp {

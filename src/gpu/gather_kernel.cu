@@ -1,5 +1,5 @@
 // The source of the gather kernel's PTX (gather_kernel_ptx.inc, made by
-// scripts/gather_ptx.sh; ferry itself builds without a CUDA toolchain).
+// scripts/make_ptx.sh; ferry itself builds without a CUDA toolchain).
 //
 // One launch copies a list of pieces, each from any address to any address
 // the launching GPU can reach (its own memory, a peer GPU's mapped memory):
@@ -8,6 +8,10 @@
 // freeing after the kernel ran. A block of threads takes a piece at a time;
 // pieces whose addresses agree modulo 16 move as 16-byte words (four loads in
 // flight per thread before their stores), others byte by byte.
+//
+// Its header is lowered to PTX ISA 8.1, the first with 32 KiB of kernel
+// parameters, so that drivers from CUDA 12.1 on load it.
+// ptx-isa: 8.1
 typedef unsigned long long u64;
 
 struct GatherItem {

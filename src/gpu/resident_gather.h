@@ -34,8 +34,8 @@
 #include <memory>
 
 #include "ferry/status.h"
-#include "platform/cuda_driver.h"
-#include "platform/gather_kernel.h"
+#include "gpu/cuda_driver.h"
+#include "gpu/gather_kernel.h"
 #include "platform/mutex.h"
 
 namespace ferry::platform {

@@ -10,8 +10,10 @@
 // fairness is worth as much as its bandwidth. The cost is a few SMs while a
 // transfer's copies run; Options::staging_copy "engine" keeps the SMs free.
 //
-// The kernel is PTX (no CUDA toolchain is needed to build ferry), loaded once
-// per device for the whole engine, on first use (or by load_where_used()).
+// The kernel is PTX (staging_kernel_ptx.inc, made from staging_kernel.cu by
+// scripts/make_ptx.sh: no CUDA toolchain is needed to build ferry), loaded
+// once per device for the whole engine, on first use (or by
+// load_where_used()).
 //
 // Thread-safe.
 #pragma once
@@ -19,8 +21,8 @@
 #include <cstddef>
 
 #include "ferry/status.h"
-#include "platform/cuda_driver.h"
-#include "platform/ptx_kernels.h"
+#include "gpu/cuda_driver.h"
+#include "gpu/ptx_kernels.h"
 
 namespace ferry::platform {
 

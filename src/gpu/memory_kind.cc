@@ -1,10 +1,10 @@
-// Pointer classification through the CUDA driver (platform/cuda_driver.h).
-#include "platform/memory_kind.h"
+// Pointer classification through the CUDA driver (gpu/cuda_driver.h).
+#include "gpu/memory_kind.h"
 
 #include <cctype>
 #include <cstdint>
 
-#include "platform/cuda_driver.h"
+#include "gpu/cuda_driver.h"
 
 namespace ferry::platform {
 

@@ -22,8 +22,8 @@
 #include <span>
 
 #include "ferry/status.h"
-#include "platform/cuda_driver.h"
-#include "platform/ptx_kernels.h"
+#include "gpu/cuda_driver.h"
+#include "gpu/ptx_kernels.h"
 
 namespace ferry::platform {
 

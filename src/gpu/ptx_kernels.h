@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "platform/cuda_driver.h"
+#include "gpu/cuda_driver.h"
 #include "platform/mutex.h"
 
 namespace ferry::platform {

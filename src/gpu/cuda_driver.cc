@@ -1,5 +1,5 @@
 // Loading the CUDA driver's entry points by name.
-#include "platform/cuda_driver.h"
+#include "gpu/cuda_driver.h"
 
 #include <atomic>
 #include <mutex>

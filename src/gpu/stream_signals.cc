@@ -1,10 +1,10 @@
 // Slots of mapped pinned memory that CUDA streams wait on.
-#include "platform/stream_signals.h"
+#include "gpu/stream_signals.h"
 
 #include <cstdio>
 #include <string>
 
-#include "platform/cuda_driver.h"
+#include "gpu/cuda_driver.h"
 
 namespace ferry::platform {
 

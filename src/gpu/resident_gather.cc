@@ -1,5 +1,5 @@
 // ResidentGather: the mailbox, the kernel's launches and the answers read.
-#include "platform/resident_gather.h"
+#include "gpu/resident_gather.h"
 
 #include <atomic>
 #include <cstddef>

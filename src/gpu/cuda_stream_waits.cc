@@ -2,8 +2,8 @@
 #include <cstdio>
 #include <string>
 
-#include "platform/cuda_driver.h"
-#include "platform/stream_waits.h"
+#include "gpu/cuda_driver.h"
+#include "gpu/stream_waits.h"
 
 namespace ferry::platform {
 namespace {

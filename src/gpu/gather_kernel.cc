@@ -1,5 +1,5 @@
 // GatherKernels: the gather kernel's PTX, the list it takes and its launch.
-#include "platform/gather_kernel.h"
+#include "gpu/gather_kernel.h"
 
 #include <algorithm>
 #include <array>
@@ -8,7 +8,7 @@ namespace ferry::platform {
 namespace {
 
 constexpr char kPtx[] =
-#include "platform/gather_kernel_ptx.inc"
+#include "gpu/gather_kernel_ptx.inc"
     ;
 
 

@@ -1,5 +1,5 @@
 // PtxKernels: loading a PTX module per device and unloading it.
-#include "platform/ptx_kernels.h"
+#include "gpu/ptx_kernels.h"
 
 #include <utility>
 
