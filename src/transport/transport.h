@@ -16,9 +16,10 @@
 //   any       any of these.
 // Ownership: the core owns its transport and outlives it; the transport
 // keeps a reference to the core, through ConnectionHost (below): what a
-// transport may ask of the core is that interface and nothing else. Operations reach the transport already
-// checked and resolved; the transport finishes the TransferState (or the
-// part of it) it was handed exactly once, and never under its own locks.
+// transport may ask of the core is that interface and nothing else.
+// Operations reach the transport already checked and resolved; the transport
+// finishes the TransferState (or the part of it) it was handed exactly once,
+// and never under its own locks.
 #pragma once
 
 #include <chrono>
