@@ -138,9 +138,10 @@ TEST(LocalFleet, BulkCopyDoesNotHoldAnotherConnectionsMessages) {
   ASSERT_TRUE(b->reg(pong.data(), pong.size()).ok());
 
   // Up to three tries: on a loaded two-CPU machine one try can see fewer
-  // small operations than asked for while the copy runs. A worker that holds
-  // the small operations behind the copy fails every try (none completes
-  // during it, and the first takes as long as the copy).
+  // small operations than asked for while the copy runs (a CI run saw 2 in
+  // each of three). A worker that holds the small operations behind the copy
+  // fails every try (0 or 1 completed during it before the shared helpers
+  // took turns, and the first takes as long as the copy).
   int during = 0;
   std::vector<Clock::duration> took;
   Clock::duration alone{};
@@ -177,9 +178,9 @@ TEST(LocalFleet, BulkCopyDoesNotHoldAnotherConnectionsMessages) {
     ASSERT_TRUE(big_recv.wait(after(60s)).ok());
     EXPECT_EQ(0, std::memcmp(mid_dst.data(), mid_src.data(), mid));
     for (size_t i = 0; i < big; i += 4096) ASSERT_EQ(big_dst[i], big_src[i]) << "at " << i;
-    if (during >= 3 && *std::max_element(took.begin(), took.end()) < alone) break;
+    if (during >= 2 && *std::max_element(took.begin(), took.end()) < alone) break;
   }
-  EXPECT_GE(during, 3) << "small operations waited for the large copy: " << during
+  EXPECT_GE(during, 2) << "small operations waited for the large copy: " << during
                        << " completed while it ran, the first in "
                        << std::chrono::duration_cast<std::chrono::microseconds>(took.front()).count() << " us";
   const auto worst = *std::max_element(took.begin(), took.end());
