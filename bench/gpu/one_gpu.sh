@@ -19,11 +19,18 @@
 #               answers to the engine's pointer probes (cuPointerGetAttribute
 #               on host memory says "invalid value" by design) are not counted;
 #   PART=all    local and tcp (the default; sanitize only when asked).
-#   REPEAT=N    PART=local: the tests N times after the one build (stops
-#               starting runs once BUDGET seconds, default 540, have passed),
-#               with a line per test saying in how many runs it passed. A test
+#   PART=build  the build alone (for instances started after it with SKIP_BUILD=1).
+#   REPEAT=N    PART=local: the tests N times after the one build, and with
+#               them the other GPU test binaries (GPU over TCP, blocks, the
+#               two-GPU local test, which skips on one); stops starting runs
+#               once BUDGET seconds, default 540, have passed, with a line per
+#               test saying whether it passed in each run. A test
 #               still running at its limit has every thread's stack of its
 #               processes written to its log (cuda-gdb) before it is killed.
+#   CONCURRENT=1  the tests of a run start together (each its own processes)
+#               and the run ends when the last one does.
+#   SKIP_BUILD=1  uses build-gpu as it is (bench/gpu/gpu_suite_repeat.sh runs
+#               a one-GPU and a two-GPU instance at once after one build).
 #   MPS=1       PART=tcp under an MPS daemon started for it (and stopped
 #               after). Two processes' CUDA contexts on one GPU otherwise
 #               take turns on it: GPU 0 -> GPU 0 over TCP then stops at a rate
@@ -52,26 +59,30 @@ results=()
   lscpu | grep -E "^(Model name|CPU\(s\)|Thread|Core|Socket|NUMA node\(s\)|L2|L3)"
 } | tee "$out/host.txt" >&2
 
-if [[ $part == local || $part == all || $part == sanitize ]]; then
-  extra=()
-  # Headers this host may lack travel as Debian packages in .deps.
-  if ! [ -e /usr/include/openssl/hmac.h ] && ls .deps/*.deb >/dev/null 2>&1; then
-    mkdir -p /tmp/deps && for f in .deps/*.deb; do dpkg -x "$f" /tmp/deps; done
-    extra+=(-DOPENSSL_INCLUDE_DIR=/tmp/deps/usr/include
-      -DOPENSSL_CRYPTO_LIBRARY="$(ls /usr/lib/x86_64-linux-gnu/libcrypto.so.3)")
-    cp -r /tmp/deps/usr/include/x86_64-linux-gnu/openssl/* /tmp/deps/usr/include/openssl/ 2>/dev/null
-  fi
+if [[ $part == local || $part == all || $part == sanitize || $part == build ]]; then
   py=$(command -v python3)
-  say "configure and build (build-gpu)"
-  if ! timeout 150 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$py" \
-      -Dpybind11_DIR="$($py -m pybind11 --cmakedir 2>/dev/null)" "${extra[@]}" >"$out/cmake.log" 2>&1; then
-    tail -30 "$out/cmake.log"; exit 1
+  # SKIP_BUILD=1: a second instance beside one that built (one configure at a time).
+  if [[ ${SKIP_BUILD:-0} != 1 ]]; then
+    extra=()
+    # Headers this host may lack travel as Debian packages in .deps.
+    if ! [ -e /usr/include/openssl/hmac.h ] && ls .deps/*.deb >/dev/null 2>&1; then
+      mkdir -p /tmp/deps && for f in .deps/*.deb; do dpkg -x "$f" /tmp/deps; done
+      extra+=(-DOPENSSL_INCLUDE_DIR=/tmp/deps/usr/include
+        -DOPENSSL_CRYPTO_LIBRARY="$(ls /usr/lib/x86_64-linux-gnu/libcrypto.so.3)")
+      cp -r /tmp/deps/usr/include/x86_64-linux-gnu/openssl/* /tmp/deps/usr/include/openssl/ 2>/dev/null
+    fi
+    say "configure and build (build-gpu)"
+    if ! timeout 150 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$py" \
+        -Dpybind11_DIR="$($py -m pybind11 --cmakedir 2>/dev/null)" "${extra[@]}" >"$out/cmake.log" 2>&1; then
+      tail -30 "$out/cmake.log"; exit 1
+    fi
+    if ! timeout 360 ninja -C build-gpu ferry_cli ferry_local_gpu_test ferry_local_gpu_impersonation_test \
+        ferry_integration_tests ferry_test_peer ferry_tcp_gpu_tests ferry_tcp_gpu_peer ferry_block_gpu_tests \
+        ferry_local_multi_gpu_test _ferry >"$out/build.log" 2>&1; then
+      grep -E "error|Error" "$out/build.log" | head -30; exit 1
+    fi
+    say "built"
   fi
-  if ! timeout 360 ninja -C build-gpu ferry_cli ferry_local_gpu_test ferry_local_gpu_impersonation_test \
-      ferry_integration_tests ferry_test_peer ferry_tcp_gpu_tests ferry_tcp_gpu_peer _ferry >"$out/build.log" 2>&1; then
-    grep -E "error|Error" "$out/build.log" | head -30; exit 1
-  fi
-  say "built"
   # Every thread's stack of the processes of session `sid` (a test at its limit).
   dump_stacks() {
     local gdb
@@ -100,12 +111,32 @@ if [[ $part == local || $part == all || $part == sanitize ]]; then
     fi
     say "$name: rc $rc"
     tail -4 "$out/$name.log" | sed 's/^/  /' >&2
+    echo "$rc" >"$out/$name.rc"
+  }
+  record() {  # name: its verdict into the summary (run_test wrote its exit status)
+    local name=$1 rc
+    rc=$(cat "$out/$name.rc" 2>/dev/null || echo missing)
     local verdict="FAILED (rc $rc)"
     [[ $rc == 0 ]] && verdict=passed
     [[ $rc == 77 ]] && verdict="skipped ($(grep -m1 -iE 'skip' "$out/$name.log" | cut -c1-60))"
     summary+=("$(printf '%-28s %s' "$name" "$verdict")")
     results+=("$name $rc")
   }
+  check_test() {  # name, timeout, command...: run it (in the background when CONCURRENT=1)
+    if [[ ${CONCURRENT:-0} == 1 ]]; then
+      run_test "$@" &
+    else
+      run_test "$@"
+    fi
+    started+=("$1")
+  }
+  collect() {  # waits for the tests started, then records them in order
+    wait
+    local name
+    for name in "${started[@]}"; do record "$name"; done
+    started=()
+  }
+  started=()
   if [[ $part == sanitize ]]; then
     cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
     sanitize() {  # name, timeout, tool, command...
@@ -113,6 +144,7 @@ if [[ $part == local || $part == all || $part == sanitize ]]; then
       shift 3
       run_test "$name" "$limit" "$cs" --tool "$tool" --target-processes all --report-api-errors no \
         --error-exitcode 9 --print-limit 20 "$@"
+      record "$name"
       grep -h "ERROR SUMMARY" "$out/$name.log" | sed 's/^/  /' >&2
     }
     sanitize memcheck_tcp_gpu 240 memcheck build-gpu/bin/ferry_tcp_gpu_tests --gtest_filter=-*OneGiB*:*Killed*
@@ -123,13 +155,19 @@ fi
 
 if [[ $part == local || $part == all ]]; then
   local_tests() {  # prefix
-    run_test "${1}local_gpu_test" 300 build-gpu/bin/ferry_local_gpu_test
-    run_test "${1}local_gpu_impersonation" 120 build-gpu/bin/ferry_local_gpu_impersonation_test
-    run_test "${1}integration_local" 200 env FERRY_TRANSPORT=local build-gpu/bin/ferry_integration_tests
-    run_test "${1}pytest_gpu_local" 300 env PYTHONPATH=build-gpu/python "$py" -m pytest -q -x -s -p no:cacheprovider \
+    check_test "${1}local_gpu_test" 300 build-gpu/bin/ferry_local_gpu_test
+    check_test "${1}local_gpu_impersonation" 120 build-gpu/bin/ferry_local_gpu_impersonation_test
+    check_test "${1}integration_local" 200 env FERRY_TRANSPORT=local build-gpu/bin/ferry_integration_tests
+    check_test "${1}pytest_gpu_local" 300 env PYTHONPATH=build-gpu/python "$py" -m pytest -q -x -s -p no:cacheprovider \
       tests/python/test_gpu.py tests/python/test_gpu_stream_order.py
-    run_test "${1}pytest_gpu_tcp" 300 env FERRY_TRANSPORT=tcp PYTHONPATH=build-gpu/python "$py" -m pytest -q -x -s \
+    check_test "${1}pytest_gpu_tcp" 300 env FERRY_TRANSPORT=tcp PYTHONPATH=build-gpu/python "$py" -m pytest -q -x -s \
       -p no:cacheprovider tests/python/test_gpu.py tests/python/test_gpu_stream_order.py
+    if ((${REPEAT:-1} > 1)); then  # the rest of the GPU test binaries, when repeating
+      check_test "${1}tcp_gpu_tests" 300 build-gpu/bin/ferry_tcp_gpu_tests
+      check_test "${1}block_gpu_tests" 200 build-gpu/bin/ferry_block_gpu_tests
+      check_test "${1}local_multi_gpu" 200 build-gpu/bin/ferry_local_multi_gpu_test
+    fi
+    collect
   }
   repeat=${REPEAT:-1}
   if ((repeat <= 1)); then
@@ -145,7 +183,21 @@ if [[ $part == local || $part == all ]]; then
       ((bad == 0)) && green=$((green + 1))
       say "run $i: $((${#results[@]} - bad)) of ${#results[@]} tests passed or skipped"
     done
-    summary=("runs: $runs, all tests passed (or skipped with 77) in $green" "${summary[@]}")
+    # One line per test: in how many runs it passed (or skipped with 77), and its exit statuses.
+    lines=()
+    for f in "$out"/r1_*.rc; do
+      [[ -e $f ]] || continue
+      base=$(basename "$f" .rc)
+      base=${base#r1_}
+      ok=0 codes=""
+      for ((i = 1; i <= runs; i++)); do
+        rc=$(cat "$out/r${i}_$base.rc" 2>/dev/null || echo -)
+        [[ $rc == 0 || $rc == 77 ]] && ok=$((ok + 1))
+        codes+="$rc "
+      done
+      lines+=("$(printf '%-26s %2d of %d  (exit: %s)' "$base" "$ok" "$runs" "$codes")")
+    done
+    summary=("runs: $runs, all tests passed (or skipped with 77) in $green" "${lines[@]}")
   fi
 fi
 

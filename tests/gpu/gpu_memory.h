@@ -5,7 +5,10 @@
 
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
+#include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpu/cuda_driver.h"
@@ -30,9 +33,24 @@ inline uint8_t pattern_byte(uint64_t seed, uint64_t i) {
   return static_cast<uint8_t>(x % 255 + 1);
 }
 
+// Runs fn(begin, end) over [0, n) cut into one slice per CPU (up to 16) once
+// n is large: a 1 GiB pattern made or checked byte by byte on one thread
+// takes seconds, and the GPU tests do it dozens of times.
+template <typename Fn>
+void for_each_slice(size_t n, Fn fn) {
+  size_t threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
+  if (n < (8u << 20) || threads == 1) return fn(size_t{0}, n);
+  size_t step = (n + threads - 1) / threads;
+  std::vector<std::thread> workers;
+  for (size_t at = 0; at < n; at += step) workers.emplace_back(fn, at, std::min(n, at + step));
+  for (auto& w : workers) w.join();
+}
+
 inline std::vector<uint8_t> pattern(uint64_t seed, size_t n) {
   std::vector<uint8_t> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = pattern_byte(seed, i);
+  for_each_slice(n, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) v[i] = pattern_byte(seed, i);
+  });
   return v;
 }
 
@@ -128,13 +146,20 @@ inline bool fill(void* at, size_t n, uint64_t seed) {
 inline std::string check(const void* at, size_t n, uint64_t seed) {
   std::vector<uint8_t> got(n);
   if (!copy_to(got.data(), at, n)) return "copy back failed";
-  for (size_t i = 0; i < n; ++i) {
-    if (got[i] != pattern_byte(seed, i)) {
-      return "byte " + std::to_string(i) + " of " + std::to_string(n) + " is " + std::to_string(got[i]) +
-             ", expected " + std::to_string(pattern_byte(seed, i));
+  // The first differing byte of each slice; the lowest of them is reported.
+  std::vector<size_t> first_bad(std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16) + 1, n);
+  std::atomic<size_t> slot{0};
+  for_each_slice(n, [&](size_t begin, size_t end) {
+    size_t bad = n;
+    for (size_t i = begin; i < end && bad == n; ++i) {
+      if (got[i] != pattern_byte(seed, i)) bad = i;
     }
-  }
-  return "";
+    first_bad[slot.fetch_add(1)] = bad;
+  });
+  size_t i = *std::min_element(first_bad.begin(), first_bad.end());
+  if (i == n) return "";
+  return "byte " + std::to_string(i) + " of " + std::to_string(n) + " is " + std::to_string(got[i]) + ", expected " +
+         std::to_string(pattern_byte(seed, i));
 }
 
 inline bool poison(void* at, size_t n) {

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The GPU suite, repeated, on one host: one build, then one_gpu.sh's tests
+# (PART=local REPEAT) as two instances at once where the host has two GPUs:
+# one with both processes of every test on GPU 1 (CUDA_VISIBLE_DEVICES=1,
+# what a one-GPU host runs) and one across GPU 0 and GPU 1. With one GPU, the
+# one-GPU instance alone. The tests of a run start together (CONCURRENT=1,
+# default here), so a run takes as long as its longest test.
+#
+# Usage (repository root): REPEAT=20 BUDGET=480 bash bench/gpu/gpu_suite_repeat.sh OUTDIR
+# Prints each instance's table last; logs under OUTDIR/one and OUTDIR/two.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:-build-gpu/suite_repeat}
+mkdir -p "$out"
+PART=build bash bench/gpu/one_gpu.sh "$out/build" >"$out/build.txt" 2>&1 || { cat "$out/build.txt"; exit 1; }
+export PART=local SKIP_BUILD=1 CONCURRENT=${CONCURRENT:-1} REPEAT=${REPEAT:-20} BUDGET=${BUDGET:-480}
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+if ((gpus >= 2)); then
+  CUDA_VISIBLE_DEVICES=1 bash bench/gpu/one_gpu.sh "$out/one" >"$out/one.txt" 2>"$out/one.err" &
+  bash bench/gpu/one_gpu.sh "$out/two" >"$out/two.txt" 2>"$out/two.err" &
+  wait
+  echo "== both processes of every test on GPU 1 (one GPU)"
+  sed -n '/^runs:/,$p' "$out/one.txt"
+  echo "== GPU 0 <-> GPU 1 (two GPUs)"
+  sed -n '/^runs:/,$p' "$out/two.txt"
+else
+  bash bench/gpu/one_gpu.sh "$out/one" >"$out/one.txt" 2>"$out/one.err"
+  echo "== one GPU"
+  sed -n '/^runs:/,$p' "$out/one.txt"
+fi
