@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -29,6 +30,7 @@
 
 #include "ferry/engine.h"
 #include "gpu/gpu_memory.h"
+#include "gpu/memory_kind.h"
 
 using namespace ferry;
 using namespace ferry::testing;
@@ -68,6 +70,8 @@ struct Side {
   RemoteDescriptor peer_gpu, peer_host;
   bool is_a = false;
   std::string a_address;                                // B: where A listens
+  pid_t peer_pid = 0;
+  int peer_device = 0;
   std::vector<uint8_t> ctl = std::vector<uint8_t>(64);  // registered; results and barriers travel through it
 };
 
@@ -240,12 +244,33 @@ void block_batches(Side& s, const Region& gpu_region) {
   }
 }
 
-size_t free_bytes(int device) {
-  const auto& d = platform::cuda();
-  platform::use_device(device);
-  size_t free = 0, total = 0;
-  d.mem_get_info(&free, &total);
-  return free;
+// MiB that process `pid` holds on GPU `device`, as the driver lists compute
+// processes (nvidia-smi): 0 when it is not listed there, -1 when nvidia-smi
+// cannot say (absent, or listing nothing). Per process, not the device's free memory, which other
+// programs using the same GPU at the same time would move.
+long long process_gpu_mib(int device, pid_t pid) {
+  std::string bus = platform::gpu_pci_address(device);
+  FILE* f = ::popen("nvidia-smi --query-compute-apps=pid,gpu_bus_id,used_memory --format=csv,noheader,nounits 2>/dev/null",
+                    "r");
+  if (f == nullptr || bus.empty()) {
+    if (f != nullptr) ::pclose(f);
+    return -1;
+  }
+  long long mib = 0;
+  bool listed_any = false;
+  char line[256];
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    long long p = 0, used = 0;
+    char id[64] = {};
+    if (std::sscanf(line, "%lld, %63[^,], %lld", &p, id, &used) != 3) continue;
+    listed_any = true;
+    std::string b(id);
+    for (char& c : b) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (b.size() > 12 && b.find(':') == 8) b = b.substr(4);  // the 8-digit domain, as gpu_pci_address shortens it
+    if (p == pid && b == bus) mib += used;
+  }
+  int rc = ::pclose(f);
+  return rc == 0 && listed_any ? mib : -1;
 }
 
 int run(Side& s, int device) {
@@ -289,8 +314,8 @@ int run(Side& s, int device) {
                  std::string(s.conn->transport_name()).c_str());
     return 1;
   }
-  size_t free_before = free_bytes(device);
-  std::fprintf(stderr, "%s: GPU %d ready, %zu bytes free\n", s.is_a ? "A" : "B", device, free_before);
+  long long mine_before = process_gpu_mib(device, ::getpid());
+  std::fprintf(stderr, "%s: GPU %d ready, this process holds %lld MiB on it\n", s.is_a ? "A" : "B", device, mine_before);
 
   const std::vector<size_t> sizes = {1, 7, 4095, 4096, (1u << 20) + 3, (64u << 20) + 5, 1u << 30};
   uint64_t seed = 1;
@@ -445,13 +470,28 @@ int run(Side& s, int device) {
 
   // The peer's traffic took no memory on this GPU (a context made here by the
   // other process would take hundreds of MiB).
-  size_t free_after = free_bytes(device);
-  long long taken = static_cast<long long>(free_before) - static_cast<long long>(free_after);
-  std::printf("%s: GPU %d free memory changed by %lld bytes during the peer's transfers\n", s.is_a ? "A" : "B", device,
-              -taken);
-  if (taken > (64ll << 20)) {
-    std::fprintf(stderr, "FAIL %lld bytes taken on GPU %d during the run\n", taken, device);
-    ++failures;
+  // The transfers took no memory on this GPU: none in this process beyond
+  // what it held when ready, and, where the peer uses another GPU, no
+  // context of the peer here (which would take hundreds of MiB).
+  long long mine_after = process_gpu_mib(device, ::getpid());
+  // Not listed at all, though it holds a GiB there: nvidia-smi sees another
+  // PID namespace, and cannot say.
+  if (mine_before <= 0 || mine_after <= 0) {
+    std::printf("%s: GPU %d memory per process not checked: nvidia-smi does not list this process\n",
+                s.is_a ? "A" : "B", device);
+  } else {
+    std::printf("%s: this process's memory on GPU %d changed by %lld MiB during the transfers\n", s.is_a ? "A" : "B",
+                device, mine_after - mine_before);
+    if (mine_after - mine_before > 64) {
+      std::fprintf(stderr, "FAIL %lld MiB taken on GPU %d during the run\n", mine_after - mine_before, device);
+      ++failures;
+    }
+    long long peer_here = s.peer_device == device ? 0 : process_gpu_mib(device, s.peer_pid);
+    if (peer_here != 0) {
+      std::fprintf(stderr, "FAIL the peer (pid %d) holds %lld MiB on GPU %d, which it does not use\n",
+                   static_cast<int>(s.peer_pid), peer_here, device);
+      ++failures;
+    }
   }
   sync(s);
   return failures == 0 ? 0 : 1;
@@ -490,6 +530,8 @@ int main(int argc, char** argv) {
       return 1;
     }
     s.conn = *c;
+    s.peer_pid = ::getppid();
+    s.peer_device = 0;
     return run(s, std::atoi(argv[3]));
   }
   s.is_a = true;
@@ -507,6 +549,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   s.conn = *c;
+  s.peer_pid = child;
+  s.peer_device = peer_device;
   auto t0 = std::chrono::steady_clock::now();
   int rc = run(s, 0);
   int status = 0;
