@@ -157,13 +157,19 @@ class Connection {
   // it. A stream the driver refuses (another context's, or one being
   // captured into a graph) fails the transfer with kInvalidArgument; without
   // a CUDA driver, kUnimplemented. Streams must outlive the call only.
+  // Default-stream handles name the calling thread's current context's.
   StreamOrdered after_streams(std::span<void* const> cuda_streams);
+  // The same, each stream with the device whose primary context a
+  // default-stream handle names (CudaStreamRef): what a caller holding
+  // buffers on several devices, or not the current one, passes.
+  StreamOrdered after_streams(std::span<const CudaStreamRef> cuda_streams);
   // Makes `cuda_stream` wait, on the GPU, until `transfer` finishes
   // (successfully or not: check its status before trusting the bytes), so a
   // kernel that consumes a receive can be queued without a host round trip.
   // OK at once if it has finished. kUnimplemented without a CUDA driver or
   // where it lacks stream memory operations (then wait on the host).
   Status stream_wait(const Transfer& transfer, void* cuda_stream);
+  Status stream_wait(const Transfer& transfer, const CudaStreamRef& cuda_stream);
 
   // ---- blocking wrappers (post, then wait) -------------------------------
   // Past `deadline`, a receive, write or read that has not started moving
@@ -232,10 +238,10 @@ class StreamOrdered {
 
  private:
   friend class Connection;
-  StreamOrdered(Connection* connection, std::span<void* const> streams)
+  StreamOrdered(Connection* connection, std::span<const CudaStreamRef> streams)
       : connection_(connection), streams_(streams.begin(), streams.end()) {}
   Connection* connection_;
-  std::vector<void*> streams_;
+  std::vector<CudaStreamRef> streams_;
 };
 
 // A notification as the engine-wide stream gives it: who sent it, and what.

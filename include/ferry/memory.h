@@ -36,6 +36,18 @@ struct Region {
   int device = -1;  // GPU ordinal for kCuda, -1 otherwise
 };
 
+// A CUDA stream an operation is ordered after, or that waits for one. The
+// handles 0, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD name a stream of a
+// context, not one stream: with `device` set they are the default streams of
+// that device's primary context (what torch.cuda.current_stream(device)
+// returns for a tensor on it, whatever device the calling thread has
+// current); with -1, of the calling thread's current context. Other handles
+// name their own stream; `device` does not change them.
+struct CudaStreamRef {
+  void* stream = nullptr;
+  int device = -1;
+};
+
 // What a peer needs for one-sided access to (part of) a region: which engine
 // owns it, which export it is, the key, and its length. Offsets in write/read
 // are relative to the start of the exported slice.

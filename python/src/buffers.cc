@@ -84,6 +84,17 @@ BufferArg from_buffer_protocol(pyb::handle obj, std::optional<uint64_t> size, Ac
                    view->readonly ? type_name(obj) : std::string(), std::nullopt};
 }
 
+// The ordinal of a torch.device (.index) or a CuPy device (.id); -1 when it
+// names none.
+int device_index(pyb::handle device) {
+  for (const char* name : {"index", "id"}) {
+    if (!pyb::hasattr(device, name)) continue;
+    pyb::object v = device.attr(name);
+    if (PyLong_Check(v.ptr()) && !PyBool_Check(v.ptr())) return v.cast<int>();
+  }
+  return -1;
+}
+
 BufferArg from_tensor(pyb::handle obj, std::optional<uint64_t> size, const std::string& what,
                       const StreamChoice& order) {
   if (!obj.attr("is_contiguous")().cast<bool>()) {
@@ -96,10 +107,14 @@ BufferArg from_tensor(pyb::handle obj, std::optional<uint64_t> size, const std::
   auto nbytes = obj.attr("numel")().cast<uint64_t>() * obj.attr("element_size")().cast<uint64_t>();
   BufferArg b{reinterpret_cast<void*>(ptr), pick_size(size, nbytes, what), pyb::reinterpret_borrow<pyb::object>(obj),
               {}, std::nullopt};
-  if (order.kind == StreamChoice::Kind::kAuto && pyb::hasattr(obj, "is_cuda") && obj.attr("is_cuda").cast<bool>()) {
-    // What torch queued for this tensor is on the device's current stream.
-    pyb::object cuda = pyb::module_::import("torch").attr("cuda");
-    b.stream = cuda.attr("current_stream")(obj.attr("device")).attr("cuda_stream").cast<uintptr_t>();
+  if (pyb::hasattr(obj, "is_cuda") && obj.attr("is_cuda").cast<bool>()) {
+    b.device = device_index(obj.attr("device"));
+    if (order.kind == StreamChoice::Kind::kAuto) {
+      // What torch queued for this tensor is on its device's current stream
+      // (0 for the default stream: of that device, not the current one).
+      pyb::object cuda = pyb::module_::import("torch").attr("cuda");
+      b.stream = cuda.attr("current_stream")(obj.attr("device")).attr("cuda_stream").cast<uintptr_t>();
+    }
   }
   return b;
 }
@@ -125,6 +140,7 @@ BufferArg from_cuda_array_interface(pyb::handle obj, std::optional<uint64_t> siz
   if (access == Access::kWrite && readonly) value_error(what, "device array is read-only");
   BufferArg b{reinterpret_cast<void*>(ptr), pick_size(size, static_cast<size_t>(count * itemsize), what),
               pyb::reinterpret_borrow<pyb::object>(obj), readonly ? type_name(obj) : std::string(), std::nullopt};
+  if (pyb::hasattr(obj, "device")) b.device = device_index(obj.attr("device"));  // CuPy: .device.id
   // Version 3: the stream the producer's work is on (None: nothing to wait
   // for; 1 and 2 the legacy and per-thread default streams).
   if (order.kind == StreamChoice::Kind::kAuto && cai.contains("stream") && !cai["stream"].is_none()) {
@@ -202,6 +218,7 @@ BufferArg from_dlpack(pyb::handle obj, std::optional<uint64_t> size, const std::
   void* base = static_cast<char*>(t.data) + t.byte_offset;
   BufferArg b{base, pick_size(size, static_cast<size_t>(count * itemsize), what), std::move(owner), {}, std::nullopt};
   b.stream = stream;
+  if (t.device.device_type == kDLCUDA) b.device = t.device.device_id;
   return b;
 }
 
@@ -252,20 +269,26 @@ StreamChoice stream_choice(pyb::handle stream) {
   pyb::object handle = pyb::reinterpret_borrow<pyb::object>(stream);
   if (pyb::hasattr(stream, "cuda_stream")) {
     handle = stream.attr("cuda_stream");  // torch.cuda.Stream, ExternalStream
+    if (pyb::hasattr(stream, "device")) c.device = device_index(stream.attr("device"));
   } else if (pyb::hasattr(stream, "ptr")) {
     handle = stream.attr("ptr");  // cupy.cuda.Stream
+    if (pyb::hasattr(stream, "device_id")) {
+      pyb::object id = stream.attr("device_id");
+      if (PyLong_Check(id.ptr())) c.device = id.cast<int>();
+    }
   }
   c.kind = StreamChoice::Kind::kGiven;
   c.stream = to_u64(handle, "stream", "a stream handle");
   return c;
 }
 
-std::vector<void*> streams_of(const std::vector<BufferArg>& bufs) {
-  std::vector<void*> out;
+std::vector<CudaStreamRef> streams_of(const std::vector<BufferArg>& bufs) {
+  std::vector<CudaStreamRef> out;
   for (const BufferArg& b : bufs) {
     if (!b.stream) continue;
-    void* s = reinterpret_cast<void*>(*b.stream);
-    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+    CudaStreamRef s{reinterpret_cast<void*>(*b.stream), b.device};
+    auto same = [&](const CudaStreamRef& o) { return o.stream == s.stream && o.device == s.device; };
+    if (std::find_if(out.begin(), out.end(), same) == out.end()) out.push_back(s);
   }
   return out;
 }
@@ -273,7 +296,10 @@ std::vector<void*> streams_of(const std::vector<BufferArg>& bufs) {
 BufferArg resolve_buffer(pyb::handle obj, std::optional<uint64_t> size, Access access, const std::string& what,
                          const StreamChoice& order) {
   BufferArg b = resolve_unordered(obj, size, access, what, order);
-  if (order.kind == StreamChoice::Kind::kGiven) b.stream = order.stream;
+  if (order.kind == StreamChoice::Kind::kGiven) {
+    b.stream = order.stream;
+    if (order.device >= 0) b.device = order.device;  // the stream's device, where it says
+  }
   if (order.kind == StreamChoice::Kind::kNone) b.stream.reset();
   return b;
 }

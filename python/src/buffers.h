@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "ferry/memory.h"
+
 namespace ferry::py {
 
 namespace pyb = pybind11;
@@ -37,10 +39,14 @@ enum class Access { kRead, kWrite };
 // follows); None: no ordering (the caller synchronised); an int (a
 // cudaStream_t) or a stream object (torch.cuda.Stream: .cuda_stream; CuPy:
 // .ptr): that stream, for every buffer of the call.
+// A given default-stream handle (0, 1, 2) names the stream of the device the
+// stream object says (torch: .device, CuPy: .device_id), else of the
+// buffer's device: see CudaStreamRef.
 struct StreamChoice {
   enum class Kind { kAuto, kNone, kGiven };
   Kind kind = Kind::kAuto;
   uintptr_t stream = 0;
+  int device = -1;  // the stream object's device, when it says
 };
 
 // Parses a call's `stream=` argument; TypeError for anything else.
@@ -56,6 +62,9 @@ struct BufferArg {
   std::string read_only;
   // The CUDA stream whose queued work the transfer follows (none: unordered).
   std::optional<uintptr_t> stream;
+  // The GPU the buffer is on, where the object says (-1: host, or unknown);
+  // a default-stream handle is that device's (CudaStreamRef).
+  int device = -1;
 };
 
 // Resolves `obj`, named `what` in messages (e.g. "data", "parts[2]").
@@ -69,7 +78,7 @@ BufferArg resolve_buffer(pyb::handle obj, std::optional<uint64_t> size, Access a
 std::vector<BufferArg> resolve_buffers(pyb::handle seq, Access access, const char* what,
                                        const StreamChoice& order = {});
 
-// The distinct streams of `bufs`, in first-seen order.
-std::vector<void*> streams_of(const std::vector<BufferArg>& bufs);
+// The distinct streams of `bufs` with their devices, in first-seen order.
+std::vector<CudaStreamRef> streams_of(const std::vector<BufferArg>& bufs);
 
 }  // namespace ferry::py

@@ -43,7 +43,7 @@ template <typename PostFn>
 Posted post(Connection& conn, const std::vector<BufferArg>& bufs, PostFn&& fn) {
   sweep_graveyard();
   Posted p{Transfer(), owners(bufs)};
-  std::vector<void*> streams = streams_of(bufs);
+  std::vector<CudaStreamRef> streams = streams_of(bufs);
   {
     pyb::gil_scoped_release nogil;  // posting may write a small message to a socket
     if (streams.empty()) {
@@ -199,7 +199,10 @@ Posted post_write_blocks(PyConnection& c, pyb::object pools, pyb::handle blocks,
   std::vector<Block> v = blocks_from(blocks);
   std::string note = notification.is_none() ? std::string() : text(notification, "notification");
   BufferArg marker;
-  if (order.kind == StreamChoice::Kind::kGiven) marker.stream = order.stream;
+  if (order.kind == StreamChoice::Kind::kGiven) {
+    marker.stream = order.stream;
+    marker.device = order.device;
+  }
   Posted p = post(*c.conn, {marker}, [&](auto& to) { return to.write_blocks_async(prepared, v, note); });
   p.keep = {pools};
   return p;
@@ -583,7 +586,8 @@ void bind_connection(pyb::module_& m) {
         if (order.kind != StreamChoice::Kind::kGiven) {
           throw pyb::type_error("argument 'stream': a cudaStream_t (int) or a stream object, not \"auto\" or None");
         }
-        throw_if_error(c.conn->stream_wait(transfer.transfer(), reinterpret_cast<void*>(order.stream)));
+        throw_if_error(c.conn->stream_wait(transfer.transfer(), CudaStreamRef{reinterpret_cast<void*>(order.stream),
+                                                                             order.device}));
       },
       arg("transfer"), arg("stream"),
       "Makes CUDA `stream` (torch.cuda.Stream, cupy.cuda.Stream or a cudaStream_t) wait, on the GPU, until "

@@ -74,12 +74,12 @@ void StreamGate::run() {
 
 // ---- OrderedPosts -------------------------------------------------------------------
 
-bool OrderedPosts::posts_now(std::span<void* const> streams) {
+bool OrderedPosts::posts_now(std::span<const CudaStreamRef> streams) {
   {
     platform::MutexLock lock(mu_);
     if (!held_.empty()) return false;
   }
-  for (void* s : streams) {
+  for (const CudaStreamRef& s : streams) {
     Result<bool> idle = gate_->waits().idle(s);
     if (!idle.ok() || !idle.value()) return false;
   }
@@ -91,7 +91,7 @@ size_t OrderedPosts::held() {
   return held_.size();
 }
 
-Transfer OrderedPosts::post_later(std::span<void* const> streams, std::shared_ptr<TransferState> outer,
+Transfer OrderedPosts::post_later(std::span<const CudaStreamRef> streams, std::shared_ptr<TransferState> outer,
                                   std::function<Transfer()> post) {
   if (Status s = gate_->start(); !s.ok()) {
     outer->finish(s);
@@ -130,7 +130,7 @@ Transfer OrderedPosts::post_later(std::span<void* const> streams, std::shared_pt
   auto reached = [op, self, gate] {
     if (op->waits_left.fetch_sub(1, std::memory_order_acq_rel) == 1) gate->ready(self);
   };
-  for (void* s : streams) {
+  for (const CudaStreamRef& s : streams) {
     Status armed = gate_->waits().when_reached(s, reached);
     if (!armed.ok()) {
       {

@@ -71,12 +71,12 @@ class OrderedPosts : public std::enable_shared_from_this<OrderedPosts> {
   // True when an operation ordered after `streams` may be posted at once:
   // nothing is held here and every stream is idle. False on a stream the
   // driver refuses (post_later reports it).
-  bool posts_now(std::span<void* const> streams) EXCLUDES(mu_);
+  bool posts_now(std::span<const CudaStreamRef> streams) EXCLUDES(mu_);
   // Holds the operation that `post()` posts until every stream in `streams`
   // has run what is queued on it now and everything held before it here was
   // posted; `outer` is the handle the caller gets, finished with the posted
   // operation's result. A stream the driver refuses fails `outer` with why.
-  Transfer post_later(std::span<void* const> streams, std::shared_ptr<TransferState> outer,
+  Transfer post_later(std::span<const CudaStreamRef> streams, std::shared_ptr<TransferState> outer,
                       std::function<Transfer()> post) EXCLUDES(mu_);
   // Finishes every operation still held with `why` (the connection failed).
   void fail_all(const Status& why) EXCLUDES(mu_);

@@ -1,5 +1,7 @@
 // The CUDA driver's StreamWaits.
+#include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "gpu/cuda_driver.h"
@@ -21,20 +23,41 @@ void run_reached(void* fn) {
   delete reached;
 }
 
+// The primary context of the stream's device made current for a call that
+// names a context-relative handle; nothing for any other.
+class StreamContext {
+ public:
+  explicit StreamContext(const CudaStreamRef& ref) {
+    if (ref.device >= 0 && context_relative_stream(ref.stream)) scope_.emplace(ref.device);
+  }
+  Status status() const {
+    return scope_ && !scope_->ok() ? scope_->status().with_context("the device of a default CUDA stream") : Status();
+  }
+
+ private:
+  std::optional<DeviceScope> scope_;
+};
+
 class CudaStreamWaits final : public StreamWaits {
  public:
-  Result<bool> idle(void* stream) override {
+  Result<bool> idle(const CudaStreamRef& ref) override {
     const CudaDriver& cu = cuda();
     if (!cu.available()) return Status(Code::kUnimplemented, "ordering after a CUDA stream needs the CUDA driver");
+    StreamContext context(ref);
+    FERRY_RETURN_IF_ERROR(context.status());
+    void* stream = ref.stream;
     cu::Result r = cu.stream_query(static_cast<cu::Stream>(stream));
     if (r == cu::kSuccess) return true;
     if (r == cu::kNotReady) return false;
     return cu.check(r, "cuStreamQuery", Code::kInvalidArgument).with_context(stream_name(stream));
   }
 
-  Status when_reached(void* stream, std::function<void()> reached) override {
+  Status when_reached(const CudaStreamRef& ref, std::function<void()> reached) override {
     const CudaDriver& cu = cuda();
     if (!cu.available()) return Status(Code::kUnimplemented, "ordering after a CUDA stream needs the CUDA driver");
+    StreamContext context(ref);
+    FERRY_RETURN_IF_ERROR(context.status());
+    void* stream = ref.stream;
     auto s = static_cast<cu::Stream>(stream);
     int capture = cu::kStreamCaptureStatusNone;
     FERRY_RETURN_IF_ERROR(cu.check(cu.stream_is_capturing(s, &capture), "cuStreamIsCapturing", Code::kInvalidArgument)
@@ -57,5 +80,10 @@ class CudaStreamWaits final : public StreamWaits {
 }  // namespace
 
 std::unique_ptr<StreamWaits> cuda_stream_waits() { return std::make_unique<CudaStreamWaits>(); }
+
+bool context_relative_stream(void* stream) {
+  // 0: the legacy default stream; 0x1 CU_STREAM_LEGACY; 0x2 CU_STREAM_PER_THREAD.
+  return reinterpret_cast<uintptr_t>(stream) <= 2;
+}
 
 }  // namespace ferry::platform

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "gpu/cuda_driver.h"
+#include "gpu/stream_waits.h"
 
 namespace ferry::platform {
 
@@ -41,11 +42,17 @@ Result<uint32_t> StreamSignals::take_slot() {
   return first;
 }
 
-Result<StreamSignals::Armed> StreamSignals::arm(void* stream) {
+Result<StreamSignals::Armed> StreamSignals::arm(const CudaStreamRef& ref) {
   const CudaDriver& cu = cuda();
   if (!cu.available()) return Status(Code::kUnimplemented, "a stream wait needs the CUDA driver");
   if (cu.stream_wait_value32 == nullptr) {
     return Status(Code::kUnimplemented, "this CUDA driver has no stream memory operations (cuStreamWaitValue32)");
+  }
+  void* stream = ref.stream;
+  std::optional<DeviceScope> scope;  // a default stream is its device's
+  if (ref.device >= 0 && context_relative_stream(stream)) {
+    scope.emplace(ref.device);
+    if (!scope->ok()) return scope->status().with_context("the device of a default CUDA stream");
   }
   UniqueLock lock(mu_);
   while (quiet_ > 0) unquiet_.wait(lock.native());

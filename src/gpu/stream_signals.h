@@ -20,6 +20,7 @@
 #include <optional>
 #include <vector>
 
+#include "ferry/memory.h"
 #include "ferry/status.h"
 #include "platform/mutex.h"
 
@@ -37,10 +38,11 @@ class StreamSignals {
   StreamSignals(const StreamSignals&) = delete;
   StreamSignals& operator=(const StreamSignals&) = delete;
 
-  // Queues on `stream` a wait for a later signal(). kUnimplemented without a
-  // driver or where the driver has no stream memory operations;
-  // kInvalidArgument for a stream the driver refuses.
-  Result<Armed> arm(void* stream) EXCLUDES(mu_);
+  // Queues on `stream` a wait for a later signal() (a default stream's
+  // handle in the primary context of its device, when it names one).
+  // kUnimplemented without a driver or where the driver has no stream memory
+  // operations; kInvalidArgument for a stream the driver refuses.
+  Result<Armed> arm(const CudaStreamRef& stream) EXCLUDES(mu_);
   // Releases the stream armed with `armed`, and the slot.
   void signal(const Armed& armed) EXCLUDES(mu_);
 

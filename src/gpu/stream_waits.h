@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 
+#include "ferry/memory.h"
 #include "ferry/status.h"
 
 namespace ferry::platform {
@@ -21,17 +22,22 @@ class StreamWaits {
  public:
   virtual ~StreamWaits() = default;
   // True when every piece of work queued on `stream` so far has finished.
-  virtual Result<bool> idle(void* stream) = 0;
+  virtual Result<bool> idle(const CudaStreamRef& stream) = 0;
   // Calls `reached()` once `stream` has run everything queued on it now, on
   // a thread of the driver: it must not call CUDA and must not block. On an
   // error it is never called.
-  virtual Status when_reached(void* stream, std::function<void()> reached) = 0;
+  virtual Status when_reached(const CudaStreamRef& stream, std::function<void()> reached) = 0;
 };
 
 // The CUDA driver's: cuStreamQuery and a host function queued on the stream
-// (cuLaunchHostFunc). A stream being captured into a graph is refused (the
+// (cuLaunchHostFunc), in the primary context of the stream's device for the
+// context-relative handles (CudaStreamRef). A stream being captured into a graph is refused (the
 // host function would become part of the graph, not run now).
 // kUnimplemented without a driver.
 std::unique_ptr<StreamWaits> cuda_stream_waits();
+
+// True for the handles that name a default stream of whichever context is
+// current (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD).
+bool context_relative_stream(void* stream);
 
 }  // namespace ferry::platform

@@ -33,7 +33,8 @@ inline const BlockPools& pass(const BlockPools& p) { return p; }
 // Posts `post(core, args...)` now, or holds it behind the streams and what
 // is held already (core/stream_order.h).
 template <typename Post, typename... Args>
-Transfer in_order(transport::ConnectionCore& core, std::span<void* const> streams, Post post, const Args&... args) {
+Transfer in_order(transport::ConnectionCore& core, std::span<const CudaStreamRef> streams, Post post,
+                  const Args&... args) {
   core::OrderedPosts& ordered = core.ordered();
   if (ordered.posts_now(streams)) return post(core, args...);
   std::weak_ptr<transport::ConnectionCore> weak = core.weak_from_this();
@@ -99,9 +100,17 @@ Transfer Connection::read_async(void* local, size_t size, const RemoteDescriptor
 Transfer Connection::readv_async(std::span<const ReadItem> items) { return in_order(core_of(this), {}, kReadv, items); }
 Transfer Connection::notify_async(std::string_view message) { return in_order(core_of(this), {}, kNotify, message); }
 StreamOrdered Connection::after_streams(std::span<void* const> cuda_streams) {
+  std::vector<CudaStreamRef> refs;
+  for (void* s : cuda_streams) refs.push_back({s, -1});
+  return StreamOrdered(this, refs);
+}
+StreamOrdered Connection::after_streams(std::span<const CudaStreamRef> cuda_streams) {
   return StreamOrdered(this, cuda_streams);
 }
 Status Connection::stream_wait(const Transfer& transfer, void* cuda_stream) {
+  return core_of(this).stream_wait(transfer, {cuda_stream, -1});
+}
+Status Connection::stream_wait(const Transfer& transfer, const CudaStreamRef& cuda_stream) {
   return core_of(this).stream_wait(transfer, cuda_stream);
 }
 

@@ -270,7 +270,7 @@ Status ConnectionCore::arrive(ArrivedMessage msg) {
 
 // ---- notifications -------------------------------------------------------------
 
-Status ConnectionCore::stream_wait(const Transfer& transfer, void* cuda_stream) {
+Status ConnectionCore::stream_wait(const Transfer& transfer, const CudaStreamRef& cuda_stream) {
   const std::shared_ptr<TransferState>& state = transfer.state();
   if (!state) return Status(Code::kInvalidArgument, "stream_wait on an empty Transfer handle");
   if (state->done()) return Status();

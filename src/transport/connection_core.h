@@ -72,7 +72,7 @@ class ConnectionCore final : public Connection,
   Result<Note> wait_note(Deadline deadline);
   std::optional<Note> poll_note();
   void set_notification_listener(std::function<void()> listener) { notes_.set_listener(std::move(listener)); }
-  Status stream_wait(const Transfer& transfer, void* cuda_stream);
+  Status stream_wait(const Transfer& transfer, const CudaStreamRef& cuda_stream);
   // Operations held until CUDA streams reach them (core/stream_order.h);
   // every public operation goes through it to keep posting order.
   core::OrderedPosts& ordered() { return *ordered_; }

@@ -172,7 +172,8 @@ def serve(pipe, listen: str = "127.0.0.1:0", options: dict | None = None) -> Non
                 count, k, device, stream, slow = args
                 t = torch.zeros(count, dtype=torch.int64, device=device)
                 if slow:  # a fill still queued behind a long kernel when the receive is posted
-                    torch.cuda._sleep(slow)
+                    with torch.cuda.device(device):  # the tensor's stream, whatever device is current
+                        torch.cuda._sleep(slow)
                     t.zero_()
                 engine.reg(t)
                 n = conn.recv(t, timeout=WAIT, stream=stream)
@@ -183,7 +184,8 @@ def serve(pipe, listen: str = "127.0.0.1:0", options: dict | None = None) -> Non
 
                 count, k, device, stream, slow = args
                 if slow:  # the producer kernel queued behind a long one
-                    torch.cuda._sleep(slow)
+                    with torch.cuda.device(device):
+                        torch.cuda._sleep(slow)
                 t = torch.arange(count, dtype=torch.int64, device=device) * k
                 engine.reg(t)
                 conn.send(t, timeout=WAIT, stream=stream)

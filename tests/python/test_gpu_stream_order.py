@@ -77,6 +77,38 @@ def test_without_the_order_the_same_rounds_go_wrong(link):
     assert wrong > 0, "the hazard never showed: this test could not catch a missing order"
 
 
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_tensors_on_a_device_that_is_not_the_current_one_follow_their_own_stream(link):
+    # torch.cuda.current_stream(cuda:1) of a tensor on cuda:1 is handle 0,
+    # the default stream of cuda:1; the thread's current device is cuda:0,
+    # whose default stream is idle. Asked in the current context, the
+    # transfer would go at once, ahead of the producer and the fill queued
+    # on cuda:1 behind a long kernel.
+    other = "cuda:1"
+    assert torch.cuda.current_device() == 0
+    for r in range(4):
+        k = 500 + r
+        link.peer.call_async("torch_user_recv", COUNT, k, REMOTE, "auto", 0)
+        with torch.cuda.device(other):
+            torch.cuda._sleep(5 * SLOW)
+        src = torch.arange(COUNT, dtype=torch.int64, device=other) * k
+        assert torch.cuda.current_device() == 0
+        link.engine.reg(src)
+        link.conn.send(src, timeout=WAIT)
+        n, bad = link.peer.expect("ok", timeout=WAIT)
+        assert (n, bad) == (COUNT * 8, 0), f"round {r}: {bad} elements sent before their producer ran"
+        dst = torch.zeros(COUNT, dtype=torch.int64, device=other)
+        with torch.cuda.device(other):
+            torch.cuda._sleep(5 * SLOW)
+        dst.zero_()  # queued behind the long kernel: must not overwrite what lands
+        link.engine.reg(dst)
+        link.peer.call_async("torch_user_send", COUNT, k + 1000, REMOTE, "auto", 0)
+        assert link.conn.recv(dst, timeout=WAIT) == COUNT * 8
+        link.peer.expect("ok", timeout=WAIT)
+        want = torch.arange(COUNT, dtype=torch.int64, device=other) * (k + 1000)
+        assert torch.equal(dst, want), f"round {r}: a fill queued before the receive overwrote what landed"
+
+
 PEER_DELAY = 2_000_000_000  # cycles of torch.cuda._sleep on the peer before its send: about 1 s
 
 

@@ -24,16 +24,23 @@ using namespace std::chrono_literals;
 // callbacks on a thread of its own, as the driver's callback thread would.
 class HandStreams final : public platform::StreamWaits {
  public:
-  Result<bool> idle(void* stream) override {
+  Result<bool> idle(const CudaStreamRef& ref) override {
     std::lock_guard lock(mu_);
-    if (refused_.count(stream)) return Status(Code::kInvalidArgument, "refused stream");
-    return busy_.count(stream) == 0;
+    asked_.push_back(ref.device);
+    if (refused_.count(ref.stream)) return Status(Code::kInvalidArgument, "refused stream");
+    return busy_.count(ref.stream) == 0;
   }
-  Status when_reached(void* stream, std::function<void()> reached) override {
+  Status when_reached(const CudaStreamRef& ref, std::function<void()> reached) override {
     std::lock_guard lock(mu_);
-    if (refused_.count(stream)) return Status(Code::kInvalidArgument, "refused stream");
-    waiting_[stream].push_back(std::move(reached));
+    asked_.push_back(ref.device);
+    if (refused_.count(ref.stream)) return Status(Code::kInvalidArgument, "refused stream");
+    waiting_[ref.stream].push_back(std::move(reached));
     return Status();
+  }
+  // The devices the streams were asked about in, in order.
+  std::vector<int> asked() {
+    std::lock_guard lock(mu_);
+    return asked_;
   }
   void busy(void* stream) {
     std::lock_guard lock(mu_);
@@ -59,7 +66,15 @@ class HandStreams final : public platform::StreamWaits {
   std::mutex mu_;
   std::map<void*, bool> busy_, refused_;
   std::map<void*, std::vector<std::function<void()>>> waiting_;
+  std::vector<int> asked_;
 };
+
+// Streams of no device in particular (the caller's current context).
+std::vector<CudaStreamRef> refs(std::vector<void*> streams) {
+  std::vector<CudaStreamRef> out;
+  for (void* s : streams) out.push_back({s, -1});
+  return out;
+}
 
 void* const kS1 = reinterpret_cast<void*>(0x1000);
 void* const kS2 = reinterpret_cast<void*>(0x2000);
@@ -76,7 +91,8 @@ class StreamOrder : public ::testing::Test {
 
   // A held operation that records its posting and hands back a state the
   // test finishes.
-  Transfer hold(std::vector<void*> streams, int tag) {
+  Transfer hold(std::vector<void*> streams, int tag) { return hold(refs(std::move(streams)), tag); }
+  Transfer hold(std::vector<CudaStreamRef> streams, int tag) {
     auto outer = std::make_shared<TransferState>(1000 + tag, 1);
     return posts_->post_later(streams, outer, [this, tag] {
       std::lock_guard lock(mu_);
@@ -111,12 +127,12 @@ class StreamOrder : public ::testing::Test {
 };
 
 TEST_F(StreamOrder, AnIdleStreamWithNothingHeldPostsAtOnce) {
-  std::vector<void*> s{kS1};
+  std::vector<CudaStreamRef> s = refs({kS1});
   EXPECT_TRUE(posts_->posts_now(s));
   streams_->busy(kS1);
   EXPECT_FALSE(posts_->posts_now(s));
   streams_->refuse(kS2);
-  EXPECT_FALSE(posts_->posts_now(std::vector<void*>{kS2}));
+  EXPECT_FALSE(posts_->posts_now(refs({kS2})));
 }
 
 TEST_F(StreamOrder, AHeldTransferIsPostedOnlyOnceItsStreamGetsThereAndEndsAsThePostedOne) {
@@ -139,17 +155,17 @@ TEST_F(StreamOrder, EverythingPostedAfterAHeldTransferWaitsBehindItInOrder) {
   streams_->busy(kS2);
   std::vector<Transfer> ts;
   ts.push_back(hold({kS1}, 1));
-  ts.push_back(hold({}, 2));  // no stream, but behind 1
+  ts.push_back(hold(std::vector<void*>{}, 2));  // no stream, but behind 1
   ts.push_back(hold({kS2}, 3));
-  ts.push_back(hold({}, 4));
-  EXPECT_FALSE(posts_->posts_now({}));
+  ts.push_back(hold(std::vector<void*>{}, 4));
+  EXPECT_FALSE(posts_->posts_now(refs({})));
   streams_->reach(kS2);  // 3 is ready, but 1 is not
   std::this_thread::sleep_for(50ms);
   EXPECT_TRUE(posted().empty());
   streams_->reach(kS1);
   ASSERT_TRUE(wait_posted(4));
   EXPECT_EQ(posted(), (std::vector<int>{1, 2, 3, 4}));
-  EXPECT_TRUE(posts_->posts_now({}));
+  EXPECT_TRUE(posts_->posts_now(refs({})));
 }
 
 TEST_F(StreamOrder, ATransferAfterTwoStreamsWaitsForBoth) {
@@ -166,7 +182,7 @@ TEST_F(StreamOrder, ATransferAfterTwoStreamsWaitsForBoth) {
 TEST_F(StreamOrder, CancelWithdrawsAHeldTransferAndWhatWaitedBehindItGoesOn) {
   streams_->busy(kS1);
   Transfer first = hold({kS1}, 1);
-  Transfer second = hold({}, 2);
+  Transfer second = hold(std::vector<void*>{}, 2);
   EXPECT_TRUE(first.cancel());
   EXPECT_EQ(first.status().code(), Code::kCancelled);
   ASSERT_TRUE(wait_posted(1));
@@ -190,7 +206,7 @@ TEST_F(StreamOrder, ADeadlineWithdrawsAHeldReceiveAsNotStarted) {
 }
 
 TEST_F(StreamOrder, CancelAfterPostingReachesThePostedTransfer) {
-  Transfer t = hold({}, 1);  // nothing busy: posted by the gate at once
+  Transfer t = hold(std::vector<void*>{}, 1);  // nothing busy: posted by the gate at once
   ASSERT_TRUE(wait_posted(1));
   inner(1)->set_canceller([s = inner(1)] { return s->finish(Status(Code::kCancelled, "withdrawn by the transport")); });
   EXPECT_TRUE(t.cancel());
@@ -201,7 +217,7 @@ TEST_F(StreamOrder, CancelAfterPostingReachesThePostedTransfer) {
 TEST_F(StreamOrder, AFailedConnectionFailsWhatIsHeldAndPostsNothing) {
   streams_->busy(kS1);
   Transfer a = hold({kS1}, 1);
-  Transfer b = hold({}, 2);
+  Transfer b = hold(std::vector<void*>{}, 2);
   posts_->fail_all(Status(Code::kPeerLost, "peer gone"));
   EXPECT_EQ(a.status().code(), Code::kPeerLost);
   EXPECT_EQ(b.status().code(), Code::kPeerLost);
@@ -214,10 +230,26 @@ TEST_F(StreamOrder, AFailedConnectionFailsWhatIsHeldAndPostsNothing) {
 TEST_F(StreamOrder, AStreamTheDriverRefusesFailsItsTransferNotTheOnesBehind) {
   streams_->refuse(kS2);
   Transfer bad = hold({kS2}, 1);
-  Transfer good = hold({}, 2);
+  Transfer good = hold(std::vector<void*>{}, 2);
   ASSERT_TRUE(wait_posted(1));
   EXPECT_EQ(bad.wait(after(5s)).code(), Code::kInvalidArgument);
   EXPECT_EQ(posted(), std::vector<int>{2});
+}
+
+// A default stream's handle (0) names a stream of a context: each is asked
+// about with the device it came with (a torch tensor's, not the thread's
+// current device), the same handle on two devices twice.
+TEST_F(StreamOrder, DefaultStreamsAreAskedAboutWithTheirDevices) {
+  void* const legacy = nullptr;
+  std::vector<CudaStreamRef> two{{legacy, 1}, {legacy, 0}};
+  EXPECT_TRUE(posts_->posts_now(two));
+  EXPECT_EQ(streams_->asked(), (std::vector<int>{1, 0}));
+  streams_->busy(legacy);
+  Transfer t = hold(two, 1);
+  EXPECT_EQ(streams_->asked(), (std::vector<int>{1, 0, 1, 0}));
+  streams_->reach(legacy);
+  ASSERT_TRUE(wait_posted(1));
+  EXPECT_TRUE(t.state() != nullptr);
 }
 
 TEST_F(StreamOrder, ManyThreadsEachKeepTheirOwnOrder) {
@@ -230,7 +262,7 @@ TEST_F(StreamOrder, ManyThreadsEachKeepTheirOwnOrder) {
       for (int i = 0; i < kEach; ++i) {
         void* s = (rng() % 3 == 0) ? kS1 : nullptr;
         if (s != nullptr) streams_->busy(kS1);
-        all[t].push_back(s ? hold({s}, t * 10000 + i) : hold({}, t * 10000 + i));
+        all[t].push_back(s ? hold(std::vector<void*>{s}, t * 10000 + i) : hold(std::vector<void*>{}, t * 10000 + i));
         if (rng() % 5 == 0) streams_->reach(kS1);
       }
     });
@@ -257,7 +289,7 @@ using namespace std::chrono_literals;
 // Without a CUDA driver: an operation ordered after a stream fails, says
 // why, and the connection goes on.
 TEST(StreamOrderedConnection, WithoutACudaDriverAnOrderedTransferFailsClearlyAndTheConnectionGoesOn) {
-  if (platform::cuda_stream_waits()->idle(nullptr).ok()) GTEST_SKIP() << "a CUDA driver is present";
+  if (platform::cuda_stream_waits()->idle(CudaStreamRef{}).ok()) GTEST_SKIP() << "a CUDA driver is present";
   EnginePair p = connect_pair("tcp");
   ASSERT_TRUE(p.ca && p.cb);
   std::vector<char> out(4099, 'x'), in(4099, 0);
@@ -273,8 +305,12 @@ TEST(StreamOrderedConnection, WithoutACudaDriverAnOrderedTransferFailsClearlyAnd
   ASSERT_TRUE(n.ok()) << n.status().to_string();
   ASSERT_TRUE(sent.wait(after(5s)).ok());
   EXPECT_EQ(in, out);
+  CudaStreamRef on_device{nullptr, 0};  // the legacy stream of GPU 0
+  Transfer t2 = p.ca->after_streams(std::span<const CudaStreamRef>(&on_device, 1)).send_async(out.data(), out.size());
+  EXPECT_EQ(t2.wait(after(5s)).code(), Code::kUnimplemented);
   Transfer r = p.cb->recv_async(in.data(), in.size());
   EXPECT_EQ(p.cb->stream_wait(r, stream).code(), Code::kUnimplemented);
+  EXPECT_EQ(p.cb->stream_wait(r, on_device).code(), Code::kUnimplemented);
   r.cancel();
 }
 
