@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "platform/log.h"
+#include "core/option_names.h"
 #include "core/units.h"
 #include "directory/url.h"
 #include "ferry/directory.h"
@@ -51,50 +52,6 @@ Result<LogLevel> parse_level(std::string_view env, std::string_view v) {
   auto level = parse_log_level(v);
   if (!level.ok()) return bad_value(env, v, "expected error, warn, info, debug or trace (any case)");
   return level;
-}
-
-// The names of an enum's values, indexed by value.
-template <typename E, size_t N>
-struct Names {
-  const char* field;  // the Options field that holds an E
-  std::array<std::string_view, N> names;
-};
-
-constexpr Names<TransportChoice, 3> kTransportNames{"transport", {"auto", "tcp", "local"}};
-constexpr Names<NicPolicy, 2> kNicPolicyNames{"nic_policy", {"nearest", "all"}};
-constexpr Names<PathPolicy, 2> kPathPolicyNames{"path_policy", {"adaptive", "all"}};
-constexpr Names<StagingCopy, 2> kStagingCopyNames{"staging_copy", {"kernel", "engine"}};
-
-template <typename E, size_t N>
-std::string_view name_of(const Names<E, N>& n, E value) {
-  auto i = static_cast<size_t>(value);
-  return i < N ? n.names[i] : std::string_view();
-}
-
-// "transport must be auto, tcp or local, got " + `got`.
-template <typename E, size_t N>
-Status not_a_name(const Names<E, N>& n, const std::string& got) {
-  std::string m = std::string(n.field) + " must be ";
-  for (size_t i = 0; i < N; ++i) {
-    if (i > 0) m += i + 1 < N ? ", " : " or ";
-    m += n.names[i];
-  }
-  return Status(Code::kInvalidArgument, m + ", got " + got);
-}
-
-template <typename E, size_t N>
-Result<E> parse_name(const Names<E, N>& n, std::string_view name) {
-  for (size_t i = 0; i < N; ++i) {
-    if (n.names[i] == name) return static_cast<E>(i);
-  }
-  return not_a_name(n, "\"" + std::string(name) + "\"");
-}
-
-// validate's check of a field no name was parsed for (a cast can make any value).
-template <typename E, size_t N>
-Status check_named(const Names<E, N>& n, E value) {
-  if (!name_of(n, value).empty()) return Status();
-  return not_a_name(n, std::to_string(static_cast<int>(value)));
 }
 
 template <typename Field>
@@ -303,16 +260,6 @@ const std::vector<Tunable>& tunables() {
 
 }  // namespace
 
-std::string_view to_string(TransportChoice choice) { return name_of(kTransportNames, choice); }
-std::string_view to_string(NicPolicy policy) { return name_of(kNicPolicyNames, policy); }
-std::string_view to_string(PathPolicy policy) { return name_of(kPathPolicyNames, policy); }
-std::string_view to_string(StagingCopy copy) { return name_of(kStagingCopyNames, copy); }
-
-Result<TransportChoice> parse_transport(std::string_view name) { return parse_name(kTransportNames, name); }
-Result<NicPolicy> parse_nic_policy(std::string_view name) { return parse_name(kNicPolicyNames, name); }
-Result<PathPolicy> parse_path_policy(std::string_view name) { return parse_name(kPathPolicyNames, name); }
-Result<StagingCopy> parse_staging_copy(std::string_view name) { return parse_name(kStagingCopyNames, name); }
-
 Result<Options> apply_environment(Options base) {
   for (const Tunable& t : tunables()) {
     const char* v = std::getenv(t.env);
@@ -384,10 +331,7 @@ Status validate(const Options& o) {
   if (o.inline_max > Options::kMaxInline) {
     return bad("inline_max must be at most 1 MiB, got " + std::to_string(o.inline_max));
   }
-  for (const Status& s : {check_named(kStagingCopyNames, o.staging_copy), check_named(kPathPolicyNames, o.path_policy),
-                          check_named(kNicPolicyNames, o.nic_policy), check_named(kTransportNames, o.transport)}) {
-    if (!s.ok()) return bad(s.message());
-  }
+  if (Status s = core::check_option_names(o); !s.ok()) return bad(s.message());
   if (static_cast<int>(o.log_level) > static_cast<int>(LogLevel::kTrace)) {
     return bad("log_level must be error, warn, info, debug or trace, got " +
                std::to_string(static_cast<int>(o.log_level)));
