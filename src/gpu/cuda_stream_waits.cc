@@ -1,10 +1,9 @@
 // The CUDA driver's StreamWaits.
-#include <cstdint>
 #include <cstdio>
-#include <optional>
 #include <string>
 
 #include "gpu/cuda_driver.h"
+#include "gpu/stream_context.h"
 #include "gpu/stream_waits.h"
 
 namespace ferry::platform {
@@ -22,21 +21,6 @@ void run_reached(void* fn) {
   (*reached)();
   delete reached;
 }
-
-// The primary context of the stream's device made current for a call that
-// names a context-relative handle; nothing for any other.
-class StreamContext {
- public:
-  explicit StreamContext(const CudaStreamRef& ref) {
-    if (ref.device >= 0 && context_relative_stream(ref.stream)) scope_.emplace(ref.device);
-  }
-  Status status() const {
-    return scope_ && !scope_->ok() ? scope_->status().with_context("the device of a default CUDA stream") : Status();
-  }
-
- private:
-  std::optional<DeviceScope> scope_;
-};
 
 class CudaStreamWaits final : public StreamWaits {
  public:
@@ -80,10 +64,5 @@ class CudaStreamWaits final : public StreamWaits {
 }  // namespace
 
 std::unique_ptr<StreamWaits> cuda_stream_waits() { return std::make_unique<CudaStreamWaits>(); }
-
-bool context_relative_stream(void* stream) {
-  // 0: the legacy default stream; 0x1 CU_STREAM_LEGACY; 0x2 CU_STREAM_PER_THREAD.
-  return reinterpret_cast<uintptr_t>(stream) <= 2;
-}
 
 }  // namespace ferry::platform

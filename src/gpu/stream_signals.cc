@@ -5,7 +5,7 @@
 #include <string>
 
 #include "gpu/cuda_driver.h"
-#include "gpu/stream_waits.h"
+#include "gpu/stream_context.h"
 
 namespace ferry::platform {
 
@@ -49,11 +49,8 @@ Result<StreamSignals::Armed> StreamSignals::arm(const CudaStreamRef& ref) {
     return Status(Code::kUnimplemented, "this CUDA driver has no stream memory operations (cuStreamWaitValue32)");
   }
   void* stream = ref.stream;
-  std::optional<DeviceScope> scope;  // a default stream is its device's
-  if (ref.device >= 0 && context_relative_stream(stream)) {
-    scope.emplace(ref.device);
-    if (!scope->ok()) return scope->status().with_context("the device of a default CUDA stream");
-  }
+  StreamContext context(ref);
+  FERRY_RETURN_IF_ERROR(context.status());
   UniqueLock lock(mu_);
   while (quiet_ > 0) unquiet_.wait(lock.native());
   FERRY_ASSIGN_OR_RETURN(uint32_t slot, take_slot());

@@ -36,8 +36,4 @@ class StreamWaits {
 // kUnimplemented without a driver.
 std::unique_ptr<StreamWaits> cuda_stream_waits();
 
-// True for the handles that name a default stream of whichever context is
-// current (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD).
-bool context_relative_stream(void* stream);
-
 }  // namespace ferry::platform
