@@ -6,30 +6,12 @@
 #include <algorithm>
 #include <cstring>
 
-#include "gpu/cuda_driver.h"
-#include "gpu/memory_kind.h"
+#include "gpu/ipc_memory.h"
 #include "transport/local/cross_memory.h"
 
 namespace ferry::local {
 
-namespace {
-std::array<char, 16> pci_of(int device) {
-  std::array<char, 16> out{};
-  std::string s = platform::gpu_pci_address(device);
-  std::memcpy(out.data(), s.data(), std::min(s.size(), out.size() - 1));
-  return out;
-}
-}  // namespace
-
-int local_ordinal_of(const std::array<char, 16>& pci) {
-  const auto& d = platform::cuda();
-  int count = 0;
-  if (!d.available() || d.device_get_count(&count) != platform::cu::kSuccess) return -1;
-  for (int i = 0; i < count; ++i) {
-    if (pci_of(i) == pci) return i;
-  }
-  return -1;
-}
+int local_ordinal_of(const std::array<char, 16>& pci) { return platform::gpu_ordinal_of(pci); }
 
 // ---- exports -----------------------------------------------------------------
 
@@ -40,35 +22,14 @@ GpuExports::~GpuExports() {
 }
 
 Result<GpuExports::Alloc> GpuExports::make(uint64_t address, int device) {
-  const auto& d = platform::cuda();
-  platform::DeviceScope on(device);
-  FERRY_RETURN_IF_ERROR(on.status());
+  FERRY_ASSIGN_OR_RETURN(platform::ExportedAllocation e, platform::export_gpu_allocation(address, device));
   Alloc a;
-  size_t size = 0;
-  FERRY_RETURN_IF_ERROR(d.check(d.mem_get_address_range(&a.base, &size, address), "cuMemGetAddressRange"));
-  a.size = size;
-  a.pci = pci_of(device);
-  int legacy = 0;
-  if (d.pointer_get_attribute(&legacy, platform::cu::kPointerLegacyIpcCapable, address) == platform::cu::kSuccess &&
-      legacy != 0) {
-    platform::cu::IpcMemHandle h;
-    FERRY_RETURN_IF_ERROR(d.check(d.ipc_get_mem_handle(&h, a.base), "cuIpcGetMemHandle"));
-    a.type = HandleType::kLegacy;
-    std::memcpy(a.ipc.data(), h.reserved, sizeof(h.reserved));
-    return a;
-  }
-  // Virtual-memory API allocation: export the physical allocation as an fd.
-  platform::cu::MemHandle handle = 0;
-  FERRY_RETURN_IF_ERROR(d.check(d.mem_retain_allocation_handle(&handle, reinterpret_cast<void*>(a.base)),
-                                "cuMemRetainAllocationHandle", Code::kUnimplemented));
-  int fd = -1;
-  Status s = d.check(d.mem_export_to_shareable_handle(&fd, handle, platform::cu::kHandleTypePosixFd, 0),
-                     "cuMemExportToShareableHandle (the allocation must be created with POSIX fd handles allowed)",
-                     Code::kUnimplemented);
-  d.mem_release(handle);
-  FERRY_RETURN_IF_ERROR(s);
-  a.type = HandleType::kPosixFd;
-  a.fd = fd;
+  a.base = e.base;
+  a.size = e.size;
+  a.type = e.type;
+  a.fd = e.fd;
+  a.ipc = e.ipc;
+  a.pci = platform::gpu_pci_field(device);
   return a;
 }
 
@@ -146,17 +107,8 @@ void GpuImports::close_held() {
 }
 
 void GpuImports::close(const Mapping& m) {
-  const auto& d = platform::cuda();
-  if (!d.available()) return;
   if (m.own) return;
-  platform::DeviceScope on(m.device);
-  if (!on.status().ok()) return;
-  if (m.type == HandleType::kLegacy) {
-    d.ipc_close_mem_handle(m.local);
-  } else {
-    d.mem_unmap(m.local, m.size);
-    d.mem_address_free(m.local, m.size);
-  }
+  platform::close_gpu_mapping({m.local, m.size}, m.type, m.device);
 }
 
 Result<uint8_t*> GpuImports::map(const void* user, uint64_t peer_engine, pid_t peer_pid, const SharedSpan& span,
@@ -195,7 +147,6 @@ Result<GpuImports::Opened> GpuImports::open(const void* user, uint64_t peer_engi
                         "transfer and closing them would wait for that stream; no more of the peer's allocations are "
                         "opened until the stream's wait ends");
     }
-    const auto& d = platform::cuda();
     Mapping m;
     m.device = device;
     m.type = span.handle_type;
@@ -203,39 +154,18 @@ Result<GpuImports::Opened> GpuImports::open(const void* user, uint64_t peer_engi
     if (span.handle_type == HandleType::kLegacy && peer_pid == ::getpid()) {
       // CUDA opens no IPC handle in the process that made it.
       FERRY_ASSIGN_OR_RETURN(m, map_own(span, device));
-    } else if (span.handle_type == HandleType::kLegacy) {
-      platform::cu::IpcMemHandle h;
-      std::memcpy(h.reserved, span.ipc.data(), sizeof(h.reserved));
-      FERRY_RETURN_IF_ERROR(d.check(d.ipc_open_mem_handle(&m.local, h, platform::cu::kIpcLazyPeerAccess),
-                                    "cuIpcOpenMemHandle of the peer's GPU memory", Code::kUnavailable));
-      // The size the peer claimed is checked against what was opened.
-      platform::cu::DevicePtr base = 0;
-      size_t real = 0;
-      if (d.mem_get_address_range != nullptr && d.mem_get_address_range(&base, &real, m.local) == 0 && real < m.size) {
-        m.size = real;
-      }
     } else {
-      FERRY_ASSIGN_OR_RETURN(int fd, fetch_peer_fd(peer_pid, span.fd));
-      platform::cu::MemHandle h = 0;
-      Status s = d.check(d.mem_import_from_shareable_handle(&h, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
-                                                            platform::cu::kHandleTypePosixFd),
-                         "cuMemImportFromShareableHandle", Code::kUnavailable);
-      ::close(fd);
-      FERRY_RETURN_IF_ERROR(s);
-      s = d.check(d.mem_address_reserve(&m.local, m.size, 0, 0, 0), "cuMemAddressReserve", Code::kResourceExhausted);
-      if (s.ok()) {
-        s = d.check(d.mem_map(m.local, m.size, 0, h, 0), "cuMemMap", Code::kUnavailable);
-        if (!s.ok()) d.mem_address_free(m.local, m.size);
+      platform::MappedAllocation mapped;
+      if (span.handle_type == HandleType::kLegacy) {
+        FERRY_ASSIGN_OR_RETURN(mapped, platform::open_ipc_allocation(span.ipc, span.alloc_size));
+      } else {
+        FERRY_ASSIGN_OR_RETURN(int fd, fetch_peer_fd(peer_pid, span.fd));
+        Result<platform::MappedAllocation> r = platform::map_fd_allocation(fd, span.alloc_size, device);
+        ::close(fd);
+        FERRY_ASSIGN_OR_RETURN(mapped, std::move(r));
       }
-      d.mem_release(h);  // the mapping holds its own reference
-      FERRY_RETURN_IF_ERROR(s);
-      platform::cu::MemAccessDesc access{{platform::cu::kLocationDevice, device}, platform::cu::kAccessReadWrite};
-      s = d.check(d.mem_set_access(m.local, m.size, &access, 1), "cuMemSetAccess", Code::kUnavailable);
-      if (!s.ok()) {
-        d.mem_unmap(m.local, m.size);
-        d.mem_address_free(m.local, m.size);
-        return s;
-      }
+      m.local = mapped.local;
+      m.size = mapped.size;
     }
     m.peer_pid = peer_pid;
     m.peer_engine = peer_engine;
@@ -247,40 +177,11 @@ Result<GpuImports::Opened> GpuImports::open(const void* user, uint64_t peer_engi
 }
 
 Result<GpuImports::Mapping> GpuImports::map_own(const SharedSpan& span, int device) {
-  const auto& d = platform::cuda();
-  // The span's claim is checked against the allocation the driver knows at
-  // that address, as an opened handle's would be. (Pointer attributes
-  // answer for any GPU's memory; cuMemGetAddressRange only for the current
-  // context's.)
-  platform::cu::DevicePtr base = 0;
-  size_t real = 0;
-  int owner = -1;
-  if (d.pointer_get_attribute(&base, platform::cu::kPointerRangeStart, span.alloc_base) != platform::cu::kSuccess ||
-      d.pointer_get_attribute(&real, platform::cu::kPointerRangeSize, span.alloc_base) != platform::cu::kSuccess ||
-      d.pointer_get_attribute(&owner, platform::cu::kPointerDeviceOrdinal, span.alloc_base) != platform::cu::kSuccess ||
-      base != span.alloc_base) {
-    return Status(Code::kDataLoss, "a GPU span names " + std::to_string(span.alloc_base) +
-                                       ", which is not the start of a GPU allocation of this process");
-  }
-  if (owner != device) {
-    // Copies and the gather kernel on `device` reach the owner's memory
-    // directly, as an IPC handle opened with lazy peer access would.
-    platform::cu::Device owner_device = 0;
-    platform::cu::Context owner_context = nullptr;
-    FERRY_RETURN_IF_ERROR(d.check(d.device_get(&owner_device, owner), "cuDeviceGet", Code::kUnavailable));
-    FERRY_RETURN_IF_ERROR(
-        d.check(d.primary_ctx_retain(&owner_context, owner_device), "cuDevicePrimaryCtxRetain", Code::kUnavailable));
-    // The retain is kept: peer access lasts as long as the owner's context,
-    // which must not end under this mapping.
-    const platform::cu::Result r = d.ctx_enable_peer_access(owner_context, 0);
-    if (r != platform::cu::kSuccess && r != platform::cu::kPeerAccessAlreadyEnabled) {
-      return d.check(r, "cuCtxEnablePeerAccess", Code::kUnavailable)
-          .with_context("GPU " + std::to_string(device) + " reaching GPU " + std::to_string(owner));
-    }
-  }
+  FERRY_ASSIGN_OR_RETURN(platform::MappedAllocation own,
+                         platform::own_allocation(span.alloc_base, span.alloc_size, device));
   Mapping m;
-  m.local = span.alloc_base;
-  m.size = std::min<uint64_t>(span.alloc_size, real);
+  m.local = own.local;
+  m.size = own.size;
   m.type = span.handle_type;
   m.device = device;
   m.own = true;

@@ -49,24 +49,6 @@ bool any_host(const core::SegmentList& list) {
                      [](const core::MemorySpan& s) { return s.region->region.kind != MemoryKind::kCuda; });
 }
 
-int active_device(int fallback) {
-  const auto& d = platform::cuda();
-  int count = 0;
-  if (fallback >= 0) {
-    unsigned flags = 0;
-    int active = 0;
-    if (d.primary_ctx_get_state(fallback, &flags, &active) == cu::kSuccess && active) return fallback;
-  }
-  if (d.device_get_count(&count) == cu::kSuccess) {
-    for (int i = 0; i < count; ++i) {
-      unsigned flags = 0;
-      int active = 0;
-      if (d.primary_ctx_get_state(i, &flags, &active) == cu::kSuccess && active) return i;
-    }
-  }
-  return fallback;
-}
-
 LocalCopier::LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid, PeerCheck peer_check,
                          std::shared_ptr<CopyPool> helpers, std::shared_ptr<platform::GatherKernels> gather,
                          std::shared_ptr<platform::ResidentGather> resident)
@@ -80,21 +62,11 @@ LocalCopier::LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_p
 
 LocalCopier::~LocalCopier() {
   drain();
-  const auto& d = platform::cuda();
   platform::MutexLock lock(mu_);
-  for (auto& [device, s] : streams_) {
-    platform::DeviceScope on(device);
-    d.stream_destroy(s);
-  }
-  for (auto& [device, events] : spare_events_) {
-    platform::DeviceScope on(device);
-    for (cu::Event e : events) d.event_destroy(e);
-  }
   for (PieceTable& t : tables_) {
-    if (t.items == nullptr) continue;
-    platform::DeviceScope on(t.device);
-    d.mem_free_host(t.items);
+    if (t.items != nullptr) platform::free_pinned(t.device, t.items);
   }
+  // lanes_ destroys its streams and events.
 }
 
 Result<LocalCopier::Running> LocalCopier::admit(const StopCheck& stop) {
@@ -315,7 +287,6 @@ bool LocalCopier::busy() const { return inflight_count_.load(std::memory_order_a
 
 bool LocalCopier::poll() {
   if (!busy()) return false;  // the progress worker asks on every turn: no lock when idle
-  const auto& d = platform::cuda();
   std::vector<std::pair<Done, Status>> finished;
   {
     platform::MutexLock lock(mu_);
@@ -324,18 +295,18 @@ bool LocalCopier::poll() {
       bool ready = !it->resident || resident_ended(*it->resident, st);
       for (auto& [device, e] : it->events) {
         if (!ready) break;
-        cu::Result r = d.event_query(e);
-        if (r == cu::kNotReady) {
+        Result<bool> reached = platform::event_reached(e);
+        if (reached.ok() && !reached.value()) {
           ready = false;
           break;
         }
-        if (r != cu::kSuccess && st.ok()) st = d.check(r, "GPU copy (cuEventQuery)", Code::kInternal);
+        if (!reached.ok() && st.ok()) st = reached.status();
       }
       if (!ready) {
         ++it;
         continue;
       }
-      for (auto& [device, e] : it->events) spare_events_[device].push_back(e);
+      for (auto& [device, e] : it->events) lanes_.recycle(device, e);
       finished.emplace_back(std::move(it->done), st);
       it = inflight_.erase(it);
     }
@@ -352,14 +323,10 @@ void LocalCopier::drain() {
   while (offloaded_.load(std::memory_order_acquire) != 0) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
-  const auto& d = platform::cuda();
-  if (!d.available()) return;
+  if (!platform::gpu_driver_available()) return;
   {
     platform::MutexLock lock(mu_);
-    for (auto& [device, s] : streams_) {
-      platform::DeviceScope on(device);
-      d.stream_synchronize(s);
-    }
+    lanes_.synchronize_all();
   }
   poll();
   // Batches the resident kernel took end without their stream going idle

@@ -45,7 +45,7 @@
 
 #include "core/segments.h"
 #include "ferry/memory.h"
-#include "gpu/cuda_driver.h"
+#include "gpu/copy_lanes.h"
 #include "gpu/gather_kernel.h"
 #include "gpu/resident_gather.h"
 #include "platform/cpu_binding.h"
@@ -60,9 +60,6 @@ namespace ferry::local {
 // fields kept). REQUIRES: offset + size <= total length of `spans`.
 std::vector<SharedSpan> slice_spans(const std::vector<SharedSpan>& spans, uint64_t offset, uint64_t size);
 bool any_gpu(const std::vector<SharedSpan>& spans);
-// `preferred` if this process has a context on it, else the first device it
-// has one on, else `preferred` (a context will be made there).
-int active_device(int preferred);
 bool any_host(const std::vector<SharedSpan>& spans);
 bool any_gpu(const core::SegmentList& list);
 bool any_host(const core::SegmentList& list);
@@ -205,9 +202,6 @@ class LocalCopier {
                const StopCheck& stop);
   // Runs an offloaded copy's completion and lets it go.
   void end_offloaded(HostCopy& job);
-  // The caller made the device's context current.
-  Result<platform::cu::Stream> stream_for(int device) REQUIRES(mu_);
-  Result<platform::cu::Event> take_event(int device) REQUIRES(mu_);
   // One GPU piece of a copy, mapped, in the context of `device`.
   struct GpuCopy {
     int device = -1;
@@ -271,8 +265,7 @@ class LocalCopier {
   const pid_t peer_pid_;
   const PeerCheck peer_check_;
   mutable platform::Mutex mu_;
-  std::map<int, platform::cu::Stream> streams_ GUARDED_BY(mu_);  // by local device
-  std::map<int, std::vector<platform::cu::Event>> spare_events_ GUARDED_BY(mu_);  // events belong to a context
+  platform::GpuCopyLanes lanes_ GUARDED_BY(mu_);  // a stream and events per local device
   std::vector<InFlight> inflight_ GUARDED_BY(mu_);
   std::array<PieceTable, kTables> tables_ GUARDED_BY(mu_);  // items null: not allocated yet
   std::atomic<size_t> inflight_count_{0};        // inflight_.size(), readable without mu_

@@ -17,50 +17,21 @@ using platform::GatherKernels;
 using platform::GatherPiece;
 using platform::ResidentGather;
 
-Result<cu::Stream> LocalCopier::stream_for(int device) {
-  auto it = streams_.find(device);
-  if (it != streams_.end()) return it->second;
-  const auto& d = platform::cuda();
-  cu::Stream s = nullptr;
-  FERRY_RETURN_IF_ERROR(
-      d.check(d.stream_create(&s, cu::kStreamNonBlocking), "cuStreamCreate", Code::kResourceExhausted));
-  streams_[device] = s;
-  return s;
-}
-
 Status LocalCopier::copy_to_device_now(int device, void* dst, const void* src, size_t n) {
-  const auto& d = platform::cuda();
-  if (!d.available()) return Status(Code::kUnimplemented, "GPU memory on a host without a CUDA driver");
+  if (!platform::gpu_driver_available()) return Status(Code::kUnimplemented, "GPU memory on a host without a CUDA driver");
   platform::DeviceScope on(device);
   FERRY_RETURN_IF_ERROR(on.status());
   cu::Stream s = nullptr;
   {
     platform::MutexLock lock(mu_);
-    FERRY_ASSIGN_OR_RETURN(s, stream_for(device));
+    FERRY_ASSIGN_OR_RETURN(s, lanes_.stream(device));
   }
-  FERRY_RETURN_IF_ERROR(d.check(d.memcpy_htod_async(reinterpret_cast<cu::DevicePtr>(dst), src, n, s),
-                                "cuMemcpyHtoDAsync into the receive buffer", Code::kInternal));
-  return d.check(d.stream_synchronize(s), "cuStreamSynchronize (into the receive buffer)", Code::kInternal);
-}
-
-Result<cu::Event> LocalCopier::take_event(int device) {
-  auto& spare = spare_events_[device];
-  if (!spare.empty()) {
-    cu::Event e = spare.back();
-    spare.pop_back();
-    return e;
-  }
-  const auto& d = platform::cuda();
-  cu::Event e = nullptr;
-  FERRY_RETURN_IF_ERROR(
-      d.check(d.event_create(&e, cu::kEventDisableTiming), "cuEventCreate", Code::kResourceExhausted));
-  return e;
+  return platform::copy_to_device_and_wait(s, dst, src, n);
 }
 
 Result<LocalCopier::GpuCopy> LocalCopier::gpu_piece(uint8_t* local, int local_device, const SharedSpan& remote,
                                                      uint64_t offset, uint64_t n, bool to_remote, PieceCache& cache) {
-  const auto& d = platform::cuda();
-  if (!d.available()) return Status(Code::kUnimplemented, "GPU memory on a host without a CUDA driver");
+  if (!platform::gpu_driver_available()) return Status(Code::kUnimplemented, "GPU memory on a host without a CUDA driver");
   // The copy runs in the context of the local GPU. With only host memory
   // here, in a context this process already has (the peer's GPU is reached
   // through peer access); only a process with none takes the peer GPU's.
@@ -68,7 +39,7 @@ Result<LocalCopier::GpuCopy> LocalCopier::gpu_piece(uint8_t* local, int local_de
   if (device < 0) {
     if (cache.peer_device < 0 || cache.peer_pci != remote.pci) {
       cache.peer_pci = remote.pci;
-      cache.peer_device = active_device(local_ordinal_of(remote.pci));
+      cache.peer_device = platform::first_active_device(local_ordinal_of(remote.pci));
     }
     device = cache.peer_device;
   }
@@ -105,7 +76,6 @@ Result<LocalCopier::GpuCopy> LocalCopier::gpu_piece(uint8_t* local, int local_de
 }
 
 Status LocalCopier::queue_gpu_copies(const std::vector<GpuCopy>& copies, std::vector<int>& used) {
-  const auto& d = platform::cuda();
   std::vector<cu::DevicePtr> dsts, srcs;
   std::vector<size_t> sizes;
   std::vector<GatherPiece> pieces;
@@ -114,7 +84,7 @@ Status LocalCopier::queue_gpu_copies(const std::vector<GpuCopy>& copies, std::ve
     platform::DeviceScope on(c.device);
     FERRY_RETURN_IF_ERROR(on.status());
     platform::MutexLock lock(mu_);
-    FERRY_ASSIGN_OR_RETURN(cu::Stream s, stream_for(c.device));
+    FERRY_ASSIGN_OR_RETURN(cu::Stream s, lanes_.stream(c.device));
     if (std::find(used.begin(), used.end(), c.device) == used.end()) used.push_back(c.device);
     // The run of device-to-device copies on this device that starts here.
     size_t end = i;
@@ -133,7 +103,7 @@ Status LocalCopier::queue_gpu_copies(const std::vector<GpuCopy>& copies, std::ve
       }
       if (g.code() != Code::kUnimplemented) return g;
     }
-    if (end - i >= 2 && d.has_memcpy_batch()) {
+    if (end - i >= 2 && platform::can_queue_batch()) {
       dsts.clear();
       srcs.clear();
       sizes.clear();
@@ -142,20 +112,15 @@ Status LocalCopier::queue_gpu_copies(const std::vector<GpuCopy>& copies, std::ve
         srcs.push_back(reinterpret_cast<cu::DevicePtr>(copies[k].src));
         sizes.push_back(copies[k].n);
       }
-      FERRY_RETURN_IF_ERROR(d.check(d.memcpy_batch(dsts.data(), srcs.data(), sizes.data(), sizes.size(), s),
-                                    "cuMemcpyBatchAsync", Code::kInternal));
+      FERRY_RETURN_IF_ERROR(platform::queue_batch(s, dsts, srcs, sizes));
       i = end;
       continue;
     }
-    cu::Result r;
-    if (c.host_src) {
-      r = d.memcpy_htod_async(reinterpret_cast<cu::DevicePtr>(c.dst), c.src, c.n, s);
-    } else if (c.host_dst) {
-      r = d.memcpy_dtoh_async(c.dst, reinterpret_cast<cu::DevicePtr>(c.src), c.n, s);
-    } else {
-      r = d.memcpy_dtod_async(reinterpret_cast<cu::DevicePtr>(c.dst), reinterpret_cast<cu::DevicePtr>(c.src), c.n, s);
-    }
-    FERRY_RETURN_IF_ERROR(d.check(r, "cuMemcpyAsync", Code::kInternal));
+    using platform::CopyDirection;
+    CopyDirection direction = c.host_src   ? CopyDirection::kHostToDevice
+                              : c.host_dst ? CopyDirection::kDeviceToHost
+                                           : CopyDirection::kDeviceToDevice;
+    FERRY_RETURN_IF_ERROR(platform::queue_copy(s, c.dst, c.src, c.n, direction));
     ++i;
   }
   return Status();
@@ -183,7 +148,7 @@ Status LocalCopier::start_blocks(int device, std::span<uint8_t* const> local, st
   PieceTable* table = nullptr;
   {
     platform::MutexLock lock(mu_);
-    FERRY_ASSIGN_OR_RETURN(stream, stream_for(device));
+    FERRY_ASSIGN_OR_RETURN(stream, lanes_.stream(device));
     table = take_table(device);
   }
   auto give_back = [this](PieceTable* t) {
@@ -299,11 +264,8 @@ LocalCopier::PieceTable* LocalCopier::take_table(int device) {
     if (t.items == nullptr) {
       // Allocated in the current context, portable: any of this process's
       // GPUs reads it.
-      void* p = nullptr;
-      const auto& d = platform::cuda();
-      if (d.mem_host_alloc(&p, kTableItems * sizeof(GatherPiece), cu::kHostAllocPortable) != cu::kSuccess) {
-        return nullptr;
-      }
+      void* p = platform::alloc_pinned(kTableItems * sizeof(GatherPiece));
+      if (p == nullptr) return nullptr;
       t.items = static_cast<GatherPiece*>(p);
       t.device = device;
     }
@@ -314,20 +276,17 @@ LocalCopier::PieceTable* LocalCopier::take_table(int device) {
 }
 
 void LocalCopier::sync_streams(const std::vector<int>& used) {
-  const auto& d = platform::cuda();
   for (int device : used) {
-    platform::DeviceScope on(device);
     cu::Stream s = nullptr;
     {
       platform::MutexLock lock(mu_);
-      s = streams_[device];
+      s = lanes_.stream_if_made(device);
     }
-    d.stream_synchronize(s);
+    if (s != nullptr) platform::wait_stream(device, s);
   }
 }
 
 Status LocalCopier::complete_gpu(const std::vector<int>& used, uint64_t size, Done finish) {
-  const auto& d = platform::cuda();
   if (size <= kCompleteInline) {
     // A small copy finishes within microseconds: waiting for it here costs
     // less than handing its completion to another thread, and asking the
@@ -335,7 +294,7 @@ Status LocalCopier::complete_gpu(const std::vector<int>& used, uint64_t size, Do
     std::vector<cu::Stream> streams;
     {
       platform::MutexLock lock(mu_);
-      for (int device : used) streams.push_back(streams_[device]);
+      for (int device : used) streams.push_back(lanes_.stream_if_made(device));
     }
     auto until = std::chrono::steady_clock::now() + kInlineWait;
     Status st;
@@ -343,11 +302,11 @@ Status LocalCopier::complete_gpu(const std::vector<int>& used, uint64_t size, Do
     while (!ready && std::chrono::steady_clock::now() < until) {
       ready = true;
       for (cu::Stream s : streams) {
-        cu::Result r = d.stream_query(s);
-        if (r == cu::kNotReady) {
+        Result<bool> idle = platform::stream_idle(s);
+        if (idle.ok() && !idle.value()) {
           ready = false;
-        } else if (r != cu::kSuccess && st.ok()) {
-          st = d.check(r, "GPU copy (cuStreamQuery)", Code::kInternal);
+        } else if (!idle.ok() && st.ok()) {
+          st = idle.status();
         }
       }
     }
@@ -363,10 +322,8 @@ Status LocalCopier::complete_gpu(const std::vector<int>& used, uint64_t size, Do
   {
     platform::MutexLock lock(mu_);
     for (int device : used) {
-      platform::DeviceScope on(device);
-      auto e = take_event(device);
-      recorded = e.ok() ? d.check(d.event_record(e.value(), streams_[device]), "cuEventRecord") : e.status();
-      if (e.ok() && !recorded.ok()) spare_events_[device].push_back(e.value());
+      Result<cu::Event> e = lanes_.mark(device);
+      recorded = e.status();
       if (!recorded.ok()) break;
       f.events.emplace_back(device, e.value());
     }
@@ -374,7 +331,7 @@ Status LocalCopier::complete_gpu(const std::vector<int>& used, uint64_t size, Do
       inflight_.push_back(std::move(f));
       inflight_count_.store(inflight_.size(), std::memory_order_release);
     } else {
-      for (auto& [device, e] : f.events) spare_events_[device].push_back(e);
+      for (auto& [device, e] : f.events) lanes_.recycle(device, e);
     }
   }
   if (!recorded.ok()) {

@@ -13,16 +13,14 @@
 #include <string_view>
 #include <vector>
 
+#include "gpu/ipc_memory.h"
 #include "ferry/memory.h"
 #include "ferry/status.h"
 
 namespace ferry::local {
 
-enum class HandleType : uint8_t {
-  kNone = 0,     // host memory
-  kLegacy = 1,   // cuIpcGetMemHandle of the containing cudaMalloc allocation
-  kPosixFd = 2,  // cuMemExportToShareableHandle; `fd` is the owner's descriptor
-};
+// How a GPU span's allocation is shared (gpu/ipc_memory.h); kNone for host memory.
+using HandleType = platform::GpuHandleType;
 
 struct SharedSpan {
   MemoryKind kind = MemoryKind::kHost;

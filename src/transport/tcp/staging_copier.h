@@ -1,16 +1,7 @@
-// Copier: the copies that stage GPU memory through pinned host memory, behind
-// a seam. The TCP transport uses CUDA (device<->host copies on its own
-// streams, fenced by events); tests put a host-memory copier in its place so
-// that the whole staging pipeline runs, and is checked, on machines without a
-// GPU.
-//
-// Copies queued on one copier for one device run in the order queued. A
-// fence() returns a ticket covering every copy queued before it; tickets
-// increase, and a ticket is done only when every earlier one is.
-//
-// Threading: a copier is used by one thread at a time (a path's transmit or
-// receive worker owns its own; the connection's control copier is guarded by
-// a lock).
+// The TCP transport's staging copiers: the interface and the CUDA copier
+// are the GPU layer's (gpu/staging_copier.h); here are the host-memory
+// stand-in that runs the whole staging pipeline on machines without a GPU,
+// and the hooks through which tests put it in the CUDA copier's place.
 #pragma once
 
 #include <chrono>
@@ -21,75 +12,16 @@
 #include <span>
 
 #include "ferry/status.h"
-
-namespace ferry::platform {
-class GatherKernels;
-class StagingKernels;
-}
+#include "gpu/staging_copier.h"
 
 namespace ferry::tcp {
 
-class Copier {
- public:
-  virtual ~Copier() = default;
-
-  // Page-locked host memory for staging slots, usable with every device.
-  // kResourceExhausted when none can be had.
-  virtual Result<void*> alloc_host(int device, size_t bytes) = 0;
-  virtual void free_host(void* p, size_t bytes) = 0;
-  // The same, for slots whose pages a sender lends to its socket: memory of
-  // platform::map_lendable, which the kernel keeps alive while a socket
-  // holds its pages, even once freed. By default alloc_host's.
-  virtual Result<void*> alloc_lendable(int device, size_t bytes) { return alloc_host(device, bytes); }
-  virtual void free_lendable(void* p, size_t bytes) { free_host(p, bytes); }
-
-  // Queues a copy of `n` bytes from `src` to `dst` (either may be device
-  // memory of `device`, addressed by unified addressing). Non-blocking.
-  virtual Status copy(int device, void* dst, const void* src, size_t n) = 0;
-  // Queues every copy of `many` on `device`, in order: as copy() one by one,
-  // unless a copier can queue them at once (a chunk of many small blocks).
-  // On failure, some of them may have been queued. Non-blocking.
-  struct Op {
-    void* dst;
-    const void* src;
-    size_t n;
-  };
-  virtual Status copy_many(int device, std::span<const Op> many) {
-    for (const Op& op : many) FERRY_RETURN_IF_ERROR(copy(device, op.dst, op.src, op.n));
-    return Status();
-  }
-  // A ticket for every copy queued so far. Non-blocking. A failed fence
-  // covers nothing: the caller sync()s before it lets the copies' memory go.
-  virtual Result<uint64_t> fence() = 0;
-  // Non-blocking: whether the copies of `ticket` finished.
-  virtual Result<bool> done(uint64_t ticket) = 0;
-  // Blocks until the copies of `ticket` finished (device copies always end).
-  virtual Status wait(uint64_t ticket) = 0;
-
-  // Blocks until every copy queued so far has ended, without a fence (what
-  // is left when fence() failed). An error means the copies can never run
-  // (a broken device context).
-  virtual Status sync() = 0;
-
-  // Blocks until every copy queued so far has ended (before a caller that
-  // gives up lets go of the memory they use).
-  void wait_all() {
-    auto t = fence();
-    if (!t.ok() || !wait(t.value()).ok()) (void)sync();
-  }
-};
+// The interface, and the CUDA copier, live with the GPU code
+// (gpu/staging_copier.h); the transport knows them by these names.
+using Copier = platform::StagingCopier;
+using platform::make_cuda_copier;
 
 using CopierFactory = std::function<std::unique_ptr<Copier>()>;
-
-// The CUDA copier: one non-blocking stream per device it is asked to copy
-// on (created on first use, in the device's primary context), events as
-// fences. Copies go through `kernels` where they fit (staging_kernel.h), the
-// copy engines otherwise or without them; copy_many's runs of small blocks
-// through `gather` (one launch a run), which may touch only device memory
-// and pinned host memory (never pageable memory: the kernel would fault).
-// Without a driver every call returns kUnimplemented.
-std::unique_ptr<Copier> make_cuda_copier(std::shared_ptr<platform::StagingKernels> kernels = nullptr,
-                                         std::shared_ptr<platform::GatherKernels> gather = nullptr);
 
 // A stand-in that moves host memory with memcpy on its own thread, each copy
 // after `delay`, so copies finish later than they were queued, as DMA does.

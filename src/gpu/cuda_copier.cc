@@ -10,95 +10,95 @@
 
 #include "gpu/cuda_driver.h"
 #include "gpu/gather_kernel.h"
+#include "gpu/staging_copier.h"
 #include "gpu/staging_kernel.h"
 #include "platform/page_lender.h"
-#include "transport/tcp/staging_copier.h"
 
-namespace ferry::tcp {
+namespace ferry::platform {
 namespace {
 
-using platform::cu::DevicePtr;
-using platform::cu::Event;
-using platform::cu::Stream;
+using cu::DevicePtr;
+using cu::Event;
+using cu::Stream;
 
 DevicePtr dptr(const void* p) { return static_cast<DevicePtr>(reinterpret_cast<uintptr_t>(p)); }
 
-// Only its owner's thread calls it (see Copier). Every driver call runs under
-// a DeviceScope, so a copier used on an application thread leaves that
-// thread's current context as it found it.
-class CudaCopier final : public Copier {
+// Only its owner's thread calls it (see StagingCopier). Every driver call
+// runs under a DeviceScope, so a copier used on an application thread leaves
+// that thread's current context as it found it.
+class CudaCopier final : public StagingCopier {
  public:
-  CudaCopier(std::shared_ptr<platform::StagingKernels> kernels, std::shared_ptr<platform::GatherKernels> gather)
+  CudaCopier(std::shared_ptr<StagingKernels> kernels, std::shared_ptr<GatherKernels> gather)
       : kernels_(std::move(kernels)), gather_(std::move(gather)) {}
 
   ~CudaCopier() override {
-    const platform::CudaDriver& d = platform::cuda();
+    const CudaDriver& d = cuda();
     (void)wait(issued_);
     for (Table& t : tables_) {
       if (t.items == nullptr) continue;
-      platform::DeviceScope scope(t.device);
+      DeviceScope scope(t.device);
       d.mem_free_host(t.items);
     }
     for (size_t dev = 0; dev < devices_.size(); ++dev) {
       PerDevice& pd = devices_[dev];
       if (pd.stream == nullptr) continue;
-      platform::DeviceScope scope(static_cast<int>(dev));
+      DeviceScope scope(static_cast<int>(dev));
       for (Event e : pd.idle) d.event_destroy(e);
       d.stream_destroy(pd.stream);
     }
   }
 
   Result<void*> alloc_host(int device, size_t bytes) override {
-    const platform::CudaDriver& d = platform::cuda();
-    platform::DeviceScope scope(device < 0 ? 0 : device);
+    const CudaDriver& d = cuda();
+    DeviceScope scope(device < 0 ? 0 : device);
     if (!scope.ok()) return scope.status();
     void* p = nullptr;
     // Portable: a slot may serve copies to and from any device.
-    FERRY_RETURN_IF_ERROR(d.check(d.mem_host_alloc(&p, bytes, platform::cu::kHostAllocPortable), "cuMemHostAlloc",
+    FERRY_RETURN_IF_ERROR(d.check(d.mem_host_alloc(&p, bytes, cu::kHostAllocPortable), "cuMemHostAlloc",
                                   Code::kResourceExhausted));
     return p;
   }
 
   void free_host(void* p, size_t) override {
-    const platform::CudaDriver& d = platform::cuda();
-    platform::DeviceScope scope(last_device_ < 0 ? 0 : last_device_);
+    const CudaDriver& d = cuda();
+    DeviceScope scope(last_device_ < 0 ? 0 : last_device_);
     d.mem_free_host(p);
   }
 
   Result<void*> alloc_lendable(int device, size_t bytes) override {
-    const platform::CudaDriver& d = platform::cuda();
-    platform::DeviceScope scope(device < 0 ? 0 : device);
+    const CudaDriver& d = cuda();
+    DeviceScope scope(device < 0 ? 0 : device);
     if (!scope.ok()) return scope.status();
     // Ordinary pages, page-locked. Portable: any device copies into it;
     // mapped: the staging and gather kernels write it.
-    FERRY_ASSIGN_OR_RETURN(void* p, platform::map_lendable(bytes));
-    Status pinned = d.check(d.mem_host_register(p, bytes, platform::cu::kHostRegisterPortable |
-                                                              platform::cu::kHostRegisterDeviceMap),
+    FERRY_ASSIGN_OR_RETURN(void* p, map_lendable(bytes));
+    Status pinned = d.check(d.mem_host_register(p, bytes, cu::kHostRegisterPortable |
+                                                              cu::kHostRegisterDeviceMap),
                             "cuMemHostRegister", Code::kResourceExhausted);
     if (!pinned.ok()) {
-      platform::unmap_lendable(p, bytes);
+      unmap_lendable(p, bytes);
       return pinned;
     }
     return p;
   }
 
   void free_lendable(void* p, size_t bytes) override {
-    const platform::CudaDriver& d = platform::cuda();
-    platform::DeviceScope scope(last_device_ < 0 ? 0 : last_device_);
+    const CudaDriver& d = cuda();
+    DeviceScope scope(last_device_ < 0 ? 0 : last_device_);
     d.mem_host_unregister(p);
-    platform::unmap_lendable(p, bytes);
+    unmap_lendable(p, bytes);
   }
 
   Status copy(int device, void* dst, const void* src, size_t n) override {
-    const platform::CudaDriver& d = platform::cuda();
+    const CudaDriver& d = cuda();
     if (!d.available()) return Status(Code::kUnimplemented, "GPU memory to stage, but no CUDA driver on this host");
     if (device < 0) return Status(Code::kInvalidArgument, "staging copy without a device");
-    platform::DeviceScope scope(device);
+    DeviceScope scope(device);
     if (!scope.ok()) return scope.status();
     auto stream = stream_of(device);
     if (!stream.ok()) return stream.status();
     Status s(Code::kUnimplemented, "no copy kernel");
-    if (kernels_ && platform::StagingKernels::fits(dst, src, n)) s = kernels_->copy(device, stream.value(), dst, src, n);
+    if (kernels_ && StagingKernels::fits(dst, src, n)) s = kernels_->copy(device, stream.value(), dst, src, n);
     // Bytes the kernel cannot move, or no kernel on this device: the copy engines.
     if (s.code() == Code::kUnimplemented) {
       s = d.check(d.memcpy_async(dptr(dst), dptr(src), n, stream.value()), "cuMemcpyAsync");
@@ -110,13 +110,13 @@ class CudaCopier final : public Copier {
   }
 
   Status copy_many(int device, std::span<const Op> many) override {
-    const platform::CudaDriver& d = platform::cuda();
-    if (many.size() < 2 || !d.available() || device < 0) return Copier::copy_many(device, many);
+    const CudaDriver& d = cuda();
+    if (many.size() < 2 || !d.available() || device < 0) return StagingCopier::copy_many(device, many);
     uint64_t bytes = 0;
     for (const Op& op : many) bytes += op.n;
-    const bool gather = gather_ && platform::GatherKernels::suits(many.size(), bytes);
-    if (!gather && !d.has_memcpy_batch()) return Copier::copy_many(device, many);
-    platform::DeviceScope scope(device);
+    const bool gather = gather_ && GatherKernels::suits(many.size(), bytes);
+    if (!gather && !d.has_memcpy_batch()) return StagingCopier::copy_many(device, many);
+    DeviceScope scope(device);
     if (!scope.ok()) return scope.status();
     auto stream = stream_of(device);
     if (!stream.ok()) return stream.status();
@@ -140,7 +140,7 @@ class CudaCopier final : public Copier {
         last_device_ = device;
         return s;
       }
-      if (!d.has_memcpy_batch()) return Copier::copy_many(device, many);
+      if (!d.has_memcpy_batch()) return StagingCopier::copy_many(device, many);
     }
     dsts_.clear();
     srcs_.clear();
@@ -159,7 +159,7 @@ class CudaCopier final : public Copier {
   }
 
   Result<uint64_t> fence() override {
-    const platform::CudaDriver& d = platform::cuda();
+    const CudaDriver& d = cuda();
     Pending p;
     p.ticket = issued_ + 1;
     // A fence that fails part way covers nothing: the events already
@@ -174,7 +174,7 @@ class CudaCopier final : public Copier {
     for (size_t dev = 0; dev < devices_.size(); ++dev) {
       PerDevice& pd = devices_[dev];
       if (!pd.dirty) continue;
-      platform::DeviceScope scope(static_cast<int>(dev));
+      DeviceScope scope(static_cast<int>(dev));
       if (!scope.ok()) return undo(scope.status());
       Event e = nullptr;
       if (!pd.idle.empty()) {
@@ -182,7 +182,7 @@ class CudaCopier final : public Copier {
         pd.idle.pop_back();
       } else {
         Status s =
-            d.check(d.event_create(&e, platform::cu::kEventDisableTiming), "cuEventCreate", Code::kResourceExhausted);
+            d.check(d.event_create(&e, cu::kEventDisableTiming), "cuEventCreate", Code::kResourceExhausted);
         if (!s.ok()) return undo(s);
       }
       Status s = d.check(d.event_record(e, pd.stream), "cuEventRecord");
@@ -198,12 +198,12 @@ class CudaCopier final : public Copier {
   }
 
   Status sync() override {
-    const platform::CudaDriver& d = platform::cuda();
+    const CudaDriver& d = cuda();
     Status first;
     for (size_t dev = 0; dev < devices_.size(); ++dev) {
       PerDevice& pd = devices_[dev];
       if (pd.stream == nullptr) continue;
-      platform::DeviceScope scope(static_cast<int>(dev));
+      DeviceScope scope(static_cast<int>(dev));
       Status s = scope.ok() ? d.check(d.stream_synchronize(pd.stream), "cuStreamSynchronize") : scope.status();
       if (s.ok()) pd.dirty = false;
       if (first.ok()) first = s;
@@ -212,13 +212,13 @@ class CudaCopier final : public Copier {
   }
 
   Result<bool> done(uint64_t ticket) override {
-    const platform::CudaDriver& d = platform::cuda();
+    const CudaDriver& d = cuda();
     while (completed_ < ticket && !pending_.empty()) {
       Pending& p = pending_.front();
       for (auto& [dev, e] : p.events) {
-        platform::DeviceScope scope(dev);
-        platform::cu::Result r = d.event_query(e);
-        if (r == platform::cu::kNotReady) return false;
+        DeviceScope scope(dev);
+        cu::Result r = d.event_query(e);
+        if (r == cu::kNotReady) return false;
         FERRY_RETURN_IF_ERROR(d.check(r, "cuEventQuery"));
       }
       retire_front();
@@ -227,11 +227,11 @@ class CudaCopier final : public Copier {
   }
 
   Status wait(uint64_t ticket) override {
-    const platform::CudaDriver& d = platform::cuda();
+    const CudaDriver& d = cuda();
     while (completed_ < ticket && !pending_.empty()) {
       Pending& p = pending_.front();
       for (auto& [dev, e] : p.events) {
-        platform::DeviceScope scope(dev);
+        DeviceScope scope(dev);
         FERRY_RETURN_IF_ERROR(d.check(d.event_synchronize(e), "cuEventSynchronize"));
       }
       retire_front();
@@ -254,10 +254,10 @@ class CudaCopier final : public Copier {
     if (devices_.size() <= static_cast<size_t>(device)) devices_.resize(static_cast<size_t>(device) + 1);
     PerDevice& pd = devices_[static_cast<size_t>(device)];
     if (pd.stream == nullptr) {
-      const platform::CudaDriver& d = platform::cuda();
+      const CudaDriver& d = cuda();
       // Non-blocking: staging never waits for, nor holds up, the application's
       // work on the legacy default stream.
-      FERRY_RETURN_IF_ERROR(d.check(d.stream_create(&pd.stream, platform::cu::kStreamNonBlocking), "cuStreamCreate",
+      FERRY_RETURN_IF_ERROR(d.check(d.stream_create(&pd.stream, cu::kStreamNonBlocking), "cuStreamCreate",
                                     Code::kResourceExhausted));
     }
     return pd.stream;
@@ -266,7 +266,7 @@ class CudaCopier final : public Copier {
   // A list for the gather kernel in pinned memory, reused once the fence
   // after the copy that read it is done.
   struct Table {
-    platform::GatherPiece* items = nullptr;  // kTableItems of them
+    GatherPiece* items = nullptr;  // kTableItems of them
     int device = 0;                          // current when it was allocated
     uint64_t ticket = 0;                     // the fence after its last use (0: never used)
   };
@@ -277,7 +277,7 @@ class CudaCopier final : public Copier {
   // from a free table. kUnavailable, nothing queued, when no table is free or
   // the list does not fit one.
   Status copy_listed(int device, Stream stream, std::span<const Op> many, uint64_t bytes) {
-    constexpr uint64_t kItem = platform::GatherKernels::kItemBytes;
+    constexpr uint64_t kItem = GatherKernels::kItemBytes;
     size_t count = 0;
     for (const Op& op : many) count += (op.n + kItem - 1) / kItem;
     if (count > kTableItems) return Status(Code::kUnavailable, "list longer than a table");
@@ -297,7 +297,7 @@ class CudaCopier final : public Copier {
   }
 
   Table* free_table(int device) {
-    const platform::CudaDriver& d = platform::cuda();
+    const CudaDriver& d = cuda();
     for (Table& t : tables_) {
       if (t.items != nullptr) {
         if (t.ticket == 0 || t.ticket <= completed_) return &t;
@@ -307,11 +307,11 @@ class CudaCopier final : public Copier {
       }
       // Portable: any device's kernel reads it.
       void* p = nullptr;
-      if (d.mem_host_alloc(&p, kTableItems * sizeof(platform::GatherPiece), platform::cu::kHostAllocPortable) !=
-          platform::cu::kSuccess) {
+      if (d.mem_host_alloc(&p, kTableItems * sizeof(GatherPiece), cu::kHostAllocPortable) !=
+          cu::kSuccess) {
         return nullptr;
       }
-      t.items = static_cast<platform::GatherPiece*>(p);
+      t.items = static_cast<GatherPiece*>(p);
       t.device = device;
       return &t;
     }
@@ -325,8 +325,8 @@ class CudaCopier final : public Copier {
     pending_.pop_front();
   }
 
-  const std::shared_ptr<platform::StagingKernels> kernels_;        // null: copy engines only
-  const std::shared_ptr<platform::GatherKernels> gather_;   // batches of blocks (null: copy engines)
+  const std::shared_ptr<StagingKernels> kernels_;        // null: copy engines only
+  const std::shared_ptr<GatherKernels> gather_;   // batches of blocks (null: copy engines)
   std::vector<PerDevice> devices_;                 // by ordinal
   std::deque<Pending> pending_;                    // fences not yet seen done, oldest first
   uint64_t issued_ = 0;
@@ -334,15 +334,15 @@ class CudaCopier final : public Copier {
   int last_device_ = -1;
   std::vector<DevicePtr> dsts_, srcs_;  // copy_many's arguments, kept between calls
   std::vector<size_t> sizes_;
-  std::vector<platform::GatherPiece> pieces_;  // the gather kernel's, likewise
+  std::vector<GatherPiece> pieces_;  // the gather kernel's, likewise
   std::array<Table, kTables> tables_;
 };
 
 }  // namespace
 
-std::unique_ptr<Copier> make_cuda_copier(std::shared_ptr<platform::StagingKernels> kernels,
-                                         std::shared_ptr<platform::GatherKernels> gather) {
+std::unique_ptr<StagingCopier> make_cuda_copier(std::shared_ptr<StagingKernels> kernels,
+                                         std::shared_ptr<GatherKernels> gather) {
   return std::make_unique<CudaCopier>(std::move(kernels), std::move(gather));
 }
 
-}  // namespace ferry::tcp
+}  // namespace ferry::platform
