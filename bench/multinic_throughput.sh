@@ -19,7 +19,7 @@
 #   (the fourth set, one link again, read 0.947-1.012 across runs), which
 #   only more runs average out: the table gives the mean over runs and the
 #   range, the control's beside the others'.
-# Usage: bench/multinic_throughput.sh [RATE] [ITERS] [STREAMS_PER_PAIR] [ROUNDS]
+# Usage: [FERRY_BIN=...] bench/multinic_throughput.sh [RATE] [ITERS] [STREAMS_PER_PAIR] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rate=${1:-1gbit}
@@ -30,7 +30,7 @@ unlimited_iters=${UNLIMITED_ITERS:-5}
 unlimited_rounds=${UNLIMITED_ROUNDS:-150}
 unlimited_runs=${UNLIMITED_RUNS:-3}
 export FERRY_TRANSPORT=tcp  # both engines on this host would pick the local transport
-ferry=build/bin/ferry
+ferry=${FERRY_BIN:-build/bin/ferry}  # FERRY_BIN: another build's, for a before/after run
 lab=scripts/netns-lab
 export FERRY_LAB=ferrybench$$
 A="$FERRY_LAB-a"; B="$FERRY_LAB-b"
