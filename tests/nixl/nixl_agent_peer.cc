@@ -143,6 +143,9 @@ int main(int argc, char** argv) {
     } else if (command == "dereg") {
       const nixl_status_t s = agent.deregisterMem(reg);
       out << (s == NIXL_SUCCESS ? "ok" : "err " + std::to_string(s));
+    } else if (command == "rereg") {  // the same memory registered again (after dereg)
+      const nixl_status_t s = agent.registerMem(reg);
+      out << (s == NIXL_SUCCESS ? "ok" : "err " + std::to_string(s));
     } else if (command == "reset") {
       std::string new_name;
       in >> new_name;

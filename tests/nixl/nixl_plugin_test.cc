@@ -370,6 +370,36 @@ TEST_F(NixlPlugin, AReadOfDeregisteredMemoryFailsAndTheTargetIsToldSo) {
   EXPECT_EQ(agent_->releaseXferReq(request), NIXL_SUCCESS);
 }
 
+// The target deregisters its buffer and registers the same memory again:
+// metadata loaded before names the old registration, and a transfer made
+// from it is refused before a byte moves; the new metadata works.
+TEST_F(NixlPlugin, MemoryRegisteredAgainAtTheSameAddressRefusesTheOldMetadata) {
+  ASSERT_EQ(peer_->ask("dereg"), "ok");
+  ASSERT_EQ(peer_->ask("rereg"), "ok");
+  const uint64_t before = target_hash();
+  for (nixl_xfer_op_t op : {NIXL_WRITE, NIXL_READ}) {
+    nixlXferReqH* request = nullptr;
+    const std::string note = op == NIXL_WRITE ? "stale-write" : "stale-read";
+    const std::vector<uint8_t> local_before = local_;
+    if (create(op, scattered(5, 4096, 11), &note, request) == NIXL_SUCCESS) {
+      EXPECT_LT(run(request), 0) << note << " with the old metadata succeeded";
+      auto notes = target_notifs(1);
+      ASSERT_EQ(notes.size(), 1u);
+      EXPECT_EQ(notes[0].message, "FERRY_XFER_FAILED:" + note);
+      EXPECT_EQ(agent_->releaseXferReq(request), NIXL_SUCCESS);
+    }
+    EXPECT_EQ(target_hash(), before) << note << " landed in the memory registered again";
+    EXPECT_TRUE(local_ == local_before) << note << " delivered bytes";
+  }
+  auto md = peer_->ask("md");
+  ASSERT_TRUE(md && md->rfind("md ", 0) == 0) << md.value_or("no answer");
+  ASSERT_EQ(agent_->invalidateRemoteMD("target"), NIXL_SUCCESS);
+  std::string remote_name;
+  ASSERT_EQ(agent_->loadRemoteMD(unhex(md->substr(3)), remote_name), NIXL_SUCCESS);
+  write_and_check(scattered(5, 4096, 12), "fresh");
+  read_and_check(scattered(3, 4096, 13), "fresh read");
+}
+
 // A frozen or killed peer: the transfer's status turns to an error within
 // the peer timeout (1 s here), never hangs.
 TEST_F(NixlPlugin, AFrozenPeerFailsTheTransferWithinThePeerTimeout) {
