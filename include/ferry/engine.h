@@ -41,6 +41,7 @@
 
 #include "ferry/directory.h"
 #include "ferry/memory.h"
+#include "ferry/metrics.h"
 #include "ferry/options.h"
 #include "ferry/status.h"
 #include "ferry/transfer.h"
@@ -330,6 +331,11 @@ class Engine {
   // when the engine closes, on the ferry thread that does it: it must not
   // block (an event loop's wake-up). Replaces the previous one; empty: none.
   void set_notification_listener(std::function<void()> listener);
+
+  // ---- what the engine has done (ferry/metrics.h) --------------------------
+  // Its transfers by operation and transport, their bytes and times,
+  // failures by code, and its connections; empty with Options::metrics off.
+  MetricsSnapshot metrics() const;
 
   struct Impl;
 

@@ -156,6 +156,9 @@ struct Options {
   static constexpr size_t kMaxInline = 1024 * 1024;
   // Shared secret; empty means no authentication.
   std::string auth_token;
+  // Count transfers for Engine::metrics() (two clock reads and a few
+  // uncontended atomic adds a transfer).
+  bool metrics = true;
   // A heartbeat goes out after this long without other control traffic.
   std::chrono::milliseconds heartbeat_interval{500};
   // Transfer::wait() polls this long before it sleeps; 0 lets the transport

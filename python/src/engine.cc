@@ -190,6 +190,7 @@ void bind_options(pyb::module_& m) {
       o, "engine_memory_bytes", kBytes,
       "Bytes all connections together may hold for their peers (each within connection_memory_bytes); a connection "
       "whose peer would pass it fails with ResourceExhausted.");
+  exact_property<&Options::metrics>(o, "metrics", "Count transfers for engine.metrics() (on by default).");
   exact_property<&Options::local_other_uids>(
       o, "local_other_uids", "Same-host peers of another uid may use the local transport (refused by default).");
   exact_property<&Options::local_same_process>(
@@ -747,6 +748,35 @@ void bind_engine(pyb::module_& m) {
             return pyb::cast(std::move(*n));
           },
           "Non-blocking: the next ferry.Notification from any connection, or None.")
+      .def(
+          "metrics",
+          [](const PyEngine& e) {
+            MetricsSnapshot m = e.get()->metrics();
+            pyb::dict transfers;
+            for (const auto& [key, c] : m.transfers) {
+              pyb::dict d;
+              d["succeeded"] = c.succeeded;
+              d["failed"] = c.failed;
+              d["bytes"] = c.bytes;
+              d["seconds_sum"] = c.seconds_sum;
+              d["within"] = c.within;
+              transfers[pyb::make_tuple(key.first, key.second)] = d;
+            }
+            pyb::dict out;
+            out["transfers"] = transfers;
+            out["latency_bounds"] = MetricsSnapshot::latency_bounds();
+            out["failures"] = m.failures;
+            out["connections"] = m.connections;
+            out["connections_failed"] = m.connections_failed;
+            return out;
+          },
+          "What the engine has done, as a dict: 'transfers' by (operation, transport) with 'succeeded', "
+          "'failed', 'bytes', 'seconds_sum' and 'within' (transfers that took at most each of "
+          "'latency_bounds' seconds, cumulative); 'failures' by status code name; 'connections' and "
+          "'connections_failed' by transport. The same numbers as metrics_text().")
+      .def(
+          "metrics_text", [](const PyEngine& e) { return prometheus_text(e.get()->metrics()); },
+          "engine.metrics() in Prometheus' text exposition format.")
       .def("close", &PyEngine::close,
            "Closes every connection (pending transfers fail with Cancelled), stops listening and joins every "
            "thread. Idempotent.")

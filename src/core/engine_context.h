@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/metrics.h"
 #include "core/admission.h"
 #include "core/notification_queue.h"
 #include "core/notification_signal.h"
@@ -86,6 +87,8 @@ struct EngineContext {
   std::shared_ptr<platform::StreamSignals> stream_signals;
   // The TCP transport's workers, which serve every connection's streams.
   std::shared_ptr<tcp::IoPool> tcp_pool;
+  // The engine's transfer counters; null with Options::metrics off.
+  std::unique_ptr<TransferMetrics> metrics;
 };
 
 }  // namespace ferry::core

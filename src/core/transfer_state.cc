@@ -15,6 +15,7 @@ bool TransferState::finish_part(const Status& s) {
     if (--parts_left_ > 0) return false;
     canceller_ = nullptr;
     stopper_ = nullptr;
+    count();
     done_.store(true, std::memory_order_release);
     cv_.notify_all();
   }
@@ -30,6 +31,7 @@ bool TransferState::finish(const Status& s) {
     parts_left_ = 0;
     canceller_ = nullptr;
     stopper_ = nullptr;
+    count();
     done_.store(true, std::memory_order_release);
     cv_.notify_all();
   }
@@ -57,6 +59,13 @@ void TransferState::run_finish_hooks() {
     s = status_;
   }
   for (auto& fn : hooks) fn(s);
+}
+
+void TransferState::count() {
+  // Before done_ is set: a caller whose wait() returned finds it counted.
+  if (meter_ == nullptr) return;
+  meter_->record(op_, transport_, bytes(),
+                 std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - posted_).count(), status_.code());
 }
 
 Status TransferState::wait(Deadline deadline) {

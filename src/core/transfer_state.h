@@ -11,6 +11,7 @@
 #include <functional>
 #include <vector>
 
+#include "core/metrics.h"
 #include "ferry/status.h"
 #include "ferry/transfer.h"
 #include "platform/mutex.h"
@@ -64,6 +65,15 @@ class TransferState {
   void request_stop() { stop_requested_.store(true, std::memory_order_release); }
   bool stop_requested() const { return stop_requested_.load(std::memory_order_acquire); }
 
+  // Counts the transfer in `sink` (the engine's, which outlives it) when it
+  // finishes: `op` on `transport`, timed from now. Before it is posted.
+  void meter(core::TransferMetrics* sink, core::MeteredOp op, int transport) {
+    meter_ = sink;
+    op_ = op;
+    transport_ = static_cast<int8_t>(transport);
+    posted_ = Clock::now();
+  }
+
   // Runs `fn(final status)` once, on the thread that finishes the transfer,
   // outside any lock (at once if already finished). It must not block. Hooks
   // run in the order they were added.
@@ -71,6 +81,7 @@ class TransferState {
 
  private:
   void run_finish_hooks();
+  void count() REQUIRES(mu_);
 
   const uint64_t id_;
   const std::chrono::microseconds spin_;
@@ -85,6 +96,11 @@ class TransferState {
   std::atomic<bool> stop_requested_{false};
   std::atomic<Clock::rep> grace_ns_{0};
   std::vector<std::function<void(const Status&)>> finish_hooks_ GUARDED_BY(mu_);
+  // Set once before the transfer is posted, read once when it finishes.
+  core::TransferMetrics* meter_ = nullptr;
+  core::MeteredOp op_ = core::MeteredOp::kSend;
+  int8_t transport_ = -1;
+  Clock::time_point posted_;
 };
 
 }  // namespace ferry

@@ -282,6 +282,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
   impl->ctx->memory_budget = std::make_shared<core::ByteBudget>(opts.engine_memory_bytes);
   impl->ctx->stream_gate = std::make_shared<core::StreamGate>(platform::cuda_stream_waits());
   impl->ctx->stream_signals = std::make_shared<platform::StreamSignals>();
+  if (impl->ctx->options.metrics) impl->ctx->metrics = std::make_unique<core::TransferMetrics>();
   {
     auto topo = platform::read_topology("");
     platform::Topology host = topo.ok() ? std::move(topo).value() : platform::Topology{};
@@ -409,6 +410,22 @@ Status Engine::dereg(const Region& region) {
 
 Result<RemoteDescriptor> Engine::export_region(const Region& region, uint64_t offset, uint64_t length) {
   return impl_->ctx->registry.export_slice(impl_->ctx->engine_id, region.id, offset, length);
+}
+
+MetricsSnapshot Engine::metrics() const {
+  if (!impl_->ctx->metrics) return MetricsSnapshot();
+  MetricsSnapshot m = impl_->ctx->metrics->snapshot();
+  std::vector<std::shared_ptr<transport::ConnectionCore>> conns;
+  {
+    platform::MutexLock lock(impl_->mu);
+    conns = impl_->connections;
+  }
+  for (const auto& c : conns) {
+    std::string transport(c->transport_name());
+    ++m.connections[transport];
+    if (!c->health().ok()) ++m.connections_failed[transport];
+  }
+  return m;
 }
 
 std::string Engine::name() const { return impl_->publisher ? impl_->ctx->options.name : std::string(); }

@@ -227,6 +227,8 @@ const std::vector<Tunable>& tunables() {
       size_tunable("engine_memory_bytes", "FERRY_ENGINE_MEMORY", "bytes",
                    "bytes all connections together may hold for their peers (each within connection_memory_bytes)",
                    &Options::engine_memory_bytes),
+      flag_tunable("metrics", "FERRY_METRICS", "1: count transfers for Engine::metrics() (default); 0: count nothing",
+                   &Options::metrics),
       flag_tunable("local_other_uids", "FERRY_LOCAL_OTHER_UIDS",
                    "1: same-host peers of another uid may use the local transport (default 0: refused)",
                    &Options::local_other_uids),

@@ -125,6 +125,12 @@ std::shared_ptr<TransferState> ConnectionCore::new_state(int parts) {
   return std::make_shared<TransferState>(next_op(), parts, spin);
 }
 
+std::shared_ptr<TransferState> ConnectionCore::new_state(core::MeteredOp op, int parts) {
+  auto state = new_state(parts);
+  if (ctx_->metrics) state->meter(ctx_->metrics.get(), op, core::metered_transport(transport_->name()));
+  return state;
+}
+
 Transfer ConnectionCore::failed_transfer(const Status& s) {
   auto st = std::make_shared<TransferState>(0, 1);
   st->finish(s);
@@ -136,7 +142,7 @@ Transfer ConnectionCore::sendv_async(std::span<const ConstBuffer> parts) {
   auto source = core::resolve_parts(ctx_->registry, parts, parts.size() == 1 ? "send buffer" : "sendv part",
                                     /*allow_gpu=*/true);
   if (!source.ok()) return failed_transfer(source.status().with_context(where()));
-  auto state = new_state();
+  auto state = new_state(core::MeteredOp::kSend);
   state->set_bytes(source->total());
   transport_->start_send(state, std::move(source).value());
   return Transfer(state);
@@ -149,7 +155,7 @@ Transfer ConnectionCore::recvv_async(std::span<const MutableBuffer> parts) {
   auto dest = core::resolve_parts(ctx_->registry, parts, parts.size() == 1 ? "receive buffer" : "recvv part",
                                   /*allow_gpu=*/true);
   if (!dest.ok()) return failed_transfer(dest.status().with_context(where()));
-  PostedRecv recv{new_state(), std::move(dest).value()};
+  PostedRecv recv{new_state(core::MeteredOp::kRecv), std::move(dest).value()};
   let_stop_landing(recv.state);
   // A message already landing at a blocking receive's deadline is returned
   // if it lands within half of peer_timeout more, rather than dropped (half:
@@ -287,7 +293,7 @@ Status ConnectionCore::stream_wait(const Transfer& transfer, const CudaStreamRef
 Transfer ConnectionCore::notify_async(std::string_view message) {
   if (Status u = usable(); !u.ok()) return failed_transfer(u);
   if (Status c = core::NotificationQueue::check_size(message, "notify"); !c.ok()) return failed_transfer(c);
-  auto state = new_state();
+  auto state = new_state(core::MeteredOp::kNotify);
   transport_->send_note(state, next_note_seq_.fetch_add(1, std::memory_order_relaxed), message,
                         /*caller_thread=*/true);
   return Transfer(state);

@@ -106,8 +106,10 @@ class ConnectionCore final : public Connection,
   Status usable() const override;
   // A fresh operation number, unique within the connection. Any thread.
   uint64_t next_op() override { return next_op_.fetch_add(1, std::memory_order_relaxed); }
-  // A TransferState for a new operation of `parts` pieces.
+  // A TransferState for a new operation of `parts` pieces; with `op`,
+  // counted in the engine's metrics when it finishes.
   std::shared_ptr<TransferState> new_state(int parts = 1);
+  std::shared_ptr<TransferState> new_state(core::MeteredOp op, int parts = 1);
   // A transfer that ended before it began.
   static Transfer failed_transfer(const Status& s);
   // What the connection holds on the peer's behalf (connection_memory_bytes).
@@ -159,14 +161,16 @@ class ConnectionCore final : public Connection,
   using StartWrites =
       std::function<void(const std::shared_ptr<TransferState>& state, std::string_view note, uint64_t seq)>;
   // Checked writes of `bytes` in all and their notification, posted.
-  Transfer post_writes(uint64_t bytes, std::string_view notification, const StartWrites& start);
+  Transfer post_writes(uint64_t bytes, std::string_view notification, const StartWrites& start,
+                       core::MeteredOp op = core::MeteredOp::kWrite);
   // A checked batch of writes (one item or more) and its notification, posted.
   Transfer post_writes(WriteBatch batch, std::string_view notification);
   // Hands `batch` to the transport: one item as a write, more as a batch.
   void start_writes(const std::shared_ptr<TransferState>& state, WriteBatch batch, std::string_view note,
                     uint64_t seq);
   // The writes first, their notification once they all landed.
-  Transfer writes_with_trailing_note(uint64_t bytes, const StartWrites& start, std::string_view note, uint64_t seq);
+  Transfer writes_with_trailing_note(uint64_t bytes, const StartWrites& start, std::string_view note, uint64_t seq,
+                                     core::MeteredOp op);
 
   const std::shared_ptr<core::EngineContext> ctx_;
   const uint64_t id_;

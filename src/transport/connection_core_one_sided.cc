@@ -157,7 +157,7 @@ Transfer ConnectionCore::write_blocks_async(const BlockPools& pools, std::span<c
       batch.targets.push_back({p->remote[b.remote_pool], b.remote_offset, b.size});
     }
     start_writes(state, std::move(batch), note, seq);
-  });
+  }, core::MeteredOp::kWriteBlocks);
 }
 
 Transfer ConnectionCore::post_writes(WriteBatch batch, std::string_view notification) {
@@ -168,15 +168,16 @@ Transfer ConnectionCore::post_writes(WriteBatch batch, std::string_view notifica
                      });
 }
 
-Transfer ConnectionCore::post_writes(uint64_t bytes, std::string_view notification, const StartWrites& start) {
+Transfer ConnectionCore::post_writes(uint64_t bytes, std::string_view notification, const StartWrites& start,
+                                     core::MeteredOp op) {
   // The notification's place among this connection's notifications is
   // taken now (NotificationQueue::push_numbered); a write that fails gives
   // it up with a skip.
   uint64_t seq = notification.empty() ? 0 : next_note_seq_.fetch_add(1, std::memory_order_relaxed);
   if (seq != 0 && !transport_->notes_ride_with_writes()) {
-    return writes_with_trailing_note(bytes, start, notification, seq);
+    return writes_with_trailing_note(bytes, start, notification, seq, op);
   }
-  auto state = new_state();
+  auto state = new_state(op);
   state->set_bytes(bytes);
   if (seq != 0) {
     std::weak_ptr<ConnectionCore> self = weak_from_this();
@@ -230,11 +231,11 @@ void ConnectionCore::start_writes(const std::shared_ptr<TransferState>& state, W
 }
 
 Transfer ConnectionCore::writes_with_trailing_note(uint64_t bytes, const StartWrites& start, std::string_view note,
-                                                   uint64_t seq) {
+                                                   uint64_t seq, core::MeteredOp op) {
   // The items may land in any order: the notification follows once every
   // one of them is in place, or is skipped if one failed (the peer then
   // delivers the notifications after it without waiting).
-  auto outer = new_state();
+  auto outer = new_state(op);
   outer->set_bytes(bytes);
   auto parts = std::make_shared<TransferState>(0, 1);
   std::weak_ptr<ConnectionCore> self = weak_from_this();
@@ -266,7 +267,7 @@ Transfer ConnectionCore::readv_async(std::span<const ReadItem> items) {
   if (items.empty()) return failed_transfer(Status(Code::kInvalidArgument, "readv: no items"));
   auto resolved = resolve_items(items, "read");
   if (!resolved.ok()) return failed_transfer(resolved.status());
-  auto state = new_state(static_cast<int>(resolved->size()));
+  auto state = new_state(core::MeteredOp::kRead, static_cast<int>(resolved->size()));
   size_t total = 0;
   for (const RemoteItem& it : *resolved) total += it.local.total();
   state->set_bytes(total);

@@ -1,0 +1,48 @@
+// What an engine has done, as counters an operator scrapes: transfers by
+// operation and transport, their bytes, how long each took from posting to
+// completion (a histogram), and failures by status code. Engine::metrics()
+// returns a snapshot; prometheus_text() writes it in Prometheus' text
+// exposition format (docs/metrics.md lists the names).
+//
+// Counted on the thread that finishes a transfer, into per-thread shards:
+// no counter is shared by two threads on the hot path.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ferry {
+
+// One operation on one transport ("tcp", "local").
+struct TransferCounts {
+  uint64_t succeeded = 0;
+  uint64_t failed = 0;
+  uint64_t bytes = 0;            // moved by the transfers that succeeded
+  double seconds_sum = 0;        // posting to completion, every transfer
+  // Transfers that took at most latency_bounds()[i] seconds (cumulative,
+  // as Prometheus' buckets; the last bound is +Inf: all of them).
+  std::vector<uint64_t> within;
+};
+
+struct MetricsSnapshot {
+  // The histogram's upper bounds, seconds: 1 us to 10 s in steps of 1, 2.5,
+  // 5 a decade, then +Inf.
+  static const std::vector<double>& latency_bounds();
+
+  // By (operation, transport): operation is "send", "recv", "write",
+  // "read", "write_blocks" or "notify". Pairs that never ran are absent.
+  std::map<std::pair<std::string, std::string>, TransferCounts> transfers;
+  // Failed transfers by status code name ("peer_lost", "deadline_exceeded", ...).
+  std::map<std::string, uint64_t> failures;
+  // Connections the engine holds, by transport, and those of them failed.
+  std::map<std::string, uint64_t> connections;
+  std::map<std::string, uint64_t> connections_failed;
+};
+
+// The snapshot in Prometheus' text exposition format (version 0.0.4).
+std::string prometheus_text(const MetricsSnapshot& m);
+
+}  // namespace ferry

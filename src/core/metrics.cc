@@ -1,0 +1,167 @@
+// The transfer counters, their snapshot, and its Prometheus text.
+#include "core/metrics.h"
+
+#include <cstdio>
+#include <limits>
+#include <string>
+
+namespace ferry {
+
+const std::vector<double>& MetricsSnapshot::latency_bounds() {
+  static const std::vector<double> bounds = [] {
+    std::vector<double> b;
+    for (double decade = 1e-6; decade < 5; decade *= 10) {
+      for (double step : {1.0, 2.5, 5.0}) b.push_back(decade * step);
+    }
+    b.push_back(10.0);
+    b.push_back(std::numeric_limits<double>::infinity());
+    return b;
+  }();
+  return bounds;
+}
+
+namespace {
+
+const char* const kOpNames[core::kMeteredOps] = {"send", "recv", "write", "read", "write_blocks", "notify"};
+const char* const kTransportNames[core::kMeteredTransports] = {"tcp", "local"};
+
+// A float as Prometheus reads it.
+std::string number(double v) {
+  if (v == std::numeric_limits<double>::infinity()) return "+Inf";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.9g", v);
+  return buf;
+}
+
+// Label values here are ferry's own names: no escaping needed, but keep
+// whatever comes from outside to the safe set.
+std::string label(std::string_view v) {
+  std::string out;
+  for (char c : v) out += (c == '"' || c == '\\' || c == '\n') ? '_' : c;
+  return out;
+}
+
+}  // namespace
+
+std::string prometheus_text(const MetricsSnapshot& m) {
+  std::string out;
+  auto line = [&](const std::string& s) { out += s + "\n"; };
+  line("# HELP ferry_transfers_total Transfers finished, by operation, transport and result.");
+  line("# TYPE ferry_transfers_total counter");
+  for (const auto& [key, c] : m.transfers) {
+    std::string l = "op=\"" + label(key.first) + "\",transport=\"" + label(key.second) + "\"";
+    line("ferry_transfers_total{" + l + ",result=\"ok\"} " + std::to_string(c.succeeded));
+    line("ferry_transfers_total{" + l + ",result=\"failed\"} " + std::to_string(c.failed));
+  }
+  line("# HELP ferry_transfer_bytes_total Bytes moved by transfers that succeeded.");
+  line("# TYPE ferry_transfer_bytes_total counter");
+  for (const auto& [key, c] : m.transfers) {
+    line("ferry_transfer_bytes_total{op=\"" + label(key.first) + "\",transport=\"" + label(key.second) + "\"} " +
+         std::to_string(c.bytes));
+  }
+  line("# HELP ferry_transfer_seconds Time from posting a transfer to its completion.");
+  line("# TYPE ferry_transfer_seconds histogram");
+  const auto& bounds = MetricsSnapshot::latency_bounds();
+  for (const auto& [key, c] : m.transfers) {
+    std::string l = "op=\"" + label(key.first) + "\",transport=\"" + label(key.second) + "\"";
+    for (size_t i = 0; i < bounds.size() && i < c.within.size(); ++i) {
+      line("ferry_transfer_seconds_bucket{" + l + ",le=\"" + number(bounds[i]) + "\"} " + std::to_string(c.within[i]));
+    }
+    line("ferry_transfer_seconds_sum{" + l + "} " + number(c.seconds_sum));
+    line("ferry_transfer_seconds_count{" + l + "} " + std::to_string(c.succeeded + c.failed));
+  }
+  line("# HELP ferry_transfer_failures_total Failed transfers by status code.");
+  line("# TYPE ferry_transfer_failures_total counter");
+  for (const auto& [code, n] : m.failures) {
+    line("ferry_transfer_failures_total{code=\"" + label(code) + "\"} " + std::to_string(n));
+  }
+  line("# HELP ferry_connections Connections the engine holds, by transport and state.");
+  line("# TYPE ferry_connections gauge");
+  for (const auto& [transport, n] : m.connections) {
+    auto f = m.connections_failed.find(transport);
+    uint64_t failed = f == m.connections_failed.end() ? 0 : f->second;
+    line("ferry_connections{transport=\"" + label(transport) + "\",state=\"up\"} " + std::to_string(n - failed));
+    line("ferry_connections{transport=\"" + label(transport) + "\",state=\"failed\"} " + std::to_string(failed));
+  }
+  return out;
+}
+
+namespace core {
+
+int metered_transport(std::string_view name) {
+  for (int i = 0; i < kMeteredTransports; ++i) {
+    if (name == kTransportNames[i]) return i;
+  }
+  return -1;
+}
+
+int TransferMetrics::bucket_of(int64_t nanoseconds) {
+  // The bounds in nanoseconds, searched from the small end, where most
+  // transfers finish.
+  static const std::array<int64_t, kBuckets - 1> bounds_ns = [] {
+    std::array<int64_t, kBuckets - 1> b{};
+    const auto& seconds = MetricsSnapshot::latency_bounds();
+    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<int64_t>(seconds[i] * 1e9 + 0.5);
+    return b;
+  }();
+  for (int i = 0; i < kBuckets - 1; ++i) {
+    if (nanoseconds <= bounds_ns[static_cast<size_t>(i)]) return i;
+  }
+  return kBuckets - 1;
+}
+
+TransferMetrics::Shard& TransferMetrics::mine() {
+  // Each thread keeps to one shard, handed out in turn.
+  static std::atomic<unsigned> next{0};
+  thread_local const unsigned index = next.fetch_add(1, std::memory_order_relaxed);
+  return shards_[index % kShards];
+}
+
+void TransferMetrics::record(MeteredOp op, int transport, uint64_t bytes, int64_t nanoseconds, Code code) {
+  if (transport < 0 || transport >= kMeteredTransports) return;
+  Shard& s = mine();
+  Shard::PerOp& p = s.ops[static_cast<size_t>(op)][static_cast<size_t>(transport)];
+  constexpr auto relaxed = std::memory_order_relaxed;
+  if (code == Code::kOk) {
+    p.succeeded.fetch_add(1, relaxed);
+    p.bytes.fetch_add(bytes, relaxed);
+  } else {
+    p.failed.fetch_add(1, relaxed);
+    s.failures[static_cast<size_t>(code) % kCodes].fetch_add(1, relaxed);
+  }
+  p.nanoseconds.fetch_add(static_cast<uint64_t>(nanoseconds < 0 ? 0 : nanoseconds), relaxed);
+  p.buckets[static_cast<size_t>(bucket_of(nanoseconds))].fetch_add(1, relaxed);
+}
+
+MetricsSnapshot TransferMetrics::snapshot() const {
+  MetricsSnapshot m;
+  constexpr auto relaxed = std::memory_order_relaxed;
+  for (int op = 0; op < kMeteredOps; ++op) {
+    for (int t = 0; t < kMeteredTransports; ++t) {
+      TransferCounts c;
+      c.within.assign(kBuckets, 0);
+      uint64_t ns = 0;
+      for (const Shard& s : shards_) {
+        const Shard::PerOp& p = s.ops[static_cast<size_t>(op)][static_cast<size_t>(t)];
+        c.succeeded += p.succeeded.load(relaxed);
+        c.failed += p.failed.load(relaxed);
+        c.bytes += p.bytes.load(relaxed);
+        ns += p.nanoseconds.load(relaxed);
+        for (int b = 0; b < kBuckets; ++b) c.within[static_cast<size_t>(b)] += p.buckets[static_cast<size_t>(b)].load(relaxed);
+      }
+      if (c.succeeded + c.failed == 0) continue;
+      for (int b = 1; b < kBuckets; ++b) c.within[static_cast<size_t>(b)] += c.within[static_cast<size_t>(b - 1)];
+      c.seconds_sum = static_cast<double>(ns) * 1e-9;
+      m.transfers[{kOpNames[op], kTransportNames[t]}] = std::move(c);
+    }
+  }
+  for (int code = 1; code < kCodes; ++code) {
+    uint64_t n = 0;
+    for (const Shard& s : shards_) n += s.failures[static_cast<size_t>(code)].load(relaxed);
+    if (n > 0) m.failures[std::string(code_name(static_cast<Code>(code)))] = n;
+  }
+  return m;
+}
+
+}  // namespace core
+}  // namespace ferry

@@ -1,0 +1,49 @@
+// TransferMetrics: the engine's transfer counters (ferry/metrics.h), sharded
+// by thread. A transfer is metered when it is posted (TransferState::meter)
+// and counted once, when it finishes, on the thread that finishes it.
+//
+// Thread-safe; record() takes no lock and touches one shard's cache lines.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+
+#include "ferry/metrics.h"
+#include "ferry/status.h"
+
+namespace ferry::core {
+
+enum class MeteredOp : uint8_t { kSend, kRecv, kWrite, kRead, kWriteBlocks, kNotify };
+inline constexpr int kMeteredOps = 6;
+// Transports by index: 0 tcp, 1 local.
+inline constexpr int kMeteredTransports = 2;
+int metered_transport(std::string_view name);  // -1 for any other
+
+class TransferMetrics {
+ public:
+  static constexpr int kBuckets = 23;  // 22 bounds (1 us .. 10 s) and +Inf
+  static constexpr int kCodes = 32;
+  static constexpr int kShards = 8;
+
+  void record(MeteredOp op, int transport, uint64_t bytes, int64_t nanoseconds, Code code);
+  // Sums the shards. Counts taken while transfers finish may be a moment
+  // apart from one another; each is exact.
+  MetricsSnapshot snapshot() const;
+
+ private:
+  struct alignas(64) Shard {
+    struct PerOp {
+      std::atomic<uint64_t> succeeded{0}, failed{0}, bytes{0}, nanoseconds{0};
+      std::array<std::atomic<uint64_t>, kBuckets> buckets{};
+    };
+    std::array<std::array<PerOp, kMeteredTransports>, kMeteredOps> ops;
+    std::array<std::atomic<uint64_t>, kCodes> failures{};
+  };
+  static int bucket_of(int64_t nanoseconds);
+  Shard& mine();
+
+  std::array<Shard, kShards> shards_;
+};
+
+}  // namespace ferry::core

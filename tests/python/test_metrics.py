@@ -1,0 +1,43 @@
+"""engine.metrics() and engine.metrics_text(): what two engines of this
+process count while they move random bytes, on each transport."""
+
+import numpy as np
+import pytest
+
+from conftest import engine_pair
+
+
+@pytest.fixture(params=["tcp", "local"])
+def pair(request):
+    with engine_pair(transport=request.param, local_same_process=True) as p:
+        assert p[1].transport_name == request.param
+        yield p
+
+
+def test_metrics_count_sends_writes_and_reads_with_their_bytes(pair):
+    a, ca, b, cb = pair
+    t = ca.transport_name
+    rng = np.random.default_rng(3)
+    src = rng.integers(0, 256, 1 << 20, dtype=np.uint8)
+    dst = np.zeros(1 << 20, dtype=np.uint8)
+    b.reg(src)
+    a.reg(dst)
+    desc = a.export_region(a.reg(np.zeros(1 << 20, dtype=np.uint8)))
+    sizes = [int(x) for x in rng.integers(1, 1 << 20, 5)]
+    for n in sizes:
+        r = ca.recv_async(dst)
+        cb.send(src[:n], timeout=10)
+        assert r.wait(10) == n
+        cb.write(src[:n], desc, 0, timeout=10)
+    m = b.metrics()
+    assert m["transfers"][("send", t)]["succeeded"] == len(sizes)
+    assert m["transfers"][("send", t)]["bytes"] == sum(sizes)
+    assert m["transfers"][("write", t)]["bytes"] == sum(sizes)
+    assert m["transfers"][("write", t)]["within"][-1] == len(sizes)
+    assert len(m["transfers"][("write", t)]["within"]) == len(m["latency_bounds"])
+    assert m["connections"] == {t: 1}
+    got = a.metrics()["transfers"][("recv", t)]
+    assert (got["succeeded"], got["bytes"]) == (len(sizes), sum(sizes))
+    text = b.metrics_text()
+    assert f'ferry_transfer_bytes_total{{op="send",transport="{t}"}} {sum(sizes)}\n' in text
+    assert f'ferry_transfers_total{{op="write",transport="{t}",result="ok"}} {len(sizes)}\n' in text
