@@ -20,8 +20,8 @@ namespace ferry {
 struct TransferCounts {
   uint64_t succeeded = 0;
   uint64_t failed = 0;
-  uint64_t bytes = 0;            // moved by the transfers that succeeded
-  double seconds_sum = 0;        // posting to completion, every transfer
+  uint64_t bytes = 0;      // moved by the transfers that succeeded
+  double seconds_sum = 0;  // posting to completion, every transfer
   // Transfers that took at most latency_bounds()[i] seconds (cumulative,
   // as Prometheus' buckets; the last bound is +Inf: all of them).
   std::vector<uint64_t> within;

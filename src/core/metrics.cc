@@ -147,7 +147,8 @@ MetricsSnapshot TransferMetrics::snapshot() const {
         c.failed += p.failed.load(relaxed);
         c.bytes += p.bytes.load(relaxed);
         ns += p.nanoseconds.load(relaxed);
-        for (int b = 0; b < kBuckets; ++b) c.within[static_cast<size_t>(b)] += p.buckets[static_cast<size_t>(b)].load(relaxed);
+        for (int b = 0; b < kBuckets; ++b)
+          c.within[static_cast<size_t>(b)] += p.buckets[static_cast<size_t>(b)].load(relaxed);
       }
       if (c.succeeded + c.failed == 0) continue;
       for (int b = 1; b < kBuckets; ++b) c.within[static_cast<size_t>(b)] += c.within[static_cast<size_t>(b - 1)];

@@ -41,8 +41,8 @@ class GpuCopyLanes {
   void synchronize_all();
 
  private:
-  std::map<int, cu::Stream> streams_;                 // by device
-  std::map<int, std::vector<cu::Event>> spare_;       // events belong to a context
+  std::map<int, cu::Stream> streams_;            // by device
+  std::map<int, std::vector<cu::Event>> spare_;  // events belong to a context
 };
 
 // Whether a CUDA driver was loaded.

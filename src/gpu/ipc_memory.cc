@@ -81,8 +81,8 @@ Result<MappedAllocation> map_fd_allocation(int fd, uint64_t size, int device) {
   MappedAllocation m;
   m.size = size;
   cu::MemHandle h = 0;
-  FERRY_RETURN_IF_ERROR(d.check(d.mem_import_from_shareable_handle(&h, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
-                                                                   cu::kHandleTypePosixFd),
+  FERRY_RETURN_IF_ERROR(d.check(d.mem_import_from_shareable_handle(
+                                    &h, reinterpret_cast<void*>(static_cast<intptr_t>(fd)), cu::kHandleTypePosixFd),
                                 "cuMemImportFromShareableHandle", Code::kUnavailable));
   Status s = d.check(d.mem_address_reserve(&m.local, m.size, 0, 0, 0), "cuMemAddressReserve", Code::kResourceExhausted);
   if (s.ok()) {
@@ -112,8 +112,8 @@ Result<MappedAllocation> own_allocation(uint64_t base, uint64_t claimed, int dev
   if (d.pointer_get_attribute(&start, cu::kPointerRangeStart, base) != cu::kSuccess ||
       d.pointer_get_attribute(&real, cu::kPointerRangeSize, base) != cu::kSuccess ||
       d.pointer_get_attribute(&owner, cu::kPointerDeviceOrdinal, base) != cu::kSuccess || start != base) {
-    return Status(Code::kDataLoss,
-                  "a GPU span names " + std::to_string(base) + ", which is not the start of a GPU allocation of this process");
+    return Status(Code::kDataLoss, "a GPU span names " + std::to_string(base) +
+                                       ", which is not the start of a GPU allocation of this process");
   }
   if (owner != device) {
     // Copies and the gather kernel on `device` reach the owner's memory

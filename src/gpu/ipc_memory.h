@@ -23,8 +23,8 @@ struct ExportedAllocation {
   uint64_t base = 0;
   uint64_t size = 0;
   GpuHandleType type = GpuHandleType::kNone;
-  int fd = -1;                  // kPosixFd: the caller owns it
-  std::array<char, 64> ipc{};   // kLegacy: the handle's bytes
+  int fd = -1;                 // kPosixFd: the caller owns it
+  std::array<char, 64> ipc{};  // kLegacy: the handle's bytes
 };
 
 // Exports the allocation of device `device` containing `address`.

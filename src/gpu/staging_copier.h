@@ -83,7 +83,6 @@ class StagingCopier {
 // and pinned host memory (never pageable memory: the kernel would fault).
 // Without a driver every call returns kUnimplemented.
 std::unique_ptr<StagingCopier> make_cuda_copier(std::shared_ptr<platform::StagingKernels> kernels = nullptr,
-                                         std::shared_ptr<platform::GatherKernels> gather = nullptr);
-
+                                                std::shared_ptr<platform::GatherKernels> gather = nullptr);
 
 }  // namespace ferry::platform

@@ -250,8 +250,8 @@ void block_batches(Side& s, const Region& gpu_region) {
 // programs using the same GPU at the same time would move.
 long long process_gpu_mib(int device, pid_t pid) {
   std::string bus = platform::gpu_pci_address(device);
-  FILE* f = ::popen("nvidia-smi --query-compute-apps=pid,gpu_bus_id,used_memory --format=csv,noheader,nounits 2>/dev/null",
-                    "r");
+  FILE* f = ::popen(
+      "nvidia-smi --query-compute-apps=pid,gpu_bus_id,used_memory --format=csv,noheader,nounits 2>/dev/null", "r");
   if (f == nullptr || bus.empty()) {
     if (f != nullptr) ::pclose(f);
     return -1;

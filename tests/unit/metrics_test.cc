@@ -2,6 +2,8 @@
 // the Prometheus text), then what two engines count while they move random
 // bytes every way on each transport, each family checked against what the
 // test did, and nothing counted with metrics off.
+#include "core/metrics.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 #include <thread>
 #include <vector>
 
-#include "core/metrics.h"
 #include "engine_pair.h"
 #include "ferry/ferry.h"
 #include "testing/random_data.h"
@@ -23,11 +24,11 @@ using core::MeteredOp;
 
 TEST(TransferMetrics, CountsEachTransferOnceInTheRightBucket) {
   core::TransferMetrics m;
-  m.record(MeteredOp::kSend, 0, 100, 800, Code::kOk);            // 0.8 us: the first bucket
-  m.record(MeteredOp::kSend, 0, 50, 3'000, Code::kOk);           // 3 us: the 5 us bucket
+  m.record(MeteredOp::kSend, 0, 100, 800, Code::kOk);                 // 0.8 us: the first bucket
+  m.record(MeteredOp::kSend, 0, 50, 3'000, Code::kOk);                // 3 us: the 5 us bucket
   m.record(MeteredOp::kSend, 0, 7, 20'000'000'000, Code::kPeerLost);  // 20 s: +Inf only
-  m.record(MeteredOp::kRead, 1, 4096, 1'000'000, Code::kOk);     // 1 ms, local
-  m.record(MeteredOp::kRead, 5, 4096, 1'000'000, Code::kOk);     // no such transport: ignored
+  m.record(MeteredOp::kRead, 1, 4096, 1'000'000, Code::kOk);          // 1 ms, local
+  m.record(MeteredOp::kRead, 5, 4096, 1'000'000, Code::kOk);          // no such transport: ignored
   MetricsSnapshot s = m.snapshot();
   ASSERT_EQ(s.transfers.size(), 2u);
   const TransferCounts& send = s.transfers.at({"send", "tcp"});
@@ -36,11 +37,11 @@ TEST(TransferMetrics, CountsEachTransferOnceInTheRightBucket) {
   EXPECT_EQ(send.bytes, 150u) << "a failed transfer's bytes were counted";
   const auto& bounds = MetricsSnapshot::latency_bounds();
   ASSERT_EQ(send.within.size(), bounds.size());
-  EXPECT_EQ(send.within[0], 1u);   // <= 1 us
-  EXPECT_EQ(send.within[1], 1u);   // <= 2.5 us
-  EXPECT_EQ(send.within[2], 2u);   // <= 5 us
+  EXPECT_EQ(send.within[0], 1u);                  // <= 1 us
+  EXPECT_EQ(send.within[1], 1u);                  // <= 2.5 us
+  EXPECT_EQ(send.within[2], 2u);                  // <= 5 us
   EXPECT_EQ(send.within[bounds.size() - 2], 2u);  // <= 10 s
-  EXPECT_EQ(send.within.back(), 3u);               // +Inf
+  EXPECT_EQ(send.within.back(), 3u);              // +Inf
   EXPECT_NEAR(send.seconds_sum, 20.0000038, 1e-9);
   EXPECT_EQ(s.transfers.at({"read", "local"}).bytes, 4096u);
   EXPECT_EQ(s.failures, (std::map<std::string, uint64_t>{{"peer_lost", 1}}));
@@ -70,21 +71,20 @@ TEST(TransferMetrics, PrometheusTextNamesEveryFamilyWithItsType) {
   s.connections["tcp"] = 3;
   s.connections_failed["tcp"] = 1;
   std::string text = prometheus_text(s);
-  for (const char* want :
-       {"# TYPE ferry_transfers_total counter\n",
-        "ferry_transfers_total{op=\"write_blocks\",transport=\"tcp\",result=\"ok\"} 1\n",
-        "ferry_transfers_total{op=\"write_blocks\",transport=\"tcp\",result=\"failed\"} 1\n",
-        "# TYPE ferry_transfer_bytes_total counter\n",
-        "ferry_transfer_bytes_total{op=\"write_blocks\",transport=\"tcp\"} 65536\n",
-        "# TYPE ferry_transfer_seconds histogram\n",
-        "ferry_transfer_seconds_bucket{op=\"write_blocks\",transport=\"tcp\",le=\"2.5e-05\"} 0\n",
-        "ferry_transfer_seconds_bucket{op=\"write_blocks\",transport=\"tcp\",le=\"5e-05\"} 2\n",
-        "ferry_transfer_seconds_bucket{op=\"write_blocks\",transport=\"tcp\",le=\"+Inf\"} 2\n",
-        "ferry_transfer_seconds_count{op=\"write_blocks\",transport=\"tcp\"} 2\n",
-        "ferry_transfer_seconds_sum{op=\"write_blocks\",transport=\"tcp\"} 8e-05\n",
-        "ferry_transfer_failures_total{code=\"deadline_exceeded\"} 1\n",
-        "ferry_connections{transport=\"tcp\",state=\"up\"} 2\n",
-        "ferry_connections{transport=\"tcp\",state=\"failed\"} 1\n"}) {
+  for (const char* want : {"# TYPE ferry_transfers_total counter\n",
+                           "ferry_transfers_total{op=\"write_blocks\",transport=\"tcp\",result=\"ok\"} 1\n",
+                           "ferry_transfers_total{op=\"write_blocks\",transport=\"tcp\",result=\"failed\"} 1\n",
+                           "# TYPE ferry_transfer_bytes_total counter\n",
+                           "ferry_transfer_bytes_total{op=\"write_blocks\",transport=\"tcp\"} 65536\n",
+                           "# TYPE ferry_transfer_seconds histogram\n",
+                           "ferry_transfer_seconds_bucket{op=\"write_blocks\",transport=\"tcp\",le=\"2.5e-05\"} 0\n",
+                           "ferry_transfer_seconds_bucket{op=\"write_blocks\",transport=\"tcp\",le=\"5e-05\"} 2\n",
+                           "ferry_transfer_seconds_bucket{op=\"write_blocks\",transport=\"tcp\",le=\"+Inf\"} 2\n",
+                           "ferry_transfer_seconds_count{op=\"write_blocks\",transport=\"tcp\"} 2\n",
+                           "ferry_transfer_seconds_sum{op=\"write_blocks\",transport=\"tcp\"} 8e-05\n",
+                           "ferry_transfer_failures_total{code=\"deadline_exceeded\"} 1\n",
+                           "ferry_connections{transport=\"tcp\",state=\"up\"} 2\n",
+                           "ferry_connections{transport=\"tcp\",state=\"failed\"} 1\n"}) {
     EXPECT_NE(text.find(want), std::string::npos) << "missing: " << want << "in:\n" << text;
   }
 }

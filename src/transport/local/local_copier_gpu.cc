@@ -18,7 +18,9 @@ using platform::GatherPiece;
 using platform::ResidentGather;
 
 Status LocalCopier::copy_to_device_now(int device, void* dst, const void* src, size_t n) {
-  if (!platform::gpu_driver_available()) return Status(Code::kUnimplemented, "GPU memory on a host without a CUDA driver");
+  if (!platform::gpu_driver_available()) {
+    return Status(Code::kUnimplemented, "GPU memory on a host without a CUDA driver");
+  }
   platform::DeviceScope on(device);
   FERRY_RETURN_IF_ERROR(on.status());
   cu::Stream s = nullptr;
@@ -31,7 +33,9 @@ Status LocalCopier::copy_to_device_now(int device, void* dst, const void* src, s
 
 Result<LocalCopier::GpuCopy> LocalCopier::gpu_piece(uint8_t* local, int local_device, const SharedSpan& remote,
                                                      uint64_t offset, uint64_t n, bool to_remote, PieceCache& cache) {
-  if (!platform::gpu_driver_available()) return Status(Code::kUnimplemented, "GPU memory on a host without a CUDA driver");
+  if (!platform::gpu_driver_available()) {
+    return Status(Code::kUnimplemented, "GPU memory on a host without a CUDA driver");
+  }
   // The copy runs in the context of the local GPU. With only host memory
   // here, in a context this process already has (the peer's GPU is reached
   // through peer access); only a process with none takes the peer GPU's.
