@@ -63,6 +63,12 @@ TEST_P(StaleDescriptor, MemoryRegisteredAgainAtTheSameAddressRefusesTheOldDescri
   EXPECT_EQ(*got, "fresh");
   ASSERT_TRUE(ca_->read(back.data(), kSize, fresh, 0, after(10s)).ok());
   EXPECT_EQ(back, theirs);
+  // Deregistered before the vectors go: dereg returns once the engine no
+  // longer uses the memory (the refused write's chunks may still be on
+  // their way out when the call returns).
+  EXPECT_TRUE(a_->dereg(*local).ok());
+  EXPECT_TRUE(a_->dereg(*local_back).ok());
+  EXPECT_TRUE(b_->dereg(*second).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, StaleDescriptor, ::testing::Values("tcp", "local"));
