@@ -44,6 +44,15 @@ def engine_pair(**options):
         a.close()
 
 
+@pytest.fixture(params=["tcp", "local"])
+def transport_pair(request):
+    """engine_pair over each transport in turn (two engines of this process
+    may use the local transport): yields (a, a's end, b, b's end)."""
+    with engine_pair(transport=request.param, local_same_process=True) as p:
+        assert p[1].transport_name == request.param
+        yield p
+
+
 class PeerError(Exception):
     """The peer process answered a command with an exception."""
 

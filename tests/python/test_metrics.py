@@ -2,20 +2,10 @@
 process count while they move random bytes, on each transport."""
 
 import numpy as np
-import pytest
-
-from conftest import engine_pair
 
 
-@pytest.fixture(params=["tcp", "local"])
-def pair(request):
-    with engine_pair(transport=request.param, local_same_process=True) as p:
-        assert p[1].transport_name == request.param
-        yield p
-
-
-def test_metrics_count_sends_writes_and_reads_with_their_bytes(pair):
-    a, ca, b, cb = pair
+def test_metrics_count_sends_writes_and_reads_with_their_bytes(transport_pair):
+    a, ca, b, cb = transport_pair
     t = ca.transport_name
     rng = np.random.default_rng(3)
     src = rng.integers(0, 256, 1 << 20, dtype=np.uint8)

@@ -8,18 +8,10 @@ import numpy as np
 import pytest
 
 import ferry
-from conftest import engine_pair
 
 
-@pytest.fixture(params=["tcp", "local"])
-def pair(request):
-    with engine_pair(transport=request.param, local_same_process=True) as p:
-        assert p[1].transport_name == request.param
-        yield p
-
-
-def test_the_old_descriptor_of_memory_registered_again_is_refused(pair):
-    a, ca, b, cb = pair  # b writes and reads a's memory
+def test_the_old_descriptor_of_memory_registered_again_is_refused(transport_pair):
+    a, ca, b, cb = transport_pair  # b writes and reads a's memory
     n = 300_007
     theirs = np.zeros(n, dtype=np.uint8)
     mine = np.random.default_rng(5).integers(0, 256, n, dtype=np.uint8)
