@@ -40,6 +40,12 @@ struct MetricsSnapshot {
   // Connections the engine holds, by transport, and those of them failed.
   std::map<std::string, uint64_t> connections;
   std::map<std::string, uint64_t> connections_failed;
+  // CUDA streams, events and page-locked blocks that ferry's transfer
+  // threads had to make themselves. Connection::stream_wait makes them first,
+  // on the caller's thread, since such a call on a transfer thread can wait
+  // for the very stream that waits for the transfer: after stream waits, a
+  // count that grows says that happened anyway. Counted with metrics off too.
+  uint64_t gpu_objects_made_late = 0;
 };
 
 // The snapshot in Prometheus' text exposition format (version 0.0.4).

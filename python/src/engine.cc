@@ -768,12 +768,14 @@ void bind_engine(pyb::module_& m) {
             out["failures"] = m.failures;
             out["connections"] = m.connections;
             out["connections_failed"] = m.connections_failed;
+            out["gpu_objects_made_late"] = m.gpu_objects_made_late;
             return out;
           },
           "What the engine has done, as a dict: 'transfers' by (operation, transport) with 'succeeded', "
           "'failed', 'bytes', 'seconds_sum' and 'within' (transfers that took at most each of "
           "'latency_bounds' seconds, cumulative); 'failures' by status code name; 'connections' and "
-          "'connections_failed' by transport. The same numbers as metrics_text().")
+          "'connections_failed' by transport; 'gpu_objects_made_late' (CUDA objects ferry's transfer "
+          "threads had to make: 0 after stream waits is healthy). The same numbers as metrics_text().")
       .def(
           "metrics_text", [](const PyEngine& e) { return prometheus_text(e.get()->metrics()); },
           "engine.metrics() in Prometheus' text exposition format.")

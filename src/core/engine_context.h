@@ -25,6 +25,7 @@ namespace ferry::platform {
 class GatherKernels;
 class StagingKernels;
 class StreamSignals;
+class GpuReserve;
 class ResidentGather;
 }  // namespace ferry::platform
 
@@ -85,6 +86,8 @@ struct EngineContext {
   std::shared_ptr<StreamGate> stream_gate;
   // The words CUDA streams wait on for a transfer to finish.
   std::shared_ptr<platform::StreamSignals> stream_signals;
+  // Driver objects connections gave back (gpu/gpu_kit.h), freed at the end.
+  std::shared_ptr<platform::GpuReserve> gpu_reserve;
   // The TCP transport's workers, which serve every connection's streams.
   std::shared_ptr<tcp::IoPool> tcp_pool;
   // The engine's transfer counters; null with Options::metrics off.

@@ -83,6 +83,9 @@ std::string prometheus_text(const MetricsSnapshot& m) {
     line("ferry_connections{transport=\"" + label(transport) + "\",state=\"up\"} " + std::to_string(n - failed));
     line("ferry_connections{transport=\"" + label(transport) + "\",state=\"failed\"} " + std::to_string(failed));
   }
+  line("# HELP ferry_gpu_objects_made_late_total CUDA streams, events and pinned blocks made on transfer threads.");
+  line("# TYPE ferry_gpu_objects_made_late_total counter");
+  line("ferry_gpu_objects_made_late_total " + std::to_string(m.gpu_objects_made_late));
   return out;
 }
 

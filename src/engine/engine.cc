@@ -17,6 +17,7 @@
 #include "directory/publisher.h"
 #include "directory/url.h"
 #include "gpu/memory_kind.h"
+#include "gpu/gpu_kit.h"
 #include "gpu/stream_signals.h"
 #include "platform/crypto.h"
 #include "platform/log.h"
@@ -282,6 +283,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
   impl->ctx->memory_budget = std::make_shared<core::ByteBudget>(opts.engine_memory_bytes);
   impl->ctx->stream_gate = std::make_shared<core::StreamGate>(platform::cuda_stream_waits());
   impl->ctx->stream_signals = std::make_shared<platform::StreamSignals>();
+  impl->ctx->gpu_reserve = std::make_shared<platform::GpuReserve>();
   if (impl->ctx->options.metrics) impl->ctx->metrics = std::make_unique<core::TransferMetrics>();
   {
     auto topo = platform::read_topology("");
@@ -413,8 +415,12 @@ Result<RemoteDescriptor> Engine::export_region(const Region& region, uint64_t of
 }
 
 MetricsSnapshot Engine::metrics() const {
-  if (!impl_->ctx->metrics) return MetricsSnapshot();
-  MetricsSnapshot m = impl_->ctx->metrics->snapshot();
+  MetricsSnapshot m;
+  if (impl_->ctx->gpu_reserve) m.gpu_objects_made_late = impl_->ctx->gpu_reserve->made_late();
+  if (!impl_->ctx->metrics) return m;
+  const uint64_t made_late = m.gpu_objects_made_late;
+  m = impl_->ctx->metrics->snapshot();
+  m.gpu_objects_made_late = made_late;
   std::vector<std::shared_ptr<transport::ConnectionCore>> conns;
   {
     platform::MutexLock lock(impl_->mu);

@@ -10,6 +10,7 @@
 
 #include "gpu/cuda_driver.h"
 #include "gpu/gather_kernel.h"
+#include "gpu/gpu_kit.h"
 #include "gpu/staging_copier.h"
 #include "gpu/staging_kernel.h"
 #include "platform/page_lender.h"
@@ -25,69 +26,40 @@ DevicePtr dptr(const void* p) { return static_cast<DevicePtr>(reinterpret_cast<u
 
 // Only its owner's thread calls it (see StagingCopier). Every driver call
 // runs under a DeviceScope, so a copier used on an application thread leaves
-// that thread's current context as it found it.
+// that thread's current context as it found it. Its streams, events and
+// page-locked blocks come from, and go back to, its connection's kit
+// (gpu/gpu_kit.h): a copier never makes nor frees a driver object on the
+// thread that moves a transfer when the kit was filled.
 class CudaCopier final : public StagingCopier {
  public:
-  CudaCopier(std::shared_ptr<StagingKernels> kernels, std::shared_ptr<GatherKernels> gather)
-      : kernels_(std::move(kernels)), gather_(std::move(gather)) {}
+  CudaCopier(std::shared_ptr<StagingKernels> kernels, std::shared_ptr<GatherKernels> gather,
+             std::shared_ptr<GpuKit> kit)
+      : kernels_(std::move(kernels)), gather_(std::move(gather)), kit_(std::move(kit)) {}
 
   ~CudaCopier() override {
-    const CudaDriver& d = cuda();
     (void)wait(issued_);
     for (Table& t : tables_) {
-      if (t.items == nullptr) continue;
-      DeviceScope scope(t.device);
-      d.mem_free_host(t.items);
+      if (t.items != nullptr) kit_->give_block(PinnedKind::kPlain, kTableBytes, t.items);
     }
     for (size_t dev = 0; dev < devices_.size(); ++dev) {
       PerDevice& pd = devices_[dev];
       if (pd.stream == nullptr) continue;
-      DeviceScope scope(static_cast<int>(dev));
-      for (Event e : pd.idle) d.event_destroy(e);
-      d.stream_destroy(pd.stream);
+      for (Event e : pd.idle) kit_->give_event(static_cast<int>(dev), e);
+      kit_->give_stream(static_cast<int>(dev), pd.stream);
     }
   }
 
   Result<void*> alloc_host(int device, size_t bytes) override {
-    const CudaDriver& d = cuda();
-    DeviceScope scope(device < 0 ? 0 : device);
-    if (!scope.ok()) return scope.status();
-    void* p = nullptr;
-    // Portable: a slot may serve copies to and from any device.
-    FERRY_RETURN_IF_ERROR(d.check(d.mem_host_alloc(&p, bytes, cu::kHostAllocPortable), "cuMemHostAlloc",
-                                  Code::kResourceExhausted));
-    return p;
+    return kit_->take_block(PinnedKind::kPlain, bytes, device);
   }
 
-  void free_host(void* p, size_t) override {
-    const CudaDriver& d = cuda();
-    DeviceScope scope(last_device_ < 0 ? 0 : last_device_);
-    d.mem_free_host(p);
-  }
+  void free_host(void* p, size_t bytes) override { kit_->give_block(PinnedKind::kPlain, bytes, p); }
 
   Result<void*> alloc_lendable(int device, size_t bytes) override {
-    const CudaDriver& d = cuda();
-    DeviceScope scope(device < 0 ? 0 : device);
-    if (!scope.ok()) return scope.status();
-    // Ordinary pages, page-locked. Portable: any device copies into it;
-    // mapped: the staging and gather kernels write it.
-    FERRY_ASSIGN_OR_RETURN(void* p, map_lendable(bytes));
-    Status pinned = d.check(d.mem_host_register(p, bytes, cu::kHostRegisterPortable |
-                                                              cu::kHostRegisterDeviceMap),
-                            "cuMemHostRegister", Code::kResourceExhausted);
-    if (!pinned.ok()) {
-      unmap_lendable(p, bytes);
-      return pinned;
-    }
-    return p;
+    return kit_->take_block(PinnedKind::kLendable, bytes, device);
   }
 
-  void free_lendable(void* p, size_t bytes) override {
-    const CudaDriver& d = cuda();
-    DeviceScope scope(last_device_ < 0 ? 0 : last_device_);
-    d.mem_host_unregister(p);
-    unmap_lendable(p, bytes);
-  }
+  void free_lendable(void* p, size_t bytes) override { kit_->give_block(PinnedKind::kLendable, bytes, p); }
 
   Status copy(int device, void* dst, const void* src, size_t n) override {
     const CudaDriver& d = cuda();
@@ -181,9 +153,9 @@ class CudaCopier final : public StagingCopier {
         e = pd.idle.back();
         pd.idle.pop_back();
       } else {
-        Status s =
-            d.check(d.event_create(&e, cu::kEventDisableTiming), "cuEventCreate", Code::kResourceExhausted);
-        if (!s.ok()) return undo(s);
+        Result<Event> made = kit_->take_event(static_cast<int>(dev));
+        if (!made.ok()) return undo(made.status());
+        e = made.value();
       }
       Status s = d.check(d.event_record(e, pd.stream), "cuEventRecord");
       if (!s.ok()) {
@@ -254,11 +226,7 @@ class CudaCopier final : public StagingCopier {
     if (devices_.size() <= static_cast<size_t>(device)) devices_.resize(static_cast<size_t>(device) + 1);
     PerDevice& pd = devices_[static_cast<size_t>(device)];
     if (pd.stream == nullptr) {
-      const CudaDriver& d = cuda();
-      // Non-blocking: staging never waits for, nor holds up, the application's
-      // work on the legacy default stream.
-      FERRY_RETURN_IF_ERROR(d.check(d.stream_create(&pd.stream, cu::kStreamNonBlocking), "cuStreamCreate",
-                                    Code::kResourceExhausted));
+      FERRY_ASSIGN_OR_RETURN(pd.stream, kit_->take_stream(device));
     }
     return pd.stream;
   }
@@ -267,11 +235,11 @@ class CudaCopier final : public StagingCopier {
   // after the copy that read it is done.
   struct Table {
     GatherPiece* items = nullptr;  // kTableItems of them
-    int device = 0;                          // current when it was allocated
     uint64_t ticket = 0;                     // the fence after its last use (0: never used)
   };
   static constexpr size_t kTables = 4;
-  static constexpr size_t kTableItems = 512;  // 12 KiB: a 1 MiB slot of 2 KiB blocks
+  static constexpr size_t kTableItems = kGatherTableItems;
+  static constexpr size_t kTableBytes = kGatherTableBytes;
 
   // Queues `many` (`bytes` in all) as one gather launch that reads its list
   // from a free table. kUnavailable, nothing queued, when no table is free or
@@ -297,7 +265,6 @@ class CudaCopier final : public StagingCopier {
   }
 
   Table* free_table(int device) {
-    const CudaDriver& d = cuda();
     for (Table& t : tables_) {
       if (t.items != nullptr) {
         if (t.ticket == 0 || t.ticket <= completed_) return &t;
@@ -305,14 +272,9 @@ class CudaCopier final : public StagingCopier {
         if (finished.ok() && *finished) return &t;
         continue;
       }
-      // Portable: any device's kernel reads it.
-      void* p = nullptr;
-      if (d.mem_host_alloc(&p, kTableItems * sizeof(GatherPiece), cu::kHostAllocPortable) !=
-          cu::kSuccess) {
-        return nullptr;
-      }
-      t.items = static_cast<GatherPiece*>(p);
-      t.device = device;
+      Result<void*> p = kit_->take_block(PinnedKind::kPlain, kTableBytes, device);
+      if (!p.ok()) return nullptr;
+      t.items = static_cast<GatherPiece*>(p.value());
       return &t;
     }
     return nullptr;
@@ -327,6 +289,7 @@ class CudaCopier final : public StagingCopier {
 
   const std::shared_ptr<StagingKernels> kernels_;        // null: copy engines only
   const std::shared_ptr<GatherKernels> gather_;   // batches of blocks (null: copy engines)
+  const std::shared_ptr<GpuKit> kit_;
   std::vector<PerDevice> devices_;                 // by ordinal
   std::deque<Pending> pending_;                    // fences not yet seen done, oldest first
   uint64_t issued_ = 0;
@@ -341,8 +304,10 @@ class CudaCopier final : public StagingCopier {
 }  // namespace
 
 std::unique_ptr<StagingCopier> make_cuda_copier(std::shared_ptr<StagingKernels> kernels,
-                                         std::shared_ptr<GatherKernels> gather) {
-  return std::make_unique<CudaCopier>(std::move(kernels), std::move(gather));
+                                                std::shared_ptr<GatherKernels> gather, std::shared_ptr<GpuKit> kit) {
+  // Without a connection's kit (a copier of its own): one no stream_wait fills.
+  if (!kit) kit = std::make_shared<GpuKit>(std::make_shared<GpuReserve>(), nullptr);
+  return std::make_unique<CudaCopier>(std::move(kernels), std::move(gather), std::move(kit));
 }
 
 }  // namespace ferry::platform

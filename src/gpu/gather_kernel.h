@@ -32,6 +32,10 @@ struct GatherPiece {
   const uint8_t* src = nullptr;
   uint64_t n = 0;
 };
+// A list of pieces in pinned memory the kernel reads (copy_table): 12 KiB,
+// a 1 MiB slot of 2 KiB blocks.
+inline constexpr size_t kGatherTableItems = 512;
+inline constexpr size_t kGatherTableBytes = kGatherTableItems * sizeof(GatherPiece);
 
 class GatherKernels {
  public:

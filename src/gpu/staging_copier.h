@@ -23,6 +23,7 @@
 namespace ferry::platform {
 
 class GatherKernels;
+class GpuKit;
 class StagingKernels;
 
 class StagingCopier {
@@ -81,8 +82,10 @@ class StagingCopier {
 // copy engines otherwise or without them; copy_many's runs of small blocks
 // through `gather` (one launch a run), which may touch only device memory
 // and pinned host memory (never pageable memory: the kernel would fault).
-// Without a driver every call returns kUnimplemented.
+// Its streams, events and page-locked memory come from `kit` (gpu/gpu_kit.h;
+// null: a kit of its own). Without a driver every call returns kUnimplemented.
 std::unique_ptr<StagingCopier> make_cuda_copier(std::shared_ptr<platform::StagingKernels> kernels = nullptr,
-                                                std::shared_ptr<platform::GatherKernels> gather = nullptr);
+                                                std::shared_ptr<platform::GatherKernels> gather = nullptr,
+                                                std::shared_ptr<platform::GpuKit> kit = nullptr);
 
 }  // namespace ferry::platform

@@ -285,6 +285,7 @@ Status ConnectionCore::stream_wait(const Transfer& transfer, const CudaStreamRef
   // loading waits for every stream of the context, the armed one too.
   if (ctx_->staging_kernels) ctx_->staging_kernels->load_where_used();
   if (ctx_->gather_kernels) ctx_->gather_kernels->load_where_used();
+  FERRY_RETURN_IF_ERROR(transport_->before_stream_wait());
   FERRY_ASSIGN_OR_RETURN(platform::StreamSignals::Armed armed, ctx_->stream_signals->arm(cuda_stream));
   state->on_finish([signals = ctx_->stream_signals, armed](const Status&) { signals->signal(armed); });
   return Status();

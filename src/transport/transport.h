@@ -217,6 +217,11 @@ class Transport {
   // path then fails). A transport whose landings the peer cannot stall
   // keeps the default.
   virtual bool stop_landing(const std::shared_ptr<TransferState>& /*state*/) { return false; }
+  // On the application's thread, before a CUDA stream is made to wait for a
+  // transfer of this connection: makes what the transport's threads will
+  // need to end it, so that they make no driver object while it waits
+  // (gpu/gpu_kit.h).
+  virtual Status before_stream_wait() { return Status(); }
 
   // ---- receiving ---------------------------------------------------------
   // A receive met its message (caller thread from a receive, inbound thread

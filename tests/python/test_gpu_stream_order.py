@@ -139,10 +139,14 @@ def test_a_stream_waits_on_the_gpu_for_a_receive(link):
 def test_a_new_engine_whose_first_gpu_transfer_a_stream_waits_for():
     # Nothing of ferry's GPU path was loaded before the wait was queued: its
     # kernels load at stream_wait, not on a ferry thread behind the waiting
-    # stream (loading a module waits for every stream of the context).
+    # stream (loading a module waits for every stream of the context), and
+    # the streams, events and pinned slots that land the receive are made
+    # there too: a path thread creating its first stream while the stream
+    # waited once sat in cuStreamCreate for good, holding the driver's lock.
     lk = Link()
     try:
         assert receive_behind_a_stream_wait(lk, 3) < 0.5
+        assert lk.engine.metrics()["gpu_objects_made_late"] == 0
     finally:
         lk.close()
 

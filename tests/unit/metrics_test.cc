@@ -70,6 +70,7 @@ TEST(TransferMetrics, PrometheusTextNamesEveryFamilyWithItsType) {
   MetricsSnapshot s = m.snapshot();
   s.connections["tcp"] = 3;
   s.connections_failed["tcp"] = 1;
+  s.gpu_objects_made_late = 4;
   std::string text = prometheus_text(s);
   for (const char* want : {"# TYPE ferry_transfers_total counter\n",
                            "ferry_transfers_total{op=\"write_blocks\",transport=\"tcp\",result=\"ok\"} 1\n",
@@ -84,7 +85,9 @@ TEST(TransferMetrics, PrometheusTextNamesEveryFamilyWithItsType) {
                            "ferry_transfer_seconds_sum{op=\"write_blocks\",transport=\"tcp\"} 8e-05\n",
                            "ferry_transfer_failures_total{code=\"deadline_exceeded\"} 1\n",
                            "ferry_connections{transport=\"tcp\",state=\"up\"} 2\n",
-                           "ferry_connections{transport=\"tcp\",state=\"failed\"} 1\n"}) {
+                           "ferry_connections{transport=\"tcp\",state=\"failed\"} 1\n",
+                           "# TYPE ferry_gpu_objects_made_late_total counter\n",
+                           "ferry_gpu_objects_made_late_total 4\n"}) {
     EXPECT_NE(text.find(want), std::string::npos) << "missing: " << want << "in:\n" << text;
   }
 }

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstring>
 
+#include "gpu/gather_kernel.h"
 #include "gpu/staging_kernel.h"
 #include "platform/log.h"
 #include "transport/tcp/tcp_transport.h"
@@ -13,14 +14,43 @@ namespace ferry::tcp {
 
 std::unique_ptr<Copier> TcpTransport::new_copier() const {
   // Path copiers move between GPU memory and the pinned slots only.
-  return hooks_.make ? hooks_.make() : make_cuda_copier(ctx_->staging_kernels, ctx_->gather_kernels);
+  return hooks_.make ? hooks_.make() : make_cuda_copier(ctx_->staging_kernels, ctx_->gather_kernels, gpu_kit_);
 }
 
 std::unique_ptr<Copier> TcpTransport::new_control_copier() const {
   // A kernel writing to or reading from pageable memory faults where the GPU
   // cannot address it (CUDA_ERROR_ILLEGAL_ADDRESS, which ends the context):
   // a 4 KiB send between GPUs did so on the two-H200 host.
-  return hooks_.make ? hooks_.make() : make_cuda_copier(nullptr);
+  return hooks_.make ? hooks_.make() : make_cuda_copier(nullptr, nullptr, gpu_kit_);
+}
+
+Status TcpTransport::before_stream_wait() {
+  if (!gpu_kit_ || hooks_.make) return Status();
+  return gpu_kit_->fill(gpu_kit_size());
+}
+
+platform::GpuKitSize TcpTransport::gpu_kit_size() const {
+  const Options& o = ctx_->options;
+  const int paths = static_cast<int>(data_.size());
+  const int depth = std::max(o.staging_depth, 1);
+  platform::GpuKitSize size;
+  // A copier a path and direction, and the control stream's.
+  size.streams = 2 * paths + 1;
+  // A copier's fences in flight: one a slot, and one being recorded.
+  size.events = size.streams * (2 * depth + 1);
+  const size_t slot = o.staging_chunk_bytes;
+  size.blocks[{platform::PinnedKind::kPlain, slot}] = paths * depth;  // receive rings
+  // Send rings: twice as deep when their pages are lent to the socket.
+  if (o.staging_lend_pages) {
+    size.blocks[{platform::PinnedKind::kLendable, slot}] = paths * 2 * depth;
+  } else {
+    size.blocks[{platform::PinnedKind::kPlain, slot}] += paths * depth;
+  }
+  // The control stream's bounce for small GPU payloads.
+  size.blocks[{platform::PinnedKind::kPlain, control_bounce_bytes()}] += 1;
+  // The gather kernel's lists (cuda_copier.cc): four a path copier.
+  size.blocks[{platform::PinnedKind::kPlain, platform::kGatherTableBytes}] += 2 * paths * 4;
+  return size;
 }
 
 void TcpTransport::pieces_of(const core::SegmentList& list, uint64_t offset, uint64_t size,
@@ -153,8 +183,7 @@ Status TcpTransport::exchange(std::span<const Piece> pieces, uint8_t* buffer, bo
   // than its socket did. Without pinned memory to be had they still go, the
   // slow way.
   if (!control_bounce_) {
-    const size_t bytes = std::clamp<size_t>(ctx_->options.inline_max, 4096, kMaxControlBounce);
-    control_bounce_ = std::make_unique<StagingRing>(copier, bytes, 1);
+    control_bounce_ = std::make_unique<StagingRing>(copier, control_bounce_bytes(), 1);
   }
   auto slot = control_bounce_->acquire(staged->device);
   if (!slot.ok()) {

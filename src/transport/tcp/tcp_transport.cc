@@ -49,6 +49,8 @@ TcpTransport::TcpTransport(transport::ConnectionHost& core, PeerInfo peer, platf
       ticket_(std::move(ticket)),
       landed_chunks_(data_.size(), 0),
       hooks_(staging_hooks()),
+      gpu_kit_(ctx_->gpu_reserve ? std::make_shared<platform::GpuKit>(ctx_->gpu_reserve, ctx_->stream_signals)
+                                 : nullptr),
       rx_stage_(data_.size()),
       rx_scratch_(data_.size() + 1),
       held_(std::make_shared<Held>(core.shared_budget())) {

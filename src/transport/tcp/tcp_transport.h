@@ -65,6 +65,7 @@
 // fails.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -83,6 +84,7 @@
 #include "core/notification_queue.h"
 #include "core/segments.h"
 #include "core/transfer_state.h"
+#include "gpu/gpu_kit.h"
 #include "platform/fiber_worker.h"
 #include "platform/mutex.h"
 #include "platform/socket.h"
@@ -145,6 +147,7 @@ class TcpTransport final : public transport::Transport {
   void skip_note(uint64_t seq, std::string_view note) override;
   bool stop_write(const std::shared_ptr<TransferState>& state) override;
   bool stop_landing(const std::shared_ptr<TransferState>& state) override;
+  Status before_stream_wait() override;
   void match(transport::PostedRecv recv, transport::ArrivedMessage msg) override;
   void refuse(const transport::ArrivedMessage& msg, const Status& why) override;
   // Declares the peer lost after peer_timeout of silence, or after
@@ -392,6 +395,9 @@ class TcpTransport final : public transport::Transport {
   // A copier for staging through pinned slots: the test hooks' if set, else
   // CUDA's with the copy kernel.
   std::unique_ptr<Copier> new_copier() const;
+  // What this connection's copiers may take from its kit: a stream and its
+  // fences for each copier, and the staging rings of every path.
+  platform::GpuKitSize gpu_kit_size() const;
   // The copier of exchange(), which may be handed ordinary (pageable)
   // memory: the copy engines only, since the kernel can reach pinned memory
   // alone.
@@ -500,6 +506,9 @@ class TcpTransport final : public transport::Transport {
   std::vector<uint64_t> landed_chunks_;           // per path; only its reader (fiber)
 
   const StagingHooks hooks_;
+  // The streams, events and pinned blocks of this connection's copiers,
+  // filled before a stream waits on it (gpu/gpu_kit.h).
+  const std::shared_ptr<platform::GpuKit> gpu_kit_;
   std::vector<std::unique_ptr<RxStager>> rx_stage_;  // per path; only its reader (fiber)
   // What a reader needs per frame, kept between frames: per path and, last,
   // the control stream's; only that stream's reader.
@@ -517,6 +526,9 @@ class TcpTransport final : public transport::Transport {
   // exchange()'s pinned bounce (inline_max bytes, at most kMaxControlBounce),
   // allocated on first use; declared after the copier that frees it.
   static constexpr size_t kMaxControlBounce = 1 << 20;
+  size_t control_bounce_bytes() const {
+    return std::clamp<size_t>(ctx_->options.inline_max, 4096, kMaxControlBounce);
+  }
   std::unique_ptr<StagingRing> control_bounce_ GUARDED_BY(control_copy_mu_);
   bool bounce_refused_ GUARDED_BY(control_copy_mu_) = false;  // warned once that it could not be had
 
