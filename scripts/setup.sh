@@ -11,6 +11,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev  # the ferry CLI
   libhiredis-dev libcurl4-openssl-dev  # the directory's clients: Redis (hiredis), etcd's JSON gateway (libcurl)
   redis-server etcd-server etcd-client # directory tests start real servers (etcdctl for poking at one by hand)
+  prometheus                       # the metrics endpoint's test scrapes it with a real server
   libgtest-dev                     # tests
   clang libclang-rt-dev            # fuzzing: libFuzzer and the sanitizers (scripts/fuzz.sh); lock annotations checked (scripts/thread_safety.sh)
   iperf3 sockperf                  # anchors the benchmarks compare against

@@ -336,6 +336,9 @@ class Engine {
   // Its transfers by operation and transport, their bytes and times,
   // failures by code, and its connections; empty with Options::metrics off.
   MetricsSnapshot metrics() const;
+  // "host:port" where Prometheus scrapes metrics() (Options::metrics_listen),
+  // or empty when nothing listens.
+  std::string metrics_address() const;
 
   struct Impl;
 

@@ -159,6 +159,11 @@ struct Options {
   // Count transfers for Engine::metrics() (two clock reads and a few
   // uncontended atomic adds a transfer).
   bool metrics = true;
+  // Where to serve metrics() to Prometheus over HTTP (GET /metrics):
+  // "host:port", or ":port"/"port" for loopback; port 0 picks one
+  // (Engine::metrics_address). Empty: nothing listens. The numbers are all
+  // it tells: bind it where only scrapers reach.
+  std::string metrics_listen;
   // A heartbeat goes out after this long without other control traffic.
   std::chrono::milliseconds heartbeat_interval{500};
   // Transfer::wait() polls this long before it sleeps; 0 lets the transport

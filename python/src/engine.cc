@@ -191,6 +191,10 @@ void bind_options(pyb::module_& m) {
       "Bytes all connections together may hold for their peers (each within connection_memory_bytes); a connection "
       "whose peer would pass it fails with ResourceExhausted.");
   exact_property<&Options::metrics>(o, "metrics", "Count transfers for engine.metrics() (on by default).");
+  exact_property<&Options::metrics_listen>(
+      o, "metrics_listen",
+      "host:port (or :port, loopback) to serve engine.metrics() to Prometheus at /metrics; port 0 picks one "
+      "(engine.metrics_address); empty: none.");
   exact_property<&Options::local_other_uids>(
       o, "local_other_uids", "Same-host peers of another uid may use the local transport (refused by default).");
   exact_property<&Options::local_same_process>(
@@ -776,6 +780,9 @@ void bind_engine(pyb::module_& m) {
           "'latency_bounds' seconds, cumulative); 'failures' by status code name; 'connections' and "
           "'connections_failed' by transport; 'gpu_objects_made_late' (CUDA objects ferry's transfer "
           "threads had to make: 0 after stream waits is healthy). The same numbers as metrics_text().")
+      .def_property_readonly(
+          "metrics_address", [](const PyEngine& e) { return e.get()->metrics_address(); },
+          "host:port where Prometheus scrapes this engine's metrics (metrics_listen), or '' when nothing listens.")
       .def(
           "metrics_text", [](const PyEngine& e) { return prometheus_text(e.get()->metrics()); },
           "engine.metrics() in Prometheus' text exposition format.")

@@ -17,6 +17,7 @@
 #include "directory/publisher.h"
 #include "directory/url.h"
 #include "gpu/memory_kind.h"
+#include "engine/metrics_http.h"
 #include "gpu/gpu_kit.h"
 #include "gpu/stream_signals.h"
 #include "platform/crypto.h"
@@ -56,6 +57,10 @@ struct Engine::Impl {
   // keeps this engine's entry alive (deleted first on shutdown).
   std::unique_ptr<Directory> directory;
   std::unique_ptr<directory::Publisher> publisher;
+  // With Options::metrics_listen: the scrape endpoint (stopped first).
+  std::unique_ptr<MetricsHttp> metrics_http;
+
+  MetricsSnapshot metrics() EXCLUDES(mu);
 
   uint64_t next_id() EXCLUDES(mu) {
     platform::MutexLock lock(mu);
@@ -347,12 +352,25 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
     return heartbeat.status().with_context("engine");
   }
   impl->heartbeat = std::move(heartbeat).value();
+  if (!opts.metrics_listen.empty()) {
+    auto http = MetricsHttp::start(opts.metrics_listen, [raw] { return prometheus_text(raw->metrics()); });
+    if (!http.ok()) {
+      // The engine is not handed out: stop what runs, as its destructor would.
+      Engine stopped(std::move(impl));
+      return http.status().with_context("engine");
+    }
+    impl->metrics_http = std::move(http).value();
+    FERRY_ENGINE_LOG(kInfo, "engine", impl->ctx->engine_id, "metrics at http://%s/metrics",
+                     impl->metrics_http->address().c_str());
+  }
   FERRY_ENGINE_LOG(kInfo, "engine", impl->ctx->engine_id, "listening on %s (engine id %016" PRIx64 ", protocol %u)",
                    impl->address.c_str(), impl->ctx->engine_id, static_cast<unsigned>(wire::kProtocolVersion));
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
 Engine::~Engine() {
+  // No scrape reads the engine while it goes.
+  impl_->metrics_http.reset();
   // Out of the directory first: nobody should resolve the name to an engine
   // that is going away.
   impl_->publisher.reset();
@@ -414,17 +432,21 @@ Result<RemoteDescriptor> Engine::export_region(const Region& region, uint64_t of
   return impl_->ctx->registry.export_slice(impl_->ctx->engine_id, region.id, offset, length);
 }
 
-MetricsSnapshot Engine::metrics() const {
+MetricsSnapshot Engine::metrics() const { return impl_->metrics(); }
+
+std::string Engine::metrics_address() const { return impl_->metrics_http ? impl_->metrics_http->address() : ""; }
+
+MetricsSnapshot Engine::Impl::metrics() {
   MetricsSnapshot m;
-  if (impl_->ctx->gpu_reserve) m.gpu_objects_made_late = impl_->ctx->gpu_reserve->made_late();
-  if (!impl_->ctx->metrics) return m;
+  if (ctx->gpu_reserve) m.gpu_objects_made_late = ctx->gpu_reserve->made_late();
+  if (!ctx->metrics) return m;
   const uint64_t made_late = m.gpu_objects_made_late;
-  m = impl_->ctx->metrics->snapshot();
+  m = ctx->metrics->snapshot();
   m.gpu_objects_made_late = made_late;
   std::vector<std::shared_ptr<transport::ConnectionCore>> conns;
   {
-    platform::MutexLock lock(impl_->mu);
-    conns = impl_->connections;
+    platform::MutexLock lock(mu);
+    conns = connections;
   }
   for (const auto& c : conns) {
     std::string transport(c->transport_name());
