@@ -4,25 +4,20 @@
 
 namespace ferry::platform {
 
+GpuCopyLanes::GpuCopyLanes(std::shared_ptr<GpuKit> kit)
+    : kit_(kit ? std::move(kit) : std::make_shared<GpuKit>(std::make_shared<GpuReserve>(), nullptr)) {}
+
 GpuCopyLanes::~GpuCopyLanes() {
-  const auto& d = cuda();
-  for (auto& [device, s] : streams_) {
-    DeviceScope on(device);
-    d.stream_destroy(s);
-  }
+  for (auto& [device, s] : streams_) kit_->give_stream(device, s);
   for (auto& [device, events] : spare_) {
-    DeviceScope on(device);
-    for (cu::Event e : events) d.event_destroy(e);
+    for (cu::Event e : events) kit_->give_event(device, e);
   }
 }
 
 Result<cu::Stream> GpuCopyLanes::stream(int device) {
   auto it = streams_.find(device);
   if (it != streams_.end()) return it->second;
-  const auto& d = cuda();
-  cu::Stream s = nullptr;
-  FERRY_RETURN_IF_ERROR(
-      d.check(d.stream_create(&s, cu::kStreamNonBlocking), "cuStreamCreate", Code::kResourceExhausted));
+  FERRY_ASSIGN_OR_RETURN(cu::Stream s, kit_->take_stream(device));
   streams_[device] = s;
   return s;
 }
@@ -44,8 +39,7 @@ Result<cu::Event> GpuCopyLanes::mark(int device) {
     e = spare.back();
     spare.pop_back();
   } else {
-    FERRY_RETURN_IF_ERROR(
-        d.check(d.event_create(&e, cu::kEventDisableTiming), "cuEventCreate", Code::kResourceExhausted));
+    FERRY_ASSIGN_OR_RETURN(e, kit_->take_event(device));
   }
   Status recorded = d.check(d.event_record(e, s), "cuEventRecord");
   if (!recorded.ok()) {
@@ -119,15 +113,6 @@ void wait_stream(int device, cu::Stream stream) {
   cuda().stream_synchronize(stream);
 }
 
-void* alloc_pinned(size_t bytes) {
-  void* p = nullptr;
-  return cuda().mem_host_alloc(&p, bytes, cu::kHostAllocPortable) == cu::kSuccess ? p : nullptr;
-}
-
-void free_pinned(int device, void* p) {
-  DeviceScope on(device);
-  cuda().mem_free_host(p);
-}
 
 int first_active_device(int preferred) {
   const auto& d = cuda();

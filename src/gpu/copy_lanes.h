@@ -1,6 +1,7 @@
 // GpuCopyLanes: one user's GPU copies (a local connection's copier), on
-// every device it copies on: a non-blocking stream a device, created on
-// first use, and events that mark what was queued there, recycled. Beside
+// every device it copies on: a non-blocking stream a device, taken from its
+// connection's kit on first use (gpu/gpu_kit.h), and events that mark what
+// was queued there, recycled, and all given back to the kit at the end. Beside
 // it, the copies themselves and the questions asked of streams and events,
 // so that the local transport reaches the CUDA driver only through here.
 //
@@ -11,24 +12,27 @@
 
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "ferry/status.h"
 #include "gpu/cuda_driver.h"
+#include "gpu/gpu_kit.h"
 
 namespace ferry::platform {
 
 class GpuCopyLanes {
  public:
-  GpuCopyLanes() = default;
-  // Destroys the streams and events (the owner waited for its copies).
+  // `kit` null: a kit of its own.
+  explicit GpuCopyLanes(std::shared_ptr<GpuKit> kit = nullptr);
+  // Gives the streams and events back to the kit (the owner waited for its
+  // copies).
   ~GpuCopyLanes();
   GpuCopyLanes(const GpuCopyLanes&) = delete;
   GpuCopyLanes& operator=(const GpuCopyLanes&) = delete;
 
-  // The stream of `device`, created in the current context (the caller made
-  // the device's current) on first use.
+  // The stream of `device`, taken on first use.
   Result<cu::Stream> stream(int device);
   // The stream of `device` if one was made, else null.
   cu::Stream stream_if_made(int device) const;
@@ -39,8 +43,10 @@ class GpuCopyLanes {
   void recycle(int device, cu::Event e);
   // Blocks until every stream has run what is queued on it.
   void synchronize_all();
+  GpuKit& kit() const { return *kit_; }
 
  private:
+  std::shared_ptr<GpuKit> kit_;
   std::map<int, cu::Stream> streams_;            // by device
   std::map<int, std::vector<cu::Event>> spare_;  // events belong to a context
 };
@@ -64,10 +70,6 @@ Result<bool> stream_idle(cu::Stream stream);
 Result<bool> event_reached(cu::Event event);
 // Blocks until `stream` (of `device`) ran what is queued on it.
 void wait_stream(int device, cu::Stream stream);
-// Page-locked host memory any of this process's GPUs reads (portable), in
-// the current context; null when none can be had.
-void* alloc_pinned(size_t bytes);
-void free_pinned(int device, void* p);
 // `preferred` if this process has a context on it, else the first device it
 // has one on, else `preferred` (a context will be made there).
 int first_active_device(int preferred);

@@ -51,22 +51,23 @@ bool any_host(const core::SegmentList& list) {
 
 LocalCopier::LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid, PeerCheck peer_check,
                          std::shared_ptr<CopyPool> helpers, std::shared_ptr<platform::GatherKernels> gather,
-                         std::shared_ptr<platform::ResidentGather> resident)
+                         std::shared_ptr<platform::ResidentGather> resident, std::shared_ptr<platform::GpuKit> kit)
     : imports_(imports),
       gather_(std::move(gather)),
       resident_(std::move(resident)),
       peer_engine_(peer_engine),
       peer_pid_(peer_pid),
       peer_check_(std::move(peer_check)),
+      lanes_(std::move(kit)),
       helpers_(std::move(helpers)) {}
 
 LocalCopier::~LocalCopier() {
   drain();
   platform::MutexLock lock(mu_);
   for (PieceTable& t : tables_) {
-    if (t.items != nullptr) platform::free_pinned(t.device, t.items);
+    if (t.items != nullptr) lanes_.kit().give_block(platform::PinnedKind::kPlain, kTableBytes, t.items);
   }
-  // lanes_ destroys its streams and events.
+  // lanes_ gives its streams and events back.
 }
 
 Result<LocalCopier::Running> LocalCopier::admit(const StopCheck& stop) {

@@ -78,7 +78,8 @@ class LocalCopier {
   // large host copies.
   LocalCopier(GpuImports& imports, uint64_t peer_engine, pid_t peer_pid, PeerCheck peer_check,
               std::shared_ptr<CopyPool> helpers = nullptr, std::shared_ptr<platform::GatherKernels> gather = nullptr,
-              std::shared_ptr<platform::ResidentGather> resident = nullptr);
+              std::shared_ptr<platform::ResidentGather> resident = nullptr,
+              std::shared_ptr<platform::GpuKit> kit = nullptr);
   // Waits for the copies handed to the helpers and for queued GPU copies.
   // Blocks.
   ~LocalCopier();
@@ -142,6 +143,11 @@ class LocalCopier {
   Status copy_to_device_now(int device, void* dst, const void* src, size_t n) EXCLUDES(mu_);
   // Closes the peer's mappings of `alloc_base` (0: all) after draining.
   void forget(uint64_t alloc_base);
+
+  // The gather kernel's pinned lists: kTables of kTableBytes.
+  static constexpr size_t kTableItems = 2048;  // 48 KiB a table
+  static constexpr size_t kTableBytes = kTableItems * sizeof(platform::GatherPiece);
+  static constexpr size_t kTables = 4;
 
  private:
   struct InFlight {
@@ -233,8 +239,6 @@ class LocalCopier {
     int device = -1;  // whose context allocated it
     bool busy = false;
   };
-  static constexpr size_t kTableItems = 2048;  // 48 KiB a table
-  static constexpr size_t kTables = 4;
   // A free table, allocated on first use in the context of `device` (the
   // current one); null when all are busy or no pinned memory can be had
   // (copy() then lists the pieces in the launch's parameters).

@@ -266,11 +266,10 @@ LocalCopier::PieceTable* LocalCopier::take_table(int device) {
   for (PieceTable& t : tables_) {
     if (t.busy) continue;
     if (t.items == nullptr) {
-      // Allocated in the current context, portable: any of this process's
-      // GPUs reads it.
-      void* p = platform::alloc_pinned(kTableItems * sizeof(GatherPiece));
-      if (p == nullptr) return nullptr;
-      t.items = static_cast<GatherPiece*>(p);
+      // Portable: any of this process's GPUs reads it.
+      Result<void*> p = lanes_.kit().take_block(platform::PinnedKind::kPlain, kTableBytes, device);
+      if (!p.ok()) return nullptr;
+      t.items = static_cast<GatherPiece*>(p.value());
       t.device = device;
     }
     t.busy = true;

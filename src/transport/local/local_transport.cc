@@ -26,6 +26,8 @@ LocalTransport::LocalTransport(transport::ConnectionHost& core, LocalPeer peer, 
       peer_(std::move(peer)),
       control_(std::move(control)),
       channel_(std::move(channel)),
+      gpu_kit_(ctx_->gpu_reserve ? std::make_shared<platform::GpuKit>(ctx_->gpu_reserve, ctx_->stream_signals)
+                                 : nullptr),
       copier_(
           *ctx_->gpu_imports, peer_.engine_id, peer_.pid,
           [this] {
@@ -36,7 +38,7 @@ LocalTransport::LocalTransport(transport::ConnectionHost& core, LocalPeer peer, 
                                                ": the peer gave up on the connection before this copy ended; "
                                                "the bytes copied cannot be trusted");
           },
-          ctx_->local_workers->copies, ctx_->gather_kernels, ctx_->resident_gather),
+          ctx_->local_workers->copies, ctx_->gather_kernels, ctx_->resident_gather, gpu_kit_),
       progress_(ctx_->local_workers->progress) {
   last_peer_beat_at_ = Clock::now();
   last_activity_ = last_peer_beat_at_;
@@ -257,6 +259,16 @@ void LocalTransport::let_go_of_channel() {
 void LocalTransport::shut_control() {
   platform::MutexLock lock(control_mu_);
   control_.shutdown();
+}
+
+Status LocalTransport::before_stream_wait() {
+  if (!gpu_kit_) return Status();
+  platform::GpuKitSize size;
+  size.streams = 1;  // the copier's lane on each device
+  // Its copies' marks in flight: one a copy the progress workers watch.
+  size.events = 64;
+  size.blocks[{platform::PinnedKind::kPlain, LocalCopier::kTableBytes}] = static_cast<int>(LocalCopier::kTables);
+  return gpu_kit_->fill(size);
 }
 
 }  // namespace ferry::local

@@ -55,6 +55,7 @@
 #include "core/notification_queue.h"
 #include "core/segments.h"
 #include "core/transfer_state.h"
+#include "gpu/gpu_kit.h"
 #include "platform/mutex.h"
 #include "platform/socket.h"
 #include "transport/connection_core.h"
@@ -131,6 +132,7 @@ class LocalTransport final : public transport::Transport, private ProgressPool::
                  bool caller_thread) override;
   void skip_note(uint64_t seq, std::string_view note) override;
   bool stop_write(const std::shared_ptr<TransferState>& state) override;
+  Status before_stream_wait() override;
   void match(transport::PostedRecv recv, transport::ArrivedMessage msg) override;
   void refuse(const transport::ArrivedMessage& msg, const Status& why) override;
   void tick(Clock::time_point now) override;
@@ -251,6 +253,9 @@ class LocalTransport final : public transport::Transport, private ProgressPool::
   mutable platform::Mutex control_mu_;
   platform::Socket control_ GUARDED_BY(control_mu_);
   ShmChannel channel_;  // any thread; closed by close() (what touches it then touches nothing)
+  // The copier's streams, events and pinned lists, filled before a stream
+  // waits on this connection (gpu/gpu_kit.h).
+  const std::shared_ptr<platform::GpuKit> gpu_kit_;
   LocalCopier copier_;
   ProgressPool& progress_;                      // the engine's workers
   std::shared_ptr<ProgressPool::Entry> entry_;  // set by start() before a turn can run; constant after
