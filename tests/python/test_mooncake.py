@@ -1396,3 +1396,26 @@ def test_directory_names_engines(kind, tmp_path):
             p.stop()
         server.kill()
         server.wait(10)
+
+
+def test_a_cached_table_of_a_buffer_registered_again_lands_in_the_new_registration(engine, pool, peer, target):
+    """The initiator holds the target's table from an earlier write; the target
+    unregisters the buffer and registers the same address again before the
+    next write. The table's descriptor names the old registration, which the
+    target refuses before a byte moves; the initiator asks for the table again
+    and the write lands in the new registration (the caller named an address,
+    and it is registered again), with every other byte of it untouched."""
+    session = session_of(peer)
+    for round_ in range(5):
+        t = target(64 * KiB, seed=40 + round_)
+        assert engine.transfer_sync_write(session, pool.addr, t.addr, 1000) == 0, engine.last_error
+        t.expect(0, pool.array[:1000])
+        assert peer.call("unregister", t.addr) == 0
+        assert peer.call("register", t.addr, t.n) == 0
+        rc = engine.transfer_sync_write(session, pool.addr + 333, t.addr + 9, 4099)
+        assert rc == 0, f"round {round_}: {engine.last_error}"
+        t.expect(9, pool.array[333:333 + 4099])
+        t.check(f"round {round_}: a write after the buffer was registered again")
+        assert engine.transfer_sync_write(session, pool.addr, t.addr + 20000, 100) == 0, engine.last_error
+        t.expect(20000, pool.array[:100])
+        t.check(f"round {round_}: the next write")
