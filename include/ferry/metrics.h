@@ -46,6 +46,18 @@ struct MetricsSnapshot {
   // for the very stream that waits for the transfer: after stream waits, a
   // count that grows says that happened anyway. Counted with metrics off too.
   uint64_t gpu_objects_made_late = 0;
+  // Incoming handshakes refused or dropped, by reason: the status code's
+  // name ("unauthenticated", "deadline_exceeded", ...) or "busy" (closed
+  // unread past max_handshakes).
+  std::map<std::string, uint64_t> handshakes_refused;
+  // Data paths lost (a reset, a timeout, a failed send; not an orderly
+  // close), by transport.
+  std::map<std::string, uint64_t> paths_lost;
+  // Bytes the engine holds for its peers now (unreceived messages, unpolled
+  // notifications, unread replies: against connection_memory_bytes and
+  // engine_memory_bytes), and the most it ever held at once.
+  uint64_t held_bytes = 0;
+  uint64_t held_bytes_peak = 0;
 };
 
 // The snapshot in Prometheus' text exposition format (version 0.0.4).

@@ -773,12 +773,17 @@ void bind_engine(pyb::module_& m) {
             out["connections"] = m.connections;
             out["connections_failed"] = m.connections_failed;
             out["gpu_objects_made_late"] = m.gpu_objects_made_late;
+            out["handshakes_refused"] = m.handshakes_refused;
+            out["paths_lost"] = m.paths_lost;
+            out["held_bytes"] = m.held_bytes;
+            out["held_bytes_peak"] = m.held_bytes_peak;
             return out;
           },
           "What the engine has done, as a dict: 'transfers' by (operation, transport) with 'succeeded', "
           "'failed', 'bytes', 'seconds_sum' and 'within' (transfers that took at most each of "
           "'latency_bounds' seconds, cumulative); 'failures' by status code name; 'connections' and "
-          "'connections_failed' by transport; 'gpu_objects_made_late' (CUDA objects ferry's transfer "
+          "'connections_failed' by transport; 'handshakes_refused' by reason; 'paths_lost' by transport; "
+          "'held_bytes' and 'held_bytes_peak' (held for peers); 'gpu_objects_made_late' (CUDA objects ferry's transfer "
           "threads had to make: 0 after stream waits is healthy). The same numbers as metrics_text().")
       .def_property_readonly(
           "metrics_address", [](const PyEngine& e) { return e.get()->metrics_address(); },

@@ -83,6 +83,22 @@ std::string prometheus_text(const MetricsSnapshot& m) {
     line("ferry_connections{transport=\"" + label(transport) + "\",state=\"up\"} " + std::to_string(n - failed));
     line("ferry_connections{transport=\"" + label(transport) + "\",state=\"failed\"} " + std::to_string(failed));
   }
+  line("# HELP ferry_handshakes_refused_total Incoming handshakes refused or dropped, by reason.");
+  line("# TYPE ferry_handshakes_refused_total counter");
+  for (const auto& [reason, n] : m.handshakes_refused) {
+    line("ferry_handshakes_refused_total{reason=\"" + label(reason) + "\"} " + std::to_string(n));
+  }
+  line("# HELP ferry_paths_lost_total Data paths lost (not closed in order), by transport.");
+  line("# TYPE ferry_paths_lost_total counter");
+  for (const auto& [transport, n] : m.paths_lost) {
+    line("ferry_paths_lost_total{transport=\"" + label(transport) + "\"} " + std::to_string(n));
+  }
+  line("# HELP ferry_held_bytes Bytes held for peers (unreceived messages, unpolled notes, unread replies).");
+  line("# TYPE ferry_held_bytes gauge");
+  line("ferry_held_bytes " + std::to_string(m.held_bytes));
+  line("# HELP ferry_held_bytes_peak The most bytes ever held for peers at once.");
+  line("# TYPE ferry_held_bytes_peak gauge");
+  line("ferry_held_bytes_peak " + std::to_string(m.held_bytes_peak));
   line("# HELP ferry_gpu_objects_made_late_total CUDA streams, events and pinned blocks made on transfer threads.");
   line("# TYPE ferry_gpu_objects_made_late_total counter");
   line("ferry_gpu_objects_made_late_total " + std::to_string(m.gpu_objects_made_late));
@@ -136,8 +152,27 @@ void TransferMetrics::record(MeteredOp op, int transport, uint64_t bytes, int64_
   p.buckets[static_cast<size_t>(bucket_of(nanoseconds))].fetch_add(1, relaxed);
 }
 
+void TransferMetrics::handshake_refused(std::string_view reason) {
+  platform::MutexLock lock(mu_);
+  auto it = handshakes_refused_.find(reason);
+  if (it == handshakes_refused_.end()) it = handshakes_refused_.emplace(std::string(reason), 0).first;
+  ++it->second;
+}
+
+void TransferMetrics::path_lost(std::string_view transport) {
+  platform::MutexLock lock(mu_);
+  auto it = paths_lost_.find(transport);
+  if (it == paths_lost_.end()) it = paths_lost_.emplace(std::string(transport), 0).first;
+  ++it->second;
+}
+
 MetricsSnapshot TransferMetrics::snapshot() const {
   MetricsSnapshot m;
+  {
+    platform::MutexLock lock(mu_);
+    m.handshakes_refused.insert(handshakes_refused_.begin(), handshakes_refused_.end());
+    m.paths_lost.insert(paths_lost_.begin(), paths_lost_.end());
+  }
   constexpr auto relaxed = std::memory_order_relaxed;
   for (int op = 0; op < kMeteredOps; ++op) {
     for (int t = 0; t < kMeteredTransports; ++t) {

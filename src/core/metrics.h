@@ -2,15 +2,22 @@
 // by thread. A transfer is metered when it is posted (TransferState::meter)
 // and counted once, when it finishes, on the thread that finishes it.
 //
+// Rare events (a handshake refused, a data path lost) are counted under a
+// lock of their own.
+//
 // Thread-safe; record() takes no lock and touches one shard's cache lines.
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
 
 #include "ferry/metrics.h"
 #include "ferry/status.h"
+#include "platform/mutex.h"
 
 namespace ferry::core {
 
@@ -27,9 +34,16 @@ class TransferMetrics {
   static constexpr int kShards = 8;
 
   void record(MeteredOp op, int transport, uint64_t bytes, int64_t nanoseconds, Code code);
+  // A handshake this engine refused or dropped: `reason` is the status
+  // code's name, or "busy" for a stream closed unread past max_handshakes.
+  void handshake_refused(std::string_view reason) EXCLUDES(mu_);
+  // A data path of a `transport` connection lost while the connection went on
+  // or failed (not an orderly close).
+  void path_lost(std::string_view transport) EXCLUDES(mu_);
+
   // Sums the shards. Counts taken while transfers finish may be a moment
   // apart from one another; each is exact.
-  MetricsSnapshot snapshot() const;
+  MetricsSnapshot snapshot() const EXCLUDES(mu_);
 
  private:
   struct alignas(64) Shard {
@@ -44,6 +58,9 @@ class TransferMetrics {
   Shard& mine();
 
   std::array<Shard, kShards> shards_;
+  mutable platform::Mutex mu_;
+  std::map<std::string, uint64_t, std::less<>> handshakes_refused_ GUARDED_BY(mu_);
+  std::map<std::string, uint64_t, std::less<>> paths_lost_ GUARDED_BY(mu_);
 };
 
 }  // namespace ferry::core

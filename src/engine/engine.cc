@@ -443,6 +443,8 @@ MetricsSnapshot Engine::Impl::metrics() {
   const uint64_t made_late = m.gpu_objects_made_late;
   m = ctx->metrics->snapshot();
   m.gpu_objects_made_late = made_late;
+  m.held_bytes = ctx->memory_budget->held();
+  m.held_bytes_peak = ctx->memory_budget->peak();
   std::vector<std::shared_ptr<transport::ConnectionCore>> conns;
   {
     platform::MutexLock lock(mu);

@@ -71,6 +71,10 @@ TEST(TransferMetrics, PrometheusTextNamesEveryFamilyWithItsType) {
   s.connections["tcp"] = 3;
   s.connections_failed["tcp"] = 1;
   s.gpu_objects_made_late = 4;
+  s.handshakes_refused["busy"] = 2;
+  s.paths_lost["tcp"] = 5;
+  s.held_bytes = 77;
+  s.held_bytes_peak = 99;
   std::string text = prometheus_text(s);
   for (const char* want : {"# TYPE ferry_transfers_total counter\n",
                            "ferry_transfers_total{op=\"write_blocks\",transport=\"tcp\",result=\"ok\"} 1\n",
@@ -87,7 +91,14 @@ TEST(TransferMetrics, PrometheusTextNamesEveryFamilyWithItsType) {
                            "ferry_connections{transport=\"tcp\",state=\"up\"} 2\n",
                            "ferry_connections{transport=\"tcp\",state=\"failed\"} 1\n",
                            "# TYPE ferry_gpu_objects_made_late_total counter\n",
-                           "ferry_gpu_objects_made_late_total 4\n"}) {
+                           "ferry_gpu_objects_made_late_total 4\n",
+                           "# TYPE ferry_handshakes_refused_total counter\n",
+                           "ferry_handshakes_refused_total{reason=\"busy\"} 2\n",
+                           "# TYPE ferry_paths_lost_total counter\n",
+                           "ferry_paths_lost_total{transport=\"tcp\"} 5\n",
+                           "# TYPE ferry_held_bytes gauge\n",
+                           "ferry_held_bytes 77\n",
+                           "ferry_held_bytes_peak 99\n"}) {
     EXPECT_NE(text.find(want), std::string::npos) << "missing: " << want << "in:\n" << text;
   }
 }

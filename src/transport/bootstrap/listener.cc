@@ -199,6 +199,7 @@ void TcpListener::start_handshake_locked(platform::Socket s, std::string group) 
     // The stream closes with the dropped function that owned it.
     FERRY_ENGINE_LOG(kWarn, "tcp", ctx_->engine_id, "closed an incoming stream: %s",
                      started.status().to_string().c_str());
+    if (ctx_->metrics) ctx_->metrics->handshake_refused(code_name(started.status().code()));
     uncount_locked(h);
     handshakes_.erase(id);
     return;
@@ -207,6 +208,7 @@ void TcpListener::start_handshake_locked(platform::Socket s, std::string group) 
 }
 
 void TcpListener::closed_unread_locked(const std::string& group) {
+  if (ctx_->metrics) ctx_->metrics->handshake_refused("busy");
   auto now = Clock::now();
   if (now - busy_logged_ < std::chrono::seconds(1)) return;
   busy_logged_ = now;
@@ -335,6 +337,7 @@ void TcpListener::serve(uint64_t handshake_id, platform::Socket s) {
   if (!st.ok()) {
     FERRY_ENGINE_LOG(kWarn, "tcp", ctx_->engine_id, "dropped incoming stream from %s: %s", from.c_str(),
                      st.to_string().c_str());
+    if (ctx_->metrics) ctx_->metrics->handshake_refused(code_name(st.code()));
   }
   platform::MutexLock lock(mu_);
   auto it = handshakes_.find(handshake_id);

@@ -333,6 +333,7 @@ void TcpTransport::path_failed(int path, const Status& why, bool orderly) {
   } else {
     FERRY_ENGINE_LOG(kWarn, "tcp", ctx_->engine_id, "%s: data path %d (%s) lost: %s; %d path(s) carry on",
                      where().c_str(), path, name.c_str(), why.message().c_str(), live);
+    if (ctx_->metrics) ctx_->metrics->path_lost("tcp");
   }
   if (live == 0) {
     Status down(Code::kPeerLost, where() + ": every data path is down (last: path " + std::to_string(path) + " " +

@@ -1,0 +1,116 @@
+// The engine's rare-event metrics: handshakes refused by reason, data paths
+// lost, and the bytes held for peers; each test makes the event happen for
+// real and fails if its counting is taken out.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "engine_pair.h"
+#include "ferry/ferry.h"
+#include "hostile_peer.h"
+#include "testing/random_data.h"
+
+namespace ferry {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Polls `pred` on `e`'s metrics until it holds or 10 s pass.
+template <class Pred>
+bool metrics_reach(const Engine& e, Pred pred) {
+  for (auto end = std::chrono::steady_clock::now() + 10s; std::chrono::steady_clock::now() < end;) {
+    if (pred(e.metrics())) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return pred(e.metrics());
+}
+
+TEST(MetricsEvents, HandshakesRefusedAreCountedByReason) {
+  Options o;
+  o.auth_token = "the right secret";
+  auto target = Engine::create(o);
+  ASSERT_TRUE(target.ok()) << target.status().to_string();
+  Options wrong;
+  wrong.auth_token = "a wrong secret";
+  auto other = Engine::create(wrong);
+  ASSERT_TRUE(other.ok());
+  for (int i = 0; i < 3; ++i) {
+    auto c = (*other)->connect((*target)->address(), after(5s));
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), Code::kUnauthenticated) << c.status().to_string();
+  }
+  EXPECT_TRUE(metrics_reach(**target, [](const MetricsSnapshot& m) {
+    auto it = m.handshakes_refused.find("unauthenticated");
+    return it != m.handshakes_refused.end() && it->second == 3;
+  })) << "refused handshakes not counted";
+  std::string text = prometheus_text((*target)->metrics());
+  EXPECT_NE(text.find("ferry_handshakes_refused_total{reason=\"unauthenticated\"} 3\n"), std::string::npos) << text;
+}
+
+TEST(MetricsEvents, StreamsClosedUnreadPastMaxHandshakesAreCountedBusy) {
+  Options o;
+  o.max_handshakes = 2;  // one an address group
+  auto target = Engine::create(o);
+  ASSERT_TRUE(target.ok());
+  auto hp = platform::parse_host_port((*target)->address()).value();
+  // Streams that send nothing: the first holds the group's one handshake,
+  // the rest wait parked and are closed unread.
+  std::vector<platform::Socket> silent;
+  for (int i = 0; i < 12; ++i) {
+    auto s = platform::connect_tcp(hp, after(5s));
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    silent.push_back(std::move(s).value());
+  }
+  EXPECT_TRUE(metrics_reach(**target, [](const MetricsSnapshot& m) {
+    auto it = m.handshakes_refused.find("busy");
+    return it != m.handshakes_refused.end() && it->second >= 1;
+  })) << "streams closed unread not counted";
+}
+
+TEST(MetricsEvents, ADataPathResetByThePeerIsCountedLost) {
+  auto target = Engine::create(Options{});
+  ASSERT_TRUE(target.ok());
+  hostile::Peer peer;
+  ASSERT_TRUE(peer.dial((*target)->address(), 3).ok());
+  auto conn = (*target)->accept(after(5s));
+  ASSERT_TRUE(conn.ok()) << conn.status().to_string();
+  EXPECT_EQ((*target)->metrics().paths_lost.count("tcp"), 0u);
+  // A reset, not an orderly close: the peer's end goes with SO_LINGER 0.
+  linger hard{1, 0};
+  ASSERT_EQ(::setsockopt(peer.data[1].fd(), SOL_SOCKET, SO_LINGER, &hard, sizeof(hard)), 0);
+  peer.data[1].reset();
+  EXPECT_TRUE(metrics_reach(**target, [](const MetricsSnapshot& m) {
+    auto it = m.paths_lost.find("tcp");
+    return it != m.paths_lost.end() && it->second == 1;
+  })) << "a lost path not counted";
+  // An orderly close of the rest is no loss.
+  peer.hang_up();
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ((*target)->metrics().paths_lost.at("tcp"), 1u);
+}
+
+TEST(MetricsEvents, BytesHeldForAPeerAreShownAndGivenBack) {
+  EnginePair p = connect_pair("tcp");
+  std::vector<uint8_t> msg(50'001);  // inline (under inline_max): it travels before a receive is posted
+  testing::fill_random_bytes(msg.data(), msg.size(), /*seed=*/3);
+  ASSERT_TRUE(p.a->reg(msg.data(), msg.size()).ok());
+  // No receive is posted: b holds the message for a (the send completes
+  // once it is received).
+  Transfer sent = p.ca->send_async(msg.data(), msg.size());
+  EXPECT_TRUE(metrics_reach(*p.b, [&](const MetricsSnapshot& m) { return m.held_bytes >= msg.size(); }))
+      << "held: " << p.b->metrics().held_bytes;
+  std::vector<uint8_t> got(msg.size());
+  ASSERT_TRUE(p.b->reg(got.data(), got.size()).ok());
+  ASSERT_TRUE(p.cb->recv_async(got.data(), got.size()).wait(after(10s)).ok());
+  ASSERT_TRUE(sent.wait(after(10s)).ok());
+  EXPECT_EQ(got, msg);
+  MetricsSnapshot m = p.b->metrics();
+  EXPECT_EQ(m.held_bytes, 0u);
+  EXPECT_GE(m.held_bytes_peak, msg.size());
+}
+
+}  // namespace
+}  // namespace ferry
