@@ -109,7 +109,10 @@ Status GpuKit::fill(const GpuKitSize& size) {
   bool all_filled = true;
   for (int device : devices) all_filled = all_filled && filled_.count(device) != 0;
   if (all_filled) return Status();
-  // While no stream waits, and none is armed until the kit is full.
+  // No stream is armed until the kit is full. Where one waits already
+  // (quiet.ok() false) they are made all the same: this is an application
+  // thread, which the driver may hold until that wait ends, and the threads
+  // that end it take from kits filled before.
   StreamSignals::Quiet quiet(signals_.get());
   for (int device : devices) {
     if (filled_.count(device) != 0) continue;
