@@ -152,18 +152,24 @@ void TransferMetrics::record(MeteredOp op, int transport, uint64_t bytes, int64_
   p.buckets[static_cast<size_t>(bucket_of(nanoseconds))].fetch_add(1, relaxed);
 }
 
+namespace {
+
+void count(std::map<std::string, uint64_t, std::less<>>& by_label, std::string_view label) {
+  auto it = by_label.find(label);
+  if (it == by_label.end()) it = by_label.emplace(std::string(label), 0).first;
+  ++it->second;
+}
+
+}  // namespace
+
 void TransferMetrics::handshake_refused(std::string_view reason) {
   platform::MutexLock lock(mu_);
-  auto it = handshakes_refused_.find(reason);
-  if (it == handshakes_refused_.end()) it = handshakes_refused_.emplace(std::string(reason), 0).first;
-  ++it->second;
+  count(handshakes_refused_, reason);
 }
 
 void TransferMetrics::path_lost(std::string_view transport) {
   platform::MutexLock lock(mu_);
-  auto it = paths_lost_.find(transport);
-  if (it == paths_lost_.end()) it = paths_lost_.emplace(std::string(transport), 0).first;
-  ++it->second;
+  count(paths_lost_, transport);
 }
 
 MetricsSnapshot TransferMetrics::snapshot() const {

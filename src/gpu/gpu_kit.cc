@@ -159,14 +159,19 @@ Status GpuKit::top_up(int device, const GpuKitSize& size) {
   return Status();
 }
 
-Result<cu::Stream> GpuKit::take_stream(int device) {
+template <class Key, class T>
+std::optional<T> GpuKit::take_spare(std::map<Key, std::vector<T>> GpuKit::*spares, const Key& key) {
   {
     MutexLock lock(mu_);
-    cu::Stream s = nullptr;
-    if (pop(streams_[device], s)) return s;
-    ++made_on_demand_;
+    T item{};
+    if (pop((this->*spares)[key], item)) return item;
   }
   reserve_->made_late_.fetch_add(1, std::memory_order_relaxed);
+  return std::nullopt;
+}
+
+Result<cu::Stream> GpuKit::take_stream(int device) {
+  if (auto s = take_spare(&GpuKit::streams_, device)) return *s;
   return make_stream(device);
 }
 
@@ -176,13 +181,7 @@ void GpuKit::give_stream(int device, cu::Stream s) {
 }
 
 Result<cu::Event> GpuKit::take_event(int device) {
-  {
-    MutexLock lock(mu_);
-    cu::Event e = nullptr;
-    if (pop(events_[device], e)) return e;
-    ++made_on_demand_;
-  }
-  reserve_->made_late_.fetch_add(1, std::memory_order_relaxed);
+  if (auto e = take_spare(&GpuKit::events_, device)) return *e;
   return make_event(device);
 }
 
@@ -192,24 +191,13 @@ void GpuKit::give_event(int device, cu::Event e) {
 }
 
 Result<void*> GpuKit::take_block(PinnedKind kind, size_t bytes, int device) {
-  {
-    MutexLock lock(mu_);
-    void* p = nullptr;
-    if (pop(blocks_[{kind, bytes}], p)) return p;
-    ++made_on_demand_;
-  }
-  reserve_->made_late_.fetch_add(1, std::memory_order_relaxed);
+  if (auto p = take_spare(&GpuKit::blocks_, BlockKey{kind, bytes})) return *p;
   return make_block(kind, bytes, device);
 }
 
 void GpuKit::give_block(PinnedKind kind, size_t bytes, void* p) {
   MutexLock lock(mu_);
   blocks_[{kind, bytes}].push_back(p);
-}
-
-uint64_t GpuKit::made_on_demand() const {
-  MutexLock lock(mu_);
-  return made_on_demand_;
 }
 
 std::vector<int> active_devices() {

@@ -14,8 +14,8 @@
 // connection ends; nothing is freed before the engine closes.
 //
 // A take from an empty kit still works (the object is made there and then)
-// and is counted: made_on_demand() after a stream-waited transfer is what a
-// test checks.
+// and is counted: the engine's metrics (gpu_objects_made_late) after a
+// stream-waited transfer are what a test checks.
 //
 // Thread-safe.
 #pragma once
@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
@@ -57,7 +58,7 @@ class GpuReserve {
   GpuReserve(const GpuReserve&) = delete;
   GpuReserve& operator=(const GpuReserve&) = delete;
 
-  // Objects kits had to make on a take (the kits' made_on_demand, summed).
+  // Objects kits had to make on a take because they had none spare.
   uint64_t made_late() const { return made_late_.load(std::memory_order_relaxed); }
 
  private:
@@ -97,12 +98,13 @@ class GpuKit {
   Result<void*> take_block(PinnedKind kind, size_t bytes, int device) EXCLUDES(mu_);
   void give_block(PinnedKind kind, size_t bytes, void* p) EXCLUDES(mu_);
 
-  // Objects a take had to make because the kit had none.
-  uint64_t made_on_demand() const EXCLUDES(mu_);
-
  private:
   using BlockKey = GpuReserve::BlockKey;
   Status top_up(int device, const GpuKitSize& size) REQUIRES(mu_);
+  // A spare from `spares` (one of the maps below) under `key`; none, and
+  // one more counted made late (GpuReserve::made_late), when it is empty.
+  template <class Key, class T>
+  std::optional<T> take_spare(std::map<Key, std::vector<T>> GpuKit::*spares, const Key& key) EXCLUDES(mu_);
 
   const std::shared_ptr<GpuReserve> reserve_;
   const std::shared_ptr<StreamSignals> signals_;
@@ -111,7 +113,6 @@ class GpuKit {
   std::map<int, std::vector<cu::Event>> events_ GUARDED_BY(mu_);
   std::map<BlockKey, std::vector<void*>> blocks_ GUARDED_BY(mu_);
   std::set<int> filled_ GUARDED_BY(mu_);  // devices fill() stocked
-  uint64_t made_on_demand_ GUARDED_BY(mu_) = 0;
 };
 
 // The devices whose primary context this process has made.
