@@ -13,7 +13,10 @@ cd "$(dirname "$0")/../.."
 out=${1:-build-gpu/suite_repeat}
 mkdir -p "$out"
 PART=build bash bench/gpu/one_gpu.sh "$out/build" >"$out/build.txt" 2>&1 || { cat "$out/build.txt"; exit 1; }
+# A GPU pytest run takes about 45 s: at 90 s a hung one has its stacks taken
+# well inside a device call's limit.
 export PART=local SKIP_BUILD=1 CONCURRENT=${CONCURRENT:-1} REPEAT=${REPEAT:-20} BUDGET=${BUDGET:-480}
+export PYTEST_LIMIT=${PYTEST_LIMIT:-90}
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 if ((gpus >= 2)); then
   CUDA_VISIBLE_DEVICES=1 bash bench/gpu/one_gpu.sh "$out/one" >"$out/one.txt" 2>"$out/one.err" &

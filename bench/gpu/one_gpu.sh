@@ -27,6 +27,8 @@
 #               test saying whether it passed in each run. A test
 #               still running at its limit has every thread's stack of its
 #               processes written to its log (cuda-gdb) before it is killed.
+#   PYTEST_LIMIT=S  the GPU pytest runs' limit (default 300 s; a run takes
+#               about 45 s, so a repeat that wants the stacks of a hang sets less).
 #   CONCURRENT=1  the tests of a run start together (each its own processes)
 #               and the run ends when the last one does.
 #   SKIP_BUILD=1  uses build-gpu as it is (bench/gpu/gpu_suite_repeat.sh runs
@@ -158,9 +160,9 @@ if [[ $part == local || $part == all ]]; then
     check_test "${1}local_gpu_test" 300 build-gpu/bin/ferry_local_gpu_test
     check_test "${1}local_gpu_impersonation" 120 build-gpu/bin/ferry_local_gpu_impersonation_test
     check_test "${1}integration_local" 200 env FERRY_TRANSPORT=local build-gpu/bin/ferry_integration_tests
-    check_test "${1}pytest_gpu_local" 300 env PYTHONPATH=build-gpu/python "$py" -m pytest -q -x -s -p no:cacheprovider \
+    check_test "${1}pytest_gpu_local" "${PYTEST_LIMIT:-300}" env PYTHONPATH=build-gpu/python "$py" -m pytest -q -x -s -p no:cacheprovider \
       tests/python/test_gpu.py tests/python/test_gpu_stream_order.py
-    check_test "${1}pytest_gpu_tcp" 300 env FERRY_TRANSPORT=tcp PYTHONPATH=build-gpu/python "$py" -m pytest -q -x -s \
+    check_test "${1}pytest_gpu_tcp" "${PYTEST_LIMIT:-300}" env FERRY_TRANSPORT=tcp PYTHONPATH=build-gpu/python "$py" -m pytest -q -x -s \
       -p no:cacheprovider tests/python/test_gpu.py tests/python/test_gpu_stream_order.py
     if ((${REPEAT:-1} > 1)); then  # the rest of the GPU test binaries, when repeating
       check_test "${1}tcp_gpu_tests" 300 build-gpu/bin/ferry_tcp_gpu_tests

@@ -3,6 +3,7 @@
 #include "gpu/gpu_kit.h"
 
 #include "gpu/stream_signals.h"
+#include "platform/log.h"
 #include "platform/page_lender.h"
 
 namespace ferry::platform {
@@ -160,18 +161,28 @@ Status GpuKit::top_up(int device, const GpuKitSize& size) {
 }
 
 template <class Key, class T>
-std::optional<T> GpuKit::take_spare(std::map<Key, std::vector<T>> GpuKit::*spares, const Key& key) {
+std::optional<T> GpuKit::take_spare(std::map<Key, std::vector<T>> GpuKit::*spares, const Key& key, const char* what) {
+  bool first_late = false;
   {
     MutexLock lock(mu_);
     T item{};
     if (pop((this->*spares)[key], item)) return item;
+    first_late = !filled_.empty() && !warned_late_;
+    warned_late_ = warned_late_ || first_late;
   }
   reserve_->made_late_.fetch_add(1, std::memory_order_relaxed);
+  // After a fill, a kit that runs dry is sized wrong: say what ran out, once.
+  if (first_late) {
+    FERRY_LOG(kWarn, "cuda",
+              "a transfer thread had to make a %s its connection's kit had run out of: a CUDA stream waiting on "
+              "this connection may hold it up (gpu_objects_made_late counts them)",
+              what);
+  }
   return std::nullopt;
 }
 
 Result<cu::Stream> GpuKit::take_stream(int device) {
-  if (auto s = take_spare(&GpuKit::streams_, device)) return *s;
+  if (auto s = take_spare(&GpuKit::streams_, device, "CUDA stream")) return *s;
   return make_stream(device);
 }
 
@@ -181,7 +192,7 @@ void GpuKit::give_stream(int device, cu::Stream s) {
 }
 
 Result<cu::Event> GpuKit::take_event(int device) {
-  if (auto e = take_spare(&GpuKit::events_, device)) return *e;
+  if (auto e = take_spare(&GpuKit::events_, device, "CUDA event")) return *e;
   return make_event(device);
 }
 
@@ -191,7 +202,10 @@ void GpuKit::give_event(int device, cu::Event e) {
 }
 
 Result<void*> GpuKit::take_block(PinnedKind kind, size_t bytes, int device) {
-  if (auto p = take_spare(&GpuKit::blocks_, BlockKey{kind, bytes})) return *p;
+  if (auto p = take_spare(&GpuKit::blocks_, BlockKey{kind, bytes},
+                          kind == PinnedKind::kPlain ? "page-locked block" : "lendable page-locked block")) {
+    return *p;
+  }
   return make_block(kind, bytes, device);
 }
 

@@ -102,9 +102,11 @@ class GpuKit {
   using BlockKey = GpuReserve::BlockKey;
   Status top_up(int device, const GpuKitSize& size) REQUIRES(mu_);
   // A spare from `spares` (one of the maps below) under `key`; none, and
-  // one more counted made late (GpuReserve::made_late), when it is empty.
+  // one more counted made late (GpuReserve::made_late), when it is empty
+  // (the first time after a fill, logged naming `what`).
   template <class Key, class T>
-  std::optional<T> take_spare(std::map<Key, std::vector<T>> GpuKit::*spares, const Key& key) EXCLUDES(mu_);
+  std::optional<T> take_spare(std::map<Key, std::vector<T>> GpuKit::*spares, const Key& key, const char* what)
+      EXCLUDES(mu_);
 
   const std::shared_ptr<GpuReserve> reserve_;
   const std::shared_ptr<StreamSignals> signals_;
@@ -113,6 +115,7 @@ class GpuKit {
   std::map<int, std::vector<cu::Event>> events_ GUARDED_BY(mu_);
   std::map<BlockKey, std::vector<void*>> blocks_ GUARDED_BY(mu_);
   std::set<int> filled_ GUARDED_BY(mu_);  // devices fill() stocked
+  bool warned_late_ GUARDED_BY(mu_) = false;
 };
 
 // The devices whose primary context this process has made.

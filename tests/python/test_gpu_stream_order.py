@@ -121,6 +121,8 @@ def receive_behind_a_stream_wait(lk, k):
     lk.engine.reg(dst)
     t = lk.conn.recv_async(dst)
     lk.conn.stream_wait(t, torch.cuda.current_stream())
+    # The connection's kit is full now: nothing more is made while the stream waits.
+    late = lk.engine.metrics()["gpu_objects_made_late"]
     lk.peer.call_async("torch_user_send", COUNT, k, REMOTE, "auto", PEER_DELAY)
     began = time.monotonic()
     total = dst.sum()  # queued behind the wait
@@ -128,6 +130,7 @@ def receive_behind_a_stream_wait(lk, k):
     assert t.wait(WAIT) == COUNT * 8
     lk.peer.expect("ok", timeout=WAIT)
     assert total.item() == k * COUNT * (COUNT - 1) // 2
+    assert lk.engine.metrics()["gpu_objects_made_late"] == late
     return queued
 
 

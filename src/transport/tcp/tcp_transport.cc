@@ -296,22 +296,24 @@ Status TcpTransport::check_owed(int64_t now_ns) {
   }
   if (now_ns - progress <= limit) return Status();
   int64_t oldest = 0;
-  size_t owed = 0;
+  size_t answers = 0;  // acknowledgements of sends, writes and reads
+  size_t data = 0;     // bytes of receives and reads
   {
     platform::MutexLock lock(mu_);
-    auto note = [&](int64_t since) {
+    auto note = [&](int64_t since, size_t& count) {
       if (since == 0) return;
-      ++owed;
+      ++count;
       if (oldest == 0 || since < oldest) oldest = since;
     };
-    for (const auto& [op, p] : pending_) note(p.owed_since_ns);
-    for (const auto& [token, l] : landings_) note(l->owed_since_ns);
+    for (const auto& [op, p] : pending_) note(p.owed_since_ns, answers);
+    for (const auto& [token, l] : landings_) note(l->owed_since_ns, data);
   }
-  if (owed == 0 || now_ns - oldest <= limit) return Status();
+  if (answers + data == 0 || now_ns - oldest <= limit) return Status();
   const int64_t stalled_ms = (now_ns - std::max(oldest, progress)) / 1000000;
-  return Status(Code::kPeerLost, where() + ": the peer moved none of the " + std::to_string(owed) +
-                                     " operation(s) it owes for " + std::to_string(stalled_ms) + " ms (peer_timeout " +
-                                     std::to_string(ctx_->options.peer_timeout.count()) +
+  return Status(Code::kPeerLost, where() + ": the peer moved none of the " + std::to_string(answers + data) +
+                                     " operation(s) it owes (" + std::to_string(data) + " awaiting its data, " +
+                                     std::to_string(answers) + " its answer) for " + std::to_string(stalled_ms) +
+                                     " ms (peer_timeout " + std::to_string(ctx_->options.peer_timeout.count()) +
                                      " ms), while it answered heartbeats: stalled or hostile");
 }
 
