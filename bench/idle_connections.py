@@ -2,7 +2,9 @@
 engines of this process over TCP (or the local transport), none moving
 anything, and the process's resident memory before and after (both ends'
 cost, so one end's is at most the figure), how long the N took to come up
-(one after another), and the engines' threads (which must not grow).
+(one after another), the engines' threads (which must not grow), and the
+CPU the process spends over --cpu-seconds while they are idle (both ends,
+in % of one core: one end's is at most the figure).
 
 Usage (repository root, after scripts/build.sh):
   PYTHONPATH=build/python python3 bench/idle_connections.py [--transport tcp|local] [N ...]
@@ -10,6 +12,7 @@ Usage (repository root, after scripts/build.sh):
 
 import argparse
 import os
+import resource
 import time
 
 
@@ -26,7 +29,12 @@ def ferry_threads():
     return sum(1 for n in names if n.startswith("ferry"))
 
 
-def run(transport, n):
+def cpu_seconds():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def run(transport, n, window):
     # Admission limits sized for the run, before the engines read them.
     os.environ["FERRY_MAX_CONNECTIONS"] = str(n + 16)
     os.environ["FERRY_MAX_CONNECTIONS_PER_PEER"] = str(n + 16)
@@ -52,8 +60,11 @@ def run(transport, n):
     time.sleep(1.0)
     after, threads_after = rss_bytes(), ferry_threads()
     per = (after - before) / n / 1024
+    cpu0, wall0 = cpu_seconds(), time.monotonic()
+    time.sleep(window)
+    cpu = 100 * (cpu_seconds() - cpu0) / (time.monotonic() - wall0)
     print(f"{transport:5s} {n:6d} {setup:9.2f} {(after - before) / 2**20:10.1f} {per:12.1f} "
-          f"{threads_before:8d} {threads_after:8d}")
+          f"{threads_before:8d} {threads_after:8d} {cpu:10.2f}")
     for c, a in held:
         c.close()
         a.close()
@@ -64,15 +75,16 @@ def run(transport, n):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--transport", default="tcp", choices=["tcp", "local"])
+    p.add_argument("--cpu-seconds", type=float, default=10.0, help="how long the idle CPU is measured")
     p.add_argument("counts", nargs="*", type=int, default=[256, 1024])
     args = p.parse_args()
-    print("transport  conns   setup_s   RSS+_MiB  KiB/conn(2 ends)  ferry_threads(before after)")
+    print("transport  conns   setup_s   RSS+_MiB  KiB/conn(2 ends)  ferry_threads(before after)  idle_CPU_%(2 ends)")
     for n in args.counts:
         # Each count in a process of its own: memory freed by a run stays mapped.
         pid = os.fork()
         if pid == 0:
             try:
-                run(args.transport, n)
+                run(args.transport, n, args.cpu_seconds)
             finally:
                 os._exit(0)
         os.waitpid(pid, 0)

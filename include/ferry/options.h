@@ -165,6 +165,8 @@ struct Options {
   // it tells: bind it where only scrapers reach.
   std::string metrics_listen;
   // A heartbeat goes out after this long without other control traffic.
+  // Over TCP with a peer of this release, only while something of the
+  // connection waits on the peer: an idle connection sends nothing.
   std::chrono::milliseconds heartbeat_interval{500};
   // Transfer::wait() polls this long before it sleeps; 0 lets the transport
   // choose: 50 us over TCP (whose worker threads need the cores), 10 ms on

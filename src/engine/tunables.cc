@@ -193,7 +193,8 @@ const std::vector<Tunable>& tunables() {
       string_tunable("auth_token", "FERRY_AUTH_TOKEN",
                      "shared secret for the challenge-response handshake (or FERRY_AUTH_TOKEN_FILE)",
                      &Options::auth_token, /*secret=*/true),
-      ms_tunable("heartbeat_interval", "FERRY_HEARTBEAT_MS", "send a heartbeat after this long without control traffic",
+      ms_tunable("heartbeat_interval", "FERRY_HEARTBEAT_MS", "send a heartbeat after this long without control traffic (TCP with a peer of protocol 6 or later: "
+                 "only while something waits on the peer)",
                  &Options::heartbeat_interval),
       us_tunable("wait_spin", "FERRY_WAIT_SPIN_US",
                  "Transfer::wait polls this long before sleeping; 0: the transport's choice (TCP 50, local 10000)",

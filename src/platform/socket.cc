@@ -257,6 +257,19 @@ Status tune_stream(const Socket& s, size_t buffer_bytes, unsigned user_timeout_m
   return Status();
 }
 
+Status keep_alive(const Socket& s, std::chrono::seconds idle, std::chrono::seconds interval, int probes) {
+  int on = 1;
+  int idle_s = static_cast<int>(std::max<int64_t>(idle.count(), 1));
+  int interval_s = static_cast<int>(std::max<int64_t>(interval.count(), 1));
+  if (::setsockopt(s.fd(), SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on)) != 0 ||
+      ::setsockopt(s.fd(), IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof(idle_s)) != 0 ||
+      ::setsockopt(s.fd(), IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof(interval_s)) != 0 ||
+      ::setsockopt(s.fd(), IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes)) != 0) {
+    return errno_status(Code::kInternal, "TCP keepalive");
+  }
+  return Status();
+}
+
 std::string local_ip(int fd) {
   struct sockaddr_storage ss {};
   socklen_t len = sizeof(ss);

@@ -8,6 +8,7 @@
 
 #include <sys/uio.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -75,6 +76,12 @@ Result<Socket> connect_tcp(const HostPort& to, Deadline deadline, std::string_vi
 // when `user_timeout_ms` > 0 (sent bytes unacknowledged that long make the
 // stream fail instead of retrying for minutes).
 Status tune_stream(const Socket& s, size_t buffer_bytes, unsigned user_timeout_ms = 0);
+
+// TCP keepalive: after `idle` without traffic the kernel probes the peer
+// every `interval`, and `probes` unanswered ones make the stream fail. Costs
+// no thread of ours: a quiet connection learns that its peer's host went
+// away without heartbeats.
+Status keep_alive(const Socket& s, std::chrono::seconds idle, std::chrono::seconds interval, int probes);
 
 // The local "ip" a connected socket uses.
 std::string local_ip(int fd);

@@ -23,11 +23,18 @@ inline constexpr uint32_t kFrameMagic = 0x31595246;  // "FRY1" little-endian
 // 5: HELLO and WELCOME carry an identity key, AUTH and ACCEPTED a signature:
 //    engine ids are proven (platform/identity.h). HELLO offers a range of
 //    versions (handshake.h), and the acceptor picks the highest in both.
+// 6: a TCP connection with nothing in flight is quiet: neither side sends
+//    heartbeats nor counts silence; a side waiting on its peer sends
+//    HEARTBEAT with kHeartbeatWantsAnswer and the peer answers it. With a
+//    version-5 peer, heartbeats run all the time, as before.
 // kProtocolVersion is the highest version this build speaks, and
 // kMinProtocolVersion the lowest it accepts: engines before 5 cannot prove
 // their ids, so none older is accepted.
-inline constexpr uint16_t kProtocolVersion = 5;
+inline constexpr uint16_t kProtocolVersion = 6;
 inline constexpr uint16_t kMinProtocolVersion = 5;
+inline constexpr uint16_t kQuietIdleVersion = 6;
+// HEARTBEAT's flags: the sender waits on its peer and wants a heartbeat back.
+inline constexpr uint8_t kHeartbeatWantsAnswer = 1;
 inline constexpr size_t kHeaderSize = 64;
 inline constexpr size_t kMaxAux = 64 * 1024 - 1;
 // No single frame carries more than this; chunks are far smaller.

@@ -14,8 +14,11 @@ Status rejected_status(const bootstrap::RawFrame& frame) {
   return Status(r.code, r.message);
 }
 
-Result<wire::Accepted> hand_made_hello(int control, std::string_view host_id, uint32_t streams, Deadline deadline) {
+Result<wire::Accepted> hand_made_hello(int control, std::string_view host_id, uint32_t streams, Deadline deadline,
+                                       wire::VersionRange versions) {
   wire::Hello hello;
+  hello.min_version = versions.min;
+  hello.version = versions.max;
   present_identity(hello);
   hello.host_id = std::string(host_id);
   FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(control, wire::encode(hello), deadline));
@@ -32,13 +35,16 @@ Result<wire::Accepted> hand_made_hello(int control, std::string_view host_id, ui
 }
 
 Status hand_made_tcp_handshake(int control, const platform::HostPort& to, std::string_view host_id, int streams,
-                               Deadline deadline, std::vector<platform::Socket>& data, std::string_view source_ip) {
+                               Deadline deadline, std::vector<platform::Socket>& data, std::string_view source_ip,
+                               wire::VersionRange versions) {
   FERRY_ASSIGN_OR_RETURN(wire::Accepted accepted,
-                         hand_made_hello(control, host_id, static_cast<uint32_t>(streams), deadline));
+                         hand_made_hello(control, host_id, static_cast<uint32_t>(streams), deadline, versions));
   for (int i = 0; i < streams; ++i) {
     FERRY_ASSIGN_OR_RETURN(platform::Socket s, platform::connect_tcp(to, deadline, source_ip));
     data.push_back(std::move(s));
     wire::Hello stream;
+    stream.min_version = versions.min;
+    stream.version = versions.max;
     stream.role = wire::StreamRole::kData;
     stream.cookie = accepted.cookie;
     stream.stream_index = static_cast<uint32_t>(i);

@@ -30,8 +30,9 @@ Status rejected_status(const bootstrap::RawFrame& frame);
 // the engine's ACCEPTED. Blocks, up to `deadline` for each frame.
 // Returns the ACCEPTED frame; a REJECTED answer as its code and message;
 // kDataLoss for another frame; the socket's codes (kDeadlineExceeded,
-// kUnavailable) as they come.
-Result<wire::Accepted> hand_made_hello(int control, std::string_view host_id, uint32_t streams, Deadline deadline);
+// kUnavailable) as they come. `versions`: what the HELLO offers.
+Result<wire::Accepted> hand_made_hello(int control, std::string_view host_id, uint32_t streams, Deadline deadline,
+                                       wire::VersionRange versions = wire::kSpokenVersions);
 
 // The whole handshake of the TCP transport: hand_made_hello() on `control`,
 // then `streams` data streams connected to `to` (from `source_ip` when
@@ -41,6 +42,7 @@ Result<wire::Accepted> hand_made_hello(int control, std::string_view host_id, ui
 // frame other than READY. `control` stays the caller's; on an error `data`
 // holds the streams connected so far.
 Status hand_made_tcp_handshake(int control, const platform::HostPort& to, std::string_view host_id, int streams,
-                               Deadline deadline, std::vector<platform::Socket>& data, std::string_view source_ip = {});
+                               Deadline deadline, std::vector<platform::Socket>& data, std::string_view source_ip = {},
+                               wire::VersionRange versions = wire::kSpokenVersions);
 
 }  // namespace ferry::testing

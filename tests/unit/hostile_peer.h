@@ -45,6 +45,8 @@ struct Peer {
   std::vector<platform::Socket> data;
   // SO_RCVBUF of the control stream, set before it connects; 0: the kernel's.
   int control_receive_buffer = 0;
+  // The protocol versions its HELLO offers.
+  wire::VersionRange versions = wire::kSpokenVersions;
 
   // The handshake with `streams` data streams, every stream leaving from
   // `source_ip` when given; a REJECTED answer comes back as its code and message.
@@ -55,7 +57,7 @@ struct Peer {
     } else {
       FERRY_ASSIGN_OR_RETURN(ctl, platform::connect_tcp(hp, d, source_ip));
     }
-    return testing::hand_made_tcp_handshake(ctl.fd(), hp, "hostile-peer", streams, d, data, source_ip);
+    return testing::hand_made_tcp_handshake(ctl.fd(), hp, "hostile-peer", streams, d, data, source_ip, versions);
   }
 
   // A blocking IPv4 connect whose receive buffer is `bytes` from the start

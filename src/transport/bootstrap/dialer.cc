@@ -170,7 +170,7 @@ Result<Dialed> dial_once(const std::shared_ptr<core::EngineContext>& ctx, const 
         Status(Code::kDataLoss, "expected READY, got " + std::string(wire::frame_type_name(frame->header.type))));
   }
 
-  tcp::PeerInfo peer{welcome->engine_id, welcome->host_id, platform::peer_name(fd)};
+  tcp::PeerInfo peer{welcome->engine_id, welcome->host_id, platform::peer_name(fd), welcome->version};
   auto conn = tcp::TcpTransport::connection(ctx, connection_id, std::move(peer), std::move(control), std::move(data),
                                             std::move(paths), std::move(ticket).value());
   if (Status started = conn->start(); !started.ok()) {

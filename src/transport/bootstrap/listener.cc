@@ -465,7 +465,7 @@ Status TcpListener::serve_control(uint64_t handshake_id, platform::Socket& s, co
   if (!st.ok()) return st;
   if (!all) return reject(Code::kDeadlineExceeded, "data streams did not attach within the handshake timeout");
 
-  tcp::PeerInfo peer{hello.engine_id, hello.host_id, platform::peer_name(fd)};
+  tcp::PeerInfo peer{hello.engine_id, hello.host_id, platform::peer_name(fd), version};
   std::vector<tcp::PathInfo> paths;
   for (const platform::Socket& d : pending->data) {
     std::string ip = platform::local_ip(d.fd());

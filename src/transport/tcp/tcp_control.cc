@@ -200,6 +200,7 @@ Status TcpTransport::handle_frame(int fd, int path, const FrameHeader& h, std::s
   }
   switch (h.type) {
     case FrameType::kHeartbeat:
+      if (quiet_when_idle_ && (h.flags & wire::kHeartbeatWantsAnswer) != 0) answer_heartbeat();
       return Status();
     case FrameType::kClose:
       core_.set_closed_by_peer();

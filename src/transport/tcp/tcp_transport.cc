@@ -38,6 +38,7 @@ TcpTransport::TcpTransport(transport::ConnectionHost& core, PeerInfo peer, platf
     : core_(core),
       ctx_(&core.context()),
       peer_(std::move(peer)),
+      quiet_when_idle_(peer_.protocol_version >= wire::kQuietIdleVersion),
       control_(std::move(control)),
       data_(std::move(data)),
       paths_(std::move(paths)),
@@ -97,6 +98,13 @@ Status TcpTransport::start() {
     if (st.ok() && (flags < 0 || ::fcntl(d.fd(), F_SETFL, flags | O_NONBLOCK) != 0)) {
       st = Status(Code::kInternal, where() + ": cannot make a data stream non-blocking");
     }
+  }
+  if (st.ok() && quiet_when_idle_) {
+    // A quiet connection sends no heartbeats: the kernel probes the peer's
+    // host after peer_timeout without traffic, three times a third of it
+    // apart, so a vanished host fails it within about twice peer_timeout.
+    auto idle = std::chrono::ceil<std::chrono::seconds>(ctx_->options.peer_timeout);
+    st = platform::keep_alive(control_, idle, std::max(idle / 3, std::chrono::seconds(1)), 3).with_context(where());
   }
   auto nic = [this](size_t p) { return p < paths_.size() ? paths_[p].nic : std::string(); };
   if (st.ok()) st = spawn((*pool)->pick(IoPool::Role::kRx, nic(0)), [this] { control_rx_loop(); });
@@ -237,15 +245,43 @@ Status TcpTransport::await_reply_room() {
                     std::to_string(ctx_->options.peer_timeout.count()) + " ms)");
 }
 
+bool TcpTransport::waits_on_peer() {
+  if (core_.has_posted()) return true;
+  platform::MutexLock lock(mu_);
+  return !pending_.empty() || !landings_.empty();
+}
+
+void TcpTransport::answer_heartbeat() {
+  const int64_t t = now_ns();
+  const int64_t gap =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(ctx_->options.heartbeat_interval).count() / 2;
+  if (t - last_answer_ns_.load(std::memory_order_relaxed) < gap) return;
+  last_answer_ns_.store(t, std::memory_order_relaxed);
+  Outgoing hb;
+  hb.header.type = FrameType::kHeartbeat;
+  queue_control(std::move(hb));
+}
+
 void TcpTransport::tick(Clock::time_point now) {
   if (core_.failed()) return;
   int64_t t = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
-  int64_t silent = t - last_rx_ns_.load(std::memory_order_relaxed);
+  int64_t heard = last_rx_ns_.load(std::memory_order_relaxed);
+  // Quiet mode: a peer owes no sign of life while nothing waits on it; once
+  // something does, it has peer_timeout from then to answer the heartbeats
+  // that ask it to.
+  const bool waiting = !quiet_when_idle_ || waits_on_peer();
+  if (quiet_when_idle_) {
+    int64_t since = waiting_since_ns_.load(std::memory_order_relaxed);
+    since = !waiting ? 0 : (since == 0 ? t : since);
+    waiting_since_ns_.store(since, std::memory_order_relaxed);
+    heard = std::max(heard, since);
+  }
+  int64_t silent = t - heard;
   const Options& o = ctx_->options;
   // While replies the peer does not read are over their cap, this side
   // stopped reading, and a reader ends it (await_reply_room) if they stay so.
   bool paused = held_->replies.load(std::memory_order_relaxed) > held_->reply_cap;
-  if (!paused && silent > std::chrono::duration_cast<std::chrono::nanoseconds>(o.peer_timeout).count()) {
+  if (waiting && !paused && silent > std::chrono::duration_cast<std::chrono::nanoseconds>(o.peer_timeout).count()) {
     core_.fail(Status(Code::kPeerLost, where() + ": no traffic from the peer for " + std::to_string(silent / 1000000) +
                                      " ms (peer_timeout " + std::to_string(o.peer_timeout.count()) +
                                      " ms): stopped, partitioned or overloaded"));
@@ -279,10 +315,12 @@ void TcpTransport::tick(Clock::time_point now) {
     core_.fail(down);
     return;
   }
+  if (!waiting) return;
   int64_t idle = t - last_tx_ns_.load(std::memory_order_relaxed);
   if (idle >= std::chrono::duration_cast<std::chrono::nanoseconds>(o.heartbeat_interval).count()) {
     Outgoing hb;
     hb.header.type = FrameType::kHeartbeat;
+    if (quiet_when_idle_) hb.header.flags = wire::kHeartbeatWantsAnswer;
     queue_control(std::move(hb));
   }
 }

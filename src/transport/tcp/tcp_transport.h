@@ -101,6 +101,7 @@ struct PeerInfo {
   uint64_t engine_id = 0;
   std::string host_id;
   std::string address;  // "ip:port" of the control stream's remote end
+  uint16_t protocol_version = wire::kProtocolVersion;  // the one the handshake chose
 };
 
 // What a data stream connects, for logs and CPU binding.
@@ -154,7 +155,10 @@ class TcpTransport final : public transport::Transport {
   // peer_timeout in which the peer engine moved nothing of what it owes
   // (heartbeats prove it alive, not that an operation moves); shuts a data
   // path whose frame stalled mid-way for peer_timeout; queues a heartbeat
-  // after heartbeat_interval without control traffic.
+  // after heartbeat_interval without control traffic. With a peer of
+  // protocol 6 or later, silence counts and heartbeats go only while this
+  // side waits on the peer (waits_on_peer); a quiet connection costs no
+  // frames, and the kernel's keepalive watches it.
   void tick(Clock::time_point now) override;
   void failed(const Status& why) override;
   void close() override;
@@ -254,6 +258,13 @@ class TcpTransport final : public transport::Transport {
   // nothing, once the connection failed.
   bool await_answer(uint64_t op, const std::shared_ptr<TransferState>& state, bool owed,
                     std::shared_ptr<OutOp> cts = nullptr, std::shared_ptr<Landing> landing = nullptr);
+  // Something of this connection's waits on the peer: a posted receive, an
+  // operation awaiting its answer, data awaited.
+  bool waits_on_peer() EXCLUDES(mu_);
+  // A peer waiting on this side asked for a heartbeat: one, unless one was
+  // sent for it in the last half heartbeat_interval (a peer asking faster
+  // gets no more).
+  void answer_heartbeat();
   // What tick checks of the peer engine's progress: a failure once an
   // operation it owes moved nothing for peer_timeout, else OK.
   Status check_owed(int64_t now_ns);
@@ -430,6 +441,8 @@ class TcpTransport final : public transport::Transport {
   transport::ConnectionHost& core_;
   core::EngineContext* const ctx_;
   const PeerInfo peer_;
+  // Protocol 6 or later: quiet while nothing waits on the peer (wire/frame.h).
+  const bool quiet_when_idle_;
   platform::Socket control_;
   std::vector<platform::Socket> data_;
   const std::vector<PathInfo> paths_;
@@ -462,6 +475,10 @@ class TcpTransport final : public transport::Transport {
   // chunk confirmed, landed or sent (a write is owed once its bytes are
   // out). Heartbeats do not count.
   std::atomic<int64_t> last_progress_ns_{0};
+  // Quiet mode: since when something waits on the peer (0: nothing); the
+  // silence is counted from then at the earliest.
+  std::atomic<int64_t> waiting_since_ns_{0};
+  std::atomic<int64_t> last_answer_ns_{0};  // the last heartbeat sent because the peer asked
   // Per data path (the control stream's last, unused): when the frame it is
   // reading began to arrive, 0 between frames (tick cuts off a stalled one).
   std::unique_ptr<std::atomic<int64_t>[]> frame_since_ns_;
