@@ -5,8 +5,14 @@
 // peer_timeout fails the connection as before. A peer of protocol 5 still
 // gets heartbeats all the time, and a peer asking for answers faster than
 // half a heartbeat interval gets no more of them.
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "hostile_peer.h"
@@ -159,6 +165,47 @@ TEST(TcpQuietIdle, AVersionFivePeerGetsHeartbeatsAndIsLostWhenSilent) {
   const double took = std::chrono::duration<double>(Clock::now() - began).count();
   EXPECT_EQ(s.code(), Code::kPeerLost) << s.to_string();
   EXPECT_LT(took, 2.0);
+}
+
+// The kernel's timer on the engine's end of the control stream (its row of
+// /proc/net/tcp, found by the peer's local port): "tr" (2: keepalive) and
+// "tm->when" in clock ticks. {-1, -1} when the row is not found.
+std::pair<int, long> control_stream_timer(const Peer& p) {
+  sockaddr_in mine{};
+  socklen_t len = sizeof(mine);
+  if (::getsockname(p.ctl.fd(), reinterpret_cast<sockaddr*>(&mine), &len) != 0) return {-1, -1};
+  char want[16];
+  std::snprintf(want, sizeof want, ":%04X", ntohs(mine.sin_port));
+  FILE* f = std::fopen("/proc/net/tcp", "r");
+  if (f == nullptr) return {-1, -1};
+  char line[512];
+  std::pair<int, long> found{-1, -1};
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    char local[64], remote[64];
+    unsigned state = 0, timer = 0;
+    unsigned long when = 0;
+    if (std::sscanf(line, " %*d: %63s %63s %x %*s %x:%lx", local, remote, &state, &timer, &when) != 5) continue;
+    std::string r(remote);
+    if (r.size() >= 5 && r.substr(r.size() - 5) == want) found = {static_cast<int>(timer), static_cast<long>(when)};
+  }
+  std::fclose(f);
+  return found;
+}
+
+// A quiet connection's control stream has the kernel's keepalive armed
+// after about peer_timeout (one second, its whole seconds rounded up); a
+// version-5 peer's, which heartbeats, has none.
+TEST(TcpQuietIdle, AQuietConnectionsControlStreamHasKeepaliveArmed) {
+  Target t;
+  ASSERT_NO_FATAL_FAILURE(t.open(quick_options()));
+  auto [timer, when] = control_stream_timer(t.peer);
+  ASSERT_NE(timer, -1) << "the engine's end of the control stream is not in /proc/net/tcp";
+  EXPECT_EQ(timer, 2) << "no keepalive timer on a quiet connection's control stream";
+  EXPECT_LE(when, ::sysconf(_SC_CLK_TCK)) << "the first probe is later than peer_timeout rounded up to a second";
+  Target old;
+  old.peer.versions = wire::VersionRange{5, 5};
+  ASSERT_NO_FATAL_FAILURE(old.open(quick_options()));
+  EXPECT_NE(control_stream_timer(old.peer).first, 2) << "a version-5 connection has keepalive on";
 }
 
 // Two engines: an idle connection stays up past peer_timeout many times
