@@ -1,156 +1,26 @@
 // Engine: options, identity, registry, the listener, the accept queue and the
-// heartbeat thread (ferry-heartbeat) that keeps every connection honest.
+// heartbeat thread (ferry-heartbeat) that keeps every connection honest. The
+// directory and connecting to peers are in engine_dial.cc; the state both
+// share, in engine_impl.h.
 #include "ferry/engine.h"
-
-#include <unistd.h>
 
 #include <algorithm>
 #include <cinttypes>
-#include <condition_variable>
 #include <cstdlib>
-#include <deque>
-#include <set>
-#include <thread>
 
-#include "core/engine_context.h"
 #include "core/stream_order.h"
-#include "directory/publisher.h"
-#include "directory/url.h"
-#include "gpu/memory_kind.h"
-#include "engine/metrics_http.h"
+#include "engine/engine_impl.h"
 #include "gpu/gpu_kit.h"
+#include "gpu/memory_kind.h"
 #include "gpu/stream_signals.h"
 #include "platform/crypto.h"
 #include "platform/log.h"
-#include "platform/mutex.h"
 #include "platform/socket.h"
-#include "platform/thread.h"
-#include "transport/bootstrap/dialer.h"
 #include "transport/bootstrap/engine_transports.h"
-#include "transport/bootstrap/listener.h"
 #include "wire/frame.h"
 #include "wire/metadata.h"
 
 namespace ferry {
-
-// ---- the engine -------------------------------------------------------------------
-
-struct Engine::Impl {
-  std::shared_ptr<core::EngineContext> ctx;
-  std::unique_ptr<bootstrap::TcpListener> listener;
-  std::string address;
-
-  platform::Mutex mu;
-  std::condition_variable accept_cv;
-  std::condition_variable heartbeat_cv;
-  // Bounded by max_connections: each holds an admission ticket while it lives.
-  std::deque<std::shared_ptr<transport::ConnectionCore>> accepted GUARDED_BY(mu);
-  std::vector<std::shared_ptr<transport::ConnectionCore>> connections GUARDED_BY(mu);
-  // Tickets of the connections that do not hold their own (the local
-  // transport's), given back when the engine lets the connection go.
-  std::map<const transport::ConnectionCore*, std::unique_ptr<core::Admission::Ticket>> tickets GUARDED_BY(mu);
-  uint64_t next_connection_id GUARDED_BY(mu) = 1;
-  bool stopping GUARDED_BY(mu) = false;
-  size_t next_note_from GUARDED_BY(mu) = 0;  // where the engine-wide stream looks first
-  std::thread heartbeat;
-  // With Options::directory: the client for lookups, and the thread that
-  // keeps this engine's entry alive (deleted first on shutdown).
-  std::unique_ptr<Directory> directory;
-  std::unique_ptr<directory::Publisher> publisher;
-  // With Options::metrics_listen: the scrape endpoint (stopped first).
-  std::unique_ptr<MetricsHttp> metrics_http;
-
-  MetricsSnapshot metrics() EXCLUDES(mu);
-
-  uint64_t next_id() EXCLUDES(mu) {
-    platform::MutexLock lock(mu);
-    return next_connection_id++;
-  }
-
-  // Lists `c` (and keeps `ticket` while it is listed). False, with `c`
-  // closed, once the engine is stopping.
-  bool adopt(const std::shared_ptr<transport::ConnectionCore>& c, std::unique_ptr<core::Admission::Ticket> ticket)
-      EXCLUDES(mu) {
-    {
-      platform::MutexLock lock(mu);
-      if (!stopping) {
-        connections.push_back(c);
-        if (ticket) tickets[c.get()] = std::move(ticket);
-        return true;
-      }
-    }
-    c->close();
-    return false;
-  }
-
-  // Connections that failed before the application accepted them leave the
-  // queue, and what they received with them: none can carry a transfer.
-  // The heartbeat then closes them, as nobody holds them any more.
-  void prune_accepted_locked() REQUIRES(mu) {
-    std::erase_if(accepted, [](const std::shared_ptr<transport::ConnectionCore>& c) { return !c->health().ok(); });
-  }
-
-  void heartbeat_loop() EXCLUDES(mu) {
-    const Options& o = ctx->options;
-    // Ticks often enough to notice silence within a tenth of peer_timeout.
-    auto period = std::min(o.heartbeat_interval / 2, o.peer_timeout / 10);
-    if (period < std::chrono::milliseconds(5)) period = std::chrono::milliseconds(5);
-    platform::UniqueLock lock(mu);
-    while (!stopping) {
-      heartbeat_cv.wait_for(lock.native(), period);
-      if (stopping) break;
-      std::vector<std::shared_ptr<transport::ConnectionCore>> live = connections;
-      lock.unlock();
-      auto now = Clock::now();
-      for (auto& c : live) c->tick(now);
-      live.clear();
-      lock.lock();
-      prune_accepted_locked();
-      // A connection nobody else holds any more is closed on a thread of its
-      // own, never on one of its workers nor here: an orderly close may wait
-      // up to peer_timeout for an unresponsive peer, and the other
-      // connections' heartbeats must go on meanwhile. It stays listed until
-      // its close() has returned: a dereg meanwhile must still reach it.
-      std::erase_if(closers, [](Closer& k) {
-        if (!k.done->load()) return false;
-        k.thread.join();
-        return true;
-      });
-      for (auto& c : connections) {
-        // A failed connection that holds its admission here (the local
-        // transport's) is closed too, even while the application holds it:
-        // its thread, control stream and admission go back at once, as a
-        // failed TCP connection's do; what it received stays readable.
-        const bool failed_holding = !c->health().ok() && tickets.count(c.get()) > 0;
-        if ((c.use_count() != 1 && !failed_holding) || closing.count(c.get()) > 0) continue;
-        auto done = std::make_shared<std::atomic<bool>>(false);
-        auto t = platform::try_start_thread("ferry-close", [this, c, done] { close_dropped(c, *done); });
-        if (!t.ok()) break;  // out of threads: the next tick tries again
-        closing.insert(c.get());
-        closers.push_back(Closer{std::move(t).value(), done});
-      }
-    }
-  }
-
-  // A closer thread's work: close, then unlist.
-  void close_dropped(const std::shared_ptr<transport::ConnectionCore>& conn, std::atomic<bool>& done) EXCLUDES(mu) {
-    conn->close();
-    platform::MutexLock lock(mu);
-    closing.erase(conn.get());
-    // The destructor may have taken the list meanwhile.
-    auto it = std::find(connections.begin(), connections.end(), conn);
-    if (it != connections.end()) connections.erase(it);
-    tickets.erase(conn.get());
-    done.store(true);
-  }
-
-  struct Closer {
-    std::thread thread;
-    std::shared_ptr<std::atomic<bool>> done;
-  };
-  std::vector<Closer> closers GUARDED_BY(mu);                         // joined by the heartbeat or the destructor
-  std::set<const transport::ConnectionCore*> closing GUARDED_BY(mu);  // a closer runs for these
-};
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -180,78 +50,6 @@ std::vector<std::string> reachable_addresses(const std::string& port) {
   return out;
 }
 
-// "<hostname>-<pid>", with anything a name may not hold replaced by '-'.
-std::string default_name() {
-  char host[256] = {};
-  if (::gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') std::snprintf(host, sizeof(host), "ferry");
-  std::string name = host;
-  for (char& c : name) {
-    if (!Directory::valid_name(std::string_view(&c, 1))) c = '-';
-  }
-  std::string pid = "-" + std::to_string(::getpid());
-  if (name.size() + pid.size() > 128) name.resize(128 - pid.size());
-  return name + pid;
-}
-
-// Opens the directory client and publishes this engine (Options::directory).
-Status start_directory(Engine::Impl& impl) {
-  Options& o = impl.ctx->options;
-  FERRY_ASSIGN_OR_RETURN(directory::DirectoryUrl url, directory::parse_directory_url(o.directory));
-  FERRY_ASSIGN_OR_RETURN(impl.directory, Directory::open(o.directory));
-  if (o.name.empty()) o.name = default_name();
-  DirectoryEntry self;
-  self.name = o.name;
-  self.engine_id = impl.ctx->engine_id;
-  self.host_id = impl.ctx->host_id;
-  self.addresses = impl.ctx->addresses;
-  self.pid = ::getpid();
-  self.started_unix_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count();
-  auto loopback = [](std::string_view host) {
-    return host.rfind("127.", 0) == 0 || host.rfind("[::1]", 0) == 0 || host == "::1" || host == "localhost";
-  };
-  bool remote_directory = std::any_of(url.endpoints.begin(), url.endpoints.end(),
-                                      [&](const platform::HostPort& e) { return !loopback(e.host); });
-  if (remote_directory && std::all_of(self.addresses.begin(), self.addresses.end(), loopback)) {
-    FERRY_ENGINE_LOG(kWarn, "directory", impl.ctx->engine_id,
-                     "publishing \"%s\" in %s with only loopback addresses (%s): engines on other hosts cannot reach "
-                     "them; set listen (FERRY_LISTEN) to this host's address or name its NICs (FERRY_NICS)",
-                     o.name.c_str(), url.redacted.c_str(), self.addresses.front().c_str());
-  }
-  // The first publish gets a moment, so that peers find the name as soon as
-  // create returns; a directory that is down only delays it.
-  auto first_try = std::min<Clock::duration>(o.directory_ttl, std::chrono::seconds(2));
-  // Another engine's claim on a name is believed once it answers as that
-  // engine: a dial proves the id (the handshake's signature), and with a
-  // token, that it holds the token.
-  auto verify = [&impl](const DirectoryEntry& e, Deadline deadline) -> Status {
-    Status last(Code::kUnavailable, "no address");
-    for (const std::string& a : e.addresses) {
-      auto hp = platform::parse_host_port(a);
-      if (!hp.ok()) continue;
-      auto c = bootstrap::dial(impl.ctx, *hp, deadline, [&impl] { return impl.next_id(); });
-      if (!c.ok()) {
-        last = c.status();
-        continue;
-      }
-      const uint64_t id = c->connection->peer_engine_id();
-      c->connection->close();
-      if (id == e.engine_id) return Status();
-      char got[17];
-      std::snprintf(got, sizeof(got), "%016" PRIx64, id);
-      return Status(Code::kPermissionDenied, "engine " + std::string(got) + " answered at " + a);
-    }
-    return last;
-  };
-  FERRY_ASSIGN_OR_RETURN(impl.publisher, directory::Publisher::start(url, std::move(self), o.directory_ttl,
-                                                                     after(first_try), std::move(verify)));
-  FERRY_ENGINE_LOG(kInfo, "directory", impl.ctx->engine_id,
-                   "published \"%s\" in %s (incarnation %" PRIu64 ", ttl %lld ms)", o.name.c_str(),
-                   url.redacted.c_str(), impl.publisher->self().incarnation,
-                   static_cast<long long>(o.directory_ttl.count()));
-  return Status();
-}
 
 }  // namespace
 
@@ -339,7 +137,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Options options) {
   impl->address = impl->ctx->addresses.front();
   FERRY_RETURN_IF_ERROR(impl->listener->run().with_context("engine"));
   if (!opts.directory.empty()) {
-    Status s = start_directory(*impl);
+    Status s = engine_detail::start_directory(*impl);
     if (!s.ok()) {
       impl->listener->stop();
       return s.with_context("engine");
@@ -458,107 +256,6 @@ MetricsSnapshot Engine::Impl::metrics() {
   return m;
 }
 
-std::string Engine::name() const { return impl_->publisher ? impl_->ctx->options.name : std::string(); }
-uint64_t Engine::incarnation() const { return impl_->publisher ? impl_->publisher->self().incarnation : 0; }
-Directory* Engine::directory() const { return impl_->directory.get(); }
-
-namespace {
-Status no_directory(std::string_view what) {
-  return Status(Code::kInvalidArgument, std::string(what) +
-                                            ": this engine has no directory (set Options::directory or "
-                                            "FERRY_DIRECTORY to redis://... or etcd://...)");
-}
-}  // namespace
-
-Result<DirectoryEntry> Engine::lookup(std::string_view name, Deadline deadline) {
-  if (!impl_->directory) return no_directory("lookup \"" + std::string(name) + "\"");
-  return impl_->directory->lookup(name, deadline);
-}
-
-Result<DirectoryListing> Engine::list(Deadline deadline) {
-  if (!impl_->directory) return no_directory("list");
-  return impl_->directory->list(deadline);
-}
-
-Result<std::shared_ptr<Connection>> Engine::connect(std::string_view peer, Deadline deadline) {
-  std::vector<std::string> addresses;
-  std::optional<DirectoryEntry> entry;  // set when `peer` is a name
-  uint64_t named_engine = 0;            // set when `peer` is a metadata blob
-  if (wire::looks_like_metadata(peer)) {
-    FERRY_ASSIGN_OR_RETURN(wire::EngineMetadata m, wire::decode_metadata(peer));
-    addresses = m.addresses;
-    named_engine = m.engine_id;
-  } else if (peer.find(':') == std::string_view::npos && Directory::valid_name(peer)) {
-    if (!impl_->directory) {
-      return no_directory("connect: \"" + std::string(peer) + "\" is a name, not host:port, and");
-    }
-    auto e = impl_->directory->lookup(peer, deadline);
-    if (!e.ok()) return e.status().with_context("connect \"" + std::string(peer) + "\"");
-    entry = std::move(e).value();
-    addresses = entry->addresses;
-  } else {
-    addresses.emplace_back(peer);
-  }
-  Status last(Code::kUnavailable, "no address to connect to");
-  for (size_t i = 0; i < addresses.size(); ++i) {
-    const std::string& a = addresses[i];
-    FERRY_ASSIGN_OR_RETURN(platform::HostPort hp, platform::parse_host_port(a));
-    // Each address gets its share of what is left, so one that drops its
-    // SYNs (an interface the peer cannot route to) leaves time for the next.
-    Deadline until = deadline;
-    if (const size_t left = addresses.size() - i; left > 1 && deadline != kNoDeadline) {
-      const auto now = Clock::now();
-      if (deadline > now) until = now + (deadline - now) / static_cast<int64_t>(left);
-    }
-    auto c = bootstrap::dial(impl_->ctx, hp, until, [this] { return impl_->next_id(); });
-    if (c.ok()) {
-      std::shared_ptr<transport::ConnectionCore> conn = c->connection;
-      if (!impl_->adopt(conn, std::move(c->ticket)))
-        return Status(Code::kCancelled, "connect: the engine is shutting down");
-      if (entry.has_value() && conn->peer_engine_id() != entry->engine_id) {
-        // The address outlived the engine the entry names (a restart, a
-        // reused port): whoever answered is not who the name means.
-        char want[17], got[17];
-        std::snprintf(want, sizeof(want), "%016" PRIx64, entry->engine_id);
-        std::snprintf(got, sizeof(got), "%016" PRIx64, conn->peer_engine_id());
-        conn->close();
-        last = Status(Code::kUnavailable, "connect \"" + entry->name + "\": the directory names engine " + want +
-                                              " (incarnation " + std::to_string(entry->incarnation) + ") at " + a +
-                                              ", but engine " + got + " answered there: the entry is stale");
-        continue;
-      }
-      if (named_engine != 0 && conn->peer_engine_id() != named_engine) {
-        // Engine ids are proven in the handshake: whoever answers at the
-        // blob's address is not the engine the blob was made by.
-        char want[17], got[17];
-        std::snprintf(want, sizeof(want), "%016" PRIx64, named_engine);
-        std::snprintf(got, sizeof(got), "%016" PRIx64, conn->peer_engine_id());
-        conn->close();
-        last = Status(Code::kUnavailable, "connect: the metadata names engine " + std::string(want) + " at " + a +
-                                              ", but engine " + got + " answered there");
-        continue;
-      }
-      if (entry.has_value() && impl_->publisher) {
-        std::weak_ptr<transport::ConnectionCore> weak = conn;
-        impl_->publisher->watch_peer(
-            *entry, {conn->id(),
-                     [weak] {
-                       auto c = weak.lock();
-                       return c != nullptr && c->health().ok();
-                     },
-                     [weak](const Status& why) {
-                       if (auto c = weak.lock()) c->fail(why);
-                     }});
-      }
-      return std::shared_ptr<Connection>(std::move(conn));
-    }
-    last = c.status();
-    if (last.code() == Code::kUnauthenticated) break;
-    if (last.code() == Code::kDeadlineExceeded && Clock::now() >= deadline) break;
-  }
-  if (entry.has_value()) return last.with_context("connect \"" + entry->name + "\"");
-  return last;
-}
 
 std::optional<Notification> Engine::poll_notification() {
   std::vector<std::shared_ptr<transport::ConnectionCore>> conns;
