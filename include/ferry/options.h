@@ -95,6 +95,13 @@ struct Options {
   // half of its cores, RX workers on the second.
   std::string tx_bindings;
   std::string rx_bindings;
+  // Worker threads per NIC and direction that serve the TCP transport's
+  // streams (ferry-rx-<nic>-<i>, ferry-tx-<nic>-<i>), 1..64; they take turns
+  // on the NIC's bound CPUs. 0 (auto): one for each stream a connection opens
+  // by default on the NIC (auto_streams, dealt over the NICs), at most its
+  // bound CPUs. What ferry.p2p's Endpoint(num_cpus=N) sets, as UCCL's
+  // num_cpus counts threads.
+  int workers = 0;
   // kNearest ("nearest"): a transfer uses the paths whose NIC is on the NUMA
   // node of its memory when there are any; kAll ("all"): every path.
   NicPolicy nic_policy = NicPolicy::kNearest;

@@ -77,6 +77,7 @@ class Options:
     nics: str
     tx_bindings: str
     rx_bindings: str
+    workers: int
     nic_policy: str
     path_policy: str
     streams: int

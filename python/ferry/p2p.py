@@ -72,7 +72,7 @@ BASE_PORT_ENV = "FERRY_P2P_BASE_PORT"
 DEFAULT_BASE_PORT = 19800
 CONNECT_TIMEOUT_ENV = "FERRY_P2P_CONNECT_TIMEOUT"
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
-MAX_STREAMS = 16
+MAX_WORKERS = 64  # Options.workers' range
 
 
 def base_port() -> Optional[int]:
@@ -161,15 +161,17 @@ class Endpoint(TwoSidedCalls, OneSidedCalls, GroupCalls):
     Endpoint(local_gpu_idx=0, num_cpus=None): `local_gpu_idx` names this
     endpoint's GPU (what peers' accept reports; memory kinds are detected per
     buffer, so a host without GPUs serves host memory). `num_cpus` is the
-    number of data streams per connection (1..16; None: ferry's default),
-    each with a sending and a receiving thread. Keyword-only extra: `port`
+    number of threads, as in UCCL: the engine's TCP workers per direction
+    (1..64, shared by every connection; None: ferry's default); how many
+    data streams a connection opens is ferry's own choice. Keyword-only
+    extra: `port`
     (0: a free one). Thread-safe.
     """
 
     def __init__(self, local_gpu_idx: Optional[int] = None, num_cpus: Optional[int] = None, *,
                  port: Optional[int] = None) -> None:
         self.local_gpu_idx = 0 if local_gpu_idx is None else _index(local_gpu_idx, "local_gpu_idx")
-        self._streams = None if num_cpus is None else min(max(_index(num_cpus, "num_cpus"), 1), MAX_STREAMS)
+        self._workers = None if num_cpus is None else min(max(_index(num_cpus, "num_cpus"), 1), MAX_WORKERS)
         self.last_error: Optional[ferry.FerryError] = None
         self._lock = threading.RLock()
         self._conns: Dict[int, ferry.Connection] = {}
@@ -187,7 +189,7 @@ class Endpoint(TwoSidedCalls, OneSidedCalls, GroupCalls):
         self._start_engine(port)
 
     def _start_engine(self, port: Optional[int], **directory) -> None:
-        options = {} if self._streams is None else {"streams": self._streams}
+        options = {} if self._workers is None else {"workers": self._workers}
         wanted = port if port is not None else derived_port(self.local_gpu_idx) or 0
         try:
             self.engine = ferry.Engine(listen=f"0.0.0.0:{wanted}", **options, **directory)

@@ -160,6 +160,10 @@ const std::vector<Tunable>& tunables() {
                      "CPUs of each NIC's receive workers (else NCCL_GPUDIRECTTCPX_RX_BINDINGS, else the second half of "
                      "the NIC's NUMA node)",
                      &Options::rx_bindings),
+      size_tunable("workers", "FERRY_WORKERS", "count",
+                   "TCP worker threads per NIC and direction; 0: auto (the default streams' count on the NIC, at most "
+                   "its bound CPUs)",
+                   &Options::workers),
       choice_tunable("nic_policy", "FERRY_NIC_POLICY", "nearest (NICs on the memory's NUMA node first) or all",
                      &Options::nic_policy, &parse_nic_policy),
       choice_tunable(
@@ -320,6 +324,9 @@ Status validate(const Options& o) {
   auto bad = [](const std::string& what) { return Status(Code::kInvalidArgument, "options: " + what); };
   if (o.streams < 0 || o.streams > 64) {
     return bad("streams must be in 0..64 (0: auto), got " + std::to_string(o.streams));
+  }
+  if (o.workers < 0 || o.workers > 64) {
+    return bad("workers must be in 0..64 (0: auto), got " + std::to_string(o.workers));
   }
   if (o.chunk_bytes < 4096 || o.chunk_bytes > (256u << 20)) {
     return bad("chunk_bytes must be in 4 KiB..256 MiB, got " + std::to_string(o.chunk_bytes));

@@ -245,10 +245,34 @@ def test_connect_without_a_port_to_derive_fails_at_once(monkeypatch):
         assert isinstance(ep.last_error, ferry.InvalidArgument) and "FERRY_P2P_BASE_PORT" in str(ep.last_error)
 
 
+def threads_named(prefix: str) -> int:
+    """Threads of this process whose name starts with `prefix`."""
+    n = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                n += f.read().startswith(prefix)
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return n
+
+
 def test_constructor_arguments():
     with p2p.Endpoint(local_gpu_idx=2, num_cpus=4) as ep:
-        assert ep.local_gpu_idx == 2 and ep.engine.options.streams == 4
+        # num_cpus counts threads, as in UCCL; the streams stay ferry's choice.
+        assert ep.local_gpu_idx == 2 and ep.engine.options.workers == 4
+        assert ep.engine.options.streams == ferry.Options().streams
         assert ep.engine.options.listen.startswith("0.0.0.0:")
+    before = threads_named("ferry-rx-any-"), threads_named("ferry-tx-any-")
+    with p2p.Endpoint(local_gpu_idx=0, num_cpus=3):
+        deadline = time.monotonic() + 5  # a worker names itself once it runs
+        while ((threads_named("ferry-rx-any-") < before[0] + 3 or threads_named("ferry-tx-any-") < before[1] + 3)
+               and time.monotonic() < deadline):
+            time.sleep(0.001)
+        assert threads_named("ferry-rx-any-") == before[0] + 3
+        assert threads_named("ferry-tx-any-") == before[1] + 3
+    with p2p.Endpoint(local_gpu_idx=0, num_cpus=1000) as ep:
+        assert ep.engine.options.workers == p2p.MAX_WORKERS
     with pytest.raises(ValueError):
         p2p.Endpoint(local_gpu_idx=-1, num_cpus=1)
     with pytest.raises(TypeError):

@@ -34,6 +34,7 @@ const std::vector<std::string> kTunableEnvs = {"FERRY_LISTEN",
                                                "FERRY_PATH_TIMEOUT_MS",
                                                "FERRY_TX_BINDINGS",
                                                "FERRY_RX_BINDINGS",
+                                               "FERRY_WORKERS",
                                                "FERRY_NIC_POLICY",
                                                "FERRY_STAGING_DEPTH",
                                                "FERRY_STAGING_CHUNK",
@@ -147,6 +148,7 @@ TEST(Options, EveryTunableIsReadFromItsVariable) {
       {"FERRY_NIC_POLICY", {"all", "all"}},
       {"FERRY_STAGING_DEPTH", {"8", "8"}},
       {"FERRY_STAGING_CHUNK", {"2M", "2097152"}},
+      {"FERRY_WORKERS", {"3", "3"}},
       {"FERRY_PATH_POLICY", {"all", "all"}},
       {"FERRY_WAIT_SPIN_US", {"2000", "2000"}},
       {"FERRY_STAGING_COPY", {"engine", "engine"}},
@@ -254,6 +256,12 @@ TEST(Options, ValidateRejectsOutOfRangeFields) {
   o = Options{};
   o.streams = 65;
   expect_bad(o, "streams");
+  o = Options{};
+  o.workers = -1;
+  expect_bad(o, "workers");
+  o = Options{};
+  o.workers = 65;
+  expect_bad(o, "workers");
   o = Options{};
   o.chunk_bytes = 100;
   expect_bad(o, "chunk_bytes");

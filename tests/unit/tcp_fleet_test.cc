@@ -14,6 +14,7 @@
 #include "platform/fiber.h"
 #include "process_holdings.h"
 #include "sanitizer_build.h"
+#include "transport/tcp/io_pool.h"
 
 namespace ferry {
 namespace {
@@ -190,6 +191,72 @@ TEST(TcpFleet, FiberStacksPastTheProcessBudgetFailOneConnectionNotTheProcess) {
   auto third_there = target->accept(after(10s));
   ASSERT_TRUE(third_there.ok()) << third_there.status().to_string();
   round_trip(**third, **third_there, pings);
+}
+
+// Without Options::workers, a group has a worker for each stream a
+// connection opens by default on its NIC (fewer workers than streams capped
+// GPU memory over loopback at 17 GB/s with 16 streams and 4 workers), at most
+// the CPUs bound to the NIC; the count depends on cores and NICs, never peers.
+TEST(TcpFleet, DefaultWorkersFollowTheDefaultStreams) {
+  using tcp::IoPool;
+  Options o;
+  EXPECT_EQ(IoPool::workers_per_group(o, 0, 0, 2), 2u);
+  EXPECT_EQ(IoPool::workers_per_group(o, 0, 0, 1), 2u);
+  EXPECT_EQ(IoPool::workers_per_group(o, 0, 0, 16), 8u);
+  EXPECT_EQ(IoPool::workers_per_group(o, 0, 0, 32), 16u);
+  EXPECT_EQ(IoPool::workers_per_group(o, 0, 0, 192), 16u);
+  EXPECT_EQ(IoPool::workers_per_group(o, 2, 0, 32), 8u);   // 16 streams over two NICs
+  EXPECT_EQ(IoPool::workers_per_group(o, 3, 0, 32), 6u);   // 16 over three, rounded up
+  EXPECT_EQ(IoPool::workers_per_group(o, 1, 3, 32), 3u);   // three CPUs bound to the NIC
+  o.workers = 5;
+  EXPECT_EQ(IoPool::workers_per_group(o, 2, 3, 32), 5u);   // named, whatever the CPUs
+}
+
+// Options::workers names how many threads serve each direction (what
+// ferry.p2p's num_cpus sets), whatever the CPU count; a connection's streams
+// still move data over that many.
+TEST(TcpFleet, WorkersOptionSetsThePoolsThreads) {
+  auto named = [](const char* prefix) {
+    return testing::threads_named([prefix](const std::string& n) { return n.rfind(prefix, 0) == 0; });
+  };
+  // A worker names itself once it runs: the count the process shows within a
+  // few seconds (more than `want` returns at once).
+  auto named_soon = [&named](const char* prefix, size_t want) {
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    size_t n = named(prefix);
+    while (n < want && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(1ms);
+      n = named(prefix);
+    }
+    return n;
+  };
+  const size_t rx_before = named("ferry-rx-any-"), tx_before = named("ferry-tx-any-");
+  for (int workers : {1, 3, 6}) {
+    Options o = fleet_options();
+    o.workers = workers;
+    o.streams = 4;
+    auto target = Engine::create(o).value();
+    auto dialer = Engine::create(o).value();
+    // Two engines, each with `workers` per direction.
+    const size_t want = 2 * static_cast<size_t>(workers);
+    EXPECT_EQ(named_soon("ferry-rx-any-", rx_before + want), rx_before + want) << workers;
+    EXPECT_EQ(named_soon("ferry-tx-any-", tx_before + want), tx_before + want) << workers;
+    Pings pings(*dialer, *target);
+    auto c = dialer->connect(target->address(), after(10s));
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    auto a = target->accept(after(10s));
+    ASSERT_TRUE(a.ok()) << a.status().to_string();
+    round_trip(**c, **a, pings);
+    // A transfer that spans the streams lands whole.
+    std::vector<unsigned char> src(3 * 1024 * 1024 + 17), dst(src.size());
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + workers);
+    [[maybe_unused]] Region rs = dialer->reg(src.data(), src.size()).value();
+    [[maybe_unused]] Region rd = target->reg(dst.data(), dst.size()).value();
+    Transfer r = (*a)->recv_async(dst.data(), dst.size());
+    ASSERT_TRUE((*c)->send(src.data(), src.size(), after(30s)).ok());
+    ASSERT_TRUE(r.wait(after(30s)).ok());
+    EXPECT_EQ(src, dst) << workers;
+  }
 }
 
 }  // namespace

@@ -27,6 +27,14 @@ void pin_and_log(uint64_t engine, const std::string& thread, const char* role, c
 
 }  // namespace
 
+size_t IoPool::workers_per_group(const Options& o, size_t named_nics, size_t bound_cpus, int usable_cpus) {
+  if (o.workers > 0) return static_cast<size_t>(o.workers);
+  const size_t nics = std::max<size_t>(named_nics, 1);
+  size_t n = (static_cast<size_t>(auto_streams(usable_cpus)) + nics - 1) / nics;
+  if (bound_cpus > 0) n = std::min(n, bound_cpus);
+  return std::max<size_t>(n, 1);
+}
+
 Result<std::shared_ptr<IoPool>> IoPool::start(const core::EngineContext& ctx) {
   std::shared_ptr<IoPool> pool(new IoPool());
   std::set<std::string> nics;
@@ -41,8 +49,7 @@ Result<std::shared_ptr<IoPool>> IoPool::start(const core::EngineContext& ctx) {
       const platform::NicBindings& b = role == Role::kRx ? ctx.worker_cpus.rx : ctx.worker_cpus.tx;
       auto it = nic.empty() ? b.end() : b.find(nic);
       platform::CpuList cpus = it == b.end() ? platform::CpuList{} : it->second;
-      size_t n = cpus.empty() ? static_cast<size_t>(platform::usable_cpu_count()) : cpus.size();
-      n = std::clamp<size_t>(n, 1, kMaxWorkersPerNic);
+      const size_t n = workers_per_group(ctx.options, ctx.nics.size(), cpus.size(), platform::usable_cpu_count());
       const char* r = role == Role::kRx ? "rx" : "tx";
       for (size_t i = 0; i < n; ++i) {
         std::string name = std::string("ferry-") + r + "-" + (nic.empty() ? std::string("any") : nic) + "-" +
