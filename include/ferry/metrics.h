@@ -27,6 +27,13 @@ struct TransferCounts {
   std::vector<uint64_t> within;
 };
 
+// One peer's transfers of one operation.
+struct PeerCounts {
+  uint64_t succeeded = 0;
+  uint64_t failed = 0;
+  uint64_t bytes = 0;  // moved by the transfers that succeeded
+};
+
 struct MetricsSnapshot {
   // The histogram's upper bounds, seconds: 1 us to 10 s in steps of 1, 2.5,
   // 5 a decade, then +Inf.
@@ -35,6 +42,10 @@ struct MetricsSnapshot {
   // By (operation, transport): operation is "send", "recv", "write",
   // "read", "write_blocks" or "notify". Pairs that never ran are absent.
   std::map<std::pair<std::string, std::string>, TransferCounts> transfers;
+  // By (peer, operation), over the connections the engine holds now: the
+  // peer is its address as the connection's control stream sees it
+  // ("ip:port"); a connection's counts leave with it.
+  std::map<std::pair<std::string, std::string>, PeerCounts> peers;
   // Failed transfers by status code name ("peer_lost", "deadline_exceeded", ...).
   std::map<std::string, uint64_t> failures;
   // Connections the engine holds, by transport, and those of them failed.

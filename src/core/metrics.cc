@@ -70,6 +70,19 @@ std::string prometheus_text(const MetricsSnapshot& m) {
     line("ferry_transfer_seconds_sum{" + l + "} " + number(c.seconds_sum));
     line("ferry_transfer_seconds_count{" + l + "} " + std::to_string(c.succeeded + c.failed));
   }
+  line("# HELP ferry_peer_transfers_total Transfers finished, by peer (the connections held now), operation and result.");
+  line("# TYPE ferry_peer_transfers_total counter");
+  for (const auto& [key, c] : m.peers) {
+    std::string l = "peer=\"" + label(key.first) + "\",op=\"" + label(key.second) + "\"";
+    line("ferry_peer_transfers_total{" + l + ",result=\"ok\"} " + std::to_string(c.succeeded));
+    line("ferry_peer_transfers_total{" + l + ",result=\"failed\"} " + std::to_string(c.failed));
+  }
+  line("# HELP ferry_peer_transfer_bytes_total Bytes moved by transfers that succeeded, by peer and operation.");
+  line("# TYPE ferry_peer_transfer_bytes_total counter");
+  for (const auto& [key, c] : m.peers) {
+    line("ferry_peer_transfer_bytes_total{peer=\"" + label(key.first) + "\",op=\"" + label(key.second) + "\"} " +
+         std::to_string(c.bytes));
+  }
   line("# HELP ferry_transfer_failures_total Failed transfers by status code.");
   line("# TYPE ferry_transfer_failures_total counter");
   for (const auto& [code, n] : m.failures) {
@@ -136,11 +149,23 @@ TransferMetrics::Shard& TransferMetrics::mine() {
   return shards_[index % kShards];
 }
 
-void TransferMetrics::record(MeteredOp op, int transport, uint64_t bytes, int64_t nanoseconds, Code code) {
+void TransferMetrics::record(MeteredOp op, int transport, uint64_t bytes, int64_t nanoseconds, Code code,
+                             PeerMeter* peer) {
   if (transport < 0 || transport >= kMeteredTransports) return;
+  constexpr auto relaxed = std::memory_order_relaxed;
+  if (peer != nullptr) {
+    // One connection's transfers finish on its own workers: these lines are
+    // shared by few threads.
+    PeerMeter::PerOp& q = peer->ops[static_cast<size_t>(op)];
+    if (code == Code::kOk) {
+      q.succeeded.fetch_add(1, relaxed);
+      q.bytes.fetch_add(bytes, relaxed);
+    } else {
+      q.failed.fetch_add(1, relaxed);
+    }
+  }
   Shard& s = mine();
   Shard::PerOp& p = s.ops[static_cast<size_t>(op)][static_cast<size_t>(transport)];
-  constexpr auto relaxed = std::memory_order_relaxed;
   if (code == Code::kOk) {
     p.succeeded.fetch_add(1, relaxed);
     p.bytes.fetch_add(bytes, relaxed);
@@ -167,6 +192,14 @@ void TransferMetrics::handshake_refused(std::string_view reason) {
   count(handshakes_refused_, reason);
 }
 
+std::shared_ptr<PeerMeter> TransferMetrics::peer_meter(std::string peer_address) {
+  auto meter = std::make_shared<PeerMeter>(std::move(peer_address));
+  platform::MutexLock lock(mu_);
+  std::erase_if(peers_, [](const std::weak_ptr<PeerMeter>& w) { return w.expired(); });
+  peers_.push_back(meter);
+  return meter;
+}
+
 void TransferMetrics::path_lost(std::string_view transport) {
   platform::MutexLock lock(mu_);
   count(paths_lost_, transport);
@@ -174,12 +207,26 @@ void TransferMetrics::path_lost(std::string_view transport) {
 
 MetricsSnapshot TransferMetrics::snapshot() const {
   MetricsSnapshot m;
+  constexpr auto relaxed = std::memory_order_relaxed;
   {
     platform::MutexLock lock(mu_);
     m.handshakes_refused.insert(handshakes_refused_.begin(), handshakes_refused_.end());
     m.paths_lost.insert(paths_lost_.begin(), paths_lost_.end());
+    for (const auto& w : peers_) {
+      auto meter = w.lock();
+      if (!meter) continue;
+      for (int op = 0; op < kMeteredOps; ++op) {
+        const PeerMeter::PerOp& q = meter->ops[static_cast<size_t>(op)];
+        PeerCounts c{q.succeeded.load(relaxed), q.failed.load(relaxed), q.bytes.load(relaxed)};
+        if (c.succeeded + c.failed == 0) continue;
+        // Two connections to one address add up.
+        PeerCounts& sum = m.peers[{meter->peer, kOpNames[op]}];
+        sum.succeeded += c.succeeded;
+        sum.failed += c.failed;
+        sum.bytes += c.bytes;
+      }
+    }
   }
-  constexpr auto relaxed = std::memory_order_relaxed;
   for (int op = 0; op < kMeteredOps; ++op) {
     for (int t = 0; t < kMeteredTransports; ++t) {
       TransferCounts c;

@@ -12,8 +12,10 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ferry/metrics.h"
 #include "ferry/status.h"
@@ -27,13 +29,28 @@ inline constexpr int kMeteredOps = 6;
 inline constexpr int kMeteredTransports = 2;
 int metered_transport(std::string_view name);  // -1 for any other
 
+// One connection's counts, for the per-peer series: made by the
+// connection (TransferMetrics::peer_meter), held by it and by each of its
+// transfers until the transfer is counted.
+struct PeerMeter {
+  explicit PeerMeter(std::string peer_address) : peer(std::move(peer_address)) {}
+  const std::string peer;
+  struct PerOp {
+    std::atomic<uint64_t> succeeded{0}, failed{0}, bytes{0};
+  };
+  std::array<PerOp, kMeteredOps> ops;
+};
+
 class TransferMetrics {
  public:
   static constexpr int kBuckets = 23;  // 22 bounds (1 us .. 10 s) and +Inf
   static constexpr int kCodes = 32;
   static constexpr int kShards = 8;
 
-  void record(MeteredOp op, int transport, uint64_t bytes, int64_t nanoseconds, Code code);
+  // Counts a finished transfer, and into `peer` too when it is not null.
+  void record(MeteredOp op, int transport, uint64_t bytes, int64_t nanoseconds, Code code, PeerMeter* peer);
+  // A new connection's meter, listed in snapshots while anyone holds it.
+  std::shared_ptr<PeerMeter> peer_meter(std::string peer_address) EXCLUDES(mu_);
   // A handshake this engine refused or dropped: `reason` is the status
   // code's name, or "busy" for a stream closed unread past max_handshakes.
   void handshake_refused(std::string_view reason) EXCLUDES(mu_);
@@ -61,6 +78,8 @@ class TransferMetrics {
   mutable platform::Mutex mu_;
   std::map<std::string, uint64_t, std::less<>> handshakes_refused_ GUARDED_BY(mu_);
   std::map<std::string, uint64_t, std::less<>> paths_lost_ GUARDED_BY(mu_);
+  // The connections' meters; those no one holds are dropped as new ones come.
+  std::vector<std::weak_ptr<PeerMeter>> peers_ GUARDED_BY(mu_);
 };
 
 }  // namespace ferry::core

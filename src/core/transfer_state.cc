@@ -65,7 +65,8 @@ void TransferState::count() {
   // Before done_ is set: a caller whose wait() returned finds it counted.
   if (meter_ == nullptr) return;
   meter_->record(op_, transport_, bytes(),
-                 std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - posted_).count(), status_.code());
+                 std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - posted_).count(), status_.code(),
+                 peer_meter_.get());
 }
 
 Status TransferState::wait(Deadline deadline) {

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "core/metrics.h"
@@ -65,10 +66,12 @@ class TransferState {
   void request_stop() { stop_requested_.store(true, std::memory_order_release); }
   bool stop_requested() const { return stop_requested_.load(std::memory_order_acquire); }
 
-  // Counts the transfer in `sink` (the engine's, which outlives it) when it
-  // finishes: `op` on `transport`, timed from now. Before it is posted.
-  void meter(core::TransferMetrics* sink, core::MeteredOp op, int transport) {
+  // Counts the transfer in `sink` (the engine's, which outlives it) and in
+  // `peer` (its connection's) when it finishes: `op` on `transport`, timed
+  // from now. Before it is posted.
+  void meter(core::TransferMetrics* sink, core::MeteredOp op, int transport, std::shared_ptr<core::PeerMeter> peer) {
     meter_ = sink;
+    peer_meter_ = std::move(peer);
     op_ = op;
     transport_ = static_cast<int8_t>(transport);
     posted_ = Clock::now();
@@ -98,6 +101,7 @@ class TransferState {
   std::vector<std::function<void(const Status&)>> finish_hooks_ GUARDED_BY(mu_);
   // Set once before the transfer is posted, read once when it finishes.
   core::TransferMetrics* meter_ = nullptr;
+  std::shared_ptr<core::PeerMeter> peer_meter_;
   core::MeteredOp op_ = core::MeteredOp::kSend;
   int8_t transport_ = -1;
   Clock::time_point posted_;

@@ -32,6 +32,7 @@ ConnectionCore::ConnectionCore(std::shared_ptr<core::EngineContext> ctx, uint64_
     : ctx_(std::move(ctx)),
       id_(id),
       peer_(std::move(peer)),
+      peer_meter_(ctx_->metrics ? ctx_->metrics->peer_meter(peer_.address) : nullptr),
       budget_(std::make_shared<core::ByteBudget>(ctx_->options.connection_memory_bytes, ctx_->memory_budget)),
       notes_(budget_.get(), &ctx_->notifications),
       ordered_(std::make_shared<core::OrderedPosts>(
@@ -127,7 +128,7 @@ std::shared_ptr<TransferState> ConnectionCore::new_state(int parts) {
 
 std::shared_ptr<TransferState> ConnectionCore::new_state(core::MeteredOp op, int parts) {
   auto state = new_state(parts);
-  if (ctx_->metrics) state->meter(ctx_->metrics.get(), op, core::metered_transport(transport_->name()));
+  if (ctx_->metrics) state->meter(ctx_->metrics.get(), op, core::metered_transport(transport_->name()), peer_meter_);
   return state;
 }
 

@@ -175,6 +175,8 @@ class ConnectionCore final : public Connection,
   const std::shared_ptr<core::EngineContext> ctx_;
   const uint64_t id_;
   const PeerIdentity peer_;
+  // This connection's per-peer counts (null with metrics off).
+  const std::shared_ptr<core::PeerMeter> peer_meter_;
   std::unique_ptr<Transport> transport_;
   std::atomic<uint64_t> next_op_{1};
   std::atomic<uint64_t> next_note_seq_{1};

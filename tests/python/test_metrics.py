@@ -28,6 +28,9 @@ def test_metrics_count_sends_writes_and_reads_with_their_bytes(transport_pair):
     assert m["connections"] == {t: 1}
     got = a.metrics()["transfers"][("recv", t)]
     assert (got["succeeded"], got["bytes"]) == (len(sizes), sum(sizes))
+    # By peer: the one connection's, under the address each end sees.
+    assert m["peers"][(cb.peer_address, "write")] == {"succeeded": len(sizes), "failed": 0, "bytes": sum(sizes)}
+    assert a.metrics()["peers"][(ca.peer_address, "recv")]["bytes"] == sum(sizes)
     text = b.metrics_text()
     assert f'ferry_transfer_bytes_total{{op="send",transport="{t}"}} {sum(sizes)}\n' in text
     assert f'ferry_transfers_total{{op="write",transport="{t}",result="ok"}} {len(sizes)}\n' in text

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -110,6 +111,74 @@ TEST(MetricsEvents, BytesHeldForAPeerAreShownAndGivenBack) {
   MetricsSnapshot m = p.b->metrics();
   EXPECT_EQ(m.held_bytes, 0u);
   EXPECT_GE(m.held_bytes_peak, msg.size());
+}
+
+// Each connection's transfers show under its peer's address, on both ends
+// and both transports, with the exact bytes moved; two peers are told apart,
+// and a closed connection's series leave with it.
+TEST(MetricsEvents, TransfersAreCountedByPeer) {
+  for (const char* transport : {"tcp", "local"}) {
+    SCOPED_TRACE(transport);
+    EnginePair one = connect_pair(transport);
+    ASSERT_TRUE(one.ca && one.cb);
+    // A second peer of the same target: a third engine connecting to one.b.
+    Options o;
+    o.transport = parse_transport(transport).value();
+    o.local_same_process = true;
+    auto other = Engine::create(o).value();
+    std::shared_ptr<Connection> theirs;
+    std::thread t([&] {
+      auto c = one.b->accept(after(10s));
+      ASSERT_TRUE(c.ok()) << c.status().to_string();
+      theirs = std::move(c).value();
+    });
+    auto mine = other->connect(one.b->address(), after(10s));
+    t.join();
+    ASSERT_TRUE(mine.ok() && theirs) << mine.status().to_string();
+
+    // Odd sizes, random bytes, from each peer to the target.
+    const size_t sizes[2] = {70'001, 3'000'017};
+    std::shared_ptr<Connection> from[2] = {one.ca, *mine}, at[2] = {one.cb, theirs};
+    for (int i = 0; i < 2; ++i) {
+      std::vector<uint8_t> out(sizes[i]), in(sizes[i] + 5);
+      testing::fill_random_bytes(out.data(), out.size(), /*seed=*/40 + i);
+      ASSERT_TRUE((i == 0 ? one.a : other)->reg(out.data(), out.size()).ok());
+      ASSERT_TRUE(one.b->reg(in.data(), in.size()).ok());
+      Transfer r = at[i]->recv_async(in.data() + 5, sizes[i]);
+      ASSERT_TRUE(from[i]->send(out.data(), out.size(), after(20s)).ok());
+      ASSERT_TRUE(r.wait(after(20s)).ok());
+      ASSERT_TRUE(std::equal(out.begin(), out.end(), in.begin() + 5));
+    }
+    MetricsSnapshot target = one.b->metrics();
+    for (int i = 0; i < 2; ++i) {
+      auto it = target.peers.find({at[i]->peer_address(), "recv"});
+      ASSERT_NE(it, target.peers.end()) << "no recv series for " << at[i]->peer_address();
+      EXPECT_EQ(it->second.succeeded, 1u);
+      EXPECT_EQ(it->second.failed, 0u);
+      EXPECT_EQ(it->second.bytes, sizes[i]);
+      EXPECT_EQ(target.peers.count({at[i]->peer_address(), "send"}), 0u);
+    }
+    MetricsSnapshot sender = other->metrics();
+    ASSERT_EQ(sender.peers.count({(*mine)->peer_address(), "send"}), 1u);
+    EXPECT_EQ(sender.peers.at({(*mine)->peer_address(), "send"}).bytes, sizes[1]);
+    std::string text = prometheus_text(target);
+    EXPECT_NE(text.find("ferry_peer_transfer_bytes_total{peer=\"" + theirs->peer_address() + "\",op=\"recv\"} " +
+                        std::to_string(sizes[1])),
+              std::string::npos)
+        << text;
+
+    // The second peer's connection ends: its series go, the first's stay.
+    const std::string gone = theirs->peer_address();
+    (*mine)->close();
+    theirs->close();
+    theirs.reset();
+    at[1].reset();
+    from[1].reset();
+    mine = Result<std::shared_ptr<Connection>>(Status(Code::kCancelled, "closed"));
+    other.reset();
+    EXPECT_TRUE(metrics_reach(*one.b, [&](const MetricsSnapshot& m) { return m.peers.count({gone, "recv"}) == 0; }));
+    EXPECT_EQ(one.b->metrics().peers.count({one.cb->peer_address(), "recv"}), 1u);
+  }
 }
 
 }  // namespace

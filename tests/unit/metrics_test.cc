@@ -24,11 +24,11 @@ using core::MeteredOp;
 
 TEST(TransferMetrics, CountsEachTransferOnceInTheRightBucket) {
   core::TransferMetrics m;
-  m.record(MeteredOp::kSend, 0, 100, 800, Code::kOk);                 // 0.8 us: the first bucket
-  m.record(MeteredOp::kSend, 0, 50, 3'000, Code::kOk);                // 3 us: the 5 us bucket
-  m.record(MeteredOp::kSend, 0, 7, 20'000'000'000, Code::kPeerLost);  // 20 s: +Inf only
-  m.record(MeteredOp::kRead, 1, 4096, 1'000'000, Code::kOk);          // 1 ms, local
-  m.record(MeteredOp::kRead, 5, 4096, 1'000'000, Code::kOk);          // no such transport: ignored
+  m.record(MeteredOp::kSend, 0, 100, 800, Code::kOk, nullptr);                 // 0.8 us: the first bucket
+  m.record(MeteredOp::kSend, 0, 50, 3'000, Code::kOk, nullptr);                // 3 us: the 5 us bucket
+  m.record(MeteredOp::kSend, 0, 7, 20'000'000'000, Code::kPeerLost, nullptr);  // 20 s: +Inf only
+  m.record(MeteredOp::kRead, 1, 4096, 1'000'000, Code::kOk, nullptr);          // 1 ms, local
+  m.record(MeteredOp::kRead, 5, 4096, 1'000'000, Code::kOk, nullptr);          // no such transport: ignored
   MetricsSnapshot s = m.snapshot();
   ASSERT_EQ(s.transfers.size(), 2u);
   const TransferCounts& send = s.transfers.at({"send", "tcp"});
@@ -53,7 +53,7 @@ TEST(TransferMetrics, ThreadsCountingAtOnceLoseNothing) {
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      for (int i = 0; i < kEach; ++i) m.record(MeteredOp::kWrite, t % 2, 3, 1000 * (i % 50), Code::kOk);
+      for (int i = 0; i < kEach; ++i) m.record(MeteredOp::kWrite, t % 2, 3, 1000 * (i % 50), Code::kOk, nullptr);
     });
   }
   for (auto& th : threads) th.join();
@@ -65,8 +65,8 @@ TEST(TransferMetrics, ThreadsCountingAtOnceLoseNothing) {
 
 TEST(TransferMetrics, PrometheusTextNamesEveryFamilyWithItsType) {
   core::TransferMetrics m;
-  m.record(MeteredOp::kWriteBlocks, 0, 65536, 40'000, Code::kOk);
-  m.record(MeteredOp::kWriteBlocks, 0, 0, 40'000, Code::kDeadlineExceeded);
+  m.record(MeteredOp::kWriteBlocks, 0, 65536, 40'000, Code::kOk, nullptr);
+  m.record(MeteredOp::kWriteBlocks, 0, 0, 40'000, Code::kDeadlineExceeded, nullptr);
   MetricsSnapshot s = m.snapshot();
   s.connections["tcp"] = 3;
   s.connections_failed["tcp"] = 1;
