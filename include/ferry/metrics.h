@@ -34,6 +34,12 @@ struct PeerCounts {
   uint64_t bytes = 0;  // moved by the transfers that succeeded
 };
 
+// What one NIC's data streams carried, each way.
+struct NicBytes {
+  uint64_t sent = 0;
+  uint64_t received = 0;
+};
+
 struct MetricsSnapshot {
   // The histogram's upper bounds, seconds: 1 us to 10 s in steps of 1, 2.5,
   // 5 a decade, then +Inf.
@@ -46,6 +52,10 @@ struct MetricsSnapshot {
   // peer is its address as the connection's control stream sees it
   // ("ip:port"); a connection's counts leave with it.
   std::map<std::pair<std::string, std::string>, PeerCounts> peers;
+  // Bytes the TCP data streams carried, by local NIC ("any" for streams on
+  // no named NIC), since the engine started: frames' payloads, sent once
+  // written to the socket, received once read from it.
+  std::map<std::string, NicBytes> nics;
   // Failed transfers by status code name ("peer_lost", "deadline_exceeded", ...).
   std::map<std::string, uint64_t> failures;
   // Connections the engine holds, by transport, and those of them failed.

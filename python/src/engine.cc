@@ -776,9 +776,17 @@ void bind_engine(pyb::module_& m) {
               d["bytes"] = c.bytes;
               peers[pyb::make_tuple(key.first, key.second)] = d;
             }
+            pyb::dict nics;
+            for (const auto& [nic, b] : m.nics) {
+              pyb::dict d;
+              d["sent"] = b.sent;
+              d["received"] = b.received;
+              nics[pyb::str(nic)] = d;
+            }
             pyb::dict out;
             out["transfers"] = transfers;
             out["peers"] = peers;
+            out["nics"] = nics;
             out["latency_bounds"] = MetricsSnapshot::latency_bounds();
             out["failures"] = m.failures;
             out["connections"] = m.connections;
@@ -793,7 +801,8 @@ void bind_engine(pyb::module_& m) {
           "What the engine has done, as a dict: 'transfers' by (operation, transport) with 'succeeded', "
           "'failed', 'bytes', 'seconds_sum' and 'within' (transfers that took at most each of "
           "'latency_bounds' seconds, cumulative); 'peers' by (peer address, operation) with 'succeeded', "
-          "'failed' and 'bytes', for the connections held now; 'failures' by status code name; 'connections' and "
+          "'failed' and 'bytes', for the connections held now; 'nics': bytes 'sent' and 'received' by the TCP data "
+          "streams of each local NIC ('any': no named NIC); 'failures' by status code name; 'connections' and "
           "'connections_failed' by transport; 'handshakes_refused' by reason; 'paths_lost' by transport; "
           "'held_bytes' and 'held_bytes_peak' (held for peers); 'gpu_objects_made_late' (CUDA objects ferry's transfer "
           "threads had to make: 0 after stream waits is healthy). The same numbers as metrics_text().")

@@ -83,6 +83,12 @@ std::string prometheus_text(const MetricsSnapshot& m) {
     line("ferry_peer_transfer_bytes_total{peer=\"" + label(key.first) + "\",op=\"" + label(key.second) + "\"} " +
          std::to_string(c.bytes));
   }
+  line("# HELP ferry_nic_bytes_total Bytes the TCP data streams carried, by local NIC and direction.");
+  line("# TYPE ferry_nic_bytes_total counter");
+  for (const auto& [nic, b] : m.nics) {
+    line("ferry_nic_bytes_total{nic=\"" + label(nic) + "\",direction=\"sent\"} " + std::to_string(b.sent));
+    line("ferry_nic_bytes_total{nic=\"" + label(nic) + "\",direction=\"received\"} " + std::to_string(b.received));
+  }
   line("# HELP ferry_transfer_failures_total Failed transfers by status code.");
   line("# TYPE ferry_transfer_failures_total counter");
   for (const auto& [code, n] : m.failures) {
@@ -200,6 +206,13 @@ std::shared_ptr<PeerMeter> TransferMetrics::peer_meter(std::string peer_address)
   return meter;
 }
 
+std::shared_ptr<NicMeter> TransferMetrics::nic_meter(const std::string& nic) {
+  platform::MutexLock lock(mu_);
+  auto& meter = nics_[nic.empty() ? "any" : nic];
+  if (!meter) meter = std::make_shared<NicMeter>();
+  return meter;
+}
+
 void TransferMetrics::path_lost(std::string_view transport) {
   platform::MutexLock lock(mu_);
   count(paths_lost_, transport);
@@ -212,6 +225,7 @@ MetricsSnapshot TransferMetrics::snapshot() const {
     platform::MutexLock lock(mu_);
     m.handshakes_refused.insert(handshakes_refused_.begin(), handshakes_refused_.end());
     m.paths_lost.insert(paths_lost_.begin(), paths_lost_.end());
+    for (const auto& [nic, meter] : nics_) m.nics[nic] = {meter->sent.load(relaxed), meter->received.load(relaxed)};
     for (const auto& w : peers_) {
       auto meter = w.lock();
       if (!meter) continue;

@@ -41,6 +41,12 @@ struct PeerMeter {
   std::array<PerOp, kMeteredOps> ops;
 };
 
+// The bytes one NIC's data streams carried (per-NIC series), counted by
+// the streams' workers; the engine keeps one per NIC name.
+struct NicMeter {
+  std::atomic<uint64_t> sent{0}, received{0};
+};
+
 class TransferMetrics {
  public:
   static constexpr int kBuckets = 23;  // 22 bounds (1 us .. 10 s) and +Inf
@@ -51,6 +57,9 @@ class TransferMetrics {
   void record(MeteredOp op, int transport, uint64_t bytes, int64_t nanoseconds, Code code, PeerMeter* peer);
   // A new connection's meter, listed in snapshots while anyone holds it.
   std::shared_ptr<PeerMeter> peer_meter(std::string peer_address) EXCLUDES(mu_);
+  // The meter of local NIC `nic` ("" for streams on no named NIC), the same
+  // one for every stream on it.
+  std::shared_ptr<NicMeter> nic_meter(const std::string& nic) EXCLUDES(mu_);
   // A handshake this engine refused or dropped: `reason` is the status
   // code's name, or "busy" for a stream closed unread past max_handshakes.
   void handshake_refused(std::string_view reason) EXCLUDES(mu_);
@@ -80,6 +89,7 @@ class TransferMetrics {
   std::map<std::string, uint64_t, std::less<>> paths_lost_ GUARDED_BY(mu_);
   // The connections' meters; those no one holds are dropped as new ones come.
   std::vector<std::weak_ptr<PeerMeter>> peers_ GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<NicMeter>, std::less<>> nics_ GUARDED_BY(mu_);
 };
 
 }  // namespace ferry::core

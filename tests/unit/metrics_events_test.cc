@@ -181,5 +181,31 @@ TEST(MetricsEvents, TransfersAreCountedByPeer) {
   }
 }
 
+// What the TCP data streams carried, by local NIC and direction: a bulk
+// write's bytes exactly, sent on one end and received on the other ("any":
+// the streams of an engine that names no NIC).
+TEST(MetricsEvents, DataStreamBytesAreCountedByNic) {
+  EnginePair p = connect_pair("tcp");
+  ASSERT_TRUE(p.ca && p.cb);
+  std::vector<uint8_t> src(5'000'011), dst(src.size());
+  testing::fill_random_bytes(src.data(), src.size(), /*seed=*/9);
+  ASSERT_TRUE(p.a->reg(src.data(), src.size()).ok());
+  auto region = p.b->reg(dst.data(), dst.size());
+  ASSERT_TRUE(region.ok());
+  auto desc = p.b->export_region(*region);
+  ASSERT_TRUE(desc.ok());
+  ASSERT_TRUE(p.ca->write(src.data(), src.size(), *desc, 0, {}, after(20s)).ok());
+  EXPECT_EQ(src, dst);
+  MetricsSnapshot a = p.a->metrics(), b = p.b->metrics();
+  ASSERT_EQ(a.nics.count("any"), 1u);
+  ASSERT_EQ(b.nics.count("any"), 1u);
+  EXPECT_EQ(a.nics.at("any").sent, src.size());
+  EXPECT_EQ(b.nics.at("any").received, src.size());
+  EXPECT_EQ(b.nics.at("any").sent, 0u);
+  EXPECT_NE(prometheus_text(b).find("ferry_nic_bytes_total{nic=\"any\",direction=\"received\"} " +
+                                    std::to_string(src.size())),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace ferry

@@ -56,6 +56,9 @@ void TcpTransport::path_rx_loop(int path) {
     if (s.ok()) s = handle_frame(fd, path, *h, aux);
     frame_since_ns_[static_cast<size_t>(path)].store(0, std::memory_order_relaxed);
     if (s.ok() && h->type == FrameType::kData) last_progress_ns_.store(now_ns(), std::memory_order_relaxed);
+    if (s.ok() && !path_meters_.empty() && (h->type == FrameType::kData || h->type == FrameType::kWrite)) {
+      path_meters_[static_cast<size_t>(path)]->received.fetch_add(h->payload_len, std::memory_order_relaxed);
+    }
     if (s.ok()) {
       bool ack_request = (h->flags & kFlagAckRequest) != 0;
       // Counted in order with the frames whose copies are still running.

@@ -78,6 +78,9 @@ void TcpTransport::path_tx_loop(int path) {
     // A chunk that went out is progress: the peer owes a write's answer only
     // once it has the bytes, and a slow sender is not a stalled peer.
     if (s.ok()) last_progress_ns_.store(now_ns(), std::memory_order_relaxed);
+    if (s.ok() && !path_meters_.empty()) {
+      path_meters_[static_cast<size_t>(path)]->sent.fetch_add(pipe.front().chunk.size, std::memory_order_relaxed);
+    }
     if (ChunkQueue::release(pipe.front().chunk)) finish_acknowledged(*pipe.front().chunk.op);
     pipe.pop_front();
     if (!s.ok()) {

@@ -61,6 +61,7 @@ TcpTransport::TcpTransport(transport::ConnectionHost& core, PeerInfo peer, platf
     frame_since_ns_[p] = 0;
     auto node = p < paths_.size() ? ctx_->nic_nodes.find(paths_[p].nic) : ctx_->nic_nodes.end();
     path_nodes_.push_back(node == ctx_->nic_nodes.end() ? -1 : node->second);
+    if (ctx_->metrics) path_meters_.push_back(ctx_->metrics->nic_meter(p < paths_.size() ? paths_[p].nic : ""));
   }
   last_rx_ns_ = now_ns();
   last_tx_ns_ = now_ns();

@@ -446,6 +446,7 @@ class TcpTransport final : public transport::Transport {
   platform::Socket control_;
   std::vector<platform::Socket> data_;
   const std::vector<PathInfo> paths_;
+  std::vector<std::shared_ptr<core::NicMeter>> path_meters_;  // each path's NIC's (empty with metrics off)
   std::vector<int> path_nodes_;  // NUMA node of each path's NIC (-1 unknown)
   std::unique_ptr<std::atomic<bool>[]> path_dead_;
   ChunkQueue chunks_;
