@@ -54,7 +54,8 @@ struct MetricsSnapshot {
   std::map<std::pair<std::string, std::string>, PeerCounts> peers;
   // Bytes the TCP data streams carried, by local NIC ("any" for streams on
   // no named NIC), since the engine started: frames' payloads, sent once
-  // written to the socket, received once read from it.
+  // written to the socket (a moment after the write they carry may have
+  // finished), received as their frames arrive.
   std::map<std::string, NicBytes> nics;
   // Failed transfers by status code name ("peer_lost", "deadline_exceeded", ...).
   std::map<std::string, uint64_t> failures;

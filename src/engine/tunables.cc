@@ -161,8 +161,7 @@ const std::vector<Tunable>& tunables() {
                      "the NIC's NUMA node)",
                      &Options::rx_bindings),
       size_tunable("workers", "FERRY_WORKERS", "count",
-                   "TCP worker threads per NIC and direction; 0: auto (the default streams' count on the NIC, at most "
-                   "its bound CPUs)",
+                   "TCP worker threads per NIC and direction; 0: auto (one per bound CPU, at most 4)",
                    &Options::workers),
       choice_tunable("nic_policy", "FERRY_NIC_POLICY", "nearest (NICs on the memory's NUMA node first) or all",
                      &Options::nic_policy, &parse_nic_policy),

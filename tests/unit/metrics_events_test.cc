@@ -196,6 +196,10 @@ TEST(MetricsEvents, DataStreamBytesAreCountedByNic) {
   ASSERT_TRUE(desc.ok());
   ASSERT_TRUE(p.ca->write(src.data(), src.size(), *desc, 0, {}, after(20s)).ok());
   EXPECT_EQ(src, dst);
+  // The writer's last chunk is counted once its worker is back from the
+  // socket, which may be just after the write finished.
+  auto sent = [&](const MetricsSnapshot& m) { return m.nics.count("any") ? m.nics.at("any").sent : 0; };
+  EXPECT_TRUE(metrics_reach(*p.a, [&](const MetricsSnapshot& m) { return sent(m) >= src.size(); }));
   MetricsSnapshot a = p.a->metrics(), b = p.b->metrics();
   ASSERT_EQ(a.nics.count("any"), 1u);
   ASSERT_EQ(b.nics.count("any"), 1u);

@@ -193,23 +193,19 @@ TEST(TcpFleet, FiberStacksPastTheProcessBudgetFailOneConnectionNotTheProcess) {
   round_trip(**third, **third_there, pings);
 }
 
-// Without Options::workers, a group has a worker for each stream a
-// connection opens by default on its NIC (fewer workers than streams capped
-// GPU memory over loopback at 17 GB/s with 16 streams and 4 workers), at most
-// the CPUs bound to the NIC; the count depends on cores and NICs, never peers.
-TEST(TcpFleet, DefaultWorkersFollowTheDefaultStreams) {
+// Without Options::workers, a group has a worker per CPU bound to its NIC
+// (or usable, for the default group), at most four; Options::workers names
+// the count whatever the CPUs. It depends on cores and NICs, never peers.
+TEST(TcpFleet, WorkersPerGroup) {
   using tcp::IoPool;
   Options o;
   EXPECT_EQ(IoPool::workers_per_group(o, 0, 0, 2), 2u);
-  EXPECT_EQ(IoPool::workers_per_group(o, 0, 0, 1), 2u);
-  EXPECT_EQ(IoPool::workers_per_group(o, 0, 0, 16), 8u);
-  EXPECT_EQ(IoPool::workers_per_group(o, 0, 0, 32), 16u);
-  EXPECT_EQ(IoPool::workers_per_group(o, 0, 0, 192), 16u);
-  EXPECT_EQ(IoPool::workers_per_group(o, 2, 0, 32), 8u);   // 16 streams over two NICs
-  EXPECT_EQ(IoPool::workers_per_group(o, 3, 0, 32), 6u);   // 16 over three, rounded up
-  EXPECT_EQ(IoPool::workers_per_group(o, 1, 3, 32), 3u);   // three CPUs bound to the NIC
-  o.workers = 5;
-  EXPECT_EQ(IoPool::workers_per_group(o, 2, 3, 32), 5u);   // named, whatever the CPUs
+  EXPECT_EQ(IoPool::workers_per_group(o, 0, 0, 1), 1u);
+  EXPECT_EQ(IoPool::workers_per_group(o, 0, 0, 32), 4u);
+  EXPECT_EQ(IoPool::workers_per_group(o, 1, 3, 32), 3u);  // three CPUs bound to the NIC
+  o.workers = 16;
+  EXPECT_EQ(IoPool::workers_per_group(o, 0, 0, 2), 16u);
+  EXPECT_EQ(IoPool::workers_per_group(o, 2, 3, 32), 16u);
 }
 
 // Options::workers names how many threads serve each direction (what

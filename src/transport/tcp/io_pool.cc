@@ -28,11 +28,10 @@ void pin_and_log(uint64_t engine, const std::string& thread, const char* role, c
 }  // namespace
 
 size_t IoPool::workers_per_group(const Options& o, size_t named_nics, size_t bound_cpus, int usable_cpus) {
+  (void)named_nics;
   if (o.workers > 0) return static_cast<size_t>(o.workers);
-  const size_t nics = std::max<size_t>(named_nics, 1);
-  size_t n = (static_cast<size_t>(auto_streams(usable_cpus)) + nics - 1) / nics;
-  if (bound_cpus > 0) n = std::min(n, bound_cpus);
-  return std::max<size_t>(n, 1);
+  const size_t n = bound_cpus > 0 ? bound_cpus : static_cast<size_t>(std::max(usable_cpus, 1));
+  return std::min(n, kDefaultMostWorkers);
 }
 
 Result<std::shared_ptr<IoPool>> IoPool::start(const core::EngineContext& ctx) {

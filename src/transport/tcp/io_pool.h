@@ -32,12 +32,14 @@ class IoPool {
  public:
   enum class Role { kRx, kTx };
   // Workers a group has in each direction: Options::workers when set; else
-  // one for each stream a connection opens by default on the group's NIC
-  // (auto_streams of the usable CPUs, dealt over the named NICs), at most
-  // as many as the CPUs bound to it. A stream's worker copies its bytes, and
-  // GPU memory's staging too, so fewer workers than streams cap the rate: on
-  // the two-H200 host (32 CPUs, 16 streams) GPU memory over loopback moved
-  // 17 GB/s with 4 workers, 31 with 8 and 40-44 with 16.
+  // one per CPU bound to the NIC (or usable, for the default group), at
+  // most kDefaultMostWorkers. A stream's worker copies its bytes, and GPU
+  // memory's staging too, so fewer workers than streams cap the rate: on the
+  // two-H200 host (32 CPUs, 16 streams) GPU memory over loopback moved 17
+  // GB/s with 4 workers, 31 with 8 and 40-44 with 16. The default stays at 4
+  // because with 16 the one-GPU stream-wait test hung (both processes on one
+  // GPU: a receive behind a waiting stream never finished; cause not found).
+  static constexpr size_t kDefaultMostWorkers = 4;
   static size_t workers_per_group(const Options& o, size_t named_nics, size_t bound_cpus, int usable_cpus);
 
   // Starts every worker for the engine of `ctx` (its NICs and bindings).

@@ -53,12 +53,14 @@ void TcpTransport::path_rx_loop(int path) {
     }
     aux.resize(h->aux_len);
     if (h->aux_len > 0) s = platform::recv_exact(fd, aux.data(), aux.size());
-    if (s.ok()) s = handle_frame(fd, path, *h, aux);
-    frame_since_ns_[static_cast<size_t>(path)].store(0, std::memory_order_relaxed);
-    if (s.ok() && h->type == FrameType::kData) last_progress_ns_.store(now_ns(), std::memory_order_relaxed);
+    // Counted before the payload lands: a write's last frame may answer the
+    // writer from inside handle_frame, and its bytes are counted by then.
     if (s.ok() && !path_meters_.empty() && (h->type == FrameType::kData || h->type == FrameType::kWrite)) {
       path_meters_[static_cast<size_t>(path)]->received.fetch_add(h->payload_len, std::memory_order_relaxed);
     }
+    if (s.ok()) s = handle_frame(fd, path, *h, aux);
+    frame_since_ns_[static_cast<size_t>(path)].store(0, std::memory_order_relaxed);
+    if (s.ok() && h->type == FrameType::kData) last_progress_ns_.store(now_ns(), std::memory_order_relaxed);
     if (s.ok()) {
       bool ack_request = (h->flags & kFlagAckRequest) != 0;
       // Counted in order with the frames whose copies are still running.
