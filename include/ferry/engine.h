@@ -167,8 +167,11 @@ class Connection {
   // Makes `cuda_stream` wait, on the GPU, until `transfer` finishes
   // (successfully or not: check its status before trusting the bytes), so a
   // kernel that consumes a receive can be queued without a host round trip.
-  // OK at once if it has finished. kUnimplemented without a CUDA driver or
-  // where it lacks stream memory operations (then wait on the host).
+  // OK at once if it has finished. kUnimplemented without a CUDA driver,
+  // where it lacks stream memory operations, or when the process runs with
+  // CUDA_DEVICE_MAX_CONNECTIONS=1 (every stream then shares one hardware
+  // queue, and the waiting stream would hold ferry's own copies): then wait
+  // on the host.
   Status stream_wait(const Transfer& transfer, void* cuda_stream);
   Status stream_wait(const Transfer& transfer, const CudaStreamRef& cuda_stream);
 

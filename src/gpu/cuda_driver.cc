@@ -50,6 +50,8 @@ CudaDriver load_driver() {
   need("cuMemCreate", d.mem_create);
   need("cuMemGetAllocationGranularity", d.mem_get_allocation_granularity);
   need("cuStreamCreate", d.stream_create);
+  need("cuStreamCreateWithPriority", d.stream_create_with_priority);
+  need("cuCtxGetStreamPriorityRange", d.ctx_get_stream_priority_range);
   need("cuStreamDestroy_v2", d.stream_destroy);
   need("cuStreamSynchronize", d.stream_synchronize);
   need("cuStreamQuery", d.stream_query);
@@ -94,6 +96,13 @@ CudaDriver load_driver() {
 }
 
 }  // namespace
+
+cu::Result CudaDriver::create_own_stream(cu::Stream* s) const {
+  int least = 0;
+  int greatest = 0;
+  if (cu::Result r = ctx_get_stream_priority_range(&least, &greatest); r != cu::kSuccess) return r;
+  return stream_create_with_priority(s, cu::kStreamNonBlocking, greatest);
+}
 
 cu::Result CudaDriver::memcpy_batch(cu::DevicePtr* dsts, cu::DevicePtr* srcs, size_t* sizes, size_t count,
                                     cu::Stream stream) const {

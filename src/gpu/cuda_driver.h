@@ -113,6 +113,8 @@ struct CudaDriver {
   cu::Result (*mem_create)(cu::MemHandle*, size_t, const cu::MemAllocationProp*, unsigned long long) = nullptr;
   cu::Result (*mem_get_allocation_granularity)(size_t*, const cu::MemAllocationProp*, int) = nullptr;
   cu::Result (*stream_create)(cu::Stream*, unsigned) = nullptr;
+  cu::Result (*stream_create_with_priority)(cu::Stream*, unsigned, int) = nullptr;
+  cu::Result (*ctx_get_stream_priority_range)(int*, int*) = nullptr;
   cu::Result (*stream_destroy)(cu::Stream) = nullptr;
   cu::Result (*stream_synchronize)(cu::Stream) = nullptr;
   cu::Result (*stream_query)(cu::Stream) = nullptr;
@@ -158,6 +160,18 @@ struct CudaDriver {
   // ordered on the stream. REQUIRES: has_memcpy_batch().
   cu::Result memcpy_batch(cu::DevicePtr* dsts, cu::DevicePtr* srcs, size_t* sizes, size_t count,
                           cu::Stream stream) const;
+
+  // A stream for ferry's own GPU work, in the current context: non-blocking
+  // (it never waits for, nor holds up, the legacy default stream) and of the
+  // context's greatest priority. The priority keeps ferry's copies out of
+  // the hardware queues a stream waiting on a transfer (stream_wait) holds:
+  // streams share CUDA_DEVICE_MAX_CONNECTIONS queues (8 by default), and a
+  // copy queued on a stream sharing the waiting one's queue waits behind a
+  // wait that waits for it. On an H200, a copy on every 8th default-priority
+  // stream made after the waiter was held, none on the greatest priority's
+  // (bench/gpu/aliased_stream_probe.cu). With CUDA_DEVICE_MAX_CONNECTIONS=1
+  // every stream shares the one queue (see ConnectionCore::stream_wait).
+  cu::Result create_own_stream(cu::Stream* s) const;
 
   // True when libcuda loaded, every entry point resolved and cuInit succeeded.
   bool available() const { return init != nullptr; }

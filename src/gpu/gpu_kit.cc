@@ -14,10 +14,8 @@ Result<cu::Stream> make_stream(int device) {
   DeviceScope scope(device);
   FERRY_RETURN_IF_ERROR(scope.status());
   cu::Stream s = nullptr;
-  // Non-blocking: staging never waits for, nor holds up, the application's
-  // work on the legacy default stream.
   FERRY_RETURN_IF_ERROR(
-      d.check(d.stream_create(&s, cu::kStreamNonBlocking), "cuStreamCreate", Code::kResourceExhausted));
+      d.check(d.create_own_stream(&s), "cuStreamCreateWithPriority", Code::kResourceExhausted));
   return s;
 }
 

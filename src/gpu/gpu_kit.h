@@ -88,7 +88,8 @@ class GpuKit {
   // filled before is skipped: after the first wait, nothing is made.
   Status fill(const GpuKitSize& size) EXCLUDES(mu_);
 
-  // A non-blocking stream on `device` (its context is made current here).
+  // A stream of ferry's own on `device` (CudaDriver::create_own_stream: non-
+  // blocking, the greatest priority; its context is made current here).
   Result<cu::Stream> take_stream(int device) EXCLUDES(mu_);
   void give_stream(int device, cu::Stream s) EXCLUDES(mu_);
   // An event (timing off) of `device`'s context.

@@ -90,7 +90,7 @@ Result<ResidentGather::Device*> ResidentGather::device_state(int device) {
   Status s = d.check(d.mem_alloc(&dev->relay, kRelayBytes), "cuMemAlloc (resident gather relay)",
                      Code::kResourceExhausted);
   if (s.ok()) {
-    s = d.check(d.stream_create(&dev->stream, cu::kStreamNonBlocking), "cuStreamCreate (resident gather)",
+    s = d.check(d.create_own_stream(&dev->stream), "cuStreamCreateWithPriority (resident gather)",
                 Code::kResourceExhausted);
   }
   if (!s.ok()) {

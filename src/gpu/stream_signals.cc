@@ -2,12 +2,23 @@
 #include "gpu/stream_signals.h"
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "gpu/cuda_driver.h"
 #include "gpu/stream_context.h"
 
 namespace ferry::platform {
+
+Status stream_waits_possible() {
+  const char* v = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  if (v == nullptr || std::strtol(v, nullptr, 10) != 1) return Status();
+  return Status(Code::kUnimplemented,
+                "stream_wait: with CUDA_DEVICE_MAX_CONNECTIONS=1 every CUDA stream shares one hardware queue, so a "
+                "stream waiting on the GPU would hold the copies that end the transfer; wait for it on the host "
+                "(Transfer::wait) before queuing the work that consumes it");
+}
 
 Result<uint32_t> StreamSignals::take_slot() {
   if (!free_.empty()) {

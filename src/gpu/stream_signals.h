@@ -26,6 +26,12 @@
 
 namespace ferry::platform {
 
+// OK unless the process runs with CUDA_DEVICE_MAX_CONNECTIONS=1: then every
+// stream of a context shares one hardware queue, and a stream waiting for a
+// transfer holds the copies that would end it (cuda_driver.h,
+// create_own_stream): kUnimplemented, saying to wait on the host.
+Status stream_waits_possible();
+
 class StreamSignals {
  public:
   // A wait armed on a stream; signal() releases the stream.

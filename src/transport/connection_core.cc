@@ -281,6 +281,7 @@ Status ConnectionCore::stream_wait(const Transfer& transfer, const CudaStreamRef
   const std::shared_ptr<TransferState>& state = transfer.state();
   if (!state) return Status(Code::kInvalidArgument, "stream_wait on an empty Transfer handle");
   if (state->done()) return Status();
+  FERRY_RETURN_IF_ERROR(platform::stream_waits_possible());
   if (!ctx_->stream_signals) return Status(Code::kUnimplemented, "stream_wait: this engine has no stream signals");
   // The kernels ferry's threads may launch are loaded now, on this thread:
   // loading waits for every stream of the context, the armed one too.

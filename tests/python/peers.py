@@ -13,6 +13,7 @@ yields the same random bytes, so each side verifies what it received on its own.
 
 from __future__ import annotations
 
+import threading
 import traceback
 
 import numpy as np
@@ -289,3 +290,77 @@ def p2p_serve(pipe, base_port: int, gpu_idx: int) -> None:
                 raise ValueError(f"unknown command {cmd!r}")
         except Exception as e:
             pipe.send(("error", type(e).__name__, f"{e}\n{traceback.format_exc()}"))
+
+
+
+def stream_waits_on_fresh_streams(pipe, count: int, rounds: int, options: dict) -> None:
+    """Two engines of this process over TCP on GPU 0, a sending to b. Each
+    round makes a CUDA stream of its own (cuStreamCreate: made then, not
+    taken from torch's pool), makes it wait for a receive of `count` int64
+    into GPU memory, queues a sum behind the wait and only then sends: the
+    receive lands through ferry's streams while the new stream waits, the
+    first time on streams made just after it (the connection's kit).
+    Sends ("ok", ([(landed, sum right), ...], CUDA objects made late)) or
+    ("error", name, text)."""
+    import ctypes
+
+    import torch
+
+    import ferry
+
+    try:
+        a, b = ferry.Engine(**options), ferry.Engine(**options)
+        got = {}
+        t = threading.Thread(target=lambda: got.setdefault("conn", a.accept(timeout=WAIT)), name="accept")
+        t.start()
+        cb = b.connect(a.address, timeout=WAIT)
+        t.join(WAIT)
+        ca = got["conn"]
+        src = torch.arange(count, dtype=torch.int64, device="cuda:0") * 3
+        dst = torch.zeros(count, dtype=torch.int64, device="cuda:0")
+        dst.sum()  # loaded before any wait (a first launch waits for every stream)
+        host = torch.zeros(count, dtype=torch.int64)
+        a.reg(src)
+        b.reg(dst)
+        b.reg(host)
+        torch.cuda.synchronize()
+        # A wait on a's end first, released by a small host message: it fills
+        # a's kit (a connection's CUDA objects are made ahead by its first
+        # stream_wait); then a sends from GPU memory and b receives into host
+        # memory, so b's kit stays empty until the rounds' first wait.
+        libcuda = ctypes.CDLL("libcuda.so.1")
+
+        def new_stream():
+            handle = ctypes.c_void_p()
+            assert libcuda.cuStreamCreate(ctypes.byref(handle), 1) == 0  # CU_STREAM_NON_BLOCKING
+            return torch.cuda.ExternalStream(handle.value)
+
+        note = torch.zeros(16, dtype=torch.int64)
+        a.reg(note)
+        r = ca.recv_async(note, stream=None)
+        ca.stream_wait(r, new_stream())
+        cb.send(host[:16], stream=None, timeout=WAIT)
+        r.wait(WAIT)
+        r = cb.recv_async(host)
+        ca.send_async(src, stream=None).wait(WAIT)
+        r.wait(WAIT)
+        want = 3 * count * (count - 1) // 2
+        results = []
+        for _ in range(rounds):
+            stream = new_stream()
+            dst.zero_()
+            torch.cuda.synchronize()
+            r = cb.recv_async(dst, stream=None)
+            cb.stream_wait(r, stream)
+            with torch.cuda.stream(stream):
+                total = dst.sum()
+            s = ca.send_async(src, stream=None)
+            n = r.wait(WAIT)
+            s.wait(WAIT)
+            results.append((n, total.item() == want))
+        late = a.metrics()["gpu_objects_made_late"] + b.metrics()["gpu_objects_made_late"]
+        pipe.send(("ok", (results, late)))
+        b.close()
+        a.close()
+    except Exception as e:  # noqa: BLE001  (reported to the test)
+        pipe.send(("error", type(e).__name__, str(e)))

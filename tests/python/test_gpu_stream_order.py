@@ -18,7 +18,8 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 
 import ferry  # noqa: E402
-from conftest import Link, PeerError  # noqa: E402
+import peers  # noqa: E402
+from conftest import Link, Peer, PeerError  # noqa: E402
 
 WAIT = 60
 LOCAL = "cuda:0"
@@ -152,6 +153,25 @@ def test_a_new_engine_whose_first_gpu_transfer_a_stream_waits_for():
         assert lk.engine.metrics()["gpu_objects_made_late"] == 0
     finally:
         lk.close()
+
+
+@pytest.mark.parametrize("staging_copy", ["kernel", "engine"])
+def test_receives_behind_waits_on_new_streams_land_with_nothing_made_late(staging_copy):
+    # Each round's waiting stream is new (made with cuStreamCreate, not taken
+    # from torch's pool), the first made just before the connection's kit:
+    # a receive over 16 paths lands behind each wait, with a copy kernel and
+    # with the copy engines, and nothing of what lands it is made while a
+    # stream waits. In a child process: a wait that never ends would hold
+    # this one's exit. (Whether the kit's streams share a hardware queue
+    # with a waiting stream is tests/gpu/gpu_kit_streams_test.cc's.)
+    child = Peer(peers.stream_waits_on_fresh_streams, COUNT, 8, dict(transport="tcp", streams=16, staging_copy=staging_copy))
+    try:
+        results = child.expect("ok", timeout=150)
+    finally:
+        child.stop()
+    landed, late = results
+    assert landed == [(COUNT * 8, True)] * 8
+    assert late == 0
 
 
 def test_a_peer_revoking_its_memory_while_a_stream_waits_stalls_nothing(link):

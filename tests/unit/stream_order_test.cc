@@ -6,9 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -312,6 +315,40 @@ TEST(StreamOrderedConnection, WithoutACudaDriverAnOrderedTransferFailsClearlyAnd
   EXPECT_EQ(p.cb->stream_wait(r, stream).code(), Code::kUnimplemented);
   EXPECT_EQ(p.cb->stream_wait(r, on_device).code(), Code::kUnimplemented);
   r.cancel();
+}
+
+// With CUDA_DEVICE_MAX_CONNECTIONS=1 every stream shares one hardware queue:
+// a stream waiting on the GPU would hold the copies that end the transfer
+// (a deadlock on a GPU), so stream_wait refuses, naming the variable; a
+// finished transfer has nothing to wait for.
+TEST(StreamOrderedConnection, WithOneHardwareQueueAStreamWaitIsRefusedNamingIt) {
+  const char* was = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  std::optional<std::string> saved = was ? std::optional<std::string>(was) : std::nullopt;
+  EnginePair p = connect_pair("tcp");
+  ASSERT_TRUE(p.ca && p.cb);
+  std::vector<char> out(4099, 'x'), in(4099, 0);
+  ASSERT_TRUE(p.a->reg(out.data(), out.size()).ok());
+  ASSERT_TRUE(p.b->reg(in.data(), in.size()).ok());
+  void* stream = reinterpret_cast<void*>(0x1);  // CU_STREAM_LEGACY
+  Transfer r = p.cb->recv_async(in.data(), in.size());
+  ASSERT_EQ(setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 1), 0);
+  Status s = p.cb->stream_wait(r, stream);
+  EXPECT_EQ(s.code(), Code::kUnimplemented) << s.to_string();
+  EXPECT_NE(s.message().find("CUDA_DEVICE_MAX_CONNECTIONS=1"), std::string::npos) << s.to_string();
+  ASSERT_EQ(setenv("CUDA_DEVICE_MAX_CONNECTIONS", "8", 1), 0);
+  // Allowed again (armed on a GPU; without a driver, refused for that).
+  s = p.cb->stream_wait(r, stream);
+  EXPECT_EQ(s.message().find("CUDA_DEVICE_MAX_CONNECTIONS"), std::string::npos) << s.to_string();
+  ASSERT_EQ(setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 1), 0);
+  ASSERT_TRUE(p.ca->send(out.data(), out.size(), after(5s)).ok());
+  ASSERT_TRUE(r.wait(after(5s)).ok());
+  EXPECT_TRUE(p.cb->stream_wait(r, stream).ok());  // finished: nothing to wait for
+  EXPECT_EQ(in, out);
+  if (saved) {
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", saved->c_str(), 1);
+  } else {
+    unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  }
 }
 
 }  // namespace
