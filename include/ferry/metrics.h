@@ -40,6 +40,15 @@ struct NicBytes {
   uint64_t received = 0;
 };
 
+// GPU bytes that went through pinned staging slots on one side of a TCP
+// connection: chunks, their staged bytes, and the time from queuing a
+// chunk's copies to ferry seeing them done.
+struct StagingCounts {
+  uint64_t chunks = 0;
+  uint64_t bytes = 0;
+  double seconds = 0;
+};
+
 struct MetricsSnapshot {
   // The histogram's upper bounds, seconds: 1 us to 10 s in steps of 1, 2.5,
   // 5 a decade, then +Inf.
@@ -57,6 +66,11 @@ struct MetricsSnapshot {
   // written to the socket (a moment after the write they carry may have
   // finished), received as their frames arrive.
   std::map<std::string, NicBytes> nics;
+  // GPU memory staged through pinned host slots over TCP, by direction:
+  // "to_host" (a sent chunk, copied from the GPU into a slot) and
+  // "to_device" (a received one, copied on from its slot). Absent while
+  // none was.
+  std::map<std::string, StagingCounts> staging;
   // Failed transfers by status code name ("peer_lost", "deadline_exceeded", ...).
   std::map<std::string, uint64_t> failures;
   // Connections the engine holds, by transport, and those of them failed.

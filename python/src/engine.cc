@@ -783,10 +783,19 @@ void bind_engine(pyb::module_& m) {
               d["received"] = b.received;
               nics[pyb::str(nic)] = d;
             }
+            pyb::dict staging;
+            for (const auto& [direction, c] : m.staging) {
+              pyb::dict d;
+              d["chunks"] = c.chunks;
+              d["bytes"] = c.bytes;
+              d["seconds"] = c.seconds;
+              staging[pyb::str(direction)] = d;
+            }
             pyb::dict out;
             out["transfers"] = transfers;
             out["peers"] = peers;
             out["nics"] = nics;
+            out["staging"] = staging;
             out["latency_bounds"] = MetricsSnapshot::latency_bounds();
             out["failures"] = m.failures;
             out["connections"] = m.connections;
@@ -802,7 +811,8 @@ void bind_engine(pyb::module_& m) {
           "'failed', 'bytes', 'seconds_sum' and 'within' (transfers that took at most each of "
           "'latency_bounds' seconds, cumulative); 'peers' by (peer address, operation) with 'succeeded', "
           "'failed' and 'bytes', for the connections held now; 'nics': bytes 'sent' and 'received' by the TCP data "
-          "streams of each local NIC ('any': no named NIC); 'failures' by status code name; 'connections' and "
+          "streams of each local NIC ('any': no named NIC); 'staging': GPU memory staged through pinned slots over TCP, "
+          "'chunks', 'bytes' and 'seconds' by direction ('to_host', 'to_device'); 'failures' by status code name; 'connections' and "
           "'connections_failed' by transport; 'handshakes_refused' by reason; 'paths_lost' by transport; "
           "'held_bytes' and 'held_bytes_peak' (held for peers); 'gpu_objects_made_late' (CUDA objects ferry's transfer "
           "threads had to make: 0 after stream waits is healthy). The same numbers as metrics_text().")

@@ -1,6 +1,7 @@
 // The transfer counters, their snapshot, and its Prometheus text.
 #include "core/metrics.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -112,6 +113,21 @@ std::string prometheus_text(const MetricsSnapshot& m) {
   for (const auto& [transport, n] : m.paths_lost) {
     line("ferry_paths_lost_total{transport=\"" + label(transport) + "\"} " + std::to_string(n));
   }
+  line("# HELP ferry_staging_chunks_total Chunks of GPU memory staged through pinned slots over TCP, by direction.");
+  line("# TYPE ferry_staging_chunks_total counter");
+  for (const auto& [direction, c] : m.staging) {
+    line("ferry_staging_chunks_total{direction=\"" + direction + "\"} " + std::to_string(c.chunks));
+  }
+  line("# HELP ferry_staging_bytes_total Bytes of GPU memory staged through pinned slots over TCP, by direction.");
+  line("# TYPE ferry_staging_bytes_total counter");
+  for (const auto& [direction, c] : m.staging) {
+    line("ferry_staging_bytes_total{direction=\"" + direction + "\"} " + std::to_string(c.bytes));
+  }
+  line("# HELP ferry_staging_seconds_total Time from queuing staged chunks' copies to seeing them done, by direction.");
+  line("# TYPE ferry_staging_seconds_total counter");
+  for (const auto& [direction, c] : m.staging) {
+    line("ferry_staging_seconds_total{direction=\"" + direction + "\"} " + number(c.seconds));
+  }
   line("# HELP ferry_held_bytes Bytes held for peers (unreceived messages, unpolled notes, unread replies).");
   line("# TYPE ferry_held_bytes gauge");
   line("ferry_held_bytes " + std::to_string(m.held_bytes));
@@ -193,6 +209,14 @@ void count(std::map<std::string, uint64_t, std::less<>>& by_label, std::string_v
 
 }  // namespace
 
+void TransferMetrics::staged(StagingDirection direction, uint64_t bytes, int64_t nanoseconds) {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  Shard::Staged& s = mine().staged[static_cast<size_t>(direction)];
+  s.chunks.fetch_add(1, relaxed);
+  s.bytes.fetch_add(bytes, relaxed);
+  s.nanoseconds.fetch_add(static_cast<uint64_t>(std::max<int64_t>(nanoseconds, 0)), relaxed);
+}
+
 void TransferMetrics::handshake_refused(std::string_view reason) {
   platform::MutexLock lock(mu_);
   count(handshakes_refused_, reason);
@@ -265,6 +289,18 @@ MetricsSnapshot TransferMetrics::snapshot() const {
     uint64_t n = 0;
     for (const Shard& s : shards_) n += s.failures[static_cast<size_t>(code)].load(relaxed);
     if (n > 0) m.failures[std::string(code_name(static_cast<Code>(code)))] = n;
+  }
+  for (size_t d = 0; d < 2; ++d) {
+    StagingCounts c;
+    uint64_t ns = 0;
+    for (const Shard& s : shards_) {
+      c.chunks += s.staged[d].chunks.load(relaxed);
+      c.bytes += s.staged[d].bytes.load(relaxed);
+      ns += s.staged[d].nanoseconds.load(relaxed);
+    }
+    if (c.chunks == 0) continue;
+    c.seconds = static_cast<double>(ns) * 1e-9;
+    m.staging[d == 0 ? "to_host" : "to_device"] = c;
   }
   return m;
 }

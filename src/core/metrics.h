@@ -47,6 +47,10 @@ struct NicMeter {
   std::atomic<uint64_t> sent{0}, received{0};
 };
 
+// Which way a staged chunk went: to a pinned slot on its way out, or from
+// one into GPU memory.
+enum class StagingDirection : uint8_t { kToHost, kToDevice };
+
 class TransferMetrics {
  public:
   static constexpr int kBuckets = 23;  // 22 bounds (1 us .. 10 s) and +Inf
@@ -63,6 +67,9 @@ class TransferMetrics {
   // A handshake this engine refused or dropped: `reason` is the status
   // code's name, or "busy" for a stream closed unread past max_handshakes.
   void handshake_refused(std::string_view reason) EXCLUDES(mu_);
+  // A chunk of `bytes` staged between GPU memory and a pinned slot,
+  // `nanoseconds` from queuing its copies to seeing them done.
+  void staged(StagingDirection direction, uint64_t bytes, int64_t nanoseconds);
   // A data path of a `transport` connection lost while the connection went on
   // or failed (not an orderly close).
   void path_lost(std::string_view transport) EXCLUDES(mu_);
@@ -79,6 +86,10 @@ class TransferMetrics {
     };
     std::array<std::array<PerOp, kMeteredTransports>, kMeteredOps> ops;
     std::array<std::atomic<uint64_t>, kCodes> failures{};
+    struct Staged {
+      std::atomic<uint64_t> chunks{0}, bytes{0}, nanoseconds{0};
+    };
+    std::array<Staged, 2> staged;  // by StagingDirection
   };
   static int bucket_of(int64_t nanoseconds);
   Shard& mine();

@@ -300,8 +300,8 @@ def stream_waits_on_fresh_streams(pipe, count: int, rounds: int, options: dict) 
     into GPU memory, queues a sum behind the wait and only then sends: the
     receive lands through ferry's streams while the new stream waits, the
     first time on streams made just after it (the connection's kit).
-    Sends ("ok", ([(landed, sum right), ...], CUDA objects made late)) or
-    ("error", name, text)."""
+    Sends ("ok", ([(landed, sum right), ...], CUDA objects made late, (bytes
+    a staged out, bytes b staged in))) or ("error", name, text)."""
     import ctypes
 
     import torch
@@ -359,7 +359,8 @@ def stream_waits_on_fresh_streams(pipe, count: int, rounds: int, options: dict) 
             s.wait(WAIT)
             results.append((n, total.item() == want))
         late = a.metrics()["gpu_objects_made_late"] + b.metrics()["gpu_objects_made_late"]
-        pipe.send(("ok", (results, late)))
+        staged = (a.metrics()["staging"]["to_host"]["bytes"], b.metrics()["staging"]["to_device"]["bytes"])
+        pipe.send(("ok", (results, late, staged)))
         b.close()
         a.close()
     except Exception as e:  # noqa: BLE001  (reported to the test)

@@ -169,9 +169,12 @@ def test_receives_behind_waits_on_new_streams_land_with_nothing_made_late(stagin
         results = child.expect("ok", timeout=150)
     finally:
         child.stop()
-    landed, late = results
+    landed, late, staged = results
     assert landed == [(COUNT * 8, True)] * 8
     assert late == 0
+    # Every byte went through pinned slots: the warm-up's and the rounds' out
+    # of GPU memory on a, the rounds' into it on b.
+    assert staged == (9 * COUNT * 8, 8 * COUNT * 8)
 
 
 def test_a_peer_revoking_its_memory_while_a_stream_waits_stalls_nothing(link):

@@ -36,8 +36,9 @@ def test_metrics_count_sends_writes_and_reads_with_their_bytes(transport_pair):
     text = b.metrics_text()
     assert f'ferry_transfer_bytes_total{{op="send",transport="{t}"}} {sum(sizes)}\n' in text
     assert f'ferry_transfers_total{{op="write",transport="{t}",result="ok"}} {len(sizes)}\n' in text
-    # Host memory: no CUDA object was made on any thread.
+    # Host memory: no CUDA object was made on any thread, nothing staged.
     assert m["gpu_objects_made_late"] == 0
+    assert m["staging"] == {} and a.metrics()["staging"] == {}
     # Nothing refused, no path lost; every message was received.
     assert (m["handshakes_refused"], m["paths_lost"], m["held_bytes"]) == ({}, {}, 0)
     assert "ferry_gpu_objects_made_late_total 0\n" in text

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -146,6 +147,42 @@ TEST_F(StagedTcp, SendRecvEverySizeAndOffsetBothWays) {
       ASSERT_EQ(0, std::memcmp(to.at(dst_off), from.at(src_off), n)) << "size " << n << " dir " << dir;
     }
   }
+}
+
+// Each side counts the chunks it staged, their bytes and the time their
+// copies took, in the engine's metrics and its Prometheus text: a message
+// sent over the data paths, counted exactly on both ends.
+TEST_F(StagedTcp, StagedChunksAreCountedInTheEnginesMetrics) {
+  Options o;
+  o.staging_chunk_bytes = 256 * 1024;
+  o.streams = 2;
+  start(o, o);
+  EXPECT_TRUE(x_.engine->metrics().staging.empty());
+  const size_t n = (3 << 20) + 7;
+  fill(x_.at(5), n, 77);
+  Transfer r = yc_->recv_async(y_.at(11), n);
+  ASSERT_OK(xc_->send(x_.at(5), n, after(20s)));
+  ASSERT_OK(r.wait(after(20s)));
+  ASSERT_EQ(0, std::memcmp(y_.at(11), x_.at(5), n));
+  MetricsSnapshot sent = x_.engine->metrics();
+  MetricsSnapshot got = y_.engine->metrics();
+  ASSERT_EQ(sent.staging.count("to_host"), 1u);
+  ASSERT_EQ(got.staging.count("to_device"), 1u);
+  EXPECT_EQ(sent.staging.count("to_device"), 0u);
+  const StagingCounts& out = sent.staging.at("to_host");
+  const StagingCounts& in = got.staging.at("to_device");
+  EXPECT_EQ(out.bytes, n);
+  EXPECT_EQ(in.bytes, n);
+  EXPECT_GE(out.chunks, n / o.staging_chunk_bytes);
+  EXPECT_GE(in.chunks, n / o.staging_chunk_bytes);
+  // The host copier of these tests takes 20 us a copy.
+  EXPECT_GE(out.seconds, 20e-6 * static_cast<double>(out.chunks));
+  EXPECT_GE(in.seconds, 20e-6 * static_cast<double>(in.chunks));
+  std::string text = prometheus_text(got);
+  EXPECT_NE(text.find("ferry_staging_bytes_total{direction=\"to_device\"} " + std::to_string(n)), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("ferry_staging_chunks_total{direction=\"to_device\"} " + std::to_string(in.chunks)),
+            std::string::npos);
 }
 
 TEST_F(StagedTcp, SendvRecvvScatterGatherThroughSlotsSmallerThanTheSendersChunks) {

@@ -8,6 +8,7 @@
 
 #include "platform/log.h"
 #include "platform/socket.h"
+#include "transport/tcp/tcp_internals.h"
 
 namespace ferry::tcp {
 
@@ -39,8 +40,10 @@ std::optional<platform::PageLender> open_lender(bool lend, size_t bytes) {
 
 }  // namespace
 
-TxStager::TxStager(std::unique_ptr<Copier> copier, size_t slot_bytes, int depth, bool lend)
+TxStager::TxStager(std::unique_ptr<Copier> copier, size_t slot_bytes, int depth, bool lend,
+                   core::TransferMetrics* metrics)
     : copier_(std::move(copier)),
+      metrics_(metrics),
       lender_(open_lender(lend, slot_bytes)),
       ring_(*copier_, slot_bytes, lender_ ? 2 * depth : depth, lender_.has_value()) {}
 
@@ -94,6 +97,7 @@ Status TxStager::stage(std::span<const Piece> pieces, Staged& out) {
   }
   out.in_slot = at;
   if (out.slot != nullptr) {
+    if (metrics_ != nullptr) out.queued_ns = internal::now_ns();
     auto t = copier_->fence();
     if (!t.ok()) {
       // Unfenced copies into the slot: they end before it can be reused.
@@ -106,7 +110,14 @@ Status TxStager::stage(std::span<const Piece> pieces, Staged& out) {
   return Status();
 }
 
-Status TxStager::wait(const Staged& s) { return s.ticket == 0 ? Status() : copier_->wait(s.ticket); }
+Status TxStager::wait(const Staged& s) {
+  if (s.ticket == 0) return Status();
+  FERRY_RETURN_IF_ERROR(copier_->wait(s.ticket));
+  if (metrics_ != nullptr) {
+    metrics_->staged(core::StagingDirection::kToHost, s.in_slot, internal::now_ns() - s.queued_ns);
+  }
+  return Status();
+}
 
 void TxStager::drain() {
   if (last_ticket_ != 0) (void)copier_->wait(last_ticket_);
@@ -168,8 +179,8 @@ uint64_t TxStager::slot_after() const {
 
 // ---- receive ----------------------------------------------------------------
 
-RxStager::RxStager(std::unique_ptr<Copier> copier, size_t slot_bytes, int depth)
-    : copier_(std::move(copier)), ring_(*copier_, slot_bytes, depth) {}
+RxStager::RxStager(std::unique_ptr<Copier> copier, size_t slot_bytes, int depth, core::TransferMetrics* metrics)
+    : copier_(std::move(copier)), metrics_(metrics), ring_(*copier_, slot_bytes, depth) {}
 
 RxStager::~RxStager() {
   if (last_ticket_ != 0) (void)copier_->wait(last_ticket_);
@@ -190,6 +201,8 @@ Status RxStager::receive(int fd, std::span<const Piece> pieces, Done done) {
   StagingRing::Slot* slot = nullptr;
   int slot_device = -1;
   size_t filled = 0;
+  uint64_t staged = 0;
+  int64_t queued_ns = 0;
   ops_.clear();
   auto flush = [&]() -> Status {
     if (slot == nullptr) return Status();
@@ -198,6 +211,8 @@ Status RxStager::receive(int fd, std::span<const Piece> pieces, Done done) {
     Status st = platform::recv_exact(fd, s->data, filled);
     bool queued = false;
     if (st.ok()) {
+      if (metrics_ != nullptr && staged == 0) queued_ns = internal::now_ns();
+      staged += filled;
       st = copier_->copy_many(slot_device, ops_);
       queued = true;  // some of them, perhaps, even on failure
     }
@@ -237,7 +252,7 @@ Status RxStager::receive(int fd, std::span<const Piece> pieces, Done done) {
   }
   if (Status st = flush(); !st.ok()) return abandon(st);
   if (ticket == 0) return then(std::move(done));
-  fifo_.push_back(Entry{ticket, std::move(done)});
+  fifo_.push_back(Entry{ticket, std::move(done), staged, queued_ns});
   return Status();
 }
 
@@ -257,6 +272,9 @@ Status RxStager::retire(bool all) {
         auto d = copier_->done(e.ticket);
         if (!d.ok()) return d.status();
         if (!d.value()) return Status();
+      }
+      if (metrics_ != nullptr) {
+        metrics_->staged(core::StagingDirection::kToDevice, e.staged, internal::now_ns() - e.queued_ns);
       }
     }
     Done done = std::move(e.done);

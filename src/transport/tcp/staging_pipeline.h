@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/metrics.h"
 #include "ferry/status.h"
 #include "platform/page_lender.h"
 #include "transport/tcp/staging_copier.h"
@@ -76,6 +77,7 @@ class TxStager {
     StagingRing::Slot* slot = nullptr;
     uint64_t ticket = 0;
     size_t in_slot = 0;  // staged bytes, at the slot's start
+    int64_t queued_ns = 0;  // when its copies were queued (metrics)
     std::vector<struct iovec> iov;
   };
 
@@ -94,7 +96,11 @@ class TxStager {
   // only full slots lent, 4 MiB and 1 MiB read as without lending; 16 MiB
   // over 16 paths, whose chunks are now copied, still read lower in one of
   // two runs (docs/benchmarks/2026-11-28.md).
-  TxStager(std::unique_ptr<Copier> copier, size_t slot_bytes, int depth, bool lend = false);
+  //
+  // `metrics` (null: none) counts each chunk's copies once wait() saw them
+  // done (core::TransferMetrics::staged).
+  TxStager(std::unique_ptr<Copier> copier, size_t slot_bytes, int depth, bool lend = false,
+           core::TransferMetrics* metrics = nullptr);
   // Waits for the copies it queued, then frees its slots.
   ~TxStager();
 
@@ -133,6 +139,7 @@ class TxStager {
 
  private:
   std::unique_ptr<Copier> copier_;
+  core::TransferMetrics* const metrics_;
   std::optional<platform::PageLender> lender_;
   StagingRing ring_;
   uint64_t last_ticket_ = 0;
@@ -147,7 +154,8 @@ class RxStager {
   // A frame's completion; an error fails the connection.
   using Done = std::function<Status()>;
 
-  RxStager(std::unique_ptr<Copier> copier, size_t slot_bytes, int depth);
+  // `metrics` (null: none) counts each frame's copies once retired.
+  RxStager(std::unique_ptr<Copier> copier, size_t slot_bytes, int depth, core::TransferMetrics* metrics = nullptr);
   // Waits for the copies in flight, drops completions that never ran (the
   // path or connection is gone) and frees the slots.
   ~RxStager();
@@ -176,9 +184,12 @@ class RxStager {
   struct Entry {
     uint64_t ticket = 0;  // 0: no copies
     Done done;
+    uint64_t staged = 0;    // bytes its copies move
+    int64_t queued_ns = 0;  // when the first of them was queued
   };
 
   std::unique_ptr<Copier> copier_;
+  core::TransferMetrics* const metrics_;
   StagingRing ring_;
   std::deque<Entry> fifo_;
   uint64_t last_ticket_ = 0;

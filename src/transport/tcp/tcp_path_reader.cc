@@ -141,7 +141,8 @@ Status TcpTransport::receive_staged(int fd, int path, core::SegmentList dest, ui
   }
   std::unique_ptr<RxStager>& stager = rx_stage_[static_cast<size_t>(path)];
   if (!stager) {
-    stager = std::make_unique<RxStager>(new_copier(), ctx_->options.staging_chunk_bytes, ctx_->options.staging_depth);
+    stager = std::make_unique<RxStager>(new_copier(), ctx_->options.staging_chunk_bytes, ctx_->options.staging_depth,
+                                        ctx_->metrics.get());
   }
   return stager->receive(fd, pieces, [held, landed = std::move(landed)]() mutable {
     held.reset();  // the bytes are in place: the regions may go

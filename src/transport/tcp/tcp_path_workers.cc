@@ -124,7 +124,7 @@ void TcpTransport::prepare_chunk(TxEntry& e, std::unique_ptr<TxStager>& stager) 
   if (staged_bytes(pieces) == 0) return;
   if (!stager) {
     stager = std::make_unique<TxStager>(new_copier(), ctx_->options.staging_chunk_bytes, ctx_->options.staging_depth,
-                                        ctx_->options.staging_lend_pages);
+                                        ctx_->options.staging_lend_pages, ctx_->metrics.get());
   }
   Status s = stager->stage(pieces, e.staged);
   if (!s.ok()) {
