@@ -16,7 +16,6 @@
 //   aliased_stream_probe [STREAMS] [LIMIT_MS]
 //
 // One line a case: WAITER STREAMS-KIND WORK held N of STREAMS (indices)
-#include <cuda.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -27,34 +26,9 @@
 #include <thread>
 #include <vector>
 
+#include "driver_check.cuh"
+
 namespace {
-
-#define CU(x)                                                             \
-  do {                                                                    \
-    CUresult r_ = (x);                                                    \
-    if (r_ != CUDA_SUCCESS) {                                             \
-      const char* n_ = nullptr;                                           \
-      cuGetErrorName(r_, &n_);                                            \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, n_); \
-      std::exit(1);                                                       \
-    }                                                                     \
-  } while (0)
-
-// A kernel that stores one word.
-const char kPtx[] = R"(
-.version 7.0
-.target sm_70
-.address_size 64
-.visible .entry poke(.param .u64 p) {
-  .reg .b64 %rd<2>;
-  .reg .b32 %r<2>;
-  ld.param.u64 %rd1, [p];
-  cvta.to.global.u64 %rd1, %rd1;
-  mov.u32 %r1, 7;
-  st.global.u32 [%rd1], %r1;
-  ret;
-}
-)";
 
 enum class Work { kCopy, kKernel };
 enum class Kind { kPlain, kHighPriority, kOtherContext };
@@ -194,7 +168,7 @@ int main(int argc, char** argv) {
   CU(cuMemHostAlloc(reinterpret_cast<void**>(&s.word), 4096, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
   CU(cuMemHostGetDevicePointer(&s.word_dev, s.word, 0));
   CUmodule m;
-  CU(cuModuleLoadData(&m, kPtx));
+  CU(cuModuleLoadData(&m, kPokePtx));
   CU(cuModuleGetFunction(&s.poke, m, "poke"));
 #if CUDA_VERSION >= 13000
   CU(cuCtxCreate(&s.other, nullptr, 0, device));
@@ -204,7 +178,7 @@ int main(int argc, char** argv) {
   CU(cuCtxSetCurrent(s.other));
   CU(cuMemAlloc(&s.dev_other, 1 << 20));
   CUmodule m2;
-  CU(cuModuleLoadData(&m2, kPtx));
+  CU(cuModuleLoadData(&m2, kPokePtx));
   CU(cuModuleGetFunction(&s.poke_other, m2, "poke"));
   for (Waiter who : {Waiter::kLegacy, Waiter::kNonBlocking, Waiter::kHighPriority, Waiter::kChained}) {
     for (Kind k : {Kind::kPlain, Kind::kHighPriority, Kind::kOtherContext}) {

@@ -17,7 +17,6 @@
 //   blocked_stream_probe [LIMIT_MS]
 //
 // One line a (stream kind, call): KIND CALL free|waits|error ms
-#include <cuda.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,34 +32,9 @@
 #include <thread>
 #include <vector>
 
+#include "driver_check.cuh"
+
 namespace {
-
-#define CU(x)                                                                    \
-  do {                                                                           \
-    CUresult r_ = (x);                                                           \
-    if (r_ != CUDA_SUCCESS) {                                                    \
-      const char* n_ = nullptr;                                                  \
-      cuGetErrorName(r_, &n_);                                                   \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, n_);        \
-      std::exit(1);                                                              \
-    }                                                                            \
-  } while (0)
-
-// A kernel that stores one word, as PTX, for the module-loading calls.
-const char kPtx[] = R"(
-.version 7.0
-.target sm_70
-.address_size 64
-.visible .entry poke(.param .u64 p) {
-  .reg .b64 %rd<2>;
-  .reg .b32 %r<2>;
-  ld.param.u64 %rd1, [p];
-  cvta.to.global.u64 %rd1, %rd1;
-  mov.u32 %r1, 7;
-  st.global.u32 [%rd1], %r1;
-  ret;
-}
-)";
 
 struct Fixture {
   CUcontext ctx = nullptr;
@@ -240,7 +214,7 @@ int main(int argc, char** argv) {
        }},
       {"cuModuleLoadData", [](Fixture& f) {
          CUmodule m;
-         std::string e = check(cuModuleLoadData(&m, kPtx));
+         std::string e = check(cuModuleLoadData(&m, kPokePtx));
          if (e.empty()) f.module = m;
          return e;
        }},
@@ -349,10 +323,10 @@ int main(int argc, char** argv) {
       const char* name = named.first;
       const Call& call = named.second;
       // Fresh resources for the calls that consume them.
-      if (!f.module) CU(cuModuleLoadData(&f.module, kPtx));
+      if (!f.module) CU(cuModuleLoadData(&f.module, kPokePtx));
       if (!f.loaded) {
         CUmodule kept;  // never unloaded
-        CU(cuModuleLoadData(&kept, kPtx));
+        CU(cuModuleLoadData(&kept, kPokePtx));
         CU(cuModuleGetFunction(&f.loaded, kept, "poke"));
         CU(cuFuncLoad(f.loaded));
       }
@@ -360,7 +334,7 @@ int main(int argc, char** argv) {
       if (!f.pinned) CU(cuMemHostAlloc(&f.pinned, 1 << 20, CU_MEMHOSTALLOC_PORTABLE));
       if (std::strcmp(name, "cuModuleGetFunction(loaded module)") == 0) {
         CUmodule fresh;  // a module of its own, loaded before the wait
-        CU(cuModuleLoadData(&fresh, kPtx));
+        CU(cuModuleLoadData(&fresh, kPokePtx));
         f.module = fresh;
       }
       ++value;
