@@ -30,6 +30,16 @@ DevicePtr dptr(const void* p) { return static_cast<DevicePtr>(reinterpret_cast<u
 // page-locked blocks come from, and go back to, its connection's kit
 // (gpu/gpu_kit.h): a copier never makes nor frees a driver object on the
 // thread that moves a transfer when the kit was filled.
+//
+// While an application stream waits on the GPU for this engine (stream_wait:
+// the kit's streams_wait()), every copy goes to the copy engines and none to
+// a kernel. On an H200, with 16 transfer threads a direction, a staging
+// kernel queued on ferry's stream while the application's stream waited for
+// that very receive never ran in 4 of 15 runs (the receive never ended, and
+// neither did the wait), where copy-engine copies of the same receives ended
+// in 29 of 29 (docs/benchmarks/2026-11-30.md, "session six"). A copy-engine
+// copy on a stream of the greatest priority was held by no waiting stream in
+// bench/gpu/aliased_stream_probe.cu either.
 class CudaCopier final : public StagingCopier {
  public:
   CudaCopier(std::shared_ptr<StagingKernels> kernels, std::shared_ptr<GatherKernels> gather,
@@ -70,7 +80,10 @@ class CudaCopier final : public StagingCopier {
     auto stream = stream_of(device);
     if (!stream.ok()) return stream.status();
     Status s(Code::kUnimplemented, "no copy kernel");
-    if (kernels_ && StagingKernels::fits(dst, src, n)) s = kernels_->copy(device, stream.value(), dst, src, n);
+    if (kernels_ && StagingKernels::fits(dst, src, n) && !kit_->streams_wait()) {
+      s = kernels_->copy(device, stream.value(), dst, src, n);
+      if (s.ok()) ++kernel_copies_;
+    }
     // Bytes the kernel cannot move, or no kernel on this device: the copy engines.
     if (s.code() == Code::kUnimplemented) {
       s = d.check(d.memcpy_async(dptr(dst), dptr(src), n, stream.value()), "cuMemcpyAsync");
@@ -86,7 +99,7 @@ class CudaCopier final : public StagingCopier {
     if (many.size() < 2 || !d.available() || device < 0) return StagingCopier::copy_many(device, many);
     uint64_t bytes = 0;
     for (const Op& op : many) bytes += op.n;
-    const bool gather = gather_ && GatherKernels::suits(many.size(), bytes);
+    const bool gather = gather_ && GatherKernels::suits(many.size(), bytes) && !kit_->streams_wait();
     if (!gather && !d.has_memcpy_batch()) return StagingCopier::copy_many(device, many);
     DeviceScope scope(device);
     if (!scope.ok()) return scope.status();
@@ -107,6 +120,7 @@ class CudaCopier final : public StagingCopier {
         s = gather_->copy(device, stream.value(), pieces_);
       }
       if (s.code() != Code::kUnimplemented) {
+        if (s.ok()) ++kernel_copies_;
         // Even a failure may follow a first launch: the next fence covers it.
         devices_[static_cast<size_t>(device)].dirty = true;
         last_device_ = device;
@@ -129,6 +143,8 @@ class CudaCopier final : public StagingCopier {
     last_device_ = device;
     return Status();
   }
+
+  uint64_t kernel_copies() const override { return kernel_copies_; }
 
   Result<uint64_t> fence() override {
     const CudaDriver& d = cuda();
@@ -294,6 +310,7 @@ class CudaCopier final : public StagingCopier {
   std::deque<Pending> pending_;                    // fences not yet seen done, oldest first
   uint64_t issued_ = 0;
   uint64_t completed_ = 0;
+  uint64_t kernel_copies_ = 0;  // copies and gathers queued by a kernel
   int last_device_ = -1;
   std::vector<DevicePtr> dsts_, srcs_;  // copy_many's arguments, kept between calls
   std::vector<size_t> sizes_;

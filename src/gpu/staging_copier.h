@@ -63,6 +63,10 @@ class StagingCopier {
   // Blocks until the copies of `ticket` finished (device copies always end).
   virtual Status wait(uint64_t ticket) = 0;
 
+  // Copies queued by a kernel so far (a run of copy_many counts once); the
+  // rest went to the copy engines. For tests and diagnostics.
+  virtual uint64_t kernel_copies() const { return 0; }
+
   // Blocks until every copy queued so far has ended, without a fence (what
   // is left when fence() failed). An error means the copies can never run
   // (a broken device context).
@@ -79,7 +83,8 @@ class StagingCopier {
 // The CUDA copier: one non-blocking stream per device it is asked to copy
 // on (created on first use, in the device's primary context), events as
 // fences. Copies go through `kernels` where they fit (staging_kernel.h), the
-// copy engines otherwise or without them; copy_many's runs of small blocks
+// copy engines otherwise, without them, or while an application stream waits
+// on the engine (GpuKit::streams_wait); copy_many's runs of small blocks
 // through `gather` (one launch a run), which may touch only device memory
 // and pinned host memory (never pageable memory: the kernel would fault).
 // Its streams, events and page-locked memory come from `kit` (gpu/gpu_kit.h;

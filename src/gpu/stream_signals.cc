@@ -77,6 +77,7 @@ Result<StreamSignals::Armed> StreamSignals::arm(const CudaStreamRef& ref) {
   }
   values_[slot] = value;
   ++armed_;
+  waiting_.fetch_add(1, std::memory_order_release);
   return Armed{slot, value};
 }
 
@@ -86,6 +87,7 @@ void StreamSignals::signal(const Armed& armed) {
   __atomic_store_n(word, armed.value, __ATOMIC_RELEASE);
   free_.push_back(armed.slot);
   --armed_;
+  waiting_.fetch_sub(1, std::memory_order_release);
 }
 
 StreamSignals::Quiet::Quiet(StreamSignals* signals) : signals_(signals) {

@@ -4,17 +4,24 @@
 // stream sharing the waiting stream's queue runs only after the wait. With
 // default-priority streams, a copy on every 8th stream made after the waiter
 // was held on an H200 (bench/gpu/aliased_stream_probe.cu); a copy that ends
-// a transfer held so never ends it. Skips without a GPU.
+// a transfer held so never ends it. And the copier a kit serves, which
+// queues no kernel while such a stream waits (cuda_copier.cc says why).
+// Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "gpu/gather_kernel.h"
 #include "gpu/gpu_kit.h"
 #include "gpu/gpu_memory.h"
+#include "gpu/staging_copier.h"
+#include "gpu/staging_kernel.h"
+#include "gpu/stream_signals.h"
 
 namespace ferry::testing {
 namespace {
@@ -86,6 +93,87 @@ TEST(GpuKitStreams, CopiesOnEveryKitStreamRunWhileAStreamWaitsOnTheHost) {
   d.stream_destroy(waiter);
   d.mem_free_host(word_host);
   d.mem_free_host(pinned);
+}
+
+// Polls `copier` until `ticket` is done or `limit` passed; true when done.
+bool done_within(platform::StagingCopier& copier, uint64_t ticket, std::chrono::seconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto d = copier.done(ticket);
+    if (!d.ok()) return false;
+    if (d.value()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a poll with a deadline: nothing to wake on
+  }
+  return false;
+}
+
+TEST(GpuKitStreams, WhileAStreamWaitsTheCopierQueuesNoKernelAndItsCopiesLand) {
+  if (gpu_count() == 0) GTEST_SKIP() << "no GPU";
+  constexpr size_t kWhole = (1 << 20) + 48;  // 16-byte aligned: the staging kernel's
+  constexpr size_t kPiece = 4096 + 16;      // a run of eight: the gather kernel's
+  constexpr int kPieces = 8;
+  constexpr size_t kBytes = 3 * kWhole + kPieces * kPiece;
+  GpuBuffer dev = gpu_alloc(0, kBytes);
+  ASSERT_NE(dev.ptr, nullptr);
+  ASSERT_TRUE(platform::use_device(0).ok());
+  const auto& d = platform::cuda();
+  auto signals = std::make_shared<platform::StreamSignals>();
+  auto kit = std::make_shared<platform::GpuKit>(std::make_shared<platform::GpuReserve>(), signals);
+  auto copier = platform::make_cuda_copier(std::make_shared<platform::StagingKernels>(),
+                                           std::make_shared<platform::GatherKernels>(), kit);
+  auto host = copier->alloc_host(0, kBytes);
+  ASSERT_TRUE(host.ok()) << host.status().message();
+  auto* src = static_cast<uint8_t*>(host.value());
+  // Region r of the source holds pattern(r + 11), from its first byte.
+  const size_t starts[] = {0, kWhole, 2 * kWhole, 3 * kWhole};
+  const size_t sizes[] = {kWhole, kWhole, kWhole, kPieces * kPiece};
+  for (int r = 0; r < 4; ++r) {
+    auto v = pattern(static_cast<uint64_t>(r) + 11, sizes[r]);
+    std::memcpy(src + starts[r], v.data(), v.size());
+  }
+
+  // No stream waits: the aligned copy goes to the kernel.
+  ASSERT_TRUE(copier->copy(0, dev.ptr, src, kWhole).ok());
+  auto t = copier->fence();
+  ASSERT_TRUE(t.ok() && copier->wait(t.value()).ok());
+  ASSERT_EQ(copier->kernel_copies(), 1u) << "the staging kernel did not copy: nothing below would tell";
+
+  // A stream waits on the engine: a whole copy and a run of small pieces,
+  // both of which a kernel would take, go to the copy engines and land
+  // while the stream still waits.
+  cu::Stream waiter = nullptr;
+  ASSERT_EQ(d.stream_create(&waiter, cu::kStreamNonBlocking), cu::kSuccess);
+  auto armed = signals->arm(CudaStreamRef{waiter, 0});
+  ASSERT_TRUE(armed.ok()) << armed.status().message();
+  EXPECT_TRUE(kit->streams_wait());
+  ASSERT_TRUE(copier->copy(0, dev.ptr + kWhole, src + kWhole, kWhole).ok());
+  std::vector<platform::StagingCopier::Op> run;
+  for (int i = 0; i < kPieces; ++i) {
+    size_t at = 3 * kWhole + static_cast<size_t>(i) * kPiece;
+    run.push_back({dev.ptr + at, src + at, kPiece});
+  }
+  ASSERT_TRUE(copier->copy_many(0, run).ok());
+  t = copier->fence();
+  ASSERT_TRUE(t.ok());
+  bool landed = done_within(*copier, t.value(), std::chrono::seconds(10));
+  const uint64_t kernels_while_waiting = copier->kernel_copies() - 1;
+  signals->signal(armed.value());
+  ASSERT_EQ(d.stream_synchronize(waiter), cu::kSuccess);
+  EXPECT_FALSE(kit->streams_wait());
+  EXPECT_TRUE(landed) << "copies queued while a stream waited did not end within 10 s";
+  EXPECT_EQ(kernels_while_waiting, 0u) << "a kernel was queued while a stream waited on the engine";
+
+  // Released: the kernel again.
+  ASSERT_TRUE(copier->copy(0, dev.ptr + 2 * kWhole, src + 2 * kWhole, kWhole).ok());
+  t = copier->fence();
+  ASSERT_TRUE(t.ok() && copier->wait(t.value()).ok());
+  EXPECT_EQ(copier->kernel_copies(), 2u);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(check(dev.ptr + starts[r], sizes[r], static_cast<uint64_t>(r) + 11), "") << "region " << r;
+  }
+  copier->free_host(host.value(), kBytes);
+  d.stream_destroy(waiter);
+  d.mem_free(reinterpret_cast<cu::DevicePtr>(dev.ptr));
 }
 
 }  // namespace

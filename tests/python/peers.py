@@ -357,6 +357,10 @@ def stream_waits_on_fresh_streams(pipe, count: int, rounds: int, options: dict) 
             s = ca.send_async(src, stream=None)
             n = r.wait(WAIT)
             s.wait(WAIT)
+            # The sum runs on `stream` once the wait ends, which may be after
+            # r.wait() returned; item() reads on the current stream, which a
+            # non-blocking stream does not order with.
+            stream.synchronize()
             results.append((n, total.item() == want))
         late = a.metrics()["gpu_objects_made_late"] + b.metrics()["gpu_objects_made_late"]
         staged = (a.metrics()["staging"]["to_host"]["bytes"], b.metrics()["staging"]["to_device"]["bytes"])
