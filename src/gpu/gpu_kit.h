@@ -87,10 +87,10 @@ class GpuKit {
   // filled before is skipped: after the first wait, nothing is made.
   Status fill(const GpuKitSize& size) EXCLUDES(mu_);
 
-  // Whether an application stream waits on the GPU for this engine now
-  // (StreamSignals::waiting): a copier then queues no kernel, only copy-
-  // engine copies (cuda_copier.cc says why).
-  bool streams_wait() const { return signals_ != nullptr && signals_->waiting(); }
+  // Whether an application stream of this process waits on the GPU for an
+  // engine now (StreamSignals::any_waiting): a copier then queues no kernel,
+  // only copy-engine copies (cuda_copier.cc says why).
+  static bool streams_wait() { return StreamSignals::any_waiting(); }
 
   // A stream of ferry's own on `device` (CudaDriver::create_own_stream: non-
   // blocking, the greatest priority; its context is made current here).

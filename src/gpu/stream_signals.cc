@@ -1,6 +1,7 @@
 // Slots of mapped pinned memory that CUDA streams wait on.
 #include "gpu/stream_signals.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +20,16 @@ Status stream_waits_possible() {
                 "stream waiting on the GPU would hold the copies that end the transfer; wait for it on the host "
                 "(Transfer::wait) before queuing the work that consumes it");
 }
+
+namespace {
+
+// Waits armed in this process and not yet signalled, by every engine (the
+// one process-wide count: StreamSignals::any_waiting says why).
+std::atomic<uint32_t> waits_in_process{0};
+
+}  // namespace
+
+bool StreamSignals::any_waiting() { return waits_in_process.load(std::memory_order_acquire) > 0; }
 
 Result<uint32_t> StreamSignals::take_slot() {
   if (!free_.empty()) {
@@ -68,8 +79,12 @@ Result<StreamSignals::Armed> StreamSignals::arm(const CudaStreamRef& ref) {
   const Page& page = pages_[slot / kSlotsPerPage];
   uint32_t value = values_[slot] + 1;
   uint64_t word = page.device + (slot % kSlotsPerPage) * sizeof(uint32_t);
+  // Counted before the wait is queued: a copier that asks from now on
+  // launches no kernel that could queue behind it.
+  waits_in_process.fetch_add(1, std::memory_order_release);
   cu::Result r = cu.stream_wait_value32(static_cast<cu::Stream>(stream), word, value, cu::kStreamWaitValueGeq);
   if (r != cu::kSuccess) {
+    waits_in_process.fetch_sub(1, std::memory_order_release);
     free_.push_back(slot);
     char name[32];
     std::snprintf(name, sizeof(name), "%p", stream);
@@ -77,7 +92,6 @@ Result<StreamSignals::Armed> StreamSignals::arm(const CudaStreamRef& ref) {
   }
   values_[slot] = value;
   ++armed_;
-  waiting_.fetch_add(1, std::memory_order_release);
   return Armed{slot, value};
 }
 
@@ -87,7 +101,7 @@ void StreamSignals::signal(const Armed& armed) {
   __atomic_store_n(word, armed.value, __ATOMIC_RELEASE);
   free_.push_back(armed.slot);
   --armed_;
-  waiting_.fetch_sub(1, std::memory_order_release);
+  waits_in_process.fetch_sub(1, std::memory_order_release);
 }
 
 StreamSignals::Quiet::Quiet(StreamSignals* signals) : signals_(signals) {

@@ -15,7 +15,6 @@
 // Thread-safe.
 #pragma once
 
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <optional>
@@ -52,9 +51,12 @@ class StreamSignals {
   Result<Armed> arm(const CudaStreamRef& stream) EXCLUDES(mu_);
   // Releases the stream armed with `armed`, and the slot.
   void signal(const Armed& armed) EXCLUDES(mu_);
-  // Whether a wait is armed and not yet signalled now (no lock: a copier
-  // asks before every launch).
-  bool waiting() const { return waiting_.load(std::memory_order_acquire) > 0; }
+  // Whether a stream of this process waits on the GPU for any engine now (a
+  // wait armed and not yet signalled, by any StreamSignals). Process-wide on
+  // purpose: the hardware queues a waiting stream holds are its context's,
+  // which every engine of the process shares, so a wait one engine armed can
+  // hold another engine's kernels. No lock: a copier asks before a launch.
+  static bool any_waiting();
 
   // While a stream may wait (a wait armed and not yet signalled), a ferry
   // thread must not make a driver call that waits for every stream of the
@@ -87,7 +89,6 @@ class StreamSignals {
   Mutex mu_;
   std::condition_variable unquiet_;  // quiet_ fell to 0
   uint32_t armed_ GUARDED_BY(mu_) = 0;
-  std::atomic<uint32_t> waiting_{0};  // armed_, for waiting()
   uint32_t quiet_ GUARDED_BY(mu_) = 0;  // Quiets held
   std::vector<Page> pages_ GUARDED_BY(mu_);
   std::vector<uint32_t> free_ GUARDED_BY(mu_);

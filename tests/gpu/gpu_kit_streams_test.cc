@@ -107,7 +107,7 @@ bool done_within(platform::StagingCopier& copier, uint64_t ticket, std::chrono::
   return false;
 }
 
-TEST(GpuKitStreams, WhileAStreamWaitsTheCopierQueuesNoKernelAndItsCopiesLand) {
+TEST(GpuKitStreams, WhileAStreamWaitsOnAnyEngineTheCopierQueuesNoKernelAndItsCopiesLand) {
   if (gpu_count() == 0) GTEST_SKIP() << "no GPU";
   constexpr size_t kWhole = (1 << 20) + 48;  // 16-byte aligned: the staging kernel's
   constexpr size_t kPiece = 4096 + 16;      // a run of eight: the gather kernel's
@@ -117,8 +117,11 @@ TEST(GpuKitStreams, WhileAStreamWaitsTheCopierQueuesNoKernelAndItsCopiesLand) {
   ASSERT_NE(dev.ptr, nullptr);
   ASSERT_TRUE(platform::use_device(0).ok());
   const auto& d = platform::cuda();
-  auto signals = std::make_shared<platform::StreamSignals>();
-  auto kit = std::make_shared<platform::GpuKit>(std::make_shared<platform::GpuReserve>(), signals);
+  // The copier's engine and another engine of this process, which arms the
+  // wait: the hardware queues a waiting stream holds are the process's.
+  auto own = std::make_shared<platform::StreamSignals>();
+  auto other = std::make_shared<platform::StreamSignals>();
+  auto kit = std::make_shared<platform::GpuKit>(std::make_shared<platform::GpuReserve>(), own);
   auto copier = platform::make_cuda_copier(std::make_shared<platform::StagingKernels>(),
                                            std::make_shared<platform::GatherKernels>(), kit);
   auto host = copier->alloc_host(0, kBytes);
@@ -138,12 +141,12 @@ TEST(GpuKitStreams, WhileAStreamWaitsTheCopierQueuesNoKernelAndItsCopiesLand) {
   ASSERT_TRUE(t.ok() && copier->wait(t.value()).ok());
   ASSERT_EQ(copier->kernel_copies(), 1u) << "the staging kernel did not copy: nothing below would tell";
 
-  // A stream waits on the engine: a whole copy and a run of small pieces,
-  // both of which a kernel would take, go to the copy engines and land
-  // while the stream still waits.
+  // A stream waits on the other engine: a whole copy and a run of small
+  // pieces, both of which a kernel would take, go to the copy engines and
+  // land while the stream still waits.
   cu::Stream waiter = nullptr;
   ASSERT_EQ(d.stream_create(&waiter, cu::kStreamNonBlocking), cu::kSuccess);
-  auto armed = signals->arm(CudaStreamRef{waiter, 0});
+  auto armed = other->arm(CudaStreamRef{waiter, 0});
   ASSERT_TRUE(armed.ok()) << armed.status().message();
   EXPECT_TRUE(kit->streams_wait());
   ASSERT_TRUE(copier->copy(0, dev.ptr + kWhole, src + kWhole, kWhole).ok());
@@ -157,11 +160,11 @@ TEST(GpuKitStreams, WhileAStreamWaitsTheCopierQueuesNoKernelAndItsCopiesLand) {
   ASSERT_TRUE(t.ok());
   bool landed = done_within(*copier, t.value(), std::chrono::seconds(10));
   const uint64_t kernels_while_waiting = copier->kernel_copies() - 1;
-  signals->signal(armed.value());
+  other->signal(armed.value());
   ASSERT_EQ(d.stream_synchronize(waiter), cu::kSuccess);
   EXPECT_FALSE(kit->streams_wait());
   EXPECT_TRUE(landed) << "copies queued while a stream waited did not end within 10 s";
-  EXPECT_EQ(kernels_while_waiting, 0u) << "a kernel was queued while a stream waited on the engine";
+  EXPECT_EQ(kernels_while_waiting, 0u) << "a kernel was queued while a stream waited on an engine of the process";
 
   // Released: the kernel again.
   ASSERT_TRUE(copier->copy(0, dev.ptr + 2 * kWhole, src + 2 * kWhole, kWhole).ok());
