@@ -19,7 +19,8 @@ cd "$(dirname "$0")/.."
 build=build-fuzz
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
-cmake -S tests/fuzz -B "$build" "${generator[@]}" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S tests/fuzz -B "$build" "${generator[@]}" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" >/dev/null
 cmake --build "$build" -j "$(nproc)" >/dev/null
 
 if [ "${1:-}" = "--record" ]; then

@@ -23,7 +23,7 @@ fi
 
 scripts/setup.sh || exit 1
 source scripts/compiler_cache.sh
-scripts/build.sh || exit 1
+DEBUG_INFO=lines scripts/build.sh || exit 1
 
 results=()
 failed=0
