@@ -13,6 +13,7 @@
 #include "gpu/gpu_kit.h"
 #include "gpu/staging_copier.h"
 #include "gpu/staging_kernel.h"
+#include "gpu/stream_signals.h"
 #include "platform/page_lender.h"
 
 namespace ferry::platform {
@@ -32,7 +33,7 @@ DevicePtr dptr(const void* p) { return static_cast<DevicePtr>(reinterpret_cast<u
 // thread that moves a transfer when the kit was filled.
 //
 // While an application stream waits on the GPU for an engine of this process
-// (stream_wait: GpuKit::streams_wait()), every copy goes to the copy engines
+// (stream_wait: StreamSignals::any_waiting), every copy goes to the copy engines
 // and none to a kernel. On an H200, with 16 transfer threads a direction, a staging
 // kernel queued on ferry's stream while the application's stream waited for
 // that very receive never ran in 4 of 15 runs (the receive never ended, and
@@ -83,7 +84,7 @@ class CudaCopier final : public StagingCopier {
     auto stream = stream_of(device);
     if (!stream.ok()) return stream.status();
     Status s(Code::kUnimplemented, "no copy kernel");
-    if (kernels_ && StagingKernels::fits(dst, src, n) && !kit_->streams_wait()) {
+    if (kernels_ && StagingKernels::fits(dst, src, n) && !StreamSignals::any_waiting()) {
       s = kernels_->copy(device, stream.value(), dst, src, n);
       if (s.ok()) ++kernel_copies_;
     }
@@ -102,7 +103,7 @@ class CudaCopier final : public StagingCopier {
     if (many.size() < 2 || !d.available() || device < 0) return StagingCopier::copy_many(device, many);
     uint64_t bytes = 0;
     for (const Op& op : many) bytes += op.n;
-    const bool gather = gather_ && GatherKernels::suits(many.size(), bytes) && !kit_->streams_wait();
+    const bool gather = gather_ && GatherKernels::suits(many.size(), bytes) && !StreamSignals::any_waiting();
     if (!gather && !d.has_memcpy_batch()) return StagingCopier::copy_many(device, many);
     DeviceScope scope(device);
     if (!scope.ok()) return scope.status();

@@ -32,10 +32,11 @@
 
 #include "ferry/status.h"
 #include "gpu/cuda_driver.h"
-#include "gpu/stream_signals.h"
 #include "platform/mutex.h"
 
 namespace ferry::platform {
+
+class StreamSignals;
 
 // Page-locked host blocks: plain (cuMemHostAlloc, portable) or lendable
 // (ordinary pages a socket may borrow, registered portable and mapped).
@@ -86,11 +87,6 @@ class GpuKit {
   // waits, the driver may hold this thread until it goes on). A device
   // filled before is skipped: after the first wait, nothing is made.
   Status fill(const GpuKitSize& size) EXCLUDES(mu_);
-
-  // Whether an application stream of this process waits on the GPU for an
-  // engine now (StreamSignals::any_waiting): a copier then queues no kernel,
-  // only copy-engine copies (cuda_copier.cc says why).
-  static bool streams_wait() { return StreamSignals::any_waiting(); }
 
   // A stream of ferry's own on `device` (CudaDriver::create_own_stream: non-
   // blocking, the greatest priority; its context is made current here).

@@ -84,9 +84,10 @@ class StagingCopier {
 // on (created on first use, in the device's primary context), events as
 // fences. Copies go through `kernels` where they fit (staging_kernel.h), the
 // copy engines otherwise, without them, or while an application stream waits
-// on the engine (GpuKit::streams_wait); copy_many's runs of small blocks
-// through `gather` (one launch a run), which may touch only device memory
-// and pinned host memory (never pageable memory: the kernel would fault).
+// on an engine of the process (StreamSignals::any_waiting); copy_many's runs
+// of small blocks through `gather` (one launch a run), which may touch only
+// device memory and pinned host memory (never pageable memory: the kernel
+// would fault).
 // Its streams, events and page-locked memory come from `kit` (gpu/gpu_kit.h;
 // null: a kit of its own). Without a driver every call returns kUnimplemented.
 std::unique_ptr<StagingCopier> make_cuda_copier(std::shared_ptr<platform::StagingKernels> kernels = nullptr,

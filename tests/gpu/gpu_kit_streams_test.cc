@@ -148,7 +148,7 @@ TEST(GpuKitStreams, WhileAStreamWaitsOnAnyEngineTheCopierQueuesNoKernelAndItsCop
   ASSERT_EQ(d.stream_create(&waiter, cu::kStreamNonBlocking), cu::kSuccess);
   auto armed = other->arm(CudaStreamRef{waiter, 0});
   ASSERT_TRUE(armed.ok()) << armed.status().message();
-  EXPECT_TRUE(kit->streams_wait());
+  EXPECT_TRUE(platform::StreamSignals::any_waiting());
   ASSERT_TRUE(copier->copy(0, dev.ptr + kWhole, src + kWhole, kWhole).ok());
   std::vector<platform::StagingCopier::Op> run;
   for (int i = 0; i < kPieces; ++i) {
@@ -162,7 +162,7 @@ TEST(GpuKitStreams, WhileAStreamWaitsOnAnyEngineTheCopierQueuesNoKernelAndItsCop
   const uint64_t kernels_while_waiting = copier->kernel_copies() - 1;
   other->signal(armed.value());
   ASSERT_EQ(d.stream_synchronize(waiter), cu::kSuccess);
-  EXPECT_FALSE(kit->streams_wait());
+  EXPECT_FALSE(platform::StreamSignals::any_waiting());
   EXPECT_TRUE(landed) << "copies queued while a stream waited did not end within 10 s";
   EXPECT_EQ(kernels_while_waiting, 0u) << "a kernel was queued while a stream waited on an engine of the process";
 
