@@ -231,8 +231,15 @@ void ProgressPool::worker_loop(const std::shared_ptr<Worker>& wp, size_t index) 
     round.clear();
     bool sleep = hot.empty();
     if (sleep || w.any_kicked.load(std::memory_order_acquire)) {
+      std::vector<std::shared_ptr<Entry>> left;  // let go after the lock
       platform::MutexLock lock(w.mu);
-      if (w.end) return;
+      if (w.end) {
+        // An entry kicked, then removed before its turn, is still listed and
+        // holds this worker (Entry::worker): dropped here, or the two would
+        // keep each other alive once the pool ended.
+        left.swap(w.kicked);
+        return;
+      }
       for (auto& e : w.kicked) round.push_back(std::move(e));
       w.kicked.clear();
       w.any_kicked.store(false, std::memory_order_relaxed);
