@@ -32,18 +32,12 @@ DevicePtr dptr(const void* p) { return static_cast<DevicePtr>(reinterpret_cast<u
 // (gpu/gpu_kit.h): a copier never makes nor frees a driver object on the
 // thread that moves a transfer when the kit was filled.
 //
-// While an application stream waits on the GPU for an engine of this process
-// (stream_wait: StreamSignals::any_waiting), every copy goes to the copy engines
-// and none to a kernel. On an H200, with 16 transfer threads a direction, a staging
-// kernel queued on ferry's stream while the application's stream waited for
-// that very receive never ran in 4 of 15 runs (the receive never ended, and
-// neither did the wait), where copy-engine copies of the same receives ended
-// in 29 of 29 (docs/benchmarks/2026-11-30.md, "session six"). A copy-engine
-// copy on a stream of the greatest priority was held by no waiting stream in
-// bench/gpu/aliased_stream_probe.cu either. Any engine's wait counts, as
-// the hardware queues are the process's: while only an engine's own waits
-// counted, two engines of one process, one receiving behind a wait, the
-// other sending from GPU memory, still stalled in 2 of 9 runs.
+// While an application stream of this process waits on the GPU for any
+// engine (StreamSignals::any_waiting), every copy goes to the copy engines
+// and none to a kernel: on an H200 a staging kernel queued behind such a
+// wait sometimes never ran, and the receive it ended never ended
+// (docs/architecture.md, "CUDA stream order"; the runs:
+// docs/benchmarks/2026-11-30.md, "session six").
 class CudaCopier final : public StagingCopier {
  public:
   CudaCopier(std::shared_ptr<StagingKernels> kernels, std::shared_ptr<GatherKernels> gather,
