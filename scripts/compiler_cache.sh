@@ -1,6 +1,6 @@
 # Sourced by scripts/build.sh and scripts/test.sh: compiles through ccache
-# where it is installed, so the four build trees of a test run (plain,
-# clang, ASan, TSan) and a later run of the same sources in another clone
+# where it is installed, so the three build trees of a test run (plain,
+# ASan, TSan) and a later run of the same sources in another clone
 # reuse what was compiled before. CMake reads the launcher variables when it
 # first configures a tree. Paths are hashed relative to the source root, so
 # two clones of one commit share the cache.

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses of tests/fuzz (clang, ASan and UBSan, in
-# build-fuzz/) and runs each for SECONDS (default 60), one after another or
+# build-asan/, the tree scripts/sanitize.sh address tests: the harnesses link
+# its libraries) and runs each for SECONDS (default 60), one after another or
 # --jobs N at once, on a copy of its seed corpus in
 # tests/fuzz/corpus/<harness>. Prints one line per harness (executions,
 # corpus files/KiB, result) and exits non-zero if any harness crashed,
 # leaked, ran out of memory or hung on an input; what made it fail is kept
-# under build-fuzz/artifacts/<harness>/, its log under build-fuzz/logs/.
+# under build-asan/fuzz/artifacts/<harness>/, its log under
+# build-asan/fuzz/logs/.
 #
 #   scripts/fuzz.sh [--runs N] [--jobs N] [SECONDS] [HARNESS...]
 #       e.g. scripts/fuzz.sh 600 fuzz_frame_header; with --runs a harness
@@ -16,17 +18,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-build=build-fuzz
-generator=()
-command -v ninja >/dev/null && generator=(-G Ninja)
-cmake -S tests/fuzz -B "$build" "${generator[@]}" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" >/dev/null
-cmake --build "$build" -j "$(nproc)" >/dev/null
+source scripts/sanitizer_tree.sh
+sanitizer_tree address
+work=$build/fuzz
+if [ "${1:-}" = "--record" ]; then
+  cmake --build "$build" --target ferry_fuzz_record_seeds >/dev/null
+else
+  cmake --build "$build" --target ferry_fuzz_harnesses >/dev/null
+fi
 
 if [ "${1:-}" = "--record" ]; then
-  rm -rf "$build/seeds"
-  "$build/bin/ferry_fuzz_record_seeds" "$build/seeds"
-  for d in "$build"/seeds/*/; do
+  rm -rf "$work/seeds"
+  "$build/bin/ferry_fuzz_record_seeds" "$work/seeds"
+  for d in "$work"/seeds/*/; do
     name=$(basename "$d")
     # Regression inputs stay; the recorded seeds are replaced.
     mkdir -p "tests/fuzz/corpus/$name"
@@ -66,10 +70,10 @@ timeout_for() {
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
-# Runs harness $1 and writes its line of the table to $build/results/$1.
+# Runs harness $1 and writes its line of the table to $work/results/$1.
 run_one() {
   local h=$1
-  local corpus="$build/corpus/$h" artifacts="$build/artifacts/$h" log="$build/logs/$h.log"
+  local corpus="$work/corpus/$h" artifacts="$work/artifacts/$h" log="$work/logs/$h.log"
   rm -rf "$corpus" "$artifacts"
   mkdir -p "$corpus" "$artifacts" "$(dirname "$log")"
   [ -d "tests/fuzz/corpus/$h" ] && cp -r "tests/fuzz/corpus/$h/." "$corpus/"
@@ -88,12 +92,12 @@ run_one() {
     kind=$(basename "${found:-failed-rc$rc}" | cut -d- -f1)
     result="$kind ($([ -n "$found" ] && echo "$found" || echo "exit $rc, see $log"))"
   fi
-  printf '%-24s %12s %10s  %s\n' "$h" "${execs:-0}" "$files/${kib}K" "$result" >"$build/results/$h"
+  printf '%-24s %12s %10s  %s\n' "$h" "${execs:-0}" "$files/${kib}K" "$result" >"$work/results/$h"
 }
 
 # --jobs N runs N harnesses at once (each is one process on one core).
-rm -rf "$build/results"
-mkdir -p "$build/results"
+rm -rf "$work/results"
+mkdir -p "$work/results"
 running=0
 for h in "${harnesses[@]}"; do
   if [ "$running" -ge "$jobs" ]; then
@@ -108,11 +112,11 @@ wait || true
 failed=0
 printf '%-24s %12s %10s  %s\n' harness executions 'corpus' result
 for h in "${harnesses[@]}"; do
-  if [ -s "$build/results/$h" ]; then
-    cat "$build/results/$h"
-    grep -qE ' ok$' "$build/results/$h" || failed=1
+  if [ -s "$work/results/$h" ]; then
+    cat "$work/results/$h"
+    grep -qE ' ok$' "$work/results/$h" || failed=1
   else
-    printf '%-24s %12s %10s  %s\n' "$h" 0 - "no result (see $build/logs/$h.log)"
+    printf '%-24s %12s %10s  %s\n' "$h" 0 - "no result (see $work/logs/$h.log)"
     failed=1
   fi
 done

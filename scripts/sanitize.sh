@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the test suites with a sanitizer, in a tree of its own, and runs
-# them. A memory error, undefined behaviour or a data race fails the test it
+# Builds the test suites with a sanitizer (clang), in a tree of its own, and
+# runs them. A memory error, undefined behaviour or a data race fails the test it
 # happens in (reports go to that test's output).
 #
 #   scripts/sanitize.sh address [CTEST ARGS...]
@@ -17,14 +17,10 @@ kind=${1:-}
 shift || true
 case "$kind" in
   address)
-    build=build-asan
-    flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
     labels='^(unit|integration)$'
     targets=(ferry_unit_tests ferry_ops_tests ferry_integration_tests ferry_test_peer _ferry)
     ;;
   thread)
-    build=build-tsan
-    flags="-fsanitize=thread"
     labels='^(unit|integration)$'
     targets=(ferry_unit_tests ferry_ops_tests ferry_integration_tests ferry_test_peer)
     ;;
@@ -34,13 +30,8 @@ case "$kind" in
     ;;
 esac
 
-# -O1 keeps the sanitizers' stack traces whole and builds fastest; line
-# tables (-g1) are all a report's file:line needs, and compile about 30%
-# faster than full debug information.
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
-  -DCMAKE_EXE_LINKER_FLAGS="${flags%% *}" -DCMAKE_SHARED_LINKER_FLAGS="${flags%% *}" \
-  -DCMAKE_CUDA_COMPILER=NOTFOUND -DPython_EXECUTABLE=/usr/bin/python3 >/dev/null
+source scripts/sanitizer_tree.sh
+sanitizer_tree "$kind"
 cmake --build "$build" --target "${targets[@]}"
 
 # Every report fails: ASan aborts at the first, UBSan is built not to
@@ -56,7 +47,7 @@ if [ "$kind" = address ]; then
   # keeps its own objects at exit, which leak detection would report, so the
   # Python suite alone runs without it (the C++ suites keep it).
   echo "sanitize: the Python suite with the instrumented module"
-  LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libubsan.so)" \
+  LD_PRELOAD="$(clang++ -print-file-name=libclang_rt.asan-x86_64.so)" \
     ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" PYTHONPATH="$build/python" PYTHONDONTWRITEBYTECODE=1 \
     timeout 900 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
 fi

@@ -13,7 +13,7 @@ packages=(
   redis-server etcd-server etcd-client # directory tests start real servers (etcdctl for poking at one by hand)
   prometheus                       # the metrics endpoint's test scrapes it with a real server
   libgtest-dev                     # tests
-  clang libclang-rt-dev            # fuzzing: libFuzzer and the sanitizers (scripts/fuzz.sh); lock annotations checked (scripts/thread_safety.sh)
+  clang libclang-rt-dev            # CI builds with clang: lock annotations checked, the sanitizers, libFuzzer
   iperf3 sockperf                  # anchors the benchmarks compare against
   iproute2 procps                  # ip/tc for network labs, ps/pgrep for scripts
   python3-dev pybind11-dev         # the Python module

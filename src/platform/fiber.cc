@@ -11,28 +11,14 @@
 #include <cstdlib>
 #include <string>
 
+#include "platform/sanitizers.h"
 #include "platform/system_error.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define FERRY_FIBER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define FERRY_FIBER_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_THREAD__)
-#define FERRY_FIBER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define FERRY_FIBER_TSAN 1
-#endif
-#endif
-
-#if defined(FERRY_FIBER_ASAN)
+#if defined(FERRY_ASAN)
 extern "C" void __sanitizer_start_switch_fiber(void** fake_stack_save, const void* bottom, size_t size);
 extern "C" void __sanitizer_finish_switch_fiber(void* fake_stack_save, const void** bottom_old, size_t* size_old);
 #endif
-#if defined(FERRY_FIBER_TSAN)
+#if defined(FERRY_TSAN)
 extern "C" void* __tsan_get_current_fiber();
 extern "C" void* __tsan_create_fiber(unsigned flags);
 extern "C" void __tsan_destroy_fiber(void* fiber);
@@ -193,14 +179,14 @@ Result<std::unique_ptr<Fiber>> Fiber::create(std::function<void()> fn, size_t st
   ::makecontext(&f->self_, reinterpret_cast<void (*)()>(&Fiber::trampoline), 2, static_cast<unsigned>(p),
                 static_cast<unsigned>(p >> 32));
 #endif
-#if defined(FERRY_FIBER_TSAN)
+#if defined(FERRY_TSAN)
   f->tsan_fiber_ = __tsan_create_fiber(0);
 #endif
   return f;
 }
 
 Fiber::~Fiber() {
-#if defined(FERRY_FIBER_TSAN)
+#if defined(FERRY_TSAN)
   if (tsan_fiber_ != nullptr) __tsan_destroy_fiber(tsan_fiber_);
 #endif
   if (stack_ != nullptr) ::munmap(stack_, mapped_);
@@ -212,16 +198,16 @@ Fiber* Fiber::current() { return g_current; }
 void Fiber::resume() {
   outer_ = g_current;
   g_current = this;
-#if defined(FERRY_FIBER_TSAN)
+#if defined(FERRY_TSAN)
   tsan_caller_ = __tsan_get_current_fiber();
   __tsan_switch_to_fiber(tsan_fiber_, 0);
 #endif
-#if defined(FERRY_FIBER_ASAN)
+#if defined(FERRY_ASAN)
   void* fake = nullptr;
   __sanitizer_start_switch_fiber(&fake, static_cast<char*>(stack_) + page_size(), mapped_ - page_size());
 #endif
   switch_context(this, /*into=*/true);
-#if defined(FERRY_FIBER_ASAN)
+#if defined(FERRY_ASAN)
   __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
   g_current = outer_;
@@ -230,14 +216,14 @@ void Fiber::resume() {
 void Fiber::suspend() {
   Fiber* f = g_current;
   if (f == nullptr) std::abort();  // only a fiber suspends
-#if defined(FERRY_FIBER_TSAN)
+#if defined(FERRY_TSAN)
   __tsan_switch_to_fiber(f->tsan_caller_, 0);
 #endif
-#if defined(FERRY_FIBER_ASAN)
+#if defined(FERRY_ASAN)
   __sanitizer_start_switch_fiber(&f->asan_fake_stack_, f->asan_caller_bottom_, f->asan_caller_size_);
 #endif
   switch_context(f, /*into=*/false);
-#if defined(FERRY_FIBER_ASAN)
+#if defined(FERRY_ASAN)
   __sanitizer_finish_switch_fiber(f->asan_fake_stack_, &f->asan_caller_bottom_, &f->asan_caller_size_);
 #endif
 }
@@ -263,16 +249,16 @@ void Fiber::trampoline(unsigned lo, unsigned hi) {
 }
 
 void fiber_main(Fiber* f) {
-#if defined(FERRY_FIBER_ASAN)
+#if defined(FERRY_ASAN)
   __sanitizer_finish_switch_fiber(nullptr, &f->asan_caller_bottom_, &f->asan_caller_size_);
 #endif
   f->fn_();
   f->fn_ = nullptr;
   f->done_ = true;
-#if defined(FERRY_FIBER_TSAN)
+#if defined(FERRY_TSAN)
   __tsan_switch_to_fiber(f->tsan_caller_, 0);
 #endif
-#if defined(FERRY_FIBER_ASAN)
+#if defined(FERRY_ASAN)
   __sanitizer_start_switch_fiber(nullptr, f->asan_caller_bottom_, f->asan_caller_size_);
 #endif
 #if defined(FERRY_FIBER_ASM)

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "platform/sanitizers.h"
 #include "platform/system_error.h"
 #include "platform/thread.h"
 
@@ -22,7 +23,7 @@ thread_local FiberWorker* g_worker = nullptr;
 // kilobytes of frames (a frame header, an iovec scratch, log formatting);
 // CUDA's driver calls on the staging path want more. Mapped, not committed:
 // an idle stream costs the pages it touched.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(FERRY_ASAN) || defined(FERRY_TSAN)
 constexpr size_t kStackBytes = 1024 * 1024;
 #else
 constexpr size_t kStackBytes = 256 * 1024;

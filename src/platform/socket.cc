@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "platform/fiber_worker.h"
+#include "platform/sanitizers.h"
 #include "platform/system_error.h"
 
 namespace ferry::platform {
@@ -292,14 +293,7 @@ std::string local_ip(int fd) {
 // after the sends that had completed before it started, as the kernel
 // orders them. A send still in progress gets no such order, so a receive
 // that overlaps it is still reported. Other builds compile none of it.
-#if defined(__SANITIZE_THREAD__)
-#define FERRY_THREAD_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define FERRY_THREAD_SANITIZER 1
-#endif
-#endif
-#if defined(FERRY_THREAD_SANITIZER)
+#if defined(FERRY_TSAN)
 }  // namespace ferry::platform
 extern "C" void __tsan_acquire(void* addr);
 extern "C" void __tsan_release(void* addr);

@@ -3,28 +3,18 @@
 // sanitizer, for the tests whose subject is timing (scripts/sanitize.sh).
 #pragma once
 
+#include "platform/sanitizers.h"
+
 namespace ferry::sanitizer_build {
 
-#if defined(__SANITIZE_THREAD__)
+#if defined(FERRY_TSAN)
 inline constexpr bool kThread = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-inline constexpr bool kThread = true;
-#else
-inline constexpr bool kThread = false;
-#endif
 #else
 inline constexpr bool kThread = false;
 #endif
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(FERRY_ASAN)
 inline constexpr bool kAddress = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-inline constexpr bool kAddress = true;
-#else
-inline constexpr bool kAddress = false;
-#endif
 #else
 inline constexpr bool kAddress = false;
 #endif

@@ -39,7 +39,7 @@ void expect_exhausted(Target& t, const std::string& what) {
 }
 
 void expect_bounded_growth(size_t before) {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(FERRY_ASAN)
   // AddressSanitizer keeps freed memory in quarantine: resident memory says
   // nothing about what the engine holds. The budget's failure still shows.
   (void)before;
@@ -80,7 +80,7 @@ TEST(TcpHostileMemory, NotificationsNobodyPollsPastTheBudgetFailTheConnection) {
 // (Held messages are small heap blocks; freed, the allocator would otherwise
 // keep their pages for itself.)
 TEST(TcpHostileMemory, WhatAFloodMadeTheEngineHoldGoesBackWithTheConnection) {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(FERRY_ASAN)
   GTEST_SKIP() << "AddressSanitizer keeps freed memory in quarantine";
 #endif
   if (sanitizer_build::kThread) GTEST_SKIP() << "ThreadSanitizer's allocator keeps freed memory for itself";
