@@ -13,5 +13,6 @@ void add_tune_command(CLI::App& app);
 void add_diag_command(CLI::App& app);
 void add_profile_command(CLI::App& app);
 void add_dir_command(CLI::App& app);
+void add_top_command(CLI::App& app);
 
 }  // namespace ferry::cli

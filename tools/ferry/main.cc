@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   ferry::cli::add_diag_command(app);
   ferry::cli::add_profile_command(app);
   ferry::cli::add_dir_command(app);
+  ferry::cli::add_top_command(app);
   int rc = ferry::cli::parse_command_line(app, argc, argv);
   return rc >= 0 ? rc : 0;
 }
