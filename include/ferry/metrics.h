@@ -43,6 +43,11 @@ struct NicBytes {
 // GPU bytes that went through pinned staging slots on one side of a TCP
 // connection: chunks, their staged bytes, and the time from queuing a
 // chunk's copies to ferry seeing them done.
+struct ResentCounts {
+  uint64_t chunks = 0;
+  uint64_t bytes = 0;
+};
+
 struct StagingCounts {
   uint64_t chunks = 0;
   uint64_t bytes = 0;
@@ -89,6 +94,9 @@ struct MetricsSnapshot {
   // Data paths lost (a reset, a timeout, a failed send; not an orderly
   // close), by transport.
   std::map<std::string, uint64_t> paths_lost;
+  // Chunks a lost path had sent and the peer had not confirmed, sent again
+  // on another path, and their bytes, by transport. Absent while none was.
+  std::map<std::string, ResentCounts> resent;
   // Bytes the engine holds for its peers now (unreceived messages, unpolled
   // notifications, unread replies: against connection_memory_bytes and
   // engine_memory_bytes), and the most it ever held at once.

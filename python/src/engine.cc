@@ -803,6 +803,14 @@ void bind_engine(pyb::module_& m) {
             out["gpu_objects_made_late"] = m.gpu_objects_made_late;
             out["handshakes_refused"] = m.handshakes_refused;
             out["paths_lost"] = m.paths_lost;
+            pyb::dict resent;
+            for (const auto& [transport, c] : m.resent) {
+              pyb::dict d;
+              d["chunks"] = c.chunks;
+              d["bytes"] = c.bytes;
+              resent[pyb::str(transport)] = d;
+            }
+            out["resent"] = resent;
             out["held_bytes"] = m.held_bytes;
             out["held_bytes_peak"] = m.held_bytes_peak;
             return out;
@@ -813,7 +821,8 @@ void bind_engine(pyb::module_& m) {
           "'failed' and 'bytes', for the connections held now; 'nics': bytes 'sent' and 'received' by the TCP data "
           "streams of each local NIC ('any': no named NIC); 'staging': GPU memory staged through pinned slots over TCP, "
           "'chunks', 'bytes' and 'seconds' by direction ('to_host', 'to_device'); 'failures' by status code name; 'connections' and "
-          "'connections_failed' by transport; 'handshakes_refused' by reason; 'paths_lost' by transport; "
+          "'connections_failed' by transport; 'handshakes_refused' by reason; 'paths_lost' by transport; 'resent': 'chunks' and 'bytes' a lost path "
+          "had left unconfirmed, sent again on another path, by transport; "
           "'held_bytes' and 'held_bytes_peak' (held for peers); 'gpu_objects_made_late' (CUDA objects ferry's transfer "
           "threads had to make: 0 after stream waits is healthy). The same numbers as metrics_text().")
       .def_property_readonly(

@@ -113,6 +113,16 @@ std::string prometheus_text(const MetricsSnapshot& m) {
   for (const auto& [transport, n] : m.paths_lost) {
     line("ferry_paths_lost_total{transport=\"" + label(transport) + "\"} " + std::to_string(n));
   }
+  line("# HELP ferry_chunks_resent_total Chunks a lost path left unconfirmed, sent again on another path, by transport.");
+  line("# TYPE ferry_chunks_resent_total counter");
+  for (const auto& [transport, c] : m.resent) {
+    line("ferry_chunks_resent_total{transport=\"" + label(transport) + "\"} " + std::to_string(c.chunks));
+  }
+  line("# HELP ferry_chunks_resent_bytes_total Bytes of the chunks sent again after a path was lost, by transport.");
+  line("# TYPE ferry_chunks_resent_bytes_total counter");
+  for (const auto& [transport, c] : m.resent) {
+    line("ferry_chunks_resent_bytes_total{transport=\"" + label(transport) + "\"} " + std::to_string(c.bytes));
+  }
   line("# HELP ferry_staging_chunks_total Chunks of GPU memory staged through pinned slots over TCP, by direction.");
   line("# TYPE ferry_staging_chunks_total counter");
   for (const auto& [direction, c] : m.staging) {
@@ -242,6 +252,14 @@ void TransferMetrics::path_lost(std::string_view transport) {
   count(paths_lost_, transport);
 }
 
+void TransferMetrics::chunk_resent(std::string_view transport, uint64_t bytes) {
+  platform::MutexLock lock(mu_);
+  auto it = resent_.find(transport);
+  if (it == resent_.end()) it = resent_.emplace(std::string(transport), ResentCounts{}).first;
+  it->second.chunks += 1;
+  it->second.bytes += bytes;
+}
+
 MetricsSnapshot TransferMetrics::snapshot() const {
   MetricsSnapshot m;
   constexpr auto relaxed = std::memory_order_relaxed;
@@ -249,6 +267,7 @@ MetricsSnapshot TransferMetrics::snapshot() const {
     platform::MutexLock lock(mu_);
     m.handshakes_refused.insert(handshakes_refused_.begin(), handshakes_refused_.end());
     m.paths_lost.insert(paths_lost_.begin(), paths_lost_.end());
+    m.resent.insert(resent_.begin(), resent_.end());
     for (const auto& [nic, meter] : nics_) m.nics[nic] = {meter->sent.load(relaxed), meter->received.load(relaxed)};
     for (const auto& w : peers_) {
       auto meter = w.lock();

@@ -73,6 +73,9 @@ class TransferMetrics {
   // A data path of a `transport` connection lost while the connection went on
   // or failed (not an orderly close).
   void path_lost(std::string_view transport) EXCLUDES(mu_);
+  // A chunk of `bytes` that a lost path had left unconfirmed went out again
+  // on another path (rare: failovers only, so under the lock).
+  void chunk_resent(std::string_view transport, uint64_t bytes) EXCLUDES(mu_);
 
   // Sums the shards. Counts taken while transfers finish may be a moment
   // apart from one another; each is exact.
@@ -98,6 +101,7 @@ class TransferMetrics {
   mutable platform::Mutex mu_;
   std::map<std::string, uint64_t, std::less<>> handshakes_refused_ GUARDED_BY(mu_);
   std::map<std::string, uint64_t, std::less<>> paths_lost_ GUARDED_BY(mu_);
+  std::map<std::string, ResentCounts, std::less<>> resent_ GUARDED_BY(mu_);
   // The connections' meters; those no one holds are dropped as new ones come.
   std::vector<std::weak_ptr<PeerMeter>> peers_ GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<NicMeter>, std::less<>> nics_ GUARDED_BY(mu_);

@@ -88,6 +88,10 @@ wait "$downer"
 echo "$out" | grep -E "lost|32M" | tail -3
 [ $rc -eq 0 ] || fail "transfer did not survive the link going down (rc $rc): $out"
 echo "$out" | grep -q "data path .* lost" || fail "the downed link was never noticed: $out"
+# The chunks the downed path had sent unconfirmed went again on the others,
+# and the engine counted them (ferry_chunks_resent_total).
+echo "$out" | grep -qE "ferry bench: [1-9][0-9]* data path\(s\) lost; [1-9][0-9]* chunks \([1-9][0-9]* bytes\) resent" ||
+  fail "no resent chunks counted after the failover: $out"
 echo "$out" | grep -qE "^32M .* ok$" || fail "data not verified after failover: $out"
 kill "$target_pid" 2>/dev/null; wait "$target_pid" 2>/dev/null; target_pid=""
 

@@ -39,6 +39,6 @@ def test_metrics_count_sends_writes_and_reads_with_their_bytes(transport_pair):
     # Host memory: no CUDA object was made on any thread, nothing staged.
     assert m["gpu_objects_made_late"] == 0
     assert m["staging"] == {} and a.metrics()["staging"] == {}
-    # Nothing refused, no path lost; every message was received.
-    assert (m["handshakes_refused"], m["paths_lost"], m["held_bytes"]) == ({}, {}, 0)
+    # Nothing refused, no path lost, nothing resent; every message was received.
+    assert (m["handshakes_refused"], m["paths_lost"], m["resent"], m["held_bytes"]) == ({}, {}, {}, 0)
     assert "ferry_gpu_objects_made_late_total 0\n" in text

@@ -316,7 +316,11 @@ TEST_F(ChunkQueueTest, FailedPathHandsItsUnconfirmedChunksToSurvivors) {
   auto op = make_op(1, 10 * kChunk);
   ASSERT_TRUE(q.push(op));
   std::vector<uint64_t> on_dead;
-  for (int i = 0; i < 3; ++i) on_dead.push_back(q.try_claim(0)->offset);
+  for (int i = 0; i < 3; ++i) {
+    auto c = q.try_claim(0);
+    EXPECT_FALSE(c->resent) << "a first trip is no resend";
+    on_dead.push_back(c->offset);
+  }
   q.on_landed(0, 1);  // the first one landed: only two are unconfirmed
   auto survivor_first = q.try_claim(1);
   ASSERT_TRUE(survivor_first.has_value());
@@ -324,15 +328,20 @@ TEST_F(ChunkQueueTest, FailedPathHandsItsUnconfirmedChunksToSurvivors) {
   EXPECT_EQ(q.fail_path(0), 1);
   EXPECT_EQ(q.live_paths(), 1);
   EXPECT_FALSE(q.try_claim(0).has_value()) << "a dead path claims nothing";
-  // The two unconfirmed chunks come back before any new one, in order.
-  EXPECT_EQ(q.try_claim(1)->offset, on_dead[1]);
-  EXPECT_EQ(q.try_claim(1)->offset, on_dead[2]);
+  // The two unconfirmed chunks come back before any new one, in order,
+  // marked as resent (the metrics count them).
+  for (int i = 1; i <= 2; ++i) {
+    auto again = q.try_claim(1);
+    EXPECT_EQ(again->offset, on_dead[static_cast<size_t>(i)]);
+    EXPECT_TRUE(again->resent);
+  }
   claimed_on_1 += 2;
   // Then the rest of the op; every byte is covered exactly once more overall.
   std::set<uint64_t> seen = {on_dead[0], on_dead[1], on_dead[2], survivor_first->offset};
   q.on_landed(1, claimed_on_1);  // keep the window open
   while (auto c = q.try_claim(1)) {
     EXPECT_TRUE(seen.insert(c->offset).second) << "offset " << c->offset << " handed out twice";
+    EXPECT_FALSE(c->resent);
     q.on_landed(1, ++claimed_on_1);
     if (seen.size() > 10) break;
   }

@@ -73,6 +73,9 @@ TEST(TransferMetrics, PrometheusTextNamesEveryFamilyWithItsType) {
   s.gpu_objects_made_late = 4;
   s.handshakes_refused["busy"] = 2;
   s.paths_lost["tcp"] = 5;
+  m.chunk_resent("tcp", 1000);
+  m.chunk_resent("tcp", 24);
+  s.resent = m.snapshot().resent;
   s.held_bytes = 77;
   s.held_bytes_peak = 99;
   std::string text = prometheus_text(s);
@@ -96,6 +99,10 @@ TEST(TransferMetrics, PrometheusTextNamesEveryFamilyWithItsType) {
                            "ferry_handshakes_refused_total{reason=\"busy\"} 2\n",
                            "# TYPE ferry_paths_lost_total counter\n",
                            "ferry_paths_lost_total{transport=\"tcp\"} 5\n",
+                           "# TYPE ferry_chunks_resent_total counter\n",
+                           "ferry_chunks_resent_total{transport=\"tcp\"} 2\n",
+                           "# TYPE ferry_chunks_resent_bytes_total counter\n",
+                           "ferry_chunks_resent_bytes_total{transport=\"tcp\"} 1024\n",
                            "# TYPE ferry_held_bytes gauge\n",
                            "ferry_held_bytes 77\n",
                            "ferry_held_bytes_peak 99\n"}) {

@@ -814,6 +814,15 @@ int run_bench(const BenchFlags& f) {
     print_table(cfg, results);
   }
   if (!f.json_out.empty()) write_json(f, cfg, engine->options(), transport, results);
+  // Failovers happen silently to the numbers: say what they cost.
+  MetricsSnapshot m = engine->metrics();
+  uint64_t lost = m.paths_lost.count("tcp") > 0 ? m.paths_lost.at("tcp") : 0;
+  if (lost > 0 || m.resent.count("tcp") > 0) {
+    ResentCounts r = m.resent.count("tcp") > 0 ? m.resent.at("tcp") : ResentCounts{};
+    std::fprintf(stderr, "ferry bench: %llu data path(s) lost; %llu chunks (%llu bytes) resent on the others\n",
+                 static_cast<unsigned long long>(lost), static_cast<unsigned long long>(r.chunks),
+                 static_cast<unsigned long long>(r.bytes));
+  }
   if (interrupt.fired()) {
     std::fprintf(stderr, "ferry bench: interrupted after %zu of %zu sizes\n", results.size(), cfg.sizes.size());
     return 130;

@@ -92,6 +92,7 @@ std::optional<Chunk> ChunkQueue::claim_locked(int path) {
     // An aborted chunk goes empty: it reads no memory and is not counted.
     r.counted = !r.op->aborted;
     if (r.counted && ((r.op->state && r.op->state->done()) || !take_unacknowledged(*r.op))) continue;
+    r.resent = r.counted;
     c = std::move(r);
     break;
   }

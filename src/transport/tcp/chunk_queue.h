@@ -80,6 +80,7 @@ struct Chunk {
   uint64_t seq = 0;          // its number on the claiming path (1, 2, ...): landed once the peer confirms as many
   bool ack_request = false;  // ask the peer to confirm landing after this chunk
   bool counted = false;      // counts in op->on_paths until its path releases it
+  bool resent = false;       // a dead path had sent it unconfirmed: this is its second trip
 };
 
 class ChunkQueue {

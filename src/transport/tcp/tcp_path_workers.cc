@@ -81,6 +81,7 @@ void TcpTransport::path_tx_loop(int path) {
     if (s.ok() && !path_meters_.empty()) {
       path_meters_[static_cast<size_t>(path)]->sent.fetch_add(pipe.front().chunk.size, std::memory_order_relaxed);
     }
+    if (s.ok() && pipe.front().chunk.resent && ctx_->metrics) ctx_->metrics->chunk_resent("tcp", pipe.front().chunk.size);
     if (ChunkQueue::release(pipe.front().chunk)) finish_acknowledged(*pipe.front().chunk.op);
     pipe.pop_front();
     if (!s.ok()) {
