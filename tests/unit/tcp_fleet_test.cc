@@ -199,13 +199,13 @@ TEST(TcpFleet, FiberStacksPastTheProcessBudgetFailOneConnectionNotTheProcess) {
 TEST(TcpFleet, WorkersPerGroup) {
   using tcp::IoPool;
   Options o;
-  EXPECT_EQ(IoPool::workers_per_group(o, 0, 0, 2), 2u);
-  EXPECT_EQ(IoPool::workers_per_group(o, 0, 0, 1), 1u);
-  EXPECT_EQ(IoPool::workers_per_group(o, 0, 0, 32), 4u);
-  EXPECT_EQ(IoPool::workers_per_group(o, 1, 3, 32), 3u);  // three CPUs bound to the NIC
+  EXPECT_EQ(IoPool::workers_per_group(o, 0, 2), 2u);
+  EXPECT_EQ(IoPool::workers_per_group(o, 0, 1), 1u);
+  EXPECT_EQ(IoPool::workers_per_group(o, 0, 32), 4u);
+  EXPECT_EQ(IoPool::workers_per_group(o, 3, 32), 3u);  // three CPUs bound to the NIC
   o.workers = 16;
-  EXPECT_EQ(IoPool::workers_per_group(o, 0, 0, 2), 16u);
-  EXPECT_EQ(IoPool::workers_per_group(o, 2, 3, 32), 16u);
+  EXPECT_EQ(IoPool::workers_per_group(o, 0, 2), 16u);
+  EXPECT_EQ(IoPool::workers_per_group(o, 3, 32), 16u);
 }
 
 // Options::workers names how many threads serve each direction (what

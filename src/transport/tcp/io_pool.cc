@@ -27,8 +27,7 @@ void pin_and_log(uint64_t engine, const std::string& thread, const char* role, c
 
 }  // namespace
 
-size_t IoPool::workers_per_group(const Options& o, size_t named_nics, size_t bound_cpus, int usable_cpus) {
-  (void)named_nics;
+size_t IoPool::workers_per_group(const Options& o, size_t bound_cpus, int usable_cpus) {
   if (o.workers > 0) return static_cast<size_t>(o.workers);
   const size_t n = bound_cpus > 0 ? bound_cpus : static_cast<size_t>(std::max(usable_cpus, 1));
   return std::min(n, kDefaultMostWorkers);
@@ -48,7 +47,7 @@ Result<std::shared_ptr<IoPool>> IoPool::start(const core::EngineContext& ctx) {
       const platform::NicBindings& b = role == Role::kRx ? ctx.worker_cpus.rx : ctx.worker_cpus.tx;
       auto it = nic.empty() ? b.end() : b.find(nic);
       platform::CpuList cpus = it == b.end() ? platform::CpuList{} : it->second;
-      const size_t n = workers_per_group(ctx.options, ctx.nics.size(), cpus.size(), platform::usable_cpu_count());
+      const size_t n = workers_per_group(ctx.options, cpus.size(), platform::usable_cpu_count());
       const char* r = role == Role::kRx ? "rx" : "tx";
       for (size_t i = 0; i < n; ++i) {
         std::string name = std::string("ferry-") + r + "-" + (nic.empty() ? std::string("any") : nic) + "-" +

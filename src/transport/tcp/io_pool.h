@@ -36,11 +36,14 @@ class IoPool {
   // most kDefaultMostWorkers. A stream's worker copies its bytes, and GPU
   // memory's staging too, so fewer workers than streams cap the rate: on the
   // two-H200 host (32 CPUs, 16 streams) GPU memory over loopback moved 17
-  // GB/s with 4 workers, 31 with 8 and 40-44 with 16. The default stays at 4
-  // because with 16 the one-GPU stream-wait test hung (both processes on one
-  // GPU: a receive behind a waiting stream never finished; cause not found).
+  // GB/s with 4 workers, 31 with 8 and 40-44 with 16. The default stays at 4:
+  // with 16 the one-GPU stream-wait tests hung (both processes on one GPU: a
+  // receive landed by the staging kernel behind a waiting stream never
+  // finished) until copies stopped queuing kernels while a stream waits
+  // (docs/architecture.md, "CUDA stream order"); 16 waits on the whole GPU
+  // suite passing with it.
   static constexpr size_t kDefaultMostWorkers = 4;
-  static size_t workers_per_group(const Options& o, size_t named_nics, size_t bound_cpus, int usable_cpus);
+  static size_t workers_per_group(const Options& o, size_t bound_cpus, int usable_cpus);
 
   // Starts every worker for the engine of `ctx` (its NICs and bindings).
   // kResourceExhausted naming the thread when one cannot start.
