@@ -10,8 +10,12 @@ debug=-g
 [ "${DEBUG_INFO:-}" = lines ] && debug=-g1
 # CXX=clang++ (or another compiler) picks the compiler; a clang build also
 # checks the lock annotations (CMakeLists.txt).
+# UNOPTIMIZED_TOOLS=1: the CLI, ops/ and the tests compiled at -O0, the
+# engine as usual (FERRY_UNOPTIMIZED_TOOLS, CMakeLists.txt; CI builds so).
 compiler=()
 [ -n "${CXX:-}" ] && compiler=(-DCMAKE_CXX_COMPILER="$CXX")
-cmake -S . -B build -G Ninja "${compiler[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+tools=OFF
+[ "${UNOPTIMIZED_TOOLS:-}" = 1 ] && tools=ON
+cmake -S . -B build -G Ninja "${compiler[@]}" -DFERRY_UNOPTIMIZED_TOOLS=$tools -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 $debug -DNDEBUG" >/dev/null
 cmake --build build

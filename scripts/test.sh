@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test; CI calls this. Every tree is built
 # with clang, which also checks the lock annotations (a GUARDED_BY member
-# touched without its lock fails the build). Stages:
+# touched without its lock fails the build), and compiles the CLI, ops/ and
+# the tests without optimization (FERRY_UNOPTIMIZED_TOOLS: the engine keeps
+# its flags). Stages:
 #   suites     the unit, integration, CLI, Python and network-lab tests, and a
 #              two-minute soak with faults on both transports (ctest)
 #   address    the unit, integration and Python suites under AddressSanitizer
@@ -24,7 +26,7 @@ fi
 
 scripts/setup.sh || exit 1
 source scripts/compiler_cache.sh
-CXX=clang++ DEBUG_INFO=lines scripts/build.sh || exit 1
+CXX=clang++ DEBUG_INFO=lines UNOPTIMIZED_TOOLS=1 scripts/build.sh || exit 1
 
 results=()
 failed=0
