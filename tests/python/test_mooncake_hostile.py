@@ -31,7 +31,8 @@ from ferry import _mooncake_service as service
 
 # Under AddressSanitizer (scripts/sanitize.sh preloads it) freed memory sits
 # in quarantine: resident memory says nothing about what the facade holds.
-UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "")
+# (gcc's runtime is libasan, clang's libclang_rt.asan).
+UNDER_ASAN = "asan" in os.environ.get("LD_PRELOAD", "")
 from ferry import _mooncake_wire as wire
 from ferry.mooncake import TransferNotify, TransferOpcode
 
