@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the test suites with a sanitizer (clang), in a tree of its own, and
-# runs them. A memory error, undefined behaviour or a data race fails the test it
-# happens in (reports go to that test's output).
+# runs them. A memory error, undefined behaviour or a data race fails the
+# test it happens in (reports go to that test's output).
 #
 #   scripts/sanitize.sh address [CTEST ARGS...]
 #       AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/): the unit,
