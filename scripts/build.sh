@@ -10,8 +10,8 @@ debug=-g
 [ "${DEBUG_INFO:-}" = lines ] && debug=-g1
 # CXX=clang++ (or another compiler) picks the compiler; a clang build also
 # checks the lock annotations (CMakeLists.txt).
-# UNOPTIMIZED_TOOLS=1: the CLI, ops/ and the tests compiled at -O0, the
-# engine as usual (FERRY_UNOPTIMIZED_TOOLS, CMakeLists.txt; CI builds so).
+# UNOPTIMIZED_TOOLS=1: the CLI and ops/ compiled at -O0, the rest as usual
+# (FERRY_UNOPTIMIZED_TOOLS, CMakeLists.txt; CI builds so).
 compiler=()
 [ -n "${CXX:-}" ] && compiler=(-DCMAKE_CXX_COMPILER="$CXX")
 tools=OFF

@@ -10,8 +10,8 @@
 #   sanitizer_tree thread    ThreadSanitizer, build-tsan/
 #
 # -O1 keeps the sanitizers' stack traces whole and builds fast; line tables
-# (-g1) are all a report's file:line needs. The CLI, ops/ and the tests are
-# compiled at -O0 (FERRY_UNOPTIMIZED_TOOLS), which builds faster still.
+# (-g1) are all a report's file:line needs. ops/ is compiled at -O0
+# (FERRY_UNOPTIMIZED_TOOLS), which builds faster still.
 sanitizer_tree() {
   local flags link fuzz=OFF
   case "$1" in

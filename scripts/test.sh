@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test; CI calls this. Every tree is built
 # with clang, which also checks the lock annotations (a GUARDED_BY member
-# touched without its lock fails the build), and compiles the CLI, ops/ and
-# the tests without optimization (FERRY_UNOPTIMIZED_TOOLS: the engine keeps
-# its flags). Stages:
+# touched without its lock fails the build), and compiles the CLI and ops/
+# without optimization (FERRY_UNOPTIMIZED_TOOLS: the engine and the tests
+# keep their flags). Stages:
 #   suites     the unit, integration, CLI, Python and network-lab tests, and a
 #              two-minute soak with faults on both transports (ctest)
 #   address    the unit, integration and Python suites under AddressSanitizer
 #              and UndefinedBehaviorSanitizer (scripts/sanitize.sh)
 #   thread     the unit and integration suites under ThreadSanitizer
-#   fuzz       every libFuzzer harness for 30 s, two at a time, linked against
+#   fuzz       every libFuzzer harness for 15 s, two at a time, linked against
 #              the AddressSanitizer tree's libraries (scripts/fuzz.sh)
 # Every stage runs even when an earlier one failed; the run fails if any did.
 #
@@ -47,7 +47,7 @@ stage suites ctest --test-dir build --output-on-failure --timeout 300 "$@"
 if [ "$quick" -eq 0 ]; then
   stage address scripts/sanitize.sh address
   stage thread scripts/sanitize.sh thread
-  stage fuzz scripts/fuzz.sh --jobs 2 30
+  stage fuzz scripts/fuzz.sh --jobs 2 15
 fi
 
 echo "== summary"
