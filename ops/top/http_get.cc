@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "platform/socket.h"
+#include "platform/text.h"
 
 namespace ferry::top {
 namespace {
@@ -93,12 +94,8 @@ Result<std::string> http_response_body(std::string_view response, std::string_vi
     if (!iequals_prefix(line, "content-length:")) continue;
     std::string_view v = line.substr(15);
     while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
-    size_t n = 0;
-    if (v.empty() || v.size() > 19) return Status(Code::kDataLoss, std::string(what) + ": a bad Content-Length");
-    for (char c : v) {
-      if (c < '0' || c > '9') return Status(Code::kDataLoss, std::string(what) + ": a bad Content-Length");
-      n = n * 10 + static_cast<size_t>(c - '0');
-    }
+    uint64_t n = 0;
+    if (!platform::parse_u64(v, n)) return Status(Code::kDataLoss, std::string(what) + ": a bad Content-Length");
     if (n != body.size()) {
       return Status(Code::kDataLoss, std::string(what) + ": the body is " + std::to_string(body.size()) +
                                          " bytes, its Content-Length says " + std::to_string(n));

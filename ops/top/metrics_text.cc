@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <limits>
 
+#include "platform/text.h"
+
 namespace ferry::top {
 namespace {
 
@@ -123,12 +125,7 @@ std::string_view Sample::label(std::string_view key) const {
 Result<std::vector<Sample>> parse_metrics_text(std::string_view text) {
   std::vector<Sample> out;
   size_t line_no = 0;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(pos, end - pos);
-    pos = end + 1;
+  for (std::string_view line : platform::split_lines(text)) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.size() > kMaxLineBytes) return bad(line_no, "longer than " + std::to_string(kMaxLineBytes) + " bytes");
