@@ -1,15 +1,16 @@
-// The streams a connection's kit gives ferry's copiers, against a stream
-// that waits on the host (what Connection::stream_wait queues): streams
-// share CUDA_DEVICE_MAX_CONNECTIONS hardware queues, and a copy queued on a
-// stream sharing the waiting stream's queue runs only after the wait. With
-// default-priority streams, a copy on every 8th stream made after the waiter
-// was held on an H200 (bench/gpu/aliased_stream_probe.cu); a copy that ends
-// a transfer held so never ends it. And the copier a kit serves, which
-// queues no kernel while such a stream waits (cuda_copier.cc says why).
-// Skips without a GPU.
+// ferry's copies against a stream that waits on the host (what
+// Connection::stream_wait queues). Streams share CUDA_DEVICE_MAX_CONNECTIONS
+// hardware queues, and a copy queued on a stream sharing the waiting
+// stream's queue runs only after the wait: on an H200, copies on every 8th
+// stream of a kit filled after the waiter were held, whatever the streams'
+// priority. A copy held so, when it ends the transfer the stream waits for,
+// never ends it. So a copier clears its stream of waits before it copies
+// (gpu/wait_safe_lane.h), and queues no kernel while a stream waits
+// (cuda_copier.cc says why). Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -26,75 +27,6 @@
 namespace ferry::testing {
 namespace {
 
-TEST(GpuKitStreams, CopiesOnEveryKitStreamRunWhileAStreamWaitsOnTheHost) {
-  if (gpu_count() == 0) GTEST_SKIP() << "no GPU";
-  constexpr int kStreams = 48;  // six times the default number of hardware queues
-  constexpr size_t kPiece = 4096;
-  GpuBuffer dev = gpu_alloc(0, kStreams * kPiece);
-  ASSERT_NE(dev.ptr, nullptr);
-  ASSERT_TRUE(platform::use_device(0).ok());
-  const auto& d = platform::cuda();
-  void* pinned = nullptr;
-  ASSERT_EQ(d.mem_host_alloc(&pinned, kStreams * kPiece, cu::kHostAllocPortable), cu::kSuccess);
-  void* word_host = nullptr;
-  ASSERT_EQ(d.mem_host_alloc(&word_host, 4096, cu::kHostAllocPortable | cu::kHostAllocDeviceMap), cu::kSuccess);
-  auto* word = static_cast<uint32_t*>(word_host);
-  __atomic_store_n(word, 0u, __ATOMIC_RELEASE);
-  cu::DevicePtr word_dev = 0;
-  ASSERT_EQ(d.mem_host_get_device_pointer(&word_dev, word_host, 0), cu::kSuccess);
-  ASSERT_NE(d.stream_wait_value32, nullptr) << "no stream memory operations";
-
-  // The application's stream, made just before the kit's (the first
-  // stream_wait fills the kit right before it queues the wait).
-  cu::Stream waiter = nullptr;
-  ASSERT_EQ(d.stream_create(&waiter, cu::kStreamNonBlocking), cu::kSuccess);
-  auto reserve = std::make_shared<platform::GpuReserve>();
-  auto kit = std::make_shared<platform::GpuKit>(reserve, nullptr);
-  platform::GpuKitSize size;
-  size.streams = kStreams;
-  size.events = kStreams;
-  ASSERT_TRUE(kit->fill(size).ok());
-  ASSERT_EQ(d.stream_wait_value32(waiter, word_dev, 1, cu::kStreamWaitValueGeq), cu::kSuccess);
-
-  std::vector<cu::Stream> streams;
-  std::vector<cu::Event> done;
-  for (int i = 0; i < kStreams; ++i) {
-    auto s = kit->take_stream(0);
-    auto e = kit->take_event(0);
-    ASSERT_TRUE(s.ok() && e.ok());
-    streams.push_back(s.value());
-    done.push_back(e.value());
-    auto at = static_cast<size_t>(i) * kPiece;
-    ASSERT_EQ(d.memcpy_htod_async(reinterpret_cast<cu::DevicePtr>(dev.ptr) + at, static_cast<char*>(pinned) + at,
-                                  kPiece, streams.back()),
-              cu::kSuccess);
-    ASSERT_EQ(d.event_record(done.back(), streams.back()), cu::kSuccess);
-  }
-  // Copies of 4 KiB take microseconds; a held one waits for the release.
-  std::string held;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  for (int i = 0; i < kStreams; ++i) {
-    cu::Result r;
-    while ((r = d.event_query(done[static_cast<size_t>(i)])) == cu::kNotReady &&
-           std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a poll with a deadline: nothing to wake on
-    }
-    if (r == cu::kNotReady) held += " " + std::to_string(i);
-  }
-  __atomic_store_n(word, 1u, __ATOMIC_RELEASE);
-  ASSERT_EQ(d.stream_synchronize(waiter), cu::kSuccess);
-  for (int i = 0; i < kStreams; ++i) {
-    ASSERT_EQ(d.event_synchronize(done[static_cast<size_t>(i)]), cu::kSuccess);
-    kit->give_stream(0, streams[static_cast<size_t>(i)]);
-    kit->give_event(0, done[static_cast<size_t>(i)]);
-  }
-  EXPECT_EQ(held, "") << "copies held behind the waiting stream on kit streams:" << held;
-  EXPECT_EQ(reserve->made_late(), 0u);  // every stream and event came from the fill
-  d.stream_destroy(waiter);
-  d.mem_free_host(word_host);
-  d.mem_free_host(pinned);
-}
-
 // Polls `copier` until `ticket` is done or `limit` passed; true when done.
 bool done_within(platform::StagingCopier& copier, uint64_t ticket, std::chrono::seconds limit) {
   auto deadline = std::chrono::steady_clock::now() + limit;
@@ -105,6 +37,92 @@ bool done_within(platform::StagingCopier& copier, uint64_t ticket, std::chrono::
     std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a poll with a deadline: nothing to wake on
   }
   return false;
+}
+
+TEST(GpuKitStreams, CopiersLandWhileAStreamWaitsWhicheverQueueTheirStreamsShare) {
+  if (gpu_count() == 0) GTEST_SKIP() << "no GPU";
+  constexpr int kStreams = 48;  // six times the default number of hardware queues
+  constexpr size_t kPiece = 4096 + 24;
+  GpuBuffer dev = gpu_alloc(0, 2 * kStreams * kPiece);  // the copiers' half, then the probes'
+  ASSERT_NE(dev.ptr, nullptr);
+  ASSERT_TRUE(platform::use_device(0).ok());
+  const auto& d = platform::cuda();
+  void* pinned = nullptr;
+  ASSERT_EQ(d.mem_host_alloc(&pinned, 2 * kStreams * kPiece, cu::kHostAllocPortable), cu::kSuccess);
+  for (int i = 0; i < kStreams; ++i) {
+    auto v = pattern(static_cast<uint64_t>(i) + 101, kPiece);
+    std::memcpy(static_cast<char*>(pinned) + static_cast<size_t>(i) * kPiece, v.data(), kPiece);
+  }
+
+  // The application's stream, made just before the kit's (the first
+  // stream_wait fills the kit right before it queues the wait), waiting on
+  // another engine's signals.
+  cu::Stream waiter = nullptr;
+  ASSERT_EQ(d.stream_create(&waiter, cu::kStreamNonBlocking), cu::kSuccess);
+  auto signals = std::make_shared<platform::StreamSignals>();
+  auto kit = std::make_shared<platform::GpuKit>(std::make_shared<platform::GpuReserve>(), nullptr);
+  platform::GpuKitSize size;
+  size.streams = kStreams;
+  size.events = 2 * kStreams;
+  ASSERT_TRUE(kit->fill(size).ok());
+  auto armed = signals->arm(CudaStreamRef{waiter, 0});
+  ASSERT_TRUE(armed.ok()) << armed.status().message();
+
+  // What the hardware does: a copy on each kit stream, straight. Those held
+  // stay queued (into the probes' half) and their streams go back to the
+  // kit, so the copiers below are handed them.
+  std::vector<cu::Stream> streams;
+  std::vector<cu::Event> probes;
+  for (int i = 0; i < kStreams; ++i) {
+    auto st = kit->take_stream(0);
+    auto e = kit->take_event(0);
+    ASSERT_TRUE(st.ok() && e.ok());
+    streams.push_back(st.value());
+    probes.push_back(e.value());
+    auto at = static_cast<size_t>(kStreams + i) * kPiece;
+    ASSERT_EQ(d.memcpy_htod_async(reinterpret_cast<cu::DevicePtr>(dev.ptr) + at, static_cast<char*>(pinned) + at,
+                                  kPiece, st.value()),
+              cu::kSuccess);
+    ASSERT_EQ(d.event_record(e.value(), st.value()), cu::kSuccess);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // 4 KiB copies take microseconds
+  int held = 0;
+  for (cu::Event e : probes) held += d.event_query(e) == cu::kNotReady ? 1 : 0;
+  for (cu::Stream st : streams) kit->give_stream(0, st);
+  RecordProperty("kit_streams_held", held);
+  std::printf("kit streams whose copy was held behind the waiting stream: %d of %d\n", held, kStreams);
+
+  // A copier a connection, each on a stream of the kit: every copy lands
+  // while the stream still waits.
+  std::vector<std::unique_ptr<platform::StagingCopier>> copiers;
+  std::vector<uint64_t> tickets;
+  for (int i = 0; i < kStreams; ++i) {
+    copiers.push_back(platform::make_cuda_copier(nullptr, nullptr, kit));
+    auto at = static_cast<size_t>(i) * kPiece;
+    ASSERT_TRUE(copiers.back()->copy(0, dev.ptr + at, static_cast<char*>(pinned) + at, kPiece).ok());
+    auto t = copiers.back()->fence();
+    ASSERT_TRUE(t.ok());
+    tickets.push_back(t.value());
+  }
+  std::string stuck;
+  for (int i = 0; i < kStreams; ++i) {
+    if (!done_within(*copiers[static_cast<size_t>(i)], tickets[static_cast<size_t>(i)], std::chrono::seconds(2))) {
+      stuck += " " + std::to_string(i);
+    }
+  }
+  signals->signal(armed.value());
+  ASSERT_EQ(d.stream_synchronize(waiter), cu::kSuccess);
+  for (cu::Event e : probes) ASSERT_EQ(d.event_synchronize(e), cu::kSuccess);
+  EXPECT_EQ(stuck, "") << "copiers whose copy was held behind the waiting stream:" << stuck;
+  for (int i = 0; i < kStreams; ++i) {
+    EXPECT_EQ(check(dev.ptr + static_cast<size_t>(i) * kPiece, kPiece, static_cast<uint64_t>(i) + 101), "")
+        << "copier " << i;
+  }
+  copiers.clear();
+  for (cu::Event e : probes) kit->give_event(0, e);
+  d.stream_destroy(waiter);
+  d.mem_free_host(pinned);
+  d.mem_free(reinterpret_cast<cu::DevicePtr>(dev.ptr));
 }
 
 TEST(GpuKitStreams, WhileAStreamWaitsOnAnyEngineTheCopierQueuesNoKernelAndItsCopiesLand) {

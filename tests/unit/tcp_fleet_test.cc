@@ -193,15 +193,19 @@ TEST(TcpFleet, FiberStacksPastTheProcessBudgetFailOneConnectionNotTheProcess) {
   round_trip(**third, **third_there, pings);
 }
 
-// Without Options::workers, a group has a worker per CPU bound to its NIC
-// (or usable, for the default group), at most four; Options::workers names
-// the count whatever the CPUs. It depends on cores and NICs, never peers.
+// Without Options::workers, a group has a worker for each stream a
+// connection opens by default (auto_streams: half the usable CPUs, 2..16), at
+// most the CPUs bound to its NIC (or usable, for the default group);
+// Options::workers names the count whatever the CPUs. It depends on cores
+// and NICs, never peers.
 TEST(TcpFleet, WorkersPerGroup) {
   using tcp::IoPool;
   Options o;
   EXPECT_EQ(IoPool::workers_per_group(o, 0, 2), 2u);
   EXPECT_EQ(IoPool::workers_per_group(o, 0, 1), 1u);
-  EXPECT_EQ(IoPool::workers_per_group(o, 0, 32), 4u);
+  EXPECT_EQ(IoPool::workers_per_group(o, 0, 16), 8u);
+  EXPECT_EQ(IoPool::workers_per_group(o, 0, 32), 16u);
+  EXPECT_EQ(IoPool::workers_per_group(o, 0, 128), 16u);
   EXPECT_EQ(IoPool::workers_per_group(o, 3, 32), 3u);  // three CPUs bound to the NIC
   o.workers = 16;
   EXPECT_EQ(IoPool::workers_per_group(o, 0, 2), 16u);

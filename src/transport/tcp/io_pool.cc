@@ -29,8 +29,8 @@ void pin_and_log(uint64_t engine, const std::string& thread, const char* role, c
 
 size_t IoPool::workers_per_group(const Options& o, size_t bound_cpus, int usable_cpus) {
   if (o.workers > 0) return static_cast<size_t>(o.workers);
-  const size_t n = bound_cpus > 0 ? bound_cpus : static_cast<size_t>(std::max(usable_cpus, 1));
-  return std::min(n, kDefaultMostWorkers);
+  const size_t cpus = bound_cpus > 0 ? bound_cpus : static_cast<size_t>(std::max(usable_cpus, 1));
+  return std::min(static_cast<size_t>(auto_streams(usable_cpus)), cpus);
 }
 
 Result<std::shared_ptr<IoPool>> IoPool::start(const core::EngineContext& ctx) {

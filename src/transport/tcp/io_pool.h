@@ -32,17 +32,12 @@ class IoPool {
  public:
   enum class Role { kRx, kTx };
   // Workers a group has in each direction: Options::workers when set; else
-  // one per CPU bound to the NIC (or usable, for the default group), at
-  // most kDefaultMostWorkers. A stream's worker copies its bytes, and GPU
+  // one for each stream a connection opens by default (auto_streams of the
+  // usable CPUs), at most as many as the CPUs bound to the NIC (or usable,
+  // for the default group). A stream's worker copies its bytes, and GPU
   // memory's staging too, so fewer workers than streams cap the rate: on the
   // two-H200 host (32 CPUs, 16 streams) GPU memory over loopback moved 17
-  // GB/s with 4 workers, 31 with 8 and 40-44 with 16. The default stays at 4:
-  // with 16 the one-GPU stream-wait tests hung (both processes on one GPU: a
-  // receive landed by the staging kernel behind a waiting stream never
-  // finished) until copies stopped queuing kernels while a stream waits
-  // (docs/architecture.md, "CUDA stream order"); 16 waits on the whole GPU
-  // suite passing with it.
-  static constexpr size_t kDefaultMostWorkers = 4;
+  // GB/s with 4 workers, 31 with 8 and 40-44 with 16.
   static size_t workers_per_group(const Options& o, size_t bound_cpus, int usable_cpus);
 
   // Starts every worker for the engine of `ctx` (its NICs and bindings).
