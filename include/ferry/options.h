@@ -97,7 +97,8 @@ struct Options {
   std::string rx_bindings;
   // Worker threads per NIC and direction that serve the TCP transport's
   // streams (ferry-rx-<nic>-<i>, ferry-tx-<nic>-<i>), 1..64; they take turns
-  // on the NIC's bound CPUs. 0 (auto): one per bound CPU, at most 4. A
+  // on the NIC's bound CPUs. 0 (auto): one per stream a connection opens
+  // by default (auto_streams), at most the NIC's bound CPUs. A
   // stream's worker copies its bytes: with fewer workers than streams the
   // workers cap the rate (GPU memory over loopback, 16 streams, two H200:
   // 17 GB/s with 4 workers, 40-44 with 16). What ferry.p2p's

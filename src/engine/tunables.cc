@@ -161,7 +161,7 @@ const std::vector<Tunable>& tunables() {
                      "the NIC's NUMA node)",
                      &Options::rx_bindings),
       size_tunable("workers", "FERRY_WORKERS", "count",
-                   "TCP worker threads per NIC and direction; 0: auto (one per bound CPU, at most 4)",
+                   "TCP worker threads per NIC and direction; 0: auto (one per default stream, at most the bound CPUs)",
                    &Options::workers),
       choice_tunable("nic_policy", "FERRY_NIC_POLICY", "nearest (NICs on the memory's NUMA node first) or all",
                      &Options::nic_policy, &parse_nic_policy),

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <array>
 #include <deque>
-#include <memory>
 #include <span>
 #include <utility>
 #include <vector>
@@ -15,7 +14,6 @@
 #include "gpu/staging_copier.h"
 #include "gpu/staging_kernel.h"
 #include "gpu/stream_signals.h"
-#include "gpu/wait_safe_lane.h"
 #include "platform/page_lender.h"
 
 namespace ferry::platform {
@@ -39,8 +37,7 @@ DevicePtr dptr(const void* p) { return static_cast<DevicePtr>(reinterpret_cast<u
 // and none to a kernel: on an H200 a staging kernel queued behind such a
 // wait sometimes never ran, and the receive it ended never ended
 // (docs/architecture.md, "CUDA stream order"; the runs:
-// docs/benchmarks/2026-11-30.md, "session six"). And every copy goes to a
-// stream no such wait holds (gpu/wait_safe_lane.h), marked by its own event.
+// docs/benchmarks/2026-11-30.md, "session six").
 class CudaCopier final : public StagingCopier {
  public:
   CudaCopier(std::shared_ptr<StagingKernels> kernels, std::shared_ptr<GatherKernels> gather,
@@ -48,9 +45,15 @@ class CudaCopier final : public StagingCopier {
       : kernels_(std::move(kernels)), gather_(std::move(gather)), kit_(std::move(kit)) {}
 
   ~CudaCopier() override {
-    (void)sync();
+    (void)wait(issued_);
     for (Table& t : tables_) {
       if (t.items != nullptr) kit_->give_block(PinnedKind::kPlain, kTableBytes, t.items);
+    }
+    for (size_t dev = 0; dev < devices_.size(); ++dev) {
+      PerDevice& pd = devices_[dev];
+      if (pd.stream == nullptr) continue;
+      for (Event e : pd.idle) kit_->give_event(static_cast<int>(dev), e);
+      kit_->give_stream(static_cast<int>(dev), pd.stream);
     }
   }
 
@@ -72,18 +75,21 @@ class CudaCopier final : public StagingCopier {
     if (device < 0) return Status(Code::kInvalidArgument, "staging copy without a device");
     DeviceScope scope(device);
     if (!scope.ok()) return scope.status();
-    return lane_of(device).queue([&](Stream stream) {
-      Status s(Code::kUnimplemented, "no copy kernel");
-      if (kernels_ && StagingKernels::fits(dst, src, n) && !StreamSignals::any_waiting()) {
-        s = kernels_->copy(device, stream, dst, src, n);
-        if (s.ok()) ++kernel_copies_;
-      }
-      // Bytes the kernel cannot move, or no kernel on this device: the copy engines.
-      if (s.code() == Code::kUnimplemented) {
-        s = d.check(d.memcpy_async(dptr(dst), dptr(src), n, stream), "cuMemcpyAsync");
-      }
-      return s;
-    });
+    auto stream = stream_of(device);
+    if (!stream.ok()) return stream.status();
+    Status s(Code::kUnimplemented, "no copy kernel");
+    if (kernels_ && StagingKernels::fits(dst, src, n) && !StreamSignals::any_waiting()) {
+      s = kernels_->copy(device, stream.value(), dst, src, n);
+      if (s.ok()) ++kernel_copies_;
+    }
+    // Bytes the kernel cannot move, or no kernel on this device: the copy engines.
+    if (s.code() == Code::kUnimplemented) {
+      s = d.check(d.memcpy_async(dptr(dst), dptr(src), n, stream.value()), "cuMemcpyAsync");
+    }
+    FERRY_RETURN_IF_ERROR(s);
+    devices_[static_cast<size_t>(device)].dirty = true;
+    last_device_ = device;
+    return Status();
   }
 
   Status copy_many(int device, std::span<const Op> many) override {
@@ -91,71 +97,104 @@ class CudaCopier final : public StagingCopier {
     if (many.size() < 2 || !d.available() || device < 0) return StagingCopier::copy_many(device, many);
     uint64_t bytes = 0;
     for (const Op& op : many) bytes += op.n;
-    const bool gather_suits = gather_ && GatherKernels::suits(many.size(), bytes);
-    if (!gather_suits && !d.has_memcpy_batch()) return StagingCopier::copy_many(device, many);
+    const bool gather = gather_ && GatherKernels::suits(many.size(), bytes) && !StreamSignals::any_waiting();
+    if (!gather && !d.has_memcpy_batch()) return StagingCopier::copy_many(device, many);
     DeviceScope scope(device);
     if (!scope.ok()) return scope.status();
-    bool one_by_one = false;  // the gather kernel could not, and no batch call either
-    Status s = lane_of(device).queue([&](Stream stream) {
-      if (gather_suits && !StreamSignals::any_waiting()) {
-        // A chunk of a KV cache's blocks: one launch instead of about a
-        // microsecond of copy engine per block (gather_kernel.h), its list in
-        // a pinned table where one is free (a launch of two parameters; with
-        // the list in its parameters, each of the paths' launches held the
-        // driver's lock longer), else in the launch's parameters.
-        Status g = copy_listed(device, stream, many, bytes);
-        if (g.code() == Code::kUnavailable) {
-          pieces_.clear();
-          for (const Op& op : many) {
-            pieces_.push_back({static_cast<uint8_t*>(op.dst), static_cast<const uint8_t*>(op.src), op.n});
-          }
-          g = gather_->copy(device, stream, pieces_);
+    auto stream = stream_of(device);
+    if (!stream.ok()) return stream.status();
+    if (gather) {
+      // A chunk of a KV cache's blocks: one launch instead of about a
+      // microsecond of copy engine per block (gather_kernel.h), its list in a
+      // pinned table where one is free (a launch of two parameters; with the
+      // list in its parameters, each of the paths' launches held the
+      // driver's lock longer), else in the launch's parameters.
+      Status s = copy_listed(device, stream.value(), many, bytes);
+      if (s.code() == Code::kUnavailable) {
+        pieces_.clear();
+        for (const Op& op : many) {
+          pieces_.push_back({static_cast<uint8_t*>(op.dst), static_cast<const uint8_t*>(op.src), op.n});
         }
-        if (g.code() != Code::kUnimplemented) {
-          if (g.ok()) ++kernel_copies_;
-          return g;
-        }
+        s = gather_->copy(device, stream.value(), pieces_);
       }
-      if (!d.has_memcpy_batch()) {
-        one_by_one = true;
-        return Status();
+      if (s.code() != Code::kUnimplemented) {
+        if (s.ok()) ++kernel_copies_;
+        // Even a failure may follow a first launch: the next fence covers it.
+        devices_[static_cast<size_t>(device)].dirty = true;
+        last_device_ = device;
+        return s;
       }
-      dsts_.clear();
-      srcs_.clear();
-      sizes_.clear();
-      for (const Op& op : many) {
-        dsts_.push_back(dptr(op.dst));
-        srcs_.push_back(dptr(op.src));
-        sizes_.push_back(op.n);
-      }
-      return d.check(d.memcpy_batch(dsts_.data(), srcs_.data(), sizes_.data(), sizes_.size(), stream),
-                     "cuMemcpyBatchAsync");
-    });
-    if (s.ok() && one_by_one) return StagingCopier::copy_many(device, many);
-    return s;
+      if (!d.has_memcpy_batch()) return StagingCopier::copy_many(device, many);
+    }
+    dsts_.clear();
+    srcs_.clear();
+    sizes_.clear();
+    for (const Op& op : many) {
+      dsts_.push_back(dptr(op.dst));
+      srcs_.push_back(dptr(op.src));
+      sizes_.push_back(op.n);
+    }
+    FERRY_RETURN_IF_ERROR(d.check(d.memcpy_batch(dsts_.data(), srcs_.data(), sizes_.data(), sizes_.size(),
+                                                 stream.value()),
+                                  "cuMemcpyBatchAsync"));
+    devices_[static_cast<size_t>(device)].dirty = true;
+    last_device_ = device;
+    return Status();
   }
 
   uint64_t kernel_copies() const override { return kernel_copies_; }
 
   Result<uint64_t> fence() override {
+    const CudaDriver& d = cuda();
     Pending p;
     p.ticket = issued_ + 1;
-    for (size_t dev = 0; dev < lanes_.size(); ++dev) {
-      if (!lanes_[dev] || !lanes_[dev]->dirty()) continue;
-      marks_.clear();
-      lanes_[dev]->take_marks(&marks_);
-      for (Event e : marks_) p.events.emplace_back(static_cast<int>(dev), e);
+    // A fence that fails part way covers nothing: the events already
+    // recorded go back, and their devices still have unfenced copies.
+    auto undo = [&](const Status& why) {
+      for (auto& [dev, e] : p.events) {
+        devices_[static_cast<size_t>(dev)].idle.push_back(e);
+        devices_[static_cast<size_t>(dev)].dirty = true;
+      }
+      return why;
+    };
+    for (size_t dev = 0; dev < devices_.size(); ++dev) {
+      PerDevice& pd = devices_[dev];
+      if (!pd.dirty) continue;
+      DeviceScope scope(static_cast<int>(dev));
+      if (!scope.ok()) return undo(scope.status());
+      Event e = nullptr;
+      if (!pd.idle.empty()) {
+        e = pd.idle.back();
+        pd.idle.pop_back();
+      } else {
+        Result<Event> made = kit_->take_event(static_cast<int>(dev));
+        if (!made.ok()) return undo(made.status());
+        e = made.value();
+      }
+      Status s = d.check(d.event_record(e, pd.stream), "cuEventRecord");
+      if (!s.ok()) {
+        pd.idle.push_back(e);
+        return undo(s);
+      }
+      p.events.emplace_back(static_cast<int>(dev), e);
+      pd.dirty = false;
     }
     pending_.push_back(std::move(p));
     return ++issued_;
   }
 
-  // Waits on the copies' own events, never on a stream: one set aside may
-  // be held behind an application's wait.
   Status sync() override {
-    auto ticket = fence();
-    if (!ticket.ok()) return ticket.status();
-    return wait(ticket.value());
+    const CudaDriver& d = cuda();
+    Status first;
+    for (size_t dev = 0; dev < devices_.size(); ++dev) {
+      PerDevice& pd = devices_[dev];
+      if (pd.stream == nullptr) continue;
+      DeviceScope scope(static_cast<int>(dev));
+      Status s = scope.ok() ? d.check(d.stream_synchronize(pd.stream), "cuStreamSynchronize") : scope.status();
+      if (s.ok()) pd.dirty = false;
+      if (first.ok()) first = s;
+    }
+    return first;
   }
 
   Result<bool> done(uint64_t ticket) override {
@@ -187,16 +226,23 @@ class CudaCopier final : public StagingCopier {
   }
 
  private:
+  struct PerDevice {
+    Stream stream = nullptr;
+    std::vector<Event> idle;  // recorded events that finished, for reuse
+    bool dirty = false;       // copies queued since the last fence
+  };
   struct Pending {
     uint64_t ticket = 0;
     std::vector<std::pair<int, Event>> events;
   };
 
-  WaitSafeLane& lane_of(int device) {
-    if (lanes_.size() <= static_cast<size_t>(device)) lanes_.resize(static_cast<size_t>(device) + 1);
-    auto& lane = lanes_[static_cast<size_t>(device)];
-    if (!lane) lane = std::make_unique<WaitSafeLane>(kit_, device);
-    return *lane;
+  Result<Stream> stream_of(int device) {
+    if (devices_.size() <= static_cast<size_t>(device)) devices_.resize(static_cast<size_t>(device) + 1);
+    PerDevice& pd = devices_[static_cast<size_t>(device)];
+    if (pd.stream == nullptr) {
+      FERRY_ASSIGN_OR_RETURN(pd.stream, kit_->take_stream(device));
+    }
+    return pd.stream;
   }
 
   // A list for the gather kernel in pinned memory, reused once the fence
@@ -250,7 +296,7 @@ class CudaCopier final : public StagingCopier {
 
   void retire_front() {
     Pending& p = pending_.front();
-    for (auto& [dev, e] : p.events) lanes_[static_cast<size_t>(dev)]->recycle(e);
+    for (auto& [dev, e] : p.events) devices_[static_cast<size_t>(dev)].idle.push_back(e);
     completed_ = p.ticket;
     pending_.pop_front();
   }
@@ -258,12 +304,12 @@ class CudaCopier final : public StagingCopier {
   const std::shared_ptr<StagingKernels> kernels_;        // null: copy engines only
   const std::shared_ptr<GatherKernels> gather_;   // batches of blocks (null: copy engines)
   const std::shared_ptr<GpuKit> kit_;
-  std::vector<std::unique_ptr<WaitSafeLane>> lanes_;  // by ordinal
-  std::vector<Event> marks_;                          // fence()'s, kept between calls
+  std::vector<PerDevice> devices_;                 // by ordinal
   std::deque<Pending> pending_;                    // fences not yet seen done, oldest first
   uint64_t issued_ = 0;
   uint64_t completed_ = 0;
   uint64_t kernel_copies_ = 0;  // copies and gathers queued by a kernel
+  int last_device_ = -1;
   std::vector<DevicePtr> dsts_, srcs_;  // copy_many's arguments, kept between calls
   std::vector<size_t> sizes_;
   std::vector<GatherPiece> pieces_;  // the gather kernel's, likewise

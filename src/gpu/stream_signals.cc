@@ -2,12 +2,10 @@
 #include "gpu/stream_signals.h"
 
 #include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <thread>
 
 #include "gpu/cuda_driver.h"
 #include "gpu/stream_context.h"
@@ -28,54 +26,10 @@ namespace {
 // Waits armed in this process and not yet signalled, by every engine (the
 // one process-wide count: StreamSignals::any_waiting says why).
 std::atomic<uint32_t> waits_in_process{0};
-// Waits queued in this process, ever (StreamSignals::waits_queued).
-std::atomic<uint64_t> waits_queued_in_process{0};
-// The gate between Queuing (ferry's work) and arm() (a wait): a Dekker pair,
-// sequentially consistent, so that the side that comes second sees the
-// first. A mutex or a shared mutex would put a lock every copy takes, and
-// glibc's readers-first rwlock could keep an arm() out for good under
-// steady copies; each side holds its part for a driver call, so the other
-// sleeps in short steps instead.
-std::atomic<uint32_t> queuing_open{0};
-std::atomic<uint32_t> arming{0};
-Mutex arm_gate;  // one arm() at a time across engines
-
-// Sleeps between looks at the gate: each side holds it for a driver call of
-// a few microseconds, so a short step, not a wakeup, is the cheaper wait.
-void gate_step() { std::this_thread::sleep_for(std::chrono::microseconds(5)); }
-
-// arm()'s side of the gate, for the scope of queuing one wait.
-class Arming {
- public:
-  Arming() {
-    arming.store(1);
-    while (queuing_open.load() > 0) gate_step();
-  }
-  ~Arming() { arming.store(0); }
-  Arming(const Arming&) = delete;
-  Arming& operator=(const Arming&) = delete;
-
- private:
-  MutexLock one_at_a_time_{arm_gate};  // taken before the body, let go after it
-};
 
 }  // namespace
 
 bool StreamSignals::any_waiting() { return waits_in_process.load(std::memory_order_acquire) > 0; }
-
-uint64_t StreamSignals::waits_queued() { return waits_queued_in_process.load(); }
-
-StreamSignals::Queuing::Queuing() {
-  for (;;) {
-    queuing_open.fetch_add(1);
-    if (arming.load() == 0) break;
-    queuing_open.fetch_sub(1);
-    while (arming.load() != 0) gate_step();
-  }
-  generation_ = waits_queued_in_process.load();
-}
-
-StreamSignals::Queuing::~Queuing() { queuing_open.fetch_sub(1); }
 
 Result<uint32_t> StreamSignals::take_slot() {
   if (!free_.empty()) {
@@ -128,12 +82,7 @@ Result<StreamSignals::Armed> StreamSignals::arm(const CudaStreamRef& ref) {
   // Counted before the wait is queued: a copier that asks from now on
   // launches no kernel that could queue behind it.
   waits_in_process.fetch_add(1, std::memory_order_release);
-  cu::Result r = cu::kSuccess;
-  {
-    Arming gate;
-    r = cu.stream_wait_value32(static_cast<cu::Stream>(stream), word, value, cu::kStreamWaitValueGeq);
-    if (r == cu::kSuccess) waits_queued_in_process.fetch_add(1);
-  }
+  cu::Result r = cu.stream_wait_value32(static_cast<cu::Stream>(stream), word, value, cu::kStreamWaitValueGeq);
   if (r != cu::kSuccess) {
     waits_in_process.fetch_sub(1, std::memory_order_release);
     free_.push_back(slot);

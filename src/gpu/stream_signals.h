@@ -58,28 +58,6 @@ class StreamSignals {
   // hold another engine's kernels. No lock: a copier asks before a launch.
   static bool any_waiting();
 
-  // Waits queued on applications' streams so far, by every engine of the
-  // process (the generation a WaitSafeLane clears its stream against).
-  static uint64_t waits_queued();
-
-  // Ferry's own GPU work is queued inside a Queuing, and arm() queues its
-  // wait where no Queuing is open: each piece of work is then queued before
-  // or after a wait, never beside it, and a stream cleared against
-  // generation() holds no work behind any wait counted in it
-  // (gpu/wait_safe_lane.h). Held for a driver call or two: arm() waits for
-  // the open ones to end, and new ones wait while it queues.
-  class Queuing {
-   public:
-    Queuing();
-    ~Queuing();
-    Queuing(const Queuing&) = delete;
-    Queuing& operator=(const Queuing&) = delete;
-    uint64_t generation() const { return generation_; }
-
-   private:
-    uint64_t generation_ = 0;
-  };
-
   // While a stream may wait (a wait armed and not yet signalled), a ferry
   // thread must not make a driver call that waits for every stream of the
   // context (freeing memory, closing an IPC mapping, loading a module:
