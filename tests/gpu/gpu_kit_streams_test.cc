@@ -109,16 +109,27 @@ TEST(GpuKitStreams, CopiersLandWhileAStreamWaitsWhicheverQueueTheirStreamsShare)
     ASSERT_TRUE(t.ok());
     tickets.push_back(t.value());
   }
-  std::string stuck;
+  std::vector<int> stuck;
+  std::string stuck_list;
   for (int i = 0; i < kStreams; ++i) {
     if (!done_within(*copiers[static_cast<size_t>(i)], tickets[static_cast<size_t>(i)], std::chrono::seconds(2))) {
-      stuck += " " + std::to_string(i);
+      stuck.push_back(i);
+      stuck_list += " " + std::to_string(i);
     }
   }
   signals->signal(armed.value());
+  // Which wait held them: this stream's (they end as soon as it is
+  // released) or another's (another process's waiting streams, say).
+  std::string after_release;
+  for (int i : stuck) {
+    const bool ended = done_within(*copiers[static_cast<size_t>(i)], tickets[static_cast<size_t>(i)],
+                                   std::chrono::seconds(1));
+    after_release += " " + std::to_string(i) + (ended ? ": ended once the wait was released;" : ": still held;");
+  }
   ASSERT_EQ(d.stream_synchronize(waiter), cu::kSuccess);
   for (cu::Event e : probes) ASSERT_EQ(d.event_synchronize(e), cu::kSuccess);
-  EXPECT_EQ(stuck, "") << "copiers whose copy was held behind the waiting stream:" << stuck;
+  EXPECT_EQ(stuck_list, "") << "copiers whose copy was held while the stream waited:" << stuck_list << " ("
+                            << after_release << ")";
   for (int i = 0; i < kStreams; ++i) {
     EXPECT_EQ(check(dev.ptr + static_cast<size_t>(i) * kPiece, kPiece, static_cast<uint64_t>(i) + 101), "")
         << "copier " << i;
