@@ -158,8 +158,8 @@ void bind_options(pyb::module_& m) {
                                  "empty: only the listen address.");
   exact_property<&Options::tx_bindings>(o, "tx_bindings", "CPUs of each NIC's transmit workers, 'eth1:8-21;eth2:...'.");
   exact_property<&Options::rx_bindings>(o, "rx_bindings", "CPUs of each NIC's receive workers.");
-  int_property<&Options::workers>(o, "workers", kInt,
-                                  "TCP worker threads per NIC and direction (0: one per default stream, at most the bound CPUs).");
+  int_property<&Options::workers>(
+      o, "workers", kInt, "TCP worker threads per NIC and direction (0: one per default stream, at most the bound CPUs).");
   int_property<&Options::streams>(o, "streams", kInt, "Data streams (paths) per NIC pair, besides the control one.");
   int_property<&Options::chunk_bytes>(o, "chunk_bytes", kBytes,
                                       "Bulk transfers are cut into chunks of this many bytes.");
