@@ -157,12 +157,9 @@ int main(int argc, char** argv) {
   const int limit_ms = argc > 2 ? std::atoi(argv[2]) : 300;
   const char* conn = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
   std::printf("CUDA_DEVICE_MAX_CONNECTIONS=%s, %d streams, %d ms\n", conn ? conn : "(unset)", n, limit_ms);
-  CU(cuInit(0));
   CUdevice device;
-  CU(cuDeviceGet(&device, 0));
   Setup s;
-  CU(cuDevicePrimaryCtxRetain(&s.primary, device));
-  CU(cuCtxSetCurrent(s.primary));
+  s.primary = use_primary_context(&device);
   CU(cuMemAlloc(&s.dev, 1 << 20));
   CU(cuMemHostAlloc(&s.pinned, 1 << 20, CU_MEMHOSTALLOC_PORTABLE));
   CU(cuMemHostAlloc(reinterpret_cast<void**>(&s.word), 4096, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));

@@ -86,12 +86,7 @@ void host_fn_mark(void* p) { static_cast<std::atomic<bool>*>(p)->store(true); }
 // The child: allocates 2 MiB, writes its IPC handle to stdout, and keeps the
 // allocation until its stdin closes.
 int child() {
-  CU(cuInit(0));
-  CUdevice device;
-  CU(cuDeviceGet(&device, 0));
-  CUcontext ctx;
-  CU(cuDevicePrimaryCtxRetain(&ctx, device));
-  CU(cuCtxSetCurrent(ctx));
+  use_primary_context();
   CUdeviceptr p;
   CU(cuMemAlloc(&p, 2 << 20));
   CUipcMemHandle h;
@@ -121,12 +116,8 @@ int main(int argc, char** argv) {
   if (posix_spawn(&pid, self, &fa, nullptr, child_argv, environ) != 0) return 1;
   close(to_child[0]);
   close(from_child[1]);
-  CU(cuInit(0));
-  CUdevice device;
-  CU(cuDeviceGet(&device, 0));
   Fixture f;
-  CU(cuDevicePrimaryCtxRetain(&f.ctx, device));
-  CU(cuCtxSetCurrent(f.ctx));
+  f.ctx = use_primary_context();
   CU(cuStreamCreate(&f.own, CU_STREAM_NON_BLOCKING));
   CU(cuMemAlloc(&f.dev, 1 << 20));
   CU(cuMemHostAlloc(&f.pinned, 1 << 20, CU_MEMHOSTALLOC_PORTABLE));

@@ -1,6 +1,7 @@
 // CU: the driver-API probes' check of a CUDA driver call (a failure names the
-// call and where, and ends the process), and kPokePtx, a kernel that stores
-// one word, as PTX the probes load themselves.
+// call and where, and ends the process); use_primary_context, their start on
+// GPU 0; and kPokePtx, a kernel that stores one word, as PTX the probes load
+// themselves.
 #pragma once
 
 #include <cuda.h>
@@ -18,6 +19,19 @@
       std::exit(1);                                                       \
     }                                                                     \
   } while (0)
+
+// Initialises the driver and makes GPU 0's primary context current; its
+// device goes to `device` when asked for.
+inline CUcontext use_primary_context(CUdevice* device = nullptr) {
+  CU(cuInit(0));
+  CUdevice d;
+  CU(cuDeviceGet(&d, 0));
+  CUcontext ctx;
+  CU(cuDevicePrimaryCtxRetain(&ctx, d));
+  CU(cuCtxSetCurrent(ctx));
+  if (device != nullptr) *device = d;
+  return ctx;
+}
 
 inline const char kPokePtx[] = R"(
 .version 7.0

@@ -48,12 +48,7 @@ int main(int argc, char** argv) {
   const int n = argc > 1 ? std::atoi(argv[1]) : 48;
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 4;
   const int limit_ms = argc > 3 ? std::atoi(argv[3]) : 100;
-  CU(cuInit(0));
-  CUdevice device;
-  CU(cuDeviceGet(&device, 0));
-  CUcontext primary;
-  CU(cuDevicePrimaryCtxRetain(&primary, device));
-  CU(cuCtxSetCurrent(primary));
+  use_primary_context();
   CUdeviceptr dev;
   CU(cuMemAlloc(&dev, static_cast<size_t>(n) * 4096 * 2));
   void* pinned;
