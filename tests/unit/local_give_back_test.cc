@@ -201,7 +201,9 @@ TEST(LocalGiveBack, HandshakesDialingASquattedRendezvousEndByTheirDeadlineOrSoon
   const auto took = Clock::now() - start;
   std::printf("engine close with %d handshakes on a squatted rendezvous: %lld ms\n", kPeers, ms(took));
   EXPECT_LT(took, 1s) << "the engine's close waited for the handshakes' deadline";
-  EXPECT_LE(thread_count(), threads) << "threads left behind by the closed engine";
+  // Joined threads may stay listed for a moment after the join returns.
+  EXPECT_TRUE(eventually([&] { return thread_count() <= threads; }, Clock::now() + 1s))
+      << "threads left behind by the closed engine (" << thread_count() << ", " << threads << " before)";
 }
 
 }  // namespace
