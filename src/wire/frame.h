@@ -25,14 +25,15 @@ inline constexpr uint32_t kFrameMagic = 0x31595246;  // "FRY1" little-endian
 //    versions (handshake.h), and the acceptor picks the highest in both.
 // 6: a TCP connection with nothing in flight is quiet: neither side sends
 //    heartbeats nor counts silence; a side waiting on its peer sends
-//    HEARTBEAT with kHeartbeatWantsAnswer and the peer answers it. With a
-//    version-5 peer, heartbeats run all the time, as before.
+//    HEARTBEAT with kHeartbeatWantsAnswer and the peer answers it.
+// 7: the steady state's frames are typed (messages.h): a field a frame type
+//    does not use is zero, and a frame that sets one is refused.
 // kProtocolVersion is the highest version this build speaks, and
-// kMinProtocolVersion the lowest it accepts: engines before 5 cannot prove
-// their ids, so none older is accepted.
-inline constexpr uint16_t kProtocolVersion = 6;
-inline constexpr uint16_t kMinProtocolVersion = 5;
-inline constexpr uint16_t kQuietIdleVersion = 6;
+// kMinProtocolVersion the lowest it accepts: an engine before 7 may set
+// fields that 7 refuses, so none older is accepted (its HELLO is answered
+// with a REJECTED naming both ranges).
+inline constexpr uint16_t kProtocolVersion = 7;
+inline constexpr uint16_t kMinProtocolVersion = 7;
 // HEARTBEAT's flags: the sender waits on its peer and wants a heartbeat back.
 inline constexpr uint8_t kHeartbeatWantsAnswer = 1;
 inline constexpr size_t kHeaderSize = 64;

@@ -33,8 +33,7 @@ class ChunkQueueTest : public ::testing::Test {
   // An op whose source is buf_[offset, offset+size).
   std::shared_ptr<OutOp> make_op(uint64_t id, size_t size, size_t offset = 0) {
     auto op = std::make_shared<OutOp>();
-    op->header.type = wire::FrameType::kData;
-    op->header.id = id;
+    op->frame = wire::DataChunk{.token = id};
     if (size > 0) {
       auto span = registry_.resolve_local(buf_.data() + offset, size, "test buffer");
       EXPECT_TRUE(span.ok()) << span.status().to_string();
@@ -174,7 +173,7 @@ TEST_F(ChunkQueueTest, OpsAreServedFifo) {
   ASSERT_TRUE(q.push(a));
   ASSERT_TRUE(q.push(b));
   std::vector<std::pair<uint64_t, uint64_t>> seen;  // (op id, offset)
-  while (auto c = q.try_claim(0)) seen.emplace_back(c->op->header.id, c->offset);
+  while (auto c = q.try_claim(0)) seen.emplace_back(c->op->data().token, c->offset);
   std::vector<std::pair<uint64_t, uint64_t>> expected = {{1, 0}, {1, kChunk}, {1, 2 * kChunk}, {2, 0}, {2, kChunk}};
   EXPECT_EQ(seen, expected);
 }

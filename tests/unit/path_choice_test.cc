@@ -30,7 +30,7 @@ TEST(PathChoice, SchedulerKeepsATransferOnItsPathsUntilTheyDie) {
   ASSERT_TRUE(registry.add(buf.data(), buf.size(), platform::PointerKind{}).ok());
   auto make = [&](uint64_t paths) {
     auto op = std::make_shared<OutOp>();
-    op->header.type = wire::FrameType::kData;
+    op->frame = wire::DataChunk{};
     op->source.add(registry.resolve_local(buf.data(), buf.size(), "test").value());
     op->paths = paths;
     return op;

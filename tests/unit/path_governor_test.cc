@@ -440,7 +440,7 @@ TEST(PathGovernorQueue, OnlyActivePathsClaimNewChunksButAnyTakesOrphans) {
   ASSERT_EQ(g.kept(), 1);
   ChunkQueue q(4096, /*window=*/4, /*paths=*/3, g);
   auto op = std::make_shared<OutOp>();
-  op->header.type = wire::FrameType::kData;
+  op->frame = wire::DataChunk{};
   auto span = registry.resolve_local(buf.data(), 64 * 4096, "test buffer");
   ASSERT_TRUE(span.ok());
   op->source.add(*span);
@@ -488,7 +488,7 @@ TEST(PathGovernorQueue, ReadsTheCpuOutsideItsLock) {
   queue = &q;
   ASSERT_EQ(q.active_paths(), 1);
   auto op = std::make_shared<OutOp>();
-  op->header.type = wire::FrameType::kData;
+  op->frame = wire::DataChunk{};
   auto span = registry.resolve_local(buf.data(), 4 * 4096, "test buffer");
   ASSERT_TRUE(span.ok());
   op->source.add(*span);

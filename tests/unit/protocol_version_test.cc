@@ -1,9 +1,9 @@
 // Protocol versions at the handshake, against hand-encoded frames: a HELLO
 // offers a range of versions (its header's code: lowest | highest << 16), the
 // acceptor picks the highest both speak, and refuses in words, naming both
-// sides' versions, only when there is none. A HELLO of the previous protocol
-// (4: no identity key in its aux bytes) is refused that way too, not dropped
-// as undecodable.
+// sides' versions, only when there is none. A HELLO of an older protocol
+// (6 and 5: untyped frames; 4: no identity key in its aux bytes) is refused
+// that way too, not dropped as undecodable.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
@@ -77,12 +77,11 @@ Result<wire::Rejected> refusal(const bootstrap::RawFrame& answer) {
   return wire::decode_rejected(answer.header, answer.aux);
 }
 
-// (a) A peer offering 5..7 (a later release) or 4..7 is accepted at 6, the
-// highest version both speak, one offering 5..5 (the release before) at 5,
-// and the connection works.
+// (a) A peer offering 7..8 (a later release), 5..8 or 7..7 is accepted at 7,
+// the highest version both speak, and the connection works.
 TEST(ProtocolVersion, APeerWhoseRangeIncludesOursIsAcceptedAtTheHighestCommonVersion) {
-  static_assert(wire::kProtocolVersion == 6 && wire::kMinProtocolVersion == 5);
-  for (auto [lowest, highest] : {std::pair<uint16_t, uint16_t>{5, 7}, {4, 7}, {5, 5}}) {
+  static_assert(wire::kProtocolVersion == 7 && wire::kMinProtocolVersion == 7);
+  for (auto [lowest, highest] : {std::pair<uint16_t, uint16_t>{7, 8}, {5, 8}, {7, 7}}) {
     SCOPED_TRACE(std::to_string(lowest) + ".." + std::to_string(highest));
     auto engine = tcp_engine();
     ASSERT_NE(engine, nullptr);
@@ -96,7 +95,7 @@ TEST(ProtocolVersion, APeerWhoseRangeIncludesOursIsAcceptedAtTheHighestCommonVer
         << (answer->header.type == wire::FrameType::kRejected ? answer->aux : "");
     auto welcome = wire::decode_welcome(answer->header, answer->aux);
     ASSERT_TRUE(welcome.ok()) << welcome.status().to_string();
-    EXPECT_EQ(welcome->version, std::min<uint16_t>(highest, 6));
+    EXPECT_EQ(welcome->version, 7);
 
     wire::Auth auth;
     auth.streams = 1;
@@ -122,28 +121,28 @@ TEST(ProtocolVersion, APeerWhoseRangeIncludesOursIsAcceptedAtTheHighestCommonVer
   }
 }
 
-// (b) A peer offering only 7..8 (a release that dropped 6) is refused, and
+// (b) A peer offering only 8..9 (a release that dropped 7) is refused, and
 // the reason names both ranges and which engine to upgrade.
 TEST(ProtocolVersion, APeerOfferingOnlyLaterVersionsIsRefusedNamingBothRanges) {
   auto engine = tcp_engine();
   ASSERT_NE(engine, nullptr);
   Deadline d = after(5s);
   platform::Socket ctl = dial(*engine, d);
-  ASSERT_TRUE(send(ctl.fd(), hello_offering(7, 8, hand_made_fields()), d).ok());
+  ASSERT_TRUE(send(ctl.fd(), hello_offering(8, 9, hand_made_fields()), d).ok());
   auto answer = bootstrap::read_handshake_frame(ctl.fd(), d);
   ASSERT_TRUE(answer.ok()) << answer.status().to_string();
   auto r = refusal(*answer);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r->code, Code::kUnimplemented);
-  EXPECT_NE(r->message.find("versions 7..8"), std::string::npos) << r->message;
-  EXPECT_NE(r->message.find("versions 5..6"), std::string::npos) << r->message;
+  EXPECT_NE(r->message.find("versions 8..9"), std::string::npos) << r->message;
+  EXPECT_NE(r->message.find("version 7"), std::string::npos) << r->message;
   EXPECT_NE(r->message.find("upgrade the accepting engine"), std::string::npos) << r->message;
   EXPECT_FALSE(engine->accept(after(200ms)).ok());
 }
 
 // (c) A HELLO exactly as protocol 4 encoded it (code = 4, aux = nonce(32) |
 // host id: no identity key, so fewer aux bytes than version 5 reads) is
-// refused with a reason naming 4 and 5..6, not dropped as malformed.
+// refused with a reason naming 4 and 7, not dropped as malformed.
 TEST(ProtocolVersion, AHelloOfThePreviousProtocolIsRefusedNamingBothVersions) {
   auto engine = tcp_engine();
   ASSERT_NE(engine, nullptr);
@@ -163,13 +162,33 @@ TEST(ProtocolVersion, AHelloOfThePreviousProtocolIsRefusedNamingBothVersions) {
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r->code, Code::kUnimplemented);
   EXPECT_NE(r->message.find("version 4"), std::string::npos) << r->message;
+  EXPECT_NE(r->message.find("version 7"), std::string::npos) << r->message;
+  EXPECT_NE(r->message.find("upgrade the connecting engine"), std::string::npos) << r->message;
+  EXPECT_FALSE(engine->accept(after(200ms)).ok());
+}
+
+// (d) An engine of the previous release (offering 5..6, untyped frames) is
+// refused before a steady-state frame travels, naming both and telling it
+// to upgrade.
+TEST(ProtocolVersion, AnEngineOfTheReleaseBeforeTypedFramesIsRefusedNamingBoth) {
+  auto engine = tcp_engine();
+  ASSERT_NE(engine, nullptr);
+  Deadline d = after(5s);
+  platform::Socket ctl = dial(*engine, d);
+  ASSERT_TRUE(send(ctl.fd(), hello_offering(5, 6, hand_made_fields()), d).ok());
+  auto answer = bootstrap::read_handshake_frame(ctl.fd(), d);
+  ASSERT_TRUE(answer.ok()) << answer.status().to_string();
+  auto r = refusal(*answer);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->code, Code::kUnimplemented);
   EXPECT_NE(r->message.find("versions 5..6"), std::string::npos) << r->message;
+  EXPECT_NE(r->message.find("version 7"), std::string::npos) << r->message;
   EXPECT_NE(r->message.find("upgrade the connecting engine"), std::string::npos) << r->message;
   EXPECT_FALSE(engine->accept(after(200ms)).ok());
 }
 
 // The connector's side: an engine's HELLO offers its range (an acceptor from
-// before ranges reads the low half: 5), and a WELCOME choosing a version
+// before ranges reads the low half: 7), and a WELCOME choosing a version
 // outside that range fails the connect naming both.
 TEST(ProtocolVersion, AnEngineOffersItsRangeAndRefusesAChoiceOutsideIt) {
   auto listener = platform::listen_tcp(platform::HostPort{"127.0.0.1", 0});
@@ -186,10 +205,10 @@ TEST(ProtocolVersion, AnEngineOffersItsRangeAndRefusesAChoiceOutsideIt) {
   platform::Socket ctl(fd);
   auto hello = bootstrap::read_handshake_frame(ctl.fd(), d);
   ASSERT_TRUE(hello.ok()) << hello.status().to_string();
-  EXPECT_EQ(hello->header.code, 5u | 6u << 16);
-  EXPECT_EQ(static_cast<uint16_t>(hello->header.code), 5);  // what an acceptor from before ranges reads
+  EXPECT_EQ(hello->header.code, 7u | 7u << 16);
+  EXPECT_EQ(static_cast<uint16_t>(hello->header.code), 7);  // what an acceptor from before ranges reads
   wire::Welcome welcome;
-  welcome.version = 7;
+  welcome.version = 8;
   welcome.engine_id = testing::hand_made_engine_id();
   welcome.identity = testing::hand_made_key().public_key();
   welcome.host_id = "hand-made-acceptor";
@@ -197,8 +216,8 @@ TEST(ProtocolVersion, AnEngineOffersItsRangeAndRefusesAChoiceOutsideIt) {
   ASSERT_TRUE(bootstrap::write_handshake_frame(ctl.fd(), wire::encode(welcome), d).ok());
   Status s = connecting.get();
   EXPECT_EQ(s.code(), Code::kUnimplemented) << s.to_string();
+  EXPECT_NE(s.message().find("version 8"), std::string::npos) << s.to_string();
   EXPECT_NE(s.message().find("version 7"), std::string::npos) << s.to_string();
-  EXPECT_NE(s.message().find("versions 5..6"), std::string::npos) << s.to_string();
 }
 
 // The pure parts: the offer a header carries, and the choice.

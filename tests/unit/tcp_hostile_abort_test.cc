@@ -3,7 +3,7 @@
 // budget like any notification, and nothing of the write lands after it.
 #include "hostile_peer.h"
 #include "own_network_namespace.h"
-#include "transport/tcp/tcp_internals.h"
+#include "wire/messages.h"
 
 namespace ferry::hostile {
 namespace {
@@ -20,7 +20,7 @@ std::string write_chunk(const RemoteDescriptor& d, uint64_t op, uint64_t total, 
   h.c = offset;
   h.d = total;
   h.e = seq;
-  h.flags = aborted ? tcp::internal::kFlagAborted : 0;
+  h.flags = aborted ? wire::kFlagAborted : 0;
   h.aux_len = static_cast<uint16_t>(note.size());
   h.payload_len = static_cast<uint32_t>(payload.size());
   return encoded(h, note + payload);

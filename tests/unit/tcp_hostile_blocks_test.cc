@@ -8,7 +8,7 @@
 
 #include "hostile_peer.h"
 #include "transport/tcp/block_table.h"
-#include "transport/tcp/tcp_internals.h"
+#include "wire/messages.h"
 
 namespace ferry::hostile {
 namespace {
@@ -35,7 +35,7 @@ std::string table_of(const std::vector<Entry>& entries) {
 bool send_chunk(Peer& peer, uint64_t op, uint64_t count, uint64_t total, const std::string& body) {
   wire::FrameHeader h;
   h.type = wire::FrameType::kWrite;
-  h.flags = tcp::internal::kFlagBlocks;
+  h.flags = wire::kFlagBlocks;
   h.id = op;
   h.a = count;
   h.d = total;

@@ -2,9 +2,9 @@
 // neither side heartbeats nor counts the other's silence, so a target holding
 // a thousand idle peers spends nothing on them. Once something waits on the
 // peer, heartbeats that ask for an answer go out and silence past
-// peer_timeout fails the connection as before. A peer of protocol 5 still
-// gets heartbeats all the time, and a peer asking for answers faster than
-// half a heartbeat interval gets no more of them.
+// peer_timeout fails the connection as before. A peer asking for answers
+// faster than half a heartbeat interval gets no more of them. (Peers of
+// protocol 5, which heartbeat all the time, are refused since 7.)
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -151,22 +151,6 @@ TEST(TcpQuietIdle, APeerThatAnswersKeepsAWaitingConnectionUp) {
   EXPECT_FALSE(r.test()) << "the receive ended though nothing was sent";
 }
 
-// A peer of protocol 5 expects heartbeats all the time and is judged by
-// its own, as before 6.
-TEST(TcpQuietIdle, AVersionFivePeerGetsHeartbeatsAndIsLostWhenSilent) {
-  Target t;
-  t.peer.versions = wire::VersionRange{5, 5};
-  const auto began = Clock::now();
-  ASSERT_NO_FATAL_FAILURE(t.open(quick_options()));
-  Heard h = listen(t.peer, 200ms);
-  EXPECT_GE(h.heartbeats, 200 / 20 / 2) << "a version-5 peer got no heartbeats while idle";
-  EXPECT_EQ(h.asking, 0) << "version 5 has no asking heartbeats";
-  Status s = t.failure(after(5s));
-  const double took = std::chrono::duration<double>(Clock::now() - began).count();
-  EXPECT_EQ(s.code(), Code::kPeerLost) << s.to_string();
-  EXPECT_LT(took, 2.0);
-}
-
 // The kernel's timer on the engine's end of the control stream (its row of
 // /proc/net/tcp, found by the peer's local port): "tr" (2: keepalive) and
 // "tm->when" in clock ticks. {-1, -1} when the row is not found.
@@ -193,8 +177,7 @@ std::pair<int, long> control_stream_timer(const Peer& p) {
 }
 
 // A quiet connection's control stream has the kernel's keepalive armed
-// after about peer_timeout (one second, its whole seconds rounded up); a
-// version-5 peer's, which heartbeats, has none.
+// after about peer_timeout (one second, its whole seconds rounded up).
 TEST(TcpQuietIdle, AQuietConnectionsControlStreamHasKeepaliveArmed) {
   Target t;
   ASSERT_NO_FATAL_FAILURE(t.open(quick_options()));
@@ -202,10 +185,6 @@ TEST(TcpQuietIdle, AQuietConnectionsControlStreamHasKeepaliveArmed) {
   ASSERT_NE(timer, -1) << "the engine's end of the control stream is not in /proc/net/tcp";
   EXPECT_EQ(timer, 2) << "no keepalive timer on a quiet connection's control stream";
   EXPECT_LE(when, ::sysconf(_SC_CLK_TCK)) << "the first probe is later than peer_timeout rounded up to a second";
-  Target old;
-  old.peer.versions = wire::VersionRange{5, 5};
-  ASSERT_NO_FATAL_FAILURE(old.open(quick_options()));
-  EXPECT_NE(control_stream_timer(old.peer).first, 2) << "a version-5 connection has keepalive on";
 }
 
 // Two engines: an idle connection stays up past peer_timeout many times

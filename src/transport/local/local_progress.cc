@@ -10,8 +10,9 @@
 #include <thread>
 
 #include "platform/log.h"
-#include "transport/local/local_transport.h"
 #include "transport/local/local_messages.h"
+#include "transport/local/local_transport.h"
+#include "wire/messages.h"
 
 namespace ferry::local {
 
@@ -109,10 +110,11 @@ Status LocalTransport::handle(const std::string& msg) {
   std::string_view payload(msg.data() + wire::kHeaderSize + h.aux_len, h.payload_len);
   switch (h.type) {
     case FrameType::kEager: {
-      if (payload.size() != h.a) return Status(Code::kDataLoss, where() + ": eager size mismatch");
+      auto m = wire::decode_eager(h, aux);
+      if (!m.ok()) return m.status().with_context(where());
       transport::ArrivedMessage u;
-      u.op = h.id;
-      u.size = h.a;
+      u.op = m->op;
+      u.size = m->size;
       u.eager = true;
       u.bytes.assign(payload);
       return core_.arrive(std::move(u));
@@ -123,6 +125,9 @@ Status LocalTransport::handle(const std::string& msg) {
       return on_cts(h, payload);
     case FrameType::kLocalDone:
     case FrameType::kAck: {
+      if (h.type == FrameType::kAck) {
+        if (auto m = wire::decode_ack(h, aux); !m.ok()) return m.status().with_context(where());
+      }
       Completion c;
       {
         platform::MutexLock lock(mu_);
@@ -148,17 +153,16 @@ Status LocalTransport::handle(const std::string& msg) {
       // note would otherwise send CLOSE ahead of the confirmation, and the
       // sender's notify would fail although the note arrived.
       if (h.id != 0) {
-        FrameHeader ack;
-        ack.type = FrameType::kAck;
-        ack.id = h.id;
-        post(ack);
+        post(wire::encode(wire::Ack{h.id, 0, {}}));
       }
       return core_.notes().push_numbered(h.a, (h.flags & kNoteSkip) != 0, std::string(aux)).with_context(where());
     case FrameType::kLocalRevoke:
       return on_revoke(h, payload);
     case FrameType::kHeartbeat:
+      if (auto m = wire::decode_heartbeat(h, aux); !m.ok()) return m.status().with_context(where());
       return Status();
     case FrameType::kClose:
+      if (auto m = wire::decode_close(h, aux); !m.ok()) return m.status().with_context(where());
       // The peer's own copies ended before it sent this (close(), or its
       // answer to ours); this side's end before it answers, which the
       // peer's close() waits for.
@@ -223,8 +227,8 @@ Status LocalTransport::on_cts(const FrameHeader& h, std::string_view payload) {
     finish(Status(Code::kNotFound, where() + ": send buffer was deregistered"));
     return Status();
   }
-  Status s = copier_.start(source, spans, size, true, [finish, access](const Status& st) { finish(st); },
-                           LocalCopier::HostCopyBy::kHelpers);
+  Status s = copier_.start(
+      source, spans, size, true, [finish, access](const Status& st) { finish(st); }, LocalCopier::HostCopyBy::kHelpers);
   if (!s.ok()) finish(s.with_context(where()));
   return Status();
 }
@@ -324,8 +328,8 @@ Status LocalTransport::on_pull_or_push(const FrameHeader& h, std::string_view pa
     return Status();
   }
   // A pull copies the initiator's bytes here (from remote); a push sends ours there.
-  Status s = copier_.start(list, *spans, h.d, !pull, [finish, access](const Status& st) { finish(st); },
-                           LocalCopier::HostCopyBy::kHelpers);
+  Status s = copier_.start(
+      list, *spans, h.d, !pull, [finish, access](const Status& st) { finish(st); }, LocalCopier::HostCopyBy::kHelpers);
   if (!s.ok()) finish(s);
   return Status();
 }
@@ -369,7 +373,8 @@ void LocalTransport::region_retired(uint64_t region_id) {
     post(h, {}, payload);
     auto answer = answered->get_future();
     if (answer.wait_for(ctx_->options.peer_timeout) != std::future_status::ready) {
-      core_.fail(Status(Code::kPeerLost, where() + ": the peer did not confirm that it stopped using a deregistered region"));
+      core_.fail(
+          Status(Code::kPeerLost, where() + ": the peer did not confirm that it stopped using a deregistered region"));
     } else if (answer.get().ok()) {
       return;
     }

@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "core/segments.h"
@@ -36,17 +37,19 @@
 #include "platform/mutex.h"
 #include "transport/tcp/block_table.h"
 #include "transport/tcp/path_governor.h"
-#include "wire/frame.h"
+#include "wire/messages.h"
 
 namespace ferry::tcp {
 
 // A bulk operation on its way out: DATA to a token at the peer (a send after
 // CTS, a read's reply) or WRITE into a peer's export.
 struct OutOp {
-  wire::FrameHeader header;              // type, id and the fixed fields of every chunk
-  core::SegmentList source;              // local bytes, in order
-  uint64_t remote_base = 0;              // WRITE: export offset of byte 0 (chunk c = base + offset)
-  std::string first_aux;                 // WRITE: the notification, carried by the first chunk
+  // What every chunk of it says (its offset, size and flags set per chunk):
+  // DATA to a token, or a WRITE's op, place and notification number.
+  std::variant<wire::DataChunk, wire::WriteChunk> frame;
+  core::SegmentList source;  // local bytes, in order
+  uint64_t remote_base = 0;  // WRITE: export offset of byte 0 (chunk c = base + offset)
+  std::string first_aux;     // WRITE: the notification, carried by the first chunk
   // WRITE of many blocks: where each stream byte goes (else null); when it
   // is over pools, it also knows where each comes from, and `source` is empty.
   std::shared_ptr<const BlockTable> blocks;
@@ -68,6 +71,11 @@ struct OutOp {
   Status abort_reason;
   static constexpr uint64_t kAcked = uint64_t{1} << 63;
 
+  bool is_write() const { return std::holds_alternative<wire::WriteChunk>(frame); }
+  const wire::DataChunk& data() const { return std::get<wire::DataChunk>(frame); }
+  const wire::WriteChunk& write() const { return std::get<wire::WriteChunk>(frame); }
+  // A write's notification number (0: none, or not a write).
+  uint64_t note_seq() const { return is_write() ? write().note_seq : 0; }
   // The block table when it also knows the local bytes (over pools), else null.
   const BlockTable* pool_blocks() const { return blocks != nullptr && blocks->over_pools() ? blocks.get() : nullptr; }
   uint64_t total() const { return pool_blocks() != nullptr ? blocks->total() : source.total(); }
@@ -139,9 +147,7 @@ class ChunkQueue {
     return (op.on_paths.load(std::memory_order_acquire) & OutOp::kAcked) != 0;
   }
   // Whether a path still holds a chunk of `op` (and may read its memory).
-  static bool on_a_path(const OutOp& op) {
-    return (op.on_paths.load(std::memory_order_acquire) & ~OutOp::kAcked) != 0;
-  }
+  static bool on_a_path(const OutOp& op) { return (op.on_paths.load(std::memory_order_acquire) & ~OutOp::kAcked) != 0; }
   // The claiming path is done with `c` (sent, failed or never sent): it no
   // longer reads the op's memory. True for the release that completes an
   // acknowledged op: the caller finishes it with op.answer.

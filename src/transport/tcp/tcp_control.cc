@@ -11,6 +11,11 @@
 namespace ferry::tcp {
 
 using namespace internal;
+
+static_assert(wire::kMaxEagerBytes == Options::kMaxInline, "the decoder's limit is what senders keep");
+static_assert(wire::kMaxNote == Connection::kMaxNotification, "the decoder's limit is what senders keep");
+static_assert(wire::kMaxBlockEntries == BlockTable::kMaxEntriesPerChunk &&
+              wire::kBlockEntryBytes == BlockTable::kEntryBytes);
 using wire::FrameHeader;
 using wire::FrameType;
 
@@ -104,14 +109,10 @@ void TcpTransport::queue_control(Outgoing out) {
   out_parked_.wake_all();
 }
 
-void TcpTransport::ack(uint64_t op, const Status& s, uint8_t flags) {
+void TcpTransport::ack(uint64_t op, const Status& s) {
   Outgoing o;
-  o.header.type = FrameType::kAck;
-  o.header.id = op;
-  o.header.flags = flags;
-  o.header.code = static_cast<uint32_t>(s.code());
-  o.aux = s.message().substr(0, 1024);
-  o.header.aux_len = static_cast<uint16_t>(o.aux.size());
+  if (!s.ok()) o.aux = s.message().substr(0, wire::kMaxReason);
+  o.header = wire::encode(wire::Ack{op, static_cast<uint32_t>(s.code()), o.aux});
   queue_control(std::move(o));
 }
 
@@ -132,15 +133,14 @@ void TcpTransport::control_tx_loop() {
     held_->give_reply(std::exchange(o.charged, 0));
     if (!s.ok() && s.code() != Code::kPeerLost && o.payload_op) {
       // The memory of a read reply vanished (or could not be staged): tell the reader instead.
-      FrameHeader h = o.header;
-      h.flags |= kFlagAborted;
-      h.payload_len = 0;
       std::string why = s.code() == Code::kNotFound ? "the exported memory was deregistered during the read"
                                                     : "the exported memory could not be read: " + s.message();
-      why = why.substr(0, 1024);
-      h.aux_len = static_cast<uint16_t>(why.size());
-      h.code = static_cast<uint32_t>(s.code());
-      s = write_control(h, why, nullptr);
+      why = why.substr(0, wire::kMaxReason);
+      wire::DataChunk aborted = o.payload_op->data();
+      aborted.aborted = true;
+      aborted.code = static_cast<uint32_t>(s.code());
+      aborted.reason = why;
+      s = write_control(wire::encode(aborted), why, nullptr);
     }
     {
       platform::MutexLock lock(out_mu_);
@@ -175,19 +175,28 @@ void TcpTransport::control_rx_loop() {
     if (h->aux_len > 0) s = platform::recv_exact(fd, aux.data(), aux.size());
     if (s.ok()) s = handle_frame(fd, -1, *h, aux);
     if (!s.ok()) {
-      core_.fail(s.code() == Code::kDataLoss ? s : Status(Code::kPeerLost, where() + ": control stream: " + s.message()));
+      core_.fail(s.code() == Code::kDataLoss ? s
+                                             : Status(Code::kPeerLost, where() + ": control stream: " + s.message()));
       return;
     }
   }
 }
 
 Status TcpTransport::handle_frame(int fd, int path, const FrameHeader& h, std::string& aux) {
-  bool on_control = path < 0;
+  const bool on_control = path < 0;
+  // A frame the decoder refuses fails the connection (data loss), named by stream.
+  auto refused = [&](const Status& s) {
+    return s.with_context(where() + (on_control ? ": control stream" : ": data stream " + std::to_string(path)));
+  };
   switch (h.type) {
-    case FrameType::kData:
-      return land_data(fd, path, h);
-    case FrameType::kWrite:
-      return land_write(fd, path, h, aux);
+    case FrameType::kData: {
+      auto m = wire::decode_data(h, aux);
+      return m.ok() ? land_data(fd, path, *m) : refused(m.status());
+    }
+    case FrameType::kWrite: {
+      auto m = wire::decode_write(h, aux);
+      return m.ok() ? land_write(fd, path, *m, aux) : refused(m.status());
+    }
     default:
       break;
   }
@@ -195,69 +204,79 @@ Status TcpTransport::handle_frame(int fd, int path, const FrameHeader& h, std::s
     return Status(Code::kDataLoss, where() + ": " + std::string(frame_type_name(h.type)) + " frame on data stream " +
                                        std::to_string(path));
   }
-  if (h.type != FrameType::kEager && h.payload_len != 0) {
-    return Status(Code::kDataLoss, where() + ": " + std::string(frame_type_name(h.type)) + " frame with a payload");
-  }
   switch (h.type) {
-    case FrameType::kHeartbeat:
-      if (quiet_when_idle_ && (h.flags & wire::kHeartbeatWantsAnswer) != 0) answer_heartbeat();
+    case FrameType::kHeartbeat: {
+      auto m = wire::decode_heartbeat(h, aux);
+      if (!m.ok()) return refused(m.status());
+      if (m->wants_answer) answer_heartbeat();
       return Status();
-    case FrameType::kClose:
+    }
+    case FrameType::kClose: {
+      if (auto m = wire::decode_close(h, aux); !m.ok()) return refused(m.status());
       core_.set_closed_by_peer();
       core_.fail(Status(Code::kPeerLost, where() + ": the peer closed the connection"));
       return Status();
-    case FrameType::kEager:
-      return handle_eager(fd, h);
-    case FrameType::kRts:
-      return handle_rts(h);
-    case FrameType::kCts:
-      return handle_cts(h);
-    case FrameType::kAck:
-      return handle_ack(h, aux);
-    case FrameType::kReadReq:
-      return handle_read_req(h);
-    case FrameType::kNotify:
+    }
+    case FrameType::kEager: {
+      auto m = wire::decode_eager(h, aux);
+      return m.ok() ? handle_eager(fd, *m) : refused(m.status());
+    }
+    case FrameType::kRts: {
+      auto m = wire::decode_rts(h, aux);
+      return m.ok() ? handle_rts(*m) : refused(m.status());
+    }
+    case FrameType::kCts: {
+      auto m = wire::decode_cts(h, aux);
+      return m.ok() ? handle_cts(*m) : refused(m.status());
+    }
+    case FrameType::kAck: {
+      auto m = wire::decode_ack(h, aux);
+      return m.ok() ? handle_ack(*m) : refused(m.status());
+    }
+    case FrameType::kReadReq: {
+      auto m = wire::decode_read_req(h, aux);
+      return m.ok() ? handle_read_req(*m) : refused(m.status());
+    }
+    case FrameType::kNotify: {
+      auto m = wire::decode_notify(h, aux);
+      if (!m.ok()) return refused(m.status());
       // Confirmed once taken, before the application can see it: one that
       // closes the moment it sees the note would otherwise send CLOSE ahead
       // of the confirmation, and the sender's notify would fail although
       // the note arrived.
-      {
-        Status queued = core_.notes().push_numbered(h.e, (h.flags & kFlagNoteSkip) != 0, std::move(aux), [&] {
-          if (h.id != 0) ack(h.id, Status());
-        });
-        return queued.ok() ? queued : fail_with(queued.with_context(where()));
-      }
-    case FrameType::kChunkAck:
+      const uint64_t op = m->op;
+      Status queued = core_.notes().push_numbered(m->seq, m->skip, std::move(aux), [&] {
+        if (op != 0) ack(op, Status());
+      });
+      return queued.ok() ? queued : fail_with(queued.with_context(where()));
+    }
+    case FrameType::kChunkAck: {
+      auto m = wire::decode_chunk_ack(h, aux);
+      if (!m.ok()) return refused(m.status());
       last_progress_ns_.store(now_ns(), std::memory_order_relaxed);
-      chunks_.on_landed(static_cast<int>(h.a), h.b);
+      chunks_.on_landed(static_cast<int>(m->path), m->landed);
       return Status();
+    }
     default:
       return Status(Code::kDataLoss,
                     where() + ": unexpected " + std::string(frame_type_name(h.type)) + " frame after the handshake");
   }
 }
 
-Status TcpTransport::handle_eager(int fd, const FrameHeader& h) {
-  if (h.payload_len != h.a) return Status(Code::kDataLoss, where() + ": eager message size and payload disagree");
-  if (h.a > Options::kMaxInline) {
-    // No engine sends one this large: a header that would make this side
-    // allocate up to the frame limit before a byte of payload arrived.
-    return Status(Code::kDataLoss, where() + ": eager message of " + std::to_string(h.a) +
-                                       " bytes, more than any engine sends inline (" +
-                                       std::to_string(Options::kMaxInline) + ")");
-  }
+Status TcpTransport::handle_eager(int fd, const wire::Eager& m) {
+  const uint64_t size = m.size;
   std::optional<transport::PostedRecv> recv = core_.take_posted();
-  if (recv && recv->dest.total() >= h.a && !stages(recv->dest)) {
+  if (recv && recv->dest.total() >= size && !stages(recv->dest)) {
     // The common case: straight from the socket into the posted buffer.
     Status s, stream;
     {
-      core::ChunkAccess access(recv->dest, 0, h.a);
+      core::ChunkAccess access(recv->dest, 0, size);
       if (access.ok()) {
         std::vector<struct iovec> iov;
-        recv->dest.slice(0, h.a, iov);
+        recv->dest.slice(0, size, iov);
         stream = platform::recv_all(fd, iov.data(), static_cast<int>(iov.size()));
       } else {
-        stream = drain(fd, h.a);
+        stream = drain(fd, size);
         s = Status(Code::kNotFound, "receive buffer was deregistered before the message arrived");
       }
     }
@@ -267,19 +286,19 @@ Status TcpTransport::handle_eager(int fd, const FrameHeader& h) {
       recv->state->finish(stream.with_context(where()));
       return stream;
     }
-    recv->state->set_bytes(h.a);
-    ack(h.id, s);
+    recv->state->set_bytes(size);
+    ack(m.op, s);
     recv->state->finish(s);
     return Status();
   }
-  std::string bytes(h.a, '\0');
+  std::string bytes(size, '\0');
   if (Status s = platform::recv_exact(fd, bytes.data(), bytes.size()); !s.ok()) {
     if (recv) recv->state->finish(s.with_context(where()));  // as above
     return s;
   }
   transport::ArrivedMessage msg;
-  msg.op = h.id;
-  msg.size = h.a;
+  msg.op = m.op;
+  msg.size = size;
   msg.eager = true;
   msg.bytes = std::move(bytes);
   if (recv) {
@@ -291,77 +310,76 @@ Status TcpTransport::handle_eager(int fd, const FrameHeader& h) {
   return Status();
 }
 
-Status TcpTransport::handle_rts(const FrameHeader& h) {
+Status TcpTransport::handle_rts(const wire::Rts& m) {
   transport::ArrivedMessage msg;
-  msg.op = h.id;
-  msg.size = h.a;
+  msg.op = m.op;
+  msg.size = m.size;
   if (Status s = core_.arrive(std::move(msg)); !s.ok()) return fail_with(s);
   return Status();
 }
 
-Status TcpTransport::handle_cts(const FrameHeader& h) {
+Status TcpTransport::handle_cts(const wire::Cts& m) {
   std::shared_ptr<OutOp> out;
   {
     platform::MutexLock lock(mu_);
-    auto it = awaiting_cts_.find(h.id);
+    auto it = awaiting_cts_.find(m.op);
     if (it == awaiting_cts_.end()) {
-      return Status(Code::kDataLoss, where() + ": clear-to-send for unknown send " + std::to_string(h.id));
+      return Status(Code::kDataLoss, where() + ": clear-to-send for unknown send " + std::to_string(m.op));
     }
     out = std::move(it->second);
     awaiting_cts_.erase(it);
-    sending_[h.id] = out;
+    sending_[m.op] = out;
     // The peer's application took the message: its engine owes the rest.
     const int64_t now = now_ns();
-    if (auto p = pending_.find(h.id); p != pending_.end()) p->second.owed_since_ns = now;
+    if (auto p = pending_.find(m.op); p != pending_.end()) p->second.owed_since_ns = now;
     last_progress_ns_.store(now, std::memory_order_relaxed);
   }
-  out->header.type = FrameType::kData;
-  out->header.id = h.a;
+  out->frame = wire::DataChunk{.token = m.token};
   if (!chunks_.push(out)) out->state->finish(core_.usable());
   return Status();
 }
 
-Status TcpTransport::handle_ack(const FrameHeader& h, std::string& aux) {
+Status TcpTransport::handle_ack(const wire::Ack& m) {
   std::shared_ptr<TransferState> state;
-  Status answer = core_.peer_status(h.code, aux);
+  Status answer = core_.peer_status(m.code, m.reason);
   last_progress_ns_.store(now_ns(), std::memory_order_relaxed);
   {
     platform::MutexLock lock(mu_);
-    auto it = pending_.find(h.id);
+    auto it = pending_.find(m.op);
     if (it == pending_.end()) return Status();  // already failed or finished locally
-    if (auto o = sending_.find(h.id); o != sending_.end()) {
+    if (auto o = sending_.find(m.op); o != sending_.end()) {
       std::shared_ptr<OutOp> op = o->second.lock();
       if (op) {
-        if (h.code == 0 && !chunks_.claimed_all(*op)) {
-          return Status(Code::kDataLoss, where() + ": the peer acknowledged operation " + std::to_string(h.id) +
+        if (m.code == 0 && !chunks_.claimed_all(*op)) {
+          return Status(Code::kDataLoss, where() + ": the peer acknowledged operation " + std::to_string(m.op) +
                                              " before all of it was sent");
         }
         if (ChunkQueue::acknowledged(*op)) return Status();  // repeated: the first one stands
         // A write this side aborted ends with its own reason (the peer's
         // refusal only says it is over); one the peer completed is done.
-        if (h.code != 0 && !op->abort_reason.ok()) answer = op->abort_reason;
-        if (h.code == 0 && op->header.e != 0) peer_tells_note_.erase(op->header.e);  // delivered after all
+        if (m.code != 0 && !op->abort_reason.ok()) answer = op->abort_reason;
+        if (m.code == 0 && op->note_seq() != 0) peer_tells_note_.erase(op->note_seq());  // delivered after all
         // Refused: the rest of it goes out empty, marked aborted.
-        if (h.code != 0) chunks_.abort(op);
+        if (m.code != 0) chunks_.abort(op);
         // A path still sending a chunk of it finishes it (finish_acknowledged).
         if (!ChunkQueue::acknowledge(*op, answer)) return Status();
       }
       sending_.erase(o);
     }
-    if (auto l = landings_.find(h.id); l != landings_.end()) {
+    if (auto l = landings_.find(m.op); l != landings_.end()) {
       // A read: its DATA answers it, and completes it once every byte is in
       // place. An ACK may only refuse it, before any of its bytes came.
       // (Held here: erasing it below must not free the mutex locked next.)
       std::shared_ptr<Landing> landing = l->second;
       Landing& read = *landing;
       platform::MutexLock ll(read.mu);
-      if (h.code == 0) {
-        return Status(Code::kDataLoss, where() + ": the peer acknowledged read " + std::to_string(h.id) +
+      if (m.code == 0) {
+        return Status(Code::kDataLoss, where() + ": the peer acknowledged read " + std::to_string(m.op) +
                                            " as done; a read is answered by its data");
       }
       if (read.arrivals.received() > 0 || read.arrivals.arriving()) {
         return Status(Code::kDataLoss,
-                      where() + ": the peer refused read " + std::to_string(h.id) + " after its data began to land");
+                      where() + ": the peer refused read " + std::to_string(m.op) + " after its data began to land");
       }
       read.arrivals.stop();  // a chunk that comes after all the same is dropped
       held_->budget->give(std::exchange(read.charged, 0));
@@ -369,14 +387,14 @@ Status TcpTransport::handle_ack(const FrameHeader& h, std::string& aux) {
     }
     state = std::move(it->second.state);
     pending_.erase(it);
-    awaiting_cts_.erase(h.id);
+    awaiting_cts_.erase(m.op);
   }
   state->finish_part(answer);
   return Status();
 }
 
 void TcpTransport::finish_acknowledged(const OutOp& op) {
-  uint64_t id = op.header.type == FrameType::kData ? op.state->id() : op.header.id;
+  uint64_t id = op.is_write() ? op.write().op : op.state->id();
   bool was_pending;
   {
     platform::MutexLock lock(mu_);
@@ -391,21 +409,20 @@ void TcpTransport::finish_acknowledged(const OutOp& op) {
   op.state->finish_part(answer);
 }
 
-Status TcpTransport::handle_read_req(const FrameHeader& h) {
-  auto span = ctx_->registry.resolve_export(h.a, h.b, h.c, h.d);
+Status TcpTransport::handle_read_req(const wire::ReadReq& m) {
+  auto span = ctx_->registry.resolve_export(m.export_id, m.key, m.offset, m.size);
   if (!span.ok()) {
-    ack(h.id, span.status());
+    ack(m.op, span.status());
     return Status();
   }
   auto out = std::make_shared<OutOp>();
-  out->header.type = FrameType::kData;
-  out->header.id = h.id;
+  out->frame = wire::DataChunk{.token = m.op};
   out->source.add(std::move(span).value());
   out->paths = paths_for(out->source);
   out->chunk_bytes = chunk_for(out->source, out->paths);
-  if (h.d <= ctx_->options.inline_max) {
+  if (m.size <= ctx_->options.inline_max) {
     Outgoing o;
-    o.header = out->header;
+    o.header = wire::encode(out->data());
     o.payload_op = std::move(out);
     queue_control(std::move(o));  // counted there
   } else {

@@ -22,12 +22,6 @@ constexpr size_t kReplyBytes = 256;   // a reply waiting to go out (a queued fra
 constexpr size_t kWriteBytes = 256;   // an incoming write
 constexpr size_t kArrivalBytes = 64;  // one chunk of an incoming operation, landed or landing
 
-// Frame flags (FrameHeader::flags) of the steady state.
-constexpr uint8_t kFlagAckRequest = 1;  // DATA/WRITE chunk: confirm landing with CHUNK_ACK
-constexpr uint8_t kFlagAborted = 2;     // DATA/WRITE chunk: this op's bytes will not come
-constexpr uint8_t kFlagNoteSkip = 4;    // NOTIFY: the write carrying sequence number e failed
-constexpr uint8_t kFlagBlocks = 8;      // WRITE chunk: a = entries of the block table that opens the payload
-
 inline int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }

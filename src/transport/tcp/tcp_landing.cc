@@ -54,46 +54,46 @@ Status TcpTransport::account_in_order(int path, Account account, Abandon abandon
   return after_earlier(path, [f = guarded(std::move(account), std::move(abandon)), landed]() { return f(landed); });
 }
 
-Status TcpTransport::land_data(int fd, int path, const FrameHeader& h) {
+Status TcpTransport::land_data(int fd, int path, const wire::DataChunk& m) {
   std::shared_ptr<Landing> l;
   {
     platform::MutexLock lock(mu_);
-    auto it = landings_.find(h.id);
+    auto it = landings_.find(m.token);
     if (it != landings_.end()) l = it->second;
   }
   if (!l) {
     // The operation already ended (aborted or failed); its late bytes go nowhere.
     FERRY_ENGINE_LOG(kDebug, "tcp", ctx_->engine_id, "%s: %u bytes for finished token %" PRIu64 " dropped",
-                     where().c_str(), h.payload_len, h.id);
-    return drain(fd, h.payload_len);
+                     where().c_str(), m.size, m.token);
+    return drain(fd, m.size);
   }
-  if (h.flags & kFlagAborted) {
+  if (m.aborted) {
     ChunkArrivals::Abort abort;
     {
       platform::MutexLock lock(l->mu);
-      abort = l->arrivals.abort(h.a, path);
+      abort = l->arrivals.abort(m.offset, path);
       if (l->arrivals.aborted()) {
-        l->error = core_.peer_status(h.code ? h.code : static_cast<uint32_t>(Code::kCancelled), "transfer aborted");
+        l->error = core_.peer_status(m.code ? m.code : static_cast<uint32_t>(Code::kCancelled), "transfer aborted");
       }
     }
-    if (abort.stalled_path >= 0) give_up_stalled_path(abort.stalled_path, path, h.a);
+    if (abort.stalled_path >= 0) give_up_stalled_path(abort.stalled_path, path, m.offset);
     // Chunks still being written into the memory end first; the last of
     // them finishes the operation.
-    if (abort.over) finish_landing(h.id, l);
-    return drain(fd, h.payload_len);
+    if (abort.over) finish_landing(m.token, l);
+    return drain(fd, m.size);
   }
-  if (h.a > l->size || h.payload_len > l->size - h.a) {
-    return Status(Code::kDataLoss, where() + ": data chunk [" + std::to_string(h.a) + ", +" +
-                                       std::to_string(h.payload_len) + ") lies outside its message of " +
+  if (m.offset > l->size || m.size > l->size - m.offset) {
+    return Status(Code::kDataLoss, where() + ": data chunk [" + std::to_string(m.offset) + ", +" +
+                                       std::to_string(m.size) + ") lies outside its message of " +
                                        std::to_string(l->size) + " bytes");
   }
-  if (h.payload_len == 0 && l->size != 0) {
+  if (m.size == 0 && l->size != 0) {
     // Only an empty message travels as an empty chunk; empty ones at every
     // offset would each be remembered.
-    return Status(Code::kDataLoss, where() + ": empty data chunk at offset " + std::to_string(h.a) +
+    return Status(Code::kDataLoss, where() + ": empty data chunk at offset " + std::to_string(m.offset) +
                                        " of a message of " + std::to_string(l->size) + " bytes");
   }
-  uint64_t token = h.id, offset = h.a, size = h.payload_len;
+  const uint64_t token = m.token, offset = m.offset, size = m.size;
   ChunkArrivals::Begin begin;
   bool over = false;
   {
@@ -176,7 +176,7 @@ void TcpTransport::finish_landing(uint64_t token, const std::shared_ptr<Landing>
 }
 
 void TcpTransport::landing_chunk_abandoned(TcpTransport* conn, uint64_t token, const std::shared_ptr<Landing>& l,
-                                            uint64_t offset, int path) {
+                                           uint64_t offset, int path) {
   Result<bool> complete = false;
   Status error;
   {
@@ -198,30 +198,21 @@ void TcpTransport::give_up_stalled_path(int stalled, int path, uint64_t offset) 
                                                       " while this path was still bringing it (the peer gave it up)"));
 }
 
-Status TcpTransport::land_write(int fd, int path, const FrameHeader& frame, std::string& aux) {
-  FrameHeader h = frame;  // a batch's payload_len shrinks by its block table once read
-  uint64_t op = h.id;
-  const bool aborted = (h.flags & kFlagAborted) != 0;
-  const bool blocks = (h.flags & kFlagBlocks) != 0;
-  if (aux.size() > Connection::kMaxNotification) {
-    return Status(Code::kDataLoss, where() + ": write " + std::to_string(op) + " carries a notification of " +
-                                       std::to_string(aux.size()) + " bytes, past the limit of " +
-                                       std::to_string(Connection::kMaxNotification) + " that every sender keeps");
-  }
-  if (!aborted && h.payload_len == 0 && h.d != 0) {
-    // Only an empty write travels as an empty chunk; empty ones at every
-    // offset would each be remembered.
-    return Status(Code::kDataLoss,
-                  where() + ": empty chunk of write " + std::to_string(op) + " of " + std::to_string(h.d) + " bytes");
-  }
+Status TcpTransport::land_write(int fd, int path, const wire::WriteChunk& m, std::string& aux) {
+  // The note (m.note) is `aux`, which this takes. A batch's chunk: its bytes
+  // follow the block table, read first.
+  const uint64_t op = m.op;
+  const bool aborted = m.aborted;
+  const bool blocks = m.block_entries != 0;
+  const uint64_t bytes = m.size - static_cast<uint64_t>(m.block_entries) * wire::kBlockEntryBytes;
   // The key and the bounds are checked before any state is kept for a write.
   core::SegmentList dest;
   Status resolved = aborted ? Status(Code::kCancelled, "aborted") : Status();
   if (!aborted && blocks) {
-    FERRY_RETURN_IF_ERROR(receive_block_table(fd, path, h));
+    FERRY_RETURN_IF_ERROR(receive_block_table(fd, path, m));
     resolved = resolve_blocks(path, dest);
   } else if (!aborted) {
-    Result<core::MemorySpan> span = ctx_->registry.resolve_export(h.a, h.b, h.c, h.payload_len);
+    Result<core::MemorySpan> span = ctx_->registry.resolve_export(m.export_id, m.key, m.offset, m.size);
     resolved = span.status();
     if (span.ok()) dest.add(std::move(span).value());
   }
@@ -245,16 +236,16 @@ Status TcpTransport::land_write(int fd, int path, const FrameHeader& frame, std:
       begin.land = false;
       auto it = incoming_.find(op);
       ChunkArrivals::Abort abort =
-          it != incoming_.end() ? it->second.arrivals.abort(h.c, path) : ChunkArrivals::Abort{true, -1};
+          it != incoming_.end() ? it->second.arrivals.abort(m.offset, path) : ChunkArrivals::Abort{true, -1};
       begin.stalled_path = abort.stalled_path;
       if (it != incoming_.end()) {
         // The aborted chunk carries the write's notification (one that landed may not have).
-        if (h.e != 0) it->second.note_seq = h.e;
+        if (m.note_seq != 0) it->second.note_seq = m.note_seq;
         if (it->second.notification.empty()) it->second.notification = aux;
       }
       if (abort.over) {
         answer_abort = true;
-        aborted_seq = it != incoming_.end() ? it->second.note_seq : h.e;
+        aborted_seq = it != incoming_.end() ? it->second.note_seq : m.note_seq;
         aborted_note = it != incoming_.end() ? std::move(it->second.notification) : aux;
         if (it != incoming_.end()) {
           held_->budget->give(it->second.charged);
@@ -266,10 +257,11 @@ Status TcpTransport::land_write(int fd, int path, const FrameHeader& frame, std:
       auto it = incoming_.find(op);
       if (it == incoming_.end()) {
         refused = resolved;
-        if (refused.ok() && !blocks) refused = ctx_->registry.resolve_export(h.a, h.b, 0, h.d).status();  // its whole size fits
+        if (refused.ok() && !blocks)
+          refused = ctx_->registry.resolve_export(m.export_id, m.key, 0, m.total).status();  // its whole size fits
         if (refused.ok() && !(over = !held_->budget->take(kWriteBytes))) {
           it = incoming_.try_emplace(op).first;
-          it->second.arrivals = ChunkArrivals(h.d);
+          it->second.arrivals = ChunkArrivals(m.total);
           it->second.charged = kWriteBytes;
         } else if (!refused.ok()) {
           begin.land = false;
@@ -278,20 +270,20 @@ Status TcpTransport::land_write(int fd, int path, const FrameHeader& frame, std:
       }
       if (it != incoming_.end()) {
         IncomingWrite& w = it->second;
-        if (w.arrivals.total() != h.d) {
+        if (w.arrivals.total() != m.total) {
           return Status(Code::kDataLoss, where() + ": chunks of write " + std::to_string(op) + " disagree on its size");
         }
-        begin = w.arrivals.begin(h.c, path);
+        begin = w.arrivals.begin(m.offset, path);
         // The peer chooses how small the chunks are: each one's record counts.
         if (begin.land && !(over = !held_->budget->take(kArrivalBytes + aux.size()))) {
           w.charged += kArrivalBytes + aux.size();
         }
-        if (over) (void)w.arrivals.end(h.c, path, 0, /*landed=*/false);
+        if (over) (void)w.arrivals.end(m.offset, path, 0, /*landed=*/false);
       }
     }
   }
   if (over) return fail_with(core_.exhausted("writes still arriving"));
-  if (begin.stalled_path >= 0) give_up_stalled_path(begin.stalled_path, path, h.c);
+  if (begin.stalled_path >= 0) give_up_stalled_path(begin.stalled_path, path, m.offset);
   if (aborted && (aborted_seq != 0 || answer_abort)) {
     if (aborted_seq != 0) {
       Status told = core_.notes().push_numbered(aborted_seq, /*skip=*/true, std::move(aborted_note));
@@ -301,26 +293,25 @@ Status TcpTransport::land_write(int fd, int path, const FrameHeader& frame, std:
   }
   // Drained outside the lock: a payload that stalls holds up nothing else.
   if (!refused.ok()) {
-    FERRY_RETURN_IF_ERROR(drain(fd, h.payload_len));
+    FERRY_RETURN_IF_ERROR(drain(fd, bytes));
     // As for a write that failed: its notification's number is given up and
     // told as not delivered (nothing of the write lands: its later chunks
     // are dropped), and the initiator told. A chunk without the notification
     // leaves it to the initiator's skip, which brings it.
-    if (h.e != 0 && !aux.empty()) {
-      Status skipped = core_.notes().push_numbered(h.e, /*skip=*/true, aux);
+    if (m.note_seq != 0 && !aux.empty()) {
+      Status skipped = core_.notes().push_numbered(m.note_seq, /*skip=*/true, aux);
       if (!skipped.ok()) return fail_with(skipped.with_context(where()));
     }
     ack(op, refused);
     return Status();
   }
-  if (!begin.land) return drain(fd, h.payload_len);  // over, or a resent chunk that had landed already
-  FrameHeader fh = h;
+  if (!begin.land) return drain(fd, bytes);  // over, or a resent chunk that had landed already
+  const struct { uint64_t offset, note_seq, bytes; } chunk{m.offset, m.note_seq, bytes};
   std::weak_ptr<transport::ConnectionHost> self = core_.weak_host();
-  auto abandon = [this, self, op, offset = h.c, path] {
+  auto abandon = [this, self, op, offset = m.offset, path] {
     if (auto core = self.lock()) write_chunk_abandoned(op, offset, path);  // the transport lives as long as its core
   };
-  auto account = [this, fh, path, note = std::move(aux)](const Status& landed) mutable -> Status {
-    uint64_t op = fh.id;
+  auto account = [this, op, chunk, path, note = std::move(aux)](const Status& landed) mutable -> Status {
     IncomingWrite done;
     {
       platform::MutexLock lock(mu_);
@@ -329,9 +320,9 @@ Status TcpTransport::land_write(int fd, int path, const FrameHeader& frame, std:
       if (it == incoming_.end()) return Status();
       IncomingWrite& w = it->second;
       if (!note.empty()) w.notification = std::move(note);
-      if (fh.e != 0) w.note_seq = fh.e;
+      if (chunk.note_seq != 0) w.note_seq = chunk.note_seq;
       if (!landed.ok() && w.error.ok()) w.error = landed;
-      Result<bool> complete = w.arrivals.end(fh.c, path, fh.payload_len, /*landed=*/true);
+      Result<bool> complete = w.arrivals.end(chunk.offset, path, chunk.bytes, /*landed=*/true);
       if (!complete.ok()) return complete.status().with_context(where() + ": write " + std::to_string(op));
       if (!*complete) return Status();
       done = std::move(w);
@@ -342,7 +333,7 @@ Status TcpTransport::land_write(int fd, int path, const FrameHeader& frame, std:
     return complete_write(op, done);
   };
   if (!resolved.ok()) {
-    if (Status s = drain(fd, h.payload_len); !s.ok()) {
+    if (Status s = drain(fd, bytes); !s.ok()) {
       abandon();
       return s;
     }
@@ -353,7 +344,7 @@ Status TcpTransport::land_write(int fd, int path, const FrameHeader& frame, std:
     abandon();
     return direct.status();
   }
-  uint64_t export_id = blocks ? rx_scratch(path).blocks.front().export_id : h.a;
+  uint64_t export_id = blocks ? rx_scratch(path).blocks.front().export_id : m.export_id;
   auto gone = [export_id] { return "export " + std::to_string(export_id) + " was deregistered during the write"; };
   switch (*direct) {
     case Direct::kInPlace:
@@ -418,22 +409,14 @@ Status TcpTransport::complete_write(uint64_t op, IncomingWrite& done) {
   return Status();
 }
 
-Status TcpTransport::receive_block_table(int fd, int path, FrameHeader& h) {
-  if (h.a == 0 || h.a > BlockTable::kMaxEntriesPerChunk || h.a * BlockTable::kEntryBytes > h.payload_len) {
-    return Status(Code::kDataLoss, where() + ": chunk of write " + std::to_string(h.id) + " names " +
-                                       std::to_string(h.a) + " blocks in a payload of " +
-                                       std::to_string(h.payload_len) + " bytes");
-  }
+Status TcpTransport::receive_block_table(int fd, int path, const wire::WriteChunk& m) {
+  // decode_write checked the count against the payload.
   RxScratch& scratch = rx_scratch(path);
-  size_t table_bytes = h.a * BlockTable::kEntryBytes;
+  const size_t table_bytes = static_cast<size_t>(m.block_entries) * wire::kBlockEntryBytes;
   scratch.table.resize(table_bytes);
   FERRY_RETURN_IF_ERROR(platform::recv_exact(fd, scratch.table.data(), table_bytes));
-  h.payload_len -= static_cast<uint32_t>(table_bytes);
-  if (h.payload_len == 0) {
-    return Status(Code::kDataLoss, where() + ": chunk of write " + std::to_string(h.id) + " carries no bytes");
-  }
-  Status s = decode_block_table(scratch.table, h.a, h.payload_len, scratch.blocks);
-  return s.ok() ? s : s.with_context(where() + ": chunk of write " + std::to_string(h.id));
+  Status s = decode_block_table(scratch.table, m.block_entries, m.size - table_bytes, scratch.blocks);
+  return s.ok() ? s : s.with_context(where() + ": chunk of write " + std::to_string(m.op));
 }
 
 Status TcpTransport::resolve_blocks(int path, core::SegmentList& dest) {

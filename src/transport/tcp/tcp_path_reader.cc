@@ -62,10 +62,11 @@ void TcpTransport::path_rx_loop(int path) {
     frame_since_ns_[static_cast<size_t>(path)].store(0, std::memory_order_relaxed);
     if (s.ok() && h->type == FrameType::kData) last_progress_ns_.store(now_ns(), std::memory_order_relaxed);
     if (s.ok()) {
-      bool ack_request = (h->flags & kFlagAckRequest) != 0;
+      bool ack_request = (h->flags & wire::kFlagAckRequest) != 0;  // DATA or WRITE: its decoder checked the flags
       // Counted in order with the frames whose copies are still running.
-      s = copies_pending(path) ? after_earlier(path, [this, path, ack_request] { return count_landed(path, ack_request); })
-                               : count_landed(path, ack_request);
+      s = copies_pending(path)
+              ? after_earlier(path, [this, path, ack_request] { return count_landed(path, ack_request); })
+              : count_landed(path, ack_request);
     }
     if (!s.ok()) {
       if (s.code() == Code::kDataLoss) {
@@ -93,7 +94,7 @@ Status TcpTransport::drain(int fd, uint64_t n) {
 }
 
 Result<TcpTransport::Direct> TcpTransport::receive_direct(int fd, int path, const core::SegmentList& dest,
-                                                         uint64_t offset, uint64_t size) {
+                                                          uint64_t offset, uint64_t size) {
   // GPU memory in the list (a chunk of it may still be all host memory,
   // which receive_staged reads in place as well).
   if (stages(dest)) return Direct::kStaged;
@@ -165,9 +166,7 @@ Status TcpTransport::count_landed(int path, bool ack_request) {
   uint64_t landed = ++landed_chunks_[static_cast<size_t>(path)];
   if (ack_request) {
     Outgoing o;
-    o.header.type = FrameType::kChunkAck;
-    o.header.a = static_cast<uint64_t>(path);
-    o.header.b = landed;
+    o.header = wire::encode(wire::ChunkAck{static_cast<uint32_t>(path), landed});
     queue_control(std::move(o));
   }
   return Status();

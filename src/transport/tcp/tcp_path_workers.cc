@@ -2,6 +2,8 @@
 // a tx worker of its NIC, io_pool.h) claims chunks and sends them (staging
 // GPU memory ahead of the socket); and the choice of paths (NICs) for a
 // transfer.
+#include <optional>
+
 #include "platform/log.h"
 #include "platform/memory_node.h"
 #include "platform/page_lender.h"
@@ -81,7 +83,8 @@ void TcpTransport::path_tx_loop(int path) {
     if (s.ok() && !path_meters_.empty()) {
       path_meters_[static_cast<size_t>(path)]->sent.fetch_add(pipe.front().chunk.size, std::memory_order_relaxed);
     }
-    if (s.ok() && pipe.front().chunk.resent && ctx_->metrics) ctx_->metrics->chunk_resent("tcp", pipe.front().chunk.size);
+    if (s.ok() && pipe.front().chunk.resent && ctx_->metrics)
+      ctx_->metrics->chunk_resent("tcp", pipe.front().chunk.size);
     if (ChunkQueue::release(pipe.front().chunk)) finish_acknowledged(*pipe.front().chunk.op);
     pipe.pop_front();
     if (!s.ok()) {
@@ -154,17 +157,22 @@ void TcpTransport::await_staging(TxEntry& e, TxStager* stager) {
 Status TcpTransport::transmit_chunk(int fd, TxEntry& e, TxStager* stager) {
   const Chunk& c = e.chunk;
   OutOp& op = *c.op;
-  FrameHeader h = op.header;
-  h.payload_len = static_cast<uint32_t>(c.size);
   // A chunk on lent pages holds its slot until the peer confirms it.
-  bool lends = e.staging && e.abort.ok() && stager->lends(e.staged);
-  if (c.ack_request || lends) h.flags |= kFlagAckRequest;
-  std::string_view aux;
-  if (h.type == FrameType::kData) {
-    h.a = c.offset;
+  const bool lends = e.staging && e.abort.ok() && stager->lends(e.staged);
+  const bool ack_request = c.ack_request || lends;
+  std::optional<wire::DataChunk> data;
+  std::optional<wire::WriteChunk> write;
+  if (op.is_write()) {
+    write = op.write();
+    write->offset = op.remote_base + c.offset;
+    write->size = static_cast<uint32_t>(c.size);
+    write->ack_request = ack_request;
+    if (c.offset == 0) write->note = op.first_aux;
   } else {
-    h.c = op.remote_base + c.offset;
-    if (c.offset == 0) aux = op.first_aux;
+    data = op.data();
+    data->offset = c.offset;
+    data->size = static_cast<uint32_t>(c.size);
+    data->ack_request = ack_request;
   }
   e.table.clear();
   if (e.abort.ok() && chunks_.aborted(op)) {
@@ -173,9 +181,8 @@ Status TcpTransport::transmit_chunk(int fd, TxEntry& e, TxStager* stager) {
   }
   if (op.blocks && e.abort.ok()) {
     // c is the chunk's place in the batch's stream; the table says where it lands.
-    h.flags |= kFlagBlocks;
-    h.a = op.blocks->encode(c.offset, c.size, e.table);
-    h.payload_len = static_cast<uint32_t>(e.table.size() + c.size);
+    write->block_entries = static_cast<uint32_t>(op.blocks->encode(c.offset, c.size, e.table));
+    write->size = static_cast<uint32_t>(e.table.size() + c.size);
   }
   wire::HeaderBytes hb;
   std::vector<struct iovec> iov;
@@ -185,28 +192,37 @@ Status TcpTransport::transmit_chunk(int fd, TxEntry& e, TxStager* stager) {
     if (e.staging) stager->release(e.staged);
     e.access.reset();
     bool first = chunks_.abort(c.op);
-    h.flags |= kFlagAborted;
-    h.payload_len = 0;
-    h.code = static_cast<uint32_t>(e.abort.code());
+    const uint32_t code = static_cast<uint32_t>(e.abort.code());
     // A write's aborted chunk carries its notification: the peer, once none
     // of the write's chunks is landing any more, tells its application the
     // write's tag as not delivered (this side sends no skip for it).
-    std::string_view note = h.type == FrameType::kWrite && h.e != 0 ? std::string_view(op.first_aux) : std::string_view();
-    h.aux_len = static_cast<uint16_t>(note.size());
-    encode_header(h, hb);
+    std::string_view note;
+    if (write) {
+      note = write->note_seq != 0 ? std::string_view(op.first_aux) : std::string_view();
+      write->size = 0;
+      write->aborted = true;
+      write->code = code;
+      write->note = note;
+      encode_header(wire::encode(*write), hb);
+    } else {
+      data->size = 0;
+      data->aborted = true;
+      data->code = code;
+      encode_header(wire::encode(*data), hb);
+    }
     iov.push_back({hb.data(), hb.size()});
     if (!note.empty()) iov.push_back({const_cast<char*>(note.data()), note.size()});
-    if (op.state && first && h.type == FrameType::kWrite) {
+    if (op.state && first && write) {
       // The peer answers an aborted write once none of its chunks lands any
       // more; the write ends then, with this reason.
       platform::MutexLock lock(mu_);
       if (op.abort_reason.ok()) op.abort_reason = e.abort;
-      if (!note.empty() && !ChunkQueue::acknowledged(op)) peer_tells_note_.insert(h.e);
+      if (!note.empty() && !ChunkQueue::acknowledged(op)) peer_tells_note_.insert(write->note_seq);
     } else if (op.state && first) {
       bool was_pending;
       {
         platform::MutexLock lock(mu_);
-        uint64_t id = h.type == FrameType::kData ? op.state->id() : h.id;
+        uint64_t id = op.state->id();
         was_pending = pending_.erase(id) > 0;
         sending_.erase(id);
       }
@@ -217,8 +233,8 @@ Status TcpTransport::transmit_chunk(int fd, TxEntry& e, TxStager* stager) {
     }
     return platform::send_all(fd, iov.data(), static_cast<int>(iov.size()));
   }
-  h.aux_len = static_cast<uint16_t>(aux.size());
-  encode_header(h, hb);
+  std::string_view aux = write ? write->note : std::string_view();
+  encode_header(write ? wire::encode(*write) : wire::encode(*data), hb);
   iov.push_back({hb.data(), hb.size()});
   if (!aux.empty()) iov.push_back({const_cast<char*>(aux.data()), aux.size()});
   if (!e.table.empty()) iov.push_back({e.table.data(), e.table.size()});

@@ -10,7 +10,6 @@ namespace ferry::tcp {
 
 using namespace internal;
 using wire::FrameHeader;
-using wire::FrameType;
 
 bool TcpTransport::await_answer(uint64_t op, const std::shared_ptr<TransferState>& state, bool owed,
                                 std::shared_ptr<OutOp> cts, std::shared_ptr<Landing> landing) {
@@ -57,27 +56,24 @@ void TcpTransport::start_send(const std::shared_ptr<TransferState>& state, core:
     state->finish(core_.usable());
     return;
   }
-  FrameHeader h;
-  h.type = eager ? FrameType::kEager : FrameType::kRts;
-  h.id = op;
-  h.a = size;
-  if (eager) h.payload_len = static_cast<uint32_t>(size);
+  FrameHeader h =
+      eager ? wire::encode(wire::Eager{op, static_cast<uint32_t>(size)}) : wire::encode(wire::Rts{op, size});
   written_or_failed(op, write_control(h, {}, eager ? &source : nullptr), state, /*whole=*/true);
 }
 
 namespace {
 
-// A write's or read's frame: operation `op` on `size` bytes of the peer's
-// export at `item.offset`.
-FrameHeader remote_access(FrameType type, uint64_t op, const transport::RemoteItem& item, uint64_t size) {
-  FrameHeader h;
-  h.type = type;
-  h.id = op;
-  h.a = item.remote.export_id;
-  h.b = item.remote.key;
-  h.c = item.offset;
-  h.d = size;
-  return h;
+// A write of `size` bytes into the peer's export at `item.offset`, as
+// operation `op`; each chunk says its own offset and size.
+wire::WriteChunk write_of(uint64_t op, const transport::RemoteItem& item, uint64_t size, uint64_t note_seq) {
+  wire::WriteChunk w;
+  w.op = op;
+  w.export_id = item.remote.export_id;
+  w.key = item.remote.key;
+  w.offset = item.offset;
+  w.total = size;
+  w.note_seq = note_seq;  // every chunk carries it: any may arrive first
+  return w;
 }
 
 }  // namespace
@@ -99,16 +95,16 @@ void TcpTransport::start_write(const std::shared_ptr<TransferState>& state, tran
     state->finish_part(core_.usable());
     return;
   }
-  FrameHeader h = remote_access(FrameType::kWrite, op, item, size);
-  h.e = note_seq;  // every chunk carries it: any may arrive first
+  wire::WriteChunk w = write_of(op, item, size, note_seq);
   if (size <= ctx_->options.inline_max) {
-    h.payload_len = static_cast<uint32_t>(size);
-    h.aux_len = static_cast<uint16_t>(note.size());
-    written_or_failed(op, write_control(h, note, &item.local), state, /*whole=*/false);
+    w.size = static_cast<uint32_t>(size);
+    w.note = note;
+    written_or_failed(op, write_control(wire::encode(w), note, &item.local), state, /*whole=*/false);
     return;
   }
+  w.offset = 0;  // per chunk: remote_base + the chunk's offset
   auto out = std::make_shared<OutOp>();
-  out->header = h;
+  out->frame = w;
   out->source = std::move(item.local);
   out->remote_base = item.offset;
   out->first_aux = std::string(note);
@@ -153,23 +149,21 @@ void TcpTransport::start_blocks(const std::shared_ptr<TransferState>& state, std
     state->finish_part(core_.usable());
     return;
   }
-  FrameHeader h;
-  h.type = FrameType::kWrite;
-  h.id = op;
-  h.d = table->total();
-  h.e = note_seq;  // every chunk carries it: any may arrive first
-  if (h.d <= ctx_->options.inline_max && table->size() <= BlockTable::kMaxEntriesPerChunk) {
+  wire::WriteChunk w;
+  w.op = op;
+  w.total = table->total();
+  w.note_seq = note_seq;  // every chunk carries it: any may arrive first
+  if (w.total <= ctx_->options.inline_max && table->size() <= BlockTable::kMaxEntriesPerChunk) {
     // A small batch goes whole on the control stream, as a small write does.
-    if (table->over_pools()) table->sources(0, h.d, out->source);
+    if (table->over_pools()) table->sources(0, w.total, out->source);
     std::string encoded;
-    h.flags = kFlagBlocks;
-    h.a = table->encode(0, h.d, encoded);
-    h.payload_len = static_cast<uint32_t>(encoded.size() + h.d);
-    h.aux_len = static_cast<uint16_t>(note.size());
-    written_or_failed(op, write_control(h, note, &out->source, encoded), state, /*whole=*/false);
+    w.block_entries = static_cast<uint32_t>(table->encode(0, w.total, encoded));
+    w.size = static_cast<uint32_t>(encoded.size() + w.total);
+    w.note = note;
+    written_or_failed(op, write_control(wire::encode(w), note, &out->source, encoded), state, /*whole=*/false);
     return;
   }
-  out->header = h;
+  out->frame = w;
   out->first_aux = std::string(note);
   out->state = state;
   bool staged = false;
@@ -184,7 +178,7 @@ void TcpTransport::start_blocks(const std::shared_ptr<TransferState>& state, std
     staged = stages(out->source);
   }
   // One staged chunk a path (staged_chunk_bytes says why).
-  uint64_t chunk = chunk_for(staged, h.d, out->paths, /*per_path=*/1);
+  uint64_t chunk = chunk_for(staged, w.total, out->paths, /*per_path=*/1);
   out->chunk_bytes = table->chunk_limit(chunk != 0 ? chunk : ctx_->options.chunk_bytes);
   out->blocks = std::move(table);
   queue_chunks(op, std::move(out));
@@ -198,8 +192,8 @@ void TcpTransport::start_read(const std::shared_ptr<TransferState>& state, trans
     state->finish_part(core_.usable());
     return;
   }
-  FrameHeader h = remote_access(FrameType::kReadReq, op, item, landing->size);
-  (void)write_control(h, {}, nullptr);  // a failure fails the connection, which finishes the read
+  wire::ReadReq r{op, item.remote.export_id, item.remote.key, item.offset, landing->size};
+  (void)write_control(wire::encode(r), {}, nullptr);  // a failure fails the connection, which finishes the read
 }
 
 void TcpTransport::send_note(const std::shared_ptr<TransferState>& state, uint64_t seq, std::string_view note,
@@ -209,11 +203,7 @@ void TcpTransport::send_note(const std::shared_ptr<TransferState>& state, uint64
     state->finish(core_.usable());
     return;
   }
-  FrameHeader h;
-  h.type = FrameType::kNotify;
-  h.id = op;
-  h.e = seq;
-  h.aux_len = static_cast<uint16_t>(note.size());
+  FrameHeader h = wire::encode(wire::Notify{op, seq, /*skip=*/false, note});
   if (caller_thread) {
     (void)write_control(h, note, nullptr);  // a failure fails the connection, which finishes it
     return;
@@ -231,7 +221,7 @@ bool TcpTransport::stop_write(const std::shared_ptr<TransferState>& state) {
     platform::MutexLock lock(mu_);
     for (const auto& [k, weak] : sending_) {
       std::shared_ptr<OutOp> o = weak.lock();
-      if (o && o->state == state && o->header.type == FrameType::kWrite) {
+      if (o && o->state == state && o->is_write()) {
         op = std::move(o);
         id = k;
         break;
@@ -256,7 +246,7 @@ bool TcpTransport::stop_write(const std::shared_ptr<TransferState>& state) {
       case ChunkQueue::Stop::kAbortGoes: {
         platform::MutexLock lock(mu_);
         if (op->abort_reason.ok()) op->abort_reason = Status(Code::kCancelled, "write cancelled by the application");
-        if (op->header.e != 0 && !op->first_aux.empty()) peer_tells_note_.insert(op->header.e);
+        if (op->note_seq() != 0 && !op->first_aux.empty()) peer_tells_note_.insert(op->note_seq());
         break;
       }
       case ChunkQueue::Stop::kAbortedBefore:
@@ -312,11 +302,8 @@ void TcpTransport::skip_note(uint64_t seq, std::string_view note) {
     if (peer_tells_note_.erase(seq) > 0) return;  // an aborted chunk of the write carried it
   }
   Outgoing o;
-  o.header.type = FrameType::kNotify;
-  o.header.flags = kFlagNoteSkip;
-  o.header.e = seq;  // id 0: nothing to confirm
-  o.header.aux_len = static_cast<uint16_t>(note.size());
   o.aux = std::string(note);
+  o.header = wire::encode(wire::Notify{/*op=*/0, seq, /*skip=*/true, o.aux});  // op 0: nothing to confirm
   queue_control(std::move(o));
 }
 
@@ -330,7 +317,8 @@ void TcpTransport::match(transport::PostedRecv recv, transport::ArrivedMessage m
 
 void TcpTransport::refuse(const transport::ArrivedMessage& msg, const Status& why) { ack(msg.op, why); }
 
-void TcpTransport::complete_recv_now(transport::PostedRecv& recv, uint64_t op, uint64_t size, const std::string& bytes) {
+void TcpTransport::complete_recv_now(transport::PostedRecv& recv, uint64_t op, uint64_t size,
+                                     const std::string& bytes) {
   Status s;
   {
     core::ChunkAccess access(recv.dest, 0, size);
@@ -359,9 +347,7 @@ void TcpTransport::match_rendezvous(transport::PostedRecv recv, uint64_t op, uin
     return;
   }
   Outgoing o;
-  o.header.type = FrameType::kCts;
-  o.header.id = op;
-  o.header.a = token;
+  o.header = wire::encode(wire::Cts{op, token});
   queue_control(std::move(o));
 }
 

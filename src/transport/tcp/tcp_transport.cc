@@ -38,7 +38,6 @@ TcpTransport::TcpTransport(transport::ConnectionHost& core, PeerInfo peer, platf
     : core_(core),
       ctx_(&core.context()),
       peer_(std::move(peer)),
-      quiet_when_idle_(peer_.protocol_version >= wire::kQuietIdleVersion),
       control_(std::move(control)),
       data_(std::move(data)),
       paths_(std::move(paths)),
@@ -100,7 +99,7 @@ Status TcpTransport::start() {
       st = Status(Code::kInternal, where() + ": cannot make a data stream non-blocking");
     }
   }
-  if (st.ok() && quiet_when_idle_) {
+  if (st.ok()) {
     // A quiet connection sends no heartbeats: the kernel probes the peer's
     // host after peer_timeout without traffic, three times a third of it
     // apart, so a vanished host fails it within about twice peer_timeout.
@@ -112,7 +111,8 @@ Status TcpTransport::start() {
   if (st.ok()) st = spawn((*pool)->pick(IoPool::Role::kTx, nic(0)), [this] { control_tx_loop(); });
   for (int p = 0; st.ok() && p < static_cast<int>(data_.size()); ++p) {
     st = spawn((*pool)->pick(IoPool::Role::kTx, nic(static_cast<size_t>(p))), [this, p] { path_tx_loop(p); });
-    if (st.ok()) st = spawn((*pool)->pick(IoPool::Role::kRx, nic(static_cast<size_t>(p))), [this, p] { path_rx_loop(p); });
+    if (st.ok())
+      st = spawn((*pool)->pick(IoPool::Role::kRx, nic(static_cast<size_t>(p))), [this, p] { path_rx_loop(p); });
   }
   worker_done();
   if (!st.ok()) {
@@ -207,10 +207,7 @@ Status TcpTransport::await_reply_room() {
   // had not read yet (a pause below leaves frames behind it) is not landed.
   if (core_.failed()) return core_.health();
   if (held_->replies.load(std::memory_order_relaxed) <= held_->reply_cap) return Status();
-  auto room = [&] {
-    return core_.failed() ||
-           held_->replies.load(std::memory_order_relaxed) <= held_->reply_cap;
-  };
+  auto room = [&] { return core_.failed() || held_->replies.load(std::memory_order_relaxed) <= held_->reply_cap; };
   bool waited;
   if (std::shared_ptr<platform::FiberTask> task = platform::current_task_shared()) {
     // A reader's fiber parks (its socket is not watched meanwhile: nothing
@@ -259,7 +256,7 @@ void TcpTransport::answer_heartbeat() {
   if (t - last_answer_ns_.load(std::memory_order_relaxed) < gap) return;
   last_answer_ns_.store(t, std::memory_order_relaxed);
   Outgoing hb;
-  hb.header.type = FrameType::kHeartbeat;
+  hb.header = wire::encode(wire::Heartbeat{});
   queue_control(std::move(hb));
 }
 
@@ -267,11 +264,10 @@ void TcpTransport::tick(Clock::time_point now) {
   if (core_.failed()) return;
   int64_t t = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
   int64_t heard = last_rx_ns_.load(std::memory_order_relaxed);
-  // Quiet mode: a peer owes no sign of life while nothing waits on it; once
-  // something does, it has peer_timeout from then to answer the heartbeats
-  // that ask it to.
-  const bool waiting = !quiet_when_idle_ || waits_on_peer();
-  if (quiet_when_idle_) {
+  // A peer owes no sign of life while nothing waits on it; once something
+  // does, it has peer_timeout from then to answer the heartbeats that ask it to.
+  const bool waiting = waits_on_peer();
+  {
     int64_t since = waiting_since_ns_.load(std::memory_order_relaxed);
     since = !waiting ? 0 : (since == 0 ? t : since);
     waiting_since_ns_.store(since, std::memory_order_relaxed);
@@ -284,8 +280,8 @@ void TcpTransport::tick(Clock::time_point now) {
   bool paused = held_->replies.load(std::memory_order_relaxed) > held_->reply_cap;
   if (waiting && !paused && silent > std::chrono::duration_cast<std::chrono::nanoseconds>(o.peer_timeout).count()) {
     core_.fail(Status(Code::kPeerLost, where() + ": no traffic from the peer for " + std::to_string(silent / 1000000) +
-                                     " ms (peer_timeout " + std::to_string(o.peer_timeout.count()) +
-                                     " ms): stopped, partitioned or overloaded"));
+                                           " ms (peer_timeout " + std::to_string(o.peer_timeout.count()) +
+                                           " ms): stopped, partitioned or overloaded"));
     return;
   }
   const int64_t limit = std::chrono::duration_cast<std::chrono::nanoseconds>(o.peer_timeout).count();
@@ -320,8 +316,7 @@ void TcpTransport::tick(Clock::time_point now) {
   int64_t idle = t - last_tx_ns_.load(std::memory_order_relaxed);
   if (idle >= std::chrono::duration_cast<std::chrono::nanoseconds>(o.heartbeat_interval).count()) {
     Outgoing hb;
-    hb.header.type = FrameType::kHeartbeat;
-    if (quiet_when_idle_) hb.header.flags = wire::kHeartbeatWantsAnswer;
+    hb.header = wire::encode(wire::Heartbeat{/*wants_answer=*/true});
     queue_control(std::move(hb));
   }
 }
@@ -420,7 +415,7 @@ void TcpTransport::failed(const Status& why) {
   held_->wake();  // a reader paused for reply room wakes to its end
   std::vector<std::shared_ptr<TransferState>> states;
   std::vector<std::shared_ptr<TransferState>> parts;  // items of operations still draining
-  std::unordered_set<const TransferState*> draining;   // operations that end later
+  std::unordered_set<const TransferState*> draining;  // operations that end later
   {
     platform::MutexLock lock(mu_);
     // A receive or read with chunks still being written into its memory (a
@@ -525,10 +520,8 @@ void TcpTransport::close() {
     // A writer may be mid-frame.
     if (try_lock_control_stream()) {
       if (!core_.failed()) {  // failed: the stream may be closed already
-        wire::FrameHeader h;
-        h.type = FrameType::kClose;
         wire::HeaderBytes hb;
-        encode_header(h, hb);
+        encode_header(wire::encode(wire::Close{}), hb);
         ssize_t ignored = ::send(control_.fd(), hb.data(), hb.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
         (void)ignored;
       }

@@ -89,18 +89,19 @@
 #include "platform/mutex.h"
 #include "platform/socket.h"
 #include "transport/connection_core.h"
-#include "transport/transport.h"
 #include "transport/tcp/chunk_arrivals.h"
 #include "transport/tcp/chunk_queue.h"
 #include "transport/tcp/staging_pipeline.h"
+#include "transport/transport.h"
 #include "wire/frame.h"
+#include "wire/messages.h"
 
 namespace ferry::tcp {
 
 struct PeerInfo {
   uint64_t engine_id = 0;
   std::string host_id;
-  std::string address;  // "ip:port" of the control stream's remote end
+  std::string address;                                 // "ip:port" of the control stream's remote end
   uint16_t protocol_version = wire::kProtocolVersion;  // the one the handshake chose
 };
 
@@ -291,7 +292,7 @@ class TcpTransport final : public transport::Transport {
   Status write_control(const wire::FrameHeader& h, std::string_view aux, const core::SegmentList* payload,
                        std::string_view prefix = {});
   void queue_control(Outgoing out);
-  void ack(uint64_t op, const Status& s, uint8_t flags = 0);
+  void ack(uint64_t op, const Status& s);
 
   // Runs `loop` in a fiber on `worker`, counted among the workers that may
   // use the sockets. kResourceExhausted when its stack cannot be had.
@@ -313,8 +314,8 @@ class TcpTransport final : public transport::Transport {
     std::shared_ptr<core::ChunkAccess> access;  // held until sent
     bool staging = false;
     TxStager::Staged staged;
-    Status abort;       // not OK: send an aborted frame and fail the transfer
-    std::string table;  // a batched write's chunk: its block table
+    Status abort;              // not OK: send an aborted frame and fail the transfer
+    std::string table;         // a batched write's chunk: its block table
     core::SegmentList source;  // a chunk of a batch over pools: its local bytes
   };
   void prepare_chunk(TxEntry& e, std::unique_ptr<TxStager>& stager);
@@ -329,16 +330,16 @@ class TcpTransport final : public transport::Transport {
 
   // Frame handlers; `fd` is the stream the frame's payload follows on.
   Status handle_frame(int fd, int path, const wire::FrameHeader& h, std::string& aux);
-  Status land_data(int fd, int path, const wire::FrameHeader& h);
+  Status land_data(int fd, int path, const wire::DataChunk& m);
   // Records `op` among the recently finished writes.
   void remember_finished_write(uint64_t op) REQUIRES(mu_);
   // What this side answers a write its initiator aborted, once none of it lands.
   Status aborted_by_initiator(uint64_t op);
-  Status land_write(int fd, int path, const wire::FrameHeader& h, std::string& aux);
+  Status land_write(int fd, int path, const wire::WriteChunk& m, std::string& note);
   // A batched write's chunk: reads and checks the block table that opens
-  // its payload into rx_scratch(path), and takes it off h.payload_len.
+  // its payload into rx_scratch(path); its bytes follow.
   // kDataLoss for a malformed table (a protocol violation).
-  Status receive_block_table(int fd, int path, wire::FrameHeader& h);
+  Status receive_block_table(int fd, int path, const wire::WriteChunk& m);
   // The memory that table names, into `dest`; the first block refused (a
   // wrong key, past an export's end, deregistered) is its status.
   Status resolve_blocks(int path, core::SegmentList& dest);
@@ -418,13 +419,13 @@ class TcpTransport final : public transport::Transport {
   Status exchange(std::span<const Piece> pieces, uint8_t* buffer, bool to_buffer);
   // copy_in that understands GPU memory.
   Status copy_in(const core::SegmentList& dest, const uint8_t* src, uint64_t size);
-  Status handle_eager(int fd, const wire::FrameHeader& h);
-  Status handle_rts(const wire::FrameHeader& h);
-  Status handle_cts(const wire::FrameHeader& h);
-  Status handle_ack(const wire::FrameHeader& h, std::string& aux);
+  Status handle_eager(int fd, const wire::Eager& m);
+  Status handle_rts(const wire::Rts& m);
+  Status handle_cts(const wire::Cts& m);
+  Status handle_ack(const wire::Ack& m);
   // A path released the last chunk of `op`, whose ACK was held for it.
   void finish_acknowledged(const OutOp& op);
-  Status handle_read_req(const wire::FrameHeader& h);
+  Status handle_read_req(const wire::ReadReq& m);
   Status drain(int fd, uint64_t n);
   // The paths a bulk transfer of `source` may use (Options::nic_policy).
   uint64_t paths_for(const core::SegmentList& source) const;
@@ -441,18 +442,16 @@ class TcpTransport final : public transport::Transport {
   transport::ConnectionHost& core_;
   core::EngineContext* const ctx_;
   const PeerInfo peer_;
-  // Protocol 6 or later: quiet while nothing waits on the peer (wire/frame.h).
-  const bool quiet_when_idle_;
   platform::Socket control_;
   std::vector<platform::Socket> data_;
   const std::vector<PathInfo> paths_;
   std::vector<std::shared_ptr<core::NicMeter>> path_meters_;  // each path's NIC's (empty with metrics off)
-  std::vector<int> path_nodes_;  // NUMA node of each path's NIC (-1 unknown)
+  std::vector<int> path_nodes_;                               // NUMA node of each path's NIC (-1 unknown)
   std::unique_ptr<std::atomic<bool>[]> path_dead_;
   ChunkQueue chunks_;
 
   platform::Mutex fibers_mu_;
-  std::condition_variable fibers_cv_;  // a fiber ended
+  std::condition_variable fibers_cv_;                                // a fiber ended
   std::vector<platform::FiberTask*> fibers_ GUARDED_BY(fibers_mu_);  // alive
   // Workers that may still use the sockets, plus start() until it returns.
   std::atomic<int> workers_{1};
@@ -484,7 +483,7 @@ class TcpTransport final : public transport::Transport {
   // reading began to arrive, 0 between frames (tick cuts off a stalled one).
   std::unique_ptr<std::atomic<int64_t>[]> frame_since_ns_;
 
-  platform::Mutex control_write_mu_;  // serialises frames on the control stream
+  platform::Mutex control_write_mu_;   // serialises frames on the control stream
   platform::WaitList control_parked_;  // fibers waiting for it
 
   platform::Mutex out_mu_;
@@ -492,8 +491,8 @@ class TcpTransport final : public transport::Transport {
   std::deque<Outgoing> out_ GUARDED_BY(out_mu_);
   bool out_stopped_ GUARDED_BY(out_mu_) = false;
   bool out_writing_ GUARDED_BY(out_mu_) = false;  // the control writer holds a frame
-  std::condition_variable out_drained_cv_;  // out_ empty and nothing being written
-  platform::WaitList out_parked_;           // the control writer's fiber, waiting for out_
+  std::condition_variable out_drained_cv_;        // out_ empty and nothing being written
+  platform::WaitList out_parked_;                 // the control writer's fiber, waiting for out_
 
   // Operations waiting on the peer.
   platform::Mutex mu_;
@@ -521,7 +520,7 @@ class TcpTransport final : public transport::Transport {
   // carried the notification: the peer tells it (skip_note sends nothing).
   std::unordered_set<uint64_t> peer_tells_note_ GUARDED_BY(mu_);
   std::deque<uint64_t> finished_order_ GUARDED_BY(mu_);
-  std::vector<uint64_t> landed_chunks_;           // per path; only its reader (fiber)
+  std::vector<uint64_t> landed_chunks_;  // per path; only its reader (fiber)
 
   const StagingHooks hooks_;
   // The streams, events and pinned blocks of this connection's copiers,
@@ -539,14 +538,12 @@ class TcpTransport final : public transport::Transport {
   // The scratch of data path `path`, or of the control stream (-1).
   RxScratch& rx_scratch(int path) { return rx_scratch_[path < 0 ? data_.size() : static_cast<size_t>(path)]; }
   std::vector<RxScratch> rx_scratch_;
-  platform::Mutex control_copy_mu_;                                        // serialises the control copier
+  platform::Mutex control_copy_mu_;                                      // serialises the control copier
   std::unique_ptr<Copier> control_copier_ GUARDED_BY(control_copy_mu_);  // made on first use
   // exchange()'s pinned bounce (inline_max bytes, at most kMaxControlBounce),
   // allocated on first use; declared after the copier that frees it.
   static constexpr size_t kMaxControlBounce = 1 << 20;
-  size_t control_bounce_bytes() const {
-    return std::clamp<size_t>(ctx_->options.inline_max, 4096, kMaxControlBounce);
-  }
+  size_t control_bounce_bytes() const { return std::clamp<size_t>(ctx_->options.inline_max, 4096, kMaxControlBounce); }
   std::unique_ptr<StagingRing> control_bounce_ GUARDED_BY(control_copy_mu_);
   bool bounce_refused_ GUARDED_BY(control_copy_mu_) = false;  // warned once that it could not be had
 
