@@ -111,9 +111,11 @@ def test_a_wait_without_a_deadline_says_it_is_still_waiting(caplog):
     # timeout=None waits for ever; after 5 s the `ferry` logger says so once,
     # rather than hanging without a word.
     with ferry.Engine() as a, ferry.Engine() as b:
+        dialed = []  # held until the end: a dropped connection closes, and a would see its peer leave
+
         def late_peer():
             time.sleep(5.5)
-            b.connect(a.address, timeout=10)
+            dialed.append(b.connect(a.address, timeout=10))
 
         import threading
         t = threading.Thread(target=late_peer)

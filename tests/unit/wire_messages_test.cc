@@ -1,4 +1,4 @@
-// The typed steady-state frames (wire/messages.h): each one encodes and
+// The typed frames (wire/messages.h, wire/local_messages.h): each one encodes and
 // decodes back to itself through the 64 header bytes, and each decoder
 // refuses, as data loss naming the frame and what is wrong, a field its type
 // does not use, an unknown flag, and what no sender writes. An engine meeting
@@ -8,6 +8,8 @@
 #include <string>
 
 #include "hostile_peer.h"
+#include "raw_local_peer.h"
+#include "wire/local_messages.h"
 #include "wire/messages.h"
 
 namespace ferry::wire {
@@ -168,6 +170,86 @@ TEST(WireMessages, AnEngineFailsAConnectionWhosePeerSetsAnUnusedField) {
   EXPECT_EQ(s.code(), Code::kDataLoss) << s.to_string();
   EXPECT_NE(s.message().find("rts frame: field d is 57005"), std::string::npos) << s.to_string();
   ASSERT_NO_FATAL_FAILURE(hostile::still_serves_others(*t.engine));
+}
+
+TEST(WireMessages, EveryLocalMessageComesBackAsItWasSent) {
+  const std::string spans(48, 's');
+  auto rts = decode_local_rts(through_bytes(encode(LocalRts{5, 1 << 20, spans})), {}, spans);
+  ASSERT_TRUE(rts.ok()) << rts.status().to_string();
+  EXPECT_EQ(rts->size, 1u << 20);
+  EXPECT_EQ(rts->spans, spans);
+  auto cts = decode_local_cts(through_bytes(encode(LocalCts{5, 9, spans})), {}, spans);
+  ASSERT_TRUE(cts.ok()) << cts.status().to_string();
+  EXPECT_EQ(cts->token, 9u);
+  const std::string why = "export 4 was revoked";
+  auto done = decode_local_done(through_bytes(encode(LocalDone{9, 5, why})), why, {});
+  ASSERT_TRUE(done.ok()) << done.status().to_string();
+  EXPECT_EQ(done->reason, why);
+  auto open = decode_local_open(through_bytes(encode(LocalOpen{1, 2, 3, 4})), {}, {});
+  ASSERT_TRUE(open.ok()) << open.status().to_string();
+  EXPECT_EQ(open->length, 4u);
+  LocalExport e{.request = 1, .export_id = 2, .key = 3, .length = 4096, .spans = spans};
+  auto exported = decode_local_export(through_bytes(encode(e)), {}, spans);
+  ASSERT_TRUE(exported.ok()) << exported.status().to_string();
+  EXPECT_EQ(exported->spans, spans);
+  auto pull = decode_local_pull(through_bytes(encode(LocalPull{{7, 2, 3, 100, 200, spans}})), {}, spans);
+  ASSERT_TRUE(pull.ok()) << pull.status().to_string();
+  EXPECT_EQ(pull->offset, 100u);
+  EXPECT_EQ(pull->size, 200u);
+  auto push = decode_local_push(through_bytes(encode(LocalPush{{7, 2, 3, 100, 200, spans}})), {}, spans);
+  ASSERT_TRUE(push.ok()) << push.status().to_string();
+  auto note = decode_local_note(through_bytes(encode(LocalNote{3, 4, true, "n"})), "n", {});
+  ASSERT_TRUE(note.ok()) << note.status().to_string();
+  EXPECT_TRUE(note->skip);
+  const std::string values(24, '\0');
+  auto revoke = decode_local_revoke(through_bytes(encode(LocalRevoke{6, 2, values})), {}, values);
+  ASSERT_TRUE(revoke.ok()) << revoke.status().to_string();
+  EXPECT_EQ(revoke->exports, 2u);
+  LocalSetup setup{.nonce = 0xabcdef, .rendezvous = "ferry-rv"};
+  for (size_t i = 0; i < setup.ticket.size(); ++i) setup.ticket[i] = static_cast<uint8_t>(i * 7 + 1);
+  auto back = decode_local_setup(through_bytes(encode(setup)), "ferry-rv", {});
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->ticket, setup.ticket);
+  EXPECT_EQ(back->nonce, 0xabcdefu);
+  EXPECT_EQ(decode_local_ready(through_bytes(encode(LocalReady{1234})), {}, {}).value().pid, 1234u);
+}
+
+TEST(WireMessages, WhatNoLocalSenderWritesIsRefused) {
+  FrameHeader open = encode(LocalOpen{1, 2, 3, 4});
+  open.d = 1;
+  expect_refused(decode_local_open(open, {}, {}).status(), "field d is 1");
+  expect_refused(decode_local_done(encode(LocalDone{1, 0, "fine"}), "fine", {}).status(),
+                 "reason for an operation that succeeded");
+  const std::string spans(48, 's');
+  LocalExport failed{.request = 1, .code = 5, .spans = spans};  // a refusal carries no spans
+  expect_refused(decode_local_export(encode(failed), {}, spans).status(), "a payload of 48 bytes");
+  expect_refused(decode_local_revoke(encode(LocalRevoke{1, 4, std::string(24, '\0')}), {}, std::string(24, '\0'))
+                     .status(),
+                 "4 export ids in a payload of 24 bytes");
+  expect_refused(decode_local_revoke(encode(LocalRevoke{1, 0, "odd"}), {}, "odd").status(), "payload of 3 bytes");
+  expect_refused(decode_local_pull(encode(LocalPull{{1, 2, 3, ~uint64_t{0}, 2, {}}}), {}, {}).status(), "wraps around");
+  expect_refused(decode_local_setup(encode(LocalSetup{}), {}, {}).status(), "no rendezvous name");
+  FrameHeader note = encode(LocalNote{1, 2, false, {}});
+  note.flags = 2;
+  expect_refused(decode_local_note(note, {}, {}).status(), "unknown flags 0x02");
+}
+
+// An engine's local channel meeting a message that sets a field its type
+// does not use fails the connection as data loss, naming the field.
+TEST(WireMessages, ALocalConnectionWhosePeerSetsAnUnusedFieldFails) {
+  Options o;
+  o.transport = TransportChoice::kLocal;
+  auto target = Engine::create(o).value();
+  local::RawLocalPeer peer;
+  ASSERT_TRUE(peer.dial(target->address(), after(5s)).ok());
+  auto c = target->accept(after(5s)).value();
+  FrameHeader open = encode(LocalOpen{1, 2, 3, 4});
+  open.e = 77;
+  ASSERT_TRUE(peer.post(open));
+  ASSERT_TRUE(local::eventually([&] { return !c->health().ok(); }, after(5s)));
+  EXPECT_EQ(c->health().code(), Code::kDataLoss) << c->health().to_string();
+  EXPECT_NE(c->health().message().find("local_open frame: field e is 77"), std::string::npos)
+      << c->health().to_string();
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "transport/local/local_transport.h"
 #include "transport/local/peer_proof.h"
 #include "transport/handshake_io.h"
+#include "wire/local_messages.h"
 
 namespace ferry::local {
 namespace {
@@ -18,11 +19,6 @@ constexpr size_t kRingBytes = 4u << 20;
 
 wire::EncodedFrame rejected(Code code, const std::string& why) { return wire::encode(wire::Rejected{code, why}); }
 
-// The ticket rides in LOCAL_SETUP's a and b.
-void put_ticket(const Ticket& t, wire::FrameHeader& h) {
-  std::memcpy(&h.a, t.data(), 8);
-  std::memcpy(&h.b, t.data() + 8, 8);
-}
 // A peer the kernel says is this very process is another engine sharing
 // this address space, one trust domain, when its engine id (proven by the
 // handshake's signature) is not this engine's: allowed. An engine is its
@@ -31,12 +27,6 @@ PeerPolicy policy_of(const core::EngineContext& ctx, uint64_t peer_engine) {
   return PeerPolicy{ctx.options.local_other_uids, ctx.options.local_same_process || peer_engine != ctx.engine_id};
 }
 
-Ticket get_ticket(const wire::FrameHeader& h) {
-  Ticket t;
-  std::memcpy(t.data(), &h.a, 8);
-  std::memcpy(t.data() + 8, &h.b, 8);
-  return t;
-}
 }  // namespace
 
 Result<std::shared_ptr<transport::ConnectionCore>> connect_local(const std::shared_ptr<core::EngineContext>& ctx,
@@ -46,11 +36,8 @@ Result<std::shared_ptr<transport::ConnectionCore>> connect_local(const std::shar
   FERRY_ASSIGN_OR_RETURN(ShmChannel channel, ShmChannel::create(kRingBytes, nonce));
   FERRY_ASSIGN_OR_RETURN(RendezvousListener rendezvous, RendezvousListener::open());
   wire::EncodedFrame setup;
-  setup.header.type = wire::FrameType::kLocalSetup;
-  put_ticket(rendezvous.ticket(), setup.header);
-  setup.header.c = nonce;
   setup.aux = rendezvous.name();
-  setup.header.aux_len = static_cast<uint16_t>(setup.aux.size());
+  setup.header = wire::encode(wire::LocalSetup{rendezvous.ticket(), nonce, setup.aux});
   FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(control.fd(), setup, deadline));
   Result<PeerCredentials> proven = rendezvous.hand_over(channel.fd(), control.fd(), policy_of(*ctx, peer_engine), deadline);
   if (!proven.ok() && proven.status().code() != Code::kCancelled) return proven.status();
@@ -62,9 +49,14 @@ Result<std::shared_ptr<transport::ConnectionCore>> connect_local(const std::shar
   if (!proven.ok()) return proven.status();
   // The peer's word on its pid must agree with the kernel's; only the
   // kernel's is used.
-  if (reply.header.type != wire::FrameType::kLocalReady || reply.header.a != static_cast<uint64_t>(proven->pid)) {
+  if (reply.header.type != wire::FrameType::kLocalReady) {
     return Status(Code::kDataLoss, "expected LOCAL_READY from process " + std::to_string(proven->pid) + ", got " +
                                        std::string(wire::frame_type_name(reply.header.type)));
+  }
+  FERRY_ASSIGN_OR_RETURN(wire::LocalReady ready, wire::decode_local_ready(reply.header, reply.aux, {}));
+  if (ready.pid != static_cast<uint64_t>(proven->pid)) {
+    return Status(Code::kDataLoss, "LOCAL_READY names process " + std::to_string(ready.pid) + "; the kernel says " +
+                                       std::to_string(proven->pid));
   }
   LocalPeer peer{peer_engine, proven->pid, platform::peer_name(control.fd())};
   return LocalTransport::connection(ctx, id, std::move(peer), std::move(control), std::move(channel));
@@ -83,14 +75,15 @@ Result<std::shared_ptr<transport::ConnectionCore>> accept_local(const std::share
     return refuse(
         Status(Code::kDataLoss, "expected LOCAL_SETUP, got " + std::string(wire::frame_type_name(setup.header.type))));
   }
+  Result<wire::LocalSetup> asked = wire::decode_local_setup(setup.header, setup.aux, {});
+  if (!asked.ok()) return refuse(asked.status());
   Result<ReceivedChannel> received =
-      fetch_channel(setup.aux, get_ticket(setup.header), fd, policy_of(*ctx, peer_engine), deadline);
+      fetch_channel(asked->rendezvous, asked->ticket, fd, policy_of(*ctx, peer_engine), deadline);
   if (!received.ok()) return refuse(received.status());
-  Result<ShmChannel> channel = ShmChannel::attach(received->fd, setup.header.c);
+  Result<ShmChannel> channel = ShmChannel::attach(received->fd, asked->nonce);
   if (!channel.ok()) return refuse(channel.status());
   wire::EncodedFrame ready;
-  ready.header.type = wire::FrameType::kLocalReady;
-  ready.header.a = static_cast<uint64_t>(::getpid());
+  ready.header = wire::encode(wire::LocalReady{static_cast<uint64_t>(::getpid())});
   FERRY_RETURN_IF_ERROR(bootstrap::write_handshake_frame(fd, ready, deadline));
   LocalPeer peer{peer_engine, received->peer.pid, platform::peer_name(fd)};
   return LocalTransport::connection(ctx, id, std::move(peer), std::move(control), std::move(channel).value());

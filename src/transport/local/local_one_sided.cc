@@ -188,13 +188,7 @@ void LocalTransport::with_export(const RemoteDescriptor& r, std::function<void(R
     waiters.push_back(std::move(then));
     if (waiters.size() > 1) return;  // a request is already out
   }
-  FrameHeader h;
-  h.type = FrameType::kLocalOpen;
-  h.id = core_.next_op();
-  h.a = r.export_id;
-  h.b = r.key;
-  h.c = r.length;
-  post(h);
+  post(wire::encode(wire::LocalOpen{core_.next_op(), r.export_id, r.key, r.length}));
 }
 
 LocalCopier::StopCheck LocalTransport::stop_check(std::shared_ptr<TransferState> transfer) {
@@ -281,14 +275,8 @@ void LocalTransport::run_item(const std::shared_ptr<TransferState>& state, const
   }
   uint64_t op = core_.next_op();
   expect(op, [state](const Status& st) { state->finish_part(st); });
-  FrameHeader h;
-  h.type = is_write ? FrameType::kLocalPull : FrameType::kLocalPush;
-  h.id = op;
-  h.a = item.remote.export_id;
-  h.b = item.remote.key;
-  h.c = item.offset;
-  h.d = size;
-  post(h, {}, payload);
+  const wire::LocalCopy copy{op, item.remote.export_id, item.remote.key, item.offset, size, payload};
+  post(is_write ? wire::encode(wire::LocalPull{copy}) : wire::encode(wire::LocalPush{copy}), {}, payload);
 }
 
 }  // namespace ferry::local

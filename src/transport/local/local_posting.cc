@@ -4,7 +4,6 @@
 // notifications. Writes and reads are in local_one_sided.cc.
 #include <cstring>
 
-#include "transport/local/local_messages.h"
 #include "transport/local/local_transport.h"
 
 namespace ferry::local {
@@ -101,12 +100,8 @@ void LocalTransport::expect(uint64_t id, Completion c) {
 }
 
 void LocalTransport::answer(uint64_t id, const Status& s) {
-  FrameHeader h;
-  h.type = FrameType::kLocalDone;
-  h.id = id;
-  h.code = static_cast<uint32_t>(s.code());
-  std::string msg = s.ok() ? std::string() : s.message().substr(0, 4000);
-  post(h, msg);
+  std::string msg = s.ok() ? std::string() : s.message().substr(0, wire::kMaxLocalReason);
+  post(wire::encode(wire::LocalDone{id, static_cast<uint32_t>(s.code()), msg}), msg);
 }
 
 Status LocalTransport::describe_span(const core::MemorySpan& span, std::vector<SharedSpan>& out) {
@@ -136,9 +131,6 @@ void LocalTransport::start_send(const std::shared_ptr<TransferState>& state, cor
   uint64_t op = state->id();
   uint64_t size = source.total();
   auto done = [state](const Status& s) { state->finish(s); };
-  FrameHeader h;
-  h.id = op;
-  h.a = size;
   if (!any_gpu(source) && size <= std::min<uint64_t>(ctx_->options.inline_max, channel_.max_message() / 2)) {
     // Small host messages ride in the ring: one message, no rendezvous.
     std::string bytes(size, '\0');
@@ -154,9 +146,8 @@ void LocalTransport::start_send(const std::shared_ptr<TransferState>& state, cor
       std::memcpy(bytes.data() + at, v.iov_base, v.iov_len);
       at += v.iov_len;
     }
-    h.type = FrameType::kEager;
     expect(op, done);
-    post(h, {}, bytes);
+    post(wire::encode(wire::Eager{op, static_cast<uint32_t>(size)}), {}, bytes);
     return;
   }
   std::vector<SharedSpan> spans;
@@ -173,12 +164,11 @@ void LocalTransport::start_send(const std::shared_ptr<TransferState>& state, cor
   // The sender copies once it learns where the receive buffer is (CTS); when
   // it cannot address that buffer, the receiver copies and answers DONE.
   expect(op, done);
-  h.type = FrameType::kLocalRts;
   {
     platform::MutexLock lock(mu_);
     pending_sources_[op] = std::move(source);
   }
-  post(h, {}, payload);
+  post(wire::encode(wire::LocalRts{op, size, payload}), {}, payload);
 }
 
 void LocalTransport::refuse(const transport::ArrivedMessage& msg, const Status& why) { answer(msg.op, why); }
@@ -246,11 +236,7 @@ void LocalTransport::match(transport::PostedRecv recv, transport::ArrivedMessage
     }
     uint64_t token = state->id();
     expect(token, [state](const Status& st) { state->finish(st); });
-    FrameHeader h;
-    h.type = FrameType::kLocalCts;
-    h.id = msg.op;
-    h.a = token;
-    post(h, {}, payload);
+    post(wire::encode(wire::LocalCts{msg.op, token, payload}), {}, payload);
     return;
   }
   // The receiver copies. The sender hears first: it may be waiting to send
@@ -302,12 +288,7 @@ Status LocalTransport::copy_into(const core::SegmentList& dest, const std::strin
 // ---- notifications --------------------------------------------------------------------
 
 void LocalTransport::post_note(uint64_t op, uint64_t seq, bool skip, std::string_view note) {
-  FrameHeader h;
-  h.type = FrameType::kLocalNote;
-  h.id = op;
-  h.a = seq;
-  h.flags = skip ? kNoteSkip : 0;
-  post(h, note);
+  post(wire::encode(wire::LocalNote{op, seq, skip, note}), note);
 }
 
 void LocalTransport::send_note(const std::shared_ptr<TransferState>& state, uint64_t seq, std::string_view note,

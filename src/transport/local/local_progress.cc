@@ -10,7 +10,6 @@
 #include <thread>
 
 #include "platform/log.h"
-#include "transport/local/local_messages.h"
 #include "transport/local/local_transport.h"
 #include "wire/messages.h"
 
@@ -108,10 +107,12 @@ Status LocalTransport::handle(const std::string& msg) {
   }
   std::string_view aux(msg.data() + wire::kHeaderSize, h.aux_len);
   std::string_view payload(msg.data() + wire::kHeaderSize + h.aux_len, h.payload_len);
+  // Each message's decoder refuses what its type does not carry.
+  auto refused = [&](const Status& s) { return s.with_context(where()); };
   switch (h.type) {
     case FrameType::kEager: {
       auto m = wire::decode_eager(h, aux);
-      if (!m.ok()) return m.status().with_context(where());
+      if (!m.ok()) return refused(m.status());
       transport::ArrivedMessage u;
       u.op = m->op;
       u.size = m->size;
@@ -119,50 +120,56 @@ Status LocalTransport::handle(const std::string& msg) {
       u.bytes.assign(payload);
       return core_.arrive(std::move(u));
     }
-    case FrameType::kLocalRts:
-      return on_rts(h, payload);
-    case FrameType::kLocalCts:
-      return on_cts(h, payload);
-    case FrameType::kLocalDone:
-    case FrameType::kAck: {
-      if (h.type == FrameType::kAck) {
-        if (auto m = wire::decode_ack(h, aux); !m.ok()) return m.status().with_context(where());
-      }
-      Completion c;
-      {
-        platform::MutexLock lock(mu_);
-        auto it = expected_.find(h.id);
-        if (it == expected_.end()) return Status();  // already failed locally
-        c = std::move(it->second);
-        expected_.erase(it);
-        pending_sources_.erase(h.id);
-      }
-      // where() formats a string: only an error needs it.
-      c(h.code == 0 ? Status() : core_.peer_status(h.code, aux));
-      return Status();
+    case FrameType::kLocalRts: {
+      auto m = wire::decode_local_rts(h, aux, payload);
+      return m.ok() ? on_rts(*m) : refused(m.status());
     }
-    case FrameType::kLocalOpen:
-      return on_open(h);
-    case FrameType::kLocalExport:
-      return on_export(h, aux, payload);
-    case FrameType::kLocalPull:
-    case FrameType::kLocalPush:
-      return on_pull_or_push(h, payload);
-    case FrameType::kLocalNote:
+    case FrameType::kLocalCts: {
+      auto m = wire::decode_local_cts(h, aux, payload);
+      return m.ok() ? on_cts(*m) : refused(m.status());
+    }
+    case FrameType::kLocalDone: {
+      auto m = wire::decode_local_done(h, aux, payload);
+      return m.ok() ? on_done(m->id, m->code, m->reason) : refused(m.status());
+    }
+    case FrameType::kAck: {
+      auto m = wire::decode_ack(h, aux);
+      return m.ok() ? on_done(m->op, m->code, m->reason) : refused(m.status());
+    }
+    case FrameType::kLocalOpen: {
+      auto m = wire::decode_local_open(h, aux, payload);
+      return m.ok() ? on_open(*m) : refused(m.status());
+    }
+    case FrameType::kLocalExport: {
+      auto m = wire::decode_local_export(h, aux, payload);
+      return m.ok() ? on_export(*m) : refused(m.status());
+    }
+    case FrameType::kLocalPull: {
+      auto m = wire::decode_local_pull(h, aux, payload);
+      return m.ok() ? on_copy(/*pull=*/true, *m) : refused(m.status());
+    }
+    case FrameType::kLocalPush: {
+      auto m = wire::decode_local_push(h, aux, payload);
+      return m.ok() ? on_copy(/*pull=*/false, *m) : refused(m.status());
+    }
+    case FrameType::kLocalNote: {
+      auto m = wire::decode_local_note(h, aux, payload);
+      if (!m.ok()) return refused(m.status());
       // Confirm first: an application that closes the moment it sees the
       // note would otherwise send CLOSE ahead of the confirmation, and the
       // sender's notify would fail although the note arrived.
-      if (h.id != 0) {
-        post(wire::encode(wire::Ack{h.id, 0, {}}));
-      }
-      return core_.notes().push_numbered(h.a, (h.flags & kNoteSkip) != 0, std::string(aux)).with_context(where());
-    case FrameType::kLocalRevoke:
-      return on_revoke(h, payload);
+      if (m->op != 0) post(wire::encode(wire::Ack{m->op, 0, {}}));
+      return core_.notes().push_numbered(m->seq, m->skip, std::string(m->note)).with_context(where());
+    }
+    case FrameType::kLocalRevoke: {
+      auto m = wire::decode_local_revoke(h, aux, payload);
+      return m.ok() ? on_revoke(*m) : refused(m.status());
+    }
     case FrameType::kHeartbeat:
-      if (auto m = wire::decode_heartbeat(h, aux); !m.ok()) return m.status().with_context(where());
+      if (auto m = wire::decode_heartbeat(h, aux); !m.ok()) return refused(m.status());
       return Status();
     case FrameType::kClose:
-      if (auto m = wire::decode_close(h, aux); !m.ok()) return m.status().with_context(where());
+      if (auto m = wire::decode_close(h, aux); !m.ok()) return refused(m.status());
       // The peer's own copies ended before it sent this (close(), or its
       // answer to ours); this side's end before it answers, which the
       // peer's close() waits for.
@@ -177,36 +184,47 @@ Status LocalTransport::handle(const std::string& msg) {
   }
 }
 
-Status LocalTransport::on_rts(const FrameHeader& h, std::string_view payload) {
-  FERRY_ASSIGN_OR_RETURN(std::vector<SharedSpan> spans, decode_spans(payload));
+Status LocalTransport::on_done(uint64_t id, uint32_t code, std::string_view reason) {
+  Completion c;
+  {
+    platform::MutexLock lock(mu_);
+    auto it = expected_.find(id);
+    if (it == expected_.end()) return Status();  // already failed locally
+    c = std::move(it->second);
+    expected_.erase(it);
+    pending_sources_.erase(id);
+  }
+  // where() formats a string: only an error needs it.
+  c(code == 0 ? Status() : core_.peer_status(code, reason));
+  return Status();
+}
+
+Status LocalTransport::on_rts(const wire::LocalRts& m) {
+  FERRY_ASSIGN_OR_RETURN(std::vector<SharedSpan> spans, decode_spans(m.spans));
   uint64_t total = 0;
   for (const SharedSpan& s : spans) total += s.length;
-  if (total != h.a) return Status(Code::kDataLoss, where() + ": RTS spans do not add up to the message size");
+  if (total != m.size) return Status(Code::kDataLoss, where() + ": RTS spans do not add up to the message size");
   auto source = std::make_unique<SpansSource>();
   source->spans = std::move(spans);
   transport::ArrivedMessage u;
-  u.op = h.id;
-  u.size = h.a;
+  u.op = m.op;
+  u.size = m.size;
   u.source = std::move(source);
   return core_.arrive(std::move(u));
 }
 
-Status LocalTransport::on_cts(const FrameHeader& h, std::string_view payload) {
-  FERRY_ASSIGN_OR_RETURN(std::vector<SharedSpan> spans, decode_spans(payload));
+Status LocalTransport::on_cts(const wire::LocalCts& m) {
+  FERRY_ASSIGN_OR_RETURN(std::vector<SharedSpan> spans, decode_spans(m.spans));
   core::SegmentList source;
   Completion done;
   {
     platform::MutexLock lock(mu_);
-    auto it = pending_sources_.find(h.id);
-    auto e = expected_.find(h.id);
+    auto it = pending_sources_.find(m.op);
+    auto e = expected_.find(m.op);
     if (it == pending_sources_.end() || e == expected_.end()) {
       // The send already failed here; tell the receiver.
-      FrameHeader d;
-      d.type = FrameType::kLocalDone;
-      d.id = h.a;
-      d.code = static_cast<uint32_t>(Code::kCancelled);
-      std::string why = "the send was withdrawn";
-      post(d, why);
+      const std::string_view why = "the send was withdrawn";
+      post(wire::encode(wire::LocalDone{m.token, static_cast<uint32_t>(Code::kCancelled), why}), why);
       return Status();
     }
     source = std::move(it->second);
@@ -214,7 +232,7 @@ Status LocalTransport::on_cts(const FrameHeader& h, std::string_view payload) {
     done = std::move(e->second);
     expected_.erase(e);
   }
-  uint64_t token = h.a;
+  uint64_t token = m.token;
   uint64_t size = source.total();
   std::weak_ptr<transport::ConnectionHost> self = core_.weak_host();
   auto finish = [this, self, token, done](const Status& st) {
@@ -233,13 +251,9 @@ Status LocalTransport::on_cts(const FrameHeader& h, std::string_view payload) {
   return Status();
 }
 
-Status LocalTransport::on_open(const FrameHeader& h) {
-  FrameHeader r;
-  r.type = FrameType::kLocalExport;
-  r.id = h.id;
-  r.a = h.a;
-  r.b = h.b;
-  auto span = ctx_->registry.resolve_export(h.a, h.b, 0, h.c);
+Status LocalTransport::on_open(const wire::LocalOpen& m) {
+  wire::LocalExport r{.request = m.request, .export_id = m.export_id, .key = m.key};
+  auto span = ctx_->registry.resolve_export(m.export_id, m.key, 0, m.length);
   // The region stays registered until the answer is posted: a dereg that
   // runs meanwhile waits, then finds the export recorded below and revokes
   // it after the answer (the ring keeps their order). Without the hold, it
@@ -250,31 +264,36 @@ Status LocalTransport::on_open(const FrameHeader& h) {
   if (span.ok()) access.emplace(held, 0, span->size);
   std::vector<SharedSpan> spans;
   Status s = span.status();
-  if (s.ok() && !access->ok()) s = Status(Code::kNotFound, "export " + std::to_string(h.a) + " was revoked");
+  if (s.ok() && !access->ok()) s = Status(Code::kNotFound, "export " + std::to_string(m.export_id) + " was revoked");
   if (s.ok()) s = describe_span(*span, spans);
+  auto refuse = [&](const Status& why) {
+    const std::string reason = why.message().substr(0, wire::kMaxLocalReason);
+    r.code = static_cast<uint32_t>(why.code());
+    r.reason = reason;
+    post(wire::encode(r), reason);
+  };
   if (!s.ok()) {
-    r.code = static_cast<uint32_t>(s.code());
-    post(r, s.message().substr(0, 4000));
+    refuse(s);
     return Status();
   }
   {
     platform::MutexLock lock(mu_);
-    shared_exports_[h.a] = span->region->region.id;
+    shared_exports_[m.export_id] = span->region->region.id;
   }
-  r.c = h.c;
+  r.length = m.length;
   std::string payload;
   encode_spans(spans, payload);
   if (Status f = fits(payload, "opening this export"); !f.ok()) {
-    r.code = static_cast<uint32_t>(f.code());
-    post(r, f.message().substr(0, 4000));
+    refuse(f);
     return Status();
   }
-  post(r, {}, payload);
+  r.spans = payload;
+  post(wire::encode(r), {}, payload);
   return Status();
 }
 
-Status LocalTransport::on_export(const FrameHeader& h, std::string_view aux, std::string_view payload) {
-  auto key = std::make_pair(h.a, h.b);
+Status LocalTransport::on_export(const wire::LocalExport& m) {
+  auto key = std::make_pair(m.export_id, m.key);
   Result<const ExportInfo*> result = Status();
   Status malformed;
   std::vector<std::function<void(Result<const ExportInfo*>)>> waiters;
@@ -284,14 +303,14 @@ Status LocalTransport::on_export(const FrameHeader& h, std::string_view aux, std
     if (w == opening_.end()) return Status();
     waiters = std::move(w->second);
     opening_.erase(w);
-    if (h.code != 0) {
-      result = core_.peer_status(h.code, aux);
-    } else if (auto spans = decode_spans(payload); !spans.ok()) {
+    if (m.code != 0) {
+      result = core_.peer_status(m.code, m.reason);
+    } else if (auto spans = decode_spans(m.spans); !spans.ok()) {
       // The waiters are no longer where fail() finds them: they hear it here.
       malformed = spans.status();
       result = malformed;
     } else {
-      ExportInfo info{h.b, h.c, std::move(spans).value()};
+      ExportInfo info{m.key, m.length, std::move(spans).value()};
       result = &(exports_[key] = std::move(info));
     }
   }
@@ -300,16 +319,16 @@ Status LocalTransport::on_export(const FrameHeader& h, std::string_view aux, std
   return malformed;
 }
 
-Status LocalTransport::on_pull_or_push(const FrameHeader& h, std::string_view payload) {
-  bool pull = h.type == FrameType::kLocalPull;  // the peer writes into our export
-  uint64_t op = h.id;
+Status LocalTransport::on_copy(bool pull, const wire::LocalCopy& m) {
+  // pull: the peer writes into our export; push: it reads from it.
+  const uint64_t op = m.op;
   std::weak_ptr<transport::ConnectionHost> self = core_.weak_host();
   auto finish = [this, self, op](const Status& st) {
     if (auto core = self.lock()) answer(op, st);  // the transport lives as long as its core
   };
-  auto spans = decode_spans(payload);
+  auto spans = decode_spans(m.spans);
   if (!spans.ok()) return spans.status();
-  auto span = ctx_->registry.resolve_export(h.a, h.b, h.c, h.d);
+  auto span = ctx_->registry.resolve_export(m.export_id, m.key, m.offset, m.size);
   if (!span.ok()) {
     finish(span.status());
     return Status();
@@ -322,14 +341,14 @@ Status LocalTransport::on_pull_or_push(const FrameHeader& h, std::string_view pa
   }
   // Held until the copy ends (the completion owns it): dereg of the export's
   // region waits for this side's own copy, as the revoke does for the peer's.
-  auto access = std::make_shared<core::ChunkAccess>(list, 0, h.d);
+  auto access = std::make_shared<core::ChunkAccess>(list, 0, m.size);
   if (!access->ok()) {
-    finish(Status(Code::kNotFound, "export " + std::to_string(h.a) + " was revoked"));
+    finish(Status(Code::kNotFound, "export " + std::to_string(m.export_id) + " was revoked"));
     return Status();
   }
   // A pull copies the initiator's bytes here (from remote); a push sends ours there.
   Status s = copier_.start(
-      list, *spans, h.d, !pull, [finish, access](const Status& st) { finish(st); }, LocalCopier::HostCopyBy::kHelpers);
+      list, *spans, m.size, !pull, [finish, access](const Status& st) { finish(st); }, LocalCopier::HostCopyBy::kHelpers);
   if (!s.ok()) finish(s);
   return Status();
 }
@@ -365,12 +384,9 @@ void LocalTransport::region_retired(uint64_t region_id) {
     // receive buffer alone the list is empty: the peer handles our CTS
     // before this message and its copies end before it answers.
     auto answered = std::make_shared<std::promise<Status>>();
-    FrameHeader h;
-    h.type = FrameType::kLocalRevoke;
-    h.id = core_.next_op();
-    h.a = exports.size();
-    expect(h.id, [answered](const Status& s) { answered->set_value(s); });
-    post(h, {}, payload);
+    const wire::LocalRevoke revoke{core_.next_op(), exports.size(), payload};
+    expect(revoke.request, [answered](const Status& s) { answered->set_value(s); });
+    post(wire::encode(revoke), {}, payload);
     auto answer = answered->get_future();
     if (answer.wait_for(ctx_->options.peer_timeout) != std::future_status::ready) {
       core_.fail(
@@ -404,17 +420,16 @@ void LocalTransport::settle_after_failure(uint64_t region_id) {
   }
 }
 
-Status LocalTransport::on_revoke(const FrameHeader& h, std::string_view payload) {
-  if (payload.size() % 8 != 0 || h.a > payload.size() / 8) {
-    return Status(Code::kDataLoss, where() + ": malformed revoke message");
-  }
+Status LocalTransport::on_revoke(const wire::LocalRevoke& m) {
+  // decode_local_revoke checked the count against the payload.
+  std::string_view payload = m.values;
   std::vector<uint64_t> values(payload.size() / 8);
   // memcpy takes no null pointer, not even for 0 bytes (an empty revoke).
   if (!values.empty()) std::memcpy(values.data(), payload.data(), payload.size());
   Revocation r;
-  r.id = h.id;
-  r.exports.assign(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(h.a));
-  r.allocs.assign(values.begin() + static_cast<std::ptrdiff_t>(h.a), values.end());
+  r.id = m.request;
+  r.exports.assign(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(m.exports));
+  r.allocs.assign(values.begin() + static_cast<std::ptrdiff_t>(m.exports), values.end());
   revocations_.push_back(std::move(r));
   (void)finish_revokes();
   return Status();

@@ -156,9 +156,7 @@ void LocalTransport::stop_copying(const Status& why) {
 
 void LocalTransport::send_close() {
   if (close_sent_.exchange(true)) return;
-  FrameHeader h;
-  h.type = FrameType::kClose;
-  post(h);
+  post(wire::encode(wire::Close{}));
   flush_outbox();
 }
 

@@ -64,6 +64,8 @@
 #include "transport/local/progress_pool.h"
 #include "transport/local/shm_channel.h"
 #include "wire/frame.h"
+#include "wire/local_messages.h"
+#include "wire/messages.h"
 
 namespace ferry::local {
 
@@ -211,12 +213,15 @@ class LocalTransport final : public transport::Transport, private ProgressPool::
   // garbage (the connection then fails).
   bool next_message(std::string& msg);
   Status handle(const std::string& msg);
-  Status on_rts(const wire::FrameHeader& h, std::string_view payload);
-  Status on_cts(const wire::FrameHeader& h, std::string_view payload);
-  Status on_open(const wire::FrameHeader& h);
-  Status on_export(const wire::FrameHeader& h, std::string_view aux, std::string_view payload);
-  Status on_pull_or_push(const wire::FrameHeader& h, std::string_view payload);
-  Status on_revoke(const wire::FrameHeader& h, std::string_view payload);
+  Status on_rts(const wire::LocalRts& m);
+  Status on_cts(const wire::LocalCts& m);
+  // LOCAL_DONE, or ACK (a notification's confirmation): `id` ended with `code`.
+  Status on_done(uint64_t id, uint32_t code, std::string_view reason);
+  Status on_open(const wire::LocalOpen& m);
+  Status on_export(const wire::LocalExport& m);
+  // LOCAL_PULL (`pull`) or LOCAL_PUSH.
+  Status on_copy(bool pull, const wire::LocalCopy& m);
+  Status on_revoke(const wire::LocalRevoke& m);
   // Carries the oldest revocation as far as it can without blocking the
   // worker (its other connections wait meanwhile): its exports go once no
   // application thread is starting a copy from one, and the answer once

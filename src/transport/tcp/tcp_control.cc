@@ -173,7 +173,7 @@ void TcpTransport::control_rx_loop() {
     }
     aux.resize(h->aux_len);
     if (h->aux_len > 0) s = platform::recv_exact(fd, aux.data(), aux.size());
-    if (s.ok()) s = handle_frame(fd, -1, *h, aux);
+    if (s.ok()) s = handle_control_frame(fd, *h, aux);
     if (!s.ok()) {
       core_.fail(s.code() == Code::kDataLoss ? s
                                              : Status(Code::kPeerLost, where() + ": control stream: " + s.message()));
@@ -182,28 +182,11 @@ void TcpTransport::control_rx_loop() {
   }
 }
 
-Status TcpTransport::handle_frame(int fd, int path, const FrameHeader& h, std::string& aux) {
-  const bool on_control = path < 0;
-  // A frame the decoder refuses fails the connection (data loss), named by stream.
-  auto refused = [&](const Status& s) {
-    return s.with_context(where() + (on_control ? ": control stream" : ": data stream " + std::to_string(path)));
-  };
-  switch (h.type) {
-    case FrameType::kData: {
-      auto m = wire::decode_data(h, aux);
-      return m.ok() ? land_data(fd, path, *m) : refused(m.status());
-    }
-    case FrameType::kWrite: {
-      auto m = wire::decode_write(h, aux);
-      return m.ok() ? land_write(fd, path, *m, aux) : refused(m.status());
-    }
-    default:
-      break;
-  }
-  if (!on_control) {
-    return Status(Code::kDataLoss, where() + ": " + std::string(frame_type_name(h.type)) + " frame on data stream " +
-                                       std::to_string(path));
-  }
+Status TcpTransport::handle_control_frame(int fd, const FrameHeader& h, std::string& aux) {
+  // Small bulk frames travel inline on the control stream: the landing's.
+  if (h.type == FrameType::kData || h.type == FrameType::kWrite) return land_frame(fd, /*path=*/-1, h, aux);
+  // A frame the decoder refuses fails the connection (data loss).
+  auto refused = [&](const Status& s) { return s.with_context(where() + ": control stream"); };
   switch (h.type) {
     case FrameType::kHeartbeat: {
       auto m = wire::decode_heartbeat(h, aux);

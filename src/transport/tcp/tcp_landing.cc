@@ -54,6 +54,26 @@ Status TcpTransport::account_in_order(int path, Account account, Abandon abandon
   return after_earlier(path, [f = guarded(std::move(account), std::move(abandon)), landed]() { return f(landed); });
 }
 
+Status TcpTransport::land_frame(int fd, int path, const FrameHeader& h, std::string& aux) {
+  // A frame the decoder refuses fails the connection (data loss), named by stream.
+  auto refused = [&](const Status& s) {
+    return s.with_context(where() + (path < 0 ? ": control stream" : ": data stream " + std::to_string(path)));
+  };
+  switch (h.type) {
+    case FrameType::kData: {
+      auto m = wire::decode_data(h, aux);
+      return m.ok() ? land_data(fd, path, *m) : refused(m.status());
+    }
+    case FrameType::kWrite: {
+      auto m = wire::decode_write(h, aux);
+      return m.ok() ? land_write(fd, path, *m, aux) : refused(m.status());
+    }
+    default:
+      return Status(Code::kDataLoss, where() + ": " + std::string(frame_type_name(h.type)) + " frame on data stream " +
+                                         std::to_string(path));
+  }
+}
+
 Status TcpTransport::land_data(int fd, int path, const wire::DataChunk& m) {
   std::shared_ptr<Landing> l;
   {
@@ -198,141 +218,139 @@ void TcpTransport::give_up_stalled_path(int stalled, int path, uint64_t offset) 
                                                       " while this path was still bringing it (the peer gave it up)"));
 }
 
-Status TcpTransport::land_write(int fd, int path, const wire::WriteChunk& m, std::string& aux) {
-  // The note (m.note) is `aux`, which this takes. A batch's chunk: its bytes
-  // follow the block table, read first.
-  const uint64_t op = m.op;
-  const bool aborted = m.aborted;
-  const bool blocks = m.block_entries != 0;
+Status TcpTransport::land_write(int fd, int path, const wire::WriteChunk& m, std::string& note) {
+  // Its decoder validated the frame. Where its bytes go, then whether they
+  // land (a chunk seen before, an aborted or refused write), then landing
+  // them, and accounting once they are in place (account_write_chunk).
   const uint64_t bytes = m.size - static_cast<uint64_t>(m.block_entries) * wire::kBlockEntryBytes;
-  // The key and the bounds are checked before any state is kept for a write.
   core::SegmentList dest;
-  Status resolved = aborted ? Status(Code::kCancelled, "aborted") : Status();
-  if (!aborted && blocks) {
+  Status resolved = m.aborted ? Status(Code::kCancelled, "aborted") : Status();
+  if (!m.aborted && m.block_entries != 0) {
+    // The key and the bounds are checked before any state is kept for a write.
     FERRY_RETURN_IF_ERROR(receive_block_table(fd, path, m));
     resolved = resolve_blocks(path, dest);
-  } else if (!aborted) {
+  } else if (!m.aborted) {
     Result<core::MemorySpan> span = ctx_->registry.resolve_export(m.export_id, m.key, m.offset, m.size);
     resolved = span.status();
     if (span.ok()) dest.add(std::move(span).value());
   }
-  ChunkArrivals::Begin begin;
-  Status refused;  // a write refused at its first chunk: answered now, and nothing of it kept
-  bool over = false;
-  // An aborted write over, none of its chunks landing any more: its
-  // notification, told to the application as not delivered.
-  uint64_t aborted_seq = 0;
-  std::string aborted_note;
-  bool answer_abort = false;  // and it is answered: the initiator waits for that
-  {
-    platform::MutexLock lock(mu_);
-    if (finished_writes_.count(op) > 0) {
-      begin.land = false;  // finished, or aborted with nothing of it still arriving
-    } else if (aborted) {
-      // Chunks of it still on other paths are dropped from now on. It is
-      // over once none is still being written into the export; a path still
-      // bringing this chunk was given up by the peer (its late bytes must
-      // not land where the peer may write again).
-      begin.land = false;
-      auto it = incoming_.find(op);
-      ChunkArrivals::Abort abort =
-          it != incoming_.end() ? it->second.arrivals.abort(m.offset, path) : ChunkArrivals::Abort{true, -1};
-      begin.stalled_path = abort.stalled_path;
-      if (it != incoming_.end()) {
-        // The aborted chunk carries the write's notification (one that landed may not have).
-        if (m.note_seq != 0) it->second.note_seq = m.note_seq;
-        if (it->second.notification.empty()) it->second.notification = aux;
+  WriteAdmission admitted = admit_write_chunk(m, note, resolved, path);
+  if (!admitted.violation.ok()) return admitted.violation;
+  if (admitted.over) return fail_with(core_.exhausted("writes still arriving"));
+  if (admitted.stalled_path >= 0) give_up_stalled_path(admitted.stalled_path, path, m.offset);
+  if (m.aborted) {
+    if (admitted.answer_abort) {
+      if (admitted.aborted_seq != 0) {
+        Status told = core_.notes().push_numbered(admitted.aborted_seq, /*skip=*/true, std::move(admitted.aborted_note));
+        if (!told.ok()) return fail_with(told.with_context(where()));
       }
-      if (abort.over) {
-        answer_abort = true;
-        aborted_seq = it != incoming_.end() ? it->second.note_seq : m.note_seq;
-        aborted_note = it != incoming_.end() ? std::move(it->second.notification) : aux;
-        if (it != incoming_.end()) {
-          held_->budget->give(it->second.charged);
-          incoming_.erase(it);
-        }
-        remember_finished_write(op);
-      }
-    } else {
-      auto it = incoming_.find(op);
-      if (it == incoming_.end()) {
-        refused = resolved;
-        if (refused.ok() && !blocks)
-          refused = ctx_->registry.resolve_export(m.export_id, m.key, 0, m.total).status();  // its whole size fits
-        if (refused.ok() && !(over = !held_->budget->take(kWriteBytes))) {
-          it = incoming_.try_emplace(op).first;
-          it->second.arrivals = ChunkArrivals(m.total);
-          it->second.charged = kWriteBytes;
-        } else if (!refused.ok()) {
-          begin.land = false;
-          remember_finished_write(op);  // its other chunks are dropped
-        }
-      }
-      if (it != incoming_.end()) {
-        IncomingWrite& w = it->second;
-        if (w.arrivals.total() != m.total) {
-          return Status(Code::kDataLoss, where() + ": chunks of write " + std::to_string(op) + " disagree on its size");
-        }
-        begin = w.arrivals.begin(m.offset, path);
-        // The peer chooses how small the chunks are: each one's record counts.
-        if (begin.land && !(over = !held_->budget->take(kArrivalBytes + aux.size()))) {
-          w.charged += kArrivalBytes + aux.size();
-        }
-        if (over) (void)w.arrivals.end(m.offset, path, 0, /*landed=*/false);
-      }
+      ack(m.op, aborted_by_initiator(m.op));
     }
-  }
-  if (over) return fail_with(core_.exhausted("writes still arriving"));
-  if (begin.stalled_path >= 0) give_up_stalled_path(begin.stalled_path, path, m.offset);
-  if (aborted && (aborted_seq != 0 || answer_abort)) {
-    if (aborted_seq != 0) {
-      Status told = core_.notes().push_numbered(aborted_seq, /*skip=*/true, std::move(aborted_note));
-      if (!told.ok()) return fail_with(told.with_context(where()));
-    }
-    ack(op, aborted_by_initiator(op));
+    return drain(fd, bytes);  // an aborted chunk has none
   }
   // Drained outside the lock: a payload that stalls holds up nothing else.
-  if (!refused.ok()) {
+  if (!admitted.refused.ok()) {
     FERRY_RETURN_IF_ERROR(drain(fd, bytes));
     // As for a write that failed: its notification's number is given up and
     // told as not delivered (nothing of the write lands: its later chunks
     // are dropped), and the initiator told. A chunk without the notification
     // leaves it to the initiator's skip, which brings it.
-    if (m.note_seq != 0 && !aux.empty()) {
-      Status skipped = core_.notes().push_numbered(m.note_seq, /*skip=*/true, aux);
+    if (m.note_seq != 0 && !note.empty()) {
+      Status skipped = core_.notes().push_numbered(m.note_seq, /*skip=*/true, note);
       if (!skipped.ok()) return fail_with(skipped.with_context(where()));
     }
-    ack(op, refused);
+    ack(m.op, admitted.refused);
     return Status();
   }
-  if (!begin.land) return drain(fd, bytes);  // over, or a resent chunk that had landed already
-  const struct { uint64_t offset, note_seq, bytes; } chunk{m.offset, m.note_seq, bytes};
+  if (!admitted.land) return drain(fd, bytes);  // over, or a resent chunk that had landed already
+  return land_write_bytes(fd, path, m, bytes, std::move(note), std::move(dest), resolved);
+}
+
+TcpTransport::WriteAdmission TcpTransport::admit_write_chunk(const wire::WriteChunk& m, const std::string& note,
+                                                             const Status& resolved, int path) {
+  WriteAdmission a;
+  const uint64_t op = m.op;
+  platform::MutexLock lock(mu_);
+  if (finished_writes_.count(op) > 0) return a;  // finished, or aborted with nothing of it still arriving
+  auto it = incoming_.find(op);
+  if (m.aborted) {
+    // Chunks of it still on other paths are dropped from now on. It is over
+    // once none is still being written into the export; a path still
+    // bringing this chunk was given up by the peer (its late bytes must not
+    // land where the peer may write again).
+    ChunkArrivals::Abort abort =
+        it != incoming_.end() ? it->second.arrivals.abort(m.offset, path) : ChunkArrivals::Abort{true, -1};
+    a.stalled_path = abort.stalled_path;
+    if (it != incoming_.end()) {
+      // The aborted chunk carries the write's notification (one that landed may not have).
+      if (m.note_seq != 0) it->second.note_seq = m.note_seq;
+      if (it->second.notification.empty()) it->second.notification = note;
+    }
+    if (abort.over) {
+      // Over, none of its chunks landing any more: its notification is told
+      // as not delivered, and the initiator, which waits for that, answered.
+      a.answer_abort = true;
+      a.aborted_seq = it != incoming_.end() ? it->second.note_seq : m.note_seq;
+      a.aborted_note = it != incoming_.end() ? std::move(it->second.notification) : note;
+      if (it != incoming_.end()) {
+        held_->budget->give(it->second.charged);
+        incoming_.erase(it);
+      }
+      remember_finished_write(op);
+    }
+    return a;
+  }
+  const bool blocks = m.block_entries != 0;
+  if (it == incoming_.end()) {
+    // Its first chunk here: the write is refused whole (answered now, and
+    // nothing of it kept), or recorded.
+    a.refused = resolved;
+    if (a.refused.ok() && !blocks) a.refused = ctx_->registry.resolve_export(m.export_id, m.key, 0, m.total).status();
+    if (!a.refused.ok()) {
+      remember_finished_write(op);  // its other chunks are dropped
+      return a;
+    }
+    if (!held_->budget->take(kWriteBytes)) {
+      a.over = true;
+      return a;
+    }
+    it = incoming_.try_emplace(op).first;
+    it->second.arrivals = ChunkArrivals(m.total);
+    it->second.charged = kWriteBytes;
+  }
+  IncomingWrite& w = it->second;
+  if (w.arrivals.total() != m.total) {
+    a.violation = Status(Code::kDataLoss, where() + ": chunks of write " + std::to_string(op) + " disagree on its size");
+    return a;
+  }
+  ChunkArrivals::Begin begin = w.arrivals.begin(m.offset, path);
+  a.land = begin.land;
+  a.stalled_path = begin.stalled_path;
+  // The peer chooses how small the chunks are: each one's record counts.
+  if (a.land && !held_->budget->take(kArrivalBytes + note.size())) {
+    a.over = true;
+    (void)w.arrivals.end(m.offset, path, 0, /*landed=*/false);
+    a.land = false;
+  } else if (a.land) {
+    w.charged += kArrivalBytes + note.size();
+  }
+  return a;
+}
+
+Status TcpTransport::land_write_bytes(int fd, int path, const wire::WriteChunk& m, uint64_t bytes, std::string note,
+                                      core::SegmentList dest, const Status& resolved) {
+  const uint64_t op = m.op;
+  const WriteChunkLanded chunk{m.offset, m.note_seq, bytes};
   std::weak_ptr<transport::ConnectionHost> self = core_.weak_host();
   auto abandon = [this, self, op, offset = m.offset, path] {
     if (auto core = self.lock()) write_chunk_abandoned(op, offset, path);  // the transport lives as long as its core
   };
-  auto account = [this, op, chunk, path, note = std::move(aux)](const Status& landed) mutable -> Status {
-    IncomingWrite done;
-    {
-      platform::MutexLock lock(mu_);
-      if (finished_writes_.count(op) > 0) return Status();  // aborted while this chunk was copied
-      auto it = incoming_.find(op);
-      if (it == incoming_.end()) return Status();
-      IncomingWrite& w = it->second;
-      if (!note.empty()) w.notification = std::move(note);
-      if (chunk.note_seq != 0) w.note_seq = chunk.note_seq;
-      if (!landed.ok() && w.error.ok()) w.error = landed;
-      Result<bool> complete = w.arrivals.end(chunk.offset, path, chunk.bytes, /*landed=*/true);
-      if (!complete.ok()) return complete.status().with_context(where() + ": write " + std::to_string(op));
-      if (!*complete) return Status();
-      done = std::move(w);
-      incoming_.erase(it);
-      remember_finished_write(op);
-    }
-    held_->budget->give(done.charged);
-    return complete_write(op, done);
+  auto account = [this, op, chunk, path, note = std::move(note)](const Status& landed) mutable -> Status {
+    return account_write_chunk(op, chunk, path, std::move(note), landed);
   };
   if (!resolved.ok()) {
+    // Its memory went after the write was admitted: the bytes go nowhere,
+    // and the write ends with the reason once all of it arrived.
     if (Status s = drain(fd, bytes); !s.ok()) {
       abandon();
       return s;
@@ -344,7 +362,7 @@ Status TcpTransport::land_write(int fd, int path, const wire::WriteChunk& m, std
     abandon();
     return direct.status();
   }
-  uint64_t export_id = blocks ? rx_scratch(path).blocks.front().export_id : m.export_id;
+  const uint64_t export_id = m.block_entries != 0 ? rx_scratch(path).blocks.front().export_id : m.export_id;
   auto gone = [export_id] { return "export " + std::to_string(export_id) + " was deregistered during the write"; };
   switch (*direct) {
     case Direct::kInPlace:
@@ -356,6 +374,29 @@ Status TcpTransport::land_write(int fd, int path, const wire::WriteChunk& m, std
   }
   const uint64_t size = dest.total();
   return receive_staged(fd, path, std::move(dest), 0, size, guarded(std::move(account), std::move(abandon)), gone);
+}
+
+Status TcpTransport::account_write_chunk(uint64_t op, const WriteChunkLanded& chunk, int path, std::string note,
+                                         const Status& landed) {
+  IncomingWrite done;
+  {
+    platform::MutexLock lock(mu_);
+    if (finished_writes_.count(op) > 0) return Status();  // aborted while this chunk was copied
+    auto it = incoming_.find(op);
+    if (it == incoming_.end()) return Status();
+    IncomingWrite& w = it->second;
+    if (!note.empty()) w.notification = std::move(note);
+    if (chunk.note_seq != 0) w.note_seq = chunk.note_seq;
+    if (!landed.ok() && w.error.ok()) w.error = landed;
+    Result<bool> complete = w.arrivals.end(chunk.offset, path, chunk.bytes, /*landed=*/true);
+    if (!complete.ok()) return complete.status().with_context(where() + ": write " + std::to_string(op));
+    if (!*complete) return Status();
+    done = std::move(w);
+    incoming_.erase(it);
+    remember_finished_write(op);
+  }
+  held_->budget->give(done.charged);
+  return complete_write(op, done);
 }
 
 Status TcpTransport::aborted_by_initiator(uint64_t op) {

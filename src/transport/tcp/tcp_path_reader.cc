@@ -54,11 +54,11 @@ void TcpTransport::path_rx_loop(int path) {
     aux.resize(h->aux_len);
     if (h->aux_len > 0) s = platform::recv_exact(fd, aux.data(), aux.size());
     // Counted before the payload lands: a write's last frame may answer the
-    // writer from inside handle_frame, and its bytes are counted by then.
+    // writer from inside land_frame, and its bytes are counted by then.
     if (s.ok() && !path_meters_.empty() && (h->type == FrameType::kData || h->type == FrameType::kWrite)) {
       path_meters_[static_cast<size_t>(path)]->received.fetch_add(h->payload_len, std::memory_order_relaxed);
     }
-    if (s.ok()) s = handle_frame(fd, path, *h, aux);
+    if (s.ok()) s = land_frame(fd, path, *h, aux);
     frame_since_ns_[static_cast<size_t>(path)].store(0, std::memory_order_relaxed);
     if (s.ok() && h->type == FrameType::kData) last_progress_ns_.store(now_ns(), std::memory_order_relaxed);
     if (s.ok()) {

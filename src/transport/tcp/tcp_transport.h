@@ -329,13 +329,45 @@ class TcpTransport final : public transport::Transport {
   Status transmit_chunk(int fd, TxEntry& e, TxStager* stager);
 
   // Frame handlers; `fd` is the stream the frame's payload follows on.
-  Status handle_frame(int fd, int path, const wire::FrameHeader& h, std::string& aux);
+  // The control stream's frames (bulk ones inline among them go to land_frame).
+  Status handle_control_frame(int fd, const wire::FrameHeader& h, std::string& aux);
+  // DATA and WRITE, from data path `path` or (-1) the control stream; any
+  // other frame there is a protocol violation.
+  Status land_frame(int fd, int path, const wire::FrameHeader& h, std::string& aux);
   Status land_data(int fd, int path, const wire::DataChunk& m);
   // Records `op` among the recently finished writes.
   void remember_finished_write(uint64_t op) REQUIRES(mu_);
   // What this side answers a write its initiator aborted, once none of it lands.
   Status aborted_by_initiator(uint64_t op);
+  // A WRITE chunk (its notification is `note`, which this takes).
   Status land_write(int fd, int path, const wire::WriteChunk& m, std::string& note);
+  // What the write's records say of a chunk, and what they now hold.
+  struct WriteAdmission {
+    bool land = false;         // its bytes go into the memory
+    int stalled_path = -1;     // a path still bringing this chunk, which the peer gave up
+    bool over = false;         // its records would pass connection_memory_bytes
+    Status refused;            // the write is refused at its first chunk: drained and answered
+    Status violation;          // the peer contradicts itself: the connection fails
+    bool answer_abort = false;  // aborted and none of it lands any more: answer it
+    uint64_t aborted_seq = 0;   // ... and tell its notification (this number) as not delivered
+    std::string aborted_note;
+  };
+  WriteAdmission admit_write_chunk(const wire::WriteChunk& m, const std::string& note, const Status& resolved,
+                                   int path) EXCLUDES(mu_);
+  // Where a landed chunk of a write was, for its accounting.
+  struct WriteChunkLanded {
+    uint64_t offset = 0;
+    uint64_t note_seq = 0;
+    uint64_t bytes = 0;
+  };
+  // Receives an admitted chunk's `bytes` into `dest` (or drains them when
+  // `resolved` failed) and accounts it once they are in place.
+  Status land_write_bytes(int fd, int path, const wire::WriteChunk& m, uint64_t bytes, std::string note,
+                          core::SegmentList dest, const Status& resolved);
+  // A chunk's bytes are in place (or `landed` says why not): the write ends
+  // with its last chunk.
+  Status account_write_chunk(uint64_t op, const WriteChunkLanded& chunk, int path, std::string note,
+                             const Status& landed) EXCLUDES(mu_);
   // A batched write's chunk: reads and checks the block table that opens
   // its payload into rx_scratch(path); its bytes follow.
   // kDataLoss for a malformed table (a protocol violation).

@@ -1,0 +1,5 @@
+// Feeds arbitrary LOCAL_RTS frames (header, aux and payload bytes) to
+// wire::decode_local_rts and checks what it accepts round-trips (wire_message_fuzz.h).
+#include "wire_message_fuzz.h"
+
+FERRY_FUZZ_WIRE_LOCAL_MESSAGE(kLocalRts, decode_local_rts)
