@@ -9,7 +9,12 @@ Status refuse(const FrameHeader& h, const std::string& what) {
   return Status(Code::kDataLoss, std::string(frame_type_name(h.type)) + " frame: " + what);
 }
 
-Status check(const FrameHeader& h, FrameType type, uint8_t flags, unsigned fields, size_t aux_max, bool payload) {
+Status check(const FrameHeader& h, std::string_view aux, FrameType type, uint8_t flags, unsigned fields, size_t aux_max,
+             bool payload) {
+  if (aux.size() != h.aux_len) {
+    return Status(Code::kInternal, std::string(frame_type_name(h.type)) + " frame: " + std::to_string(aux.size()) +
+                                       " aux bytes given for a header that says " + std::to_string(h.aux_len));
+  }
   if (h.type != type) {
     return Status(Code::kInternal, "decoding a " + std::string(frame_type_name(h.type)) + " frame as " +
                                        std::string(frame_type_name(type)));
@@ -39,10 +44,10 @@ Status check(const FrameHeader& h, FrameType type, uint8_t flags, unsigned field
   return Status();
 }
 
-Status aux_agrees(const FrameHeader& h, std::string_view aux) {
-  if (aux.size() != h.aux_len) {
-    return Status(Code::kInternal, std::string(frame_type_name(h.type)) + " frame: " + std::to_string(aux.size()) +
-                                       " aux bytes given for a header that says " + std::to_string(h.aux_len));
+Status payload_agrees(const FrameHeader& h, std::string_view payload) {
+  if (payload.size() != h.payload_len) {
+    return Status(Code::kInternal, std::string(frame_type_name(h.type)) + " frame: " + std::to_string(payload.size()) +
+                                       " payload bytes given for a header that says " + std::to_string(h.payload_len));
   }
   return Status();
 }

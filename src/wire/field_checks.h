@@ -29,12 +29,13 @@ Status refuse(const FrameHeader& h, const std::string& what);
 
 // Refuses a frame with flags outside `flags`, a field outside `fields` that
 // is not zero, more than `aux_max` aux bytes, or a payload where `payload`
-// is false. A header of another type than `type` is this side's mistake
-// (kInternal).
-Status check(const FrameHeader& h, FrameType type, uint8_t flags, unsigned fields, size_t aux_max, bool payload);
+// is false. A header of another type than `type`, or `aux` bytes that are
+// not the header's, are this side's mistake (kInternal).
+Status check(const FrameHeader& h, std::string_view aux, FrameType type, uint8_t flags, unsigned fields, size_t aux_max,
+             bool payload);
 
-// The aux bytes handed over are the header's (kInternal otherwise).
-Status aux_agrees(const FrameHeader& h, std::string_view aux);
+// The payload bytes handed over are the header's (kInternal otherwise).
+Status payload_agrees(const FrameHeader& h, std::string_view payload);
 
 // A header of `type`, every field zero.
 FrameHeader of(FrameType type);

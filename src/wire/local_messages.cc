@@ -13,20 +13,6 @@ using namespace field_checks;
 
 namespace {
 
-// The payload handed over is the header's (kInternal otherwise).
-Status payload_agrees(const FrameHeader& h, std::string_view payload) {
-  if (payload.size() != h.payload_len) {
-    return Status(Code::kInternal, std::string(frame_type_name(h.type)) + " frame: " + std::to_string(payload.size()) +
-                                       " payload bytes given for a header that says " + std::to_string(h.payload_len));
-  }
-  return Status();
-}
-
-Status lengths_agree(const FrameHeader& h, std::string_view aux, std::string_view payload) {
-  FERRY_RETURN_IF_ERROR(aux_agrees(h, aux));
-  return payload_agrees(h, payload);
-}
-
 // A failure's reason only with a failure.
 Status reason_fits(const FrameHeader& h, std::string_view reason) {
   if (h.code == 0 && !reason.empty()) return refuse(h, "a reason for an operation that succeeded");
@@ -111,8 +97,8 @@ FrameHeader copy_header(FrameType type, const Copy& m) {
 
 template <typename Copy>
 Result<Copy> decode_copy(FrameType type, const FrameHeader& h, std::string_view aux, std::string_view payload) {
-  FERRY_RETURN_IF_ERROR(lengths_agree(h, aux, payload));
-  FERRY_RETURN_IF_ERROR(check(h, type, 0, kId | kA | kB | kC | kD, 0, true));
+  FERRY_RETURN_IF_ERROR(payload_agrees(h, payload));
+  FERRY_RETURN_IF_ERROR(check(h, aux, type, 0, kId | kA | kB | kC | kD, 0, true));
   if (h.c + h.d < h.c) return refuse(h, "offset " + std::to_string(h.c) + " plus size wraps around");
   return Copy{{h.id, h.a, h.b, h.c, h.d, payload}};
 }
@@ -138,8 +124,8 @@ FrameHeader encode(const LocalRevoke& m) {
 }
 
 Result<LocalSetup> decode_local_setup(const FrameHeader& h, std::string_view aux, std::string_view payload) {
-  FERRY_RETURN_IF_ERROR(lengths_agree(h, aux, payload));
-  FERRY_RETURN_IF_ERROR(check(h, FrameType::kLocalSetup, 0, kA | kB | kC, kMaxAux, false));
+  FERRY_RETURN_IF_ERROR(payload_agrees(h, payload));
+  FERRY_RETURN_IF_ERROR(check(h, aux, FrameType::kLocalSetup, 0, kA | kB | kC, kMaxAux, false));
   if (aux.empty()) return refuse(h, "no rendezvous name");
   LocalSetup m;
   std::memcpy(m.ticket.data(), &h.a, 8);
@@ -150,41 +136,41 @@ Result<LocalSetup> decode_local_setup(const FrameHeader& h, std::string_view aux
 }
 
 Result<LocalReady> decode_local_ready(const FrameHeader& h, std::string_view aux, std::string_view payload) {
-  FERRY_RETURN_IF_ERROR(lengths_agree(h, aux, payload));
-  FERRY_RETURN_IF_ERROR(check(h, FrameType::kLocalReady, 0, kA, 0, false));
+  FERRY_RETURN_IF_ERROR(payload_agrees(h, payload));
+  FERRY_RETURN_IF_ERROR(check(h, aux, FrameType::kLocalReady, 0, kA, 0, false));
   return LocalReady{h.a};
 }
 
 Result<LocalRts> decode_local_rts(const FrameHeader& h, std::string_view aux, std::string_view payload) {
-  FERRY_RETURN_IF_ERROR(lengths_agree(h, aux, payload));
-  FERRY_RETURN_IF_ERROR(check(h, FrameType::kLocalRts, 0, kId | kA, 0, true));
+  FERRY_RETURN_IF_ERROR(payload_agrees(h, payload));
+  FERRY_RETURN_IF_ERROR(check(h, aux, FrameType::kLocalRts, 0, kId | kA, 0, true));
   return LocalRts{h.id, h.a, payload};
 }
 
 Result<LocalCts> decode_local_cts(const FrameHeader& h, std::string_view aux, std::string_view payload) {
-  FERRY_RETURN_IF_ERROR(lengths_agree(h, aux, payload));
-  FERRY_RETURN_IF_ERROR(check(h, FrameType::kLocalCts, 0, kId | kA, 0, true));
+  FERRY_RETURN_IF_ERROR(payload_agrees(h, payload));
+  FERRY_RETURN_IF_ERROR(check(h, aux, FrameType::kLocalCts, 0, kId | kA, 0, true));
   return LocalCts{h.id, h.a, payload};
 }
 
 Result<LocalDone> decode_local_done(const FrameHeader& h, std::string_view aux, std::string_view payload) {
-  FERRY_RETURN_IF_ERROR(lengths_agree(h, aux, payload));
-  FERRY_RETURN_IF_ERROR(check(h, FrameType::kLocalDone, 0, kId | kCode, kMaxLocalReason, false));
+  FERRY_RETURN_IF_ERROR(payload_agrees(h, payload));
+  FERRY_RETURN_IF_ERROR(check(h, aux, FrameType::kLocalDone, 0, kId | kCode, kMaxLocalReason, false));
   FERRY_RETURN_IF_ERROR(reason_fits(h, aux));
   return LocalDone{h.id, h.code, aux};
 }
 
 Result<LocalOpen> decode_local_open(const FrameHeader& h, std::string_view aux, std::string_view payload) {
-  FERRY_RETURN_IF_ERROR(lengths_agree(h, aux, payload));
-  FERRY_RETURN_IF_ERROR(check(h, FrameType::kLocalOpen, 0, kId | kA | kB | kC, 0, false));
+  FERRY_RETURN_IF_ERROR(payload_agrees(h, payload));
+  FERRY_RETURN_IF_ERROR(check(h, aux, FrameType::kLocalOpen, 0, kId | kA | kB | kC, 0, false));
   return LocalOpen{h.id, h.a, h.b, h.c};
 }
 
 Result<LocalExport> decode_local_export(const FrameHeader& h, std::string_view aux, std::string_view payload) {
-  FERRY_RETURN_IF_ERROR(lengths_agree(h, aux, payload));
+  FERRY_RETURN_IF_ERROR(payload_agrees(h, payload));
   const bool failed = h.code != 0;
   FERRY_RETURN_IF_ERROR(
-      check(h, FrameType::kLocalExport, 0, kId | kA | kB | kC | kCode, failed ? kMaxLocalReason : 0, !failed));
+      check(h, aux, FrameType::kLocalExport, 0, kId | kA | kB | kC | kCode, failed ? kMaxLocalReason : 0, !failed));
   return LocalExport{h.id, h.code, h.a, h.b, h.c, aux, payload};
 }
 
@@ -197,14 +183,14 @@ Result<LocalPush> decode_local_push(const FrameHeader& h, std::string_view aux, 
 }
 
 Result<LocalNote> decode_local_note(const FrameHeader& h, std::string_view aux, std::string_view payload) {
-  FERRY_RETURN_IF_ERROR(lengths_agree(h, aux, payload));
-  FERRY_RETURN_IF_ERROR(check(h, FrameType::kLocalNote, kLocalNoteSkip, kId | kA, kMaxNote, false));
+  FERRY_RETURN_IF_ERROR(payload_agrees(h, payload));
+  FERRY_RETURN_IF_ERROR(check(h, aux, FrameType::kLocalNote, kLocalNoteSkip, kId | kA, kMaxNote, false));
   return LocalNote{h.id, h.a, (h.flags & kLocalNoteSkip) != 0, aux};
 }
 
 Result<LocalRevoke> decode_local_revoke(const FrameHeader& h, std::string_view aux, std::string_view payload) {
-  FERRY_RETURN_IF_ERROR(lengths_agree(h, aux, payload));
-  FERRY_RETURN_IF_ERROR(check(h, FrameType::kLocalRevoke, 0, kId | kA, 0, true));
+  FERRY_RETURN_IF_ERROR(payload_agrees(h, payload));
+  FERRY_RETURN_IF_ERROR(check(h, aux, FrameType::kLocalRevoke, 0, kId | kA, 0, true));
   if (payload.size() % 8 != 0 || h.a > payload.size() / 8) {
     return refuse(h, std::to_string(h.a) + " export ids in a payload of " + std::to_string(payload.size()) +
                          " bytes (8 a value)");

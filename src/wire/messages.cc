@@ -103,20 +103,17 @@ FrameHeader encode(const WriteChunk& m) {
 }
 
 Result<Heartbeat> decode_heartbeat(const FrameHeader& h, std::string_view aux) {
-  FERRY_RETURN_IF_ERROR(aux_agrees(h, aux));
-  FERRY_RETURN_IF_ERROR(check(h, FrameType::kHeartbeat, kHeartbeatWantsAnswer, 0, 0, false));
+  FERRY_RETURN_IF_ERROR(check(h, aux, FrameType::kHeartbeat, kHeartbeatWantsAnswer, 0, 0, false));
   return Heartbeat{(h.flags & kHeartbeatWantsAnswer) != 0};
 }
 
 Result<Close> decode_close(const FrameHeader& h, std::string_view aux) {
-  FERRY_RETURN_IF_ERROR(aux_agrees(h, aux));
-  FERRY_RETURN_IF_ERROR(check(h, FrameType::kClose, 0, 0, 0, false));
+  FERRY_RETURN_IF_ERROR(check(h, aux, FrameType::kClose, 0, 0, 0, false));
   return Close{};
 }
 
 Result<Eager> decode_eager(const FrameHeader& h, std::string_view aux) {
-  FERRY_RETURN_IF_ERROR(aux_agrees(h, aux));
-  FERRY_RETURN_IF_ERROR(check(h, FrameType::kEager, 0, kId | kA, 0, true));
+  FERRY_RETURN_IF_ERROR(check(h, aux, FrameType::kEager, 0, kId | kA, 0, true));
   if (h.a != h.payload_len) {
     return refuse(h, "message size " + std::to_string(h.a) + " and payload of " + std::to_string(h.payload_len) +
                          " bytes disagree");
@@ -131,58 +128,50 @@ Result<Eager> decode_eager(const FrameHeader& h, std::string_view aux) {
 }
 
 Result<Rts> decode_rts(const FrameHeader& h, std::string_view aux) {
-  FERRY_RETURN_IF_ERROR(aux_agrees(h, aux));
-  FERRY_RETURN_IF_ERROR(check(h, FrameType::kRts, 0, kId | kA, 0, false));
+  FERRY_RETURN_IF_ERROR(check(h, aux, FrameType::kRts, 0, kId | kA, 0, false));
   return Rts{h.id, h.a};
 }
 
 Result<Cts> decode_cts(const FrameHeader& h, std::string_view aux) {
-  FERRY_RETURN_IF_ERROR(aux_agrees(h, aux));
-  FERRY_RETURN_IF_ERROR(check(h, FrameType::kCts, 0, kId | kA, 0, false));
+  FERRY_RETURN_IF_ERROR(check(h, aux, FrameType::kCts, 0, kId | kA, 0, false));
   return Cts{h.id, h.a};
 }
 
 Result<Ack> decode_ack(const FrameHeader& h, std::string_view aux) {
-  FERRY_RETURN_IF_ERROR(aux_agrees(h, aux));
-  FERRY_RETURN_IF_ERROR(check(h, FrameType::kAck, 0, kId | kCode, kMaxReason, false));
+  FERRY_RETURN_IF_ERROR(check(h, aux, FrameType::kAck, 0, kId | kCode, kMaxReason, false));
   if (h.code == 0 && !aux.empty()) return refuse(h, "a reason for an operation that succeeded");
   return Ack{h.id, h.code, aux};
 }
 
 Result<ReadReq> decode_read_req(const FrameHeader& h, std::string_view aux) {
-  FERRY_RETURN_IF_ERROR(aux_agrees(h, aux));
-  FERRY_RETURN_IF_ERROR(check(h, FrameType::kReadReq, 0, kId | kA | kB | kC | kD, 0, false));
+  FERRY_RETURN_IF_ERROR(check(h, aux, FrameType::kReadReq, 0, kId | kA | kB | kC | kD, 0, false));
   return ReadReq{h.id, h.a, h.b, h.c, h.d};
 }
 
 Result<Notify> decode_notify(const FrameHeader& h, std::string_view aux) {
-  FERRY_RETURN_IF_ERROR(aux_agrees(h, aux));
-  FERRY_RETURN_IF_ERROR(check(h, FrameType::kNotify, kFlagNoteSkip, kId | kE, kMaxNote, false));
+  FERRY_RETURN_IF_ERROR(check(h, aux, FrameType::kNotify, kFlagNoteSkip, kId | kE, kMaxNote, false));
   return Notify{h.id, h.e, (h.flags & kFlagNoteSkip) != 0, aux};
 }
 
 Result<ChunkAck> decode_chunk_ack(const FrameHeader& h, std::string_view aux) {
-  FERRY_RETURN_IF_ERROR(aux_agrees(h, aux));
-  FERRY_RETURN_IF_ERROR(check(h, FrameType::kChunkAck, 0, kA | kB, 0, false));
+  FERRY_RETURN_IF_ERROR(check(h, aux, FrameType::kChunkAck, 0, kA | kB, 0, false));
   if (h.a > 63) return refuse(h, "data path " + std::to_string(h.a) + " (a connection has at most 64)");
   return ChunkAck{static_cast<uint32_t>(h.a), h.b};
 }
 
 Result<DataChunk> decode_data(const FrameHeader& h, std::string_view aux) {
-  FERRY_RETURN_IF_ERROR(aux_agrees(h, aux));
   const bool aborted = (h.flags & kFlagAborted) != 0;
-  FERRY_RETURN_IF_ERROR(check(h, FrameType::kData, kFlagAckRequest | kFlagAborted, kId | kA | (aborted ? kCode : 0u),
-                              aborted ? kMaxReason : 0, !aborted));
+  FERRY_RETURN_IF_ERROR(check(h, aux, FrameType::kData, kFlagAckRequest | kFlagAborted,
+                              kId | kA | (aborted ? kCode : 0u), aborted ? kMaxReason : 0, !aborted));
   if (h.a + h.payload_len < h.a) return refuse(h, "chunk at offset " + std::to_string(h.a) + " wraps around");
   return DataChunk{h.id, h.a, h.payload_len, (h.flags & kFlagAckRequest) != 0, aborted, h.code, aux};
 }
 
 Result<WriteChunk> decode_write(const FrameHeader& h, std::string_view aux) {
-  FERRY_RETURN_IF_ERROR(aux_agrees(h, aux));
   const bool aborted = (h.flags & kFlagAborted) != 0;
   const bool blocks = (h.flags & kFlagBlocks) != 0;
   if (aborted && blocks) return refuse(h, "an aborted chunk with a block table");
-  FERRY_RETURN_IF_ERROR(check(h, FrameType::kWrite, kFlagAckRequest | kFlagAborted | kFlagBlocks,
+  FERRY_RETURN_IF_ERROR(check(h, aux, FrameType::kWrite, kFlagAckRequest | kFlagAborted | kFlagBlocks,
                               kId | kA | (blocks ? 0u : kB) | kC | kD | kE | (aborted ? kCode : 0u), kMaxNote,
                               !aborted));
   if (h.c + h.payload_len < h.c) return refuse(h, "chunk at offset " + std::to_string(h.c) + " wraps around");

@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "ferry/engine.h"
+#include "ferry/options.h"
 #include "ferry/status.h"
 #include "wire/frame.h"
 
@@ -27,9 +29,9 @@ inline constexpr uint8_t kFlagBlocks = 8;      // WRITE: the payload opens with 
 inline constexpr uint8_t kFlagNoteSkip = 4;
 
 // What every sender keeps to (the decoders refuse more).
-inline constexpr uint32_t kMaxEagerBytes = 1024 * 1024;  // Options::kMaxInline
-inline constexpr size_t kMaxReason = 1024;               // an ACK's or an aborted chunk's message
-inline constexpr size_t kMaxNote = 60 * 1024;            // Connection::kMaxNotification
+inline constexpr uint32_t kMaxEagerBytes = Options::kMaxInline;
+inline constexpr size_t kMaxReason = 1024;  // an ACK's or an aborted chunk's message
+inline constexpr size_t kMaxNote = Connection::kMaxNotification;
 // A WRITE chunk's block table: entries of kBlockEntryBytes, at most
 // kMaxBlockEntries a chunk (transport/tcp/block_table.h encodes them).
 inline constexpr uint32_t kMaxBlockEntries = 4096;

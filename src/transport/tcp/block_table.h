@@ -28,6 +28,7 @@
 #include "core/segments.h"
 #include "ferry/memory.h"
 #include "ferry/status.h"
+#include "wire/messages.h"
 
 namespace ferry::tcp {
 
@@ -40,9 +41,9 @@ struct RemoteBlock {
 
 class BlockTable {
  public:
-  static constexpr size_t kEntryBytes = 32;
+  static constexpr size_t kEntryBytes = wire::kBlockEntryBytes;
   // The most entries one chunk may carry; a receiver refuses more.
-  static constexpr size_t kMaxEntriesPerChunk = 4096;
+  static constexpr size_t kMaxEntriesPerChunk = wire::kMaxBlockEntries;
 
   // A table over prepared pools: `blocks` between this side's pools `local`
   // (each a whole region) and the peer's `remote` ones, in order; empty

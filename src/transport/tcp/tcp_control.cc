@@ -12,10 +12,6 @@ namespace ferry::tcp {
 
 using namespace internal;
 
-static_assert(wire::kMaxEagerBytes == Options::kMaxInline, "the decoder's limit is what senders keep");
-static_assert(wire::kMaxNote == Connection::kMaxNotification, "the decoder's limit is what senders keep");
-static_assert(wire::kMaxBlockEntries == BlockTable::kMaxEntriesPerChunk &&
-              wire::kBlockEntryBytes == BlockTable::kEntryBytes);
 using wire::FrameHeader;
 using wire::FrameType;
 
