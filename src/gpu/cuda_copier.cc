@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <deque>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -32,12 +33,18 @@ DevicePtr dptr(const void* p) { return static_cast<DevicePtr>(reinterpret_cast<u
 // (gpu/gpu_kit.h): a copier never makes nor frees a driver object on the
 // thread that moves a transfer when the kit was filled.
 //
-// While an application stream of this process waits on the GPU for any
-// engine (StreamSignals::any_waiting), every copy goes to the copy engines
-// and none to a kernel: on an H200 a staging kernel queued behind such a
-// wait sometimes never ran, and the receive it ended never ended
-// (docs/architecture.md, "CUDA stream order"; the runs:
-// docs/benchmarks/2026-11-30.md, "session six").
+// Two lanes a device: a stream in the application's context (the primary
+// one) and one in ferry's own (GpuContext). While an application stream of
+// this process waits on the GPU for any engine, a copy queued in the
+// application's context may sit behind that wait in a hardware queue the
+// two share, and the wait waits for the copy: every copy then goes to
+// ferry's context, by the copy engines (docs/architecture.md, "CUDA stream
+// order"). Otherwise the application's context, where the staging and
+// gather kernels run. The lane is chosen under a Pass of the waits' gate
+// (StreamSignals::app_queue_gate), so no wait is queued between the choice
+// and the queuing. Copies stay in the order queued: before a device's
+// copies move to the other lane, the lane they leave is waited for (it
+// always ends: what it holds was queued before any wait).
 class CudaCopier final : public StagingCopier {
  public:
   CudaCopier(std::shared_ptr<StagingKernels> kernels, std::shared_ptr<GatherKernels> gather,
@@ -50,10 +57,12 @@ class CudaCopier final : public StagingCopier {
       if (t.items != nullptr) kit_->give_block(PinnedKind::kPlain, kTableBytes, t.items);
     }
     for (size_t dev = 0; dev < devices_.size(); ++dev) {
-      PerDevice& pd = devices_[dev];
-      if (pd.stream == nullptr) continue;
-      for (Event e : pd.idle) kit_->give_event(static_cast<int>(dev), e);
-      kit_->give_stream(static_cast<int>(dev), pd.stream);
+      for (GpuContext ctx : kContexts) {
+        Lane& lane = devices_[dev].lane(ctx);
+        if (lane.stream == nullptr) continue;
+        for (Event e : lane.idle) kit_->give_event(static_cast<int>(dev), e, ctx);
+        kit_->give_stream(static_cast<int>(dev), lane.stream, ctx);
+      }
     }
   }
 
@@ -73,12 +82,14 @@ class CudaCopier final : public StagingCopier {
     const CudaDriver& d = cuda();
     if (!d.available()) return Status(Code::kUnimplemented, "GPU memory to stage, but no CUDA driver on this host");
     if (device < 0) return Status(Code::kInvalidArgument, "staging copy without a device");
-    DeviceScope scope(device);
+    QueueGate::Pass app(StreamSignals::app_queue_gate());
+    const GpuContext ctx = app.clear() ? GpuContext::kApplication : GpuContext::kFerry;
+    DeviceScope scope(device, ctx);
     if (!scope.ok()) return scope.status();
-    auto stream = stream_of(device);
+    auto stream = stream_of(device, ctx);
     if (!stream.ok()) return stream.status();
     Status s(Code::kUnimplemented, "no copy kernel");
-    if (kernels_ && StagingKernels::fits(dst, src, n) && !StreamSignals::any_waiting()) {
+    if (kernels_ && ctx == GpuContext::kApplication && StagingKernels::fits(dst, src, n)) {
       s = kernels_->copy(device, stream.value(), dst, src, n);
       if (s.ok()) ++kernel_copies_;
     }
@@ -88,7 +99,6 @@ class CudaCopier final : public StagingCopier {
     }
     FERRY_RETURN_IF_ERROR(s);
     devices_[static_cast<size_t>(device)].dirty = true;
-    last_device_ = device;
     return Status();
   }
 
@@ -97,11 +107,13 @@ class CudaCopier final : public StagingCopier {
     if (many.size() < 2 || !d.available() || device < 0) return StagingCopier::copy_many(device, many);
     uint64_t bytes = 0;
     for (const Op& op : many) bytes += op.n;
-    const bool gather = gather_ && GatherKernels::suits(many.size(), bytes) && !StreamSignals::any_waiting();
+    QueueGate::Pass app(StreamSignals::app_queue_gate());
+    const GpuContext ctx = app.clear() ? GpuContext::kApplication : GpuContext::kFerry;
+    const bool gather = gather_ && ctx == GpuContext::kApplication && GatherKernels::suits(many.size(), bytes);
     if (!gather && !d.has_memcpy_batch()) return StagingCopier::copy_many(device, many);
-    DeviceScope scope(device);
+    DeviceScope scope(device, ctx);
     if (!scope.ok()) return scope.status();
-    auto stream = stream_of(device);
+    auto stream = stream_of(device, ctx);
     if (!stream.ok()) return stream.status();
     if (gather) {
       // A chunk of a KV cache's blocks: one launch instead of about a
@@ -121,7 +133,6 @@ class CudaCopier final : public StagingCopier {
         if (s.ok()) ++kernel_copies_;
         // Even a failure may follow a first launch: the next fence covers it.
         devices_[static_cast<size_t>(device)].dirty = true;
-        last_device_ = device;
         return s;
       }
       if (!d.has_memcpy_batch()) return StagingCopier::copy_many(device, many);
@@ -138,7 +149,6 @@ class CudaCopier final : public StagingCopier {
                                                  stream.value()),
                                   "cuMemcpyBatchAsync"));
     devices_[static_cast<size_t>(device)].dirty = true;
-    last_device_ = device;
     return Status();
   }
 
@@ -151,32 +161,40 @@ class CudaCopier final : public StagingCopier {
     // A fence that fails part way covers nothing: the events already
     // recorded go back, and their devices still have unfenced copies.
     auto undo = [&](const Status& why) {
-      for (auto& [dev, e] : p.events) {
-        devices_[static_cast<size_t>(dev)].idle.push_back(e);
-        devices_[static_cast<size_t>(dev)].dirty = true;
+      for (const Mark& m : p.marks) {
+        if (m.event != nullptr) devices_[static_cast<size_t>(m.device)].lane(m.ctx).idle.push_back(m.event);
+        devices_[static_cast<size_t>(m.device)].dirty = true;
       }
       return why;
     };
     for (size_t dev = 0; dev < devices_.size(); ++dev) {
       PerDevice& pd = devices_[dev];
       if (!pd.dirty) continue;
-      DeviceScope scope(static_cast<int>(dev));
-      if (!scope.ok()) return undo(scope.status());
-      Event e = nullptr;
-      if (!pd.idle.empty()) {
-        e = pd.idle.back();
-        pd.idle.pop_back();
-      } else {
-        Result<Event> made = kit_->take_event(static_cast<int>(dev));
-        if (!made.ok()) return undo(made.status());
-        e = made.value();
+      Lane& lane = pd.lane(pd.in_use);
+      Mark m{static_cast<int>(dev), pd.in_use, lane.stream, nullptr};
+      // In the application's context while a stream waits, an event would
+      // queue behind the wait: the stream is asked instead (nothing is
+      // queued on it before the wait ends, so it is idle once these end).
+      std::optional<QueueGate::Pass> app;
+      if (m.ctx == GpuContext::kApplication) app.emplace(StreamSignals::app_queue_gate());
+      if (!app || app->clear()) {
+        DeviceScope scope(m.device, m.ctx);
+        if (!scope.ok()) return undo(scope.status());
+        if (!lane.idle.empty()) {
+          m.event = lane.idle.back();
+          lane.idle.pop_back();
+        } else {
+          Result<Event> made = kit_->take_event(m.device, m.ctx);
+          if (!made.ok()) return undo(made.status());
+          m.event = made.value();
+        }
+        Status s = d.check(d.event_record(m.event, lane.stream), "cuEventRecord");
+        if (!s.ok()) {
+          lane.idle.push_back(m.event);
+          return undo(s);
+        }
       }
-      Status s = d.check(d.event_record(e, pd.stream), "cuEventRecord");
-      if (!s.ok()) {
-        pd.idle.push_back(e);
-        return undo(s);
-      }
-      p.events.emplace_back(static_cast<int>(dev), e);
+      p.marks.push_back(m);
       pd.dirty = false;
     }
     pending_.push_back(std::move(p));
@@ -188,9 +206,14 @@ class CudaCopier final : public StagingCopier {
     Status first;
     for (size_t dev = 0; dev < devices_.size(); ++dev) {
       PerDevice& pd = devices_[dev];
-      if (pd.stream == nullptr) continue;
-      DeviceScope scope(static_cast<int>(dev));
-      Status s = scope.ok() ? d.check(d.stream_synchronize(pd.stream), "cuStreamSynchronize") : scope.status();
+      Status s;
+      for (GpuContext ctx : kContexts) {
+        if (pd.lane(ctx).stream == nullptr) continue;
+        DeviceScope scope(static_cast<int>(dev), ctx);
+        Status one = scope.ok() ? d.check(d.stream_synchronize(pd.lane(ctx).stream), "cuStreamSynchronize")
+                                : scope.status();
+        if (s.ok()) s = one;
+      }
       if (s.ok()) pd.dirty = false;
       if (first.ok()) first = s;
     }
@@ -201,11 +224,11 @@ class CudaCopier final : public StagingCopier {
     const CudaDriver& d = cuda();
     while (completed_ < ticket && !pending_.empty()) {
       Pending& p = pending_.front();
-      for (auto& [dev, e] : p.events) {
-        DeviceScope scope(dev);
-        cu::Result r = d.event_query(e);
+      for (const Mark& m : p.marks) {
+        DeviceScope scope(m.device, m.ctx);
+        cu::Result r = m.event != nullptr ? d.event_query(m.event) : d.stream_query(m.stream);
         if (r == cu::kNotReady) return false;
-        FERRY_RETURN_IF_ERROR(d.check(r, "cuEventQuery"));
+        FERRY_RETURN_IF_ERROR(d.check(r, m.event != nullptr ? "cuEventQuery" : "cuStreamQuery"));
       }
       retire_front();
     }
@@ -216,9 +239,13 @@ class CudaCopier final : public StagingCopier {
     const CudaDriver& d = cuda();
     while (completed_ < ticket && !pending_.empty()) {
       Pending& p = pending_.front();
-      for (auto& [dev, e] : p.events) {
-        DeviceScope scope(dev);
-        FERRY_RETURN_IF_ERROR(d.check(d.event_synchronize(e), "cuEventSynchronize"));
+      for (const Mark& m : p.marks) {
+        DeviceScope scope(m.device, m.ctx);
+        if (m.event != nullptr) {
+          FERRY_RETURN_IF_ERROR(d.check(d.event_synchronize(m.event), "cuEventSynchronize"));
+        } else {
+          FERRY_RETURN_IF_ERROR(d.check(d.stream_synchronize(m.stream), "cuStreamSynchronize"));
+        }
       }
       retire_front();
     }
@@ -226,23 +253,51 @@ class CudaCopier final : public StagingCopier {
   }
 
  private:
-  struct PerDevice {
+  static constexpr GpuContext kContexts[] = {GpuContext::kApplication, GpuContext::kFerry};
+  struct Lane {
     Stream stream = nullptr;
     std::vector<Event> idle;  // recorded events that finished, for reuse
-    bool dirty = false;       // copies queued since the last fence
+  };
+  struct PerDevice {
+    std::array<Lane, 2> lanes;  // by GpuContext
+    GpuContext in_use = GpuContext::kApplication;  // the lane copies go to now
+    bool dirty = false;                            // copies queued since the last fence
+    Lane& lane(GpuContext ctx) { return lanes[static_cast<size_t>(ctx)]; }
+  };
+  // What a fence waits for on one device: an event, or (event null) the
+  // stream having run everything queued on it.
+  struct Mark {
+    int device;
+    GpuContext ctx;
+    Stream stream;
+    Event event;
   };
   struct Pending {
     uint64_t ticket = 0;
-    std::vector<std::pair<int, Event>> events;
+    std::vector<Mark> marks;
   };
 
-  Result<Stream> stream_of(int device) {
+  // The stream of `device` in `ctx` (whose scope the caller holds), taken
+  // from the kit on first use. When the device's copies move from the other
+  // lane, that lane is waited for first, so copies stay in the order queued.
+  Result<Stream> stream_of(int device, GpuContext ctx) {
     if (devices_.size() <= static_cast<size_t>(device)) devices_.resize(static_cast<size_t>(device) + 1);
     PerDevice& pd = devices_[static_cast<size_t>(device)];
-    if (pd.stream == nullptr) {
-      FERRY_ASSIGN_OR_RETURN(pd.stream, kit_->take_stream(device));
+    Lane& lane = pd.lane(ctx);
+    if (lane.stream == nullptr) {
+      FERRY_ASSIGN_OR_RETURN(lane.stream, kit_->take_stream(device, ctx));
     }
-    return pd.stream;
+    if (pd.in_use != ctx) {
+      Lane& left = pd.lane(pd.in_use);
+      if (left.stream != nullptr) {
+        const CudaDriver& d = cuda();
+        DeviceScope scope(device, pd.in_use);
+        FERRY_RETURN_IF_ERROR(scope.status());
+        FERRY_RETURN_IF_ERROR(d.check(d.stream_synchronize(left.stream), "cuStreamSynchronize (changing lanes)"));
+      }
+      pd.in_use = ctx;
+    }
+    return lane.stream;
   }
 
   // A list for the gather kernel in pinned memory, reused once the fence
@@ -296,7 +351,9 @@ class CudaCopier final : public StagingCopier {
 
   void retire_front() {
     Pending& p = pending_.front();
-    for (auto& [dev, e] : p.events) devices_[static_cast<size_t>(dev)].idle.push_back(e);
+    for (const Mark& m : p.marks) {
+      if (m.event != nullptr) devices_[static_cast<size_t>(m.device)].lane(m.ctx).idle.push_back(m.event);
+    }
     completed_ = p.ticket;
     pending_.pop_front();
   }
@@ -309,7 +366,6 @@ class CudaCopier final : public StagingCopier {
   uint64_t issued_ = 0;
   uint64_t completed_ = 0;
   uint64_t kernel_copies_ = 0;  // copies and gathers queued by a kernel
-  int last_device_ = -1;
   std::vector<DevicePtr> dsts_, srcs_;  // copy_many's arguments, kept between calls
   std::vector<size_t> sizes_;
   std::vector<GatherPiece> pieces_;  // the gather kernel's, likewise

@@ -86,6 +86,9 @@ CudaDriver load_driver() {
   if (missing.ok() && !lib->lookup_optional("cuStreamWaitValue32_v2", d.stream_wait_value32)) {
     (void)lib->lookup_optional("cuStreamWaitValue32", d.stream_wait_value32);
   }
+  if (missing.ok() && !lib->lookup_optional("cuCtxCreate_v4", d.ctx_create_v4)) {
+    (void)lib->lookup_optional("cuCtxCreate_v2", d.ctx_create_v2);
+  }
   if (missing.ok() && !lib->lookup_optional("cuMemcpyBatchAsync_v2", d.memcpy_batch_async_v2)) {
     (void)lib->lookup_optional("cuMemcpyBatchAsync", d.memcpy_batch_async_v1);
   }
@@ -160,8 +163,37 @@ Status use_device(int ordinal) {
   return d.check(d.ctx_set_current(ctx.value()), "cuCtxSetCurrent");
 }
 
-DeviceScope::DeviceScope(int ordinal) {
-  auto ctx = device_context(ordinal);
+Result<cu::Context> ferry_context(int ordinal) {
+  const CudaDriver& d = cuda();
+  if (!d.available()) return Status(Code::kUnimplemented, "no CUDA driver on this host");
+  if (ordinal < 0 || ordinal >= kMaxDevices) {
+    return Status(Code::kInvalidArgument, "CUDA device ordinal " + std::to_string(ordinal));
+  }
+  // Read on every copy made while a stream waits: no lock once made.
+  static std::atomic<cu::Context> contexts[kMaxDevices];  // by ordinal; made once, kept for the process
+  cu::Context c = contexts[ordinal].load(std::memory_order_acquire);
+  if (c != nullptr) return c;
+  static std::mutex mu;
+  std::lock_guard lock(mu);
+  c = contexts[ordinal].load(std::memory_order_acquire);
+  if (c != nullptr) return c;
+  if (d.ctx_create_v4 == nullptr && d.ctx_create_v2 == nullptr) {
+    return Status(Code::kUnimplemented, "this CUDA driver cannot make a context (no cuCtxCreate)");
+  }
+  cu::Device dev = 0;
+  FERRY_RETURN_IF_ERROR(d.check(d.device_get(&dev, ordinal), "cuDeviceGet", Code::kInvalidArgument));
+  // cuCtxCreate makes the new context current: the thread's goes back after.
+  cu::Context previous = nullptr;
+  if (d.ctx_get_current(&previous) != cu::kSuccess) previous = nullptr;
+  cu::Result r = d.ctx_create_v4 != nullptr ? d.ctx_create_v4(&c, nullptr, 0, dev) : d.ctx_create_v2(&c, 0, dev);
+  FERRY_RETURN_IF_ERROR(d.check(r, "cuCtxCreate (ferry's own context)", Code::kResourceExhausted));
+  d.ctx_set_current(previous);
+  contexts[ordinal].store(c, std::memory_order_release);
+  return c;
+}
+
+DeviceScope::DeviceScope(int ordinal, GpuContext which) {
+  auto ctx = which == GpuContext::kFerry ? ferry_context(ordinal) : device_context(ordinal);
   if (!ctx.ok()) {
     status_ = ctx.status();
     return;

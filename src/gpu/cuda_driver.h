@@ -95,6 +95,10 @@ struct CudaDriver {
   cu::Result (*ctx_set_current)(cu::Context) = nullptr;
   cu::Result (*ctx_get_current)(cu::Context*) = nullptr;
   cu::Result (*ctx_enable_peer_access)(cu::Context, unsigned) = nullptr;
+  // A new context (cuCtxCreate): the CUDA 12.5+ entry point with its
+  // parameters (null: none), else the older one. Either may be null.
+  cu::Result (*ctx_create_v4)(cu::Context*, void*, unsigned, cu::Device) = nullptr;
+  cu::Result (*ctx_create_v2)(cu::Context*, unsigned, cu::Device) = nullptr;
   cu::Result (*pointer_get_attribute)(void*, int, cu::DevicePtr) = nullptr;
   cu::Result (*mem_get_address_range)(cu::DevicePtr*, size_t*, cu::DevicePtr) = nullptr;
   cu::Result (*ipc_get_mem_handle)(cu::IpcMemHandle*, cu::DevicePtr) = nullptr;
@@ -187,6 +191,18 @@ inline constexpr int kMaxDevices = 64;
 // The process's driver table (loaded on first call).
 const CudaDriver& cuda();
 
+// Which context of a device ferry works in. kApplication: the device's
+// primary context, which the application (torch, CuPy, ...) uses too.
+// kFerry: a context ferry makes for itself on the device, used only while a
+// stream of the application waits on the GPU for a transfer
+// (Connection::stream_wait): streams of one context share its hardware
+// queues, and a copy queued where the waiting stream sits would run only
+// after the wait, which waits for the copy. Work of another context never
+// queues there (bench/gpu/aliased_stream_probe.cu), so the copies that end a
+// waited transfer are queued in ferry's context (docs/architecture.md,
+// "CUDA stream order").
+enum class GpuContext : uint8_t { kApplication, kFerry };
+
 // Makes the primary context of device `ordinal` current on the calling
 // thread, retaining it once per process (never released: the application
 // shares it). kUnimplemented without a driver.
@@ -196,13 +212,20 @@ Status use_device(int ordinal);
 // does), without making it current. kUnimplemented without a driver.
 Result<cu::Context> device_context(int ordinal);
 
-// Makes the primary context of `ordinal` current for its lifetime and then
-// restores the context the thread had, so that ferry's copies on an
-// application thread leave the application's current context alone.
-// ok() is false when the context could not be made current (status() says why).
+// Ferry's own context on device `ordinal` (GpuContext::kFerry), made on
+// first call and kept for the process, like the primary context; it costs
+// device memory, so only a stream wait's kit asks for it. kUnimplemented
+// without a driver or where the driver cannot make a context.
+Result<cu::Context> ferry_context(int ordinal);
+
+// Makes the primary context of `ordinal` (or ferry's own, `which`) current
+// for its lifetime and then restores the context the thread had, so that
+// ferry's copies on an application thread leave the application's current
+// context alone. ok() is false when the context could not be made current
+// (status() says why).
 class DeviceScope {
  public:
-  explicit DeviceScope(int ordinal);
+  explicit DeviceScope(int ordinal, GpuContext which = GpuContext::kApplication);
   ~DeviceScope();
   DeviceScope(const DeviceScope&) = delete;
   DeviceScope& operator=(const DeviceScope&) = delete;

@@ -9,9 +9,9 @@
 namespace ferry::platform {
 namespace {
 
-Result<cu::Stream> make_stream(int device) {
+Result<cu::Stream> make_stream(int device, GpuContext ctx) {
   const CudaDriver& d = cuda();
-  DeviceScope scope(device);
+  DeviceScope scope(device, ctx);
   FERRY_RETURN_IF_ERROR(scope.status());
   cu::Stream s = nullptr;
   FERRY_RETURN_IF_ERROR(
@@ -19,9 +19,9 @@ Result<cu::Stream> make_stream(int device) {
   return s;
 }
 
-Result<cu::Event> make_event(int device) {
+Result<cu::Event> make_event(int device, GpuContext ctx) {
   const CudaDriver& d = cuda();
-  DeviceScope scope(device);
+  DeviceScope scope(device, ctx);
   FERRY_RETURN_IF_ERROR(scope.status());
   cu::Event e = nullptr;
   FERRY_RETURN_IF_ERROR(
@@ -71,12 +71,12 @@ void move_all(std::map<K, std::vector<T>>& from, std::map<K, std::vector<T>>& to
 GpuReserve::~GpuReserve() {
   const CudaDriver& d = cuda();
   MutexLock lock(mu_);
-  for (auto& [device, streams] : streams_) {
-    DeviceScope scope(device);
+  for (auto& [lane, streams] : streams_) {
+    DeviceScope scope(lane.first, lane.second);
     for (cu::Stream s : streams) d.stream_destroy(s);
   }
-  for (auto& [device, events] : events_) {
-    DeviceScope scope(device);
+  for (auto& [lane, events] : events_) {
+    DeviceScope scope(lane.first, lane.second);
     for (cu::Event e : events) d.event_destroy(e);
   }
   for (auto& [key, blocks] : blocks_) {
@@ -122,17 +122,11 @@ Status GpuKit::fill(const GpuKitSize& size) {
 }
 
 Status GpuKit::top_up(int device, const GpuKitSize& size) {
-  std::vector<cu::Stream>& streams = streams_[device];
-  std::vector<cu::Event>& events = events_[device];
+  FERRY_RETURN_IF_ERROR(top_up_lane(Lane{device, GpuContext::kApplication}, size));
+  FERRY_RETURN_IF_ERROR(top_up_lane(Lane{device, GpuContext::kFerry}, size));
   {
     // First what earlier connections gave back.
     MutexLock from(reserve_->mu_);
-    std::vector<cu::Stream>& spare_streams = reserve_->streams_[device];
-    cu::Stream s = nullptr;
-    while (static_cast<int>(streams.size()) < size.streams && pop(spare_streams, s)) streams.push_back(s);
-    std::vector<cu::Event>& spare_events = reserve_->events_[device];
-    cu::Event e = nullptr;
-    while (static_cast<int>(events.size()) < size.events && pop(spare_events, e)) events.push_back(e);
     for (const auto& [key, want] : size.blocks) {
       std::vector<void*>& mine = blocks_[key];
       std::vector<void*>& spare = reserve_->blocks_[key];
@@ -140,20 +134,36 @@ Status GpuKit::top_up(int device, const GpuKitSize& size) {
       while (static_cast<int>(mine.size()) < want && pop(spare, p)) mine.push_back(p);
     }
   }
-  while (static_cast<int>(streams.size()) < size.streams) {
-    FERRY_ASSIGN_OR_RETURN(cu::Stream s, make_stream(device));
-    streams.push_back(s);
-  }
-  while (static_cast<int>(events.size()) < size.events) {
-    FERRY_ASSIGN_OR_RETURN(cu::Event e, make_event(device));
-    events.push_back(e);
-  }
   for (const auto& [key, want] : size.blocks) {
     std::vector<void*>& mine = blocks_[key];
     while (static_cast<int>(mine.size()) < want) {
       FERRY_ASSIGN_OR_RETURN(void* p, make_block(key.first, key.second, device));
       mine.push_back(p);
     }
+  }
+  return Status();
+}
+
+Status GpuKit::top_up_lane(Lane lane, const GpuKitSize& size) {
+  std::vector<cu::Stream>& streams = streams_[lane];
+  std::vector<cu::Event>& events = events_[lane];
+  {
+    // First what earlier connections gave back.
+    MutexLock from(reserve_->mu_);
+    std::vector<cu::Stream>& spare_streams = reserve_->streams_[lane];
+    cu::Stream s = nullptr;
+    while (static_cast<int>(streams.size()) < size.streams && pop(spare_streams, s)) streams.push_back(s);
+    std::vector<cu::Event>& spare_events = reserve_->events_[lane];
+    cu::Event e = nullptr;
+    while (static_cast<int>(events.size()) < size.events && pop(spare_events, e)) events.push_back(e);
+  }
+  while (static_cast<int>(streams.size()) < size.streams) {
+    FERRY_ASSIGN_OR_RETURN(cu::Stream s, make_stream(lane.first, lane.second));
+    streams.push_back(s);
+  }
+  while (static_cast<int>(events.size()) < size.events) {
+    FERRY_ASSIGN_OR_RETURN(cu::Event e, make_event(lane.first, lane.second));
+    events.push_back(e);
   }
   return Status();
 }
@@ -179,24 +189,24 @@ std::optional<T> GpuKit::take_spare(std::map<Key, std::vector<T>> GpuKit::*spare
   return std::nullopt;
 }
 
-Result<cu::Stream> GpuKit::take_stream(int device) {
-  if (auto s = take_spare(&GpuKit::streams_, device, "CUDA stream")) return *s;
-  return make_stream(device);
+Result<cu::Stream> GpuKit::take_stream(int device, GpuContext ctx) {
+  if (auto s = take_spare(&GpuKit::streams_, Lane{device, ctx}, "CUDA stream")) return *s;
+  return make_stream(device, ctx);
 }
 
-void GpuKit::give_stream(int device, cu::Stream s) {
+void GpuKit::give_stream(int device, cu::Stream s, GpuContext ctx) {
   MutexLock lock(mu_);
-  streams_[device].push_back(s);
+  streams_[Lane{device, ctx}].push_back(s);
 }
 
-Result<cu::Event> GpuKit::take_event(int device) {
-  if (auto e = take_spare(&GpuKit::events_, device, "CUDA event")) return *e;
-  return make_event(device);
+Result<cu::Event> GpuKit::take_event(int device, GpuContext ctx) {
+  if (auto e = take_spare(&GpuKit::events_, Lane{device, ctx}, "CUDA event")) return *e;
+  return make_event(device, ctx);
 }
 
-void GpuKit::give_event(int device, cu::Event e) {
+void GpuKit::give_event(int device, cu::Event e, GpuContext ctx) {
   MutexLock lock(mu_);
-  events_[device].push_back(e);
+  events_[Lane{device, ctx}].push_back(e);
 }
 
 Result<void*> GpuKit::take_block(PinnedKind kind, size_t bytes, int device) {

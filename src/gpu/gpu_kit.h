@@ -44,8 +44,8 @@ enum class PinnedKind { kPlain, kLendable };
 
 // How much of each a connection wants on every device it may copy on.
 struct GpuKitSize {
-  int streams = 0;  // per device
-  int events = 0;   // per device
+  int streams = 0;  // per device, in each context (GpuContext)
+  int events = 0;   // per device, in each context
   // Page-locked blocks, by kind and size: how many of each.
   std::map<std::pair<PinnedKind, size_t>, int> blocks;
 };
@@ -65,9 +65,10 @@ class GpuReserve {
   friend class GpuKit;
   std::atomic<uint64_t> made_late_{0};
   using BlockKey = std::pair<PinnedKind, size_t>;
+  using Lane = std::pair<int, GpuContext>;  // a device and one of its contexts
   Mutex mu_;
-  std::map<int, std::vector<cu::Stream>> streams_ GUARDED_BY(mu_);
-  std::map<int, std::vector<cu::Event>> events_ GUARDED_BY(mu_);
+  std::map<Lane, std::vector<cu::Stream>> streams_ GUARDED_BY(mu_);
+  std::map<Lane, std::vector<cu::Event>> events_ GUARDED_BY(mu_);
   std::map<BlockKey, std::vector<void*>> blocks_ GUARDED_BY(mu_);
 };
 
@@ -82,26 +83,31 @@ class GpuKit {
   GpuKit& operator=(const GpuKit&) = delete;
 
   // On an application thread, before a stream waits on this connection:
-  // holds `size` on every device this process has a context on, taken from
-  // the reserve or made now (no stream is armed meanwhile; where one already
-  // waits, the driver may hold this thread until it goes on). A device
-  // filled before is skipped: after the first wait, nothing is made.
+  // holds `size` on every device this process has a context on, in the
+  // device's primary context and in ferry's own (made here the first time:
+  // GpuContext), taken from the reserve or made now (no stream is armed
+  // meanwhile; where one already waits, the driver may hold this thread
+  // until it goes on). A device filled before is skipped: after the first
+  // wait, nothing is made.
   Status fill(const GpuKitSize& size) EXCLUDES(mu_);
 
-  // A stream of ferry's own on `device` (CudaDriver::create_own_stream: non-
-  // blocking, the greatest priority; its context is made current here).
-  Result<cu::Stream> take_stream(int device) EXCLUDES(mu_);
-  void give_stream(int device, cu::Stream s) EXCLUDES(mu_);
-  // An event (timing off) of `device`'s context.
-  Result<cu::Event> take_event(int device) EXCLUDES(mu_);
-  void give_event(int device, cu::Event e) EXCLUDES(mu_);
+  // A stream of ferry's own on `device`, in context `ctx` of it
+  // (CudaDriver::create_own_stream: non-blocking, the greatest priority; the
+  // context is made current here).
+  Result<cu::Stream> take_stream(int device, GpuContext ctx = GpuContext::kApplication) EXCLUDES(mu_);
+  void give_stream(int device, cu::Stream s, GpuContext ctx = GpuContext::kApplication) EXCLUDES(mu_);
+  // An event (timing off) of context `ctx` of `device`.
+  Result<cu::Event> take_event(int device, GpuContext ctx = GpuContext::kApplication) EXCLUDES(mu_);
+  void give_event(int device, cu::Event e, GpuContext ctx = GpuContext::kApplication) EXCLUDES(mu_);
   // A page-locked block of `bytes`, made in `device`'s context when made here.
   Result<void*> take_block(PinnedKind kind, size_t bytes, int device) EXCLUDES(mu_);
   void give_block(PinnedKind kind, size_t bytes, void* p) EXCLUDES(mu_);
 
  private:
   using BlockKey = GpuReserve::BlockKey;
+  using Lane = GpuReserve::Lane;
   Status top_up(int device, const GpuKitSize& size) REQUIRES(mu_);
+  Status top_up_lane(Lane lane, const GpuKitSize& size) REQUIRES(mu_);
   // A spare from `spares` (one of the maps below) under `key`; none, and
   // one more counted made late (GpuReserve::made_late), when it is empty
   // (the first time after a fill, logged naming `what`).
@@ -112,8 +118,8 @@ class GpuKit {
   const std::shared_ptr<GpuReserve> reserve_;
   const std::shared_ptr<StreamSignals> signals_;
   mutable Mutex mu_;
-  std::map<int, std::vector<cu::Stream>> streams_ GUARDED_BY(mu_);
-  std::map<int, std::vector<cu::Event>> events_ GUARDED_BY(mu_);
+  std::map<Lane, std::vector<cu::Stream>> streams_ GUARDED_BY(mu_);
+  std::map<Lane, std::vector<cu::Event>> events_ GUARDED_BY(mu_);
   std::map<BlockKey, std::vector<void*>> blocks_ GUARDED_BY(mu_);
   std::set<int> filled_ GUARDED_BY(mu_);  // devices fill() stocked
   bool warned_late_ GUARDED_BY(mu_) = false;

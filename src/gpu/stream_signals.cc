@@ -31,6 +31,11 @@ std::atomic<uint32_t> waits_in_process{0};
 
 bool StreamSignals::any_waiting() { return waits_in_process.load(std::memory_order_acquire) > 0; }
 
+QueueGate& StreamSignals::app_queue_gate() {
+  static QueueGate gate;
+  return gate;
+}
+
 Result<uint32_t> StreamSignals::take_slot() {
   if (!free_.empty()) {
     uint32_t s = free_.back();
@@ -79,11 +84,14 @@ Result<StreamSignals::Armed> StreamSignals::arm(const CudaStreamRef& ref) {
   const Page& page = pages_[slot / kSlotsPerPage];
   uint32_t value = values_[slot] + 1;
   uint64_t word = page.device + (slot % kSlotsPerPage) * sizeof(uint32_t);
-  // Counted before the wait is queued: a copier that asks from now on
-  // launches no kernel that could queue behind it.
+  // Counted before the wait is queued: from now on a copier queues nothing
+  // in this context that could sit behind it, and one queuing now is let
+  // finish first.
   waits_in_process.fetch_add(1, std::memory_order_release);
+  app_queue_gate().close();
   cu::Result r = cu.stream_wait_value32(static_cast<cu::Stream>(stream), word, value, cu::kStreamWaitValueGeq);
   if (r != cu::kSuccess) {
+    app_queue_gate().open();
     waits_in_process.fetch_sub(1, std::memory_order_release);
     free_.push_back(slot);
     char name[32];
@@ -101,6 +109,7 @@ void StreamSignals::signal(const Armed& armed) {
   __atomic_store_n(word, armed.value, __ATOMIC_RELEASE);
   free_.push_back(armed.slot);
   --armed_;
+  app_queue_gate().open();
   waits_in_process.fetch_sub(1, std::memory_order_release);
 }
 

@@ -22,6 +22,7 @@
 
 #include "ferry/memory.h"
 #include "ferry/status.h"
+#include "gpu/queue_gate.h"
 #include "platform/mutex.h"
 
 namespace ferry::platform {
@@ -57,6 +58,14 @@ class StreamSignals {
   // which every engine of the process shares, so a wait one engine armed can
   // hold another engine's kernels. No lock: a copier asks before a launch.
   static bool any_waiting();
+
+  // The gate every wait closes while it is armed, process-wide as
+  // any_waiting is (gpu/queue_gate.h): a copier queues in the application's
+  // context (GpuContext::kApplication) only under a clear Pass of it, and in
+  // ferry's own context (GpuContext::kFerry) otherwise; for work already
+  // queued in the application's, it asks the stream rather than queue an
+  // event behind the wait.
+  static QueueGate& app_queue_gate();
 
   // While a stream may wait (a wait armed and not yet signalled), a ferry
   // thread must not make a driver call that waits for every stream of the
