@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The copier tests of tests/gpu/gpu_kit_streams_test.cc, alone on the GPU and
-# beside another process whose stream waits on the host
-# (aliased_stream_probe): with a second process on the GPU, copies queued in
+# The copier tests of tests/gpu/gpu_kit_streams_test.cc and the Python
+# stream-wait tests over both transports (tests/python/test_gpu_stream_order.py
+# -k waits), alone on the GPU and beside another process whose stream waits
+# on the host (aliased_stream_probe): with a second process on the GPU, copies queued in
 # the application's context after a stream wait were held (every 8th), so
 # this is the case that shows whether the copier keeps out of that context
 # while a stream waits. Needs build-gpu/ (one_gpu.sh PART=build).
@@ -27,6 +28,13 @@ for mode in alone beside; do
     log="$out/${mode}_$i.txt"
     timeout 120 build-gpu/bin/ferry_block_gpu_tests --gtest_filter="$filter" >"$log" 2>&1
     rc=$?
+    for t in local tcp; do
+      timeout 120 env FERRY_TRANSPORT=$t PYTHONPATH=build-gpu/python python3 -m pytest -q -x -p no:cacheprovider \
+        tests/python/test_gpu_stream_order.py -k waits >"$out/${mode}_${i}_$t.txt" 2>&1
+      r=$?
+      ((r != 0)) && rc=$r
+      echo "  pytest $t: rc $r $(tail -1 "$out/${mode}_${i}_$t.txt")"
+    done
     if [[ -n $probe ]]; then
       kill "$probe" 2>/dev/null
       pkill -f aliased_stream_probe 2>/dev/null

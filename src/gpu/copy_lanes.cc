@@ -2,57 +2,99 @@
 // driver table.
 #include "gpu/copy_lanes.h"
 
+#include <optional>
+
+#include "gpu/stream_signals.h"
+
 namespace ferry::platform {
 
 GpuCopyLanes::GpuCopyLanes(std::shared_ptr<GpuKit> kit)
     : kit_(kit ? std::move(kit) : std::make_shared<GpuKit>(std::make_shared<GpuReserve>(), nullptr)) {}
 
 GpuCopyLanes::~GpuCopyLanes() {
-  for (auto& [device, s] : streams_) kit_->give_stream(device, s);
-  for (auto& [device, events] : spare_) {
-    for (cu::Event e : events) kit_->give_event(device, e);
+  for (auto& [lane, s] : streams_) kit_->give_stream(lane.first, s, lane.second);
+  for (auto& [lane, events] : spare_) {
+    for (cu::Event e : events) kit_->give_event(lane.first, e, lane.second);
   }
 }
 
-Result<cu::Stream> GpuCopyLanes::stream(int device) {
-  auto it = streams_.find(device);
-  if (it != streams_.end()) return it->second;
-  FERRY_ASSIGN_OR_RETURN(cu::Stream s, kit_->take_stream(device));
-  streams_[device] = s;
+Result<cu::Stream> GpuCopyLanes::stream(int device, GpuContext ctx) {
+  cu::Stream& s = streams_[Lane{device, ctx}];
+  if (s == nullptr) {
+    Result<cu::Stream> made = kit_->take_stream(device, ctx);
+    if (!made.ok()) {
+      streams_.erase(Lane{device, ctx});
+      return made.status();
+    }
+    s = made.value();
+  }
+  auto [at, first] = in_use_.try_emplace(device, ctx);
+  if (!first && at->second != ctx) {
+    // What the other stream holds was queued before any wait (it always
+    // ends): waited for, so that copies stay in the order queued.
+    auto left = streams_.find(Lane{device, at->second});
+    if (left != streams_.end()) {
+      const auto& d = cuda();
+      DeviceScope on(device, at->second);
+      FERRY_RETURN_IF_ERROR(on.status());
+      FERRY_RETURN_IF_ERROR(
+          d.check(d.stream_synchronize(left->second), "cuStreamSynchronize (changing contexts)", Code::kInternal));
+    }
+    at->second = ctx;
+  }
   return s;
 }
 
 cu::Stream GpuCopyLanes::stream_if_made(int device) const {
-  auto it = streams_.find(device);
+  auto use = in_use_.find(device);
+  if (use == in_use_.end()) return nullptr;
+  auto it = streams_.find(Lane{device, use->second});
   return it == streams_.end() ? nullptr : it->second;
 }
 
-Result<cu::Event> GpuCopyLanes::mark(int device) {
+Result<GpuCopyLanes::Mark> GpuCopyLanes::mark(int device) {
   const auto& d = cuda();
-  DeviceScope on(device);
-  FERRY_RETURN_IF_ERROR(on.status());
   cu::Stream s = stream_if_made(device);
   if (s == nullptr) return Status(Code::kInternal, "a GPU copy's completion asked of a device it never used");
-  cu::Event e = nullptr;
-  auto& spare = spare_[device];
+  Mark m{s, nullptr, in_use_[device]};
+  // In the application's context while a stream waits, an event would queue
+  // behind the wait: the stream is asked instead (nothing is queued on it
+  // until the wait ends).
+  std::optional<QueueGate::Pass> app;
+  if (m.ctx == GpuContext::kApplication) {
+    app.emplace(StreamSignals::app_queue_gate());
+    if (!app->clear()) return m;
+  }
+  DeviceScope on(device, m.ctx);
+  FERRY_RETURN_IF_ERROR(on.status());
+  auto& spare = spare_[Lane{device, m.ctx}];
   if (!spare.empty()) {
-    e = spare.back();
+    m.event = spare.back();
     spare.pop_back();
   } else {
-    FERRY_ASSIGN_OR_RETURN(e, kit_->take_event(device));
+    FERRY_ASSIGN_OR_RETURN(m.event, kit_->take_event(device, m.ctx));
   }
-  Status recorded = d.check(d.event_record(e, s), "cuEventRecord");
+  Status recorded = d.check(d.event_record(m.event, s), "cuEventRecord");
   if (!recorded.ok()) {
-    spare_[device].push_back(e);
+    spare.push_back(m.event);
     return recorded;
   }
-  return e;
+  return m;
 }
 
-void GpuCopyLanes::recycle(int device, cu::Event e) { spare_[device].push_back(e); }
+Result<bool> GpuCopyLanes::reached(const Mark& m) {
+  return m.event != nullptr ? event_reached(m.event) : stream_idle(m.stream);
+}
+
+void GpuCopyLanes::recycle(int device, const Mark& m) {
+  if (m.event != nullptr) spare_[Lane{device, m.ctx}].push_back(m.event);
+}
 
 void GpuCopyLanes::synchronize_all() {
-  for (auto& [device, s] : streams_) wait_stream(device, s);
+  for (auto& [lane, s] : streams_) {
+    DeviceScope on(lane.first, lane.second);
+    cuda().stream_synchronize(s);
+  }
 }
 
 bool gpu_driver_available() { return cuda().available(); }

@@ -1,9 +1,17 @@
 // GpuCopyLanes: one user's GPU copies (a local connection's copier), on
-// every device it copies on: a non-blocking stream a device, taken from its
-// connection's kit on first use (gpu/gpu_kit.h), and events that mark what
-// was queued there, recycled, and all given back to the kit at the end. Beside
-// it, the copies themselves and the questions asked of streams and events,
-// so that the local transport reaches the CUDA driver only through here.
+// every device it copies on: a non-blocking stream a device and context
+// (GpuContext: the application's, and ferry's own while a stream of the
+// process waits on the GPU), taken from its connection's kit on first use
+// (gpu/gpu_kit.h), and events that mark what was queued there, recycled,
+// and all given back to the kit at the end. Beside it, the copies themselves
+// and the questions asked of streams and events, so that the local
+// transport reaches the CUDA driver only through here.
+//
+// Which context a copy is queued in is chosen under a Pass of the waits'
+// gate (StreamSignals::app_queue_gate), held across the queuing: the
+// application's when the pass is clear (kernels may run there), ferry's
+// otherwise (copy engines only). A device's copies stay in the order queued:
+// when they move to the other context, the stream they leave is waited for.
 //
 // Not thread-safe: its owner's lock guards it. Handles (cu::Stream,
 // cu::Event) taken out of it may be used without that lock by the calls
@@ -19,8 +27,21 @@
 #include "ferry/status.h"
 #include "gpu/cuda_driver.h"
 #include "gpu/gpu_kit.h"
+#include "gpu/stream_signals.h"
 
 namespace ferry::platform {
+
+// The context copies about to be queued go to: the application's while no
+// stream of the process waits on the GPU, else ferry's own. Held across
+// queuing them (it holds the waits' gate meanwhile: no wait is queued).
+class LaneChoice {
+ public:
+  LaneChoice() : pass_(StreamSignals::app_queue_gate()) {}
+  GpuContext context() const { return pass_.clear() ? GpuContext::kApplication : GpuContext::kFerry; }
+
+ private:
+  QueueGate::Pass pass_;
+};
 
 class GpuCopyLanes {
  public:
@@ -32,23 +53,37 @@ class GpuCopyLanes {
   GpuCopyLanes(const GpuCopyLanes&) = delete;
   GpuCopyLanes& operator=(const GpuCopyLanes&) = delete;
 
-  // The stream of `device`, taken on first use.
-  Result<cu::Stream> stream(int device);
-  // The stream of `device` if one was made, else null.
+  // The stream of `device` in `ctx`, taken on first use; `device`'s copies
+  // go there from now on (the stream they leave is waited for first). The
+  // caller holds `ctx`'s scope and, for the application's, a clear Pass.
+  Result<cu::Stream> stream(int device, GpuContext ctx);
+  // The stream `device`'s copies go to now if one was made, else null.
   cu::Stream stream_if_made(int device) const;
-  // An event recorded on `device`'s stream after what is queued there now
-  // (a spare one, or a new one). The device's context is made current here.
-  Result<cu::Event> mark(int device);
-  // An event whose mark was reached goes back for reuse.
-  void recycle(int device, cu::Event e);
+  // What a copy's completion waits for on one device: an event recorded
+  // after what is queued now, or (event null) the stream having run all it
+  // holds, where an event would queue behind a stream wait.
+  struct Mark {
+    cu::Stream stream = nullptr;
+    cu::Event event = nullptr;
+    GpuContext ctx = GpuContext::kApplication;
+  };
+  // A mark on the stream `device`'s copies go to (a spare event, or a new
+  // one). The stream's context is made current here.
+  Result<Mark> mark(int device);
+  // Whether the copies before `m` ran; an error for a failed copy.
+  static Result<bool> reached(const Mark& m);
+  // A mark that was reached: its event goes back for reuse.
+  void recycle(int device, const Mark& m);
   // Blocks until every stream has run what is queued on it.
   void synchronize_all();
   GpuKit& kit() const { return *kit_; }
 
  private:
+  using Lane = std::pair<int, GpuContext>;
   std::shared_ptr<GpuKit> kit_;
-  std::map<int, cu::Stream> streams_;            // by device
-  std::map<int, std::vector<cu::Event>> spare_;  // events belong to a context
+  std::map<Lane, cu::Stream> streams_;
+  std::map<Lane, std::vector<cu::Event>> spare_;  // events belong to a context
+  std::map<int, GpuContext> in_use_;              // by device: where its copies go now
 };
 
 // Whether a CUDA driver was loaded.

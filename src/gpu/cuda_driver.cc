@@ -89,6 +89,10 @@ CudaDriver load_driver() {
   if (missing.ok() && !lib->lookup_optional("cuCtxCreate_v4", d.ctx_create_v4)) {
     (void)lib->lookup_optional("cuCtxCreate_v2", d.ctx_create_v2);
   }
+  if (missing.ok()) {
+    (void)lib->lookup_optional("cuCtxSetLimit", d.ctx_set_limit);
+    (void)lib->lookup_optional("cuCtxGetLimit", d.ctx_get_limit);
+  }
   if (missing.ok() && !lib->lookup_optional("cuMemcpyBatchAsync_v2", d.memcpy_batch_async_v2)) {
     (void)lib->lookup_optional("cuMemcpyBatchAsync", d.memcpy_batch_async_v1);
   }
@@ -187,6 +191,14 @@ Result<cu::Context> ferry_context(int ordinal) {
   if (d.ctx_get_current(&previous) != cu::kSuccess) previous = nullptr;
   cu::Result r = d.ctx_create_v4 != nullptr ? d.ctx_create_v4(&c, nullptr, 0, dev) : d.ctx_create_v2(&c, 0, dev);
   FERRY_RETURN_IF_ERROR(d.check(r, "cuCtxCreate (ferry's own context)", Code::kResourceExhausted));
+  // Only copies run there: the device memory a context keeps for its
+  // kernels' stacks, printf and malloc is given back where the driver lets
+  // it (each limit as small as it takes; a refusal keeps the default).
+  if (d.ctx_set_limit != nullptr) {
+    for (int limit : {cu::kLimitStackSize, cu::kLimitPrintfFifoSize, cu::kLimitMallocHeapSize}) {
+      if (d.ctx_set_limit(limit, 0) != cu::kSuccess) (void)d.ctx_set_limit(limit, 1024);
+    }
+  }
   d.ctx_set_current(previous);
   contexts[ordinal].store(c, std::memory_order_release);
   return c;

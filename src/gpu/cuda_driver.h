@@ -80,6 +80,9 @@ inline constexpr unsigned kHostRegisterDeviceMap = 2;
 inline constexpr unsigned kHostAllocDeviceMap = 2;
 inline constexpr unsigned kStreamWaitValueGeq = 0;  // (int32_t)(*addr - value) >= 0
 inline constexpr int kStreamCaptureStatusNone = 0;
+inline constexpr int kLimitStackSize = 0;
+inline constexpr int kLimitPrintfFifoSize = 1;
+inline constexpr int kLimitMallocHeapSize = 2;
 using HostFn = void (*)(void*);
 }  // namespace cu
 
@@ -99,6 +102,10 @@ struct CudaDriver {
   // parameters (null: none), else the older one. Either may be null.
   cu::Result (*ctx_create_v4)(cu::Context*, void*, unsigned, cu::Device) = nullptr;
   cu::Result (*ctx_create_v2)(cu::Context*, unsigned, cu::Device) = nullptr;
+  // Optional (cuCtxSetLimit): ferry's own context runs no kernel, so its
+  // per-thread stack reserve is shrunk.
+  cu::Result (*ctx_set_limit)(int, size_t) = nullptr;
+  cu::Result (*ctx_get_limit)(size_t*, int) = nullptr;
   cu::Result (*pointer_get_attribute)(void*, int, cu::DevicePtr) = nullptr;
   cu::Result (*mem_get_address_range)(cu::DevicePtr*, size_t*, cu::DevicePtr) = nullptr;
   cu::Result (*ipc_get_mem_handle)(cu::IpcMemHandle*, cu::DevicePtr) = nullptr;

@@ -67,6 +67,10 @@ TEST(FerryContext, IsMadeOnceLeavesTheThreadsContextAndItsCostIsMeasured) {
     cu::Stream s = nullptr;
     ASSERT_EQ(d.create_own_stream(&s), cu::kSuccess);
     ASSERT_EQ(d.stream_destroy(s), cu::kSuccess);
+    size_t stack = 0;
+    if (d.ctx_get_limit != nullptr && d.ctx_get_limit(&stack, cu::kLimitStackSize) == cu::kSuccess) {
+      std::printf("ferry's own context: %zu bytes of stack a thread\n", stack);
+    }
   }
   ASSERT_EQ(d.ctx_get_current(&current), cu::kSuccess);
   EXPECT_EQ(current, primary.value());

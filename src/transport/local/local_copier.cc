@@ -294,9 +294,9 @@ bool LocalCopier::poll() {
     for (auto it = inflight_.begin(); it != inflight_.end();) {
       Status st;
       bool ready = !it->resident || resident_ended(*it->resident, st);
-      for (auto& [device, e] : it->events) {
+      for (auto& [device, m] : it->marks) {
         if (!ready) break;
-        Result<bool> reached = platform::event_reached(e);
+        Result<bool> reached = platform::GpuCopyLanes::reached(m);
         if (reached.ok() && !reached.value()) {
           ready = false;
           break;
@@ -307,7 +307,7 @@ bool LocalCopier::poll() {
         ++it;
         continue;
       }
-      for (auto& [device, e] : it->events) lanes_.recycle(device, e);
+      for (auto& [device, m] : it->marks) lanes_.recycle(device, m);
       finished.emplace_back(std::move(it->done), st);
       it = inflight_.erase(it);
     }

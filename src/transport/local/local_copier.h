@@ -151,7 +151,7 @@ class LocalCopier {
 
  private:
   struct InFlight {
-    std::vector<std::pair<int, platform::cu::Event>> events;  // (device, event)
+    std::vector<std::pair<int, platform::GpuCopyLanes::Mark>> marks;  // (device, what ends it there)
     std::optional<platform::ResidentGather::Ticket> resident;  // a batch the resident kernel took
     Done done;
   };

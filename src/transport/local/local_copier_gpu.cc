@@ -14,6 +14,7 @@ namespace ferry::local {
 
 namespace cu = platform::cu;
 using platform::GatherKernels;
+using platform::GpuContext;
 using platform::GatherPiece;
 using platform::ResidentGather;
 
@@ -21,12 +22,14 @@ Status LocalCopier::copy_to_device_now(int device, void* dst, const void* src, s
   if (!platform::gpu_driver_available()) {
     return Status(Code::kUnimplemented, "GPU memory on a host without a CUDA driver");
   }
-  platform::DeviceScope on(device);
+  platform::LaneChoice choice;
+  const GpuContext ctx = choice.context();
+  platform::DeviceScope on(device, ctx);
   FERRY_RETURN_IF_ERROR(on.status());
   cu::Stream s = nullptr;
   {
     platform::MutexLock lock(mu_);
-    FERRY_ASSIGN_OR_RETURN(s, lanes_.stream(device));
+    FERRY_ASSIGN_OR_RETURN(s, lanes_.stream(device, ctx));
   }
   return platform::copy_to_device_and_wait(s, dst, src, n);
 }
@@ -85,10 +88,14 @@ Status LocalCopier::queue_gpu_copies(const std::vector<GpuCopy>& copies, std::ve
   std::vector<GatherPiece> pieces;
   for (size_t i = 0; i < copies.size();) {
     const GpuCopy& c = copies[i];
-    platform::DeviceScope on(c.device);
+    // The gather kernel in the application's context only while no stream
+    // waits there; else the copy engines, from ferry's own (copy_lanes.h).
+    platform::LaneChoice choice;
+    const GpuContext ctx = choice.context();
+    platform::DeviceScope on(c.device, ctx);
     FERRY_RETURN_IF_ERROR(on.status());
     platform::MutexLock lock(mu_);
-    FERRY_ASSIGN_OR_RETURN(cu::Stream s, lanes_.stream(c.device));
+    FERRY_ASSIGN_OR_RETURN(cu::Stream s, lanes_.stream(c.device, ctx));
     if (std::find(used.begin(), used.end(), c.device) == used.end()) used.push_back(c.device);
     // The run of device-to-device copies on this device that starts here.
     size_t end = i;
@@ -97,7 +104,7 @@ Status LocalCopier::queue_gpu_copies(const std::vector<GpuCopy>& copies, std::ve
     }
     uint64_t run_bytes = 0;
     for (size_t k = i; k < end; ++k) run_bytes += copies[k].n;
-    if (gather_ && GatherKernels::suits(end - i, run_bytes)) {
+    if (gather_ && ctx == GpuContext::kApplication && GatherKernels::suits(end - i, run_bytes)) {
       pieces.clear();
       for (size_t k = i; k < end; ++k) pieces.push_back({copies[k].dst, copies[k].src, copies[k].n});
       Status g = gather_->copy(c.device, s, pieces);
@@ -147,12 +154,16 @@ Status LocalCopier::start_blocks(int device, std::span<uint8_t* const> local, st
     FERRY_ASSIGN_OR_RETURN(GpuImports::Opened opened, imports_.open(this, peer_engine_, peer_pid_, remote[i], device));
     FERRY_ASSIGN_OR_RETURN(far[i], GpuImports::locate(opened, remote[i]));
   }
+  // Kernels run in the application's context, and only while no stream of
+  // the process waits there (copy_lanes.h): else the general path's copies.
+  platform::LaneChoice choice;
+  if (choice.context() != GpuContext::kApplication) return Status(Code::kUnimplemented, "a CUDA stream waits: no kernel");
   constexpr uint64_t kItem = GatherKernels::kItemBytes;
   cu::Stream stream = nullptr;
   PieceTable* table = nullptr;
   {
     platform::MutexLock lock(mu_);
-    FERRY_ASSIGN_OR_RETURN(stream, lanes_.stream(device));
+    FERRY_ASSIGN_OR_RETURN(stream, lanes_.stream(device, GpuContext::kApplication));
     table = take_table(device);
   }
   auto give_back = [this](PieceTable* t) {
@@ -325,16 +336,16 @@ Status LocalCopier::complete_gpu(const std::vector<int>& used, uint64_t size, Do
   {
     platform::MutexLock lock(mu_);
     for (int device : used) {
-      Result<cu::Event> e = lanes_.mark(device);
-      recorded = e.status();
+      Result<platform::GpuCopyLanes::Mark> m = lanes_.mark(device);
+      recorded = m.status();
       if (!recorded.ok()) break;
-      f.events.emplace_back(device, e.value());
+      f.marks.emplace_back(device, m.value());
     }
     if (recorded.ok()) {
       inflight_.push_back(std::move(f));
       inflight_count_.store(inflight_.size(), std::memory_order_release);
     } else {
-      for (auto& [device, e] : f.events) lanes_.recycle(device, e);
+      for (auto& [device, m] : f.marks) lanes_.recycle(device, m);
     }
   }
   if (!recorded.ok()) {
