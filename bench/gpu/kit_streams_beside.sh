@@ -29,7 +29,7 @@ for mode in alone beside; do
     timeout 120 build-gpu/bin/ferry_block_gpu_tests --gtest_filter="$filter" >"$log" 2>&1
     rc=$?
     for t in local tcp; do
-      timeout 120 env FERRY_TRANSPORT=$t PYTHONPATH=build-gpu/python python3 -m pytest -q -x -p no:cacheprovider \
+      timeout 120 env $([[ $t == tcp ]] && echo FERRY_TRANSPORT=tcp) PYTHONPATH=build-gpu/python python3 -m pytest -q -x -p no:cacheprovider \
         tests/python/test_gpu_stream_order.py -k waits >"$out/${mode}_${i}_$t.txt" 2>&1
       r=$?
       ((r != 0)) && rc=$r

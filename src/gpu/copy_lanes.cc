@@ -34,11 +34,8 @@ Result<cu::Stream> GpuCopyLanes::stream(int device, GpuContext ctx) {
     // ends): waited for, so that copies stay in the order queued.
     auto left = streams_.find(Lane{device, at->second});
     if (left != streams_.end()) {
-      const auto& d = cuda();
-      DeviceScope on(device, at->second);
-      FERRY_RETURN_IF_ERROR(on.status());
       FERRY_RETURN_IF_ERROR(
-          d.check(d.stream_synchronize(left->second), "cuStreamSynchronize (changing contexts)", Code::kInternal));
+          wait_stream(device, at->second, left->second).with_context("changing a GPU copy's context"));
     }
     at->second = ctx;
   }
@@ -52,11 +49,16 @@ cu::Stream GpuCopyLanes::stream_if_made(int device) const {
   return it == streams_.end() ? nullptr : it->second;
 }
 
+GpuContext GpuCopyLanes::context_in_use(int device) const {
+  auto use = in_use_.find(device);
+  return use == in_use_.end() ? GpuContext::kApplication : use->second;
+}
+
 Result<GpuCopyLanes::Mark> GpuCopyLanes::mark(int device) {
   const auto& d = cuda();
   cu::Stream s = stream_if_made(device);
   if (s == nullptr) return Status(Code::kInternal, "a GPU copy's completion asked of a device it never used");
-  Mark m{s, nullptr, in_use_[device]};
+  Mark m{s, nullptr, context_in_use(device)};
   // In the application's context while a stream waits, an event would queue
   // behind the wait: the stream is asked instead (nothing is queued on it
   // until the wait ends).
@@ -91,10 +93,7 @@ void GpuCopyLanes::recycle(int device, const Mark& m) {
 }
 
 void GpuCopyLanes::synchronize_all() {
-  for (auto& [lane, s] : streams_) {
-    DeviceScope on(lane.first, lane.second);
-    cuda().stream_synchronize(s);
-  }
+  for (auto& [lane, s] : streams_) (void)wait_stream(lane.first, lane.second, s);
 }
 
 bool gpu_driver_available() { return cuda().available(); }
@@ -127,13 +126,6 @@ Status queue_batch(cu::Stream stream, std::span<const cu::DevicePtr> dsts, std::
                  "cuMemcpyBatchAsync", Code::kInternal);
 }
 
-Status copy_to_device_and_wait(cu::Stream stream, void* dst, const void* src, size_t n) {
-  const auto& d = cuda();
-  FERRY_RETURN_IF_ERROR(d.check(d.memcpy_htod_async(reinterpret_cast<cu::DevicePtr>(dst), src, n, stream),
-                                "cuMemcpyHtoDAsync into the receive buffer", Code::kInternal));
-  return d.check(d.stream_synchronize(stream), "cuStreamSynchronize (into the receive buffer)", Code::kInternal);
-}
-
 Result<bool> stream_idle(cu::Stream stream) {
   const auto& d = cuda();
   cu::Result r = d.stream_query(stream);
@@ -150,11 +142,12 @@ Result<bool> event_reached(cu::Event event) {
   return true;
 }
 
-void wait_stream(int device, cu::Stream stream) {
-  DeviceScope on(device);
-  cuda().stream_synchronize(stream);
+Status wait_stream(int device, GpuContext ctx, cu::Stream stream) {
+  DeviceScope on(device, ctx);
+  FERRY_RETURN_IF_ERROR(on.status());
+  const auto& d = cuda();
+  return d.check(d.stream_synchronize(stream), "GPU copy (cuStreamSynchronize)", Code::kInternal);
 }
-
 
 int first_active_device(int preferred) {
   const auto& d = cuda();

@@ -59,6 +59,8 @@ class GpuCopyLanes {
   Result<cu::Stream> stream(int device, GpuContext ctx);
   // The stream `device`'s copies go to now if one was made, else null.
   cu::Stream stream_if_made(int device) const;
+  // The context of that stream.
+  GpuContext context_in_use(int device) const;
   // What a copy's completion waits for on one device: an event recorded
   // after what is queued now, or (event null) the stream having run all it
   // holds, where an event would queue behind a stream wait.
@@ -97,14 +99,13 @@ bool can_queue_batch();
 // Queues `dsts.size()` device copies in one call.
 Status queue_batch(cu::Stream stream, std::span<const cu::DevicePtr> dsts, std::span<const cu::DevicePtr> srcs,
                    std::span<const size_t> sizes);
-// Copies host bytes to device memory on `device`'s stream and waits.
-Status copy_to_device_and_wait(cu::Stream stream, void* dst, const void* src, size_t n);
 // Whether `stream` ran everything queued on it; an error for a failed copy.
 Result<bool> stream_idle(cu::Stream stream);
 // Whether the work before `event` ran; an error for a failed copy.
 Result<bool> event_reached(cu::Event event);
-// Blocks until `stream` (of `device`) ran what is queued on it.
-void wait_stream(int device, cu::Stream stream);
+// Blocks until `stream` (of context `ctx` of `device`) ran what is queued
+// on it; an error for a failed copy.
+Status wait_stream(int device, GpuContext ctx, cu::Stream stream);
 // `preferred` if this process has a context on it, else the first device it
 // has one on, else `preferred` (a context will be made there).
 int first_active_device(int preferred);

@@ -145,9 +145,9 @@ class CudaCopier final : public StagingCopier {
       srcs_.push_back(dptr(op.src));
       sizes_.push_back(op.n);
     }
-    FERRY_RETURN_IF_ERROR(d.check(d.memcpy_batch(dsts_.data(), srcs_.data(), sizes_.data(), sizes_.size(),
-                                                 stream.value()),
-                                  "cuMemcpyBatchAsync"));
+    FERRY_RETURN_IF_ERROR(
+        d.check(d.memcpy_batch(dsts_.data(), srcs_.data(), sizes_.data(), sizes_.size(), stream.value()),
+                "cuMemcpyBatchAsync"));
     devices_[static_cast<size_t>(device)].dirty = true;
     return Status();
   }
@@ -210,8 +210,8 @@ class CudaCopier final : public StagingCopier {
       for (GpuContext ctx : kContexts) {
         if (pd.lane(ctx).stream == nullptr) continue;
         DeviceScope scope(static_cast<int>(dev), ctx);
-        Status one = scope.ok() ? d.check(d.stream_synchronize(pd.lane(ctx).stream), "cuStreamSynchronize")
-                                : scope.status();
+        Status one =
+            scope.ok() ? d.check(d.stream_synchronize(pd.lane(ctx).stream), "cuStreamSynchronize") : scope.status();
         if (s.ok()) s = one;
       }
       if (s.ok()) pd.dirty = false;
@@ -259,7 +259,7 @@ class CudaCopier final : public StagingCopier {
     std::vector<Event> idle;  // recorded events that finished, for reuse
   };
   struct PerDevice {
-    std::array<Lane, 2> lanes;  // by GpuContext
+    std::array<Lane, 2> lanes;                     // by GpuContext
     GpuContext in_use = GpuContext::kApplication;  // the lane copies go to now
     bool dirty = false;                            // copies queued since the last fence
     Lane& lane(GpuContext ctx) { return lanes[static_cast<size_t>(ctx)]; }
@@ -304,7 +304,7 @@ class CudaCopier final : public StagingCopier {
   // after the copy that read it is done.
   struct Table {
     GatherPiece* items = nullptr;  // kTableItems of them
-    uint64_t ticket = 0;                     // the fence after its last use (0: never used)
+    uint64_t ticket = 0;           // the fence after its last use (0: never used)
   };
   static constexpr size_t kTables = 4;
   static constexpr size_t kTableItems = kGatherTableItems;
@@ -358,14 +358,14 @@ class CudaCopier final : public StagingCopier {
     pending_.pop_front();
   }
 
-  const std::shared_ptr<StagingKernels> kernels_;        // null: copy engines only
-  const std::shared_ptr<GatherKernels> gather_;   // batches of blocks (null: copy engines)
+  const std::shared_ptr<StagingKernels> kernels_;  // null: copy engines only
+  const std::shared_ptr<GatherKernels> gather_;    // batches of blocks (null: copy engines)
   const std::shared_ptr<GpuKit> kit_;
-  std::vector<PerDevice> devices_;                 // by ordinal
-  std::deque<Pending> pending_;                    // fences not yet seen done, oldest first
+  std::vector<PerDevice> devices_;  // by ordinal
+  std::deque<Pending> pending_;     // fences not yet seen done, oldest first
   uint64_t issued_ = 0;
   uint64_t completed_ = 0;
-  uint64_t kernel_copies_ = 0;  // copies and gathers queued by a kernel
+  uint64_t kernel_copies_ = 0;          // copies and gathers queued by a kernel
   std::vector<DevicePtr> dsts_, srcs_;  // copy_many's arguments, kept between calls
   std::vector<size_t> sizes_;
   std::vector<GatherPiece> pieces_;  // the gather kernel's, likewise

@@ -25,7 +25,7 @@ using Stream = struct CUstream_st*;
 using Event = struct CUevent_st*;
 using Module = struct CUmod_st*;
 using Function = struct CUfunc_st*;
-using DevicePtr = uint64_t;  // CUdeviceptr (unsigned long long on 64-bit Linux, same size)
+using DevicePtr = uint64_t;            // CUdeviceptr (unsigned long long on 64-bit Linux, same size)
 using MemHandle = unsigned long long;  // CUmemGenericAllocationHandle
 struct IpcMemHandle {
   char reserved[64];
@@ -244,6 +244,5 @@ class DeviceScope {
   bool switched_ = false;
   Status status_;
 };
-
 
 }  // namespace ferry::platform

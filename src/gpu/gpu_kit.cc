@@ -14,8 +14,7 @@ Result<cu::Stream> make_stream(int device, GpuContext ctx) {
   DeviceScope scope(device, ctx);
   FERRY_RETURN_IF_ERROR(scope.status());
   cu::Stream s = nullptr;
-  FERRY_RETURN_IF_ERROR(
-      d.check(d.create_own_stream(&s), "cuStreamCreateWithPriority", Code::kResourceExhausted));
+  FERRY_RETURN_IF_ERROR(d.check(d.create_own_stream(&s), "cuStreamCreateWithPriority", Code::kResourceExhausted));
   return s;
 }
 

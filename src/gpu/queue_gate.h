@@ -47,10 +47,11 @@ class QueueGate {
   };
 
   // Counts one closer; returns once no clear Pass is held. A holder makes a
-  // few asynchronous driver calls and lets go (microseconds, and nothing it
-  // calls waits for a stream wait: none is queued while it holds a clear
-  // Pass); it has nothing to wake this thread with, so this thread yields
-  // until it left.
+  // few asynchronous driver calls and lets go: microseconds, or as long as
+  // the copies it waits for when its copies change context, which end
+  // (nothing it waits for can wait for a stream wait: none is queued while
+  // it holds a clear Pass). It has nothing to wake this thread with, so
+  // this thread yields until it left.
   void close() {
     closers_.fetch_add(1, std::memory_order_seq_cst);
     while (holders_.load(std::memory_order_seq_cst) > 0) std::this_thread::yield();

@@ -80,14 +80,14 @@ class StagingCopier {
   }
 };
 
-// The CUDA copier: one non-blocking stream per device it is asked to copy
-// on (created on first use, in the device's primary context), events as
-// fences. Copies go through `kernels` where they fit (staging_kernel.h), the
-// copy engines otherwise, without them, or while an application stream waits
-// on an engine of the process (StreamSignals::any_waiting); copy_many's runs
-// of small blocks through `gather` (one launch a run), which may touch only
-// device memory and pinned host memory (never pageable memory: the kernel
-// would fault).
+// The CUDA copier: non-blocking streams per device it is asked to copy on
+// (taken on first use: in the device's primary context, and in ferry's own
+// while an application stream of the process waits on the GPU, see
+// cuda_copier.cc), events as fences. Copies go through `kernels` where they
+// fit (staging_kernel.h), the copy engines otherwise, without them, or
+// while a stream waits; copy_many's runs of small blocks through `gather`
+// (one launch a run), which may touch only device memory and pinned host
+// memory (never pageable memory: the kernel would fault).
 // Its streams, events and page-locked memory come from `kit` (gpu/gpu_kit.h;
 // null: a kit of its own). Without a driver every call returns kUnimplemented.
 std::unique_ptr<StagingCopier> make_cuda_copier(std::shared_ptr<platform::StagingKernels> kernels = nullptr,

@@ -21,15 +21,7 @@ Status stream_waits_possible() {
                 "(Transfer::wait) before queuing the work that consumes it");
 }
 
-namespace {
-
-// Waits armed in this process and not yet signalled, by every engine (the
-// one process-wide count: StreamSignals::any_waiting says why).
-std::atomic<uint32_t> waits_in_process{0};
-
-}  // namespace
-
-bool StreamSignals::any_waiting() { return waits_in_process.load(std::memory_order_acquire) > 0; }
+bool StreamSignals::any_waiting() { return app_queue_gate().closed(); }
 
 QueueGate& StreamSignals::app_queue_gate() {
   static QueueGate gate;
@@ -52,9 +44,9 @@ Result<uint32_t> StreamSignals::take_slot() {
   }
   Page page;
   void* host = nullptr;
-  FERRY_RETURN_IF_ERROR(cu.check(cu.mem_host_alloc(&host, kSlotsPerPage * sizeof(uint32_t),
-                                                   cu::kHostAllocPortable | cu::kHostAllocDeviceMap),
-                                 "cuMemHostAlloc", Code::kResourceExhausted));
+  FERRY_RETURN_IF_ERROR(cu.check(
+      cu.mem_host_alloc(&host, kSlotsPerPage * sizeof(uint32_t), cu::kHostAllocPortable | cu::kHostAllocDeviceMap),
+      "cuMemHostAlloc", Code::kResourceExhausted));
   page.host = static_cast<uint32_t*>(host);
   if (Status s = cu.check(cu.mem_host_get_device_pointer(&page.device, host, 0), "cuMemHostGetDevicePointer");
       !s.ok()) {
@@ -87,12 +79,10 @@ Result<StreamSignals::Armed> StreamSignals::arm(const CudaStreamRef& ref) {
   // Counted before the wait is queued: from now on a copier queues nothing
   // in this context that could sit behind it, and one queuing now is let
   // finish first.
-  waits_in_process.fetch_add(1, std::memory_order_release);
   app_queue_gate().close();
   cu::Result r = cu.stream_wait_value32(static_cast<cu::Stream>(stream), word, value, cu::kStreamWaitValueGeq);
   if (r != cu::kSuccess) {
     app_queue_gate().open();
-    waits_in_process.fetch_sub(1, std::memory_order_release);
     free_.push_back(slot);
     char name[32];
     std::snprintf(name, sizeof(name), "%p", stream);
@@ -110,7 +100,6 @@ void StreamSignals::signal(const Armed& armed) {
   free_.push_back(armed.slot);
   --armed_;
   app_queue_gate().open();
-  waits_in_process.fetch_sub(1, std::memory_order_release);
 }
 
 StreamSignals::Quiet::Quiet(StreamSignals* signals) : signals_(signals) {

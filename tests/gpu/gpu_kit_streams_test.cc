@@ -161,8 +161,8 @@ TEST(GpuKitStreams, CopiersLandWhileAStreamWaitsWhicheverQueueTheirStreamsShare)
   // released) or another's (another process's waiting streams, say).
   std::string after_release;
   for (int i : stuck) {
-    const bool ended = done_within(*copiers[static_cast<size_t>(i)], tickets[static_cast<size_t>(i)],
-                                   std::chrono::seconds(1));
+    const bool ended =
+        done_within(*copiers[static_cast<size_t>(i)], tickets[static_cast<size_t>(i)], std::chrono::seconds(1));
     after_release += " " + std::to_string(i) + (ended ? ": ended once the wait was released;" : ": still held;");
   }
   ASSERT_EQ(d.stream_synchronize(waiter), cu::kSuccess);
@@ -237,7 +237,7 @@ TEST(GpuKitStreams, CopiesQueuedBeforeAWaitAndFencedAfterItEndWhileItWaits) {
 TEST(GpuKitStreams, WhileAStreamWaitsOnAnyEngineTheCopierQueuesNoKernelAndItsCopiesLand) {
   if (gpu_count() == 0) GTEST_SKIP() << "no GPU";
   constexpr size_t kWhole = (1 << 20) + 48;  // 16-byte aligned: the staging kernel's
-  constexpr size_t kPiece = 4096 + 16;      // a run of eight: the gather kernel's
+  constexpr size_t kPiece = 4096 + 16;       // a run of eight: the gather kernel's
   constexpr int kPieces = 8;
   constexpr size_t kBytes = 3 * kWhole + kPieces * kPiece;
   GpuBuffer dev = gpu_alloc(0, kBytes);

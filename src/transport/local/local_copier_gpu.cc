@@ -14,28 +14,34 @@ namespace ferry::local {
 
 namespace cu = platform::cu;
 using platform::GatherKernels;
-using platform::GpuContext;
 using platform::GatherPiece;
+using platform::GpuContext;
 using platform::ResidentGather;
 
 Status LocalCopier::copy_to_device_now(int device, void* dst, const void* src, size_t n) {
   if (!platform::gpu_driver_available()) {
     return Status(Code::kUnimplemented, "GPU memory on a host without a CUDA driver");
   }
-  platform::LaneChoice choice;
-  const GpuContext ctx = choice.context();
-  platform::DeviceScope on(device, ctx);
-  FERRY_RETURN_IF_ERROR(on.status());
+  GpuContext ctx = GpuContext::kApplication;
   cu::Stream s = nullptr;
   {
-    platform::MutexLock lock(mu_);
-    FERRY_ASSIGN_OR_RETURN(s, lanes_.stream(device, ctx));
+    // Held while the copy is queued, not while it runs.
+    platform::LaneChoice choice;
+    ctx = choice.context();
+    platform::DeviceScope on(device, ctx);
+    FERRY_RETURN_IF_ERROR(on.status());
+    {
+      platform::MutexLock lock(mu_);
+      FERRY_ASSIGN_OR_RETURN(s, lanes_.stream(device, ctx));
+    }
+    FERRY_RETURN_IF_ERROR(platform::queue_copy(s, dst, src, n, platform::CopyDirection::kHostToDevice)
+                              .with_context("into the receive buffer"));
   }
-  return platform::copy_to_device_and_wait(s, dst, src, n);
+  return platform::wait_stream(device, ctx, s).with_context("into the receive buffer");
 }
 
 Result<LocalCopier::GpuCopy> LocalCopier::gpu_piece(uint8_t* local, int local_device, const SharedSpan& remote,
-                                                     uint64_t offset, uint64_t n, bool to_remote, PieceCache& cache) {
+                                                    uint64_t offset, uint64_t n, bool to_remote, PieceCache& cache) {
   if (!platform::gpu_driver_available()) {
     return Status(Code::kUnimplemented, "GPU memory on a host without a CUDA driver");
   }
@@ -157,7 +163,8 @@ Status LocalCopier::start_blocks(int device, std::span<uint8_t* const> local, st
   // Kernels run in the application's context, and only while no stream of
   // the process waits there (copy_lanes.h): else the general path's copies.
   platform::LaneChoice choice;
-  if (choice.context() != GpuContext::kApplication) return Status(Code::kUnimplemented, "a CUDA stream waits: no kernel");
+  if (choice.context() != GpuContext::kApplication)
+    return Status(Code::kUnimplemented, "a CUDA stream waits: no kernel");
   constexpr uint64_t kItem = GatherKernels::kItemBytes;
   cu::Stream stream = nullptr;
   PieceTable* table = nullptr;
@@ -292,11 +299,13 @@ LocalCopier::PieceTable* LocalCopier::take_table(int device) {
 void LocalCopier::sync_streams(const std::vector<int>& used) {
   for (int device : used) {
     cu::Stream s = nullptr;
+    GpuContext ctx = GpuContext::kApplication;
     {
       platform::MutexLock lock(mu_);
       s = lanes_.stream_if_made(device);
+      ctx = lanes_.context_in_use(device);
     }
-    if (s != nullptr) platform::wait_stream(device, s);
+    if (s != nullptr) (void)platform::wait_stream(device, ctx, s);
   }
 }
 
