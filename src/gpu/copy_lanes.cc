@@ -19,20 +19,21 @@ GpuCopyLanes::~GpuCopyLanes() {
 }
 
 Result<cu::Stream> GpuCopyLanes::stream(int device, GpuContext ctx) {
-  cu::Stream& s = streams_[Lane{device, ctx}];
+  cu::Stream& s = streams_[GpuLane{device, ctx}];
   if (s == nullptr) {
     Result<cu::Stream> made = kit_->take_stream(device, ctx);
     if (!made.ok()) {
-      streams_.erase(Lane{device, ctx});
+      streams_.erase(GpuLane{device, ctx});
       return made.status();
     }
     s = made.value();
   }
   auto [at, first] = in_use_.try_emplace(device, ctx);
   if (!first && at->second != ctx) {
-    // What the other stream holds was queued before any wait (it always
-    // ends): waited for, so that copies stay in the order queued.
-    auto left = streams_.find(Lane{device, at->second});
+    // Waited for, so that copies stay in the order queued. It ends: ferry's
+    // context holds no wait, and what the application's holds was queued
+    // before any wait (under a clear LaneChoice).
+    auto left = streams_.find(GpuLane{device, at->second});
     if (left != streams_.end()) {
       FERRY_RETURN_IF_ERROR(
           wait_stream(device, at->second, left->second).with_context("changing a GPU copy's context"));
@@ -42,39 +43,32 @@ Result<cu::Stream> GpuCopyLanes::stream(int device, GpuContext ctx) {
   return s;
 }
 
-cu::Stream GpuCopyLanes::stream_if_made(int device) const {
-  auto use = in_use_.find(device);
-  if (use == in_use_.end()) return nullptr;
-  auto it = streams_.find(Lane{device, use->second});
+cu::Stream GpuCopyLanes::stream_if_made(GpuLane lane) const {
+  auto it = streams_.find(lane);
   return it == streams_.end() ? nullptr : it->second;
 }
 
-GpuContext GpuCopyLanes::context_in_use(int device) const {
-  auto use = in_use_.find(device);
-  return use == in_use_.end() ? GpuContext::kApplication : use->second;
-}
-
-Result<GpuCopyLanes::Mark> GpuCopyLanes::mark(int device) {
+Result<GpuCopyLanes::Mark> GpuCopyLanes::mark(GpuLane lane) {
   const auto& d = cuda();
-  cu::Stream s = stream_if_made(device);
+  cu::Stream s = stream_if_made(lane);
   if (s == nullptr) return Status(Code::kInternal, "a GPU copy's completion asked of a device it never used");
-  Mark m{s, nullptr, context_in_use(device)};
+  Mark m{lane, s, nullptr};
   // In the application's context while a stream waits, an event would queue
   // behind the wait: the stream is asked instead (nothing is queued on it
   // until the wait ends).
   std::optional<QueueGate::Pass> app;
-  if (m.ctx == GpuContext::kApplication) {
+  if (lane.second == GpuContext::kApplication) {
     app.emplace(StreamSignals::app_queue_gate());
     if (!app->clear()) return m;
   }
-  DeviceScope on(device, m.ctx);
+  DeviceScope on(lane.first, lane.second);
   FERRY_RETURN_IF_ERROR(on.status());
-  auto& spare = spare_[Lane{device, m.ctx}];
+  auto& spare = spare_[lane];
   if (!spare.empty()) {
     m.event = spare.back();
     spare.pop_back();
   } else {
-    FERRY_ASSIGN_OR_RETURN(m.event, kit_->take_event(device, m.ctx));
+    FERRY_ASSIGN_OR_RETURN(m.event, kit_->take_event(lane.first, lane.second));
   }
   Status recorded = d.check(d.event_record(m.event, s), "cuEventRecord");
   if (!recorded.ok()) {
@@ -85,11 +79,13 @@ Result<GpuCopyLanes::Mark> GpuCopyLanes::mark(int device) {
 }
 
 Result<bool> GpuCopyLanes::reached(const Mark& m) {
+  DeviceScope on(m.lane.first, m.lane.second);
+  FERRY_RETURN_IF_ERROR(on.status());
   return m.event != nullptr ? event_reached(m.event) : stream_idle(m.stream);
 }
 
-void GpuCopyLanes::recycle(int device, const Mark& m) {
-  if (m.event != nullptr) spare_[Lane{device, m.ctx}].push_back(m.event);
+void GpuCopyLanes::recycle(const Mark& m) {
+  if (m.event != nullptr) spare_[m.lane].push_back(m.event);
 }
 
 void GpuCopyLanes::synchronize_all() {

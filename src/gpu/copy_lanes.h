@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "ferry/status.h"
@@ -31,9 +32,13 @@
 
 namespace ferry::platform {
 
+// A device and one of its contexts: where a copy was queued.
+using GpuLane = std::pair<int, GpuContext>;
+
 // The context copies about to be queued go to: the application's while no
-// stream of the process waits on the GPU, else ferry's own. Held across
-// queuing them (it holds the waits' gate meanwhile: no wait is queued).
+// stream of the process waits on the GPU, else ferry's own. Held while
+// they are queued, and let go before anything waits for them or runs a
+// completion (it holds the waits' gate meanwhile: no wait is queued).
 class LaneChoice {
  public:
   LaneChoice() : pass_(StreamSignals::app_queue_gate()) {}
@@ -57,35 +62,33 @@ class GpuCopyLanes {
   // go there from now on (the stream they leave is waited for first). The
   // caller holds `ctx`'s scope and, for the application's, a clear Pass.
   Result<cu::Stream> stream(int device, GpuContext ctx);
-  // The stream `device`'s copies go to now if one was made, else null.
-  cu::Stream stream_if_made(int device) const;
-  // The context of that stream.
-  GpuContext context_in_use(int device) const;
+  // The stream of `lane` if one was made, else null.
+  cu::Stream stream_if_made(GpuLane lane) const;
   // What a copy's completion waits for on one device: an event recorded
   // after what is queued now, or (event null) the stream having run all it
   // holds, where an event would queue behind a stream wait.
   struct Mark {
+    GpuLane lane;
     cu::Stream stream = nullptr;
     cu::Event event = nullptr;
-    GpuContext ctx = GpuContext::kApplication;
   };
-  // A mark on the stream `device`'s copies go to (a spare event, or a new
-  // one). The stream's context is made current here.
-  Result<Mark> mark(int device);
-  // Whether the copies before `m` ran; an error for a failed copy.
+  // A mark on `lane`'s stream (a spare event, or a new one). The stream's
+  // context is made current here.
+  Result<Mark> mark(GpuLane lane);
+  // Whether the copies before `m` ran; an error for a failed copy. Asked in
+  // the mark's context.
   static Result<bool> reached(const Mark& m);
   // A mark that was reached: its event goes back for reuse.
-  void recycle(int device, const Mark& m);
+  void recycle(const Mark& m);
   // Blocks until every stream has run what is queued on it.
   void synchronize_all();
   GpuKit& kit() const { return *kit_; }
 
  private:
-  using Lane = std::pair<int, GpuContext>;
   std::shared_ptr<GpuKit> kit_;
-  std::map<Lane, cu::Stream> streams_;
-  std::map<Lane, std::vector<cu::Event>> spare_;  // events belong to a context
-  std::map<int, GpuContext> in_use_;              // by device: where its copies go now
+  std::map<GpuLane, cu::Stream> streams_;
+  std::map<GpuLane, std::vector<cu::Event>> spare_;  // events belong to a context
+  std::map<int, GpuContext> in_use_;                 // by device: where its copies go now
 };
 
 // Whether a CUDA driver was loaded.

@@ -31,6 +31,7 @@ CudaDriver load_driver() {
   need("cuDevicePrimaryCtxRelease_v2", d.primary_ctx_release);
   need("cuCtxSetCurrent", d.ctx_set_current);
   need("cuCtxGetCurrent", d.ctx_get_current);
+  need("cuCtxPopCurrent_v2", d.ctx_pop_current);
   need("cuCtxEnablePeerAccess", d.ctx_enable_peer_access);
   need("cuPointerGetAttribute", d.pointer_get_attribute);
   need("cuMemGetAddressRange_v2", d.mem_get_address_range);
@@ -186,9 +187,7 @@ Result<cu::Context> ferry_context(int ordinal) {
   }
   cu::Device dev = 0;
   FERRY_RETURN_IF_ERROR(d.check(d.device_get(&dev, ordinal), "cuDeviceGet", Code::kInvalidArgument));
-  // cuCtxCreate makes the new context current: the thread's goes back after.
-  cu::Context previous = nullptr;
-  if (d.ctx_get_current(&previous) != cu::kSuccess) previous = nullptr;
+  // cuCtxCreate pushes the new context on the thread's stack: popped after.
   cu::Result r = d.ctx_create_v4 != nullptr ? d.ctx_create_v4(&c, nullptr, 0, dev) : d.ctx_create_v2(&c, 0, dev);
   FERRY_RETURN_IF_ERROR(d.check(r, "cuCtxCreate (ferry's own context)", Code::kResourceExhausted));
   // Only copies run there: the device memory a context keeps for its
@@ -199,7 +198,8 @@ Result<cu::Context> ferry_context(int ordinal) {
       if (d.ctx_set_limit(limit, 0) != cu::kSuccess) (void)d.ctx_set_limit(limit, 1024);
     }
   }
-  d.ctx_set_current(previous);
+  cu::Context popped = nullptr;
+  d.ctx_pop_current(&popped);
   contexts[ordinal].store(c, std::memory_order_release);
   return c;
 }

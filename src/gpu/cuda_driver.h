@@ -97,6 +97,7 @@ struct CudaDriver {
   cu::Result (*primary_ctx_release)(cu::Device) = nullptr;
   cu::Result (*ctx_set_current)(cu::Context) = nullptr;
   cu::Result (*ctx_get_current)(cu::Context*) = nullptr;
+  cu::Result (*ctx_pop_current)(cu::Context*) = nullptr;
   cu::Result (*ctx_enable_peer_access)(cu::Context, unsigned) = nullptr;
   // A new context (cuCtxCreate): the CUDA 12.5+ entry point with its
   // parameters (null: none), else the older one. Either may be null.
@@ -220,9 +221,13 @@ Status use_device(int ordinal);
 Result<cu::Context> device_context(int ordinal);
 
 // Ferry's own context on device `ordinal` (GpuContext::kFerry), made on
-// first call and kept for the process, like the primary context; it costs
-// device memory, so only a stream wait's kit asks for it. kUnimplemented
-// without a driver or where the driver cannot make a context.
+// first call and kept for the process, like the primary context. It costs
+// device memory (about 260 MiB on an H200), so it is asked for only once a
+// stream may wait: a stream wait's kit makes it (GpuKit::fill) on every
+// device the process has a context on, before the wait is queued; a copier
+// asks for it only while a wait is armed, and then finds it made, unless
+// the process took up a new device since. kUnimplemented without a driver
+// or where the driver cannot make a context.
 Result<cu::Context> ferry_context(int ordinal);
 
 // Makes the primary context of `ordinal` (or ferry's own, `which`) current

@@ -71,10 +71,12 @@ GpuReserve::~GpuReserve() {
   const CudaDriver& d = cuda();
   MutexLock lock(mu_);
   for (auto& [lane, streams] : streams_) {
+    if (streams.empty()) continue;  // (a scope of ferry's context would make it)
     DeviceScope scope(lane.first, lane.second);
     for (cu::Stream s : streams) d.stream_destroy(s);
   }
   for (auto& [lane, events] : events_) {
+    if (events.empty()) continue;
     DeviceScope scope(lane.first, lane.second);
     for (cu::Event e : events) d.event_destroy(e);
   }

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <string>
 
+#include "gpu/stream_signals.h"
+
 namespace ferry::platform {
 namespace {
 
@@ -87,8 +89,8 @@ Result<ResidentGather::Device*> ResidentGather::device_state(int device) {
                                 "cuMemHostAlloc (resident gather mailbox)", Code::kResourceExhausted));
   dev->box = static_cast<Mailbox*>(box);
   std::memset(dev->box, 0, sizeof(Mailbox));
-  Status s = d.check(d.mem_alloc(&dev->relay, kRelayBytes), "cuMemAlloc (resident gather relay)",
-                     Code::kResourceExhausted);
+  Status s =
+      d.check(d.mem_alloc(&dev->relay, kRelayBytes), "cuMemAlloc (resident gather relay)", Code::kResourceExhausted);
   if (s.ok()) {
     s = d.check(d.create_own_stream(&dev->stream), "cuStreamCreateWithPriority (resident gather)",
                 Code::kResourceExhausted);
@@ -111,8 +113,8 @@ Status ResidentGather::launch(int device, Device& d) {
   FERRY_RETURN_IF_ERROR(driver.check(driver.memcpy_htod_async(d.relay, d.box->zero, kRelayBytes, d.stream),
                                      "cuMemcpyHtoDAsync (resident gather relay)"));
   const uint64_t linger_ns = static_cast<uint64_t>(linger_.count()) * 1000;
-  FERRY_RETURN_IF_ERROR(kernels_->launch_resident(device, d.stream, d.box, d.relay, generation, linger_ns, kGrid,
-                                                  kThreads));
+  FERRY_RETURN_IF_ERROR(
+      kernels_->launch_resident(device, d.stream, d.box, d.relay, generation, linger_ns, kGrid, kThreads));
   d.generation = generation;
   d.number = 0;
   ++d.launches;
@@ -132,8 +134,8 @@ Result<ResidentGather::Ticket> ResidentGather::post(int device, const GatherPiec
   FERRY_ASSIGN_OR_RETURN(Device * d, device_state(device));
   if (d->pending != 0) {
     if (load_acquire(d->box->done) != d->pending) {
-      return Status(Code::kUnavailable, "the resident gather kernel on GPU " + std::to_string(device) +
-                                            " has a batch in hand");
+      return Status(Code::kUnavailable,
+                    "the resident gather kernel on GPU " + std::to_string(device) + " has a batch in hand");
     }
     d->pending = 0;
   }
@@ -156,8 +158,8 @@ uint32_t ResidentGather::launches(int device) {
 Result<bool> ResidentGather::finished(const Ticket& ticket) {
   MutexLock lock(mu_);
   if (ticket.device < 0 || ticket.device >= kMaxDevices || devices_[ticket.device] == nullptr) {
-    return Status(Code::kInvalidArgument, "resident gather: no batch was posted to GPU " +
-                                              std::to_string(ticket.device));
+    return Status(Code::kInvalidArgument,
+                  "resident gather: no batch was posted to GPU " + std::to_string(ticket.device));
   }
   Device& d = *devices_[ticket.device];
   // A later batch is posted only once the one before is in place.
@@ -173,9 +175,17 @@ Result<bool> ResidentGather::finished(const Ticket& ticket) {
   if (r == cu::kNotReady) return false;
   if (load_acquire(d.box->done) == d.pending) return true;  // it answered, then left
   if (r != cu::kSuccess) return driver.check(r, "resident gather kernel (cuStreamQuery)");
-  // The kernel lingered out before the batch's request reached it.
+  // The kernel lingered out before the batch's request reached it. It is
+  // launched again in the application's context, so only while no stream of
+  // the process waits there (a launch behind the wait would hold the batch,
+  // and with it what the wait waits for): else the batch fails, naming why.
+  QueueGate::Pass app(StreamSignals::app_queue_gate());
   DeviceScope on(ticket.device);
-  Status relaunched = on.ok() ? launch(ticket.device, d) : on.status();
+  Status relaunched = !app.clear() ? Status(Code::kUnavailable,
+                                            "the resident gather kernel ended before taking a batch, and a CUDA stream "
+                                            "of this process waits on the GPU: it cannot be launched again now")
+                      : on.ok()    ? launch(ticket.device, d)
+                                   : on.status();
   if (!relaunched.ok()) {
     // The batch fails; the next post launches afresh.
     d.pending = 0;

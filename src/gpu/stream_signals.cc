@@ -70,19 +70,26 @@ Result<StreamSignals::Armed> StreamSignals::arm(const CudaStreamRef& ref) {
   void* stream = ref.stream;
   StreamContext context(ref);
   FERRY_RETURN_IF_ERROR(context.status());
+  // Counted before the wait is queued, and before mu_ is taken (a copier
+  // that must leave first may be waiting for a lock whose holder waits for
+  // mu_: GpuKit::fill): from now on a copier queues nothing in this context
+  // that could sit behind the wait, and one queuing now is let finish first.
+  QueueGate& gate = app_queue_gate();
+  gate.close();
   UniqueLock lock(mu_);
   while (quiet_ > 0) unquiet_.wait(lock.native());
-  FERRY_ASSIGN_OR_RETURN(uint32_t slot, take_slot());
+  Result<uint32_t> taken = take_slot();
+  if (!taken.ok()) {
+    gate.open();
+    return taken.status();
+  }
+  const uint32_t slot = taken.value();
   const Page& page = pages_[slot / kSlotsPerPage];
   uint32_t value = values_[slot] + 1;
   uint64_t word = page.device + (slot % kSlotsPerPage) * sizeof(uint32_t);
-  // Counted before the wait is queued: from now on a copier queues nothing
-  // in this context that could sit behind it, and one queuing now is let
-  // finish first.
-  app_queue_gate().close();
   cu::Result r = cu.stream_wait_value32(static_cast<cu::Stream>(stream), word, value, cu::kStreamWaitValueGeq);
   if (r != cu::kSuccess) {
-    app_queue_gate().open();
+    gate.open();
     free_.push_back(slot);
     char name[32];
     std::snprintf(name, sizeof(name), "%p", stream);

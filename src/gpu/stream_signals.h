@@ -56,7 +56,7 @@ class StreamSignals {
   // wait armed and not yet signalled, by any StreamSignals). Process-wide on
   // purpose: the hardware queues a waiting stream holds are its context's,
   // which every engine of the process shares, so a wait one engine armed can
-  // hold another engine's kernels. No lock: a copier asks before a launch.
+  // hold another engine's copies and kernels. No lock (the gate's count).
   static bool any_waiting();
 
   // The gate every wait closes while it is armed, process-wide as

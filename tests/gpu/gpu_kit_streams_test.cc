@@ -44,6 +44,25 @@ bool done_within(platform::StagingCopier& copier, uint64_t ticket, std::chrono::
   return false;
 }
 
+// Releases an armed wait when it goes, whatever the test did meanwhile: an
+// assertion that returns between arm() and signal() would leave the stream
+// waiting for good, and the process's later frees behind it.
+class ReleaseAtEnd {
+ public:
+  ReleaseAtEnd(platform::StreamSignals& signals, platform::StreamSignals::Armed armed)
+      : signals_(signals), armed_(armed) {}
+  ~ReleaseAtEnd() { release(); }
+  void release() {
+    if (!released_) signals_.signal(armed_);
+    released_ = true;
+  }
+
+ private:
+  platform::StreamSignals& signals_;
+  platform::StreamSignals::Armed armed_;
+  bool released_ = false;
+};
+
 // Made once, not left current, and what it costs in device memory (the
 // closing note's number: the first stream wait of a process pays it).
 TEST(FerryContext, IsMadeOnceLeavesTheThreadsContextAndItsCostIsMeasured) {
@@ -111,6 +130,7 @@ TEST(GpuKitStreams, CopiersLandWhileAStreamWaitsWhicheverQueueTheirStreamsShare)
   ASSERT_TRUE(kit->fill(size).ok());
   auto armed = signals->arm(CudaStreamRef{waiter, 0});
   ASSERT_TRUE(armed.ok()) << armed.status().message();
+  ReleaseAtEnd release(*signals, armed.value());
 
   // What the hardware does: a copy on each kit stream, straight. Those held
   // stay queued (into the probes' half) and their streams go back to the
@@ -156,7 +176,7 @@ TEST(GpuKitStreams, CopiersLandWhileAStreamWaitsWhicheverQueueTheirStreamsShare)
       stuck_list += " " + std::to_string(i);
     }
   }
-  signals->signal(armed.value());
+  release.release();
   // Which wait held them: this stream's (they end as soon as it is
   // released) or another's (another process's waiting streams, say).
   std::string after_release;
@@ -212,6 +232,7 @@ TEST(GpuKitStreams, CopiesQueuedBeforeAWaitAndFencedAfterItEndWhileItWaits) {
   }
   auto armed = signals->arm(CudaStreamRef{waiter, 0});
   ASSERT_TRUE(armed.ok()) << armed.status().message();
+  ReleaseAtEnd release(*signals, armed.value());
   std::string stuck;
   for (int i = 0; i < kCopiers; ++i) {
     auto t = copiers[static_cast<size_t>(i)]->fence();
@@ -220,7 +241,7 @@ TEST(GpuKitStreams, CopiesQueuedBeforeAWaitAndFencedAfterItEndWhileItWaits) {
       stuck += " " + std::to_string(i);
     }
   }
-  signals->signal(armed.value());
+  release.release();
   ASSERT_EQ(d.stream_synchronize(waiter), cu::kSuccess);
   EXPECT_EQ(stuck, "") << "fences held while the stream waited:" << stuck;
   for (auto& c : copiers) c->wait_all();
@@ -275,6 +296,7 @@ TEST(GpuKitStreams, WhileAStreamWaitsOnAnyEngineTheCopierQueuesNoKernelAndItsCop
   ASSERT_EQ(d.stream_create(&waiter, cu::kStreamNonBlocking), cu::kSuccess);
   auto armed = other->arm(CudaStreamRef{waiter, 0});
   ASSERT_TRUE(armed.ok()) << armed.status().message();
+  ReleaseAtEnd release(*other, armed.value());
   EXPECT_TRUE(platform::StreamSignals::any_waiting());
   ASSERT_TRUE(copier->copy(0, dev.ptr + kWhole, src + kWhole, kWhole).ok());
   std::vector<platform::StagingCopier::Op> run;
@@ -287,7 +309,7 @@ TEST(GpuKitStreams, WhileAStreamWaitsOnAnyEngineTheCopierQueuesNoKernelAndItsCop
   ASSERT_TRUE(t.ok());
   bool landed = done_within(*copier, t.value(), std::chrono::seconds(10));
   const uint64_t kernels_while_waiting = copier->kernel_copies() - 1;
-  other->signal(armed.value());
+  release.release();
   ASSERT_EQ(d.stream_synchronize(waiter), cu::kSuccess);
   EXPECT_FALSE(platform::StreamSignals::any_waiting());
   EXPECT_TRUE(landed) << "copies queued while a stream waited did not end within 10 s";

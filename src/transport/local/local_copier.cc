@@ -91,7 +91,7 @@ Status LocalCopier::start(const core::SegmentList& local, const std::vector<Shar
   std::vector<iovec> near_iov, far_iov;
   std::vector<GpuCopy> gpu;  // queued after the walk, runs of them in one call
   gpu.reserve(remote.size());
-  std::vector<int> used;
+  std::vector<platform::GpuLane> used;
   // A failure after GPU pieces were queued: they end before the caller hears
   // of it (and lets go of the memory they use).
   auto abandon = [&](const Status& why) {
@@ -294,7 +294,7 @@ bool LocalCopier::poll() {
     for (auto it = inflight_.begin(); it != inflight_.end();) {
       Status st;
       bool ready = !it->resident || resident_ended(*it->resident, st);
-      for (auto& [device, m] : it->marks) {
+      for (const platform::GpuCopyLanes::Mark& m : it->marks) {
         if (!ready) break;
         Result<bool> reached = platform::GpuCopyLanes::reached(m);
         if (reached.ok() && !reached.value()) {
@@ -307,7 +307,7 @@ bool LocalCopier::poll() {
         ++it;
         continue;
       }
-      for (auto& [device, m] : it->marks) lanes_.recycle(device, m);
+      for (const platform::GpuCopyLanes::Mark& m : it->marks) lanes_.recycle(m);
       finished.emplace_back(std::move(it->done), st);
       it = inflight_.erase(it);
     }

@@ -1,8 +1,11 @@
 // LocalCopier: moves bytes between this process's registered memory and a
 // same-host peer's memory described by SharedSpans, in one copy: host to
 // host by cross-memory attach, anything touching GPU memory by the copy
-// engines (cuMemcpyAsync on a per-connection stream per device, completion
-// by events), the peer's GPU allocations opened through GpuImports.
+// engines or the gather kernels (on a per-connection stream per device and
+// context, gpu/copy_lanes.h: ferry's own context while a stream of the
+// process waits on the GPU; completion by events, or by asking the stream
+// where an event would queue behind a wait), the peer's GPU allocations
+// opened through GpuImports.
 //
 // Which side copies: a process can address its own memory, the peer's GPU
 // memory (once mapped) and, through the kernel, the peer's host memory from
@@ -117,8 +120,8 @@ class LocalCopier {
   // kUnimplemented, with nothing queued, where the kernel cannot take them
   // (no kernel, blocks too large): the caller copies another way.
   Status start_blocks(int device, std::span<uint8_t* const> local, std::span<const SharedSpan> remote,
-                      std::span<const Block> blocks, uint64_t size, Done done, StopCheck stop = {});
-  // Completes queued copies whose events fired; true if any did. Never blocks.
+                      std::span<const Block> blocks, uint64_t size, Done done, StopCheck stop = {}) EXCLUDES(mu_);
+  // Completes queued copies whose marks were reached; true if any did. Never blocks.
   bool poll();
   bool busy() const;
   // No copy handed to the helpers runs and no GPU copy waits for poll():
@@ -151,7 +154,7 @@ class LocalCopier {
 
  private:
   struct InFlight {
-    std::vector<std::pair<int, platform::GpuCopyLanes::Mark>> marks;  // (device, what ends it there)
+    std::vector<platform::GpuCopyLanes::Mark> marks;           // what ends it on each lane it used
     std::optional<platform::ResidentGather::Ticket> resident;  // a batch the resident kernel took
     Done done;
   };
@@ -243,24 +246,25 @@ class LocalCopier {
   // current one); null when all are busy or no pinned memory can be had
   // (copy() then lists the pieces in the launch's parameters).
   PieceTable* take_table(int device) REQUIRES(mu_);
-  // Waits for every copy queued on the streams of `used` (a copy given up
-  // after some of its pieces were queued).
-  void sync_streams(const std::vector<int>& used);
+  // Waits for every copy queued on the streams of `used`, the lanes a copy
+  // queued on (a copy given up after some of its pieces were queued).
+  void sync_streams(const std::vector<platform::GpuLane>& used) EXCLUDES(mu_);
   // Finishes a copy whose GPU pieces are queued on the streams of `used`:
-  // at once if it is small and ends within microseconds, else by events the
-  // progress worker polls. An error (after waiting for the streams) means
-  // `finish` never runs.
-  Status complete_gpu(const std::vector<int>& used, uint64_t size, Done finish);
+  // at once if it is small and ends within microseconds, else by marks
+  // (GpuCopyLanes::mark) the progress worker polls. An error (after waiting
+  // for the streams) means `finish` never runs.
+  Status complete_gpu(const std::vector<platform::GpuLane>& used, uint64_t size, Done finish) EXCLUDES(mu_);
   // Finishes a batch the resident kernel took: at once if it is small and
   // ends within microseconds, else in poll().
   void complete_resident(platform::ResidentGather::Ticket ticket, uint64_t size, Done finish);
   // Whether a resident batch ended (ready) and how.
   bool resident_ended(const platform::ResidentGather::Ticket& ticket, Status& st);
-  // Queues `copies` on their devices' streams, adding each device to `used`:
+  // Queues `copies` on their devices' streams, each run in the context a
+  // LaneChoice gives (held only while it is queued), adding each lane to `used`:
   // a run of device-to-device copies on one device (a KV cache's blocks) as
   // one gather launch where it suits and loads, else in one driver call where
   // the driver has cuMemcpyBatchAsync; the rest one by one.
-  Status queue_gpu_copies(const std::vector<GpuCopy>& copies, std::vector<int>& used);
+  Status queue_gpu_copies(const std::vector<GpuCopy>& copies, std::vector<platform::GpuLane>& used) EXCLUDES(mu_);
 
   GpuImports& imports_;
   const std::shared_ptr<platform::GatherKernels> gather_;
@@ -269,14 +273,14 @@ class LocalCopier {
   const pid_t peer_pid_;
   const PeerCheck peer_check_;
   mutable platform::Mutex mu_;
-  platform::GpuCopyLanes lanes_ GUARDED_BY(mu_);  // a stream and events per local device
+  platform::GpuCopyLanes lanes_ GUARDED_BY(mu_);  // a stream and events per local device and context
   std::vector<InFlight> inflight_ GUARDED_BY(mu_);
   std::array<PieceTable, kTables> tables_ GUARDED_BY(mu_);  // items null: not allocated yet
-  std::atomic<size_t> inflight_count_{0};        // inflight_.size(), readable without mu_
+  std::atomic<size_t> inflight_count_{0};                   // inflight_.size(), readable without mu_
   bool stopped_ GUARDED_BY(mu_) = false;
-  std::atomic<bool> stopping_{false};            // stopped_, read by host copies before each piece
-  std::atomic<int> host_copies_{0};              // cross-memory copies running (on callers' threads or offloaded)
-  std::atomic<int> offloaded_{0};                // of which the helpers run alone
+  std::atomic<bool> stopping_{false};  // stopped_, read by host copies before each piece
+  std::atomic<int> host_copies_{0};    // cross-memory copies running (on callers' threads or offloaded)
+  std::atomic<int> offloaded_{0};      // of which the helpers run alone
 
   const std::shared_ptr<CopyPool> helpers_;  // the engine's; null: none
 };

@@ -6,6 +6,7 @@
 // copy a run), and a copy's completion once its GPU pieces are queued.
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "transport/local/block_pieces.h"
 #include "transport/local/local_copier.h"
@@ -88,7 +89,7 @@ Result<LocalCopier::GpuCopy> LocalCopier::gpu_piece(uint8_t* local, int local_de
   return c;
 }
 
-Status LocalCopier::queue_gpu_copies(const std::vector<GpuCopy>& copies, std::vector<int>& used) {
+Status LocalCopier::queue_gpu_copies(const std::vector<GpuCopy>& copies, std::vector<platform::GpuLane>& used) {
   std::vector<cu::DevicePtr> dsts, srcs;
   std::vector<size_t> sizes;
   std::vector<GatherPiece> pieces;
@@ -102,7 +103,8 @@ Status LocalCopier::queue_gpu_copies(const std::vector<GpuCopy>& copies, std::ve
     FERRY_RETURN_IF_ERROR(on.status());
     platform::MutexLock lock(mu_);
     FERRY_ASSIGN_OR_RETURN(cu::Stream s, lanes_.stream(c.device, ctx));
-    if (std::find(used.begin(), used.end(), c.device) == used.end()) used.push_back(c.device);
+    const platform::GpuLane lane{c.device, ctx};
+    if (std::find(used.begin(), used.end(), lane) == used.end()) used.push_back(lane);
     // The run of device-to-device copies on this device that starts here.
     size_t end = i;
     while (end < copies.size() && copies[end].device == c.device && !copies[end].host_src && !copies[end].host_dst) {
@@ -162,9 +164,10 @@ Status LocalCopier::start_blocks(int device, std::span<uint8_t* const> local, st
   }
   // Kernels run in the application's context, and only while no stream of
   // the process waits there (copy_lanes.h): else the general path's copies.
-  platform::LaneChoice choice;
-  if (choice.context() != GpuContext::kApplication)
+  std::optional<platform::LaneChoice> choice(std::in_place);
+  if (choice->context() != GpuContext::kApplication) {
     return Status(Code::kUnimplemented, "a CUDA stream waits: no kernel");
+  }
   constexpr uint64_t kItem = GatherKernels::kItemBytes;
   cu::Stream stream = nullptr;
   PieceTable* table = nullptr;
@@ -204,10 +207,11 @@ Status LocalCopier::start_blocks(int device, std::span<uint8_t* const> local, st
     if (table != nullptr) give_back(table);
     std::vector<GatherPiece> whole(runs);
     (void)list_block_pieces(far, local, blocks, UINT64_MAX, whole.data(), whole.size(), runs);
+    choice.reset();  // queue_gpu_copies chooses for itself
     std::vector<GpuCopy> copies;
     copies.reserve(whole.size());
     for (const GatherPiece& r : whole) copies.push_back({device, r.dst, const_cast<uint8_t*>(r.src), r.n});
-    std::vector<int> used;
+    std::vector<platform::GpuLane> used;
     if (Status q = queue_gpu_copies(copies, used); !q.ok()) {
       sync_streams(used);
       return q;
@@ -218,6 +222,7 @@ Status LocalCopier::start_blocks(int device, std::span<uint8_t* const> local, st
   if (resident && table != nullptr) {  // the kernel reads the list after this returns: only from a table
     Result<ResidentGather::Ticket> ticket = resident_->post(device, list, static_cast<unsigned>(*listed));
     if (ticket.ok()) {
+      choice.reset();  // posted: completions run without it
       complete_resident(ticket.value(), size, [table, give_back, done = std::move(done)](const Status& st) {
         give_back(table);  // the kernel read it
         done(st);
@@ -234,8 +239,9 @@ Status LocalCopier::start_blocks(int device, std::span<uint8_t* const> local, st
   } else {
     queued = gather_->copy(device, stream, std::span<const GatherPiece>(list, *listed));
   }
+  choice.reset();                                            // queued: completions run without it
   if (queued.code() == Code::kUnimplemented) return queued;  // nothing queued: the kernel did not load
-  std::vector<int> used{device};
+  std::vector<platform::GpuLane> used{{device, GpuContext::kApplication}};
   if (!queued.ok()) {
     sync_streams(used);
     return queued;
@@ -296,36 +302,34 @@ LocalCopier::PieceTable* LocalCopier::take_table(int device) {
   return nullptr;
 }
 
-void LocalCopier::sync_streams(const std::vector<int>& used) {
-  for (int device : used) {
+void LocalCopier::sync_streams(const std::vector<platform::GpuLane>& used) {
+  for (const platform::GpuLane& lane : used) {
     cu::Stream s = nullptr;
-    GpuContext ctx = GpuContext::kApplication;
     {
       platform::MutexLock lock(mu_);
-      s = lanes_.stream_if_made(device);
-      ctx = lanes_.context_in_use(device);
+      s = lanes_.stream_if_made(lane);
     }
-    if (s != nullptr) (void)platform::wait_stream(device, ctx, s);
+    if (s != nullptr) (void)platform::wait_stream(lane.first, lane.second, s);
   }
 }
 
-Status LocalCopier::complete_gpu(const std::vector<int>& used, uint64_t size, Done finish) {
+Status LocalCopier::complete_gpu(const std::vector<platform::GpuLane>& used, uint64_t size, Done finish) {
   if (size <= kCompleteInline) {
     // A small copy finishes within microseconds: waiting for it here costs
     // less than handing its completion to another thread, and asking the
     // stream saves recording an event.
-    std::vector<cu::Stream> streams;
+    std::vector<platform::GpuCopyLanes::Mark> streams;  // each stream asked, no event
     {
       platform::MutexLock lock(mu_);
-      for (int device : used) streams.push_back(lanes_.stream_if_made(device));
+      for (const platform::GpuLane& lane : used) streams.push_back({lane, lanes_.stream_if_made(lane), nullptr});
     }
     auto until = std::chrono::steady_clock::now() + kInlineWait;
     Status st;
     bool ready = false;
     while (!ready && std::chrono::steady_clock::now() < until) {
       ready = true;
-      for (cu::Stream s : streams) {
-        Result<bool> idle = platform::stream_idle(s);
+      for (const platform::GpuCopyLanes::Mark& m : streams) {
+        Result<bool> idle = platform::GpuCopyLanes::reached(m);
         if (idle.ok() && !idle.value()) {
           ready = false;
         } else if (!idle.ok() && st.ok()) {
@@ -344,17 +348,17 @@ Status LocalCopier::complete_gpu(const std::vector<int>& used, uint64_t size, Do
   Status recorded;
   {
     platform::MutexLock lock(mu_);
-    for (int device : used) {
-      Result<platform::GpuCopyLanes::Mark> m = lanes_.mark(device);
+    for (const platform::GpuLane& lane : used) {
+      Result<platform::GpuCopyLanes::Mark> m = lanes_.mark(lane);
       recorded = m.status();
       if (!recorded.ok()) break;
-      f.marks.emplace_back(device, m.value());
+      f.marks.push_back(m.value());
     }
     if (recorded.ok()) {
       inflight_.push_back(std::move(f));
       inflight_count_.store(inflight_.size(), std::memory_order_release);
     } else {
-      for (auto& [device, m] : f.marks) lanes_.recycle(device, m);
+      for (const platform::GpuCopyLanes::Mark& m : f.marks) lanes_.recycle(m);
     }
   }
   if (!recorded.ok()) {

@@ -262,7 +262,7 @@ void LocalTransport::shut_control() {
 Status LocalTransport::before_stream_wait() {
   if (!gpu_kit_) return Status();
   platform::GpuKitSize size;
-  size.streams = 1;  // the copier's lane on each device
+  size.streams = 1;  // the copier's lane on each device, in each context
   // Its copies' marks in flight: one a copy the progress workers watch.
   size.events = 64;
   size.blocks[{platform::PinnedKind::kPlain, LocalCopier::kTableBytes}] = static_cast<int>(LocalCopier::kTables);
