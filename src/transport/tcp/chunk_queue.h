@@ -67,7 +67,7 @@ struct OutOp {
   Status answer;  // the peer's ACK; written before kAcked is set
   // Why this side aborted it (a cancel, its memory gone), which the
   // operation ends with whatever the peer answers. Guarded by the owning
-  // transport's lock.
+  // transport's send lock (TcpTransport::send_mu_).
   Status abort_reason;
   static constexpr uint64_t kAcked = uint64_t{1} << 63;
 

@@ -300,7 +300,7 @@ Status TcpTransport::handle_rts(const wire::Rts& m) {
 Status TcpTransport::handle_cts(const wire::Cts& m) {
   std::shared_ptr<OutOp> out;
   {
-    platform::MutexLock lock(mu_);
+    platform::MutexLock lock(send_mu_);
     auto it = awaiting_cts_.find(m.op);
     if (it == awaiting_cts_.end()) {
       return Status(Code::kDataLoss, where() + ": clear-to-send for unknown send " + std::to_string(m.op));
@@ -323,7 +323,8 @@ Status TcpTransport::handle_ack(const wire::Ack& m) {
   Status answer = core_.peer_status(m.code, m.reason);
   last_progress_ns_.store(now_ns(), std::memory_order_relaxed);
   {
-    platform::MutexLock lock(mu_);
+    platform::MutexLock send_lock(send_mu_);
+    platform::MutexLock receive_lock(receive_mu_);
     auto it = pending_.find(m.op);
     if (it == pending_.end()) return Status();  // already failed or finished locally
     if (auto o = sending_.find(m.op); o != sending_.end()) {
@@ -376,7 +377,7 @@ void TcpTransport::finish_acknowledged(const OutOp& op) {
   uint64_t id = op.is_write() ? op.write().op : op.state->id();
   bool was_pending;
   {
-    platform::MutexLock lock(mu_);
+    platform::MutexLock lock(send_mu_);
     sending_.erase(id);
     was_pending = pending_.erase(id) > 0;
   }

@@ -77,7 +77,7 @@ Status TcpTransport::land_frame(int fd, int path, const FrameHeader& h, std::str
 Status TcpTransport::land_data(int fd, int path, const wire::DataChunk& m) {
   std::shared_ptr<Landing> l;
   {
-    platform::MutexLock lock(mu_);
+    platform::MutexLock lock(receive_mu_);
     auto it = landings_.find(m.token);
     if (it != landings_.end()) l = it->second;
   }
@@ -175,7 +175,8 @@ void TcpTransport::finish_landing(uint64_t token, const std::shared_ptr<Landing>
   // An orphan is off the tables already: failed() left its end to this, its
   // last chunk.
   if (!orphaned) {
-    platform::MutexLock lock(mu_);
+    platform::MutexLock send_lock(send_mu_);
+    platform::MutexLock receive_lock(receive_mu_);
     auto it = landings_.find(token);
     if (it == landings_.end() || it->second != l) return;
     landings_.erase(it);
@@ -241,7 +242,8 @@ Status TcpTransport::land_write(int fd, int path, const wire::WriteChunk& m, std
   if (m.aborted) {
     if (admitted.answer_abort) {
       if (admitted.aborted_seq != 0) {
-        Status told = core_.notes().push_numbered(admitted.aborted_seq, /*skip=*/true, std::move(admitted.aborted_note));
+        Status told =
+            core_.notes().push_numbered(admitted.aborted_seq, /*skip=*/true, std::move(admitted.aborted_note));
         if (!told.ok()) return fail_with(told.with_context(where()));
       }
       ack(m.op, aborted_by_initiator(m.op));
@@ -270,7 +272,7 @@ TcpTransport::WriteAdmission TcpTransport::admit_write_chunk(const wire::WriteCh
                                                              const Status& resolved, int path) {
   WriteAdmission a;
   const uint64_t op = m.op;
-  platform::MutexLock lock(mu_);
+  platform::MutexLock lock(receive_mu_);
   if (finished_writes_.count(op) > 0) return a;  // finished, or aborted with nothing of it still arriving
   auto it = incoming_.find(op);
   if (m.aborted) {
@@ -320,7 +322,8 @@ TcpTransport::WriteAdmission TcpTransport::admit_write_chunk(const wire::WriteCh
   }
   IncomingWrite& w = it->second;
   if (w.arrivals.total() != m.total) {
-    a.violation = Status(Code::kDataLoss, where() + ": chunks of write " + std::to_string(op) + " disagree on its size");
+    a.violation =
+        Status(Code::kDataLoss, where() + ": chunks of write " + std::to_string(op) + " disagree on its size");
     return a;
   }
   ChunkArrivals::Begin begin = w.arrivals.begin(m.offset, path);
@@ -380,7 +383,7 @@ Status TcpTransport::account_write_chunk(uint64_t op, const WriteChunkLanded& ch
                                          const Status& landed) {
   IncomingWrite done;
   {
-    platform::MutexLock lock(mu_);
+    platform::MutexLock lock(receive_mu_);
     if (finished_writes_.count(op) > 0) return Status();  // aborted while this chunk was copied
     auto it = incoming_.find(op);
     if (it == incoming_.end()) return Status();
@@ -416,7 +419,7 @@ void TcpTransport::remember_finished_write(uint64_t op) {
 void TcpTransport::write_chunk_abandoned(uint64_t op, uint64_t offset, int path) {
   IncomingWrite done;
   {
-    platform::MutexLock lock(mu_);
+    platform::MutexLock lock(receive_mu_);
     if (finished_writes_.count(op) > 0) return;
     auto it = incoming_.find(op);
     if (it == incoming_.end()) return;

@@ -215,13 +215,13 @@ Status TcpTransport::transmit_chunk(int fd, TxEntry& e, TxStager* stager) {
     if (op.state && first && write) {
       // The peer answers an aborted write once none of its chunks lands any
       // more; the write ends then, with this reason.
-      platform::MutexLock lock(mu_);
+      platform::MutexLock lock(send_mu_);
       if (op.abort_reason.ok()) op.abort_reason = e.abort;
       if (!note.empty() && !ChunkQueue::acknowledged(op)) peer_tells_note_.insert(write->note_seq);
     } else if (op.state && first) {
       bool was_pending;
       {
-        platform::MutexLock lock(mu_);
+        platform::MutexLock lock(send_mu_);
         uint64_t id = op.state->id();
         was_pending = pending_.erase(id) > 0;
         sending_.erase(id);

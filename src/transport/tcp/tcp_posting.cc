@@ -13,7 +13,8 @@ using wire::FrameHeader;
 
 bool TcpTransport::await_answer(uint64_t op, const std::shared_ptr<TransferState>& state, bool owed,
                                 std::shared_ptr<OutOp> cts, std::shared_ptr<Landing> landing) {
-  platform::MutexLock lock(mu_);
+  platform::MutexLock send_lock(send_mu_);
+  platform::MutexLock receive_lock(receive_mu_);
   // failed() empties these tables after the latch is set: an entry added
   // later would never be answered.
   if (core_.failed()) return false;
@@ -28,7 +29,7 @@ void TcpTransport::written_or_failed(uint64_t op, const Status& s, const std::sh
   // kPeerLost failed the connection, which finishes the operation.
   if (s.ok() || s.code() == Code::kPeerLost) return;
   {
-    platform::MutexLock lock(mu_);
+    platform::MutexLock lock(send_mu_);
     pending_.erase(op);
   }
   if (whole) {
@@ -81,7 +82,7 @@ wire::WriteChunk write_of(uint64_t op, const transport::RemoteItem& item, uint64
 void TcpTransport::queue_chunks(uint64_t op, std::shared_ptr<OutOp> out) {
   std::shared_ptr<TransferState> state = out->state;
   {
-    platform::MutexLock lock(mu_);
+    platform::MutexLock lock(send_mu_);
     sending_[op] = out;
   }
   if (!chunks_.push(std::move(out))) state->finish_part(core_.usable());
@@ -218,7 +219,7 @@ bool TcpTransport::stop_write(const std::shared_ptr<TransferState>& state) {
   std::shared_ptr<OutOp> op;
   uint64_t id = 0;
   {
-    platform::MutexLock lock(mu_);
+    platform::MutexLock lock(send_mu_);
     for (const auto& [k, weak] : sending_) {
       std::shared_ptr<OutOp> o = weak.lock();
       if (o && o->state == state && o->is_write()) {
@@ -235,7 +236,7 @@ bool TcpTransport::stop_write(const std::shared_ptr<TransferState>& state) {
       case ChunkQueue::Stop::kNothingSent: {
         bool was_pending;
         {
-          platform::MutexLock lock(mu_);
+          platform::MutexLock lock(send_mu_);
           was_pending = pending_.erase(id) > 0;
           sending_.erase(id);
         }
@@ -244,7 +245,7 @@ bool TcpTransport::stop_write(const std::shared_ptr<TransferState>& state) {
         return was_pending;
       }
       case ChunkQueue::Stop::kAbortGoes: {
-        platform::MutexLock lock(mu_);
+        platform::MutexLock lock(send_mu_);
         if (op->abort_reason.ok()) op->abort_reason = Status(Code::kCancelled, "write cancelled by the application");
         if (op->note_seq() != 0 && !op->first_aux.empty()) peer_tells_note_.insert(op->note_seq());
         break;
@@ -264,7 +265,7 @@ bool TcpTransport::stop_write(const std::shared_ptr<TransferState>& state) {
 bool TcpTransport::stop_landing(const std::shared_ptr<TransferState>& state) {
   std::vector<std::pair<uint64_t, std::shared_ptr<Landing>>> mine;
   {
-    platform::MutexLock lock(mu_);
+    platform::MutexLock lock(receive_mu_);
     for (const auto& [token, l] : landings_) {
       if (l->state == state) mine.emplace_back(token, l);
     }
@@ -298,7 +299,7 @@ bool TcpTransport::stop_landing(const std::shared_ptr<TransferState>& state) {
 void TcpTransport::skip_note(uint64_t seq, std::string_view note) {
   if (core_.failed()) return;
   {
-    platform::MutexLock lock(mu_);
+    platform::MutexLock lock(send_mu_);
     if (peer_tells_note_.erase(seq) > 0) return;  // an aborted chunk of the write carried it
   }
   Outgoing o;
@@ -338,7 +339,7 @@ void TcpTransport::match_rendezvous(transport::PostedRecv recv, uint64_t op, uin
   uint64_t token = core_.next_op();
   bool up;
   {
-    platform::MutexLock lock(mu_);
+    platform::MutexLock lock(receive_mu_);
     up = !core_.failed();  // see await_answer()
     if (up) landings_.emplace(token, landing);
   }

@@ -245,7 +245,8 @@ Status TcpTransport::await_reply_room() {
 
 bool TcpTransport::waits_on_peer() {
   if (core_.has_posted()) return true;
-  platform::MutexLock lock(mu_);
+  platform::MutexLock send_lock(send_mu_);
+  platform::MutexLock receive_lock(receive_mu_);
   return !pending_.empty() || !landings_.empty();
 }
 
@@ -333,7 +334,8 @@ Status TcpTransport::check_owed(int64_t now_ns) {
   size_t answers = 0;  // acknowledgements of sends, writes and reads
   size_t data = 0;     // bytes of receives and reads
   {
-    platform::MutexLock lock(mu_);
+    platform::MutexLock send_lock(send_mu_);
+    platform::MutexLock receive_lock(receive_mu_);
     auto note = [&](int64_t since, size_t& count) {
       if (since == 0) return;
       ++count;
@@ -417,7 +419,8 @@ void TcpTransport::failed(const Status& why) {
   std::vector<std::shared_ptr<TransferState>> parts;  // items of operations still draining
   std::unordered_set<const TransferState*> draining;  // operations that end later
   {
-    platform::MutexLock lock(mu_);
+    platform::MutexLock send_lock(send_mu_);
+    platform::MutexLock receive_lock(receive_mu_);
     // A receive or read with chunks still being written into its memory (a
     // staging copy, a receive breaking off) fails when the last of them
     // ends, not before: its memory is not the application's until then.

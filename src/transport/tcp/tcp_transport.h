@@ -239,7 +239,7 @@ class TcpTransport final : public transport::Transport {
 
   const std::string& where() const { return core_.where(); }
   // Fails the connection with `why` and returns it (for a reader whose loop
-  // would take any other error for its stream's end). Never under mu_.
+  // would take any other error for its stream's end). Never under send_mu_ or receive_mu_.
   Status fail_with(const Status& why);
   // What a reader checks before each frame: blocks it while the replies
   // queued for the peer are over their cap (reading more requests would only
@@ -261,7 +261,7 @@ class TcpTransport final : public transport::Transport {
                     std::shared_ptr<OutOp> cts = nullptr, std::shared_ptr<Landing> landing = nullptr);
   // Something of this connection's waits on the peer: a posted receive, an
   // operation awaiting its answer, data awaited.
-  bool waits_on_peer() EXCLUDES(mu_);
+  bool waits_on_peer() EXCLUDES(send_mu_, receive_mu_);
   // A peer waiting on this side asked for a heartbeat: one, unless one was
   // sent for it in the last half heartbeat_interval (a peer asking faster
   // gets no more).
@@ -336,24 +336,24 @@ class TcpTransport final : public transport::Transport {
   Status land_frame(int fd, int path, const wire::FrameHeader& h, std::string& aux);
   Status land_data(int fd, int path, const wire::DataChunk& m);
   // Records `op` among the recently finished writes.
-  void remember_finished_write(uint64_t op) REQUIRES(mu_);
+  void remember_finished_write(uint64_t op) REQUIRES(receive_mu_);
   // What this side answers a write its initiator aborted, once none of it lands.
   Status aborted_by_initiator(uint64_t op);
   // A WRITE chunk (its notification is `note`, which this takes).
   Status land_write(int fd, int path, const wire::WriteChunk& m, std::string& note);
   // What the write's records say of a chunk, and what they now hold.
   struct WriteAdmission {
-    bool land = false;         // its bytes go into the memory
-    int stalled_path = -1;     // a path still bringing this chunk, which the peer gave up
-    bool over = false;         // its records would pass connection_memory_bytes
-    Status refused;            // the write is refused at its first chunk: drained and answered
-    Status violation;          // the peer contradicts itself: the connection fails
+    bool land = false;          // its bytes go into the memory
+    int stalled_path = -1;      // a path still bringing this chunk, which the peer gave up
+    bool over = false;          // its records would pass connection_memory_bytes
+    Status refused;             // the write is refused at its first chunk: drained and answered
+    Status violation;           // the peer contradicts itself: the connection fails
     bool answer_abort = false;  // aborted and none of it lands any more: answer it
     uint64_t aborted_seq = 0;   // ... and tell its notification (this number) as not delivered
     std::string aborted_note;
   };
-  WriteAdmission admit_write_chunk(const wire::WriteChunk& m, const std::string& note, const Status& resolved,
-                                   int path) EXCLUDES(mu_);
+  WriteAdmission admit_write_chunk(const wire::WriteChunk& m, const std::string& note, const Status& resolved, int path)
+      EXCLUDES(send_mu_, receive_mu_);
   // Where a landed chunk of a write was, for its accounting.
   struct WriteChunkLanded {
     uint64_t offset = 0;
@@ -367,7 +367,7 @@ class TcpTransport final : public transport::Transport {
   // A chunk's bytes are in place (or `landed` says why not): the write ends
   // with its last chunk.
   Status account_write_chunk(uint64_t op, const WriteChunkLanded& chunk, int path, std::string note,
-                             const Status& landed) EXCLUDES(mu_);
+                             const Status& landed) EXCLUDES(send_mu_, receive_mu_);
   // A batched write's chunk: reads and checks the block table that opens
   // its payload into rx_scratch(path); its bytes follow.
   // kDataLoss for a malformed table (a protocol violation).
@@ -526,8 +526,11 @@ class TcpTransport final : public transport::Transport {
   std::condition_variable out_drained_cv_;        // out_ empty and nothing being written
   platform::WaitList out_parked_;                 // the control writer's fiber, waiting for out_
 
-  // Operations waiting on the peer.
-  platform::Mutex mu_;
+  // The sender's tables: operations waiting on the peer. Taken before
+  // receive_mu_ where both are held (failing the connection, an answer that
+  // ends a read's landing too); a section holding receive_mu_ alone never
+  // takes it.
+  platform::Mutex send_mu_ ACQUIRED_BEFORE(receive_mu_);
   struct PendingOp {
     std::shared_ptr<TransferState> state;
     // When the peer engine began to owe the answer without its
@@ -536,22 +539,25 @@ class TcpTransport final : public transport::Transport {
     // a send before CTS, a notification).
     int64_t owed_since_ns = 0;
   };
-  std::unordered_map<uint64_t, PendingOp> pending_ GUARDED_BY(mu_);  // awaiting ACK
-  std::unordered_map<uint64_t, std::shared_ptr<OutOp>> awaiting_cts_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, PendingOp> pending_ GUARDED_BY(send_mu_);  // awaiting ACK
+  std::unordered_map<uint64_t, std::shared_ptr<OutOp>> awaiting_cts_ GUARDED_BY(send_mu_);
   // Bulk sends (after CTS) and writes on their way, by op: an ACK that
   // claims bytes this side has not sent yet is a protocol violation, and one
   // that comes while a path still sends a chunk of it completes the op only
   // once that path is done (ChunkQueue::acknowledge).
-  std::unordered_map<uint64_t, std::weak_ptr<OutOp>> sending_ GUARDED_BY(mu_);
-  std::unordered_map<uint64_t, std::shared_ptr<Landing>> landings_ GUARDED_BY(mu_);
-  std::unordered_map<uint64_t, IncomingWrite> incoming_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, std::weak_ptr<OutOp>> sending_ GUARDED_BY(send_mu_);
+  // The receiver's tables: what lands from the peer (receives and reads,
+  // incoming writes and the finished-writes window).
+  platform::Mutex receive_mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<Landing>> landings_ GUARDED_BY(receive_mu_);
+  std::unordered_map<uint64_t, IncomingWrite> incoming_ GUARDED_BY(receive_mu_);
   // Writes finished recently, so a chunk resent after a path died is dropped
   // instead of landing again over newer data.
-  std::unordered_set<uint64_t> finished_writes_ GUARDED_BY(mu_);  // aborted ones too
+  std::unordered_set<uint64_t> finished_writes_ GUARDED_BY(receive_mu_);  // aborted ones too
   // Notification numbers of writes this side aborted whose aborted chunk
   // carried the notification: the peer tells it (skip_note sends nothing).
-  std::unordered_set<uint64_t> peer_tells_note_ GUARDED_BY(mu_);
-  std::deque<uint64_t> finished_order_ GUARDED_BY(mu_);
+  std::unordered_set<uint64_t> peer_tells_note_ GUARDED_BY(send_mu_);
+  std::deque<uint64_t> finished_order_ GUARDED_BY(receive_mu_);
   std::vector<uint64_t> landed_chunks_;  // per path; only its reader (fiber)
 
   const StagingHooks hooks_;
